@@ -1,0 +1,29 @@
+// The interface the trainer pulls batches from; implementations live in datasets/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/network.hpp"
+
+namespace tb {
+
+// One batch in canonical layouts (see BatchView).
+struct Batch {
+  std::vector<float> input;
+  std::vector<std::int32_t> labels;
+  std::vector<float> targets;
+  BatchView view() const { return BatchView{input.data(), labels.data(), targets.data()}; }
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // The next training batch; valid until the following call.
+  virtual const Batch& next() = 0;
+  virtual std::string name() const = 0;    // "mnist", "cifar10", "sine", "imagenet"
+  virtual std::string source() const = 0;  // "synthetic", or where the real files were found
+};
+
+}  // namespace tb

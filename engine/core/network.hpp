@@ -1,0 +1,56 @@
+// The interface every backend's network implements: one replica of a model, with its
+// parameters, gradients and optimizer state in flat buffers, planned once for one batch size.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/spec.hpp"
+
+namespace tb {
+
+struct OptimizerConfig {
+  enum class Kind { SGD, Adam } kind = Kind::SGD;
+  double lr = 0.01;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+const char* optimizer_name(OptimizerConfig::Kind kind);
+
+// One training batch in canonical layouts on the host: input (N, dims...) or (T, N, dims...),
+// labels (N) for classification, targets shaped like the prediction for regression.
+struct BatchView {
+  const float* input = nullptr;
+  const std::int32_t* labels = nullptr;
+  const float* targets = nullptr;
+};
+
+class Network {
+ public:
+  virtual ~Network() = default;
+  Network() = default;
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  virtual void set_batch(const BatchView& batch) = 0;
+  // Training-mode forward pass; returns the loss (0 for a graph without a loss node).
+  virtual float forward() = 0;
+  // Backward from the loss, or from the gradient given to set_output_grad.
+  virtual void backward() = 0;
+  // One optimizer step over the flat buffers.
+  virtual void update() = 0;
+
+  // Inspection in canonical (plain row-major) layouts, for tests and replica checks.
+  virtual std::vector<float> read_output(int node) const = 0;
+  virtual std::vector<float> read_grad(int node) const = 0;
+  virtual void set_output_grad(const std::vector<float>& grad) = 0;
+  virtual std::vector<float> read_param(int node, int index) const = 0;
+  virtual std::vector<float> read_param_grad(int node, int index) const = 0;
+  virtual void write_param(int node, int index, const std::vector<float>& value) = 0;
+
+  // Bytes of the flat parameter buffer (with any padding the backend's layouts need).
+  virtual std::int64_t param_bytes() const = 0;
+};
+
+}  // namespace tb
