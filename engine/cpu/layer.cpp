@@ -1,0 +1,77 @@
+// Adapters between the layouts producers give and the layouts primitives want.
+#include "engine/cpu/layer.hpp"
+
+namespace tb::cpu {
+
+InputAdapter::InputAdapter(Context& ctx, const md& given, const md& wanted) : given_(given), wanted_(wanted) {
+  if (given == wanted) return;
+  if (is_plain(given) && is_plain(wanted) && given.get_size() == wanted.get_size()) return;  // a view
+  TB_CHECK(given.dims() == wanted.dims(), "cannot adapt a tensor to other dims in another layout");
+  copy_ = true;
+  value_ = dnnl::memory(wanted, ctx.engine);
+  grad_ = dnnl::memory(wanted, ctx.engine);
+}
+
+void InputAdapter::bind(Context& ctx, const dnnl::memory& value, const dnnl::memory& grad) {
+  if (!copy_) {
+    value_ = dnnl::memory(wanted_, ctx.engine, value.get_data_handle());
+    grad_ = grad ? dnnl::memory(wanted_, ctx.engine, grad.get_data_handle()) : dnnl::memory();
+    return;
+  }
+  to_wanted_ = Reorder(value, value_);
+  if (grad) to_given_ = Reorder(grad_, grad);
+}
+
+void Relayout::bind_in(Context& ctx, const dnnl::memory& source) {
+  if (source.get_desc() == wanted_) {
+    mem_ = source;
+    return;
+  }
+  mem_ = dnnl::memory(wanted_, ctx.engine);
+  reorder_ = Reorder(source, mem_);
+}
+
+void Relayout::bind_out(Context& ctx, const dnnl::memory& target) {
+  if (target.get_desc() == wanted_) {
+    mem_ = target;
+    return;
+  }
+  mem_ = dnnl::memory(wanted_, ctx.engine);
+  reorder_ = Reorder(mem_, target);
+}
+
+void WeightedBackward::bind(Context& ctx, const dnnl::memory& src, const dnnl::memory& dsrc,
+                            const Bindings& b, bool bias) {
+  weights_src_.bind_in(ctx, src);
+  weights_ddst_.bind_in(ctx, b.doutput);
+  dweights_.bind_out(ctx, b.dparams[0]);
+  weights_.args = {{DNNL_ARG_SRC, weights_src_.mem()},
+                   {DNNL_ARG_DIFF_DST, weights_ddst_.mem()},
+                   {DNNL_ARG_DIFF_WEIGHTS, dweights_.mem()}};
+  if (bias) weights_.args[DNNL_ARG_DIFF_BIAS] = b.dparams[1];
+  weights_.bind_scratch(ctx);
+  if (data_) {
+    data_ddst_.bind_in(ctx, b.doutput);
+    data_weights_.bind_in(ctx, b.params[0]);
+    dsrc_.bind_out(ctx, dsrc);
+    data_.args = {{DNNL_ARG_DIFF_DST, data_ddst_.mem()},
+                  {DNNL_ARG_WEIGHTS, data_weights_.mem()},
+                  {DNNL_ARG_DIFF_SRC, dsrc_.mem()}};
+    data_.bind_scratch(ctx);
+  }
+}
+
+void WeightedBackward::run(Context& ctx) const {
+  weights_src_(ctx);
+  weights_ddst_(ctx);
+  weights_.run(ctx);
+  dweights_(ctx);
+  if (data_) {
+    data_ddst_(ctx);
+    data_weights_(ctx);
+    data_.run(ctx);
+    dsrc_(ctx);
+  }
+}
+
+}  // namespace tb::cpu

@@ -1,0 +1,133 @@
+// The CPU layer interface: each layer is planned once for its input layouts (choosing oneDNN
+// primitives and the layouts they prefer), then bound to memories the network owns, then run.
+//
+// Gradients: backward overwrites (=) every gradient it writes, parameter and input alike; the
+// network sums where one tensor feeds several layers.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/core/network.hpp"
+#include "engine/core/spec.hpp"
+#include "engine/cpu/context.hpp"
+
+namespace tb::cpu {
+
+// What a layer knows of one input when it is planned.
+struct LayerInput {
+  md desc;          // layout of the producer's output
+  Dims shape;       // logical shape (spec shape inference)
+  bool needs_grad;  // false for the model input: its gradient is never computed
+};
+
+// Memories a layer is bound to; gradient memories have the layout of their values.
+struct Bindings {
+  std::vector<dnnl::memory> inputs;
+  std::vector<dnnl::memory> dinputs;  // empty memory where !needs_grad
+  dnnl::memory output, doutput;
+  std::vector<dnnl::memory> params, dparams;
+  const BatchView* batch = nullptr;  // labels and targets, for the losses
+};
+
+class Layer {
+ public:
+  Layer() = default;
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  virtual md output_desc() const = 0;
+  // Layouts the layer wants its parameters in, in the order of tb::node_params.
+  virtual std::vector<md> param_descs() const { return {}; }
+  virtual void bind(Context& ctx, const Bindings& b) = 0;
+  virtual void forward(Context& ctx) = 0;
+  virtual void backward(Context& ctx) = 0;
+  virtual float loss() const { return 0.0f; }
+};
+
+std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec,
+                                  const std::vector<LayerInput>& inputs, const Dims& out_shape);
+
+// One factory per layer file (engine/cpu/<layer>.cpp).
+using Inputs = std::vector<LayerInput>;
+std::unique_ptr<Layer> make_linear(Context&, const LinearSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_maxpool2d(Context&, const MaxPool2dSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_global_avgpool(Context&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_batchnorm(Context&, const BatchNormSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_relu(Context&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_sigmoid(Context&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_lstm(Context&, const LSTMSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_add(Context&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_softmax_cross_entropy(Context&, const SoftmaxCrossEntropySpec&, const Inputs&);
+std::unique_ptr<Layer> make_mse(Context&, const Inputs&);
+
+// Feeds a primitive that wants the layout `wanted` from a producer that gives `given`: the same
+// memory, a reshaped view of the same bytes (both plain), or a reorder into a buffer of its own
+// (and a reorder of the gradient back in backward).
+class InputAdapter {
+ public:
+  InputAdapter() = default;
+  InputAdapter(Context& ctx, const md& given, const md& wanted);
+  void bind(Context& ctx, const dnnl::memory& value, const dnnl::memory& grad);
+  const dnnl::memory& value() const { return value_; }
+  const dnnl::memory& grad() const { return grad_; }
+  void forward(Context& ctx) const { to_wanted_(ctx); }
+  void backward(Context& ctx) const { to_given_(ctx); }
+
+ private:
+  md given_, wanted_;
+  bool copy_ = false;
+  dnnl::memory value_, grad_;
+  Reorder to_wanted_, to_given_;
+};
+
+// A tensor in the layout a primitive wants: the bound memory itself where the layouts agree,
+// else a buffer of its own with a reorder in (before the primitive) or out (after it).
+// Backward primitives are created with "any" layouts and may want other layouts than forward.
+class Relayout {
+ public:
+  Relayout() = default;
+  explicit Relayout(const md& wanted) : wanted_(wanted) {}
+  void bind_in(Context& ctx, const dnnl::memory& source);
+  void bind_out(Context& ctx, const dnnl::memory& target);
+  const dnnl::memory& mem() const { return mem_; }
+  void operator()(Context& ctx) const { reorder_(ctx); }
+
+ private:
+  md wanted_;
+  dnnl::memory mem_;
+  Reorder reorder_;
+};
+
+// The backward pass of a layer with weights (convolution, inner product): the data gradient
+// and the weight gradients, each primitive created with "any" layouts (hinted by forward) so
+// that oneDNN picks an optimised implementation, with reorders only where its layouts differ
+// from the forward ones.
+class WeightedBackward {
+ public:
+  template <class DataPd>
+  void set_data(Context& ctx, const DataPd& pd, dnnl::primitive p) {
+    data_.create(ctx, pd, std::move(p));
+    data_ddst_ = Relayout(pd.diff_dst_desc());
+    data_weights_ = Relayout(pd.weights_desc());
+    dsrc_ = Relayout(pd.diff_src_desc());
+  }
+  template <class WeightsPd>
+  void set_weights(Context& ctx, const WeightsPd& pd, dnnl::primitive p) {
+    weights_.create(ctx, pd, std::move(p));
+    weights_src_ = Relayout(pd.src_desc());
+    weights_ddst_ = Relayout(pd.diff_dst_desc());
+    dweights_ = Relayout(pd.diff_weights_desc());
+  }
+  // src: the forward source; dsrc: where the input gradient goes (empty: not needed).
+  void bind(Context& ctx, const dnnl::memory& src, const dnnl::memory& dsrc, const Bindings& b, bool bias);
+  void run(Context& ctx) const;
+
+ private:
+  Step data_, weights_;
+  Relayout data_ddst_, data_weights_, dsrc_, weights_src_, weights_ddst_, dweights_;
+};
+
+}  // namespace tb::cpu

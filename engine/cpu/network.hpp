@@ -1,0 +1,69 @@
+// The CPU network: plans a model once for one batch size (layers, layouts, every buffer) and
+// runs training steps with no allocation and no primitive creation on the step path.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/core/buffer.hpp"
+#include "engine/core/network.hpp"
+#include "engine/cpu/layer.hpp"
+#include "engine/optim/optimizer.hpp"
+
+namespace tb::cpu {
+
+struct NetworkConfig {
+  i64 batch = 1;
+  OptimizerConfig optimizer;
+  std::uint64_t seed = 1;
+};
+
+class CpuNetwork final : public Network {
+ public:
+  CpuNetwork(const ModelSpec& model, const NetworkConfig& config);
+
+  void set_batch(const BatchView& batch) override;
+  float forward() override;
+  void backward() override;
+  void update() override;
+
+  std::vector<float> read_output(int node) const override;
+  std::vector<float> read_grad(int node) const override;
+  void set_output_grad(const std::vector<float>& grad) override;
+  std::vector<float> read_param(int node, int index) const override;
+  std::vector<float> read_param_grad(int node, int index) const override;
+  void write_param(int node, int index, const std::vector<float>& value) override;
+  std::int64_t param_bytes() const override { return params_.size() * i64(sizeof(float)); }
+
+  std::int64_t activation_bytes() const { return activation_bytes_; }
+  std::int64_t scratch_bytes() const { return i64(ctx_.scratch_bytes); }
+
+ private:
+  struct ParamSlot {
+    md desc;
+    i64 offset;  // in floats, into the flat buffers
+  };
+  // A gradient that must be added into its producer's (the producer feeds several layers).
+  struct Accumulate {
+    dnnl::memory from, into;
+  };
+  const ParamSlot& slot(int node, int index) const;
+
+  ModelSpec model_;
+  NetworkConfig config_;
+  std::vector<Dims> shapes_;
+  mutable Context ctx_;
+  std::vector<std::unique_ptr<Layer>> layers_;  // by node; null for the input
+  std::vector<dnnl::memory> values_, grads_;    // by node
+  std::vector<std::vector<ParamSlot>> slots_;   // by node
+  std::vector<std::vector<Accumulate>> accumulate_;  // by consuming node
+  HostBuffer params_, grads_flat_, scratch_, edge_scratch_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::int32_t> labels_;
+  std::vector<float> targets_;
+  BatchView batch_;
+  i64 activation_bytes_ = 0;
+  bool has_loss_;
+};
+
+}  // namespace tb::cpu

@@ -1,0 +1,27 @@
+// Optimizers as one fused pass over the flat parameter, gradient and state buffers.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/core/buffer.hpp"
+#include "engine/core/network.hpp"
+
+namespace tb {
+
+class Optimizer {
+ public:
+  Optimizer(const OptimizerConfig& config, std::int64_t n);
+  // params (n), grads (n): updated in place; state lives here, laid out like params.
+  void step(float* params, const float* grads);
+  const OptimizerConfig& config() const { return config_; }
+  std::int64_t state_bytes() const { return (first_.size() + second_.size()) * std::int64_t(sizeof(float)); }
+
+ private:
+  OptimizerConfig config_;
+  std::int64_t n_;
+  std::int64_t steps_ = 0;
+  HostBuffer first_;   // SGD velocity, Adam first moment
+  HostBuffer second_;  // Adam second moment
+};
+
+}  // namespace tb
