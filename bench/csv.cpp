@@ -1,0 +1,99 @@
+// Writing the CSV, and refusing to mix schemas in one file.
+#include "bench/csv.hpp"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/core/error.hpp"
+
+namespace tb::bench {
+
+const std::vector<std::string>& csv_columns() {
+  static const std::vector<std::string> columns{
+      "schema_version", "benchmark", "kind", "model", "dataset", "data_source", "device", "threads",
+      "precision", "batch", "optimizer", "run_type", "aggregate", "repetition", "status", "message",
+      "iterations", "warmup_steps", "step_time_s", "samples_per_s", "params", "train_flops_per_sample",
+      "model_tflops", "peak_gflops", "utilisation", "host_cpu_s_per_step", "host_cpu_util",
+      "peak_rss_bytes", "loss_first", "loss_last", "data_s_per_step", "forward_s_per_step",
+      "backward_s_per_step", "update_s_per_step", "host", "os", "cpu_model", "cores", "compiler",
+      "onednn", "benchmark_lib", "git_commit", "timestamp"};
+  return columns;
+}
+
+std::string csv_escape(const std::string& field) {
+  if (field.find_first_of(",\"\n\r") == std::string::npos) return field;
+  std::string out = "\"";
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::vector<std::string> csv_split(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else if (c != '\r') {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+CsvWriter::CsvWriter(const std::string& path) : path_(path) {
+  namespace fs = std::filesystem;
+  const std::string header = fmt::format("{}", fmt::join(csv_columns(), ","));
+  bool write_header = true;
+  std::error_code ec;
+  if (fs::exists(path, ec) && fs::file_size(path, ec) > 0) {
+    std::ifstream in(path);
+    std::string first;
+    std::getline(in, first);
+    if (!first.empty() && first.back() == '\r') first.pop_back();
+    if (first != header) {
+      const auto fields = csv_split(first);
+      const bool ours = !fields.empty() && fields[0] == "schema_version";
+      throw InputError(fmt::format(
+          "--csv={}: the file exists with {} ({} columns); trainbench schema {} has {} columns. "
+          "Nothing was written: give a new file name, or move the old file away.",
+          path, ours ? "another trainbench schema" : "a header that is not trainbench's", fields.size(),
+          kSchemaVersion, csv_columns().size()));
+    }
+    write_header = false;
+  } else if (auto parent = fs::path(path).parent_path(); !parent.empty()) {
+    fs::create_directories(parent, ec);
+  }
+  out_.open(path, std::ios::app);
+  if (!out_) throw InputError(fmt::format("--csv={}: cannot open the file for writing", path));
+  if (write_header) out_ << header << '\n' << std::flush;
+}
+
+void CsvWriter::write_row(const std::vector<std::string>& values) {
+  TB_CHECK(values.size() == csv_columns().size(), "CSV row has {} values for {} columns", values.size(),
+           csv_columns().size());
+  std::string line;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) line += ',';
+    line += csv_escape(values[i]);
+  }
+  out_ << line << '\n' << std::flush;  // an interrupted run keeps every finished row
+}
+
+}  // namespace tb::bench

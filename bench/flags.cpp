@@ -1,0 +1,116 @@
+// Parsing of trainbench's flags, strict about values so that a typo fails before measuring.
+#include "bench/flags.hpp"
+
+#include <charconv>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+
+namespace tb::bench {
+namespace {
+
+std::int64_t parse_int(const std::string& flag, const std::string& v, std::int64_t min) {
+  std::int64_t x = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || end != v.data() + v.size() || x < min)
+    throw InputError(fmt::format("--{}: '{}' is not an integer >= {} (example: --{}={})", flag, v, min,
+                                 flag, std::max<std::int64_t>(min, 2)));
+  return x;
+}
+
+double parse_positive(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x > 0) || x > 1e6)
+    throw InputError(fmt::format("--{}: '{}' is not a positive number (example: --{}=0.01)", flag, v, flag));
+  return x;
+}
+
+std::vector<std::string> split(const std::string& v) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= v.size()) {
+    std::size_t comma = v.find(',', start);
+    if (comma == std::string::npos) comma = v.size();
+    if (comma > start) out.push_back(v.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string usage() {
+  return R"(trainbench: deep-learning training benchmarks (Google Benchmark harness)
+
+Benchmarks are named train/<model>/<dataset>/<device>/<precision>/bs:<batch>.
+Select them with Google Benchmark's flags, e.g.
+  trainbench --benchmark_filter='train/mlp/' --benchmark_repetitions=3
+  trainbench --benchmark_list_tests
+
+trainbench flags:
+  --csv=FILE            append one row per run to FILE (created with a header; a file with
+                        another header is refused); see results/SCHEMA.md
+  --batch=N             batch size for every model (default: each model's own)
+  --devices=LIST        device configurations to register, comma-separated: cpu (all cores),
+                        cpu:N (N threads). Default: cpu and cpu:1
+  --warmup_steps=N      training steps before timing starts (default 2)
+  --optimizer=sgd|adam  override each model's optimizer (sgd = SGD with momentum 0.9)
+  --lr=X                override each model's learning rate
+  --seed=N              seed of the weights and the synthetic data (default 1)
+  --list_models         print each workload's parameters and FLOPs, and exit
+  --help                this text
+
+Google Benchmark's flags work as usual: --benchmark_filter=REGEX, --benchmark_list_tests,
+--benchmark_repetitions=N, --benchmark_min_time=SECONDS, --benchmark_out=FILE with
+--benchmark_out_format=json|console|csv, --benchmark_format=console|json.
+Any other flag is an error.
+)";
+}
+
+Flags parse_flags(int& argc, char** argv) {
+  Flags f;
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value_of = [&](const char* name) -> std::optional<std::string> {
+      const std::string prefix = fmt::format("--{}=", name);
+      if (arg.rfind(prefix, 0) == 0) return arg.substr(prefix.size());
+      if (arg == fmt::format("--{}", name))
+        throw InputError(fmt::format("--{} needs a value: --{}=VALUE (see --help)", name, name));
+      return std::nullopt;
+    };
+    if (arg == "--help" || arg == "-h") {
+      f.help = true;
+    } else if (arg == "--list_models") {
+      f.list_models = true;
+    } else if (auto v = value_of("csv")) {
+      if (v->empty()) throw InputError("--csv: give a file name, e.g. --csv=results/run.csv");
+      f.csv = *v;
+    } else if (auto v = value_of("batch")) {
+      f.batch = parse_int("batch", *v, 1);
+    } else if (auto v = value_of("devices")) {
+      f.devices = split(*v);
+      if (f.devices.empty()) throw InputError("--devices: give at least one, e.g. --devices=cpu,cpu:1");
+    } else if (auto v = value_of("warmup_steps")) {
+      f.warmup_steps = parse_int("warmup_steps", *v, 0);
+    } else if (auto v = value_of("optimizer")) {
+      if (*v != "sgd" && *v != "adam")
+        throw InputError(fmt::format("--optimizer: '{}' is not one of sgd, adam", *v));
+      f.optimizer = *v;
+    } else if (auto v = value_of("lr")) {
+      f.lr = parse_positive("lr", *v);
+    } else if (auto v = value_of("seed")) {
+      f.seed = std::uint64_t(parse_int("seed", *v, 0));
+    } else {
+      argv[out++] = argv[i];
+      continue;
+    }
+  }
+  argc = out;
+  return f;
+}
+
+}  // namespace tb::bench

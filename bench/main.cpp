@@ -1,0 +1,108 @@
+// The trainbench binary: parses flags, registers the benchmarks, runs them under Google
+// Benchmark and exits non-zero if any row failed.
+#include <omp.h>
+
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <set>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bench/context.hpp"
+#include "bench/csv.hpp"
+#include "bench/flags.hpp"
+#include "bench/registry.hpp"
+#include "bench/reporter.hpp"
+#include "engine/core/error.hpp"
+#include "models/models.hpp"
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+bool has_flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == name || arg == std::string(name) + "=true" || arg == std::string(name) + "=1") return true;
+  }
+  return false;
+}
+
+std::string filter_of(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) return argv[i] + 19;
+  return ".";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tb::bench;
+  Flags flags;
+  try {
+    flags = parse_flags(argc, argv);
+  } catch (const tb::InputError& e) {
+    std::cerr << "trainbench: error: " << e.what() << "\n";
+    return kUsageError;
+  }
+  if (flags.help) {
+    std::cout << usage();
+    return 0;
+  }
+  if (flags.list_models) {
+    std::cout << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16} {:>16}\n", "model", "dataset", "batch",
+                             "params", "fwd GFLOP/sample", "train GFLOP/step");
+    for (const auto& w : tb::models::workloads()) {
+      const tb::ModelCost c = tb::model_cost(w.spec);
+      const auto batch = flags.batch.value_or(w.batch);
+      std::cout << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16.6g} {:>16.6g}\n", w.model, w.dataset, batch,
+                               c.parameters, c.forward_flops_per_sample() * 1e-9,
+                               c.train_flops_per_sample() * double(batch) * 1e-9);
+    }
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (argc > 1) {
+    std::cerr << fmt::format("trainbench: error: unknown flag '{}' (see trainbench --help)\n", argv[1]);
+    return kUsageError;
+  }
+  const bool listing = has_flag(argc, argv, "--benchmark_list_tests");
+
+  MachineContext machine = read_machine_context();
+  std::unique_ptr<CsvWriter> csv;
+  try {
+    const auto& benchmarks = register_benchmarks(flags, machine.cores);
+    if (!flags.csv.empty() && !listing) csv = std::make_unique<CsvWriter>(flags.csv);
+    if (!listing) {
+      std::set<int> thread_counts;
+      for (const BenchInfo& b : benchmarks)
+        if (b.skip_reason.empty()) thread_counts.insert(b.threads);
+      machine.sgemm_gflops = measure_sgemm_gflops(machine.cores);
+      for (int t : thread_counts) measure_sgemm_gflops(t);
+    }
+  } catch (const tb::Error& e) {
+    std::cerr << "trainbench: error: " << e.what() << "\n";
+    return kUsageError;
+  }
+
+  Reporter reporter(machine, csv.get());
+  const std::size_t ran = benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  if (ran == 0) {
+    std::cerr << fmt::format(
+        "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
+        "train/<model>/<dataset>/<device>/<precision>/bs:<n> with models {}; list them with "
+        "--benchmark_list_tests\n",
+        filter_of(argc, argv), fmt::join(tb::models::model_names(), ", "));
+    return kUsageError;
+  }
+  if (reporter.failed() > 0) {
+    std::cerr << fmt::format("trainbench: {} run(s) failed; see the messages above{}\n", reporter.failed(),
+                             csv ? fmt::format(" and the status column of {}", flags.csv) : "");
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,141 @@
+"""End-to-end tests of the trainbench binary: runs it with filters and flags, reads the CSV
+it wrote, and feeds it bad input. The binary comes from $TRAINBENCH (set by ctest)."""
+import csv
+import os
+import subprocess
+
+import pytest
+
+BINARY = os.environ.get("TRAINBENCH", "build/release/bench/trainbench")
+FAST = ["--benchmark_min_time=0.05", "--warmup_steps=2"]
+
+
+def run(*args, timeout=600):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_mlp_run_writes_a_checked_csv_row(tmp_path):
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/mlp/mnist/cpu/", f"--csv={out}", *FAST)
+    assert r.returncode == 0, r.stderr
+    assert "train/mlp/mnist/cpu/fp32/bs:100" in r.stdout
+    rows = read_csv(out)
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["schema_version"] == "1"
+    assert row["benchmark"] == "train/mlp/mnist/cpu/fp32/bs:100"
+    assert (row["model"], row["dataset"], row["device"], row["precision"]) == ("mlp", "mnist", "cpu", "fp32")
+    assert row["data_source"] == "synthetic"
+    assert row["status"] == "ok" and row["message"] == ""
+    assert row["run_type"] == "iteration"
+    assert int(row["iterations"]) >= 1
+    assert float(row["samples_per_s"]) > 0
+    assert float(row["step_time_s"]) > 0
+    assert abs(float(row["samples_per_s"]) * float(row["step_time_s"]) - 100) < 1.0
+    assert int(row["params"]) == 1796010
+    assert float(row["loss_last"]) < float(row["loss_first"])
+    assert 0 < float(row["utilisation"]) < 2
+    assert float(row["peak_gflops"]) > 0
+    assert float(row["host_cpu_s_per_step"]) > 0
+    assert int(float(row["peak_rss_bytes"])) > 10 * 2**20
+    for column in ("host", "os", "cpu_model", "compiler", "onednn", "git_commit", "timestamp"):
+        assert row[column], column
+    assert int(row["cores"]) >= 1
+
+
+def test_repetitions_add_aggregate_rows_and_appending_keeps_one_header(tmp_path):
+    out = tmp_path / "run.csv"
+    for _ in range(2):
+        r = run("--benchmark_filter=train/lstm/sine/cpu/", f"--csv={out}", "--benchmark_repetitions=2", *FAST)
+        assert r.returncode == 0, r.stderr
+    lines = out.read_text().splitlines()
+    assert sum(line.startswith("schema_version,") for line in lines) == 1
+    rows = read_csv(out)
+    iterations = [r for r in rows if r["run_type"] == "iteration"]
+    aggregates = {r["aggregate"] for r in rows if r["run_type"] == "aggregate"}
+    assert len(iterations) == 4
+    assert {"mean", "median", "stddev"} <= aggregates
+    assert all(r["batch"] == "20" for r in rows)
+
+
+def test_list_tests_names_every_model_and_device():
+    r = run("--benchmark_list_tests", "--devices=cpu,cpu:1")
+    assert r.returncode == 0, r.stderr
+    names = r.stdout.split()
+    for expected in ("train/mlp/mnist/cpu/fp32/bs:100", "train/lenet5/cifar10/cpu:1/fp32/bs:100",
+                     "train/lstm/sine/cpu/fp32/bs:20", "train/resnet152/cifar10/cpu/fp32/bs:128",
+                     "train/resnet152/imagenet/cpu/fp32/bs:8"):
+        assert expected in names
+
+
+def test_batch_flag_renames_and_resizes(tmp_path):
+    r = run("--benchmark_list_tests", "--batch=7")
+    assert "train/mlp/mnist/cpu/fp32/bs:7" in r.stdout.split()
+
+
+def test_filter_that_matches_nothing_is_an_error():
+    r = run("--benchmark_filter=train/nosuchmodel/")
+    assert r.returncode == 2
+    assert "no benchmark matches" in r.stderr
+    assert "mlp, lenet5, lstm, resnet152" in r.stderr
+
+
+@pytest.mark.parametrize("flag,needle", [
+    ("--batch=abc", "--batch"),
+    ("--batch=0", "--batch"),
+    ("--lr=-1", "--lr"),
+    ("--optimizer=rmsprop", "--optimizer"),
+    ("--devices=tpu", "unknown device 'tpu'"),
+    ("--devices=cpu:zero", "cpu:zero"),
+    ("--frobnicate", "unknown flag '--frobnicate'"),
+    ("--csv", "--csv needs a value"),
+])
+def test_bad_flags_are_refused_with_the_flag_named(flag, needle):
+    r = run(flag, "--benchmark_filter=train/mlp/mnist/cpu/")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_csv_with_another_schema_is_refused_and_left_untouched(tmp_path):
+    out = tmp_path / "other.csv"
+    out.write_text("name,value\nx,1\n")
+    r = run("--benchmark_filter=train/mlp/mnist/cpu/", f"--csv={out}", *FAST)
+    assert r.returncode == 2
+    assert str(out) in r.stderr and "Nothing was written" in r.stderr
+    assert out.read_text() == "name,value\nx,1\n"
+    assert "train/mlp" not in r.stdout  # refused before measuring anything
+
+
+def test_device_the_machine_lacks_is_a_skipped_row(tmp_path):
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/mlp/mnist/", "--devices=cpu:4096", f"--csv={out}", *FAST)
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(out)
+    assert [row["status"] for row in rows] == ["skipped"]
+    assert "cpu:4096 needs 4096 cores" in rows[0]["message"]
+
+
+def test_diverging_run_fails_its_row_and_the_next_benchmark_still_runs(tmp_path):
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/mlp/mnist/", "--devices=cpu,cpu:1", "--optimizer=sgd", "--lr=1e6",
+            f"--csv={out}", *FAST)
+    assert r.returncode == 1
+    rows = read_csv(out)
+    assert [row["device"] for row in rows] == ["cpu", "cpu:1"]
+    for row in rows:
+        assert row["status"] == "failed"
+        assert "loss is NaN" in row["message"] or "loss is inf" in row["message"]
+    assert "run(s) failed" in r.stderr
+
+
+def test_help_lists_trainbench_flags():
+    r = run("--help")
+    assert r.returncode == 0
+    for flag in ("--csv", "--batch", "--devices", "--warmup_steps", "--optimizer", "--lr", "--seed"):
+        assert flag in r.stdout
