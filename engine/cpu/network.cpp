@@ -75,15 +75,32 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
              slots_[i].size(), expected.size());
   }
 
+  // Where each input gradient goes: the last consumer writes the producer's gradient itself
+  // (through one of its inputs only, should it read the same tensor twice); every other input
+  // gradient gets a region of its own in the edge scratch, in its producer's layout, and is
+  // added after the layer's backward. Regions are per input, not shared, because one layer may
+  // set aside two gradients (an add whose inputs both feed later layers) in different layouts.
+  std::vector<std::vector<char>> direct(n);
+  i64 edge_floats = 0;
+  for (int i = 1; i < n; ++i) {
+    const auto& inputs = model_.nodes[i].inputs;
+    i64 node_edge_floats = 0;
+    for (std::size_t j = 0; j < inputs.size(); ++j) {
+      const int p = inputs[j];
+      const bool first_use = std::find(inputs.begin(), inputs.begin() + j, p) == inputs.begin() + j;
+      direct[i].push_back(p != 0 && last_consumer[p] == i && first_use);
+      if (p != 0 && !direct[i][j]) node_edge_floats += align_up(padded_floats(out_desc[p]));
+    }
+    edge_floats = std::max(edge_floats, node_edge_floats);
+  }
+
   // Allocate: activations and their gradients, flat parameters, the shared scratchpad.
   values_[0] = dnnl::memory(out_desc[0], ctx_.engine);
-  i64 edge_floats = 0;
   for (int i = 1; i < n; ++i) {
     if (has_loss_ && i == n - 1) continue;
     values_[i] = dnnl::memory(out_desc[i], ctx_.engine);
     grads_[i] = dnnl::memory(out_desc[i], ctx_.engine);
     activation_bytes_ += 2 * i64(out_desc[i].get_size());
-    for (int p : model_.nodes[i].inputs) edge_floats = std::max(edge_floats, padded_floats(out_desc[p]));
   }
   if (has_loss_) values_[n - 1] = dnnl::memory(plain_desc({1}), ctx_.engine);
   params_ = HostBuffer(param_floats);
@@ -97,14 +114,17 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
   for (int i = 1; i < n; ++i) {
     const Node& node = model_.nodes[i];
     Bindings b;
-    for (int p : node.inputs) {
+    i64 edge_offset = 0;
+    for (std::size_t j = 0; j < node.inputs.size(); ++j) {
+      const int p = node.inputs[j];
       b.inputs.push_back(values_[p]);
       if (p == 0) {
         b.dinputs.emplace_back();
-      } else if (last_consumer[p] == i) {
+      } else if (direct[i][j]) {
         b.dinputs.push_back(grads_[p]);
       } else {
-        dnnl::memory edge(out_desc[p], ctx_.engine, edge_scratch_.data());
+        dnnl::memory edge(out_desc[p], ctx_.engine, edge_scratch_.data() + edge_offset);
+        edge_offset += align_up(padded_floats(out_desc[p]));
         b.dinputs.push_back(edge);
         accumulate_[i].push_back(Accumulate{edge, grads_[p]});
       }
