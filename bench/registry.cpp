@@ -147,7 +147,7 @@ const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores)
       b.threads = d.threads;
       b.batch = flags.batch.value_or(w.batch);
       b.warmup_steps = flags.warmup_steps;
-      b.optimizer = w.optimizer;
+      b.optimizer = w.optimizer_for(b.batch);
       if (flags.optimizer) {
         const bool adam = *flags.optimizer == "adam";
         b.optimizer.kind = adam ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;

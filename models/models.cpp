@@ -7,7 +7,8 @@
 namespace tb::models {
 
 ModelSpec mlp() {
-  ModelSpec m{.name = "mlp"};
+  ModelSpec m;
+  m.name = "mlp";
   int x = m.add("input", InputSpec{{784}}, {});
   x = m.add("fc1", LinearSpec{784, 1000}, {x});
   x = m.add("relu1", ReLUSpec{}, {x});
@@ -20,7 +21,8 @@ ModelSpec mlp() {
 }
 
 ModelSpec lenet5() {
-  ModelSpec m{.name = "lenet5"};
+  ModelSpec m;
+  m.name = "lenet5";
   int x = m.add("input", InputSpec{{3, 32, 32}}, {});
   x = m.add("conv1", Conv2dSpec{3, 6, 5}, {x});       // 6x28x28
   x = m.add("sigmoid1", SigmoidSpec{}, {x});
@@ -39,7 +41,9 @@ ModelSpec lenet5() {
 }
 
 ModelSpec lstm(i64 seq_len) {
-  ModelSpec m{.name = "lstm", .task = Task::Regression};
+  ModelSpec m;
+  m.name = "lstm";
+  m.task = Task::Regression;
   int x = m.add("input", InputSpec{{1}, seq_len}, {});
   x = m.add("fc1", LinearSpec{1, 5}, {x});
   x = m.add("lstm", LSTMSpec{5, 5}, {x});
@@ -73,7 +77,8 @@ int bottleneck(ModelSpec& m, const std::string& name, int x, i64 in, i64 width, 
 }  // namespace
 
 ModelSpec resnet152(i64 image_size, i64 classes) {
-  ModelSpec m{.name = "resnet152"};
+  ModelSpec m;
+  m.name = "resnet152";
   int x = m.add("input", InputSpec{{3, image_size, image_size}}, {});
   x = m.add("stem.conv", Conv2dSpec{3, 64, 7, 2, 3, false}, {x});
   x = m.add("stem.bn", BatchNormSpec{.channels = 64}, {x});
@@ -100,14 +105,21 @@ std::vector<Workload> workloads() {
   using Kind = OptimizerConfig::Kind;
   const OptimizerConfig adam{.kind = Kind::Adam, .lr = 1e-3};
   const OptimizerConfig sgd{.kind = Kind::SGD, .lr = 0.05, .momentum = 0.9};
-  const OptimizerConfig resnet_sgd{.kind = Kind::SGD, .lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4};
+  // Goyal et al. 2017: lr 0.1 per 256 samples, scaled linearly with the batch.
+  const OptimizerConfig resnet_sgd{.kind = Kind::SGD, .lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4};
   return {
       {"mlp", "mnist", 100, adam, mlp()},
       {"lenet5", "cifar10", 100, sgd, lenet5()},
       {"lstm", "sine", 20, OptimizerConfig{.kind = Kind::Adam, .lr = 1e-2}, lstm(kLstmSeqLen)},
-      {"resnet152", "cifar10", 128, resnet_sgd, resnet152(32, 10)},
-      {"resnet152", "imagenet", 8, resnet_sgd, resnet152(224, 1000)},
+      {"resnet152", "cifar10", 128, resnet_sgd, resnet152(32, 10), 256},
+      {"resnet152", "imagenet", 8, resnet_sgd, resnet152(224, 1000), 256},
   };
+}
+
+OptimizerConfig Workload::optimizer_for(i64 batch_size) const {
+  OptimizerConfig c = optimizer;
+  if (lr_reference_batch > 0) c.lr = optimizer.lr * double(batch_size) / double(lr_reference_batch);
+  return c;
 }
 
 std::vector<std::string> model_names() { return {"mlp", "lenet5", "lstm", "resnet152"}; }

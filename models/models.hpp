@@ -21,6 +21,9 @@ struct Workload {
   i64 batch;            // default batch (sequences for the LSTM)
   OptimizerConfig optimizer;
   ModelSpec spec;
+  i64 lr_reference_batch = 0;  // > 0: optimizer.lr is for this batch, scaled linearly to others
+
+  OptimizerConfig optimizer_for(i64 batch_size) const;
 };
 
 constexpr i64 kLstmSeqLen = 35;  // truncated BPTT length

@@ -1,0 +1,777 @@
+// Checks every oneDNN layer of the CPU backend (engine/cpu) against the plain-loop reference ops
+// in double: forward output, input gradient and every parameter gradient, in the layouts oneDNN
+// picks (plain and blocked), through the CpuNetwork that plans and binds them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "engine/cpu/network.hpp"
+#include "engine/reference/ops.hpp"
+
+namespace tb {
+namespace {
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+// fp32 against a double reference computed from the same fp32 inputs. oneDNN reorders the
+// reductions (blocked channels, split batch and spatial loops, gemm-based kernels, Winograd
+// where it chooses it), so its results differ from any fixed summation order by a few ulps per
+// term; with fp32 accumulation over up to ~1e4 terms of O(1) values that is ~1e-5 absolute at
+// worst. 1e-4 + 1e-3 |ref| per element and 1e-4 in the whole-tensor norm leave margin over that
+// noise, while a wrong index, a missing term or a wrong layout is off by O(1).
+constexpr double kAtol = 1e-4;
+constexpr double kRtol = 1e-3;
+constexpr double kNormTol = 1e-4;
+// Zero trust (benchdnn's idea): a comparison where most of the reference is exactly zero says
+// little, so it fails unless the test says that many zeros are expected.
+constexpr double kMaxZeroFraction = 0.5;
+
+// An absent optional tensor (bias, input gradient) of the double reference ops; typed, so that
+// the templates can deduce their scalar.
+constexpr double* kNoTensor = nullptr;
+
+DVec to_double(const Vec& v) { return DVec(v.begin(), v.end()); }
+
+Vec uniform(std::mt19937& rng, i64 n, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Vec v(static_cast<std::size_t>(n));
+  for (float& e : v) e = dist(rng);
+  return v;
+}
+
+// Magnitudes in [0.05, 1], positive with probability `positive`: no value sits at ReLU's kink,
+// and most of ReLU's output is non-zero.
+Vec signed_away_from_zero(std::mt19937& rng, i64 n, double positive) {
+  Vec v = uniform(rng, n, 0.05f, 1.f);
+  std::bernoulli_distribution pos(positive);
+  for (float& e : v)
+    if (!pos(rng)) e = -e;
+  return v;
+}
+
+// Distinct values 1/64 apart (exact in fp32) in random order: no max-pool window has a tie, so
+// the argmax (and so the gradient's destination) is unambiguous.
+Vec distinct(std::mt19937& rng, i64 n) {
+  Vec v(static_cast<std::size_t>(n));
+  for (std::size_t e = 0; e < v.size(); ++e) v[e] = float((double(e) - double(n) / 2) / 64.0);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+Vec eye(i64 n) {
+  Vec v(static_cast<std::size_t>(n * n), 0.f);
+  for (i64 i = 0; i < n; ++i) v[i * n + i] = 1.f;
+  return v;
+}
+
+// Compares a backend tensor with its reference: same size, all finite, not mostly zero (unless
+// `max_zero_fraction` allows it), every element within atol + rtol |ref|, and the whole tensor
+// within kNormTol in relative L2 norm.
+testing::AssertionResult close(const Vec& got, const DVec& ref, double max_zero_fraction = kMaxZeroFraction) {
+  if (got.size() != ref.size())
+    return testing::AssertionFailure() << "size " << got.size() << ", reference " << ref.size();
+  if (ref.empty()) return testing::AssertionFailure() << "empty tensor";
+  std::size_t zeros = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i]) || !std::isfinite(ref[i]))
+      return testing::AssertionFailure() << "non-finite value at " << i << ": " << got[i] << " vs reference "
+                                         << ref[i];
+    zeros += ref[i] == 0.0;
+  }
+  if (double(zeros) > max_zero_fraction * double(ref.size()))
+    return testing::AssertionFailure() << zeros << " of " << ref.size()
+                                       << " reference values are exactly zero: the check would prove little";
+  std::ostringstream bad;
+  std::size_t mismatches = 0;
+  double diff2 = 0, ref2 = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::abs(double(got[i]) - ref[i]);
+    diff2 += d * d;
+    ref2 += ref[i] * ref[i];
+    if (d > kAtol + kRtol * std::abs(ref[i]) && mismatches++ < 8)
+      bad << "\n  [" << i << "] " << got[i] << " vs reference " << ref[i];
+  }
+  const double norm_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  if (mismatches > 0 || norm_err > kNormTol)
+    return testing::AssertionFailure() << mismatches << " of " << ref.size()
+                                       << " elements out of tolerance, normalised error " << norm_err << bad.str();
+  return testing::AssertionSuccess();
+}
+
+ModelSpec named(const std::string& name, i64 classes = 0, Task task = Task::Classification) {
+  ModelSpec m;
+  m.name = name;
+  m.classes = classes;
+  m.task = task;
+  return m;
+}
+
+std::unique_ptr<cpu::CpuNetwork> make_net(const ModelSpec& model, i64 batch) {
+  cpu::NetworkConfig config;
+  config.batch = batch;
+  return std::make_unique<cpu::CpuNetwork>(model, config);
+}
+
+// ---- One op under test in a graph without a loss: Input -> [feeder] -> op ----
+//
+// The model input's gradient is never computed, so an op's input gradient is only seen when
+// the op reads another layer's output. The feeder is an identity layer without bias (a Linear,
+// or a 1x1 Conv2d for images): it passes the input through exactly, in the layout oneDNN chose
+// for it (blocked for 16-channel images), and read_grad(feeder) is then the op's input gradient.
+struct OpCase {
+  ModelSpec model;  // the op is the last node; node 1 is the feeder when there is one
+  i64 batch;
+  Vec input;
+  std::vector<Vec> params;  // in tb::node_params order
+  Vec dy;                   // gradient given for the op's output
+};
+
+OpCase op_case(ModelSpec model, i64 batch) {
+  OpCase c;
+  c.model = std::move(model);
+  c.batch = batch;
+  return c;
+}
+
+struct OpResult {
+  Vec x;   // what the op read
+  Vec y;   // its output
+  Vec dx;  // its input gradient (empty without a feeder)
+  std::vector<Vec> dparams;
+};
+
+// Runs two identical training passes (forward, backward) and returns the second: gradients must
+// be overwritten, not accumulated from step to step, so both passes must agree.
+OpResult run_op(const OpCase& c, bool feeder = true) {
+  auto net = make_net(c.model, c.batch);
+  const int op = int(c.model.nodes.size()) - 1;
+  if (feeder) {
+    const i64 width = infer_shapes(c.model, c.batch)[0][c.model.input().seq_len > 0 ? 2 : 1];
+    net->write_param(1, 0, eye(width));
+  }
+  for (std::size_t k = 0; k < c.params.size(); ++k) {
+    net->write_param(op, int(k), c.params[k]);
+    // The canonical <-> backend layout round trip must be exact.
+    EXPECT_EQ(net->read_param(op, int(k)), c.params[k]) << "parameter " << k << " round trip";
+  }
+  net->set_batch(BatchView{c.input.data(), nullptr, nullptr});
+
+  std::vector<OpResult> passes(2);
+  for (OpResult& r : passes) {
+    net->forward();
+    r.x = feeder ? net->read_output(1) : c.input;
+    r.y = net->read_output(op);
+    net->set_output_grad(c.dy);
+    net->backward();
+    if (feeder) r.dx = net->read_grad(1);
+    for (std::size_t k = 0; k < c.params.size(); ++k) r.dparams.push_back(net->read_param_grad(op, int(k)));
+  }
+  EXPECT_EQ(passes[0].x, c.input) << "the identity feeder must pass the input through exactly";
+  EXPECT_TRUE(close(passes[1].y, to_double(passes[0].y), 1.0)) << "forward differs between passes";
+  if (feeder) {
+    EXPECT_TRUE(close(passes[1].dx, to_double(passes[0].dx), 1.0)) << "dx differs between passes";
+  }
+  for (std::size_t k = 0; k < c.params.size(); ++k)
+    EXPECT_TRUE(close(passes[1].dparams[k], to_double(passes[0].dparams[k]), 1.0))
+        << "gradient of parameter " << k << " differs between passes (accumulated?)";
+  return passes[1];
+}
+
+ModelSpec image_op(const std::string& name, i64 C, i64 H, i64 W, LayerSpec op, bool feeder = true) {
+  ModelSpec m = named(name);
+  int x = m.add("input", InputSpec{{C, H, W}}, {});
+  if (feeder) x = m.add("feeder", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  m.add("op", std::move(op), {x});
+  return m;
+}
+
+ModelSpec vector_op(const std::string& name, const InputSpec& in, LayerSpec op) {
+  ModelSpec m = named(name);
+  const i64 F = in.sample_dims.back();
+  int x = m.add("input", in, {});
+  x = m.add("feeder", LinearSpec{F, F, false}, {x});
+  m.add("op", std::move(op), {x});
+  return m;
+}
+
+// ---- Linear ----
+
+struct LinearCase {
+  InputSpec in;  // (F), sequence of (F), or (C, H, W) flattened
+  i64 batch, out;
+  bool bias;
+};
+
+// Readable parameters in test names (and ctest's), rather than gtest's byte dumps.
+void PrintTo(const LinearCase& c, std::ostream* os) {
+  *os << "in " << to_string(c.in.sample_dims) << " T" << c.in.seq_len << " N" << c.batch << " out " << c.out
+      << (c.bias ? " bias" : "");
+}
+
+class CpuLayersLinear : public testing::TestWithParam<LinearCase> {};
+
+TEST_P(CpuLayersLinear, MatchesReference) {
+  const LinearCase& p = GetParam();
+  std::mt19937 rng(11);
+  const i64 I = product(p.in.sample_dims);
+  const bool image = p.in.sample_dims.size() == 3;
+  const Dims& d = p.in.sample_dims;
+  OpCase c = op_case(image ? image_op("linear", d[0], d[1], d[2], LinearSpec{I, p.out, p.bias})
+                          : vector_op("linear", p.in, LinearSpec{I, p.out, p.bias}), p.batch);
+  const i64 rows = p.batch * std::max<i64>(1, p.in.seq_len);
+  c.input = uniform(rng, rows * I);
+  c.params.push_back(uniform(rng, p.out * I, -0.5f, 0.5f));
+  if (p.bias) c.params.push_back(uniform(rng, p.out, -0.5f, 0.5f));
+  c.dy = uniform(rng, rows * p.out);
+  const OpResult r = run_op(c);
+
+  // An image input is flattened in NCHW order: each sample's C*H*W values are one row.
+  const DVec x = to_double(r.x), w = to_double(c.params[0]), dy = to_double(c.dy);
+  const DVec b = p.bias ? to_double(c.params[1]) : DVec();
+  DVec y(rows * p.out), dx(rows * I), dw(p.out * I), db(p.out);
+  ref::linear_forward(x.data(), w.data(), p.bias ? b.data() : nullptr, y.data(), rows, I, p.out);
+  ref::linear_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), p.bias ? db.data() : nullptr, rows, I,
+                       p.out);
+  EXPECT_TRUE(close(r.y, y)) << "output";
+  EXPECT_TRUE(close(r.dx, dx)) << "input gradient";
+  EXPECT_TRUE(close(r.dparams[0], dw)) << "weight gradient";
+  if (p.bias) {
+    EXPECT_TRUE(close(r.dparams[1], db)) << "bias gradient";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CpuLayersLinear,
+    testing::Values(LinearCase{InputSpec{{20}}, 4, 12, true},          // rows of features
+                    LinearCase{InputSpec{{33}}, 3, 17, false},         // odd sizes, no bias
+                    LinearCase{InputSpec{{6}, 5}, 3, 4, true},         // time-major sequence (T, N, F)
+                    LinearCase{InputSpec{{16, 4, 4}}, 3, 10, true},    // flatten of a blocked conv output
+                    LinearCase{InputSpec{{32, 2, 2}}, 2, 7, false},    // blocked, no bias
+                    LinearCase{InputSpec{{6, 3, 3}}, 4, 5, true},      // flatten of a plain conv output
+                    LinearCase{InputSpec{{256, 1, 1}}, 3, 10, true}),  // ResNet's classifier after pooling
+    [](const testing::TestParamInfo<LinearCase>& i) { return "case" + std::to_string(i.index); });
+
+// ---- Conv2d ----
+
+struct ConvCase {
+  i64 N, C, H, O, kernel, stride, pad;
+  bool bias;
+  bool feeder = true;  // false: the conv reads the model input and computes no input gradient
+};
+
+void PrintTo(const ConvCase& c, std::ostream* os) {
+  *os << "N" << c.N << " C" << c.C << " H" << c.H << " O" << c.O << " k" << c.kernel << " s" << c.stride
+      << " p" << c.pad
+      << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input");
+}
+
+class CpuLayersConv2d : public testing::TestWithParam<ConvCase> {};
+
+TEST_P(CpuLayersConv2d, MatchesReference) {
+  const ConvCase& p = GetParam();
+  std::mt19937 rng(23);
+  const ref::ConvShape s{p.N, p.C, p.H, p.H, p.O, p.kernel, p.stride, p.pad};
+  const Conv2dSpec spec{p.C, p.O, p.kernel, p.stride, p.pad, p.bias};
+  OpCase c = op_case(image_op("conv", p.C, p.H, p.H, spec, p.feeder), p.N);
+  const i64 out = p.N * p.O * s.out_h() * s.out_w();
+  c.input = uniform(rng, p.N * p.C * p.H * p.H);
+  c.params.push_back(uniform(rng, p.O * p.C * p.kernel * p.kernel, -0.5f, 0.5f));
+  if (p.bias) c.params.push_back(uniform(rng, p.O, -0.5f, 0.5f));
+  c.dy = uniform(rng, out);
+  const OpResult r = run_op(c, p.feeder);
+
+  const DVec x = to_double(r.x), w = to_double(c.params[0]), dy = to_double(c.dy);
+  const DVec b = p.bias ? to_double(c.params[1]) : DVec();
+  DVec y(out), dx(x.size()), dw(w.size()), db(p.O);
+  ref::conv2d_forward(x.data(), w.data(), p.bias ? b.data() : nullptr, y.data(), s);
+  ref::conv2d_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), p.bias ? db.data() : nullptr, s);
+  EXPECT_TRUE(close(r.y, y)) << "output";
+  if (p.feeder) {
+    // A strided 1x1 convolution never reads 3 of every 4 inputs: their gradient is zero.
+    EXPECT_TRUE(close(r.dx, dx, p.kernel < p.stride ? 0.8 : kMaxZeroFraction)) << "input gradient";
+  }
+  EXPECT_TRUE(close(r.dparams[0], dw)) << "weight gradient";
+  if (p.bias) {
+    EXPECT_TRUE(close(r.dparams[1], db)) << "bias gradient";
+  }
+}
+
+// Kernels 1, 3, 5, 7; strides 1 and 2; with and without padding and bias; channel counts that
+// oneDNN blocks (16, 32) and that it cannot (3, 6), in both positions.
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CpuLayersConv2d,
+    testing::Values(ConvCase{2, 3, 12, 6, 5, 1, 0, true},     // LeNet's conv1
+                    ConvCase{2, 6, 10, 16, 5, 1, 0, true},    // LeNet's conv2
+                    ConvCase{2, 16, 8, 32, 3, 1, 1, false},   // ResNet 3x3
+                    ConvCase{2, 32, 6, 16, 1, 1, 0, false},   // ResNet 1x1 reduce
+                    ConvCase{2, 16, 9, 16, 3, 2, 1, false},   // strided 3x3, odd size
+                    ConvCase{2, 32, 8, 32, 1, 2, 0, true},    // strided 1x1 projection
+                    ConvCase{2, 3, 16, 16, 7, 2, 3, false},   // ResNet's stem
+                    ConvCase{3, 6, 7, 6, 3, 1, 1, true},      // neither side blocked
+                    ConvCase{2, 16, 9, 6, 7, 1, 3, true},     // blocked in, plain out
+                    ConvCase{2, 6, 8, 32, 3, 2, 0, false},    // plain in, blocked out, stride 2
+                    ConvCase{2, 64, 4, 256, 1, 1, 0, false},  // ResNet's widths: 1x1 expand
+                    ConvCase{2, 128, 5, 128, 3, 2, 1, false},  // strided 3x3 at width 128
+                    ConvCase{2, 256, 2, 64, 1, 1, 0, true},   // 1x1 reduce from 256
+                    ConvCase{2, 3, 16, 16, 7, 2, 3, false, false},  // stem on the model input
+                    ConvCase{2, 16, 6, 16, 3, 1, 1, true, false}),  // blocked conv on the model input
+    [](const testing::TestParamInfo<ConvCase>& i) { return "case" + std::to_string(i.index); });
+
+// ---- Pooling ----
+
+struct PoolCase {
+  i64 N, C, H, kernel, stride, pad;
+};
+
+void PrintTo(const PoolCase& c, std::ostream* os) {
+  *os << "N" << c.N << " C" << c.C << " H" << c.H << " k" << c.kernel << " s" << c.stride << " p" << c.pad;
+}
+
+class CpuLayersMaxPool : public testing::TestWithParam<PoolCase> {};
+
+TEST_P(CpuLayersMaxPool, MatchesReference) {
+  const PoolCase& p = GetParam();
+  std::mt19937 rng(31);
+  const ref::PoolShape s{p.N, p.C, p.H, p.H, p.kernel, p.stride, p.pad};
+  OpCase c = op_case(image_op("maxpool", p.C, p.H, p.H, MaxPool2dSpec{p.kernel, p.stride, p.pad}), p.N);
+  const i64 out = p.N * p.C * s.out_h() * s.out_w();
+  c.input = distinct(rng, p.N * p.C * p.H * p.H);
+  c.dy = uniform(rng, out);
+  const OpResult r = run_op(c);
+
+  const DVec x = to_double(r.x), dy = to_double(c.dy);
+  DVec y(out), dx(x.size());
+  ref::maxpool2d_forward(x.data(), y.data(), s);
+  ref::maxpool2d_backward(x.data(), dy.data(), dx.data(), s);
+  EXPECT_TRUE(close(r.y, y)) << "output";
+  // Only the argmax of each window gets a gradient: most of dx is zero by construction, but at
+  // least one element in kernel*kernel (less the overlap) must be set.
+  EXPECT_TRUE(close(r.dx, dx, 1.0 - 1.0 / double(p.kernel * p.kernel + 1))) << "input gradient";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersMaxPool,
+                         testing::Values(PoolCase{2, 6, 8, 2, 2, 0},     // LeNet's pools
+                                         PoolCase{2, 16, 10, 2, 2, 0},   // blocked
+                                         PoolCase{2, 16, 8, 3, 2, 1},    // ResNet's stem pool
+                                         PoolCase{3, 6, 9, 3, 2, 1},     // plain, odd size
+                                         PoolCase{2, 3, 7, 3, 2, 1}),
+                         [](const testing::TestParamInfo<PoolCase>& i) { return "case" + std::to_string(i.index); });
+
+class CpuLayersAvgPool : public testing::TestWithParam<PoolCase> {};
+
+TEST_P(CpuLayersAvgPool, MatchesReference) {
+  const PoolCase& p = GetParam();
+  std::mt19937 rng(37);
+  OpCase c = op_case(image_op("avgpool", p.C, p.H, p.H, GlobalAvgPoolSpec{}), p.N);
+  c.input = uniform(rng, p.N * p.C * p.H * p.H, -0.5f, 1.f);  // a non-zero mean per channel
+  c.dy = uniform(rng, p.N * p.C);
+  const OpResult r = run_op(c);
+
+  const DVec x = to_double(r.x), dy = to_double(c.dy);
+  DVec y(p.N * p.C), dx(x.size());
+  ref::global_avgpool_forward(x.data(), y.data(), p.N, p.C, p.H, p.H);
+  ref::global_avgpool_backward(dy.data(), dx.data(), p.N, p.C, p.H, p.H);
+  EXPECT_TRUE(close(r.y, y)) << "output";
+  EXPECT_TRUE(close(r.dx, dx)) << "input gradient";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersAvgPool,
+                         testing::Values(PoolCase{2, 16, 4, 0, 0, 0},   // blocked
+                                         PoolCase{3, 6, 7, 0, 0, 0},    // plain, odd size
+                                         PoolCase{2, 32, 1, 0, 0, 0}),  // ResNet at 32x32: 1x1
+                         [](const testing::TestParamInfo<PoolCase>& i) { return "case" + std::to_string(i.index); });
+
+// ---- BatchNorm (training mode: batch statistics) ----
+
+struct BnCase {
+  i64 N, C, H;
+};
+
+void PrintTo(const BnCase& c, std::ostream* os) { *os << "N" << c.N << " C" << c.C << " H" << c.H; }
+
+class CpuLayersBatchNorm : public testing::TestWithParam<BnCase> {};
+
+TEST_P(CpuLayersBatchNorm, MatchesReference) {
+  const BnCase& p = GetParam();
+  std::mt19937 rng(41);
+  const BatchNormSpec spec{.channels = p.C};
+  const i64 HW = p.H * p.H, n = p.N * p.C * HW;
+  OpCase c = op_case(image_op("batchnorm", p.C, p.H, p.H, spec), p.N);
+  // Each channel with its own mean and scale, so that normalising does something.
+  c.input = uniform(rng, n);
+  const Vec shift = uniform(rng, p.C, -2.f, 2.f), scale = uniform(rng, p.C, 0.5f, 3.f);
+  for (i64 i = 0; i < n; ++i) {
+    const i64 ch = (i / HW) % p.C;
+    c.input[i] = c.input[i] * scale[ch] + shift[ch];
+  }
+  c.params = {uniform(rng, p.C, 0.5f, 1.5f), uniform(rng, p.C, -0.5f, 0.5f)};
+  c.dy = uniform(rng, n);
+  const OpResult r = run_op(c);
+
+  const DVec x = to_double(r.x), gamma = to_double(c.params[0]), beta = to_double(c.params[1]), dy = to_double(c.dy);
+  DVec y(n), mean(p.C), var(p.C), dx(n), dgamma(p.C), dbeta(p.C);
+  ref::batchnorm_forward_train(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(), kNoTensor,
+                               kNoTensor, p.N, p.C, HW, spec.eps, spec.momentum);
+  ref::batchnorm_backward(x.data(), gamma.data(), mean.data(), var.data(), dy.data(), dx.data(), dgamma.data(),
+                          dbeta.data(), p.N, p.C, HW, spec.eps);
+  EXPECT_TRUE(close(r.y, y)) << "output";
+  EXPECT_TRUE(close(r.dx, dx)) << "input gradient";
+  EXPECT_TRUE(close(r.dparams[0], dgamma)) << "gamma gradient";
+  EXPECT_TRUE(close(r.dparams[1], dbeta)) << "beta gradient";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersBatchNorm,
+                         testing::Values(BnCase{2, 16, 4},   // blocked
+                                         BnCase{3, 6, 5},    // plain
+                                         BnCase{4, 32, 2},   // blocked, few values per channel
+                                         BnCase{2, 3, 7},
+                                         BnCase{2, 256, 3}),  // ResNet's widths
+                         [](const testing::TestParamInfo<BnCase>& i) { return "case" + std::to_string(i.index); });
+
+// ---- ReLU and Sigmoid, on images (blocked and plain) and on rows of features ----
+
+struct EltwiseCase {
+  bool relu;
+  InputSpec in;
+  i64 batch;
+};
+
+void PrintTo(const EltwiseCase& c, std::ostream* os) {
+  *os << (c.relu ? "relu " : "sigmoid ") << to_string(c.in.sample_dims) << " N" << c.batch;
+}
+
+class CpuLayersEltwise : public testing::TestWithParam<EltwiseCase> {};
+
+TEST_P(CpuLayersEltwise, MatchesReference) {
+  const EltwiseCase& p = GetParam();
+  std::mt19937 rng(43);
+  const LayerSpec op = p.relu ? LayerSpec(ReLUSpec{}) : LayerSpec(SigmoidSpec{});
+  const Dims& d = p.in.sample_dims;
+  OpCase c = op_case(d.size() == 3 ? image_op("eltwise", d[0], d[1], d[2], op) : vector_op("eltwise", p.in, op),
+                     p.batch);
+  const i64 n = p.batch * product(d);
+  // ReLU: 70% positive, so that its output and gradient are mostly non-zero; sigmoid: across
+  // its curved range.
+  c.input = p.relu ? signed_away_from_zero(rng, n, 0.7) : uniform(rng, n, -4.f, 4.f);
+  c.dy = uniform(rng, n);
+  const OpResult r = run_op(c);
+
+  const DVec x = to_double(r.x), dy = to_double(c.dy);
+  DVec y(n), dx(n);
+  if (p.relu) {
+    ref::relu_forward(x.data(), y.data(), n);
+    ref::relu_backward(y.data(), dy.data(), dx.data(), n);
+  } else {
+    ref::sigmoid_forward(x.data(), y.data(), n);
+    ref::sigmoid_backward(y.data(), dy.data(), dx.data(), n);
+  }
+  EXPECT_TRUE(close(r.y, y)) << "output";
+  EXPECT_TRUE(close(r.dx, dx)) << "input gradient";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersEltwise,
+                         testing::Values(EltwiseCase{true, InputSpec{{16, 5, 5}}, 2},
+                                         EltwiseCase{true, InputSpec{{6, 4, 4}}, 3},
+                                         EltwiseCase{true, InputSpec{{37}}, 4},
+                                         EltwiseCase{false, InputSpec{{16, 5, 5}}, 2},
+                                         EltwiseCase{false, InputSpec{{3, 6, 6}}, 2},
+                                         EltwiseCase{false, InputSpec{{37}}, 4}),
+                         [](const testing::TestParamInfo<EltwiseCase>& i) {
+                           return std::string(i.param.relu ? "relu" : "sigmoid") + std::to_string(i.index);
+                         });
+
+// ---- LSTM: time-major (T, N, I) -> (T, N, H), zero initial state ----
+
+struct LstmCase {
+  i64 T, N, I, H;
+};
+
+void PrintTo(const LstmCase& c, std::ostream* os) { *os << "T" << c.T << " N" << c.N << " I" << c.I << " H" << c.H; }
+
+class CpuLayersLstm : public testing::TestWithParam<LstmCase> {};
+
+TEST_P(CpuLayersLstm, MatchesReference) {
+  const LstmCase& p = GetParam();
+  std::mt19937 rng(47);
+  const ref::LstmShape s{p.T, p.N, p.I, p.H};
+  OpCase c = op_case(vector_op("lstm", InputSpec{{p.I}, p.T}, LSTMSpec{p.I, p.H}), p.N);
+  c.input = uniform(rng, p.T * p.N * p.I);
+  c.params = {uniform(rng, p.I * 4 * p.H, -0.5f, 0.5f), uniform(rng, p.H * 4 * p.H, -0.5f, 0.5f),
+              uniform(rng, 4 * p.H, -0.5f, 0.5f)};
+  c.dy = uniform(rng, p.T * p.N * p.H);
+  const OpResult r = run_op(c);
+
+  const DVec x = to_double(r.x), wx = to_double(c.params[0]), wh = to_double(c.params[1]),
+             bias = to_double(c.params[2]), dy = to_double(c.dy);
+  DVec h(p.T * p.N * p.H), dx(x.size()), dwx(wx.size()), dwh(wh.size()), dbias(bias.size());
+  ref::LstmCache<double> cache;
+  ref::lstm_forward(x.data(), wx.data(), wh.data(), bias.data(), h.data(), cache, s);
+  ref::lstm_backward(x.data(), wx.data(), wh.data(), h.data(), cache, dy.data(), dx.data(), dwx.data(), dwh.data(),
+                     dbias.data(), s);
+  EXPECT_TRUE(close(r.y, h)) << "output";
+  EXPECT_TRUE(close(r.dx, dx)) << "input gradient";
+  EXPECT_TRUE(close(r.dparams[0], dwx)) << "input weight gradient";
+  EXPECT_TRUE(close(r.dparams[1], dwh)) << "recurrent weight gradient";
+  EXPECT_TRUE(close(r.dparams[2], dbias)) << "bias gradient";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersLstm,
+                         testing::Values(LstmCase{4, 3, 5, 7},     // odd sizes
+                                         LstmCase{3, 2, 5, 5},     // the model's LSTM
+                                         LstmCase{6, 2, 16, 16}),  // vector-friendly sizes
+                         [](const testing::TestParamInfo<LstmCase>& i) { return "case" + std::to_string(i.index); });
+
+// ---- Residual add and gradient accumulation over tensors with several consumers ----
+
+// x -> conv a -> relu b; y = add(b, a): a feeds two layers, so its gradient is the sum of the
+// one through ReLU and the one straight from the add.
+TEST(CpuLayersAdd, ResidualAccumulatesGradient) {
+  for (const i64 C : {16, 6}) {
+    SCOPED_TRACE("channels " + std::to_string(C));
+    const i64 N = 2, H = 5, n = N * C * H * H;
+    ModelSpec m = named("residual");
+    const int x = m.add("input", InputSpec{{C, H, H}}, {});
+    const int a = m.add("a", Conv2dSpec{C, C, 3, 1, 1, true}, {x});
+    const int b = m.add("b", ReLUSpec{}, {a});
+    const int y = m.add("y", AddSpec{}, {b, a});
+    std::mt19937 rng(53);
+    const Vec input = uniform(rng, n), w = uniform(rng, C * C * 9, -0.3f, 0.3f), bias = uniform(rng, C, 0.f, 0.3f),
+              dy = uniform(rng, n);
+    auto net = make_net(m, N);
+    net->write_param(a, 0, w);
+    net->write_param(a, 1, bias);
+    net->set_batch(BatchView{input.data(), nullptr, nullptr});
+    net->forward();
+    net->set_output_grad(dy);
+    net->backward();
+
+    const ref::ConvShape s{N, C, H, H, C, 3, 1, 1};
+    const DVec xd = to_double(input), wd = to_double(w), bd = to_double(bias), dyd = to_double(dy);
+    DVec av(n), bv(n), yv(n), dbv(n), dav(n), dav_relu(n), dw(wd.size()), db(C);
+    ref::conv2d_forward(xd.data(), wd.data(), bd.data(), av.data(), s);
+    ref::relu_forward(av.data(), bv.data(), n);
+    ref::add_forward(bv.data(), av.data(), yv.data(), n);
+    ref::add_backward(dyd.data(), dbv.data(), dav.data(), n);
+    ref::relu_backward(bv.data(), dbv.data(), dav_relu.data(), n);
+    for (i64 i = 0; i < n; ++i) dav[i] += dav_relu[i];
+    ref::conv2d_backward(xd.data(), wd.data(), dav.data(), kNoTensor, dw.data(), db.data(), s);
+
+    EXPECT_TRUE(close(net->read_output(a), av)) << "conv output";
+    EXPECT_TRUE(close(net->read_output(y), yv)) << "sum";
+    EXPECT_TRUE(close(net->read_grad(b), dbv)) << "gradient of the ReLU output";
+    EXPECT_TRUE(close(net->read_grad(a), dav)) << "accumulated gradient of the conv output";
+    EXPECT_TRUE(close(net->read_param_grad(a, 0), dw)) << "conv weight gradient";
+    EXPECT_TRUE(close(net->read_param_grad(a, 1), db)) << "conv bias gradient";
+  }
+}
+
+// a feeds two single-input layers (ReLU and Sigmoid) whose outputs are added: the gradient of
+// the first consumer to run goes to the accumulation buffer, the other's is added to it.
+TEST(CpuLayersAdd, TwoConsumersOfOneTensor) {
+  const i64 N = 2, C = 16, H = 4, n = N * C * H * H;
+  ModelSpec m = named("fork");
+  const int x = m.add("input", InputSpec{{C, H, H}}, {});
+  const int a = m.add("a", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  const int r = m.add("relu", ReLUSpec{}, {a});
+  const int s = m.add("sigmoid", SigmoidSpec{}, {a});
+  const int y = m.add("y", AddSpec{}, {r, s});
+  std::mt19937 rng(59);
+  const Vec input = signed_away_from_zero(rng, n, 0.7), dy = uniform(rng, n);
+  auto net = make_net(m, N);
+  net->write_param(a, 0, eye(C));
+  net->set_batch(BatchView{input.data(), nullptr, nullptr});
+  net->forward();
+  net->set_output_grad(dy);
+  net->backward();
+
+  const DVec av = to_double(input), dyd = to_double(dy);  // a is the identity of the input
+  DVec rv(n), sv(n), yv(n), dr(n), ds(n), dav(n);
+  ref::relu_forward(av.data(), rv.data(), n);
+  ref::sigmoid_forward(av.data(), sv.data(), n);
+  ref::add_forward(rv.data(), sv.data(), yv.data(), n);
+  ref::relu_backward(rv.data(), dyd.data(), dr.data(), n);
+  ref::sigmoid_backward(sv.data(), dyd.data(), ds.data(), n);
+  for (i64 i = 0; i < n; ++i) dav[i] = dr[i] + ds[i];
+  EXPECT_TRUE(close(net->read_output(y), yv)) << "sum";
+  EXPECT_TRUE(close(net->read_grad(r), to_double(dy))) << "gradient into the ReLU output";
+  EXPECT_TRUE(close(net->read_grad(s), to_double(dy))) << "gradient into the sigmoid output";
+  EXPECT_TRUE(close(net->read_grad(a), dav)) << "sum of both consumers' gradients";
+}
+
+// add(f, relu(x)): f in the conv's (blocked) layout, relu(x) in the input's plain one, so the
+// add reorders its second input forward and its gradient backward.
+TEST(CpuLayersAdd, MixedLayouts) {
+  const i64 N = 2, C = 16, H = 3, n = N * C * H * H;
+  ModelSpec m = named("mixed");
+  const int x = m.add("input", InputSpec{{C, H, H}}, {});
+  const int f = m.add("f", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  const int r = m.add("relu", ReLUSpec{}, {x});
+  const int y = m.add("y", AddSpec{}, {f, r});
+  std::mt19937 rng(61);
+  const Vec input = signed_away_from_zero(rng, n, 0.7), w = uniform(rng, C * C, -0.5f, 0.5f), dy = uniform(rng, n);
+  auto net = make_net(m, N);
+  net->write_param(f, 0, w);
+  net->set_batch(BatchView{input.data(), nullptr, nullptr});
+  net->forward();
+  net->set_output_grad(dy);
+  net->backward();
+
+  const ref::ConvShape s{N, C, H, H, C, 1, 1, 0};
+  const DVec xd = to_double(input), wd = to_double(w), dyd = to_double(dy);
+  DVec fv(n), rv(n), yv(n), dw(wd.size());
+  ref::conv2d_forward(xd.data(), wd.data(), kNoTensor, fv.data(), s);
+  ref::relu_forward(xd.data(), rv.data(), n);
+  ref::add_forward(fv.data(), rv.data(), yv.data(), n);
+  ref::conv2d_backward(xd.data(), wd.data(), dyd.data(), kNoTensor, dw.data(), kNoTensor, s);
+  EXPECT_TRUE(close(net->read_output(y), yv)) << "sum";
+  EXPECT_TRUE(close(net->read_grad(f), dyd)) << "gradient of the first input";
+  EXPECT_TRUE(close(net->read_grad(r), dyd)) << "gradient of the second input";
+  EXPECT_TRUE(close(net->read_param_grad(f, 0), dw)) << "conv weight gradient";
+}
+
+// p (blocked) and q (plain) both feed two adds: s = add(p, q) runs backward after t = add(p, q),
+// so both of its input gradients must be set aside and added, each in its own layout.
+TEST(CpuLayersAdd, BothInputsFeedLaterLayers) {
+  const i64 N = 2, C = 16, H = 3, n = N * C * H * H;
+  ModelSpec m = named("diamond");
+  const int x = m.add("input", InputSpec{{C, H, H}}, {});
+  const int p = m.add("p", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  const int q = m.add("q", ReLUSpec{}, {x});
+  const int s = m.add("s", AddSpec{}, {p, q});
+  const int t = m.add("t", SigmoidSpec{}, {s});
+  const int u = m.add("u", AddSpec{}, {p, q});
+  const int v = m.add("v", AddSpec{}, {t, u});
+  std::mt19937 rng(63);
+  const Vec input = signed_away_from_zero(rng, n, 0.7), w = uniform(rng, C * C, -0.5f, 0.5f), dy = uniform(rng, n);
+  auto net = make_net(m, N);
+  net->write_param(p, 0, w);
+  net->set_batch(BatchView{input.data(), nullptr, nullptr});
+  net->forward();
+  net->set_output_grad(dy);
+  net->backward();
+
+  // v = sigmoid(p + q) + (p + q): dp = dq = dy * (sigmoid' + 1).
+  const ref::ConvShape cs{N, C, H, H, C, 1, 1, 0};
+  const DVec xd = to_double(input), wd = to_double(w), dyd = to_double(dy);
+  DVec pv(n), qv(n), sv(n), tv(n), vv(n), ds(n), dpq(n), dw(wd.size());
+  ref::conv2d_forward(xd.data(), wd.data(), kNoTensor, pv.data(), cs);
+  ref::relu_forward(xd.data(), qv.data(), n);
+  ref::add_forward(pv.data(), qv.data(), sv.data(), n);
+  ref::sigmoid_forward(sv.data(), tv.data(), n);
+  ref::add_forward(tv.data(), sv.data(), vv.data(), n);
+  ref::sigmoid_backward(tv.data(), dyd.data(), ds.data(), n);
+  for (i64 i = 0; i < n; ++i) dpq[i] = ds[i] + dyd[i];
+  ref::conv2d_backward(xd.data(), wd.data(), dpq.data(), kNoTensor, dw.data(), kNoTensor, cs);
+  EXPECT_TRUE(close(net->read_output(v), vv)) << "output";
+  EXPECT_TRUE(close(net->read_grad(p), dpq)) << "gradient of the blocked input";
+  EXPECT_TRUE(close(net->read_grad(q), dpq)) << "gradient of the plain input";
+  EXPECT_TRUE(close(net->read_param_grad(p, 0), dw)) << "conv weight gradient";
+}
+
+// y = add(a, a) = 2a: both of the add's gradients go to the same tensor and must be summed.
+TEST(CpuLayersAdd, SameTensorTwice) {
+  const i64 N = 3, F = 8;
+  ModelSpec m = named("double");
+  const int x = m.add("input", InputSpec{{F}}, {});
+  const int a = m.add("a", LinearSpec{F, F, false}, {x});
+  const int y = m.add("y", AddSpec{}, {a, a});
+  std::mt19937 rng(67);
+  const Vec input = uniform(rng, N * F), dy = uniform(rng, N * F);
+  auto net = make_net(m, N);
+  net->write_param(a, 0, eye(F));
+  net->set_batch(BatchView{input.data(), nullptr, nullptr});
+  net->forward();
+  net->set_output_grad(dy);
+  net->backward();
+  DVec yv(N * F), dav(N * F);
+  for (i64 i = 0; i < N * F; ++i) {
+    yv[i] = 2.0 * input[i];
+    dav[i] = 2.0 * dy[i];
+  }
+  EXPECT_TRUE(close(net->read_output(y), yv)) << "sum";
+  EXPECT_TRUE(close(net->read_grad(a), dav)) << "gradient of a tensor added to itself";
+}
+
+// ---- Losses: the value forward returns and the gradient of the logits or predictions ----
+
+TEST(CpuLayersLoss, SoftmaxCrossEntropy) {
+  for (const auto& [N, K] : std::vector<std::pair<i64, i64>>{{5, 7}, {8, 10}, {3, 1000}}) {
+    SCOPED_TRACE("N " + std::to_string(N) + ", K " + std::to_string(K));
+    ModelSpec m = named("sce", K);
+    const int x = m.add("input", InputSpec{{K}}, {});
+    const int logits = m.add("logits", LinearSpec{K, K, false}, {x});
+    m.add("loss", SoftmaxCrossEntropySpec{K}, {logits});
+    std::mt19937 rng(71);
+    const Vec input = uniform(rng, N * K, -3.f, 3.f);
+    std::vector<std::int32_t> labels(N);
+    std::uniform_int_distribution<std::int32_t> label(0, std::int32_t(K - 1));
+    for (auto& l : labels) l = label(rng);
+
+    auto net = make_net(m, N);
+    net->write_param(logits, 0, eye(K));
+    net->set_batch(BatchView{input.data(), labels.data(), nullptr});
+    const float loss = net->forward();
+    net->backward();
+
+    const DVec xd = to_double(input);
+    DVec dlogits(N * K);
+    const double ref_loss = ref::softmax_cross_entropy_forward(xd.data(), labels.data(), N, K);
+    ref::softmax_cross_entropy_backward(xd.data(), labels.data(), dlogits.data(), N, K);
+    EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
+    EXPECT_TRUE(close(net->read_output(m.loss_node()), {ref_loss})) << "loss node output";
+    EXPECT_TRUE(close(net->read_grad(logits), dlogits)) << "gradient of the logits";
+  }
+}
+
+TEST(CpuLayersLoss, MeanSquaredError) {
+  // Rows of features, and a time-major sequence of scalars as the LSTM model predicts.
+  for (const InputSpec& in : {InputSpec{{6}}, InputSpec{{1}, 5}}) {
+    SCOPED_TRACE("sequence length " + std::to_string(in.seq_len));
+    const i64 N = 4, F = in.sample_dims[0], n = N * F * std::max<i64>(1, in.seq_len);
+    ModelSpec m = named("mse", 0, Task::Regression);
+    const int x = m.add("input", in, {});
+    const int pred = m.add("pred", LinearSpec{F, F, false}, {x});
+    m.add("loss", MSESpec{}, {pred});
+    std::mt19937 rng(73);
+    const Vec input = uniform(rng, n), targets = uniform(rng, n);
+
+    auto net = make_net(m, N);
+    net->write_param(pred, 0, eye(F));
+    net->set_batch(BatchView{input.data(), nullptr, targets.data()});
+    const float loss = net->forward();
+    net->backward();
+
+    const DVec pd = to_double(input), td = to_double(targets);
+    DVec dpred(n);
+    const double ref_loss = ref::mse_forward(pd.data(), td.data(), n);
+    ref::mse_backward(pd.data(), td.data(), dpred.data(), n);
+    EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
+    EXPECT_TRUE(close(net->read_grad(pred), dpred)) << "gradient of the predictions";
+  }
+}
+
+// The comparison itself must catch what it is there to catch.
+TEST(CpuLayersHarness, ComparisonRejectsBadResults) {
+  const DVec ref{1.0, -2.0, 3.0, 0.5};
+  EXPECT_TRUE(close({1.f, -2.f, 3.f, 0.5f}, ref));
+  EXPECT_FALSE(close({1.f, -2.f, 3.01f, 0.5f}, ref)) << "an element out of tolerance";
+  EXPECT_FALSE(close({1.f, -2.f, NAN, 0.5f}, ref)) << "NaN";
+  EXPECT_FALSE(close({1.f, -2.f, INFINITY, 0.5f}, ref)) << "Inf";
+  EXPECT_FALSE(close({1.f, -2.f, 3.f}, ref)) << "size";
+  EXPECT_FALSE(close({0.f, 0.f, 0.f, 1.f}, {0.0, 0.0, 0.0, 1.0})) << "mostly zero";
+  EXPECT_TRUE(close({0.f, 0.f, 0.f, 1.f}, {0.0, 0.0, 0.0, 1.0}, 1.0)) << "zeros allowed";
+}
+
+}  // namespace
+}  // namespace tb

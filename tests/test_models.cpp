@@ -1,0 +1,636 @@
+// Checks the four models of trainbench: as specs (shapes, parameter counts and FLOPs against
+// numbers worked out by hand or published, errors on bad graphs) and on the CPU backend (a few
+// training steps lower the loss; the gradients of whole models, the MLP, LeNet-5, the LSTM and
+// ResNet blocks, match a double-precision run of the reference ops).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "datasets/synthetic.hpp"
+#include "engine/core/error.hpp"
+#include "engine/cpu/network.hpp"
+#include "engine/reference/ops.hpp"
+#include "engine/train/trainer.hpp"
+#include "models/models.hpp"
+
+namespace tb {
+namespace {
+
+ModelSpec named(const std::string& name, i64 classes = 0, Task task = Task::Classification) {
+  ModelSpec m;
+  m.name = name;
+  m.classes = classes;
+  m.task = task;
+  return m;
+}
+
+cpu::NetworkConfig config(i64 batch, const OptimizerConfig& optimizer = {}, std::uint64_t seed = 1) {
+  cpu::NetworkConfig c;
+  c.batch = batch;
+  c.optimizer = optimizer;
+  c.seed = seed;
+  return c;
+}
+
+int node_index(const ModelSpec& m, const std::string& name) {
+  for (std::size_t i = 0; i < m.nodes.size(); ++i)
+    if (m.nodes[i].name == name) return int(i);
+  ADD_FAILURE() << m.name << " has no node " << name;
+  return 0;
+}
+
+Dims shape_of(const ModelSpec& m, i64 batch, const std::string& node) {
+  return infer_shapes(m, batch).at(node_index(m, node));
+}
+
+int count_kind(const ModelSpec& m, const char* kind) {
+  int n = 0;
+  for (const Node& node : m.nodes) n += std::string(kind_name(node.spec)) == kind;
+  return n;
+}
+
+// ---- Shapes, parameters, FLOPs ----
+
+TEST(ModelsSpec, Mlp) {
+  const ModelSpec m = models::mlp();
+  EXPECT_EQ(shape_of(m, 7, "input"), (Dims{7, 784}));
+  EXPECT_EQ(shape_of(m, 7, "fc1"), (Dims{7, 1000}));
+  EXPECT_EQ(shape_of(m, 7, "fc3"), (Dims{7, 10}));
+  EXPECT_EQ(shape_of(m, 7, "loss"), (Dims{1}));
+  EXPECT_EQ(target_shape(m, 7), (Dims{7}));
+  const ModelCost c = model_cost(m);
+  EXPECT_EQ(c.parameters, 784 * 1000 + 1000 + 1000 * 1000 + 1000 + 1000 * 10 + 10);
+  EXPECT_EQ(c.parameters, 1'796'010);
+  EXPECT_EQ(c.forward_macs_per_sample, 784.0 * 1000 + 1000.0 * 1000 + 1000.0 * 10);  // 1,794,000
+  EXPECT_EQ(c.forward_flops_per_sample(), 2 * c.forward_macs_per_sample);
+  EXPECT_EQ(c.train_flops_per_sample(), 6 * c.forward_macs_per_sample);
+}
+
+TEST(ModelsSpec, Lenet5) {
+  const ModelSpec m = models::lenet5();
+  EXPECT_EQ(shape_of(m, 3, "conv1"), (Dims{3, 6, 28, 28}));
+  EXPECT_EQ(shape_of(m, 3, "pool1"), (Dims{3, 6, 14, 14}));
+  EXPECT_EQ(shape_of(m, 3, "conv2"), (Dims{3, 16, 10, 10}));
+  EXPECT_EQ(shape_of(m, 3, "pool2"), (Dims{3, 16, 5, 5}));
+  EXPECT_EQ(shape_of(m, 3, "conv3"), (Dims{3, 120, 2, 2}));
+  EXPECT_EQ(shape_of(m, 3, "fc4"), (Dims{3, 84}));  // the 120x2x2 flattened
+  EXPECT_EQ(shape_of(m, 3, "fc5"), (Dims{3, 10}));
+  const ModelCost c = model_cost(m);
+  // conv1 6*3*5*5 + 6     =    456
+  // conv2 16*6*5*5 + 16   =  2,416
+  // conv3 120*16*4*4 + 120 = 30,840
+  // fc4   84*480 + 84     = 40,404
+  // fc5   10*84 + 10      =    850
+  //                   total 74,966
+  EXPECT_EQ(c.parameters, 74'966);
+  // MACs: conv1 6*28*28 outputs x 3*5*5 = 352,800; conv2 16*10*10 x 6*5*5 = 240,000;
+  // conv3 120*2*2 x 16*4*4 = 122,880; fc4 480*84 = 40,320; fc5 84*10 = 840; total 756,840.
+  EXPECT_EQ(c.forward_macs_per_sample, 756'840.0);
+}
+
+TEST(ModelsSpec, Lstm) {
+  const ModelSpec m = models::lstm(models::kLstmSeqLen);
+  EXPECT_EQ(models::kLstmSeqLen, 35);
+  EXPECT_EQ(shape_of(m, 20, "input"), (Dims{35, 20, 1}));  // time-major
+  EXPECT_EQ(shape_of(m, 20, "fc1"), (Dims{35, 20, 5}));
+  EXPECT_EQ(shape_of(m, 20, "lstm"), (Dims{35, 20, 5}));
+  EXPECT_EQ(shape_of(m, 20, "fc2"), (Dims{35, 20, 1}));
+  EXPECT_EQ(target_shape(m, 20), (Dims{35, 20, 1}));
+  const ModelCost c = model_cost(m);
+  // fc1 5*1 + 5 = 10; LSTM wx 5*4*5 + wh 5*4*5 + bias 4*5 = 220; fc2 1*5 + 1 = 6.
+  EXPECT_EQ(c.parameters, 236);
+  // Per sequence of 35 steps: fc1 35*5, LSTM 35 * 4 gates * 5 * (5 + 5), fc2 35*5.
+  EXPECT_EQ(c.forward_macs_per_sample, 35.0 * 5 + 35.0 * 4 * 5 * 10 + 35.0 * 5);  // 7,350
+}
+
+TEST(ModelsSpec, Resnet152Imagenet) {
+  const ModelSpec m = models::resnet152(224, 1000);
+  // 1 stem conv + 50 bottlenecks x 3 + 4 projections; a batch norm after each; 50 adds.
+  EXPECT_EQ(count_kind(m, "conv2d"), 155);
+  EXPECT_EQ(count_kind(m, "batchnorm"), 155);
+  EXPECT_EQ(count_kind(m, "add"), 50);
+  EXPECT_EQ(shape_of(m, 2, "stem.conv"), (Dims{2, 64, 112, 112}));
+  EXPECT_EQ(shape_of(m, 2, "stem.pool"), (Dims{2, 64, 56, 56}));
+  EXPECT_EQ(shape_of(m, 2, "layer1.2.relu"), (Dims{2, 256, 56, 56}));
+  EXPECT_EQ(shape_of(m, 2, "layer2.7.relu"), (Dims{2, 512, 28, 28}));
+  EXPECT_EQ(shape_of(m, 2, "layer3.35.relu"), (Dims{2, 1024, 14, 14}));
+  EXPECT_EQ(shape_of(m, 2, "layer4.2.relu"), (Dims{2, 2048, 7, 7}));
+  EXPECT_EQ(shape_of(m, 2, "avgpool"), (Dims{2, 2048, 1, 1}));
+  EXPECT_EQ(shape_of(m, 2, "fc"), (Dims{2, 1000}));
+  const ModelCost c = model_cost(m);
+  // torchvision's resnet152().parameters() (BN gamma and beta, no running statistics).
+  EXPECT_NEAR(double(c.parameters), 60.2e6, 60.2e6 * 1e-3);
+  EXPECT_EQ(c.parameters, 60'192'808);
+  // Published: 11.5 GMACs (23 GFLOPs) per 224x224 image.
+  EXPECT_GE(c.forward_macs_per_sample, 11.3e9);
+  EXPECT_LE(c.forward_macs_per_sample, 11.7e9);
+}
+
+TEST(ModelsSpec, Resnet152Cifar) {
+  const ModelSpec m = models::resnet152(32, 10);
+  EXPECT_EQ(shape_of(m, 4, "stem.conv"), (Dims{4, 64, 16, 16}));
+  EXPECT_EQ(shape_of(m, 4, "stem.pool"), (Dims{4, 64, 8, 8}));
+  EXPECT_EQ(shape_of(m, 4, "layer1.2.relu"), (Dims{4, 256, 8, 8}));
+  EXPECT_EQ(shape_of(m, 4, "layer2.7.relu"), (Dims{4, 512, 4, 4}));
+  EXPECT_EQ(shape_of(m, 4, "layer3.35.relu"), (Dims{4, 1024, 2, 2}));
+  EXPECT_EQ(shape_of(m, 4, "layer4.2.relu"), (Dims{4, 2048, 1, 1}));
+  EXPECT_EQ(shape_of(m, 4, "fc"), (Dims{4, 10}));
+  const ModelCost small = model_cost(m), big = model_cost(models::resnet152(224, 1000));
+  // Only the classifier differs from the ImageNet model: 2048*10 + 10 instead of 2048*1000 + 1000.
+  EXPECT_EQ(small.parameters, 60'192'808 - (2048 * 1000 + 1000) + (2048 * 10 + 10));  // 58,164,298
+  // Every feature map is exactly 1/7 of the 224x224 model's on each side (112 -> 16, 56 -> 8,
+  // 28 -> 4, 14 -> 2, 7 -> 1), so the convolutions cost exactly 1/49 of theirs.
+  EXPECT_EQ(small.forward_macs_per_sample, (big.forward_macs_per_sample - 2048.0 * 1000) / 49 + 2048.0 * 10);
+}
+
+TEST(ModelsSpec, Workloads) {
+  const auto w = models::workloads();
+  ASSERT_EQ(w.size(), 5u);
+  for (const auto& wl : w) {
+    SCOPED_TRACE(wl.model + "/" + wl.dataset);
+    EXPECT_EQ(wl.spec.name, wl.model);
+    EXPECT_GT(wl.batch, 0);
+    EXPECT_NO_THROW(infer_shapes(wl.spec, wl.batch));
+    EXPECT_TRUE(is_loss(wl.spec.nodes.back().spec));
+  }
+  EXPECT_EQ(models::model_names(), (std::vector<std::string>{"mlp", "lenet5", "lstm", "resnet152"}));
+}
+
+// ---- Bad graphs are refused with the offending node's name ----
+
+// Runs `build` (which must throw tb::Error) and checks that the message names `node`.
+template <class F>
+void expect_error_naming(F build, const std::string& node) {
+  try {
+    build();
+    ADD_FAILURE() << "no tb::Error for a bad graph at " << node;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(node), std::string::npos) << "message: " << e.what();
+  }
+}
+
+// Checks shape inference and the CPU network's planning, which must refuse the graph too.
+void expect_bad_graph(const ModelSpec& m, const std::string& node) {
+  SCOPED_TRACE(node);
+  expect_error_naming([&] { infer_shapes(m, 2); }, node);
+  expect_error_naming([&] { cpu::CpuNetwork net(m, config(2)); }, node);
+}
+
+TEST(ModelsBadGraph, LinearWithWrongInFeatures) {
+  ModelSpec m = named("bad", 5);
+  int x = m.add("input", InputSpec{{10}}, {});
+  x = m.add("fc_wrong", LinearSpec{12, 5}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{5}, {x});
+  expect_bad_graph(m, "fc_wrong");
+}
+
+TEST(ModelsBadGraph, LinearCannotFlattenImage) {
+  ModelSpec m = named("bad", 5);
+  int x = m.add("input", InputSpec{{3, 4, 4}}, {});
+  x = m.add("flatten_wrong", LinearSpec{3 * 4 * 5, 5}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{5}, {x});
+  expect_bad_graph(m, "flatten_wrong");
+}
+
+TEST(ModelsBadGraph, AddOfMismatchedShapes) {
+  ModelSpec m = named("bad", 8);
+  const int x = m.add("input", InputSpec{{3, 8, 8}}, {});
+  const int a = m.add("a", Conv2dSpec{3, 8, 3, 1, 1}, {x});
+  const int b = m.add("b", Conv2dSpec{3, 8, 3, 2, 1}, {x});  // half the size
+  const int s = m.add("sum_wrong", AddSpec{}, {a, b});
+  const int p = m.add("pool", GlobalAvgPoolSpec{}, {s});
+  const int f = m.add("fc", LinearSpec{8, 8}, {p});
+  m.add("loss", SoftmaxCrossEntropySpec{8}, {f});
+  expect_bad_graph(m, "sum_wrong");
+}
+
+TEST(ModelsBadGraph, ConvWithWrongChannels) {
+  ModelSpec m = named("bad", 4);
+  int x = m.add("input", InputSpec{{3, 8, 8}}, {});
+  x = m.add("conv_wrong", Conv2dSpec{4, 8, 3}, {x});
+  x = m.add("pool", GlobalAvgPoolSpec{}, {x});
+  x = m.add("fc", LinearSpec{8, 4}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{4}, {x});
+  expect_bad_graph(m, "conv_wrong");
+}
+
+TEST(ModelsBadGraph, ConvKernelLargerThanInput) {
+  ModelSpec m = named("bad", 4);
+  int x = m.add("input", InputSpec{{3, 4, 4}}, {});
+  x = m.add("conv_too_big", Conv2dSpec{3, 4, 7}, {x});
+  x = m.add("pool", GlobalAvgPoolSpec{}, {x});
+  x = m.add("fc", LinearSpec{4, 4}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{4}, {x});
+  expect_bad_graph(m, "conv_too_big");
+}
+
+TEST(ModelsBadGraph, LstmWithWrongFeaturesAndImageInput) {
+  {
+    ModelSpec m = named("bad", 0, Task::Regression);
+    int x = m.add("input", InputSpec{{3}, 5}, {});
+    x = m.add("lstm_wrong", LSTMSpec{4, 6}, {x});
+    m.add("loss", MSESpec{}, {x});
+    expect_bad_graph(m, "lstm_wrong");
+  }
+  {
+    ModelSpec m = named("bad", 0, Task::Regression);
+    int x = m.add("input", InputSpec{{3, 4, 4}}, {});
+    x = m.add("lstm_on_image", LSTMSpec{4, 6}, {x});
+    m.add("loss", MSESpec{}, {x});
+    expect_bad_graph(m, "lstm_on_image");
+  }
+}
+
+TEST(ModelsBadGraph, BatchNormAndLossShapes) {
+  {
+    ModelSpec m = named("bad", 4);
+    int x = m.add("input", InputSpec{{3, 4, 4}}, {});
+    x = m.add("bn_wrong", BatchNormSpec{.channels = 5}, {x});
+    x = m.add("fc", LinearSpec{48, 4}, {x});
+    m.add("loss", SoftmaxCrossEntropySpec{4}, {x});
+    expect_bad_graph(m, "bn_wrong");
+  }
+  {
+    ModelSpec m = named("bad", 4);
+    int x = m.add("input", InputSpec{{10}}, {});
+    x = m.add("fc", LinearSpec{10, 5}, {x});
+    m.add("loss_wrong", SoftmaxCrossEntropySpec{4}, {x});
+    expect_bad_graph(m, "loss_wrong");
+  }
+}
+
+TEST(ModelsBadGraph, WrongArityAndLossNotLast) {
+  {
+    ModelSpec m = named("bad", 4);
+    int x = m.add("input", InputSpec{{4}}, {});
+    x = m.add("add_one_input", AddSpec{}, {x});
+    m.add("loss", SoftmaxCrossEntropySpec{4}, {x});
+    expect_bad_graph(m, "add_one_input");
+  }
+  {
+    ModelSpec m = named("bad", 0, Task::Regression);
+    int x = m.add("input", InputSpec{{4}}, {});
+    x = m.add("early_loss", MSESpec{}, {x});
+    x = m.add("fc", LinearSpec{1, 1}, {x});
+    m.add("loss", MSESpec{}, {x});
+    expect_bad_graph(m, "early_loss");
+  }
+  // An input that is not an earlier node is refused when the node is added.
+  ModelSpec m = named("bad");
+  m.add("input", InputSpec{{4}}, {});
+  expect_error_naming([&] { m.add("forward_ref", ReLUSpec{}, {3}); }, "forward_ref");
+}
+
+TEST(ModelsBadGraph, UnusedOutput) {
+  ModelSpec m = named("bad", 4);
+  const int x = m.add("input", InputSpec{{4}}, {});
+  m.add("dangling", LinearSpec{4, 4}, {x});
+  const int f = m.add("fc", LinearSpec{4, 4}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{4}, {f});
+  SCOPED_TRACE("dangling");
+  expect_error_naming([&] { cpu::CpuNetwork net(m, config(2)); }, "dangling");
+}
+
+// ---- Training lowers the loss on the CPU backend ----
+
+struct TrainCase {
+  std::string model, dataset;
+  int steps;
+};
+
+void PrintTo(const TrainCase& c, std::ostream* os) {
+  *os << c.model << "/" << c.dataset << " " << c.steps << " steps";
+}
+
+class ModelsTraining : public testing::TestWithParam<TrainCase> {};
+
+// Steps with the workload's own optimizer on its synthetic data, at batch 4 to keep the test
+// short (ResNet-152 at 32x32 included). The mean of the last 3 losses must be below the first:
+// a sign error, a gradient that does not reach the parameters or a broken optimizer leaves it
+// flat or makes it grow. The data cycles through a pool of 8 batches, and the losses of
+// different batches of 4 differ a lot; with 8k + 3 steps the last three steps see batches 0, 1
+// and 2 again, so the first loss is compared with losses on the same samples.
+TEST_P(ModelsTraining, LossFalls) {
+  const TrainCase& p = GetParam();
+  constexpr i64 kBatch = 4;
+  ASSERT_EQ(p.steps % 8, 3) << "the last three steps must revisit the first batches of the pool";
+  const auto all = models::workloads();
+  const models::Workload* w = nullptr;
+  for (const auto& candidate : all)
+    if (candidate.model == p.model && candidate.dataset == p.dataset) w = &candidate;
+  ASSERT_NE(w, nullptr) << "no workload " << p.model << "/" << p.dataset;
+  // The workload's optimizer at this batch: ResNet-152's SGD rate scales linearly with the batch
+  // (at batch 4 with the rate of batch 128 its loss jumps between 2 and 70 from step to step).
+  const OptimizerConfig optimizer = w->optimizer_for(kBatch);
+
+  const auto start = std::chrono::steady_clock::now();
+  Trainer trainer(std::make_unique<cpu::CpuNetwork>(w->spec, config(kBatch, optimizer, 1)),
+                  data::synthetic_for(w->dataset, w->spec, kBatch, 1));
+  for (int s = 0; s < p.steps; ++s) trainer.step();  // throws CheckFailed on a non-finite loss
+  const auto& losses = trainer.losses();
+  ASSERT_EQ(losses.size(), std::size_t(p.steps));
+  std::ostringstream trace;
+  for (float l : losses) {
+    ASSERT_TRUE(std::isfinite(l));
+    trace << ' ' << l;
+  }
+  const double last3 = (double(losses[p.steps - 1]) + losses[p.steps - 2] + losses[p.steps - 3]) / 3;
+  EXPECT_GT(losses.front(), 0.f) << "a zero first loss proves nothing";
+  EXPECT_LT(last3, losses.front()) << "losses:" << trace.str();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: %d steps in %.2f s, loss %.4f -> %.4f (mean of the last 3)\n", p.model.c_str(), p.steps, seconds,
+              losses.front(), last3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, ModelsTraining,
+                         testing::Values(TrainCase{"mlp", "mnist", 11},
+                                         TrainCase{"lenet5", "cifar10", 43},
+                                         TrainCase{"lstm", "sine", 43},
+                                         TrainCase{"resnet152", "cifar10", 11}),
+                         [](const testing::TestParamInfo<TrainCase>& i) { return i.param.model; });
+
+// ---- Whole models against double-precision runs of the reference ops ----
+
+using DVec = std::vector<double>;
+
+// Tolerances of test_cpu_layers.cpp (fp32 sums in another order than the reference's), applied
+// to a whole model: every element within 1e-4 + 1e-3 |ref|, the tensor within 1e-4 in relative
+// L2 norm, nothing non-finite, not mostly zero.
+testing::AssertionResult close(const std::vector<float>& got, const DVec& want) {
+  if (got.size() != want.size()) return testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  double diff2 = 0, ref2 = 0;
+  std::size_t bad = 0, zeros = 0;
+  std::ostringstream first;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return testing::AssertionFailure() << "non-finite value at " << i;
+    const double d = std::abs(got[i] - want[i]);
+    diff2 += d * d;
+    ref2 += want[i] * want[i];
+    zeros += want[i] == 0.0;
+    if (d > 1e-4 + 1e-3 * std::abs(want[i]) && bad++ < 5) first << "\n  [" << i << "] " << got[i] << " vs " << want[i];
+  }
+  if (double(zeros) > 0.5 * double(want.size()))
+    return testing::AssertionFailure() << zeros << " of " << want.size() << " reference values are zero";
+  const double norm_err = std::sqrt(diff2 / ref2);
+  if (bad > 0 || norm_err > 1e-4)
+    return testing::AssertionFailure() << bad << " of " << want.size() << " out of tolerance, normalised error "
+                                       << norm_err << first.str();
+  return testing::AssertionSuccess();
+}
+
+// The MLP, spelled out with the reference ops.
+TEST(ModelsMlpGradient, MatchesDoubleReference) {
+  constexpr i64 N = 8, I = 784, H = 1000, K = 10;
+  const ModelSpec m = models::mlp();
+  const int fc[3] = {node_index(m, "fc1"), node_index(m, "fc2"), node_index(m, "fc3")};
+  cpu::CpuNetwork net(m, config(N, {}, 3));
+  // The initial biases are zero; give them values so that the bias path of forward is checked.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> small(-0.05f, 0.05f);
+  const i64 widths[3] = {H, H, K};
+  for (int l = 0; l < 3; ++l) {
+    std::vector<float> b(widths[l]);
+    for (float& v : b) v = small(rng);
+    net.write_param(fc[l], 1, b);
+  }
+  auto data = data::synthetic_for("mnist", m, N, 7);
+  const Batch& batch = data->next();
+  net.set_batch(batch.view());
+  const float loss = net.forward();
+  net.backward();
+
+  auto param = [&](int l, int k) {
+    const auto v = net.read_param(fc[l], k);
+    return DVec(v.begin(), v.end());
+  };
+  const DVec x(batch.input.begin(), batch.input.end());
+  const DVec w1 = param(0, 0), b1 = param(0, 1), w2 = param(1, 0), b2 = param(1, 1), w3 = param(2, 0),
+             b3 = param(2, 1);
+  DVec h1(N * H), r1(N * H), h2(N * H), r2(N * H), logits(N * K);
+  ref::linear_forward(x.data(), w1.data(), b1.data(), h1.data(), N, I, H);
+  ref::relu_forward(h1.data(), r1.data(), N * H);
+  ref::linear_forward(r1.data(), w2.data(), b2.data(), h2.data(), N, H, H);
+  ref::relu_forward(h2.data(), r2.data(), N * H);
+  ref::linear_forward(r2.data(), w3.data(), b3.data(), logits.data(), N, H, K);
+  const double ref_loss = ref::softmax_cross_entropy_forward(logits.data(), batch.labels.data(), N, K);
+
+  DVec dlogits(N * K), dr2(N * H), dh2(N * H), dr1(N * H), dh1(N * H);
+  DVec dw1(w1.size()), db1(H), dw2(w2.size()), db2(H), dw3(w3.size()), db3(K);
+  ref::softmax_cross_entropy_backward(logits.data(), batch.labels.data(), dlogits.data(), N, K);
+  ref::linear_backward(r2.data(), w3.data(), dlogits.data(), dr2.data(), dw3.data(), db3.data(), N, H, K);
+  ref::relu_backward(r2.data(), dr2.data(), dh2.data(), N * H);
+  ref::linear_backward(r1.data(), w2.data(), dh2.data(), dr1.data(), dw2.data(), db2.data(), N, H, H);
+  ref::relu_backward(r1.data(), dr1.data(), dh1.data(), N * H);
+  ref::linear_backward(x.data(), w1.data(), dh1.data(), static_cast<double*>(nullptr), dw1.data(), db1.data(), N,
+                       I, H);
+
+  EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
+  EXPECT_TRUE(close(net.read_output(fc[2]), logits)) << "logits";
+  EXPECT_TRUE(close(net.read_param_grad(fc[0], 0), dw1)) << "fc1 weight gradient";
+  EXPECT_TRUE(close(net.read_param_grad(fc[0], 1), db1)) << "fc1 bias gradient";
+  EXPECT_TRUE(close(net.read_param_grad(fc[1], 0), dw2)) << "fc2 weight gradient";
+  EXPECT_TRUE(close(net.read_param_grad(fc[1], 1), db2)) << "fc2 bias gradient";
+  EXPECT_TRUE(close(net.read_param_grad(fc[2], 0), dw3)) << "fc3 weight gradient";
+  EXPECT_TRUE(close(net.read_param_grad(fc[2], 1), db3)) << "fc3 bias gradient";
+}
+
+// Any graph, run node by node on the reference ops. What the run gives: every node's output,
+// the loss, and the gradient of every parameter (in tb::node_params order).
+struct ReferenceRun {
+  std::vector<DVec> out;
+  double loss = 0;
+  std::vector<std::vector<DVec>> dparams;
+};
+
+// Runs forward and backward of a graph ending in a loss, node by node, on the plain-loop ops in
+// double, with the given parameters. Gradients of tensors read by several nodes are summed.
+ReferenceRun run_reference(const ModelSpec& m, i64 batch, const std::vector<std::vector<DVec>>& params,
+                           const Batch& data) {
+  const auto shapes = infer_shapes(m, batch);
+  const int n = int(m.nodes.size());
+  ReferenceRun r;
+  r.out.resize(n);
+  r.dparams.resize(n);
+  std::vector<DVec> mean(n), var(n);
+  std::vector<ref::LstmCache<double>> lstm(n);
+  r.out[0].assign(data.input.begin(), data.input.end());
+  constexpr double* none = nullptr;
+
+  for (int i = 1; i < n; ++i) {
+    const Node& node = m.nodes[i];
+    const DVec& x = r.out[node.inputs[0]];
+    const Dims& in = shapes[node.inputs[0]];
+    DVec& y = r.out[i];
+    y.assign(std::size_t(product(shapes[i])), 0.0);
+    const auto& w = params[i];
+    if (auto* s = std::get_if<LinearSpec>(&node.spec)) {
+      ref::linear_forward(x.data(), w[0].data(), s->bias ? w[1].data() : none, y.data(), product(in) / s->in_features,
+                          s->in_features, s->out_features);
+    } else if (auto* s = std::get_if<Conv2dSpec>(&node.spec)) {
+      const ref::ConvShape cs{in[0], in[1], in[2], in[3], s->out_channels, s->kernel, s->stride, s->padding};
+      ref::conv2d_forward(x.data(), w[0].data(), s->bias ? w[1].data() : none, y.data(), cs);
+    } else if (auto* s = std::get_if<MaxPool2dSpec>(&node.spec)) {
+      ref::maxpool2d_forward(x.data(), y.data(),
+                             ref::PoolShape{in[0], in[1], in[2], in[3], s->kernel, s->stride, s->padding});
+    } else if (std::holds_alternative<GlobalAvgPoolSpec>(node.spec)) {
+      ref::global_avgpool_forward(x.data(), y.data(), in[0], in[1], in[2], in[3]);
+    } else if (auto* s = std::get_if<BatchNormSpec>(&node.spec)) {
+      mean[i].resize(in[1]);
+      var[i].resize(in[1]);
+      ref::batchnorm_forward_train(x.data(), w[0].data(), w[1].data(), y.data(), mean[i].data(), var[i].data(), none,
+                                   none, in[0], in[1], in[2] * in[3], s->eps, s->momentum);
+    } else if (std::holds_alternative<ReLUSpec>(node.spec)) {
+      ref::relu_forward(x.data(), y.data(), product(in));
+    } else if (std::holds_alternative<SigmoidSpec>(node.spec)) {
+      ref::sigmoid_forward(x.data(), y.data(), product(in));
+    } else if (auto* s = std::get_if<LSTMSpec>(&node.spec)) {
+      ref::lstm_forward(x.data(), w[0].data(), w[1].data(), w[2].data(), y.data(), lstm[i],
+                        ref::LstmShape{in[0], in[1], s->input_size, s->hidden_size});
+    } else if (std::holds_alternative<AddSpec>(node.spec)) {
+      ref::add_forward(x.data(), r.out[node.inputs[1]].data(), y.data(), product(in));
+    } else if (auto* s = std::get_if<SoftmaxCrossEntropySpec>(&node.spec)) {
+      r.loss = ref::softmax_cross_entropy_forward(x.data(), data.labels.data(), in[0], s->classes);
+    } else if (std::holds_alternative<MSESpec>(node.spec)) {
+      const DVec t(data.targets.begin(), data.targets.end());
+      r.loss = ref::mse_forward(x.data(), t.data(), product(in));
+    }
+  }
+
+  std::vector<DVec> grad(n);
+  for (int i = 0; i < n; ++i) grad[i].assign(r.out[i].size(), 0.0);
+  for (int i = n - 1; i >= 1; --i) {
+    const Node& node = m.nodes[i];
+    const DVec& x = r.out[node.inputs[0]];
+    const Dims& in = shapes[node.inputs[0]];
+    const DVec& y = r.out[i];
+    const DVec& dy = grad[i];
+    DVec dx(x.size(), 0.0);
+    const auto& w = params[i];
+    auto& dw = r.dparams[i];
+    for (const DVec& p : w) dw.emplace_back(p.size(), 0.0);
+    if (auto* s = std::get_if<LinearSpec>(&node.spec)) {
+      ref::linear_backward(x.data(), w[0].data(), dy.data(), dx.data(), dw[0].data(), s->bias ? dw[1].data() : none,
+                           product(in) / s->in_features, s->in_features, s->out_features);
+    } else if (auto* s = std::get_if<Conv2dSpec>(&node.spec)) {
+      const ref::ConvShape cs{in[0], in[1], in[2], in[3], s->out_channels, s->kernel, s->stride, s->padding};
+      ref::conv2d_backward(x.data(), w[0].data(), dy.data(), dx.data(), dw[0].data(), s->bias ? dw[1].data() : none,
+                           cs);
+    } else if (auto* s = std::get_if<MaxPool2dSpec>(&node.spec)) {
+      ref::maxpool2d_backward(x.data(), dy.data(), dx.data(),
+                              ref::PoolShape{in[0], in[1], in[2], in[3], s->kernel, s->stride, s->padding});
+    } else if (std::holds_alternative<GlobalAvgPoolSpec>(node.spec)) {
+      ref::global_avgpool_backward(dy.data(), dx.data(), in[0], in[1], in[2], in[3]);
+    } else if (auto* s = std::get_if<BatchNormSpec>(&node.spec)) {
+      ref::batchnorm_backward(x.data(), w[0].data(), mean[i].data(), var[i].data(), dy.data(), dx.data(), dw[0].data(),
+                              dw[1].data(), in[0], in[1], in[2] * in[3], s->eps);
+    } else if (std::holds_alternative<ReLUSpec>(node.spec)) {
+      ref::relu_backward(y.data(), dy.data(), dx.data(), product(in));
+    } else if (std::holds_alternative<SigmoidSpec>(node.spec)) {
+      ref::sigmoid_backward(y.data(), dy.data(), dx.data(), product(in));
+    } else if (auto* s = std::get_if<LSTMSpec>(&node.spec)) {
+      ref::lstm_backward(x.data(), w[0].data(), w[1].data(), y.data(), lstm[i], dy.data(), dx.data(), dw[0].data(),
+                         dw[1].data(), dw[2].data(), ref::LstmShape{in[0], in[1], s->input_size, s->hidden_size});
+    } else if (std::holds_alternative<AddSpec>(node.spec)) {
+      DVec& db = grad[node.inputs[1]];
+      for (std::size_t k = 0; k < dy.size(); ++k) db[k] += dy[k];
+      dx = dy;
+    } else if (auto* s = std::get_if<SoftmaxCrossEntropySpec>(&node.spec)) {
+      ref::softmax_cross_entropy_backward(x.data(), data.labels.data(), dx.data(), in[0], s->classes);
+    } else if (std::holds_alternative<MSESpec>(node.spec)) {
+      const DVec t(data.targets.begin(), data.targets.end());
+      ref::mse_backward(x.data(), t.data(), dx.data(), product(in));
+    }
+    DVec& into = grad[node.inputs[0]];
+    for (std::size_t k = 0; k < dx.size(); ++k) into[k] += dx[k];
+  }
+  return r;
+}
+
+// One training batch through the CPU network and through run_reference with the network's own
+// parameters: the loss, the prediction and every parameter gradient must agree. Batch norms get
+// gammas around 1 (not the zero of a residual branch's last one) so that every path carries a
+// gradient.
+void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset) {
+  cpu::CpuNetwork net(m, config(batch, {}, 2));
+  const int n = int(m.nodes.size());
+  const auto shapes = infer_shapes(m, batch);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> around_one(0.5f, 1.5f), small(-0.2f, 0.2f);
+  std::vector<std::vector<DVec>> params(n);
+  for (int i = 1; i < n; ++i) {
+    const auto specs = node_params(m.nodes[i].spec, shapes[m.nodes[i].inputs[0]]);
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+      std::vector<float> v = net.read_param(i, int(k));
+      if (std::holds_alternative<BatchNormSpec>(m.nodes[i].spec)) {
+        for (float& e : v) e = k == 0 ? around_one(rng) : small(rng);
+      } else if (specs[k].init == Init::Zeros) {
+        for (float& e : v) e = small(rng);  // non-zero biases, so that the bias path is checked
+      }
+      net.write_param(i, int(k), v);
+      params[i].emplace_back(v.begin(), v.end());
+    }
+  }
+  auto data = data::synthetic_for(dataset, m, batch, 5);
+  const Batch& b = data->next();
+  net.set_batch(b.view());
+  const float loss = net.forward();
+  net.backward();
+  const ReferenceRun r = run_reference(m, batch, params, b);
+
+  EXPECT_TRUE(close({loss}, {r.loss})) << "loss";
+  const int prediction = m.nodes.back().inputs[0];
+  EXPECT_TRUE(close(net.read_output(prediction), r.out[prediction])) << m.nodes[prediction].name;
+  for (int i = 1; i < n; ++i)
+    for (std::size_t k = 0; k < params[i].size(); ++k)
+      EXPECT_TRUE(close(net.read_param_grad(i, int(k)), r.dparams[i][k]))
+          << m.nodes[i].name << " gradient of parameter " << k;
+}
+
+TEST(ModelsWholeGradient, Lenet5) { check_whole_model(models::lenet5(), 4, "cifar10"); }
+
+TEST(ModelsWholeGradient, Lstm) { check_whole_model(models::lstm(models::kLstmSeqLen), 3, "sine"); }
+
+// ResNet-152's structure at a size the double reference runs in a moment: the stem, a
+// bottleneck with a strided projection shortcut and one with an identity shortcut (the input
+// feeding both the branch and the add), global pooling and the classifier, built like
+// models::resnet152 (bias-free convolutions, each followed by batch norm).
+TEST(ModelsWholeGradient, ResnetBlocks) {
+  ModelSpec m = named("resnet_blocks", 10);
+  auto conv_bn = [&](const std::string& name, int x, i64 in, i64 out, i64 k, i64 stride, bool relu) {
+    x = m.add(name + ".conv", Conv2dSpec{in, out, k, stride, k / 2, false}, {x});
+    BatchNormSpec bn;
+    bn.channels = out;
+    x = m.add(name + ".bn", bn, {x});
+    return relu ? m.add(name + ".relu", ReLUSpec{}, {x}) : x;
+  };
+  auto bottleneck = [&](const std::string& name, int x, i64 in, i64 width, i64 stride) {
+    int y = conv_bn(name + ".a", x, in, width, 1, 1, true);
+    y = conv_bn(name + ".b", y, width, width, 3, stride, true);
+    y = conv_bn(name + ".c", y, width, 4 * width, 1, 1, false);
+    const bool project = stride != 1 || in != 4 * width;
+    const int shortcut = project ? conv_bn(name + ".proj", x, in, 4 * width, 1, stride, false) : x;
+    return m.add(name + ".relu", ReLUSpec{}, {m.add(name + ".add", AddSpec{}, {y, shortcut})});
+  };
+  int x = m.add("input", InputSpec{{3, 16, 16}}, {});
+  x = conv_bn("stem", x, 3, 16, 7, 2, true);                 // 16 x 8 x 8
+  x = m.add("stem.pool", MaxPool2dSpec{3, 2, 1}, {x});       // 16 x 4 x 4
+  x = bottleneck("block1", x, 16, 8, 2);                     // 32 x 2 x 2, projection
+  x = bottleneck("block2", x, 32, 8, 1);                     // 32 x 2 x 2, identity
+  x = m.add("avgpool", GlobalAvgPoolSpec{}, {x});
+  x = m.add("fc", LinearSpec{32, 10}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{10}, {x});
+  check_whole_model(m, 4, "cifar10");
+}
+
+}  // namespace
+}  // namespace tb
