@@ -1,0 +1,276 @@
+"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_version 1).
+
+Shared by scripts/plot.py and scripts/compare.py so that both accept and refuse the same
+files with the same messages. Columns are read by name and unknown columns are kept, so files
+written by later trainbench versions with extra columns (GPU, per-epoch, memory, comm) load
+unchanged. Standard library only: compare.py must run without matplotlib.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+
+SCHEMA_VERSION = "1"
+
+# Columns every schema-1 row has; the scripts cannot interpret a row without them.
+REQUIRED_COLUMNS = ("schema_version", "benchmark", "run_type", "status")
+
+# The machine context written on every row (SCHEMA.md "Machine context"), in the order the
+# scripts show it. timestamp is handled separately because it is shown as a range.
+MACHINE_COLUMNS = ("host", "cpu_model", "cores", "os", "compiler", "onednn", "benchmark_lib",
+                   "git_commit")
+
+# Later issues add GPU context columns whose exact names are not fixed yet; any column whose
+# name mentions one of these is treated as machine context, unless its suffix says it is a
+# measurement (e.g. a future gpu_util or comm_s_per_step).
+CONTEXT_KEYWORDS = ("gpu", "driver", "cuda", "nccl", "mpi")
+MEASUREMENT_SUFFIXES = ("_s", "_bytes", "_per_step", "_util", "_flops", "_ratio", "_pct")
+
+
+class InputError(Exception):
+    """Input the scripts refuse: reported as one line on stderr with exit status 2."""
+
+
+@dataclass
+class Table:
+    """One trainbench CSV: its path, header and rows (dicts of column -> text)."""
+    path: str
+    columns: list[str]
+    rows: list[dict[str, str]] = field(default_factory=list)
+
+
+def read_table(path: str) -> Table:
+    """Reads and validates one CSV; raises InputError naming the file on anything wrong."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return _parse(path, f)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a CSV file") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a trainbench CSV (not UTF-8 text)") from None
+    except csv.Error as e:
+        raise InputError(f"{path}: not a readable CSV ({e})") from None
+
+
+def _parse(path: str, f) -> Table:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    if header is None or not any(cell.strip() for cell in header):
+        raise InputError(f"{path}: empty file (no header, no rows)")
+    if "schema_version" not in header:
+        raise InputError(f"{path}: not a trainbench CSV (no schema_version column)")
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise InputError(f"{path}: not a trainbench CSV (missing column {', '.join(missing)})")
+    table = Table(path, header)
+    for cells in reader:
+        line = reader.line_num
+        if not cells:
+            continue  # a blank line, e.g. a trailing newline added by an editor
+        if cells == header:
+            continue  # a file concatenated without `tail -n +2`: same header, harmless
+        if len(cells) != len(header):
+            raise InputError(f"{path}: line {line} has {len(cells)} fields, the header has "
+                             f"{len(header)}")
+        row = dict(zip(header, cells))
+        version = row["schema_version"]
+        if version != SCHEMA_VERSION:
+            raise InputError(f"{path}: line {line}: unknown schema_version {version!r} "
+                             f"(these scripts read version {SCHEMA_VERSION})")
+        table.rows.append(row)
+    if not table.rows:
+        raise InputError(f"{path}: empty CSV (a header but no rows)")
+    return table
+
+
+def read_tables(paths: list[str]) -> list[Table]:
+    return [read_table(p) for p in paths]
+
+
+def all_rows(tables: list[Table]) -> list[dict[str, str]]:
+    return [row for t in tables for row in t.rows]
+
+
+def all_columns(tables: list[Table]) -> list[str]:
+    """Union of the tables' headers, in first-seen order."""
+    seen: dict[str, None] = {}
+    for t in tables:
+        seen.update(dict.fromkeys(t.columns))
+    return list(seen)
+
+
+# ---- cells ---------------------------------------------------------------------------------
+
+def number(row: dict[str, str], column: str) -> float | None:
+    """The cell as a finite float, or None when missing, empty or not a number."""
+    text = (row.get(column) or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def has_values(rows: list[dict[str, str]], column: str) -> bool:
+    """True when at least one row has a number in the column (absent columns have none)."""
+    return any(number(r, column) is not None for r in rows)
+
+
+def is_ok(row: dict[str, str]) -> bool:
+    return row.get("status", "") == "ok"
+
+
+def is_iteration(row: dict[str, str]) -> bool:
+    return row.get("run_type", "") == "iteration"
+
+
+def is_median_aggregate(row: dict[str, str]) -> bool:
+    return row.get("run_type", "") == "aggregate" and row.get("aggregate", "") == "median"
+
+
+def is_epoch_row(row: dict[str, str]) -> bool:
+    """Per-epoch rows (time-to-accuracy runs) are curves, not steady-state steps."""
+    return row.get("benchmark", "").startswith("epochs/") or bool(row.get("epoch", "").strip())
+
+
+def parse_name(benchmark: str) -> dict[str, str]:
+    """Splits `<kind>/<model>/<dataset>/<device>/<precision>/bs:<batch>` into its parts
+    (empty strings for parts a name lacks); used where a row's own columns are empty."""
+    parts = benchmark.split("/")
+    keys = ("kind", "model", "dataset", "device", "precision", "batch")
+    out = dict.fromkeys(keys, "")
+    for key, part in zip(keys, parts):
+        out[key] = part.removeprefix("bs:") if key == "batch" else part
+    return out
+
+
+def field_of(row: dict[str, str], column: str) -> str:
+    """A row's identity column, falling back to the part of the benchmark name."""
+    value = (row.get(column) or "").strip()
+    return value or parse_name(row.get("benchmark", ""))[column]
+
+
+def device_count(device: str) -> int | None:
+    """N of a `gpu:N` device (N devices), None for anything else."""
+    kind, _, n = device.partition(":")
+    return int(n) if kind == "gpu" and n.isdigit() and int(n) > 0 else None
+
+
+def device_sort_key(device: str) -> tuple:
+    """cpu, cpu:1, cpu:2, ..., gpu:1, gpu:2, ...: by kind, then all-cores before N, then N."""
+    kind, _, n = device.partition(":")
+    return (kind != "cpu", kind, n != "", int(n) if n.isdigit() else 0, n)
+
+
+# ---- samples -------------------------------------------------------------------------------
+
+@dataclass
+class Sample:
+    """The values of one metric for one benchmark: the ok repetitions, or when a side has
+    only aggregates, the single median aggregate."""
+    values: list[float]
+    source: str  # "iterations" or "median aggregate"
+
+    @property
+    def center(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def repetitions(self) -> int:
+        return len(self.values) if self.source == "iterations" else 0
+
+
+def samples(rows, key, metric: str) -> dict:
+    """Groups rows by key(row) and returns key -> Sample of the metric.
+
+    Uses the ok iteration rows that have a value; a key with none of those falls back to its
+    ok `median` aggregate rows (files written with --benchmark_report_aggregates_only). Other
+    aggregates are never used: `cv` is a ratio in every column and `stddev` is not a level.
+    """
+    iterations: dict = {}
+    medians: dict = {}
+    for row in rows:
+        if not is_ok(row):
+            continue
+        value = number(row, metric)
+        if value is None:
+            continue
+        if is_iteration(row):
+            iterations.setdefault(key(row), []).append(value)
+        elif is_median_aggregate(row):
+            medians.setdefault(key(row), []).append(value)
+    out = {k: Sample(v, "iterations") for k, v in iterations.items()}
+    for k, v in medians.items():
+        out.setdefault(k, Sample(v, "median aggregate"))
+    return out
+
+
+def statuses(rows, key) -> dict:
+    """key -> set of statuses of its iteration rows; tells failed/skipped from absent."""
+    out: dict = {}
+    for row in rows:
+        if is_iteration(row):
+            out.setdefault(key(row), set()).add(row.get("status", ""))
+    return out
+
+
+# ---- metric direction ----------------------------------------------------------------------
+
+def lower_is_better(column: str) -> bool:
+    """Times, byte counts and losses are better lower; rates (`*_per_s`) and the rest higher.
+
+    `samples_per_s` ends in `_s` too, so rates are recognised first."""
+    if column.endswith("_per_s"):
+        return False
+    return column.endswith(("_s", "_s_per_step", "_bytes")) or "loss" in column
+
+
+# ---- machine context -----------------------------------------------------------------------
+
+def context_columns(columns: list[str]) -> list[str]:
+    """Machine columns present in the header, then any GPU/driver/CUDA context columns."""
+    base = [c for c in MACHINE_COLUMNS if c in columns]
+    extra = [c for c in columns
+             if c not in base and any(k in c for k in CONTEXT_KEYWORDS)
+             and not c.endswith(MEASUREMENT_SUFFIXES)]
+    return base + extra
+
+
+def distinct(rows, column: str) -> list[str]:
+    """Distinct non-empty values of a column, in first-seen order."""
+    return list(dict.fromkeys(v for r in rows if (v := (r.get(column) or "").strip())))
+
+
+def timestamp_range(rows) -> str:
+    """`first – last` of the timestamp column (ISO 8601 UTC sorts as text), or one value."""
+    stamps = sorted(distinct(rows, "timestamp"))
+    if not stamps:
+        return "?"
+    return stamps[0] if len(stamps) == 1 else f"{stamps[0]} – {stamps[-1]}"
+
+
+# ---- command-line plumbing -----------------------------------------------------------------
+
+def run_main(main, prog: str) -> int:
+    """Runs main() and turns bad input into one line on stderr and exit status 2, so no
+    user error ever ends in a traceback."""
+    try:
+        return main()
+    except InputError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # Output piped into `head`: the reader left, nothing is wrong with the input.
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,272 @@
+"""Tests of scripts/compare.py: ratios and geometric mean on a hand-made pair of CSVs, the
+Mann-Whitney U test against known answers (and scipy when it is installed), the noise verdicts,
+--fail-if-slower in both metric directions, Markdown output, and every kind of bad input."""
+import math
+import random
+import re
+
+import pytest
+
+from conftest import BAD_INPUTS, assert_one_line_error, bad_path, data_file, rewrite_csv, run_script
+
+BASE, NEW = data_file("compare_base.csv"), data_file("compare_new.csv")
+MLP = "train/mlp/mnist/cpu/fp32/bs:100"           # 100 -> 200, 5 repetitions each side
+LENET = "train/lenet5/cifar10/cpu/fp32/bs:100"    # 50 -> 50, identical repetitions
+LSTM = "train/lstm/sine/cpu/fp32/bs:20"           # 10 -> 40, 3 repetitions each side
+MLP1 = "train/mlp/mnist/cpu:1/fp32/bs:100"        # 30 -> 15, median aggregates only
+
+
+def table_line(stdout: str, benchmark: str) -> str:
+    lines = [line for line in stdout.splitlines() if line.startswith(benchmark + " ")]
+    assert len(lines) == 1, (benchmark, stdout)
+    return lines[0]
+
+
+def ratio_column(line: str) -> float:
+    # Columns: benchmark, BASE, NEW, NEW/BASE, change...; separated by two or more spaces.
+    return float(re.split(r"\s{2,}", line.strip())[3])
+
+
+# ---- the hand-made example ---------------------------------------------------------------
+
+def test_ratios_and_geometric_mean_match_the_hand_made_example():
+    r = run_script("compare.py", BASE, NEW)
+    assert r.returncode == 0, r.stderr
+    expected = {MLP: 2.0, LENET: 1.0, LSTM: 4.0, MLP1: 0.5}
+    for benchmark, ratio in expected.items():
+        assert ratio_column(table_line(r.stdout, benchmark)) == pytest.approx(ratio, abs=1e-3)
+    # (2 x 1 x 4 x 0.5) ** (1/4) = sqrt(2)
+    assert "geometric mean NEW/BASE over 4 benchmarks: 1.414 (+41.4%, better)" in r.stdout
+
+
+def test_comparison_values_are_the_medians(compare_mod, tbcsv_mod):
+    c = compare_mod.compare(tbcsv_mod.read_table(BASE), tbcsv_mod.read_table(NEW),
+                            "samples_per_s", 0.05, lower_better=False)
+    by_name = {x.benchmark: x for x in c.results}
+    assert (by_name[MLP].base.center, by_name[MLP].new.center) == (100, 200)
+    assert (by_name[MLP1].base.center, by_name[MLP1].new.center) == (30, 15)
+    assert by_name[MLP1].base.source == "median aggregate"
+    assert by_name[MLP1].worse_pct == pytest.approx(50)
+    value, count = c.geomean()
+    assert count == 4 and value == pytest.approx(math.sqrt(2), rel=1e-9)
+
+
+def test_unmatched_benchmarks_are_listed_and_the_rest_compared():
+    r = run_script("compare.py", BASE, NEW)
+    assert r.returncode == 0
+    out = r.stdout
+    assert "only in BASE (1):\n  train/lenet5/cifar10/cpu:1/fp32/bs:100" in out
+    assert "only in NEW (1):\n  train/lstm/sine/cpu:1/fp32/bs:20" in out
+    assert ("train/resnet152/cifar10/cpu/fp32/bs:128 (none in NEW: loss is not finite at step 3)"
+            in out)
+
+
+def test_header_shows_how_the_machines_differ():
+    r = run_script("compare.py", BASE, NEW)
+    lines = {line.split()[0]: line for line in r.stdout.splitlines() if line.strip()}
+    assert lines["git_commit"].endswith("differs") and "1111111" in lines["git_commit"]
+    assert lines["compiler"].endswith("differs") and "gcc 13.1.0" in lines["compiler"]
+    for same in ("host", "cpu_model", "cores", "os", "onednn", "benchmark_lib"):
+        assert not lines[same].endswith("differs"), lines[same]
+
+
+def test_gpu_context_columns_appear_in_the_header():
+    gpu = data_file("gpu_epochs.csv")
+    r = run_script("compare.py", gpu, gpu)
+    assert r.returncode == 0, r.stderr
+    for column in ("gpu_model", "gpu_driver", "cuda"):
+        assert re.search(rf"^{column}\s", r.stdout, re.M), column
+    assert "NVIDIA H100 80GB HBM3" in r.stdout
+
+
+def test_per_epoch_rows_are_matched_by_epoch():
+    gpu = data_file("gpu_epochs.csv")
+    r = run_script("compare.py", gpu, gpu, "--metric", "val_acc")
+    assert r.returncode == 0, r.stderr
+    assert "epochs/lenet5/cifar10/gpu:2/fp32/bs:100 epoch 8 " in r.stdout
+    assert "over 24 benchmarks: 1.000" in r.stdout  # 3 devices x 8 epochs
+
+
+# ---- the noise test ------------------------------------------------------------------------
+
+def test_noise_verdicts_depend_on_the_repetitions():
+    r = run_script("compare.py", BASE, NEW)
+    assert "beyond noise (U test p=0.00794, n=5/5)" in table_line(r.stdout, MLP)
+    assert "within noise (U test p=1, n=5/5)" in table_line(r.stdout, LENET)
+    assert "ranges do not overlap (U test underpowered at n=3/3)" in table_line(r.stdout, LSTM)
+    assert "untested (median aggregate only)" in table_line(r.stdout, MLP1)
+
+
+def test_u_test_flags_a_clear_difference(compare_mod):
+    u, p = compare_mod.mann_whitney_u([1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12])
+    assert u == 0
+    assert p == pytest.approx(2 / math.comb(12, 6))  # exact: the most extreme ordering
+    rng = random.Random(3)
+    slow = [100 + rng.gauss(0, 2) for _ in range(30)]
+    fast = [110 + rng.gauss(0, 2) for _ in range(30)]
+    assert compare_mod.mann_whitney_u(slow, fast)[1] < 1e-6  # normal approximation
+
+
+def test_u_test_does_not_flag_identical_distributions(compare_mod):
+    assert compare_mod.mann_whitney_u([5.0] * 6, [5.0] * 6)[1] == 1.0
+    assert compare_mod.mann_whitney_u([1, 2, 3, 4, 5], [1, 2, 3, 4, 5])[1] == pytest.approx(1.0)
+    rng = random.Random(7)
+    same = [(rng.gauss(0, 1), rng.gauss(0, 1)) for _ in range(40)]
+    assert compare_mod.mann_whitney_u([a for a, _ in same], [b for _, b in same])[1] > 0.05
+
+
+def test_exact_u_distribution_counts_every_ordering(compare_mod):
+    for n1, n2 in ((1, 1), (3, 4), (5, 5), (2, 7)):
+        counts = compare_mod.u_distribution(n1, n2)
+        assert len(counts) == n1 * n2 + 1
+        assert sum(counts) == math.comb(n1 + n2, n1)
+        assert counts == counts[::-1]  # U and n1 n2 - U are equally likely
+
+
+def test_u_test_matches_known_values_with_ties(compare_mod):
+    # Ties (two groups of three) force the normal approximation with the tie correction:
+    # ranks 1 3 3 6 8 for a, so U = 21 - 15 = 6; mean 12.5; variance 25/12 (11 - 48/90).
+    a, b = [1, 2, 2, 3, 4], [2, 3, 3, 5, 6]
+    u, p = compare_mod.mann_whitney_u(a, b)
+    assert u == 6.0
+    z = (abs(6 - 12.5) - 0.5) / math.sqrt(25 / 12 * (11 - (24 + 24) / 90))
+    assert p == pytest.approx(math.erfc(z / math.sqrt(2)))
+
+
+def test_u_test_agrees_with_scipy_when_installed(compare_mod):
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(11)
+    for n1, n2, tie in ((4, 4, False), (5, 7, False), (8, 8, False), (12, 9, True), (30, 30, True)):
+        a = [round(rng.gauss(0, 1), 1 if tie else 6) for _ in range(n1)]
+        b = [round(rng.gauss(0.8, 1), 1 if tie else 6) for _ in range(n2)]
+        method = "asymptotic" if tie else "exact"
+        want = stats.mannwhitneyu(a, b, alternative="two-sided", method=method)
+        u, p = compare_mod.mann_whitney_u(a, b)
+        assert u == pytest.approx(want.statistic)
+        assert p == pytest.approx(want.pvalue, rel=1e-6), (n1, n2, tie)
+
+
+def test_underpowered_sizes_are_those_where_significance_is_unreachable(compare_mod):
+    assert compare_mod.smallest_p(3, 3) > 0.05       # 0.1
+    assert compare_mod.smallest_p(3, 4) > 0.05       # 0.057
+    assert compare_mod.smallest_p(4, 4) < 0.05       # 0.029
+    assert compare_mod.smallest_p(3, 5) < 0.05       # 0.036
+
+
+# ---- --fail-if-slower and metric direction ------------------------------------------------
+
+@pytest.mark.parametrize("metric, pct, code", [
+    ("samples_per_s", 40, 1),   # mlp cpu:1 went from 30 to 15 samples/s: 50% slower
+    ("samples_per_s", 60, 0),
+    ("step_time_s", 90, 1),     # its step time doubled: 100% slower
+    ("step_time_s", 110, 0),
+])
+def test_fail_if_slower_exit_status(metric, pct, code):
+    r = run_script("compare.py", BASE, NEW, "--metric", metric, "--fail-if-slower", pct)
+    assert r.returncode == code, (r.stdout, r.stderr)
+    if code:
+        assert MLP1 in r.stderr and "Traceback" not in r.stderr
+        assert MLP not in r.stderr  # it got faster
+
+
+def test_time_metrics_are_better_lower(tbcsv_mod):
+    lower = ["step_time_s", "host_cpu_s_per_step", "peak_rss_bytes", "forward_s_per_step",
+             "elapsed_s", "mem_weights_bytes", "loss_last", "val_loss"]
+    higher = ["samples_per_s", "model_tflops", "utilisation", "val_acc", "peak_gflops"]
+    assert all(tbcsv_mod.lower_is_better(c) for c in lower)
+    assert not any(tbcsv_mod.lower_is_better(c) for c in higher)
+
+
+def test_step_time_ratios_read_the_other_way():
+    r = run_script("compare.py", BASE, NEW, "--metric", "step_time_s")
+    assert "(lower is better)" in r.stdout.splitlines()[0]
+    line = table_line(r.stdout, MLP)
+    assert ratio_column(line) == pytest.approx(0.5, abs=1e-3) and "-50.0% better" in line
+
+
+# ---- output formats ------------------------------------------------------------------------
+
+def test_markdown_output_is_a_table():
+    r = run_script("compare.py", BASE, NEW, "--format", "markdown")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    start = lines.index("| benchmark | BASE | NEW | NEW/BASE | change | noise test |")
+    assert re.fullmatch(r"\|( -+:? \|)+", lines[start + 1].replace("---:", "---:"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    assert len(rows) == 4
+    assert all(row.count("|") == 7 for row in rows)
+    assert any(f"`{MLP}`" in row and "| 2.000 |" in row for row in rows)
+    assert "| machine | BASE | NEW | |" in lines
+    assert any(line.startswith("geometric mean NEW/BASE over 4") for line in lines)
+
+
+def test_other_metric_and_text_alignment():
+    r = run_script("compare.py", BASE, NEW, "--metric", "peak_rss_bytes")
+    assert r.returncode == 0
+    assert "peak_rss_bytes (lower is better)" in r.stdout
+    assert "70,000,000" in table_line(r.stdout, MLP)
+
+
+def test_two_real_machines_compare_with_noise_verdicts():
+    r = run_script("compare.py", data_file("machine_a.csv"), data_file("machine_b.csv"))
+    assert r.returncode == 0, r.stderr
+    assert "beyond noise" in table_line(r.stdout, "train/mlp/mnist/cpu/fp32/bs:100")
+    # cpu:4 was skipped on the 2-core machine, lenet5 cpu:1 lost one repetition to a failure.
+    assert ("train/mlp/mnist/cpu:4/fp32/bs:100 (none in BASE: skipped: cpu:4 needs 4 cores"
+            in r.stdout)
+    assert "n=5/4" in table_line(r.stdout, "train/lenet5/cifar10/cpu:1/fp32/bs:100")
+
+
+def test_aggregates_only_file_falls_back_to_the_median_rows():
+    r = run_script("compare.py", data_file("aggregates_only.csv"), data_file("machine_a.csv"))
+    assert r.returncode == 0, r.stderr
+    line = table_line(r.stdout, "train/lstm/sine/cpu/fp32/bs:20")
+    assert "untested (median aggregate only)" in line
+    assert ratio_column(line) == pytest.approx(1.0, abs=1e-3)  # same run, median both ways
+
+
+# ---- bad input -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("side", ["base", "new"])
+def test_bad_input_is_one_line_and_exit_2(kind, side, tmp_path):
+    bad = bad_path(kind, tmp_path)
+    args = (bad, NEW) if side == "base" else (BASE, bad)
+    r = run_script("compare.py", *args)
+    assert_one_line_error(r, bad, BAD_INPUTS[kind][1])
+
+
+def test_no_benchmark_in_common_is_exit_2():
+    a, b = data_file("machine_a.csv"), data_file("no_match.csv")
+    r = run_script("compare.py", a, b)
+    assert_one_line_error(r, a, b, "only in BASE: 9", "only in NEW: 9")
+
+
+def test_unknown_or_non_numeric_metric_is_exit_2(tmp_path):
+    assert_one_line_error(run_script("compare.py", BASE, NEW, "--metric", "nope"),
+                          BASE, "'nope'")
+    assert_one_line_error(run_script("compare.py", BASE, NEW, "--metric", "host"),
+                          "'host'", "no numeric values")
+    # A metric column the NEW file lacks names NEW.
+    trimmed = rewrite_csv(NEW, tmp_path / "new.csv", drop=("loss_last",))
+    assert_one_line_error(run_script("compare.py", BASE, trimmed, "--metric", "loss_last"),
+                          trimmed)
+
+
+def test_concatenated_files_with_a_repeated_header_are_read(tmp_path):
+    text = open(BASE).read()
+    doubled = tmp_path / "doubled.csv"
+    doubled.write_text(text + text)  # `cat a.csv a.csv` instead of `tail -n +2`
+    r = run_script("compare.py", BASE, str(doubled))
+    assert r.returncode == 0, r.stderr
+    assert "n=5/10" in table_line(r.stdout, MLP)
+
+
+def test_binary_file_is_refused(tmp_path):
+    blob = tmp_path / "image.csv"
+    blob.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    assert_one_line_error(run_script("compare.py", str(blob), NEW), str(blob))
