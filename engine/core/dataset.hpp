@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/core/network.hpp"
+#include "engine/core/spec.hpp"
 
 namespace tb {
 
@@ -24,6 +25,10 @@ class Dataset {
   virtual const Batch& next() = 0;
   virtual std::string name() const = 0;    // "mnist", "cifar10", "sine", "imagenet"
   virtual std::string source() const = 0;  // "synthetic", or where the real files were found
+  // Training steps in one pass over the data; 0 for an endless stream.
+  virtual i64 steps_per_epoch() const { return 0; }
+  // Seconds next() spent waiting for (or preparing) batches, summed since construction.
+  virtual double wait_seconds() const { return 0; }
 };
 
 }  // namespace tb

@@ -36,6 +36,10 @@ class Network {
   virtual void set_batch(const BatchView& batch) = 0;
   // Training-mode forward pass; returns the loss (0 for a graph without a loss node).
   virtual float forward() = 0;
+  // Inference-mode forward pass (batch norm uses its running statistics); returns the loss.
+  virtual float evaluate() = 0;
+  // Correct predictions of the last forward or evaluate (classification); -1 for regression.
+  virtual std::int64_t correct() const = 0;
   // Backward from the loss, or from the gradient given to set_output_grad.
   virtual void backward() = 0;
   // One optimizer step over the flat buffers.

@@ -1,5 +1,6 @@
-// BatchNorm on oneDNN in the producer's layout, training mode (batch statistics). The running
-// averages are updated after each forward with the unbiased variance, as PyTorch does.
+// BatchNorm on oneDNN in the producer's layout. Training mode normalises with the batch
+// statistics and updates the running averages after each forward (with the unbiased variance,
+// as PyTorch does); inference mode normalises with the running averages.
 #include "engine/cpu/layer.hpp"
 
 #include <vector>
@@ -25,6 +26,11 @@ class BatchNorm final : public Layer {
     dnnl::batch_normalization_backward::primitive_desc pd;
     TB_DNNL(pd = dnnl::batch_normalization_backward::primitive_desc(bd, ctx.attr, ctx.engine, fwd_pd_));
     bwd_.create(ctx, pd, dnnl::batch_normalization_backward(pd));
+    dnnl::batch_normalization_forward::desc id(prop::forward_inference, data, float(s.eps),
+                                               f | flags::use_global_stats);
+    dnnl::batch_normalization_forward::primitive_desc ipd;
+    TB_DNNL(ipd = dnnl::batch_normalization_forward::primitive_desc(id, ctx.attr, ctx.engine));
+    infer_.create(ctx, ipd, dnnl::batch_normalization_forward(ipd));
     mean_ = dnnl::memory(fwd_pd_.mean_desc(), ctx.engine);
     variance_ = dnnl::memory(fwd_pd_.variance_desc(), ctx.engine);
     if (!needs_dinput_) scratch_dsrc_ = dnnl::memory(data, ctx.engine);
@@ -46,18 +52,22 @@ class BatchNorm final : public Layer {
                  {DNNL_ARG_SCALE, b.params[0]}, {DNNL_ARG_SHIFT, b.params[1]},
                  {DNNL_ARG_DIFF_SRC, needs_dinput_ ? b.dinputs[0] : scratch_dsrc_},
                  {DNNL_ARG_DIFF_SCALE, b.dparams[0]}, {DNNL_ARG_DIFF_SHIFT, b.dparams[1]}};
+    const md stats({spec_.channels}, dt::f32, tag::a);
+    infer_.args = {{DNNL_ARG_SRC, b.inputs[0]}, {DNNL_ARG_DST, b.output}, {DNNL_ARG_SCALE, b.params[0]},
+                   {DNNL_ARG_SHIFT, b.params[1]},
+                   {DNNL_ARG_MEAN, dnnl::memory(stats, ctx.engine, running_mean_.data())},
+                   {DNNL_ARG_VARIANCE, dnnl::memory(stats, ctx.engine, running_var_.data())}};
     fwd_.bind_scratch(ctx);
     bwd_.bind_scratch(ctx);
+    infer_.bind_scratch(ctx);
   }
 
   void forward(Context& ctx) override {
     fwd_.run(ctx);
     update_running_stats();
   }
+  void forward_eval(Context& ctx) override { infer_.run(ctx); }
   void backward(Context& ctx) override { bwd_.run(ctx); }
-
-  const std::vector<float>& running_mean() const { return running_mean_; }
-  const std::vector<float>& running_var() const { return running_var_; }
 
  private:
   void update_running_stats() {
@@ -78,7 +88,7 @@ class BatchNorm final : public Layer {
   dnnl::batch_normalization_forward::primitive_desc fwd_pd_;
   dnnl::memory mean_, variance_;  // (C), batch statistics of the last forward
   dnnl::memory scratch_dsrc_;
-  Step fwd_, bwd_;
+  Step fwd_, bwd_, infer_;
 };
 
 }  // namespace

@@ -42,8 +42,12 @@ class Layer {
   virtual std::vector<md> param_descs() const { return {}; }
   virtual void bind(Context& ctx, const Bindings& b) = 0;
   virtual void forward(Context& ctx) = 0;
+  // Inference mode (batch norm with its running statistics); the same as forward elsewhere.
+  virtual void forward_eval(Context& ctx) { forward(ctx); }
   virtual void backward(Context& ctx) = 0;
   virtual float loss() const { return 0.0f; }
+  // Correct predictions of the last forward (classification losses); -1 elsewhere.
+  virtual i64 correct() const { return -1; }
 };
 
 std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec,

@@ -25,15 +25,19 @@ class SoftmaxCrossEntropy final : public Layer {
     const float* x = static_cast<const float*>(logits_.value().get_data_handle());
     const std::int32_t* labels = batch_->labels;
     double total = 0;
+    correct_ = 0;
     for (i64 n = 0; n < N_; ++n) {
       const float* row = x + n * K_;
       float mx = row[0];
-      for (i64 k = 1; k < K_; ++k) mx = std::max(mx, row[k]);
+      i64 argmax = 0;
+      for (i64 k = 1; k < K_; ++k)
+        if (row[k] > mx) mx = row[argmax = k];
       double sum = 0;
       for (i64 k = 0; k < K_; ++k) sum += std::exp(double(row[k] - mx));
       const std::int32_t label = labels[n];
       TB_CHECK(label >= 0 && label < K_, "label {} of sample {} is outside [0, {})", label, n, K_);
       total += std::log(sum) - double(row[label] - mx);
+      correct_ += argmax == label;
     }
     loss_ = float(total / double(N_));
   }
@@ -56,9 +60,11 @@ class SoftmaxCrossEntropy final : public Layer {
     logits_.backward(ctx);
   }
   float loss() const override { return loss_; }
+  i64 correct() const override { return correct_; }
 
  private:
   i64 N_, K_;
+  i64 correct_ = 0;
   bool needs_dinput_;
   InputAdapter logits_;
   const BatchView* batch_ = nullptr;

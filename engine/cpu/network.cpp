@@ -172,6 +172,14 @@ float CpuNetwork::forward() {
   return has_loss_ ? layers_.back()->loss() : 0.0f;
 }
 
+float CpuNetwork::evaluate() {
+  for (size_t i = 1; i < layers_.size(); ++i) layers_[i]->forward_eval(ctx_);
+  ctx_.stream.wait();
+  return has_loss_ ? layers_.back()->loss() : 0.0f;
+}
+
+std::int64_t CpuNetwork::correct() const { return has_loss_ ? layers_.back()->correct() : -1; }
+
 void CpuNetwork::backward() {
   for (size_t i = layers_.size() - 1; i >= 1; --i) {
     layers_[i]->backward(ctx_);

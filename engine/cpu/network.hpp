@@ -24,6 +24,8 @@ class CpuNetwork final : public Network {
 
   void set_batch(const BatchView& batch) override;
   float forward() override;
+  float evaluate() override;
+  std::int64_t correct() const override;
   void backward() override;
   void update() override;
 

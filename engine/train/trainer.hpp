@@ -1,5 +1,5 @@
 // The trainer: pulls a batch, runs forward, backward and the optimizer step, checks the loss,
-// and keeps the time each phase took.
+// keeps the time each phase took, and evaluates on a validation split.
 #pragma once
 
 #include <memory>
@@ -11,7 +11,20 @@
 namespace tb {
 
 struct PhaseTimes {
-  double data = 0, forward = 0, backward = 0, update = 0;  // seconds, summed over steps
+  double data_wait = 0;  // waiting for the loader's next batch
+  double data = 0;       // the wait plus copying the batch into the network
+  double forward = 0, backward = 0, update = 0;  // seconds, summed over steps
+};
+
+// Loss and accuracy summed over steps.
+struct Tally {
+  double loss_sum = 0;
+  i64 steps = 0;
+  i64 correct = 0;  // -1 when the task has no accuracy (regression)
+  i64 samples = 0;
+  double mean_loss() const { return steps ? loss_sum / double(steps) : 0.0; }
+  double accuracy() const { return correct >= 0 && samples ? double(correct) / double(samples) : -1.0; }
+  void add(float loss, i64 batch_correct, i64 batch_samples);
 };
 
 class Trainer {
@@ -20,17 +33,23 @@ class Trainer {
 
   // One training step; returns its loss. Throws CheckFailed on a non-finite loss.
   float step();
+  // Inference-mode loss and accuracy over the next `steps` batches of `data`.
+  Tally evaluate(Dataset& data, i64 steps);
 
   const std::vector<float>& losses() const { return losses_; }
   const PhaseTimes& phases() const { return phases_; }
+  // Loss and accuracy of the training steps since the last reset (an epoch's figures).
+  const Tally& tally() const { return tally_; }
+  void reset_tally() { tally_ = Tally{}; }
   Network& network() { return *network_; }
-  const Dataset& dataset() const { return *data_; }
+  Dataset& dataset() { return *data_; }
 
  private:
   std::unique_ptr<Network> network_;
   std::unique_ptr<Dataset> data_;
   std::vector<float> losses_;
   PhaseTimes phases_;
+  Tally tally_;
 };
 
 }  // namespace tb
