@@ -1,6 +1,7 @@
 // Writing the CSV, and refusing to mix schemas in one file.
 #include "bench/csv.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -17,7 +18,8 @@ const std::vector<std::string>& csv_columns() {
       "iterations", "warmup_steps", "step_time_s", "samples_per_s", "params", "train_flops_per_sample",
       "model_tflops", "peak_gflops", "utilisation", "host_cpu_s_per_step", "host_cpu_util",
       "peak_rss_bytes", "loss_first", "loss_last", "data_s_per_step", "forward_s_per_step",
-      "backward_s_per_step", "update_s_per_step", "host", "os", "cpu_model", "cores", "compiler",
+      "backward_s_per_step", "update_s_per_step", "data_wait_s_per_step", "loader_workers", "epoch",
+      "train_loss", "val_loss", "train_acc", "val_acc", "elapsed_s", "target_acc", "time_to_target_s", "host", "os", "cpu_model", "cores", "compiler",
       "onednn", "benchmark_lib", "git_commit", "timestamp"};
   return columns;
 }
@@ -85,13 +87,15 @@ CsvWriter::CsvWriter(const std::string& path) : path_(path) {
   if (write_header) out_ << header << '\n' << std::flush;
 }
 
-void CsvWriter::write_row(const std::vector<std::string>& values) {
-  TB_CHECK(values.size() == csv_columns().size(), "CSV row has {} values for {} columns", values.size(),
-           csv_columns().size());
+void CsvWriter::write_row(const Row& row) {
+  for (const auto& [column, value] : row)
+    TB_CHECK(std::find(csv_columns().begin(), csv_columns().end(), column) != csv_columns().end(),
+             "CSV row has a value for '{}', which is not a column", column);
   std::string line;
-  for (std::size_t i = 0; i < values.size(); ++i) {
+  for (std::size_t i = 0; i < csv_columns().size(); ++i) {
     if (i) line += ',';
-    line += csv_escape(values[i]);
+    auto it = row.find(csv_columns()[i]);
+    if (it != row.end()) line += csv_escape(it->second);
   }
   out_ << line << '\n' << std::flush;  // an interrupted run keeps every finished row
 }

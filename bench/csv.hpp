@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,14 +11,16 @@ namespace tb::bench {
 
 inline constexpr const char* kSchemaVersion = "1";
 const std::vector<std::string>& csv_columns();
+// Values by column name; columns without a value are written empty.
+using Row = std::map<std::string, std::string>;
 
 class CsvWriter {
  public:
   // Opens FILE for appending. A new or empty file gets the header; a file whose header differs
   // is refused with tb::InputError and left untouched.
   explicit CsvWriter(const std::string& path);
-  // One value per column, in csv_columns() order.
-  void write_row(const std::vector<std::string>& values);
+  // Throws tb::Error for a value whose column is not in the schema.
+  void write_row(const Row& row);
 
  private:
   std::string path_;

@@ -45,7 +45,9 @@ std::vector<std::string> split(const std::string& v) {
 std::string usage() {
   return R"(trainbench: deep-learning training benchmarks (Google Benchmark harness)
 
-Benchmarks are named train/<model>/<dataset>/<device>/<precision>/bs:<batch>.
+Benchmarks are named train/<model>/<dataset>/<device>/<precision>/bs:<batch> (steady-state
+training steps) and epochs/<model>/<dataset>/<device>/<precision>/bs:<batch> (whole epochs with
+a validation pass after each: loss, accuracy and elapsed time per epoch).
 Select them with Google Benchmark's flags, e.g.
   trainbench --benchmark_filter='train/mlp/' --benchmark_repetitions=3
   trainbench --benchmark_list_tests
@@ -56,10 +58,18 @@ trainbench flags:
   --batch=N             batch size for every model (default: each model's own)
   --devices=LIST        device configurations to register, comma-separated: cpu (all cores),
                         cpu:N (N threads). Default: cpu and cpu:1
-  --warmup_steps=N      training steps before timing starts (default 2)
+  --warmup_steps=N      training steps before timing starts (default 2; 200 for lenet5, whose
+                        sigmoids learn nothing for about the first 100 steps)
   --optimizer=sgd|adam  override each model's optimizer (sgd = SGD with momentum 0.9)
   --lr=X                override each model's learning rate
-  --seed=N              seed of the weights and the synthetic data (default 1)
+  --seed=N              seed of the weights, the data order and the synthetic data (default 1)
+  --data_dir=DIR        folder with one sub-folder per dataset (mnist, fashion-mnist, cifar10);
+                        default $TB_DATA_DIR, else ./data. Absent datasets use synthetic data
+  --loader_workers=N    threads preparing batches ahead (default 0: on the training thread)
+  --prefetch=K          batches the workers prepare ahead (default 2)
+  --augment             CIFAR-10 training augmentation: random crop (padding 4), horizontal flip
+  --epochs=E            epochs of the epochs/ benchmarks (default: per model, see README)
+  --target_accuracy=X   stop an epochs/ benchmark once validation accuracy reaches X
   --list_models         print each workload's parameters and FLOPs, and exit
   --help                this text
 
@@ -104,6 +114,21 @@ Flags parse_flags(int& argc, char** argv) {
       f.lr = parse_positive("lr", *v);
     } else if (auto v = value_of("seed")) {
       f.seed = std::uint64_t(parse_int("seed", *v, 0));
+    } else if (auto v = value_of("data_dir")) {
+      if (v->empty()) throw InputError("--data_dir: give a folder, e.g. --data_dir=data");
+      f.data_dir = *v;
+    } else if (auto v = value_of("loader_workers")) {
+      f.loader_workers = int(parse_int("loader_workers", *v, 0));
+    } else if (auto v = value_of("prefetch")) {
+      f.prefetch = int(parse_int("prefetch", *v, 1));
+    } else if (arg == "--augment") {
+      f.augment = true;
+    } else if (auto v = value_of("epochs")) {
+      f.epochs = parse_int("epochs", *v, 1);
+    } else if (auto v = value_of("target_accuracy")) {
+      f.target_accuracy = parse_positive("target_accuracy", *v);
+      if (f.target_accuracy > 1)
+        throw InputError(fmt::format("--target_accuracy: '{}' is not a fraction in (0, 1], e.g. 0.85", *v));
     } else {
       argv[out++] = argv[i];
       continue;

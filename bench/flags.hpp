@@ -12,10 +12,16 @@ struct Flags {
   std::string csv;                    // --csv=FILE
   std::optional<std::int64_t> batch;  // --batch=N, overrides every model's default
   std::vector<std::string> devices;   // --devices=cpu,cpu:1
-  std::int64_t warmup_steps = 2;      // --warmup_steps=N
+  std::optional<std::int64_t> warmup_steps;  // --warmup_steps=N, overrides each model's default
   std::optional<std::string> optimizer;  // --optimizer=sgd|adam
   std::optional<double> lr;           // --lr=X
   std::uint64_t seed = 1;             // --seed=N
+  std::string data_dir;               // --data_dir=DIR (else $TB_DATA_DIR, else ./data)
+  int loader_workers = 0;             // --loader_workers=N
+  int prefetch = 2;                   // --prefetch=K
+  bool augment = false;               // --augment
+  std::optional<std::int64_t> epochs;  // --epochs=E, overrides each model's default
+  double target_accuracy = 0;         // --target_accuracy=X in (0, 1]
   bool help = false;
   bool list_models = false;  // --list_models
 };

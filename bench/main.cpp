@@ -73,8 +73,10 @@ int main(int argc, char** argv) {
 
   MachineContext machine = read_machine_context();
   std::unique_ptr<CsvWriter> csv;
+  Reporter* sink = nullptr;  // the reporter below, before anything runs
   try {
-    const auto& benchmarks = register_benchmarks(flags, machine.cores);
+    const auto& benchmarks = register_benchmarks(
+        flags, machine.cores, [&sink](const BenchInfo& info, const tb::EpochRecord& r) { sink->report_epoch(info, r); });
     if (!flags.csv.empty() && !listing) csv = std::make_unique<CsvWriter>(flags.csv);
     if (!listing) {
       std::set<int> thread_counts;
@@ -89,12 +91,13 @@ int main(int argc, char** argv) {
   }
 
   Reporter reporter(machine, csv.get());
+  sink = &reporter;
   const std::size_t ran = benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   if (ran == 0) {
     std::cerr << fmt::format(
         "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
-        "train/<model>/<dataset>/<device>/<precision>/bs:<n> with models {}; list them with "
+        "<train|epochs>/<model>/<dataset>/<device>/<precision>/bs:<n> with models {}; list them with "
         "--benchmark_list_tests\n",
         filter_of(argc, argv), fmt::join(tb::models::model_names(), ", "));
     return kUsageError;

@@ -1,23 +1,32 @@
-// Registration of trainbench's benchmarks: one per (model, dataset, device, precision, batch).
+// Registration of trainbench's benchmarks: one per (kind, model, dataset, device, precision,
+// batch), and the benchmark bodies that drive the engine's trainer.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "bench/flags.hpp"
+#include "datasets/loader.hpp"
 #include "engine/core/network.hpp"
 #include "engine/core/spec.hpp"
+#include "engine/train/epochs.hpp"
 
 namespace tb::bench {
 
 // The static facts of one registered benchmark, also written into its CSV rows.
 struct BenchInfo {
-  std::string name;  // train/<model>/<dataset>/<device>/<precision>/bs:<n>
-  std::string kind = "train";
-  std::string model, dataset, data_source, device, precision;
+  std::string name;  // <kind>/<model>/<dataset>/<device>/<precision>/bs:<n>
+  std::string kind;  // "train" or "epochs"
+  std::string model, dataset, device, precision;
+  std::string data_folder;  // real files, or empty for synthetic data
+  std::string data_source;  // the folder, "synthetic" or "generated"
   int threads = 0;
   i64 batch = 0;
   i64 warmup_steps = 0;
+  i64 epochs = 0;
+  double target_accuracy = 0;
+  data::LoaderConfig loader;
   OptimizerConfig optimizer;
   ModelSpec spec;
   ModelCost cost;
@@ -33,8 +42,11 @@ struct DeviceConfig {
 // Parses --devices entries; throws tb::InputError on an unknown device.
 std::vector<DeviceConfig> device_configs(const Flags& flags, int cores);
 
+using EpochSink = std::function<void(const BenchInfo&, const EpochRecord&)>;
+
 // Registers every benchmark with Google Benchmark; the returned list stays valid for the run.
-const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores);
+// `on_epoch` receives each epoch of the epochs/ benchmarks as it ends.
+const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores, EpochSink on_epoch);
 const BenchInfo* find_benchmark(const std::string& name);
 
 }  // namespace tb::bench

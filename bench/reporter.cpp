@@ -6,17 +6,51 @@
 
 #include <fmt/format.h>
 
-#include "bench/registry.hpp"
-
 namespace tb::bench {
 namespace {
 
 // Counters shown on the console; the CSV gets all of them.
-const std::set<std::string> kShown{"samples_per_s", "model_tflops", "utilisation", "host_cpu_util", "loss_last"};
+const std::set<std::string> kShown{"samples_per_s", "model_tflops", "utilisation", "host_cpu_util", "loss_last",
+                                   "val_acc", "val_loss", "elapsed_s"};
+// Counters that go to the CSV column of the same name.
+const char* const kCounterColumns[] = {
+    "step_time_s", "samples_per_s", "model_tflops", "peak_gflops", "utilisation", "host_cpu_s_per_step",
+    "host_cpu_util", "peak_rss_bytes", "loss_first", "loss_last", "data_s_per_step", "forward_s_per_step",
+    "backward_s_per_step", "update_s_per_step", "data_wait_s_per_step", "epoch", "train_loss", "val_loss",
+    "train_acc", "val_acc", "elapsed_s", "time_to_target_s"};
 
 std::string number(double v) { return fmt::format("{:.6g}", v); }
+std::string accuracy(double v) { return v < 0 ? "" : number(v); }
 
 }  // namespace
+
+Row identity_row(const BenchInfo& info, const MachineContext& machine) {
+  return {{"schema_version", kSchemaVersion},
+          {"benchmark", info.name},
+          {"kind", info.kind},
+          {"model", info.model},
+          {"dataset", info.dataset},
+          {"data_source", info.data_source},
+          {"device", info.device},
+          {"threads", std::to_string(info.threads)},
+          {"precision", info.precision},
+          {"batch", std::to_string(info.batch)},
+          {"optimizer", optimizer_name(info.optimizer.kind)},
+          {"warmup_steps", std::to_string(info.warmup_steps)},
+          {"params", std::to_string(info.cost.parameters)},
+          {"train_flops_per_sample", number(info.cost.train_flops_per_sample())},
+          {"loader_workers", std::to_string(info.loader.workers)},
+          {"target_acc", info.target_accuracy > 0 ? number(info.target_accuracy) : ""},
+          {"host", machine.host},
+          {"os", machine.os},
+          {"cpu_model", machine.cpu_model},
+          {"cores", std::to_string(machine.cores)},
+          {"compiler", machine.compiler},
+          {"onednn", machine.onednn},
+          {"benchmark_lib", machine.benchmark_lib},
+          {"git_commit", machine.git_commit},
+          {"timestamp", machine.timestamp}};
+}
 
 bool Reporter::ReportContext(const Context& context) {
   std::cerr << describe(machine_);
@@ -39,61 +73,49 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
   }
 }
 
-std::vector<std::string> Reporter::csv_row(const Run& run) const {
+void Reporter::report_epoch(const BenchInfo& info, const EpochRecord& r) {
+  std::cout << fmt::format("  {} epoch {}: train loss {:.4f}{}, val loss {:.4f}{}, {:.1f} s\n", info.name, r.epoch,
+                           r.train_loss, r.train_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.train_acc), r.val_loss,
+                           r.val_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.val_acc), r.elapsed_s)
+            << std::flush;
+  if (!csv_) return;
+  Row row = identity_row(info, machine_);
+  row["run_type"] = "epoch";
+  row["status"] = "ok";
+  row["iterations"] = std::to_string(r.steps);
+  row["epoch"] = std::to_string(r.epoch);
+  row["train_loss"] = number(r.train_loss);
+  row["val_loss"] = number(r.val_loss);
+  row["train_acc"] = accuracy(r.train_acc);
+  row["val_acc"] = accuracy(r.val_acc);
+  row["elapsed_s"] = number(r.elapsed_s);
+  row["samples_per_s"] = number(double(r.steps * info.batch) / r.train_s);
+  csv_->write_row(row);
+}
+
+Row Reporter::csv_row(const Run& run) const {
   const BenchInfo* info = find_benchmark(run.run_name.function_name);
   BenchInfo unknown;
   if (!info) info = &unknown;
+  Row row = identity_row(*info, machine_);
   const bool aggregate = run.run_type == Run::RT_Aggregate;
-  auto counter = [&](const char* name) -> std::string {
-    auto it = run.counters.find(name);
-    if (run.error_occurred || it == run.counters.end()) return "";
-    return number(it->second.value);
-  };
   const bool skipped = run.error_occurred && run.error_message.rfind("skipped:", 0) == 0;
-  const std::string status = !run.error_occurred ? "ok" : skipped ? "skipped" : "failed";
-  return {kSchemaVersion,
-          info->name,
-          info->kind,
-          info->model,
-          info->dataset,
-          info->data_source,
-          info->device,
-          std::to_string(info->threads),
-          info->precision,
-          std::to_string(info->batch),
-          optimizer_name(info->optimizer.kind),
-          aggregate ? "aggregate" : "iteration",
-          aggregate ? run.aggregate_name : "",
-          aggregate ? "" : std::to_string(run.repetition_index < 0 ? 0 : run.repetition_index),
-          status,
-          run.error_message,
-          std::to_string(run.iterations),
-          std::to_string(info->warmup_steps),
-          counter("step_time_s"),
-          counter("samples_per_s"),
-          std::to_string(info->cost.parameters),
-          number(info->cost.train_flops_per_sample()),
-          counter("model_tflops"),
-          counter("peak_gflops"),
-          counter("utilisation"),
-          counter("host_cpu_s_per_step"),
-          counter("host_cpu_util"),
-          counter("peak_rss_bytes"),
-          counter("loss_first"),
-          counter("loss_last"),
-          counter("data_s_per_step"),
-          counter("forward_s_per_step"),
-          counter("backward_s_per_step"),
-          counter("update_s_per_step"),
-          machine_.host,
-          machine_.os,
-          machine_.cpu_model,
-          std::to_string(machine_.cores),
-          machine_.compiler,
-          machine_.onednn,
-          machine_.benchmark_lib,
-          machine_.git_commit,
-          machine_.timestamp};
+  row["run_type"] = aggregate ? "aggregate" : "iteration";
+  row["aggregate"] = aggregate ? run.aggregate_name : "";
+  row["repetition"] = aggregate ? "" : std::to_string(run.repetition_index < 0 ? 0 : run.repetition_index);
+  row["status"] = !run.error_occurred ? "ok" : skipped ? "skipped" : "failed";
+  row["message"] = run.error_message;
+  row["iterations"] = std::to_string(run.iterations);
+  if (run.error_occurred) return row;
+  for (const char* column : kCounterColumns) {
+    auto it = run.counters.find(column);
+    if (it == run.counters.end()) continue;
+    const bool is_accuracy = std::string(column).ends_with("_acc");
+    row[column] = is_accuracy ? accuracy(it->second.value) : number(it->second.value);
+  }
+  // A target never reached has no time.
+  if (auto it = row.find("time_to_target_s"); it != row.end() && it->second.starts_with("-")) it->second = "";
+  return row;
 }
 
 }  // namespace tb::bench

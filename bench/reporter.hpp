@@ -8,6 +8,8 @@
 
 #include "bench/context.hpp"
 #include "bench/csv.hpp"
+#include "bench/registry.hpp"
+#include "engine/train/epochs.hpp"
 
 namespace tb::bench {
 
@@ -16,14 +18,19 @@ class Reporter : public benchmark::ConsoleReporter {
   Reporter(const MachineContext& machine, CsvWriter* csv) : machine_(machine), csv_(csv) {}
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
+  // A row of an epochs/ benchmark, written as its epoch ends.
+  void report_epoch(const BenchInfo& info, const EpochRecord& record);
   int failed() const { return failed_; }
   int skipped() const { return skipped_; }
 
  private:
-  std::vector<std::string> csv_row(const Run& run) const;
+  Row csv_row(const Run& run) const;
   const MachineContext& machine_;
   CsvWriter* csv_;
   int failed_ = 0, skipped_ = 0;
 };
+
+// The columns every row of a benchmark shares: its identity and the machine context.
+Row identity_row(const BenchInfo& info, const MachineContext& machine);
 
 }  // namespace tb::bench

@@ -6,7 +6,8 @@ set -euo pipefail
 TB_PACKAGES=(
   build-essential cmake git pkg-config
   libbenchmark-dev libfmt-dev libdnnl-dev libgtest-dev googletest zlib1g-dev
-  python3 python3-pytest python3-matplotlib
+  python3 python3-pytest python3-matplotlib python3-numpy
+  dataset-fashion-mnist
 )
 
 tb_install_deps() {

@@ -1,0 +1,145 @@
+// Parsing of IDX and CIFAR-10 files; gzip through zlib, which also reads plain files.
+#include "datasets/readers.hpp"
+
+#include <zlib.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+
+namespace tb::data {
+namespace {
+
+constexpr std::int64_t kCifarSide = 32, kCifarRecord = 1 + 3 * kCifarSide * kCifarSide;
+
+std::uint32_t big_endian32(const std::uint8_t* p) {
+  return (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | p[3];
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError(fmt::format("{}: no such file (run scripts/fetch_datasets.sh, or point --data_dir "
+                                 "at the folder that holds it)", path));
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw InputError(fmt::format("{}: cannot open the file", path));
+  std::vector<std::uint8_t> out;
+  std::uint8_t chunk[1 << 16];
+  for (;;) {
+    const int n = gzread(f, chunk, sizeof(chunk));
+    if (n < 0) {
+      int code = 0;
+      const std::string why = gzerror(f, &code);
+      gzclose(f);
+      throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
+    }
+    if (n == 0) break;
+    out.insert(out.end(), chunk, chunk + n);
+  }
+  // gzread reports a gzip stream cut short as a clean end of file, leaving Z_BUF_ERROR
+  // ("unexpected end of file") for gzerror: a truncated download would otherwise reach the
+  // parsers as a shorter file.
+  int code = 0;
+  const std::string why = gzerror(f, &code);
+  gzclose(f);
+  if (code == Z_BUF_ERROR)
+    throw InputError(fmt::format("{}: gzip stream ends early ({}) after {} decompressed bytes, expected the rest "
+                                 "of the stream; truncated download? download the file again", path, why, out.size()));
+  if (code != Z_OK)
+    throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
+  return out;
+}
+
+ImageSet parse_idx(const std::vector<std::uint8_t>& images, const std::string& images_name,
+                   const std::vector<std::uint8_t>& labels, const std::string& labels_name,
+                   std::int64_t expected_rows, std::int64_t expected_cols, std::int32_t classes) {
+  if (images.size() < 16)
+    throw InputError(fmt::format("{}: {} bytes, too short for an IDX image header (16 bytes)", images_name,
+                                 images.size()));
+  if (labels.size() < 8)
+    throw InputError(fmt::format("{}: {} bytes, too short for an IDX label header (8 bytes)", labels_name,
+                                 labels.size()));
+  const std::uint32_t image_magic = big_endian32(images.data()), label_magic = big_endian32(labels.data());
+  if (image_magic != 0x00000803)
+    throw InputError(fmt::format("{}: magic number 0x{:08x}, expected 0x00000803 (IDX unsigned-byte images); "
+                                 "is this an image file?", images_name, image_magic));
+  if (label_magic != 0x00000801)
+    throw InputError(fmt::format("{}: magic number 0x{:08x}, expected 0x00000801 (IDX unsigned-byte labels); "
+                                 "is this a label file?", labels_name, label_magic));
+  ImageSet set;
+  set.count = big_endian32(images.data() + 4);
+  set.channels = 1;
+  set.rows = big_endian32(images.data() + 8);
+  set.cols = big_endian32(images.data() + 12);
+  if (set.rows != expected_rows || set.cols != expected_cols)
+    throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_name, set.rows, set.cols,
+                                 expected_rows, expected_cols));
+  const std::int64_t label_count = big_endian32(labels.data() + 4);
+  if (label_count != set.count)
+    throw InputError(fmt::format("{} holds {} images but {} holds {} labels; the two files must come from "
+                                 "the same split", images_name, set.count, labels_name, label_count));
+  const std::uint64_t image_bytes = 16 + std::uint64_t(set.count) * std::uint64_t(set.sample_size());
+  if (images.size() != image_bytes)
+    throw InputError(fmt::format("{}: {} bytes, expected {} for {} images of {}x{} ({})", images_name,
+                                 images.size(), image_bytes, set.count, set.rows, set.cols,
+                                 images.size() < image_bytes ? "truncated download?" : "trailing bytes"));
+  if (labels.size() != 8 + std::uint64_t(label_count))
+    throw InputError(fmt::format("{}: {} bytes, expected {} for {} labels ({})", labels_name, labels.size(),
+                                 8 + label_count, label_count,
+                                 labels.size() < 8 + std::uint64_t(label_count) ? "truncated download?"
+                                                                                : "trailing bytes"));
+  set.pixels.assign(images.begin() + 16, images.end());
+  set.labels.resize(std::size_t(set.count));
+  for (std::int64_t i = 0; i < set.count; ++i) {
+    const std::int32_t label = labels[8 + i];
+    if (label >= classes)
+      throw InputError(fmt::format("{}: label {} of sample {} is out of range [0, {})", labels_name, label, i,
+                                   classes));
+    set.labels[i] = label;
+  }
+  return set;
+}
+
+ImageSet read_idx(const std::string& images_path, const std::string& labels_path, std::int64_t expected_rows,
+                  std::int64_t expected_cols, std::int32_t classes) {
+  return parse_idx(read_file_maybe_gzip(images_path), images_path, read_file_maybe_gzip(labels_path),
+                   labels_path, expected_rows, expected_cols, classes);
+}
+
+void append_cifar10(const std::vector<std::uint8_t>& bytes, const std::string& name, ImageSet& into) {
+  if (bytes.empty())
+    throw InputError(fmt::format("{}: empty file, expected whole {}-byte CIFAR-10 records (1 label + 3x32x32 "
+                                 "pixels); truncated download?", name, kCifarRecord));
+  if (bytes.size() % kCifarRecord != 0)
+    throw InputError(fmt::format("{}: {} bytes is not a whole number of {}-byte CIFAR-10 records "
+                                 "(1 label + 3x32x32 pixels){}", name, bytes.size(), kCifarRecord,
+                                 bytes.size() > std::size_t(kCifarRecord) ? "; truncated download?" : ""));
+  const std::int64_t records = std::int64_t(bytes.size()) / kCifarRecord;
+  // Every label is checked before `into` changes, so that a bad file leaves it as it was (count,
+  // labels and pixels in step).
+  for (std::int64_t r = 0; r < records; ++r)
+    if (const std::uint8_t label = bytes[std::size_t(r * kCifarRecord)]; label >= 10)
+      throw InputError(fmt::format("{}: label {} of record {} is out of range [0, 10); is this the CIFAR-10 "
+                                   "binary version (not CIFAR-100)?", name, label, r));
+  into.channels = 3;
+  into.rows = into.cols = kCifarSide;
+  into.pixels.reserve(into.pixels.size() + std::size_t(records * (kCifarRecord - 1)));
+  for (std::int64_t r = 0; r < records; ++r) {
+    const std::uint8_t* record = bytes.data() + r * kCifarRecord;
+    into.labels.push_back(record[0]);
+    into.pixels.insert(into.pixels.end(), record + 1, record + kCifarRecord);
+  }
+  into.count += records;
+}
+
+ImageSet read_cifar10(const std::vector<std::string>& paths) {
+  ImageSet set;
+  for (const std::string& path : paths) append_cifar10(read_file_maybe_gzip(path), path, set);
+  return set;
+}
+
+}  // namespace tb::data
