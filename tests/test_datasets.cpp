@@ -1,0 +1,843 @@
+// Checks the datasets: the IDX and CIFAR-10 parsers on broken and good files (plain and gzip),
+// Debian's Fashion-MNIST, the loader (shuffling, worker determinism, normalisation, augmentation,
+// shutdown), the sine wave, the splits, and that the MLP and the LSTM learn from real data.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <initializer_list>
+#include <iterator>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "datasets/loader.hpp"
+#include "datasets/readers.hpp"
+#include "datasets/sine.hpp"
+#include "datasets/sources.hpp"
+#include "engine/core/error.hpp"
+#include "engine/cpu/network.hpp"
+#include "engine/train/epochs.hpp"
+#include "engine/train/trainer.hpp"
+#include "models/models.hpp"
+
+namespace tb::data {
+namespace {
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<std::uint8_t>;
+
+constexpr const char* kDebianFashion = "/usr/share/datasets/fashion-mnist";
+constexpr std::int64_t kCifarRecord = 1 + 3 * 32 * 32;
+
+// A fresh folder under the system's temporary directory, removed with its content at the end:
+// tests running in parallel (ctest -j) each get their own.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    std::random_device entropy;
+    path_ = fs::temp_directory_path() /
+            fmt::format("tb_test_datasets_{}_{}_{:08x}", ::getpid(), counter++, std::uint32_t(entropy()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+void put_be32(Bytes& b, std::uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) b.push_back(std::uint8_t(v >> shift));
+}
+
+Bytes random_bytes(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Bytes b(n);
+  for (std::uint8_t& x : b) x = std::uint8_t(rng());
+  return b;
+}
+
+// An IDX image file: magic, count, rows, cols, then the pixels.
+Bytes idx_images(std::uint32_t count, std::uint32_t rows, std::uint32_t cols, const Bytes& pixels,
+                 std::uint32_t magic = 0x00000803) {
+  Bytes b;
+  put_be32(b, magic);
+  put_be32(b, count);
+  put_be32(b, rows);
+  put_be32(b, cols);
+  b.insert(b.end(), pixels.begin(), pixels.end());
+  return b;
+}
+
+// An IDX label file: magic, count (the number of labels unless given), then the labels.
+Bytes idx_labels(const Bytes& labels, std::int64_t count = -1, std::uint32_t magic = 0x00000801) {
+  Bytes b;
+  put_be32(b, magic);
+  put_be32(b, std::uint32_t(count < 0 ? std::int64_t(labels.size()) : count));
+  b.insert(b.end(), labels.begin(), labels.end());
+  return b;
+}
+
+// CIFAR-10 records whose pixels follow a pattern of the record's global index, so that the
+// order of records and of the colour planes can be checked.
+Bytes cifar_records(int first, int count) {
+  Bytes b;
+  for (int r = first; r < first + count; ++r) {
+    b.push_back(std::uint8_t((r * 3) % 10));
+    for (int c = 0; c < 3; ++c)
+      for (int i = 0; i < 32 * 32; ++i) b.push_back(std::uint8_t(r * 7 + c * 85 + i));
+  }
+  return b;
+}
+
+void write_file(const std::string& path, const Bytes& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+void write_gzip(const std::string& path, const Bytes& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb9");
+  ASSERT_NE(f, nullptr) << "cannot write " << path;
+  ASSERT_EQ(gzwrite(f, bytes.data(), unsigned(bytes.size())), int(bytes.size())) << path;
+  ASSERT_EQ(gzclose(f), Z_OK) << path;
+}
+
+Bytes read_plain(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// `f` must throw tb::InputError whose message holds every one of `parts`: the file's name,
+// what was wrong and what was expected.
+template <class F>
+void expect_input_error(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    for (const std::string& part : parts)
+      EXPECT_NE(message.find(part), std::string::npos) << "the message \"" << message << "\" lacks \"" << part << "\"";
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw something other than tb::InputError: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "did not throw";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsers on broken files.
+
+class BrokenFiles : public testing::Test {
+ protected:
+  // Writes an image and a label file and parses them as MNIST (28x28, 10 classes).
+  void parse(const Bytes& images, const Bytes& labels) {
+    write_file(images_path(), images);
+    write_file(labels_path(), labels);
+    read_idx(images_path(), labels_path(), 28, 28, 10);
+  }
+  std::string images_path() const { return dir_.file("train-images-idx3-ubyte"); }
+  std::string labels_path() const { return dir_.file("train-labels-idx1-ubyte"); }
+  static Bytes pixels(std::size_t count) { return random_bytes(count * 28 * 28, 7); }
+
+  TempDir dir_;
+};
+
+TEST_F(BrokenFiles, ImageMagic) {
+  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3), 0x00000801), idx_labels({1, 2, 3})); },
+                     {images_path(), "magic number 0x00000801", "expected 0x00000803", "image file"});
+}
+
+TEST_F(BrokenFiles, LabelMagic) {
+  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 2, 3}, -1, 0x00000803)); },
+                     {labels_path(), "magic number 0x00000803", "expected 0x00000801", "label file"});
+}
+
+TEST_F(BrokenFiles, WrongDimensions) {
+  expect_input_error([&] { parse(idx_images(3, 27, 28, random_bytes(3 * 27 * 28, 1)), idx_labels({1, 2, 3})); },
+                     {images_path(), "27x28", "expected 28x28"});
+}
+
+TEST_F(BrokenFiles, TruncatedImages) {
+  Bytes images = idx_images(3, 28, 28, pixels(3));
+  images.resize(images.size() - 100);
+  expect_input_error([&] { parse(images, idx_labels({1, 2, 3})); },
+                     {images_path(), fmt::format("{} bytes", 16 + 3 * 784 - 100),
+                      fmt::format("expected {}", 16 + 3 * 784), "truncated"});
+}
+
+TEST_F(BrokenFiles, ImageHeaderCut) {
+  expect_input_error([&] { parse(Bytes{0, 0, 8, 3, 0, 0}, idx_labels({1})); },
+                     {images_path(), "6 bytes", "too short", "16 bytes"});
+}
+
+TEST_F(BrokenFiles, TruncatedLabels) {
+  expect_input_error([&] { parse(idx_images(5, 28, 28, pixels(5)), idx_labels({1, 2, 3}, 5)); },
+                     {labels_path(), "11 bytes", "expected 13", "truncated"});
+  expect_input_error([&] { parse(idx_images(1, 28, 28, pixels(1)), Bytes{0, 0, 8, 1}); },
+                     {labels_path(), "4 bytes", "too short", "8 bytes"});
+}
+
+TEST_F(BrokenFiles, TrailingBytes) {
+  Bytes images = idx_images(3, 28, 28, pixels(3));
+  images.insert(images.end(), 7, 0);
+  expect_input_error([&] { parse(images, idx_labels({1, 2, 3})); },
+                     {images_path(), fmt::format("expected {}", 16 + 3 * 784), "trailing bytes"});
+  Bytes labels = idx_labels({1, 2, 3});
+  labels.push_back(4);
+  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), labels); },
+                     {labels_path(), "12 bytes", "expected 11", "trailing bytes"});
+}
+
+TEST_F(BrokenFiles, CountsDisagree) {
+  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 2})); },
+                     {images_path(), labels_path(), "3 images", "2 labels", "same split"});
+}
+
+TEST_F(BrokenFiles, LabelOutOfRange) {
+  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 10, 3})); },
+                     {labels_path(), "label 10 of sample 1", "[0, 10)"});
+}
+
+TEST_F(BrokenFiles, CifarSizeNotRecords) {
+  const std::string path = dir_.file("data_batch_1.bin");
+  Bytes bytes = cifar_records(0, 2);
+  bytes.resize(bytes.size() - 5);
+  write_file(path, bytes);
+  expect_input_error([&] { read_cifar10({path}); },
+                     {path, fmt::format("{} bytes", 2 * kCifarRecord - 5), "3073-byte", "truncated"});
+}
+
+TEST_F(BrokenFiles, CifarEmpty) {
+  const std::string path = dir_.file("data_batch_1.bin");
+  write_file(path, {});
+  expect_input_error([&] { read_cifar10({path}); }, {path, "empty", "3073-byte"});
+}
+
+TEST_F(BrokenFiles, CifarLabelOutOfRange) {
+  const std::string good = dir_.file("data_batch_1.bin"), bad = dir_.file("data_batch_2.bin");
+  write_file(good, cifar_records(0, 1));
+  Bytes bytes = cifar_records(0, 3);
+  bytes[std::size_t(kCifarRecord)] = 10;  // record 1
+  write_file(bad, bytes);
+  expect_input_error([&] { read_cifar10({good, bad}); }, {bad, "label 10 of record 1", "[0, 10)", "CIFAR-100"});
+  // A failed append leaves the set as it was: count, labels and pixels in step.
+  ImageSet set;
+  append_cifar10(read_plain(good), good, set);
+  EXPECT_THROW(append_cifar10(read_plain(bad), bad, set), InputError);
+  EXPECT_EQ(set.count, 1);
+  EXPECT_EQ(set.labels.size(), 1u);
+  EXPECT_EQ(set.pixels.size(), std::size_t(kCifarRecord - 1));
+}
+
+TEST_F(BrokenFiles, CorruptGzip) {
+  // A valid gzip header (magic, deflate, no flags, mtime, xfl, OS) followed by garbage whose
+  // first byte asks for deflate block type 3, which does not exist.
+  Bytes bytes{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+  Bytes garbage = random_bytes(300, 3);
+  garbage[0] = 0xff;
+  bytes.insert(bytes.end(), garbage.begin(), garbage.end());
+  const std::string path = dir_.file("train-images-idx3-ubyte.gz");
+  write_file(path, bytes);
+  write_file(labels_path(), idx_labels({1}));
+  expect_input_error([&] { read_idx(path, labels_path(), 28, 28, 10); }, {path, "corrupt gzip stream"});
+  expect_input_error([&] { read_cifar10({path}); }, {path, "corrupt gzip stream"});
+}
+
+TEST_F(BrokenFiles, GzipCutInHalf) {
+  // Random pixels do not compress, so half the file cuts the deflate data, not the header.
+  const std::string whole = dir_.file("whole.gz"), half = dir_.file("train-images-idx3-ubyte.gz");
+  write_gzip(whole, idx_images(50, 28, 28, pixels(50)));
+  Bytes bytes = read_plain(whole);
+  ASSERT_GT(bytes.size(), 20000u);
+  bytes.resize(bytes.size() / 2);
+  write_file(half, bytes);
+  write_file(labels_path(), idx_labels(Bytes(50, 1)));
+  expect_input_error([&] { read_idx(half, labels_path(), 28, 28, 10); },
+                     {half, "gzip stream ends early", "expected the rest", "truncated download"});
+
+  const std::string cifar_half = dir_.file("data_batch_1.bin.gz");
+  write_gzip(whole, cifar_records(0, 10));
+  bytes = read_plain(whole);
+  bytes.resize(bytes.size() / 2);
+  write_file(cifar_half, bytes);
+  expect_input_error([&] { read_cifar10({cifar_half}); }, {cifar_half, "gzip stream ends early"});
+}
+
+TEST_F(BrokenFiles, MissingFile) {
+  const std::string missing = dir_.file("t10k-images-idx3-ubyte.gz");
+  write_file(labels_path(), idx_labels({1}));
+  expect_input_error([&] { read_idx(missing, labels_path(), 28, 28, 10); },
+                     {missing, "no such file", "scripts/fetch_datasets.sh", "--data_dir"});
+  expect_input_error([&] { read_cifar10({dir_.file("test_batch.bin")}); },
+                     {dir_.file("test_batch.bin"), "scripts/fetch_datasets.sh", "--data_dir"});
+  // Through the splits too: an empty MNIST folder names the first file it looked for.
+  expect_input_error(
+      [&] { make_splits("mnist", dir_.path(), models::mlp(), LoaderConfig{.batch = 10}); },
+      {dir_.file("train-images-idx3-ubyte.gz"), "scripts/fetch_datasets.sh"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsers on good files.
+
+TEST(GoodFiles, IdxPlainAndGzipIdentical) {
+  TempDir dir;
+  const Bytes pixels = random_bytes(5 * 784, 11);
+  const Bytes labels{3, 0, 9, 4, 4};
+  write_file(dir.file("images"), idx_images(5, 28, 28, pixels));
+  write_file(dir.file("labels"), idx_labels(labels));
+  write_gzip(dir.file("images.gz"), idx_images(5, 28, 28, pixels));
+  write_gzip(dir.file("labels.gz"), idx_labels(labels));
+  ASSERT_NE(read_plain(dir.file("images.gz"))[0], 0) << "the gzip file must not be stored plain";
+
+  const ImageSet plain = read_idx(dir.file("images"), dir.file("labels"), 28, 28, 10);
+  const ImageSet gz = read_idx(dir.file("images.gz"), dir.file("labels.gz"), 28, 28, 10);
+  for (const ImageSet* set : {&plain, &gz}) {
+    EXPECT_EQ(set->count, 5);
+    EXPECT_EQ(set->channels, 1);
+    EXPECT_EQ(set->rows, 28);
+    EXPECT_EQ(set->cols, 28);
+    EXPECT_TRUE(set->pixels == pixels);
+    EXPECT_EQ(set->labels, std::vector<std::int32_t>(labels.begin(), labels.end()));
+  }
+  EXPECT_TRUE(plain.pixels == gz.pixels);
+  EXPECT_EQ(plain.labels, gz.labels);
+  EXPECT_TRUE(read_file_maybe_gzip(dir.file("images.gz")) == read_plain(dir.file("images")));
+}
+
+TEST(GoodFiles, CifarRoundTripAcrossFiles) {
+  TempDir dir;
+  write_file(dir.file("data_batch_1.bin"), cifar_records(0, 2));
+  write_gzip(dir.file("data_batch_2.bin.gz"), cifar_records(2, 3));
+  const ImageSet set = read_cifar10({dir.file("data_batch_1.bin"), dir.file("data_batch_2.bin.gz")});
+  ASSERT_EQ(set.count, 5);
+  EXPECT_EQ(set.channels, 3);
+  EXPECT_EQ(set.rows, 32);
+  EXPECT_EQ(set.cols, 32);
+  ASSERT_EQ(set.labels.size(), 5u);
+  ASSERT_EQ(set.pixels.size(), std::size_t(5 * 3072));
+  for (int r = 0; r < 5; ++r) {
+    EXPECT_EQ(set.labels[r], (r * 3) % 10) << "record " << r;
+    for (int c = 0; c < 3; ++c)
+      for (int i = 0; i < 1024; ++i)
+        ASSERT_EQ(set.pixels[std::size_t(r * 3072 + c * 1024 + i)], std::uint8_t(r * 7 + c * 85 + i))
+            << "record " << r << " plane " << c << " pixel " << i;
+  }
+}
+
+// Debian's dataset-fashion-mnist package: gzip IDX files of the full dataset.
+TEST(GoodFiles, DebianFashionMnist) {
+  const std::string dir = kDebianFashion;
+  if (!fs::exists(dir + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << dir << " is absent: install dataset-fashion-mnist (apt-get install dataset-fashion-mnist; "
+                 << "scripts/test.sh installs it)";
+  struct Split {
+    const char* prefix;
+    std::int64_t count;
+  };
+  for (const Split& split : {Split{"train", 60000}, Split{"t10k", 10000}}) {
+    SCOPED_TRACE(split.prefix);
+    const ImageSet set = read_idx(fmt::format("{}/{}-images-idx3-ubyte.gz", dir, split.prefix),
+                                  fmt::format("{}/{}-labels-idx1-ubyte.gz", dir, split.prefix), 28, 28, 10);
+    EXPECT_EQ(set.count, split.count);
+    EXPECT_EQ(set.channels, 1);
+    EXPECT_EQ(set.rows, 28);
+    EXPECT_EQ(set.cols, 28);
+    EXPECT_EQ(set.pixels.size(), std::size_t(split.count * 784));
+    ASSERT_EQ(set.labels.size(), std::size_t(split.count));
+    std::vector<std::int64_t> per_class(10, 0);
+    for (std::int32_t label : set.labels) {
+      ASSERT_TRUE(label >= 0 && label < 10) << label;
+      ++per_class[std::size_t(label)];
+    }
+    // Fashion-MNIST is balanced: 6000 and 1000 of each class.
+    for (int c = 0; c < 10; ++c) EXPECT_EQ(per_class[std::size_t(c)], split.count / 10) << "class " << c;
+    EXPECT_NE(*std::max_element(set.pixels.begin(), set.pixels.end()), 0) << "all-black images";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loader.
+
+// Samples of 1x1x4 whose pixels encode their index (count <= 256): pixel 0 = index,
+// pixel 1 = 255 - index; label = index % 10.
+std::shared_ptr<ImageSet> indexed_set(std::int64_t count) {
+  auto set = std::make_shared<ImageSet>();
+  set->count = count;
+  set->channels = 1;
+  set->rows = 1;
+  set->cols = 4;
+  for (std::int64_t i = 0; i < count; ++i) {
+    set->pixels.insert(set->pixels.end(), {std::uint8_t(i), std::uint8_t(255 - i), 0, 7});
+    set->labels.push_back(std::int32_t(i % 10));
+  }
+  return set;
+}
+
+// (x / 255 - 0) / (1 / 255) = x: the loader hands out the raw pixel values.
+Normalisation identity() { return Normalisation{{0.0f}, {1.0f / 255.0f}}; }
+
+// Random images whose channels have different means and spreads.
+std::shared_ptr<ImageSet> random_images(std::int64_t count, std::int64_t channels, std::int64_t side,
+                                        std::uint64_t seed) {
+  auto set = std::make_shared<ImageSet>();
+  set->count = count;
+  set->channels = channels;
+  set->rows = set->cols = side;
+  std::mt19937_64 rng(seed);
+  for (std::int64_t s = 0; s < count; ++s) {
+    for (std::int64_t c = 0; c < channels; ++c) {
+      std::normal_distribution<double> pixel(60.0 + 60.0 * double(c), 20.0 + 15.0 * double(c));
+      for (std::int64_t i = 0; i < side * side; ++i)
+        set->pixels.push_back(std::uint8_t(std::clamp(std::lround(pixel(rng)), 0L, 255L)));
+    }
+    set->labels.push_back(std::int32_t(rng() % 10));
+  }
+  return set;
+}
+
+// The sample indices of one epoch's batches from an indexed_set loader, checking as it goes
+// that every sample's pixels and label belong together.
+std::vector<std::int64_t> epoch_indices(ImageLoader& loader, i64 batch) {
+  std::vector<std::int64_t> indices;
+  for (i64 step = 0; step < loader.steps_per_epoch(); ++step) {
+    const Batch& b = loader.next();
+    EXPECT_EQ(b.input.size(), std::size_t(batch * 4));
+    EXPECT_EQ(b.labels.size(), std::size_t(batch));
+    for (i64 i = 0; i < batch; ++i) {
+      const std::int64_t index = std::lround(b.input[std::size_t(i * 4)]);
+      EXPECT_NEAR(b.input[std::size_t(i * 4)], float(index), 1e-3);
+      EXPECT_NEAR(b.input[std::size_t(i * 4 + 1)], float(255 - index), 1e-3) << "sample " << index;
+      EXPECT_NEAR(b.input[std::size_t(i * 4 + 3)], 7.0f, 1e-3);
+      EXPECT_EQ(b.labels[std::size_t(i)], index % 10) << "sample " << index;
+      indices.push_back(index);
+    }
+  }
+  return indices;
+}
+
+TEST(Loader, EverySampleOncePerEpoch) {
+  ImageLoader loader("indexed", "test", indexed_set(60), identity(), {4}, LoaderConfig{.batch = 6, .seed = 3});
+  ASSERT_EQ(loader.steps_per_epoch(), 10);
+  std::vector<std::int64_t> all(60);
+  std::iota(all.begin(), all.end(), 0);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::vector<std::int64_t> indices = epoch_indices(loader, 6);
+    std::sort(indices.begin(), indices.end());
+    EXPECT_EQ(indices, all) << "epoch " << epoch;
+  }
+  // With a partial last batch the leftover samples are dropped, never repeated.
+  ImageLoader ragged("indexed", "test", indexed_set(64), identity(), {4}, LoaderConfig{.batch = 6, .seed = 3});
+  ASSERT_EQ(ragged.steps_per_epoch(), 10);
+  std::set<std::int64_t> seen_across;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    const std::vector<std::int64_t> indices = epoch_indices(ragged, 6);
+    const std::set<std::int64_t> distinct(indices.begin(), indices.end());
+    EXPECT_EQ(distinct.size(), 60u) << "epoch " << epoch;
+    EXPECT_LT(*distinct.rbegin(), 64);
+    seen_across.insert(distinct.begin(), distinct.end());
+  }
+  EXPECT_GT(seen_across.size(), 60u) << "the dropped samples should change from epoch to epoch";
+}
+
+TEST(Loader, OrdersPerEpochAndSeed) {
+  auto set = indexed_set(60);
+  auto epochs = [&](std::uint64_t seed, bool shuffle) {
+    ImageLoader loader("indexed", "test", set, identity(), {4},
+                       LoaderConfig{.batch = 6, .shuffle = shuffle, .seed = seed});
+    std::vector<std::vector<std::int64_t>> out;
+    for (int e = 0; e < 3; ++e) out.push_back(epoch_indices(loader, 6));
+    return out;
+  };
+  const auto a = epochs(5, true), again = epochs(5, true), other = epochs(6, true), ordered = epochs(5, false);
+  EXPECT_NE(a[0], a[1]);
+  EXPECT_NE(a[1], a[2]);
+  EXPECT_NE(a[0], a[2]);
+  EXPECT_EQ(a, again) << "the same seed must give the same orders";
+  EXPECT_NE(a[0], other[0]) << "another seed should give another order";
+  std::vector<std::int64_t> in_order(60);
+  std::iota(in_order.begin(), in_order.end(), 0);
+  for (const auto& epoch : ordered) EXPECT_EQ(epoch, in_order) << "shuffle off keeps the file's order";
+}
+
+// The worker queue hands out exactly the batches the serial loader prepares, whatever the
+// number of workers and the prefetch depth (augmentation on, so its random draws count too).
+TEST(Loader, WorkersMatchSerial) {
+  auto set = random_images(50, 3, 8, 21);
+  const Normalisation norm = Normalisation::of(*set);
+  const LoaderConfig base{.batch = 4, .workers = 0, .augment = true, .seed = 9};
+  constexpr int kBatches = 30;  // 2.5 epochs of 12 steps
+  std::vector<Batch> serial;
+  {
+    ImageLoader loader("random", "test", set, norm, {3, 8, 8}, base);
+    for (int i = 0; i < kBatches; ++i) serial.push_back(loader.next());
+  }
+  std::mt19937 jitter(4);
+  for (int workers = 1; workers <= 3; ++workers) {
+    for (int prefetch = 1; prefetch <= 3; ++prefetch) {
+      SCOPED_TRACE(fmt::format("{} workers, prefetch {}", workers, prefetch));
+      LoaderConfig config = base;
+      config.workers = workers;
+      config.prefetch = prefetch;
+      ImageLoader loader("random", "test", set, norm, {3, 8, 8}, config);
+      for (int i = 0; i < kBatches; ++i) {
+        // An uneven consumer lets the workers run ahead by different amounts.
+        if (jitter() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 500));
+        const Batch& b = loader.next();
+        ASSERT_TRUE(b.input == serial[std::size_t(i)].input) << "batch " << i << " inputs differ";
+        ASSERT_EQ(b.labels, serial[std::size_t(i)].labels) << "batch " << i;
+      }
+    }
+  }
+}
+
+TEST(Loader, NormalisationPerChannel) {
+  auto set = random_images(64, 3, 8, 5);
+  const Normalisation norm = Normalisation::of(*set);
+  ASSERT_EQ(norm.mean.size(), 3u);
+  ImageLoader loader("random", "test", set, norm, {3, 8, 8}, LoaderConfig{.batch = 8, .seed = 2});
+  ASSERT_EQ(loader.steps_per_epoch(), 8);  // the whole set, none dropped
+  std::vector<double> sum(3, 0), sum_sq(3, 0);
+  for (i64 step = 0; step < loader.steps_per_epoch(); ++step) {
+    const Batch& b = loader.next();
+    for (std::size_t i = 0; i < b.input.size(); ++i) {
+      const std::size_t c = (i / 64) % 3;
+      sum[c] += b.input[i];
+      sum_sq[c] += double(b.input[i]) * b.input[i];
+    }
+  }
+  const double n = 64.0 * 64.0;
+  for (std::size_t c = 0; c < 3; ++c) {
+    const double mean = sum[c] / n, var = sum_sq[c] / n - mean * mean;
+    EXPECT_NEAR(mean, 0.0, 1e-4) << "channel " << c;
+    EXPECT_NEAR(std::sqrt(var), 1.0, 1e-4) << "channel " << c;
+  }
+  // The channels differ before normalising, so per-channel statistics were needed.
+  EXPECT_GT(norm.mean[2] - norm.mean[0], 0.3f);
+}
+
+// Index of the value of channel c, row y, column x in a (3, 32, 32) sample.
+std::size_t at(i64 c, i64 y, i64 x) { return std::size_t(c * 1024 + y * 32 + x); }
+
+// Whether `augmented` is `plain` shifted by (dy, dx) after an optional horizontal flip, with
+// exactly 0 where the shift leaves the image.
+bool is_shifted_copy(const float* augmented, const float* plain, i64 dy, i64 dx, bool flip) {
+  for (i64 c = 0; c < 3; ++c)
+    for (i64 y = 0; y < 32; ++y)
+      for (i64 x = 0; x < 32; ++x) {
+        const i64 sy = y + dy, sx = (flip ? 31 - x : x) + dx;
+        const bool inside = sy >= 0 && sy < 32 && sx >= 0 && sx < 32;
+        // Both loaders compute a pixel's value by the same expression: equality is exact.
+        const float expected = inside ? plain[at(c, sy, sx)] : 0.0f;
+        if (augmented[at(c, y, x)] != expected) return false;
+      }
+  return true;
+}
+
+TEST(Loader, AugmentationShiftsAndFlips) {
+  auto set = random_images(16, 3, 32, 8);
+  const Normalisation norm = Normalisation::of(*set);
+  const LoaderConfig plain_config{.batch = 4, .augment = false, .seed = 4};
+  LoaderConfig augment_config = plain_config;
+  augment_config.augment = true;
+  ImageLoader plain("cifar", "test", set, norm, {3, 32, 32}, plain_config);
+  ImageLoader augmented("cifar", "test", set, norm, {3, 32, 32}, augment_config);
+  int changed = 0, flipped = 0, samples = 0;
+  for (int step = 0; step < 8; ++step) {
+    const Batch p = plain.next();
+    const Batch& a = augmented.next();
+    ASSERT_EQ(a.labels, p.labels) << "augmentation must keep the labels (and the order), step " << step;
+    for (i64 b = 0; b < 4; ++b) {
+      const float* ap = a.input.data() + b * 3072;
+      const float* pp = p.input.data() + b * 3072;
+      for (i64 c = 0; c < 3; ++c) {
+        const float lo = (0.0f - norm.mean[c]) / norm.stddev[c], hi = (1.0f - norm.mean[c]) / norm.stddev[c];
+        for (i64 i = 0; i < 1024; ++i) {
+          const float v = ap[c * 1024 + i];
+          ASSERT_TRUE(v == 0.0f || (v >= lo - 1e-4f && v <= hi + 1e-4f))
+              << v << " is neither padding nor in [" << lo << ", " << hi << "]";
+        }
+      }
+      bool found = false;
+      for (i64 dy = -4; dy <= 4 && !found; ++dy)
+        for (i64 dx = -4; dx <= 4 && !found; ++dx)
+          for (bool flip : {false, true})
+            if (!found && is_shifted_copy(ap, pp, dy, dx, flip)) {
+              found = true;
+              changed += dy != 0 || dx != 0 || flip;
+              flipped += flip;
+            }
+      EXPECT_TRUE(found) << "step " << step << " sample " << b << " is no shifted or flipped copy";
+      ++samples;
+    }
+  }
+  EXPECT_GT(changed, samples / 2) << "augmentation left most images as they were";
+  EXPECT_GT(flipped, 0);
+  EXPECT_LT(flipped, samples);
+}
+
+TEST(Loader, AugmentationLeavesGreyscaleAlone) {
+  auto set = random_images(16, 1, 28, 8);
+  ImageLoader plain("mnist", "test", set, Normalisation::of(*set), {784}, LoaderConfig{.batch = 4, .seed = 4});
+  ImageLoader augmented("mnist", "test", set, Normalisation::of(*set), {784},
+                        LoaderConfig{.batch = 4, .augment = true, .seed = 4});
+  for (int step = 0; step < 4; ++step) {
+    const Batch p = plain.next();
+    EXPECT_TRUE(augmented.next().input == p.input) << "step " << step;
+  }
+}
+
+TEST(Loader, WaitSecondsGrows) {
+  auto set = random_images(64, 3, 32, 1);
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(fmt::format("{} workers", workers));
+    ImageLoader loader("cifar", "test", set, Normalisation::of(*set), {3, 32, 32},
+                       LoaderConfig{.batch = 16, .workers = workers, .augment = true});
+    EXPECT_EQ(loader.wait_seconds(), 0.0);
+    double previous = 0;
+    for (int i = 0; i < 12; ++i) {
+      loader.next();
+      const double now = loader.wait_seconds();
+      EXPECT_GE(now, previous) << "batch " << i;
+      EXPECT_TRUE(std::isfinite(now));
+      previous = now;
+    }
+    // Preparing on the caller's thread is all waiting; the first batch from workers is waited for.
+    EXPECT_GT(previous, 0.0);
+    EXPECT_LT(previous, 60.0);
+  }
+}
+
+// Destroying a loader whose workers are blocked on a full queue must wake and join them.
+TEST(Loader, DestroyWithFullQueueDoesNotHang) {
+  auto set = random_images(64, 3, 8, 2);
+  const Normalisation norm = Normalisation::of(*set);
+  for (int workers = 1; workers <= 3; ++workers) {
+    for (int prefetch = 1; prefetch <= 3; ++prefetch) {
+      for (int taken : {0, 1}) {
+        auto loader = std::make_unique<ImageLoader>("random", "test", set, norm, Dims{3, 8, 8},
+                                                    LoaderConfig{.batch = 4, .workers = workers, .prefetch = prefetch});
+        for (int i = 0; i < taken; ++i) loader->next();
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the workers fill the queue and block
+        std::promise<void> done;
+        std::future<void> destroyed = done.get_future();
+        std::thread destroyer([&] {
+          loader.reset();
+          done.set_value();
+        });
+        if (destroyed.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+          // A hung join cannot be recovered from: report and end the process with a failure.
+          std::fprintf(stderr, "FAILED: ~ImageLoader hangs with %d workers, prefetch %d, %d batches taken\n", workers,
+                       prefetch, taken);
+          std::fflush(stderr);
+          std::_Exit(1);
+        }
+        destroyer.join();
+        EXPECT_FALSE(loader);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sine wave.
+
+float wave(std::int64_t t) { return float(std::sin(2 * M_PI * double(t) / SineWave::kPeriod)); }
+
+TEST(Sine, TargetIsNextInput) {
+  constexpr i64 T = 35, N = 20;
+  SineWave train(T, N, false, 1);
+  EXPECT_EQ(train.steps_per_epoch(), (SineWave::kTrainLength - 1) / (T * N));
+  Batch first;
+  for (int step = 0; step < 5; ++step) {
+    const Batch& b = train.next();
+    ASSERT_EQ(b.input.size(), std::size_t(T * N));
+    ASSERT_EQ(b.targets.size(), std::size_t(T * N));
+    for (i64 n = 0; n < N; ++n) {
+      for (i64 t = 0; t + 1 < T; ++t)
+        ASSERT_NEAR(b.targets[std::size_t(t * N + n)], b.input[std::size_t((t + 1) * N + n)], 1e-6)
+            << "window " << n << " step " << t;
+      for (i64 t = 0; t < T; ++t) ASSERT_LE(std::abs(b.input[std::size_t(t * N + n)]), 1.0f);
+    }
+    if (step == 0) first = b;
+    else EXPECT_FALSE(b.input == first.input) << "training windows start at random points";
+  }
+}
+
+TEST(Sine, ValidationRangeInOrderEveryEpoch) {
+  constexpr i64 T = 35, N = 20;
+  SineWave val(T, N, true, 1), other_seed(T, N, true, 99), train(T, N, false, 1);
+  const i64 steps = val.steps_per_epoch();
+  ASSERT_EQ(steps, (SineWave::kValidationLength - 1) / (T * N));
+  std::vector<Batch> epoch1;
+  for (i64 s = 0; s < steps; ++s) {
+    const Batch& b = val.next();
+    // Window n of step s covers points kTrainLength + (s * N + n) * T ... + T, all inside the
+    // validation range (the last target included).
+    for (i64 n = 0; n < N; ++n) {
+      const std::int64_t start = SineWave::kTrainLength + (s * N + n) * T;
+      ASSERT_LE(start + T, SineWave::kTrainLength + SineWave::kValidationLength - 1);
+      for (i64 t = 0; t < T; ++t) {
+        ASSERT_EQ(b.input[std::size_t(t * N + n)], wave(start + t)) << "step " << s << " window " << n;
+        ASSERT_EQ(b.targets[std::size_t(t * N + n)], wave(start + t + 1)) << "step " << s << " window " << n;
+      }
+    }
+    epoch1.push_back(b);
+    EXPECT_TRUE(other_seed.next().input == b.input) << "validation does not depend on the seed";
+    EXPECT_FALSE(train.next().input == b.input) << "step " << s;
+  }
+  for (i64 s = 0; s < steps; ++s) {
+    const Batch& b = val.next();
+    EXPECT_TRUE(b.input == epoch1[std::size_t(s)].input) << "epoch 2 step " << s;
+    EXPECT_TRUE(b.targets == epoch1[std::size_t(s)].targets) << "epoch 2 step " << s;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Splits.
+
+void check_classification_batches(Dataset& data, i64 batch, i64 features, i64 steps) {
+  ASSERT_GT(data.steps_per_epoch(), 0);
+  for (i64 s = 0; s < steps; ++s) {
+    const Batch& b = data.next();
+    ASSERT_EQ(b.input.size(), std::size_t(batch * features));
+    ASSERT_EQ(b.labels.size(), std::size_t(batch));
+    for (std::int32_t label : b.labels) ASSERT_TRUE(label >= 0 && label < 10) << label;
+    for (float v : b.input) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+TEST(Splits, Synthetic) {
+  {
+    Splits s = make_splits("mnist", "", models::mlp(), LoaderConfig{.batch = 32, .seed = 1});
+    EXPECT_EQ(s.source, "synthetic");
+    EXPECT_EQ(s.train->source(), "synthetic");
+    EXPECT_EQ(s.train->name(), "mnist");
+    EXPECT_GT(s.validation_steps, 0);
+    EXPECT_EQ(s.validation_steps, s.validation->steps_per_epoch());
+    check_classification_batches(*s.train, 32, 784, 3);
+    check_classification_batches(*s.validation, 32, 784, 3);
+  }
+  {
+    Splits s = make_splits("cifar10", "", models::lenet5(), LoaderConfig{.batch = 16, .augment = true, .seed = 1});
+    EXPECT_EQ(s.source, "synthetic");
+    check_classification_batches(*s.train, 16, 3 * 32 * 32, 3);
+    check_classification_batches(*s.validation, 16, 3 * 32 * 32, 3);
+  }
+  {
+    Splits s = make_splits("sine", "", models::lstm(35), LoaderConfig{.batch = 20, .seed = 1});
+    EXPECT_EQ(s.source, "generated");
+    EXPECT_EQ(s.train->name(), "sine");
+    const Batch& b = s.train->next();
+    EXPECT_EQ(b.input.size(), std::size_t(35 * 20));
+    EXPECT_EQ(b.targets.size(), std::size_t(35 * 20));
+    EXPECT_EQ(s.validation_steps, s.validation->steps_per_epoch());
+  }
+}
+
+TEST(Splits, FashionMnistFindsDebianFolder) {
+  if (!fs::exists(std::string(kDebianFashion) + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << kDebianFashion << " is absent: install dataset-fashion-mnist (scripts/test.sh installs it)";
+  TempDir dir;
+  EXPECT_EQ(find_dataset("fashion-mnist", dir.path()), kDebianFashion);
+  EXPECT_EQ(find_dataset("mnist", dir.path()), "") << "only Fashion-MNIST has a system folder";
+  fs::create_directory(dir.file("fashion-mnist"));
+  EXPECT_EQ(find_dataset("fashion-mnist", dir.path()), dir.file("fashion-mnist")) << "the data directory wins";
+
+  Splits s = make_splits("fashion-mnist", kDebianFashion, models::mlp(), LoaderConfig{.batch = 100, .seed = 1});
+  EXPECT_EQ(s.source, kDebianFashion);
+  EXPECT_EQ(s.train->source(), kDebianFashion);
+  EXPECT_EQ(s.validation->source(), kDebianFashion);
+  EXPECT_EQ(s.train->steps_per_epoch(), 600);
+  EXPECT_EQ(s.validation_steps, 100);
+  check_classification_batches(*s.train, 100, 784, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Learning from real data.
+
+const models::Workload& workload(const std::string& model, const std::string& dataset) {
+  static const std::vector<models::Workload> all = models::workloads();
+  for (const models::Workload& w : all)
+    if (w.model == model && w.dataset == dataset) return w;
+  throw Error(fmt::format("no workload {}/{}", model, dataset));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// One epoch of the MLP workload (Adam 1e-3, batch 100) on Fashion-MNIST's 60000 training
+// images; validation on t10k. Published MLPs of this size reach 84-86% after one epoch.
+TEST(Learns, MlpFashionMnistOneEpoch) {
+  const std::string folder = find_dataset("fashion-mnist", "data");
+  if (folder.empty())
+    GTEST_SKIP() << "no Fashion-MNIST: install dataset-fashion-mnist (scripts/test.sh installs it) or put it "
+                 << "under data/fashion-mnist";
+  const models::Workload& w = workload("mlp", "fashion-mnist");
+  const auto start = std::chrono::steady_clock::now();
+  Splits s = make_splits("fashion-mnist", folder, w.spec, LoaderConfig{.batch = w.batch, .seed = 1});
+  Trainer trainer(std::make_unique<cpu::CpuNetwork>(
+                      w.spec, cpu::NetworkConfig{.batch = w.batch, .optimizer = w.optimizer_for(w.batch), .seed = 1}),
+                  std::move(s.train));
+  const EpochResult result = train_epochs(trainer, *s.validation, s.validation_steps, EpochOptions{.epochs = 1}, {});
+  ASSERT_EQ(result.records.size(), 1u);
+  const EpochRecord& r = result.records[0];
+  std::printf("mlp on %s, 1 epoch (%lld steps of %lld): train loss %.4f, validation loss %.4f, validation accuracy "
+              "%.2f%% (%.1f s)\n",
+              folder.c_str(), static_cast<long long>(r.steps), static_cast<long long>(w.batch), r.train_loss,
+              r.val_loss, 100 * r.val_acc, seconds_since(start));
+  EXPECT_EQ(r.steps, 600);
+  EXPECT_GE(r.val_acc, 0.80);
+}
+
+// 20 epochs of the LSTM workload (Adam 1e-2, 20 windows of 35 steps) on the sine wave. Measured
+// validation MSE after 20 epochs: 0.0011 at seed 1, 0.0010-0.0015 over seeds 1-12 (0.02-0.37
+// after epoch 1). The threshold 0.005 leaves over 3x margin, while an LSTM that does not learn
+// stays near the wave's variance, 0.5.
+TEST(Learns, LstmSineTwentyEpochs) {
+  const models::Workload& w = workload("lstm", "sine");
+  const auto start = std::chrono::steady_clock::now();
+  Splits s = make_splits("sine", "", w.spec, LoaderConfig{.batch = w.batch, .seed = 1});
+  Trainer trainer(std::make_unique<cpu::CpuNetwork>(
+                      w.spec, cpu::NetworkConfig{.batch = w.batch, .optimizer = w.optimizer_for(w.batch), .seed = 1}),
+                  std::move(s.train));
+  const EpochResult result = train_epochs(trainer, *s.validation, s.validation_steps, EpochOptions{.epochs = 20}, {});
+  ASSERT_EQ(result.records.size(), 20u);
+  const EpochRecord& first = result.records.front();
+  const EpochRecord& last = result.records.back();
+  std::printf("lstm on the sine wave, 20 epochs: validation MSE %.6f after epoch 1, %.6f after epoch 20 (%.1f s)\n",
+              first.val_loss, last.val_loss, seconds_since(start));
+  EXPECT_LT(last.val_acc, 0.0) << "regression has no accuracy";
+  EXPECT_LT(last.val_loss, first.val_loss);
+  EXPECT_LT(last.val_loss, 0.005);
+}
+
+}  // namespace
+}  // namespace tb::data
