@@ -30,16 +30,7 @@ struct Session {
   std::string name;
   std::unique_ptr<Trainer> trainer;
   data::Splits splits;  // what the trainer's data left behind: the validation split
-  Batch probe;          // a fixed batch on which the loss must fall
-  float probe_loss = 0;  // its loss before the first step
 };
-
-// Training-mode loss on the probe batch (no backward, no update): the same samples before and
-// after training, so a falling loss is not an artefact of easier batches.
-float probe_loss(Session& s) {
-  s.trainer->network().set_batch(s.probe.view());
-  return s.trainer->network().forward();
-}
 std::unique_ptr<Session> g_session;
 
 std::unique_ptr<Session> make_session(const BenchInfo& info) {
@@ -48,9 +39,7 @@ std::unique_ptr<Session> make_session(const BenchInfo& info) {
   auto session = std::make_unique<Session>();
   session->name = info.name;
   session->splits = data::make_splits(info.dataset, info.data_folder, info.spec, info.loader);
-  session->probe = session->splits.validation->next();
   session->trainer = std::make_unique<Trainer>(std::move(network), std::move(session->splits.train));
-  session->probe_loss = probe_loss(*session);
   return session;
 }
 
@@ -63,13 +52,17 @@ Session& train_session(const BenchInfo& info) {
   return *g_session;
 }
 
-// The run fails unless training lowered the loss on the probe batch.
-void check_loss_fell(Session& s) {
-  const float after = probe_loss(s);
-  if (!(after < s.probe_loss))
-    throw CheckFailed(fmt::format("loss did not fall: {:.5g} on a fixed batch before training, {:.5g} after {} steps "
-                                  "(a model still on its initial plateau needs more steps: raise --warmup_steps)",
-                                  s.probe_loss, after, s.trainer->losses().size()));
+// The run fails unless training lowered the loss of the first training batch: its loss at the
+// first step (before any update) against a training-mode forward on it now (no update). The
+// same samples before and after, so a falling loss is not an artefact of easier batches.
+void check_loss_fell(Trainer& trainer) {
+  Network& net = trainer.network();
+  net.set_batch(trainer.first_batch().view());
+  const float before = trainer.losses().front(), after = net.forward();
+  if (!(after < before))
+    throw CheckFailed(fmt::format("loss did not fall: {:.5g} on the first batch before training, {:.5g} after {} "
+                                  "steps (a model still on its initial plateau needs more steps: raise "
+                                  "--warmup_steps)", before, after, trainer.losses().size()));
 }
 
 // Counters of the timed steps: throughput, utilisation, host CPU, phases.
@@ -99,13 +92,12 @@ void step_counters(benchmark::State& st, const BenchInfo& info, const Trainer& t
 
 void run_train(benchmark::State& st, const BenchInfo& info) {
   omp_set_num_threads(info.threads);
-  Session& session = train_session(info);
-  Trainer& trainer = *session.trainer;
+  Trainer& trainer = *train_session(info).trainer;
   const PhaseTimes p0 = trainer.phases();
   const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
   for (auto _ : st) trainer.step();
   const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
-  check_loss_fell(session);
+  check_loss_fell(trainer);
   step_counters(st, info, trainer, p0, double(st.iterations()), wall, cpu);
 }
 
@@ -121,7 +113,7 @@ void run_epochs(benchmark::State& st, const BenchInfo& info) {
         EpochOptions{.epochs = info.epochs, .target_accuracy = info.target_accuracy},
         [&](const EpochRecord& r) { g_on_epoch(info, r); });
     const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
-    check_loss_fell(*session);
+    check_loss_fell(trainer);
     const EpochRecord& last = result.records.back();
     step_counters(st, info, trainer, PhaseTimes{}, double(last.steps), last.train_s, cpu * last.train_s / wall);
     auto& c = st.counters;

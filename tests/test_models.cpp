@@ -155,13 +155,15 @@ TEST(ModelsSpec, Resnet152Cifar) {
 
 TEST(ModelsSpec, Workloads) {
   const auto w = models::workloads();
-  ASSERT_EQ(w.size(), 5u);
+  ASSERT_EQ(w.size(), 6u);  // mnist and fashion-mnist share the MLP
   for (const auto& wl : w) {
     SCOPED_TRACE(wl.model + "/" + wl.dataset);
     EXPECT_EQ(wl.spec.name, wl.model);
     EXPECT_GT(wl.batch, 0);
     EXPECT_NO_THROW(infer_shapes(wl.spec, wl.batch));
     EXPECT_TRUE(is_loss(wl.spec.nodes.back().spec));
+    EXPECT_GE(wl.epochs, 1);
+    EXPECT_GE(wl.warmup_steps, 0);
   }
   EXPECT_EQ(models::model_names(), (std::vector<std::string>{"mlp", "lenet5", "lstm", "resnet152"}));
 }

@@ -48,6 +48,7 @@ float Trainer::step() {
   phases_.forward += t3 - t2;
   phases_.backward += t4 - t3;
   phases_.update += t5 - t4;
+  if (losses_.empty()) first_batch_ = batch;
   losses_.push_back(loss);
   tally_.add(loss, network_->correct(), batch_samples(batch));
   return loss;

@@ -37,6 +37,8 @@ class Trainer {
   Tally evaluate(Dataset& data, i64 steps);
 
   const std::vector<float>& losses() const { return losses_; }
+  // A copy of the first batch trained on; losses().front() is its loss before any update.
+  const Batch& first_batch() const { return first_batch_; }
   const PhaseTimes& phases() const { return phases_; }
   // Loss and accuracy of the training steps since the last reset (an epoch's figures).
   const Tally& tally() const { return tally_; }
@@ -48,6 +50,7 @@ class Trainer {
   std::unique_ptr<Network> network_;
   std::unique_ptr<Dataset> data_;
   std::vector<float> losses_;
+  Batch first_batch_;
   PhaseTimes phases_;
   Tally tally_;
 };
