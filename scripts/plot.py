@@ -543,7 +543,12 @@ def chart_time_to_accuracy(figs: Figures, data: Data):
                 ax.plot(xs, ys, linestyle=styles[i % len(styles)], marker=marks[i % len(marks)],
                         markersize=3.5, color=data.colour(s))
         if ratio:
-            ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=0))
+            # Whole percents repeat on a narrow range (86.2% and 86.4% both read "86%"):
+            # add decimals as the visible range shrinks.
+            low, high = ax.get_ylim()
+            span = (high - low) * 100
+            decimals = 0 if span >= 10 else 1 if span >= 1 else 2
+            ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=decimals))
         # A GPU run can finish before the CPU one's first epoch: a log time axis keeps
         # both curves readable when their lengths differ by more than 10x.
         ends = [pts[-1][0] for (s, c), pts in curves.items() if c in configs]
