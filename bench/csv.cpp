@@ -14,7 +14,7 @@ namespace tb::bench {
 const std::vector<std::string>& csv_columns() {
   static const std::vector<std::string> columns{
       "schema_version", "benchmark", "kind", "model", "dataset", "data_source", "device", "threads",
-      "precision", "batch", "optimizer", "run_type", "aggregate", "repetition", "status", "message",
+      "precision", "batch", "optimizer", "framework", "run_type", "aggregate", "repetition", "status", "message",
       "iterations", "warmup_steps", "step_time_s", "samples_per_s", "params", "train_flops_per_sample",
       "model_tflops", "peak_gflops", "utilisation", "host_cpu_s_per_step", "host_cpu_util",
       "peak_rss_bytes", "loss_first", "loss_last", "data_s_per_step", "forward_s_per_step",

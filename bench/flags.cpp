@@ -71,6 +71,7 @@ trainbench flags:
   --epochs=E            epochs of the epochs/ benchmarks (default: per model, see README)
   --target_accuracy=X   stop an epochs/ benchmark once validation accuracy reaches X
   --list_models         print each workload's parameters and FLOPs, and exit
+  --csv_header          print the CSV header (schema of --csv), and exit
   --help                this text
 
 Google Benchmark's flags work as usual: --benchmark_filter=REGEX, --benchmark_list_tests,
@@ -96,6 +97,8 @@ Flags parse_flags(int& argc, char** argv) {
       f.help = true;
     } else if (arg == "--list_models") {
       f.list_models = true;
+    } else if (arg == "--csv_header") {
+      f.csv_header = true;
     } else if (auto v = value_of("csv")) {
       if (v->empty()) throw InputError("--csv: give a file name, e.g. --csv=results/run.csv");
       f.csv = *v;

@@ -24,6 +24,7 @@ struct Flags {
   double target_accuracy = 0;         // --target_accuracy=X in (0, 1]
   bool help = false;
   bool list_models = false;  // --list_models
+  bool csv_header = false;   // --csv_header
 };
 
 // Removes trainbench's flags from argv (leaving argv[0] and everything else in order) and

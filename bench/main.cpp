@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
     std::cout << usage();
     return 0;
   }
+  if (flags.csv_header) {
+    std::cout << fmt::format("{}\n", fmt::join(csv_columns(), ","));
+    return 0;
+  }
   if (flags.list_models) {
     std::cout << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16} {:>16}\n", "model", "dataset", "batch",
                              "params", "fwd GFLOP/sample", "train GFLOP/step");

@@ -36,6 +36,7 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
           {"precision", info.precision},
           {"batch", std::to_string(info.batch)},
           {"optimizer", optimizer_name(info.optimizer.kind)},
+          {"framework", "trainbench"},
           {"warmup_steps", std::to_string(info.warmup_steps)},
           {"params", std::to_string(info.cost.parameters)},
           {"train_flops_per_sample", number(info.cost.train_flops_per_sample())},
