@@ -9,10 +9,10 @@ namespace {
 using prop = dnnl::prop_kind;
 using algo = dnnl::algorithm;
 
-class Conv2d final : public Layer {
+class Conv2d final : public WeightedLayer {
  public:
-  Conv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out) : spec_(s) {
-    needs_dinput_ = in[0].needs_grad;
+  Conv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out)
+      : WeightedLayer(s.bias, in[0].needs_grad) {
     const md src_any(to_dnnl(in[0].shape), dt::f32, tag::any);
     const md weights_any({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::any);
     const md bias_desc = s.bias ? md({s.out_channels}, dt::f32, tag::a) : md();
@@ -21,55 +21,23 @@ class Conv2d final : public Layer {
 
     dnnl::convolution_forward::desc fwd_desc(prop::forward_training, algo::convolution_direct, src_any,
                                              weights_any, bias_desc, dst_any, strides, pad, pad);
-    TB_DNNL(fwd_pd_ = dnnl::convolution_forward::primitive_desc(fwd_desc, ctx.attr, ctx.engine));
-    fwd_.create(ctx, fwd_pd_, dnnl::convolution_forward(fwd_pd_));
-    input_ = InputAdapter(ctx, in[0].desc, fwd_pd_.src_desc());
+    dnnl::convolution_forward::primitive_desc fwd_pd;
+    TB_DNNL(fwd_pd = dnnl::convolution_forward::primitive_desc(fwd_desc, ctx.attr, ctx.engine));
+    set_forward(ctx, fwd_pd, dnnl::convolution_forward(fwd_pd), in[0].desc);
 
     if (needs_dinput_) {
       dnnl::convolution_backward_data::desc d(algo::convolution_direct, src_any, weights_any, dst_any,
                                               strides, pad, pad);
       dnnl::convolution_backward_data::primitive_desc pd;
-      TB_DNNL(pd = dnnl::convolution_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd_));
-      bwd_.set_data(ctx, pd, dnnl::convolution_backward_data(pd));
+      TB_DNNL(pd = dnnl::convolution_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
+      backward_.set_data(ctx, pd, dnnl::convolution_backward_data(pd));
     }
     dnnl::convolution_backward_weights::desc w(algo::convolution_direct, src_any, weights_any, bias_desc,
                                                dst_any, strides, pad, pad);
     dnnl::convolution_backward_weights::primitive_desc wpd;
-    TB_DNNL(wpd = dnnl::convolution_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd_));
-    bwd_.set_weights(ctx, wpd, dnnl::convolution_backward_weights(wpd));
+    TB_DNNL(wpd = dnnl::convolution_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd));
+    backward_.set_weights(ctx, wpd, dnnl::convolution_backward_weights(wpd));
   }
-
-  md output_desc() const override { return fwd_pd_.dst_desc(); }
-  std::vector<md> param_descs() const override {
-    std::vector<md> p{fwd_pd_.weights_desc()};
-    if (spec_.bias) p.push_back(fwd_pd_.bias_desc());
-    return p;
-  }
-
-  void bind(Context& ctx, const Bindings& b) override {
-    input_.bind(ctx, b.inputs[0], b.dinputs[0]);
-    fwd_.args = {{DNNL_ARG_SRC, input_.value()}, {DNNL_ARG_WEIGHTS, b.params[0]}, {DNNL_ARG_DST, b.output}};
-    if (spec_.bias) fwd_.args[DNNL_ARG_BIAS] = b.params[1];
-    fwd_.bind_scratch(ctx);
-    bwd_.bind(ctx, input_.value(), input_.grad(), b, spec_.bias);
-  }
-
-  void forward(Context& ctx) override {
-    input_.forward(ctx);
-    fwd_.run(ctx);
-  }
-  void backward(Context& ctx) override {
-    bwd_.run(ctx);
-    if (needs_dinput_) input_.backward(ctx);
-  }
-
- private:
-  Conv2dSpec spec_;
-  bool needs_dinput_;
-  dnnl::convolution_forward::primitive_desc fwd_pd_;
-  InputAdapter input_;
-  Step fwd_;
-  WeightedBackward bwd_;
 };
 
 }  // namespace

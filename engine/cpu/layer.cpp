@@ -74,4 +74,28 @@ void WeightedBackward::run(Context& ctx) const {
   }
 }
 
+std::vector<md> WeightedLayer::param_descs() const {
+  std::vector<md> p{weights_desc_};
+  if (bias_) p.push_back(bias_desc_);
+  return p;
+}
+
+void WeightedLayer::bind(Context& ctx, const Bindings& b) {
+  input_.bind(ctx, b.inputs[0], b.dinputs[0]);
+  forward_.args = {{DNNL_ARG_SRC, input_.value()}, {DNNL_ARG_WEIGHTS, b.params[0]}, {DNNL_ARG_DST, b.output}};
+  if (bias_) forward_.args[DNNL_ARG_BIAS] = b.params[1];
+  forward_.bind_scratch(ctx);
+  backward_.bind(ctx, input_.value(), input_.grad(), b, bias_);
+}
+
+void WeightedLayer::forward(Context& ctx) {
+  input_.forward(ctx);
+  forward_.run(ctx);
+}
+
+void WeightedLayer::backward(Context& ctx) {
+  backward_.run(ctx);
+  if (needs_dinput_) input_.backward(ctx);
+}
+
 }  // namespace tb::cpu

@@ -134,4 +134,35 @@ class WeightedBackward {
   Relayout data_ddst_, data_weights_, dsrc_, weights_src_, weights_ddst_, dweights_;
 };
 
+// A layer with weights and an optional bias (convolution, inner product). The subclass's
+// constructor creates the primitives (set_forward, then backward_.set_data/set_weights); this
+// class binds and runs them the same way for both.
+class WeightedLayer : public Layer {
+ public:
+  md output_desc() const override { return dst_desc_; }
+  std::vector<md> param_descs() const override;
+  void bind(Context& ctx, const Bindings& b) override;
+  void forward(Context& ctx) override;
+  void backward(Context& ctx) override;
+
+ protected:
+  WeightedLayer(bool bias, bool needs_dinput) : bias_(bias), needs_dinput_(needs_dinput) {}
+  // given_src: the producer's layout, reordered into the primitive's where they differ.
+  template <class ForwardPd>
+  void set_forward(Context& ctx, const ForwardPd& pd, dnnl::primitive p, const md& given_src) {
+    forward_.create(ctx, pd, std::move(p));
+    dst_desc_ = pd.dst_desc();
+    weights_desc_ = pd.weights_desc();
+    bias_desc_ = pd.bias_desc();
+    input_ = InputAdapter(ctx, given_src, pd.src_desc());
+  }
+  bool bias_, needs_dinput_;
+  WeightedBackward backward_;
+
+ private:
+  md dst_desc_, weights_desc_, bias_desc_;
+  InputAdapter input_;
+  Step forward_;
+};
+
 }  // namespace tb::cpu

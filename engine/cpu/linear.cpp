@@ -8,10 +8,10 @@ namespace {
 
 using prop = dnnl::prop_kind;
 
-class Linear final : public Layer {
+class Linear final : public WeightedLayer {
  public:
-  Linear(Context& ctx, const LinearSpec& s, const Inputs& in, const Dims& out) : spec_(s) {
-    needs_dinput_ = in[0].needs_grad;
+  Linear(Context& ctx, const LinearSpec& s, const Inputs& in, const Dims& out)
+      : WeightedLayer(s.bias, in[0].needs_grad) {
     const Dims& x = in[0].shape;
     const i64 O = s.out_features;
     md src, weights_any;
@@ -31,60 +31,28 @@ class Linear final : public Layer {
       dnnl::inner_product_forward::desc d(prop::forward_training, src_desc, weights_any, bias_desc, dst);
       return dnnl::inner_product_forward::primitive_desc(d, ctx.attr, ctx.engine);
     };
+    dnnl::inner_product_forward::primitive_desc fwd_pd;
     try {
-      fwd_pd_ = make_fwd(src);
+      fwd_pd = make_fwd(src);
     } catch (const dnnl::error&) {
       // No implementation for the producer's layout: let oneDNN choose and reorder into it.
-      TB_DNNL(fwd_pd_ = make_fwd(md(src.dims(), dt::f32, tag::any)));
+      TB_DNNL(fwd_pd = make_fwd(md(src.dims(), dt::f32, tag::any)));
     }
-    fwd_.create(ctx, fwd_pd_, dnnl::inner_product_forward(fwd_pd_));
-    input_ = InputAdapter(ctx, in[0].desc, fwd_pd_.src_desc());
+    set_forward(ctx, fwd_pd, dnnl::inner_product_forward(fwd_pd), in[0].desc);
 
     const md src_any(src.dims(), dt::f32, tag::any), dst_any(dst.dims(), dt::f32, tag::any);
     if (needs_dinput_) {
       dnnl::inner_product_backward_data::desc d(src_any, weights_any, dst_any);
       dnnl::inner_product_backward_data::primitive_desc pd;
-      TB_DNNL(pd = dnnl::inner_product_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd_));
-      bwd_.set_data(ctx, pd, dnnl::inner_product_backward_data(pd));
+      TB_DNNL(pd = dnnl::inner_product_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
+      backward_.set_data(ctx, pd, dnnl::inner_product_backward_data(pd));
     }
     dnnl::inner_product_backward_weights::desc w(src_any, weights_any, bias_desc, dst_any);
     dnnl::inner_product_backward_weights::primitive_desc wpd;
-    TB_DNNL(wpd = dnnl::inner_product_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd_));
-    bwd_.set_weights(ctx, wpd, dnnl::inner_product_backward_weights(wpd));
+    TB_DNNL(wpd = dnnl::inner_product_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd));
+    backward_.set_weights(ctx, wpd, dnnl::inner_product_backward_weights(wpd));
     (void)out;
   }
-
-  md output_desc() const override { return fwd_pd_.dst_desc(); }
-  std::vector<md> param_descs() const override {
-    std::vector<md> p{fwd_pd_.weights_desc()};
-    if (spec_.bias) p.push_back(fwd_pd_.bias_desc());
-    return p;
-  }
-
-  void bind(Context& ctx, const Bindings& b) override {
-    input_.bind(ctx, b.inputs[0], b.dinputs[0]);
-    fwd_.args = {{DNNL_ARG_SRC, input_.value()}, {DNNL_ARG_WEIGHTS, b.params[0]}, {DNNL_ARG_DST, b.output}};
-    if (spec_.bias) fwd_.args[DNNL_ARG_BIAS] = b.params[1];
-    fwd_.bind_scratch(ctx);
-    bwd_.bind(ctx, input_.value(), input_.grad(), b, spec_.bias);
-  }
-
-  void forward(Context& ctx) override {
-    input_.forward(ctx);
-    fwd_.run(ctx);
-  }
-  void backward(Context& ctx) override {
-    bwd_.run(ctx);
-    if (needs_dinput_) input_.backward(ctx);
-  }
-
- private:
-  LinearSpec spec_;
-  bool needs_dinput_;
-  dnnl::inner_product_forward::primitive_desc fwd_pd_;
-  InputAdapter input_;
-  Step fwd_;
-  WeightedBackward bwd_;
 };
 
 }  // namespace
