@@ -1,0 +1,917 @@
+#!/usr/bin/python3
+"""Trains trainbench's models with PyTorch on the CPU and writes trainbench's CSV rows.
+
+    /usr/bin/python3 scripts/peers/pytorch_train.py [--filter REGEX] [--threads N]
+        [--batch N] [--optimizer sgd|adam] [--lr X] [--warmup_steps N] [--min_time S]
+        [--repetitions R] [--csv FILE] [--peak_gflops X] [--blas auto|system|DIR]
+    /usr/bin/python3 scripts/peers/pytorch_train.py --list_models
+
+The framework baseline of issue 7: the same layer shapes, batch sizes, fp32 and synthetic data
+of the same shape as trainbench (models/models.cpp, datasets/sources.cpp), timed the way
+Google Benchmark times trainbench (whole steps, repeated until --min_time seconds), and
+reported under the same benchmark names (train/<model>/<dataset>/<device>/fp32/bs:<n>) in
+trainbench's CSV schema (results/SCHEMA.md), so scripts/compare.py and scripts/plot.py read
+both. scripts/compare_pytorch.sh runs the two side by side.
+
+PyTorch is measured at its best as users run it: eager mode, default NCHW layout, oneDNN on
+(torch's default), the thread count set explicitly, denormals flushed, gradients freed with
+set_to_none, data generated beforehand into a pool of tensors (no loader cost). The script
+re-executes itself once with an environment that does not cripple it: no OPENBLAS_CORETYPE or
+OPENBLAS_L2_SIZE (a forced core type can select slow kernels), glibc malloc told to keep
+large buffers instead of unmapping and faulting them in again every step, and, where
+Debian's OpenMP build of OpenBLAS is installed, that BLAS (torch's Linear and LSTM layers
+call the BLAS; the reference BLAS Debian falls back to is an order of magnitude slower).
+
+Exit status: 0, 1 when a row failed (loss not finite or not falling), 2 for bad flags, a
+filter that matches nothing or a CSV with another header. Standard library and torch only.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import math
+import os
+import platform
+import re
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PROG = "pytorch_train.py"
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TRAINBENCH = ROOT / "build" / "release" / "bench" / "trainbench"
+
+# Set in the re-executed process, so that it does not re-execute again.
+REEXEC_MARKER = "TB_PYTORCH_TRAIN_ENV"
+
+# glibc malloc: without these, every freed buffer above the (dynamic) mmap threshold goes
+# back to the kernel and the next step faults it in again, page by page; trainbench's
+# buffers live for the whole run, so PyTorch would pay a cost trainbench does not.
+MMAP_THRESHOLD_CANDIDATES = (17179869184, 1073741824, 33554432)
+MALLOC_SETTINGS = {"MALLOC_TRIM_THRESHOLD_": "17179869184", "MALLOC_TOP_PAD_": "536870912"}
+# OpenBLAS settings a user's shell may carry that would make it pick slower kernels.
+CRIPPLING_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+class InputError(Exception):
+    """Bad flags or files: one line on stderr, exit status 2."""
+
+
+# ---- the workloads -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Workload:
+    """One row of models/models.cpp workloads(): shapes and trainbench's defaults."""
+    model: str
+    dataset: str
+    batch: int
+    sample_shape: tuple  # one sample's input (the LSTM: one time step of one sequence)
+    classes: int         # 0: regression (the LSTM)
+    warmup_steps: int    # trainbench's default; LeNet-5's sigmoids need ~100 steps to learn
+    weight_decay: float  # kept by trainbench when --optimizer overrides the model's own
+
+
+SEQ_LEN = 35          # models.hpp kLstmSeqLen: truncated BPTT window
+SINE_PERIOD = 25.0    # datasets/sine.hpp
+SINE_TRAIN_LENGTH = 20000
+
+WORKLOADS = (
+    Workload("mlp", "mnist", 100, (784,), 10, 2, 0.0),
+    Workload("lenet5", "cifar10", 100, (3, 32, 32), 10, 200, 0.0),
+    Workload("lstm", "sine", 20, (1,), 0, 2, 0.0),
+    Workload("resnet152", "cifar10", 128, (3, 32, 32), 10, 2, 1e-4),
+    Workload("resnet152", "imagenet", 8, (3, 224, 224), 1000, 2, 1e-4),
+)
+
+
+def machine_cores() -> int:
+    """Processors this process may run on: what trainbench's `cpu` device uses (OpenMP's
+    omp_get_num_procs honours the affinity mask too)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def device_name(threads: int, cores: int) -> str:
+    return "cpu" if threads == cores else f"cpu:{threads}"
+
+
+def benchmark_name(w: Workload, device: str, batch: int) -> str:
+    return f"train/{w.model}/{w.dataset}/{device}/fp32/bs:{batch}"
+
+
+# ---- the CSV schema ------------------------------------------------------------------------
+
+def columns_from_binary(binary: Path) -> list[str] | None:
+    """The header trainbench itself writes, when this binary has --csv_header."""
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        return None
+    try:
+        r = subprocess.run([str(binary), "--csv_header"], capture_output=True, text=True,
+                           timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    line = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
+    if r.returncode != 0 or not line.startswith("schema_version,"):
+        return None  # an older binary: it refuses the flag
+    return line.split(",")
+
+
+def columns_from_source(source: Path) -> list[str] | None:
+    """The string literals of csv_columns()'s initializer list in bench/csv.cpp."""
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    body = re.search(r"csv_columns\s*\(\s*\)\s*\{.*?\{(.*?)\}\s*;", text, re.S)
+    if not body:
+        return None
+    code = re.sub(r"//[^\n]*", "", body.group(1))  # a comment could hold a quoted word
+    columns = re.findall(r'"([^"\\]*)"', code)
+    return columns if columns and columns[0] == "schema_version" else None
+
+
+def csv_columns(binary: Path) -> tuple[list[str], str]:
+    """trainbench's CSV columns and where they came from: the binary's --csv_header when it
+    has that flag (it is what trainbench writes), else the source it is built from."""
+    columns = columns_from_binary(binary)
+    if columns:
+        return columns, f"{binary} --csv_header"
+    source = ROOT / "bench" / "csv.cpp"
+    columns = columns_from_source(source)
+    if columns:
+        return columns, str(source)
+    raise InputError(f"cannot tell trainbench's CSV columns: {binary} has no --csv_header and "
+                     f"{source} has no csv_columns() list to read")
+
+
+def check_csv_file(path: str, columns: list[str]) -> bool:
+    """Refuses a file whose header is not ours, as trainbench does; True when the header
+    must be written (a new or empty file)."""
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return True
+    if p.is_dir():
+        raise InputError(f"--csv {path}: is a directory")
+    with open(p, newline="", encoding="utf-8", errors="replace") as f:
+        first = f.readline().rstrip("\r\n")
+    if first != ",".join(columns):
+        fields = next(csv.reader([first]), [])
+        ours = bool(fields) and fields[0] == "schema_version"
+        what = "another trainbench schema" if ours else "a header that is not trainbench's"
+        raise InputError(f"--csv {path}: the file exists with {what} ({len(fields)} columns); "
+                         f"this trainbench schema has {len(columns)} columns. Nothing was "
+                         f"written: give a new file name, or move the old file away.")
+    return False
+
+
+class CsvWriter:
+    """Appends rows by column name and flushes each, so an interrupted run keeps them."""
+
+    def __init__(self, path: str, columns: list[str], write_header: bool):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.columns = columns
+        self.file = open(path, "a", newline="", encoding="utf-8")
+        self.writer = csv.writer(self.file, lineterminator="\n")
+        if write_header:
+            self.file.write(",".join(columns) + "\n")
+            self.file.flush()
+
+    def write(self, row: dict[str, str]) -> None:
+        self.writer.writerow([row.get(c, "") for c in self.columns])
+        self.file.flush()
+
+
+def number(v: float) -> str:
+    """trainbench's {:.6g}."""
+    return f"{v:.6g}"
+
+
+# ---- the environment -----------------------------------------------------------------------
+
+def accepted_mmap_threshold(env: dict[str, str]) -> str:
+    """The largest candidate glibc takes for MALLOC_MMAP_THRESHOLD_.
+
+    glibc drops a value it finds too large without a word, so ask a child process: with the
+    setting in force a 48 MiB malloc comes from the heap (mallinfo2's mmapped block count
+    stays put); with the setting dropped, it is mmapped."""
+    probe = ("import ctypes\n"
+             "class M(ctypes.Structure):\n"
+             "    _fields_ = [(n, ctypes.c_size_t) for n in 'a b c hblks d e f g h i'.split()]\n"
+             "libc = ctypes.CDLL(None)\n"
+             "libc.mallinfo2.restype = M\n"
+             "libc.malloc.restype = ctypes.c_void_p\n"
+             "libc.malloc.argtypes = [ctypes.c_size_t]\n"
+             "before = libc.mallinfo2().hblks\n"
+             "libc.malloc(48 << 20)\n"
+             "print('heap' if libc.mallinfo2().hblks == before else 'mmap')\n")
+    for value in MMAP_THRESHOLD_CANDIDATES:
+        trial = dict(env, MALLOC_MMAP_THRESHOLD_=str(value))
+        try:
+            r = subprocess.run([sys.executable, "-c", probe], env=trial, capture_output=True,
+                               text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            break
+        if r.returncode != 0:
+            break  # no mallinfo2 (glibc < 2.33): keep the last candidate, it is accepted there
+        if r.stdout.strip() == "heap" or value <= 48 << 20:
+            return str(value)
+    return str(MMAP_THRESHOLD_CANDIDATES[-1])
+
+
+def openblas_openmp_dir() -> Path | None:
+    """Debian's OpenMP build of OpenBLAS (package libopenblas0-openmp), if installed."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+    folder = Path("/usr/lib") / multiarch / "openblas-openmp"
+    return folder if (folder / "libblas.so.3").exists() else None
+
+
+def tuned_environment(args) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in CRIPPLING_VARIABLES:
+        env.pop(name, None)
+    if "MALLOC_MMAP_THRESHOLD_" not in env:
+        env["MALLOC_MMAP_THRESHOLD_"] = accepted_mmap_threshold(env)
+    for name, value in MALLOC_SETTINGS.items():
+        env.setdefault(name, value)
+    # The OpenMP build shares torch's libgomp pool and follows torch.set_num_threads; the
+    # pthreads build would start a second pool of spinning threads on the same cores.
+    blas_dir = None
+    if args.blas == "auto":
+        blas_dir = openblas_openmp_dir()
+    elif args.blas != "system":
+        blas_dir = Path(args.blas)
+        if not (blas_dir / "libblas.so.3").exists():
+            raise InputError(f"--blas {args.blas}: no libblas.so.3 in that folder")
+    if blas_dir is not None:
+        paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
+        env["LD_LIBRARY_PATH"] = ":".join([str(blas_dir)] + [p for p in paths if p != str(blas_dir)])
+    # A BLAS with its own threads (OpenBLAS pthreads, BLIS) would otherwise use every core
+    # whatever --threads says.
+    env.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    env[REEXEC_MARKER] = "1"
+    return env
+
+
+def reexec_with_tuned_environment(args) -> None:
+    """Replaces this process by itself under the tuned environment, once: glibc reads its
+    malloc settings, and the dynamic loader LD_LIBRARY_PATH, only when a process starts."""
+    if os.environ.get(REEXEC_MARKER) == "1":
+        return
+    env = tuned_environment(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    script = str(Path(__file__).resolve())
+    os.execve(sys.executable, [sys.executable, script, *sys.argv[1:]], env)
+
+
+# ---- flags ---------------------------------------------------------------------------------
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own usage errors: status 2, one line
+        raise InputError(message)
+
+
+def parse_args(argv: list[str]):
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[1])
+    p.add_argument("--filter", default=".", metavar="REGEX",
+                   help="benchmarks to run, searched in train/<model>/<dataset>/<device>/fp32/"
+                        "bs:<n> (default: all)")
+    p.add_argument("--threads", type=int, default=machine_cores(), metavar="N",
+                   help="intra-op threads (default: all cores, device `cpu`; otherwise `cpu:N`)")
+    p.add_argument("--batch", type=int, metavar="N", help="batch size of every model")
+    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
+                   help="sgd: SGD with momentum 0.9 (default); adam")
+    p.add_argument("--lr", type=float, help="learning rate (default: sgd 0.01, adam 0.001, as "
+                                            "trainbench --optimizer)")
+    p.add_argument("--warmup_steps", type=int, metavar="N",
+                   help="untimed steps first (default: trainbench's, 2; 200 for lenet5)")
+    p.add_argument("--min_time", type=float, default=0.5, metavar="SECONDS",
+                   help="time whole steps until at least this long, at least one (default 0.5)")
+    p.add_argument("--repetitions", type=int, default=1, metavar="R")
+    p.add_argument("--seed", type=int, default=1, help="weights and data (default 1)")
+    p.add_argument("--csv", metavar="FILE", help="append rows in trainbench's CSV schema")
+    p.add_argument("--peak_gflops", type=float, metavar="X",
+                   help="the machine's sgemm rate for the utilisation column (e.g. trainbench's "
+                        "peak_gflops of the same thread count)")
+    p.add_argument("--trainbench", default=os.environ.get("TRAINBENCH", str(DEFAULT_TRAINBENCH)),
+                   metavar="PATH", help="binary asked for the CSV header (default: "
+                                        "$TRAINBENCH, else build/release/bench/trainbench)")
+    p.add_argument("--blas", default="auto", metavar="auto|system|DIR",
+                   help="auto: Debian's OpenMP OpenBLAS when installed (default); system: "
+                        "whatever libblas.so.3 resolves to; DIR: the libblas.so.3 in DIR")
+    p.add_argument("--list_models", action="store_true",
+                   help="print parameters and FLOPs as trainbench --list_models, and exit")
+    args = p.parse_args(argv)
+    for name in ("threads", "batch", "repetitions"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise InputError(f"--{name}: {value} is not an integer >= 1")
+    if args.warmup_steps is not None and args.warmup_steps < 0:
+        raise InputError(f"--warmup_steps: {args.warmup_steps} is not an integer >= 0")
+    if not (args.min_time >= 0 and math.isfinite(args.min_time)):
+        raise InputError(f"--min_time: {args.min_time} is not a number of seconds >= 0")
+    for name in ("lr", "peak_gflops"):
+        value = getattr(args, name)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise InputError(f"--{name}: {value} is not a positive number")
+    try:
+        args.filter_re = re.compile(args.filter)
+    except re.error as e:
+        raise InputError(f"--filter {args.filter!r}: not a regular expression ({e})") from None
+    return args
+
+
+def select_benchmarks(args) -> list[tuple[Workload, str]]:
+    """The workloads whose names --filter matches, at --threads."""
+    device = device_name(args.threads, machine_cores())
+    named = [(w, benchmark_name(w, device, args.batch or w.batch)) for w in WORKLOADS]
+    chosen = [(w, n) for w, n in named if args.filter_re.search(n)]
+    if not chosen:
+        raise InputError(f"no benchmark matches --filter {args.filter!r}; with --threads "
+                         f"{args.threads} they are {', '.join(n for _, n in named)}")
+    return chosen
+
+
+def fail(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+# Flags, the CSV header and the environment are settled before torch loads: a typo or a
+# refused CSV answers at once, and the re-exec must happen before glibc and the loader set up.
+if __name__ == "__main__":
+    try:
+        ARGS = parse_args(sys.argv[1:])
+        if not ARGS.list_models:
+            ARGS.chosen = select_benchmarks(ARGS)
+            ARGS.columns, ARGS.columns_from = csv_columns(Path(ARGS.trainbench))
+            ARGS.write_header = check_csv_file(ARGS.csv, ARGS.columns) if ARGS.csv else False
+        reexec_with_tuned_environment(ARGS)
+    except InputError as e:
+        fail(str(e))
+
+import torch  # noqa: E402  (after the re-exec above, on purpose)
+from torch import nn  # noqa: E402
+
+
+# ---- the models ----------------------------------------------------------------------------
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(784, 1000), nn.ReLU(), nn.Linear(1000, 1000), nn.ReLU(),
+                         nn.Linear(1000, 10))
+
+
+def lenet5() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 6, 5), nn.Sigmoid(), nn.MaxPool2d(2),      # 6x28x28 -> 6x14x14
+        nn.Conv2d(6, 16, 5), nn.Sigmoid(), nn.MaxPool2d(2),     # 16x10x10 -> 16x5x5
+        nn.Conv2d(16, 120, 4), nn.Sigmoid(), nn.Flatten(),      # 120x2x2 = 480
+        nn.Linear(480, 84), nn.Sigmoid(), nn.Linear(84, 10))
+
+
+class SineLSTM(nn.Module):
+    """Linear 1->5, LSTM(5, 5) over time-major (T, N, 5), linear 5->1 at every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(1, 5)
+        self.lstm = nn.LSTM(5, 5)
+        self.fc2 = nn.Linear(5, 1)
+        # PyTorch's LSTM adds two bias vectors per gate where trainbench (and the textbook
+        # cell) has one; their sum is the same function. Holding the second at zero, out of
+        # training, gives the same parameters as trainbench (236) at the cost of one add.
+        with torch.no_grad():
+            self.lstm.bias_hh_l0.zero_()
+        self.lstm.bias_hh_l0.requires_grad_(False)
+
+    def forward(self, x):
+        out, _ = self.lstm(self.fc1(x))  # zero initial state, as trainbench
+        return self.fc2(out)
+
+
+class Bottleneck(nn.Module):
+    """ResNet v1.5 bottleneck: 1x1 reduce, 3x3 carrying the stride, 1x1 expand x4."""
+
+    def __init__(self, cin: int, width: int, stride: int):
+        super().__init__()
+        cout = width * 4
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        nn.init.zeros_(self.bn3.weight)  # the residual branch starts as zero (gamma = 0)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        y += x if self.shortcut is None else self.shortcut(x)
+        return self.relu(y)
+
+
+def resnet152(classes: int) -> nn.Module:
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+              nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for stage, blocks in enumerate((3, 8, 36, 3)):
+        width = 64 << stage
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, width, 2 if stage > 0 and b == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    model = nn.Sequential(*layers)
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):  # He initialisation for ReLU networks, as torchvision
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    return model
+
+
+def build_model(w: Workload) -> nn.Module:
+    if w.model == "mlp":
+        return mlp()
+    if w.model == "lenet5":
+        return lenet5()
+    if w.model == "lstm":
+        return SineLSTM()
+    return resnet152(w.classes)
+
+
+def example_input(w: Workload, batch: int) -> torch.Tensor:
+    if w.model == "lstm":
+        return torch.zeros(SEQ_LEN, batch, 1)
+    return torch.zeros(batch, *w.sample_shape)
+
+
+# ---- parameters and FLOPs (results/SCHEMA.md) ----------------------------------------------
+
+def parameter_count(model: nn.Module) -> int:
+    """Trained parameters: BatchNorm's gamma and beta count, its running statistics are
+    buffers and do not (as trainbench)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def count_model(w: Workload) -> tuple[int, int]:
+    """Parameters and forward multiply-accumulates per sample of the workload's model.
+
+    MACs of the Linear, Conv2d and LSTM layers come from the shapes that a forward pass of
+    one sample gives each layer (pooling, batch norm, activations, adds and the loss are not
+    counted, as in trainbench). The pass runs on a copy of the model on the meta device:
+    shapes without arithmetic, so counting ResNet-152 at 224x224 costs no compute."""
+    with torch.random.fork_rng():  # building the copy must not move the training seed
+        model = build_model(w).to("meta")
+    macs = []
+
+    def hook(module, inputs, output):
+        if isinstance(module, nn.Linear):
+            rows = output.numel() // module.out_features  # 1, or T for a sequence
+            macs.append(rows * module.in_features * module.out_features)
+        elif isinstance(module, nn.Conv2d):
+            cout, h, wd = output.shape[1:]
+            kh, kw = module.kernel_size
+            macs.append(cout * h * wd * (module.in_channels // module.groups) * kh * kw)
+        elif isinstance(module, nn.LSTM):
+            steps = output[0].shape[0]
+            i, h = module.input_size, module.hidden_size
+            macs.append(module.num_layers * steps * 4 * h * (i + h))
+
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM)):
+            m.register_forward_hook(hook)
+    with torch.no_grad():
+        model.eval()(example_input(w, 1).to("meta"))
+    return parameter_count(model), sum(macs)
+
+
+def train_flops_per_sample(macs: int) -> int:
+    return 3 * 2 * macs  # forward FLOPs = 2 x MACs; backward ~ 2 x forward
+
+
+def list_models(batch: int | None) -> int:
+    """trainbench --list_models' table, from the torch models."""
+    print(f"{'model':<10} {'dataset':<9} {'batch':>6} {'params':>12} {'fwd GFLOP/sample':>16} "
+          f"{'train GFLOP/step':>16}")
+    for w in WORKLOADS:
+        params, macs = count_model(w)
+        b = batch or w.batch
+        print(f"{w.model:<10} {w.dataset:<9} {b:>6} {params:>12} "
+              f"{2 * macs * 1e-9:>16.6g} {train_flops_per_sample(macs) * b * 1e-9:>16.6g}")
+    return 0
+
+
+# ---- synthetic data (datasets/sources.cpp, datasets/sine.cpp) ------------------------------
+
+def synthetic_pool(w: Workload, batch: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Whole batches of class-dependent images, normalised, made before timing starts.
+
+    As trainbench: each class has a fixed random pattern (128 + N(0, 48^2) per pixel) and a
+    sample is its class's pattern plus N(0, 48^2) noise, clipped to bytes; 8192 samples (256
+    at 224x224), at least two batches; each channel normalised with the set's mean and
+    standard deviation. The patterns come from their own generator per class, so the 1000
+    ImageNet classes never need to be held at once."""
+    features = math.prod(w.sample_shape)
+    count = max(8192 if features <= 4096 else 256, 2 * batch)
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, w.classes, (count,), generator=gen)
+    images = torch.empty(count, features)
+    for c in labels.unique().tolist():
+        where = (labels == c).nonzero().flatten()
+        pattern = 128 + 48 * torch.randn(features, generator=torch.Generator().manual_seed(12345 + c))
+        images[where] = pattern + 48 * torch.randn(len(where), features, generator=gen)
+    images.clamp_(0, 255).floor_()  # the byte a uint8 pixel holds
+    images = images.view(count, *w.sample_shape)
+    channels = w.sample_shape[0] if len(w.sample_shape) == 3 else 1
+    per_channel = images.view(count, channels, -1).transpose(0, 1).reshape(channels, -1)
+    mean, std = per_channel.mean(dim=1), per_channel.std(dim=1)
+    view = (1, channels, 1, 1) if len(w.sample_shape) == 3 else (1, 1)
+    images = (images - mean.view(view)) / std.view(view)
+    steps = count // batch  # the samples past the last whole batch are dropped, as trainbench
+    return [(images[s * batch:(s + 1) * batch].contiguous(), labels[s * batch:(s + 1) * batch].clone())
+            for s in range(steps)]
+
+
+def sine_pool(batch: int, seed: int, steps: int = 64) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Windows of sin(2 pi t / 25) at random phases over t in [0, 20000): input (T, N, 1),
+    target the wave one step later."""
+    gen = torch.Generator().manual_seed(seed)
+    pool = []
+    t = torch.arange(SEQ_LEN, dtype=torch.float64).view(SEQ_LEN, 1)
+    for _ in range(steps):
+        start = torch.randint(0, SINE_TRAIN_LENGTH - SEQ_LEN - 1, (1, batch), generator=gen)
+        x = (start + t) * (2 * math.pi / SINE_PERIOD)
+        step = 2 * math.pi / SINE_PERIOD
+        pool.append((torch.sin(x).float().unsqueeze(2).contiguous(),
+                     torch.sin(x + step).float().unsqueeze(2).contiguous()))
+    return pool
+
+
+# ---- training and timing -------------------------------------------------------------------
+
+class CheckFailed(Exception):
+    """A row that ran but must not count: loss not finite, or not falling."""
+
+
+@dataclass
+class Trial:
+    steps: int
+    wall: float
+    cpu: float
+
+
+@dataclass
+class Session:
+    """One benchmark's model, optimiser and data, kept across its repetitions (warm-up once),
+    as trainbench keeps its training session across Google Benchmark's runs."""
+    model: nn.Module
+    loss_fn: nn.Module
+    optimizer: torch.optim.Optimizer
+    pool: list
+    position: int = 0
+    loss_first: float | None = None
+    last_loss: torch.Tensor | None = field(default=None, repr=False)
+
+    def steps(self, n: int) -> None:
+        """n training steps; the benchmark's very first one also records loss_first, the
+        loss of the first batch before any update (the check's reference)."""
+        if n > 0 and self.loss_first is None:
+            self._run(1)
+            self.loss_first = float(self.last_loss)
+            n -= 1
+        if n > 0:
+            self._run(n)
+
+    def _run(self, n: int) -> None:
+        # The loop holds nothing but PyTorch's own work: batches come from the pool, the
+        # loss stays a tensor until the run ends.
+        model, loss_fn, opt, pool = self.model, self.loss_fn, self.optimizer, self.pool
+        position, size = self.position, len(pool)
+        loss = None
+        for _ in range(n):
+            x, y = pool[position]
+            position = position + 1 if position + 1 < size else 0
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+        self.position = position
+        self.last_loss = loss
+
+    def check(self) -> float:
+        """The last loss, after checking it is finite and that training lowered the loss of
+        the first batch (a training-mode forward on it now, outside the timing)."""
+        last = float(self.last_loss)
+        if not math.isfinite(last):
+            raise CheckFailed(f"loss is not finite: {last}")
+        x, y = self.pool[0]
+        with torch.no_grad():
+            after = float(self.loss_fn(self.model(x), y))
+        if not after < self.loss_first:
+            raise CheckFailed(f"loss did not fall: {self.loss_first:.5g} on the first batch "
+                              f"before training, {after:.5g} after (a model still on its initial "
+                              f"plateau needs more steps: raise --warmup_steps)")
+        return last
+
+
+def make_session(w: Workload, batch: int, args) -> Session:
+    torch.manual_seed(args.seed)
+    model = build_model(w)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    if args.optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=args.lr or 1e-3, betas=(0.9, 0.999), eps=1e-8,
+                               weight_decay=w.weight_decay)
+    else:
+        opt = torch.optim.SGD(params, lr=args.lr or 0.01, momentum=0.9,
+                              weight_decay=w.weight_decay)
+    if w.model == "lstm":
+        pool, loss_fn = sine_pool(batch, args.seed), nn.MSELoss()
+    else:
+        pool, loss_fn = synthetic_pool(w, batch, args.seed), nn.CrossEntropyLoss()
+    return Session(model, loss_fn, opt, pool)
+
+
+def timed(session: Session, n: int) -> Trial:
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    session.steps(n)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    return Trial(n, wall, cpu)
+
+
+def next_step_count(trial: Trial, min_time: float) -> int:
+    """Google Benchmark's rule: grow the count towards 1.4 x min_time, by at most 10x after
+    a run too short to predict from, and always by at least one step."""
+    multiplier = min_time * 1.4 / max(trial.wall, 1e-9)
+    if trial.wall / min_time <= 0.1:
+        multiplier = min(10.0, multiplier)
+    if multiplier <= 1.0:
+        multiplier = 2.0
+    return max(round(multiplier * trial.steps), trial.steps + 1)
+
+
+def run_repetition(session: Session, steps: int, min_time: float) -> Trial:
+    """Whole steps until they take at least min_time; the last run counts, as in Google
+    Benchmark (its earlier, shorter runs only size it)."""
+    while True:
+        trial = timed(session, steps)
+        if trial.wall >= min_time or steps >= 1_000_000_000:
+            return trial
+        steps = next_step_count(trial, min_time)
+
+
+# ---- rows ----------------------------------------------------------------------------------
+
+def onednn_version() -> str:
+    """oneDNN's version as torch reports its build ("Intel(R) MKL-DNN v2.6.3"): 2.6.3."""
+    m = re.search(r"(?:oneDNN|MKL-DNN)\s+v?(\d+(?:\.\d+)*)", torch.__config__.show())
+    return m.group(1) if m else ("available" if torch.backends.mkldnn.is_available() else "none")
+
+
+def git_commit() -> str:
+    """The repository's commit as trainbench records its own (-dirty with local changes);
+    read-only git commands, no lock taken."""
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True, timeout=30)
+        if commit.returncode != 0 or not commit.stdout.strip():
+            return "unknown"
+        dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(ROOT), "status",
+                                "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30)
+        return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_context() -> dict[str, str]:
+    u = os.uname()
+    return {"host": socket.gethostname(), "os": f"{u.sysname} {u.release} {u.machine}",
+            "cpu_model": cpu_model(), "cores": str(machine_cores()),
+            "compiler": f"python {platform.python_version()} / torch {torch.__version__}",
+            "onednn": onednn_version(), "benchmark_lib": PROG, "git_commit": git_commit(),
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def iteration_values(trial: Trial, batch: int, flops: int, peak: float | None,
+                     loss_first: float, loss_last: float) -> dict[str, float]:
+    samples_per_s = batch * trial.steps / trial.wall
+    tflops = flops * samples_per_s * 1e-12
+    values = {"iterations": trial.steps, "step_time_s": trial.wall / trial.steps,
+              "samples_per_s": samples_per_s, "model_tflops": tflops,
+              "host_cpu_s_per_step": trial.cpu / trial.steps,
+              "host_cpu_util": trial.cpu / trial.wall, "peak_rss_bytes": peak_rss_bytes(),
+              "loss_first": loss_first, "loss_last": loss_last}
+    if peak:
+        values["peak_gflops"] = peak
+        values["utilisation"] = tflops * 1e3 / peak
+    return values
+
+
+def formatted(values: dict[str, float]) -> dict[str, str]:
+    out = {}
+    for k, v in values.items():
+        out[k] = str(int(v)) if k in ("iterations", "peak_rss_bytes") else number(v)
+    return out
+
+
+# ---- the environment report ----------------------------------------------------------------
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def loaded_blas() -> str | None:
+    """The file whose sgemm_ torch calls.
+
+    Several BLAS builds can be mapped at once (libblas.so.3 from one, liblapack.so.3 from
+    another), so the answer is the symbol as torch's library resolves it: dlsym through
+    libtorch_cpu's handle searches its dependencies in load order, and dladdr names the
+    file that holds the address."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            paths = {line.split()[-1] for line in f if len(line.split()) >= 6}
+        torch_cpu = next((p for p in paths if re.search(r"/libtorch_cpu\.so[^/]*$", p)), None)
+        if torch_cpu is None:
+            return None
+        address = ctypes.cast(ctypes.CDLL(torch_cpu).sgemm_, ctypes.c_void_p).value
+        libc = ctypes.CDLL(None)
+        libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        info = _DlInfo()
+        if address and libc.dladdr(address, ctypes.byref(info)) and info.dli_fname:
+            return os.path.realpath(info.dli_fname.decode())
+    except (OSError, AttributeError, ValueError):
+        pass  # no sgemm_ reachable (a BLAS linked in statically): torch's config says below
+    return None
+
+
+def describe_blas() -> str:
+    try:
+        from threadpoolctl import threadpool_info  # optional; richer when present
+        for info in threadpool_info():
+            if info.get("user_api") == "blas":
+                return (f"{info.get('internal_api')} {info.get('version')} ({info.get('filepath')}, "
+                        f"threading {info.get('threading_layer')}, core {info.get('architecture')})")
+    except Exception:  # noqa: BLE001  (threadpoolctl absent or unable: fall back below)
+        pass
+    path = loaded_blas()
+    if path is None:
+        m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+        return f"BLAS_INFO={m.group(1) if m else '?'} (no sgemm_ found through libtorch_cpu)"
+    try:
+        lib = ctypes.CDLL(path)
+        lib.openblas_get_config.restype = ctypes.c_char_p
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        parallel = {0: "sequential", 1: "pthreads", 2: "OpenMP"}.get(lib.openblas_get_parallel(), "?")
+        return (f"{lib.openblas_get_config().decode()} ({path}, {parallel}, core "
+                f"{lib.openblas_get_corename().decode()})")
+    except (OSError, AttributeError):
+        pass
+    if "/blas/libblas.so" in path:
+        return (f"reference BLAS ({path}): unoptimised, torch's Linear and LSTM layers will be slow; "
+                f"install libopenblas0-openmp (scripts/compare_pytorch.sh does)")
+    return path
+
+
+def report_environment(threads: int) -> None:
+    unset = [n for n in CRIPPLING_VARIABLES if n not in os.environ]
+    malloc = ", ".join(f"{n}={os.environ.get(n, '(unset)')}" for n in
+                       ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"))
+    print(f"{PROG}: torch {torch.__version__} (python {platform.python_version()}), oneDNN "
+          f"{onednn_version()} (enabled: {torch.backends.mkldnn.enabled}), {threads} thread(s), "
+          f"inter-op 1", file=sys.stderr)
+    print(f"{PROG}: BLAS: {describe_blas()}", file=sys.stderr)
+    print(f"{PROG}: {' and '.join(unset) or 'nothing'} unset"
+          f"{'' if len(unset) == len(CRIPPLING_VARIABLES) else ' (the re-exec did not run?)'}; "
+          f"{malloc}", file=sys.stderr)
+
+
+# ---- main ----------------------------------------------------------------------------------
+
+def run_benchmark(w: Workload, name: str, batch: int, args, context, writer) -> bool:
+    identity = {"schema_version": "1", "benchmark": name, "kind": "train", "model": w.model,
+                "dataset": w.dataset, "data_source": "generated" if w.model == "lstm" else "synthetic",
+                "device": device_name(args.threads, machine_cores()), "threads": str(args.threads),
+                "precision": "fp32", "batch": str(batch), "optimizer": args.optimizer,
+                "framework": "pytorch", **context}
+    warmup = w.warmup_steps if args.warmup_steps is None else args.warmup_steps
+    identity["warmup_steps"] = str(warmup)
+
+    def emit(row: dict[str, str], shown: str) -> None:
+        print(f"{name:<45} {shown}", flush=True)
+        if writer:
+            writer.write({**identity, **row})
+
+    ok_values: list[dict[str, float]] = []
+    failed = False
+    try:
+        session = make_session(w, batch, args)
+        params = parameter_count(session.model)
+        flops = train_flops_per_sample(count_model(w)[1])
+        identity["params"] = str(params)
+        identity["train_flops_per_sample"] = number(flops)
+        session.steps(warmup)
+        steps = 1
+        for rep in range(args.repetitions):
+            row = {"run_type": "iteration", "repetition": str(rep)}
+            try:
+                trial = run_repetition(session, steps, args.min_time)
+                steps = trial.steps  # later repetitions start from the count found
+                loss_last = session.check()
+            except CheckFailed as e:
+                failed = True
+                emit({**row, "status": "failed", "message": str(e)}, f"FAILED: {e}")
+                continue
+            values = iteration_values(trial, batch, flops, args.peak_gflops,
+                                      session.loss_first, loss_last)
+            ok_values.append(values)
+            util = f" utilisation {values['utilisation']:.3f}" if "utilisation" in values else ""
+            emit({**row, "status": "ok", **formatted(values)},
+                 f"{values['samples_per_s']:>12.1f} samples/s  {values['step_time_s'] * 1e3:9.2f} ms/step "
+                 f"({trial.steps} steps) host_cpu_util {values['host_cpu_util']:.2f}{util} "
+                 f"loss {loss_last:.4g}")
+    except (RuntimeError, MemoryError) as e:  # e.g. out of memory: this row fails, not the run
+        failed = True
+        emit({"run_type": "iteration", "repetition": "0", "status": "failed",
+              "message": f"{type(e).__name__}: {e}"[:500]}, f"FAILED: {e}")
+    finally:
+        session = None  # free the model before the next benchmark builds its own
+    if len(ok_values) >= 2:  # Google Benchmark aggregates two or more good repetitions
+        median = {k: statistics.median(v[k] for v in ok_values) for k in ok_values[0]}
+        emit({"run_type": "aggregate", "aggregate": "median", "status": "ok", **formatted(median)},
+             f"{median['samples_per_s']:>12.1f} samples/s  (median of {len(ok_values)})")
+    return not failed
+
+
+def main(args) -> int:
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)  # one training stream: no inter-op parallelism to use
+    # Denormal floats take a slow microcode path on x86 (up to ~100x per operation); PyTorch's
+    # own CPU performance advice is to flush them, so its best run does.
+    torch.set_flush_denormal(True)
+    torch.autograd.set_detect_anomaly(False)
+    if args.list_models:
+        return list_models(args.batch)
+    cores = machine_cores()
+    device = device_name(args.threads, cores)
+    chosen = args.chosen
+    report_environment(args.threads)
+    print(f"{PROG}: CSV columns from {args.columns_from}", file=sys.stderr)
+    writer = CsvWriter(args.csv, args.columns, args.write_header) if args.csv else None
+    context = machine_context()
+    if args.threads > cores:
+        for w, name in chosen:
+            message = f"{device} needs {args.threads} cores, this machine has {cores}"
+            print(f"{name:<45} skipped: {message}")
+            if writer:
+                writer.write({"schema_version": "1", "benchmark": name, "kind": "train",
+                              "model": w.model, "dataset": w.dataset, "device": device,
+                              "threads": str(args.threads), "precision": "fp32",
+                              "batch": str(args.batch or w.batch), "optimizer": args.optimizer,
+                              "framework": "pytorch", "run_type": "iteration", "repetition": "0",
+                              "status": "skipped", "message": message, **context})
+        return 0
+    failures = 0
+    for w, name in chosen:
+        failures += not run_benchmark(w, name, args.batch or w.batch, args, context, writer)
+    if failures:
+        print(f"{PROG}: {failures} benchmark(s) had failed rows; see the messages above", file=sys.stderr)
+    if args.csv:
+        print(f"{PROG}: rows appended to {args.csv}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(ARGS))
+    except KeyboardInterrupt:
+        sys.exit(130)
