@@ -2,45 +2,94 @@
 // forward output (the *_use_dst_for_bwd algorithms), so the input need not be kept.
 #include "engine/cpu/layer.hpp"
 
+#include <cstring>
+#include <optional>
+
 namespace tb::cpu {
 namespace {
 
 using prop = dnnl::prop_kind;
 using algo = dnnl::algorithm;
 
+// Where a 4-D layout blocks the channels in one block that the channel count does not fill
+// (6 channels in nChw16c), the lanes past the last channel of the last block: oneDNN keeps them
+// zero, and consumers rely on it.
+struct ChannelPadding {
+  i64 N = 0, H = 0, W = 0, stride_n = 0, stride_h = 0, stride_w = 0, last_block = 0;
+  i64 first_lane = 0, block = 0;  // lanes [first_lane, block) of the last block are padding
+
+  static std::optional<ChannelPadding> of(const md& desc) {
+    const dnnl_memory_desc_t& d = desc.data;
+    if (d.ndims != 4 || d.format_kind != dnnl_blocked) return std::nullopt;
+    const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+    if (b.inner_nblks != 1 || b.inner_idxs[0] != 1 || d.padded_dims[1] == d.dims[1]) return std::nullopt;
+    ChannelPadding p;
+    p.N = d.dims[0], p.H = d.dims[2], p.W = d.dims[3];
+    p.stride_n = b.strides[0], p.stride_h = b.strides[2], p.stride_w = b.strides[3];
+    p.block = b.inner_blks[0];
+    p.last_block = (d.padded_dims[1] / p.block - 1) * b.strides[1];
+    p.first_lane = d.dims[1] % p.block;
+    return p;
+  }
+  void zero(float* data) const {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (i64 n = 0; n < N; ++n)
+      for (i64 h = 0; h < H; ++h)
+        for (i64 w = 0; w < W; ++w)
+          std::memset(data + n * stride_n + last_block + h * stride_h + w * stride_w + first_lane, 0,
+                      std::size_t(block - first_lane) * sizeof(float));
+  }
+};
+
 class Eltwise final : public Layer {
  public:
-  Eltwise(Context& ctx, algo alg, const Inputs& in) : needs_dinput_(in[0].needs_grad) {
-    const md data = in[0].desc;
-    dnnl::eltwise_forward::desc d(prop::forward_training, alg, data, 0.f, 0.f);
+  Eltwise(Context& ctx, algo alg, const Inputs& in) : needs_dinput_(in[0].needs_grad), data_(in[0].desc) {
+    // oneDNN 2.6 runs eltwise forward on padded layouts with its reference loops; there the
+    // forward runs (jit) on the whole buffer seen as one vector, and the padding it turns into
+    // f(0) is put back to zero. Backward is jit on padded layouts.
+    padding_ = ChannelPadding::of(data_);
+    const md forward_data = padding_ ? plain_desc({padded_floats(data_)}) : data_;
+    dnnl::eltwise_forward::desc d(prop::forward_training, alg, forward_data, 0.f, 0.f);
     TB_DNNL(fwd_pd_ = dnnl::eltwise_forward::primitive_desc(d, ctx.attr, ctx.engine));
     fwd_.create(ctx, fwd_pd_, dnnl::eltwise_forward(fwd_pd_));
     if (needs_dinput_) {
-      dnnl::eltwise_backward::desc bd(alg, data, fwd_pd_.dst_desc(), 0.f, 0.f);
+      dnnl::eltwise_forward::desc hint_desc(prop::forward_training, alg, data_, 0.f, 0.f);
+      dnnl::eltwise_forward::primitive_desc hint;
+      TB_DNNL(hint = dnnl::eltwise_forward::primitive_desc(hint_desc, ctx.attr, ctx.engine));
+      dnnl::eltwise_backward::desc bd(alg, data_, data_, 0.f, 0.f);
       dnnl::eltwise_backward::primitive_desc pd;
-      TB_DNNL(pd = dnnl::eltwise_backward::primitive_desc(bd, ctx.attr, ctx.engine, fwd_pd_));
+      TB_DNNL(pd = dnnl::eltwise_backward::primitive_desc(bd, ctx.attr, ctx.engine, hint));
       bwd_.create(ctx, pd, dnnl::eltwise_backward(pd));
     }
   }
 
-  md output_desc() const override { return fwd_pd_.dst_desc(); }
+  md output_desc() const override { return data_; }
 
   void bind(Context& ctx, const Bindings& b) override {
-    fwd_.args = {{DNNL_ARG_SRC, b.inputs[0]}, {DNNL_ARG_DST, b.output}};
+    const md forward_data = fwd_pd_.src_desc();
+    fwd_.args = {{DNNL_ARG_SRC, dnnl::memory(forward_data, ctx.engine, b.inputs[0].get_data_handle())},
+                 {DNNL_ARG_DST, dnnl::memory(forward_data, ctx.engine, b.output.get_data_handle())}};
+    output_ = static_cast<float*>(b.output.get_data_handle());
     fwd_.bind_scratch(ctx);
     if (needs_dinput_) {
       bwd_.args = {{DNNL_ARG_DST, b.output}, {DNNL_ARG_DIFF_DST, b.doutput}, {DNNL_ARG_DIFF_SRC, b.dinputs[0]}};
       bwd_.bind_scratch(ctx);
     }
   }
-  void forward(Context& ctx) override { fwd_.run(ctx); }
+  void forward(Context& ctx) override {
+    fwd_.run(ctx);
+    if (padding_) padding_->zero(output_);
+  }
   void backward(Context& ctx) override {
     if (needs_dinput_) bwd_.run(ctx);
   }
 
  private:
   bool needs_dinput_;
+  md data_;
+  std::optional<ChannelPadding> padding_;
   dnnl::eltwise_forward::primitive_desc fwd_pd_;
+  float* output_ = nullptr;
   Step fwd_, bwd_;
 };
 
