@@ -93,7 +93,8 @@ def panel_title(panel: tuple[str, str, str]) -> str:
 class Data:
     """All rows of the input files, split into steady-state and per-epoch rows, with one
     series per machine (host; host @ commit when a host appears at several commits, so that
-    runs of different builds are not pooled)."""
+    runs of different builds are not pooled), and per framework where rows of a peer
+    framework (scripts/peers/) are given: "host · pytorch"."""
 
     def __init__(self, tables: list[tbcsv.Table]):
         self.rows = tbcsv.all_rows(tables)
@@ -101,15 +102,17 @@ class Data:
         self.epoch_rows = [r for r in self.rows if tbcsv.is_epoch_row(r)]
         commits: dict[str, set[str]] = {}
         for r in self.rows:
-            commits.setdefault(r.get("host", "") or "?", set()).add(r.get("git_commit", ""))
+            if (r.get("framework", "") or "trainbench") == "trainbench":
+                commits.setdefault(r.get("host", "") or "?", set()).add(r.get("git_commit", ""))
         self._split = {h for h, c in commits.items() if len(c) > 1}
         self.series = list(dict.fromkeys(self.series_of(r) for r in self.rows))
 
     def series_of(self, row) -> str:
         host = row.get("host", "") or "?"
         if host in self._split:
-            return f"{host} @ {(row.get('git_commit') or '?')[:12]}"
-        return host
+            host = f"{host} @ {(row.get('git_commit') or '?')[:12]}"
+        framework = row.get("framework", "") or "trainbench"
+        return host if framework == "trainbench" else f"{host} · {framework}"
 
     def colour(self, series: str) -> str:
         return f"C{self.series.index(series) % 10}"
