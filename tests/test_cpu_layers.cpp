@@ -486,7 +486,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersEltwise,
                                          EltwiseCase{true, InputSpec{{37}}, 4},
                                          EltwiseCase{false, InputSpec{{16, 5, 5}}, 2},
                                          EltwiseCase{false, InputSpec{{3, 6, 6}}, 2},
-                                         EltwiseCase{false, InputSpec{{37}}, 4}),
+                                         EltwiseCase{false, InputSpec{{37}}, 4},
+                                         // channels that leave padding in 8- and 16-wide blocks
+                                         EltwiseCase{false, InputSpec{{6, 5, 5}}, 3},
+                                         EltwiseCase{false, InputSpec{{120, 2, 2}}, 3},
+                                         EltwiseCase{true, InputSpec{{120, 2, 2}}, 2}),
                          [](const testing::TestParamInfo<EltwiseCase>& i) {
                            return std::string(i.param.relu ? "relu" : "sigmoid") + std::to_string(i.index);
                          });

