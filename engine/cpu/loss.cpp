@@ -7,27 +7,42 @@
 namespace tb::cpu {
 namespace {
 
-class SoftmaxCrossEntropy final : public Layer {
+// What both losses share: their input brought to a plain layout, the batch's labels or
+// targets, and the loss of the last forward.
+class LossLayer : public Layer {
  public:
-  SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s, const Inputs& in)
-      : N_(in[0].shape[0]), K_(s.classes), needs_dinput_(in[0].needs_grad) {
-    logits_ = InputAdapter(ctx, in[0].desc, plain_desc({N_, K_}));
-  }
   md output_desc() const override { return plain_desc({1}); }
-
   void bind(Context& ctx, const Bindings& b) override {
-    logits_.bind(ctx, b.inputs[0], b.dinputs[0]);
+    input_.bind(ctx, b.inputs[0], b.dinputs[0]);
     batch_ = b.batch;
   }
+  float loss() const override { return loss_; }
+
+ protected:
+  LossLayer(Context& ctx, const LayerInput& in, const dnnl::memory::dims& plain_dims)
+      : needs_dinput_(in.needs_grad), input_(ctx, in.desc, plain_desc(plain_dims)) {}
+  const float* x() { return static_cast<const float*>(input_.value().get_data_handle()); }
+  float* dx() { return static_cast<float*>(input_.grad().get_data_handle()); }
+
+  bool needs_dinput_;
+  InputAdapter input_;
+  const BatchView* batch_ = nullptr;
+  float loss_ = 0;
+};
+
+class SoftmaxCrossEntropy final : public LossLayer {
+ public:
+  SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s, const Inputs& in)
+      : LossLayer(ctx, in[0], {in[0].shape[0], s.classes}), N_(in[0].shape[0]), K_(s.classes) {}
 
   void forward(Context& ctx) override {
-    logits_.forward(ctx);
-    const float* x = static_cast<const float*>(logits_.value().get_data_handle());
+    input_.forward(ctx);
+    const float* logits = x();
     const std::int32_t* labels = batch_->labels;
     double total = 0;
     correct_ = 0;
     for (i64 n = 0; n < N_; ++n) {
-      const float* row = x + n * K_;
+      const float* row = logits + n * K_;
       float mx = row[0];
       i64 argmax = 0;
       for (i64 k = 1; k < K_; ++k)
@@ -44,12 +59,12 @@ class SoftmaxCrossEntropy final : public Layer {
 
   void backward(Context& ctx) override {
     if (!needs_dinput_) return;
-    const float* x = static_cast<const float*>(logits_.value().get_data_handle());
-    float* dx = static_cast<float*>(logits_.grad().get_data_handle());
+    const float* logits = x();
+    float* dlogits = dx();
     const float inv_n = 1.0f / float(N_);
     for (i64 n = 0; n < N_; ++n) {
-      const float* row = x + n * K_;
-      float* drow = dx + n * K_;
+      const float* row = logits + n * K_;
+      float* drow = dlogits + n * K_;
       float mx = row[0];
       for (i64 k = 1; k < K_; ++k) mx = std::max(mx, row[k]);
       float sum = 0;
@@ -57,35 +72,23 @@ class SoftmaxCrossEntropy final : public Layer {
       for (i64 k = 0; k < K_; ++k) drow[k] = drow[k] / sum * inv_n;
       drow[batch_->labels[n]] -= inv_n;
     }
-    logits_.backward(ctx);
+    input_.backward(ctx);
   }
-  float loss() const override { return loss_; }
   i64 correct() const override { return correct_; }
 
  private:
   i64 N_, K_;
   i64 correct_ = 0;
-  bool needs_dinput_;
-  InputAdapter logits_;
-  const BatchView* batch_ = nullptr;
-  float loss_ = 0;
 };
 
-class MeanSquaredError final : public Layer {
+class MeanSquaredError final : public LossLayer {
  public:
   MeanSquaredError(Context& ctx, const Inputs& in)
-      : n_(product(in[0].shape)), needs_dinput_(in[0].needs_grad) {
-    pred_ = InputAdapter(ctx, in[0].desc, plain_desc({n_}));
-  }
-  md output_desc() const override { return plain_desc({1}); }
+      : LossLayer(ctx, in[0], {product(in[0].shape)}), n_(product(in[0].shape)) {}
 
-  void bind(Context& ctx, const Bindings& b) override {
-    pred_.bind(ctx, b.inputs[0], b.dinputs[0]);
-    batch_ = b.batch;
-  }
   void forward(Context& ctx) override {
-    pred_.forward(ctx);
-    const float* p = static_cast<const float*>(pred_.value().get_data_handle());
+    input_.forward(ctx);
+    const float* p = x();
     double total = 0;
     for (i64 i = 0; i < n_; ++i) {
       const double e = double(p[i]) - double(batch_->targets[i]);
@@ -95,20 +98,15 @@ class MeanSquaredError final : public Layer {
   }
   void backward(Context& ctx) override {
     if (!needs_dinput_) return;
-    const float* p = static_cast<const float*>(pred_.value().get_data_handle());
-    float* dp = static_cast<float*>(pred_.grad().get_data_handle());
+    const float* p = x();
+    float* dp = dx();
     const float scale = 2.0f / float(n_);
     for (i64 i = 0; i < n_; ++i) dp[i] = scale * (p[i] - batch_->targets[i]);
-    pred_.backward(ctx);
+    input_.backward(ctx);
   }
-  float loss() const override { return loss_; }
 
  private:
   i64 n_;
-  bool needs_dinput_;
-  InputAdapter pred_;
-  const BatchView* batch_ = nullptr;
-  float loss_ = 0;
 };
 
 }  // namespace
