@@ -38,6 +38,7 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
     : model_(model), config_(config), shapes_(infer_shapes(model, config.batch)) {
   const int n = int(model_.nodes.size());
   has_loss_ = is_loss(model_.nodes.back().spec);
+  if (has_loss_) target_count_ = product(target_shape(model_, config_.batch));
   layers_.resize(n);
   values_.resize(n);
   grads_.resize(n);
@@ -156,12 +157,11 @@ const CpuNetwork::ParamSlot& CpuNetwork::slot(int node, int index) const {
 void CpuNetwork::set_batch(const BatchView& batch) {
   std::memcpy(values_[0].get_data_handle(), batch.input, values_[0].get_desc().get_size());
   if (!has_loss_) return;
-  const Dims t = target_shape(model_, config_.batch);
   if (model_.task == Task::Classification) {
-    labels_.assign(batch.labels, batch.labels + product(t));
+    labels_.assign(batch.labels, batch.labels + target_count_);
     batch_.labels = labels_.data();
   } else {
-    targets_.assign(batch.targets, batch.targets + product(t));
+    targets_.assign(batch.targets, batch.targets + target_count_);
     batch_.targets = targets_.data();
   }
 }

@@ -66,6 +66,7 @@ class CpuNetwork final : public Network {
   BatchView batch_;
   i64 activation_bytes_ = 0;
   bool has_loss_;
+  i64 target_count_ = 0;  // labels or target values per batch
 };
 
 }  // namespace tb::cpu
