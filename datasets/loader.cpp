@@ -89,6 +89,7 @@ void ImageLoader::prepare(i64 step, Batch& out) const {
   const i64 sample = set.sample_size(), plane = set.rows * set.cols, B = config_.batch;
   out.input.resize(std::size_t(B * sample));
   out.labels.resize(std::size_t(B));
+  out.batch = B;
   std::mt19937_64 rng(config_.seed * 0xD1B54A32D192ED03ull + std::uint64_t(step));
   const bool augment = config_.augment && set.channels == 3;
   constexpr i64 kPad = 4;

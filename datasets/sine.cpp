@@ -17,6 +17,7 @@ SineWave::SineWave(i64 seq_len, i64 batch, bool validation, std::uint64_t seed)
     throw InputError(fmt::format("sine: {} windows of {} steps do not fit in {} points", batch, seq_len, length));
   batch_data_.input.resize(std::size_t(seq_len * batch));
   batch_data_.targets.resize(std::size_t(seq_len * batch));
+  batch_data_.batch = batch;
 }
 
 const Batch& SineWave::next() {

@@ -15,7 +15,10 @@ struct Batch {
   std::vector<float> input;
   std::vector<std::int32_t> labels;
   std::vector<float> targets;
-  BatchView view() const { return BatchView{input.data(), labels.data(), targets.data()}; }
+  i64 batch = 0;         // samples in the batch
+  i64 resident = -1;     // >= 0: a batch kept on the device (BatchView::resident), no host data
+  BatchView view() const { return BatchView{input.data(), labels.data(), targets.data(), resident}; }
+  i64 samples() const { return batch; }
 };
 
 class Dataset {

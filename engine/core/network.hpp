@@ -24,6 +24,17 @@ struct BatchView {
   const float* input = nullptr;
   const std::int32_t* labels = nullptr;
   const float* targets = nullptr;
+  // >= 0: batch number `resident` of a dataset the network keeps on its device (the other
+  // fields are then unused); see CudaNetwork::make_resident.
+  std::int64_t resident = -1;
+};
+
+// Seconds one training step spent in each phase. `device` is the whole step measured on the
+// device (CUDA events), negative where the backend has no device clock; a phase the backend
+// cannot separate (a step replayed as one CUDA graph) is negative.
+struct StepTimes {
+  double forward = 0, backward = 0, update = 0;
+  double device = -1;
 };
 
 class Network {
@@ -44,6 +55,9 @@ class Network {
   virtual void backward() = 0;
   // One optimizer step over the flat buffers.
   virtual void update() = 0;
+  // Forward, backward and update; returns the loss. This default runs the three and times
+  // each on the host clock; asynchronous backends enqueue the whole step and wait once.
+  virtual float train_step(StepTimes& times);
 
   // Inspection in canonical (plain row-major) layouts, for tests and replica checks.
   virtual std::vector<float> read_output(int node) const = 0;

@@ -14,7 +14,6 @@ void check_finite(float loss, std::size_t step, const char* phase) {
     throw CheckFailed(fmt::format("loss is {} at {} step {} (diverged: lower the learning rate with --lr)",
                                   std::isnan(loss) ? "NaN" : "inf", phase, step));
 }
-i64 batch_samples(const Batch& b) { return i64(b.labels.size()); }
 }  // namespace
 
 void Tally::add(float loss, i64 batch_correct, i64 batch_samples) {
@@ -36,21 +35,23 @@ float Trainer::step() {
   const double t1 = wall_seconds();
   network_->set_batch(batch.view());
   const double t2 = wall_seconds();
-  const float loss = network_->forward();
-  const double t3 = wall_seconds();
+  StepTimes times;
+  const float loss = network_->train_step(times);
   check_finite(loss, losses_.size() + 1, "training");
-  network_->backward();
-  const double t4 = wall_seconds();
-  network_->update();
-  const double t5 = wall_seconds();
   phases_.data_wait += t1 - t0;
   phases_.data += t2 - t0;
-  phases_.forward += t3 - t2;
-  phases_.backward += t4 - t3;
-  phases_.update += t5 - t4;
+  if (times.forward >= 0) {
+    phases_.forward += times.forward;
+    phases_.backward += times.backward;
+    phases_.update += times.update;
+  } else {
+    phases_.split = false;
+  }
+  if (times.device >= 0) phases_.device += times.device;
+  last_device_seconds_ = times.device;
   if (losses_.empty()) first_batch_ = batch;
   losses_.push_back(loss);
-  tally_.add(loss, network_->correct(), batch_samples(batch));
+  tally_.add(loss, network_->correct(), batch.samples());
   return loss;
 }
 
@@ -61,7 +62,7 @@ Tally Trainer::evaluate(Dataset& data, i64 steps) {
     network_->set_batch(batch.view());
     const float loss = network_->evaluate();
     check_finite(loss, std::size_t(s + 1), "validation");
-    t.add(loss, network_->correct(), batch_samples(batch));
+    t.add(loss, network_->correct(), batch.samples());
   }
   return t;
 }

@@ -14,6 +14,8 @@ struct PhaseTimes {
   double data_wait = 0;  // waiting for the loader's next batch
   double data = 0;       // the wait plus copying the batch into the network
   double forward = 0, backward = 0, update = 0;  // seconds, summed over steps
+  bool split = true;  // false once a step could not be split into phases (a CUDA graph)
+  double device = 0;  // the steps measured on the device clock (GPU backends)
 };
 
 // Loss and accuracy summed over steps.
@@ -40,6 +42,8 @@ class Trainer {
   // A copy of the first batch trained on; losses().front() is its loss before any update.
   const Batch& first_batch() const { return first_batch_; }
   const PhaseTimes& phases() const { return phases_; }
+  // The last step measured on the device clock, negative on a backend without one.
+  double last_device_seconds() const { return last_device_seconds_; }
   // Loss and accuracy of the training steps since the last reset (an epoch's figures).
   const Tally& tally() const { return tally_; }
   void reset_tally() { tally_ = Tally{}; }
@@ -52,6 +56,7 @@ class Trainer {
   std::vector<float> losses_;
   Batch first_batch_;
   PhaseTimes phases_;
+  double last_device_seconds_ = -1;
   Tally tally_;
 };
 
