@@ -1,7 +1,12 @@
 # Detects the optional dependencies: the CUDA toolkit with cuDNN, cuBLAS and NCCL, and MPI.
-# Sets TB_HAVE_CUDA and TB_HAVE_MPI; the CUDA language itself is enabled only in engine/cuda.
+# Sets TB_HAVE_CUDA and TB_HAVE_MPI, and enables the CUDA language when the backend is built.
 set(TB_HAVE_CUDA OFF)
+option(TB_REQUIRE_CUDA "Fail the configuration unless the CUDA backend can be built (CI)" OFF)
 if(TB_CUDA)
+  # The toolkit's standard location, for shells whose PATH lacks /usr/local/cuda/bin.
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
   include(CheckLanguage)
   check_language(CUDA)
   find_package(CUDAToolkit QUIET)
@@ -11,10 +16,23 @@ if(TB_CUDA)
   find_library(TB_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64)
   if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND AND TB_CUDNN_INCLUDE AND TB_CUDNN_LIB AND TB_NCCL_INCLUDE AND TB_NCCL_LIB)
     set(TB_HAVE_CUDA ON)
+    # A100 and H100/H200 unless the user names others: the GPUs the suite is measured on.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    # nvcc's C++17: the newest standard CMake 3.25 knows for CUDA. Host code stays C++20.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    enable_language(CUDA)
     message(STATUS "trainbench: CUDA ${CUDAToolkit_VERSION}, cuDNN ${TB_CUDNN_LIB}, NCCL ${TB_NCCL_LIB}")
   else()
     message(STATUS "trainbench: CUDA backend not built (toolkit ${CUDAToolkit_FOUND}, nvcc '${CMAKE_CUDA_COMPILER}', cuDNN '${TB_CUDNN_LIB}', NCCL '${TB_NCCL_LIB}')")
   endif()
+endif()
+
+if(TB_REQUIRE_CUDA AND NOT TB_HAVE_CUDA)
+  message(FATAL_ERROR "TB_REQUIRE_CUDA is on but the CUDA backend cannot be built (see the line above): install "
+                      "the CUDA toolkit with cuDNN and NCCL, or configure with -DTB_REQUIRE_CUDA=OFF")
 endif()
 
 set(TB_HAVE_MPI OFF)

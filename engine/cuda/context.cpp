@@ -1,0 +1,118 @@
+// Status checks, precisions and the per-network context of the CUDA backend.
+#include "engine/cuda/context.hpp"
+
+#include <algorithm>
+
+namespace tb::cuda {
+
+namespace {
+[[noreturn]] void fail(bool out_of_memory, const std::string& library, const std::string& status,
+                       const char* expr, const char* file, int line) {
+  const std::string message = fmt::format("{} failed: {} ({}:{})", library, status, file, line);
+  if (out_of_memory)
+    throw OutOfMemory(fmt::format("{}; the device is out of memory (lower --batch, or raise --gpu_memory_limit "
+                                  "if it is set) [{}]", message, expr));
+  throw BackendError(fmt::format("{} [{}]", message, expr));
+}
+}  // namespace
+
+void check(cudaError_t status, const char* expr, const char* file, int line) {
+  if (status == cudaSuccess) return;
+  fail(status == cudaErrorMemoryAllocation, "CUDA",
+       fmt::format("{} ({})", cudaGetErrorName(status), cudaGetErrorString(status)), expr, file, line);
+}
+
+void check(cudnnStatus_t status, const char* expr, const char* file, int line) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  char detail[512] = {};
+  cudnnGetLastErrorString(detail, sizeof detail);
+  fail(status == CUDNN_STATUS_ALLOC_FAILED, "cuDNN",
+       fmt::format("{}{}{}", cudnnGetErrorString(status), detail[0] ? ": " : "", detail), expr, file, line);
+}
+
+void check(cublasStatus_t status, const char* expr, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  fail(status == CUBLAS_STATUS_ALLOC_FAILED, "cuBLAS",
+       fmt::format("{} ({})", cublasGetStatusName(status), cublasGetStatusString(status)), expr, file, line);
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::FP32;
+  if (name == "tf32") return Precision::TF32;
+  if (name == "fp16") return Precision::FP16;
+  if (name == "bf16") return Precision::BF16;
+  throw InputError(fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16 or bf16", name));
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::FP32: return "fp32";
+    case Precision::TF32: return "tf32";
+    case Precision::FP16: return "fp16";
+    case Precision::BF16: return "bf16";
+  }
+  return "?";
+}
+
+DType storage_type(Precision p) {
+  return p == Precision::FP16 ? DType::F16 : p == Precision::BF16 ? DType::BF16 : DType::F32;
+}
+
+std::size_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
+
+cudnnDataType_t cudnn_type(DType t) {
+  return t == DType::F16 ? CUDNN_DATA_HALF : t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+cudaDataType_t blas_type(DType t) {
+  return t == DType::F16 ? CUDA_R_16F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+Context::Context(int device_index, Precision p, std::size_t cap)
+    : device(device_index),
+      precision(p),
+      dtype(storage_type(p)),
+      cudnn_dtype(cudnn_type(dtype)),
+      compute_type(CUDNN_DATA_FLOAT),
+      // fp32 stays strict: FMA math keeps cuDNN off TF32 tensor cores, which DEFAULT_MATH
+      // allows for float data (tf32). 16-bit data: tensor cores, without down-conversion.
+      math(p == Precision::FP32   ? CUDNN_FMA_MATH
+           : p == Precision::TF32 ? CUDNN_DEFAULT_MATH
+                                  : CUDNN_TENSOR_OP_MATH),
+      blas_dtype(blas_type(dtype)),
+      blas_compute(p == Precision::FP32   ? CUBLAS_COMPUTE_32F_PEDANTIC
+                   : p == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F),
+      allocator(device_allocator(device_index)),
+      workspace_cap(cap) {
+  TB_CU(cudaSetDevice(device));
+  TB_CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  TB_CU(cudnnCreate(&cudnn));
+  TB_CU(cudnnSetStream(cudnn, stream));
+  TB_CU(cublasCreate(&cublas));
+  TB_CU(cublasSetStream(cublas, stream));
+  TB_CU(cublasSetMathMode(cublas, p == Precision::FP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+Context::~Context() {
+  // Destruction must not throw; statuses are ignored on the way out.
+  if (cublas) cublasDestroy(cublas);
+  if (cudnn) cudnnDestroy(cudnn);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+void Context::need_workspace(std::size_t bytes) {
+  TB_CHECK(bytes <= workspace_cap, "a cuDNN call needs {} bytes of workspace, above the cap of {}", bytes,
+           workspace_cap);
+  workspace_bytes = std::max(workspace_bytes, bytes);
+}
+
+void TensorDesc::set4d(cudnnDataType_t type, i64 n, i64 c, i64 h, i64 w) {
+  TB_CU(cudnnSetTensor4dDescriptor(*this, CUDNN_TENSOR_NCHW, type, int(n), int(c), int(h), int(w)));
+}
+
+void FilterDesc::set4d(cudnnDataType_t type, i64 k, i64 c, i64 h, i64 w) {
+  TB_CU(cudnnSetFilter4dDescriptor(*this, type, CUDNN_TENSOR_NCHW, int(k), int(c), int(h), int(w)));
+}
+
+}  // namespace tb::cuda

@@ -1,0 +1,127 @@
+// The CUDA backend's context: the one status-check pattern for CUDA, cuDNN and cuBLAS, the
+// precisions and what each means for the libraries, and the per-network stream, handles and
+// shared workspace. Every tensor of this backend is plain row-major (NCHW for images, (T, N, F)
+// for sequences) in the precision's storage type.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "engine/core/error.hpp"
+#include "engine/core/spec.hpp"
+#include "engine/cuda/allocator.hpp"
+
+namespace tb::cuda {
+
+// Each throws tb::OutOfMemory for an allocation failure and tb::BackendError otherwise, naming
+// the call, file:line and the library's own name and text for the status.
+void check(cudaError_t status, const char* expr, const char* file, int line);
+void check(cudnnStatus_t status, const char* expr, const char* file, int line);
+void check(cublasStatus_t status, const char* expr, const char* file, int line);
+
+}  // namespace tb::cuda
+
+// TB_CU(call): runs a CUDA runtime, cuDNN or cuBLAS call and throws a typed tb::Error unless it
+// succeeded.
+#define TB_CU(expr) ::tb::cuda::check((expr), #expr, __FILE__, __LINE__)
+
+namespace tb::cuda {
+
+// fp32: strict single precision (no tensor-core conversion). tf32: fp32 storage, TF32 tensor
+// cores in convolutions and GEMMs. fp16 and bf16: mixed precision, activations and a compute
+// copy of the weights in 16 bits, fp32 master weights and optimizer state, dynamic loss scaling.
+enum class Precision { FP32, TF32, FP16, BF16 };
+// Storage type of activations, gradients and the compute copy of weights.
+enum class DType { F32, F16, BF16 };
+
+// Throws tb::InputError naming --precisions for anything but fp32, tf32, fp16, bf16.
+Precision parse_precision(const std::string& name);
+const char* precision_name(Precision p);
+inline bool is_mixed(Precision p) { return p == Precision::FP16 || p == Precision::BF16; }
+DType storage_type(Precision p);
+std::size_t dtype_bytes(DType t);
+cudnnDataType_t cudnn_type(DType t);
+cudaDataType_t blas_type(DType t);
+
+// One per network: a non-blocking stream and library handles bound to it, the precision's
+// library settings, and one workspace shared by every cuDNN call, sized at planning for the
+// largest request (never above workspace_cap) and allocated once by the network.
+class Context {
+ public:
+  Context(int device, Precision precision, std::size_t workspace_cap);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int device;
+  Precision precision;
+  DType dtype;
+  cudnnDataType_t cudnn_dtype;   // activations and compute weights
+  cudnnDataType_t compute_type;  // accumulation in convolutions (always float)
+  cudnnMathType_t math;          // FMA (fp32), DEFAULT (tf32), TENSOR_OP (16-bit)
+  cudaDataType_t blas_dtype;
+  cublasComputeType_t blas_compute;
+  cudaStream_t stream = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  Allocator& allocator;
+
+  std::size_t workspace_cap;
+  std::size_t workspace_bytes = 0;  // the largest request seen while planning
+  void* workspace = nullptr;        // owned by the network; set before layers run
+
+  void need_workspace(std::size_t bytes);
+  std::size_t elem_bytes() const { return dtype_bytes(dtype); }
+};
+
+// Owner of one cuDNN descriptor. Not copyable; movable, so that layers can keep them in
+// containers. A failed destroy is ignored: destructors do not throw, and nothing is left to do.
+template <class Handle, cudnnStatus_t (*create)(Handle*), cudnnStatus_t (*destroy)(Handle)>
+class Descriptor {
+ public:
+  Descriptor() { TB_CU(create(&handle_)); }
+  ~Descriptor() {
+    if (handle_) (void)destroy(handle_);
+  }
+  Descriptor(Descriptor&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Descriptor& operator=(Descriptor&& other) noexcept {
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  operator Handle() const { return handle_; }
+
+ private:
+  Handle handle_ = nullptr;
+};
+
+using ActivationDesc =
+    Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor, cudnnDestroyActivationDescriptor>;
+using PoolingDesc = Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
+using ConvolutionDesc =
+    Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
+using RnnDesc = Descriptor<cudnnRNNDescriptor_t, cudnnCreateRNNDescriptor, cudnnDestroyRNNDescriptor>;
+using RnnDataDesc = Descriptor<cudnnRNNDataDescriptor_t, cudnnCreateRNNDataDescriptor, cudnnDestroyRNNDataDescriptor>;
+using DropoutDesc = Descriptor<cudnnDropoutDescriptor_t, cudnnCreateDropoutDescriptor, cudnnDestroyDropoutDescriptor>;
+
+// A plain NCHW tensor descriptor of n, c, h, w.
+class TensorDesc : public Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor> {
+ public:
+  void set4d(cudnnDataType_t type, i64 n, i64 c, i64 h, i64 w);
+};
+
+class FilterDesc : public Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor> {
+ public:
+  void set4d(cudnnDataType_t type, i64 k, i64 c, i64 h, i64 w);
+};
+
+// Scaling factors cuDNN wants: float for every data type this backend uses.
+inline const float kOne = 1.0f, kZero = 0.0f;
+
+}  // namespace tb::cuda

@@ -1,0 +1,107 @@
+// The CUDA layer interface, the counterpart of engine/cpu/layer.hpp: each layer is planned once
+// for its input shapes (creating descriptors, choosing algorithms, asking for workspace), then
+// bound to device memory the network owns, then run on the context's stream.
+//
+// Tensors are plain row-major in the context's storage type (ctx.dtype). Gradients: backward
+// overwrites (=) every gradient it writes, parameter and input alike; the network sums where one
+// tensor feeds several layers.
+//
+// Parameters live in storage slots the layer declares. A slot is either in the compute type
+// (a 16-bit copy of the fp32 master under mixed precision; its gradient also in the compute
+// type) or kept in fp32 (batch norm's scale, shift; its gradient in fp32). The canonical
+// parameters of tb::node_params map onto the slots through canonical()/set_canonical(); by
+// default slot k holds canonical parameter k in its canonical layout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/core/network.hpp"
+#include "engine/core/spec.hpp"
+#include "engine/cuda/context.hpp"
+#include "engine/cuda/kernels.hpp"
+
+namespace tb::cuda {
+
+struct LayerInput {
+  Dims shape;       // logical shape (spec shape inference)
+  bool needs_grad;  // false for the model input: its gradient is never computed
+};
+
+struct ParamSlot {
+  i64 elements = 0;
+  bool fp32 = false;  // kept in fp32 whatever the precision
+};
+
+// The batch's targets on the device, for the losses.
+struct DeviceTargets {
+  const std::int32_t* labels = nullptr;  // classification (N)
+  const float* targets = nullptr;        // regression, shaped like the prediction
+};
+
+// Device memory a layer is bound to. dinputs[j] is null where the input needs no gradient.
+// params/dparams point into the flat buffers: compute-type slots at their compute copy and
+// compute-type gradient, fp32 slots at the fp32 master and fp32 gradient.
+struct Bindings {
+  std::vector<const void*> inputs;
+  std::vector<void*> dinputs;
+  void* output = nullptr;
+  void* doutput = nullptr;
+  std::vector<void*> params, dparams;
+  const DeviceTargets* targets = nullptr;
+  float* loss = nullptr;                 // losses: where the loss goes (device, one float)
+  std::int32_t* correct = nullptr;       // classification losses: correct predictions (device)
+  const kernels::StepState* state = nullptr;  // losses: the loss scale to multiply gradients by
+};
+
+class Layer {
+ public:
+  Layer() = default;
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  virtual std::vector<ParamSlot> param_slots() const { return {}; }
+  virtual void bind(Context& ctx, const Bindings& b) = 0;
+  virtual void forward(Context& ctx) = 0;
+  // Inference mode (batch norm with its running statistics); the same as forward elsewhere.
+  virtual void forward_eval(Context& ctx) { forward(ctx); }
+  virtual void backward(Context& ctx) = 0;
+
+  // Canonical parameter `index` (row-major, as tb::node_params shapes it) from the slots' fp32
+  // values, and back. `slots` holds every slot of this layer as fp32 host values.
+  virtual std::vector<float> canonical(int index, const std::vector<std::vector<float>>& slots) const {
+    return slots.at(std::size_t(index));
+  }
+  virtual void set_canonical(int index, const std::vector<float>& value, std::vector<std::vector<float>>& slots) const {
+    slots.at(std::size_t(index)) = value;
+  }
+  // Device memory the layer holds outside the network's buffers (saved statistics, RNN
+  // reserve space), counted as activations.
+  virtual std::size_t own_bytes() const { return 0; }
+};
+
+using Inputs = std::vector<LayerInput>;
+std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec, const Inputs& inputs, const Dims& out_shape);
+
+// One factory per layer file (engine/cuda/<layer>.cpp), as in engine/cpu.
+std::unique_ptr<Layer> make_linear(Context&, const LinearSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_maxpool2d(Context&, const MaxPool2dSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_global_avgpool(Context&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_batchnorm(Context&, const BatchNormSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_relu(Context&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_sigmoid(Context&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_lstm(Context&, const LSTMSpec&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_add(Context&, const Inputs&, const Dims&);
+std::unique_ptr<Layer> make_softmax_cross_entropy(Context&, const SoftmaxCrossEntropySpec&, const Inputs&);
+std::unique_ptr<Layer> make_mse(Context&, const Inputs&);
+
+// An image shape (N, C, H, W) or any other shape seen as (N, C, 1, 1) with C = the rest.
+struct Nchw {
+  i64 n, c, h, w;
+};
+Nchw as_nchw(const Dims& shape);
+
+}  // namespace tb::cuda

@@ -1,0 +1,89 @@
+// The CUDA network: plans a model once for one batch size on one device and precision (layers,
+// cuDNN algorithms, every buffer through the device's caching allocator) and runs training
+// steps with no allocation and no synchronisation inside the step; optionally the whole step
+// (forward, backward, update) is captured once as a CUDA graph and replayed.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/core/dataset.hpp"
+#include "engine/core/network.hpp"
+#include "engine/cuda/context.hpp"
+#include "engine/cuda/kernels.hpp"
+#include "engine/cuda/layer.hpp"
+
+namespace tb::cuda {
+
+struct NetworkConfig {
+  i64 batch = 1;
+  OptimizerConfig optimizer;
+  std::uint64_t seed = 1;
+  int device = 0;
+  Precision precision = Precision::FP32;
+  std::size_t workspace_cap = std::size_t(256) << 20;  // the most one cuDNN call may use
+  bool cuda_graph = false;
+  float initial_loss_scale = 65536.0f;  // mixed precision only
+  std::int32_t loss_scale_growth_interval = 2000;
+};
+
+// Where the device memory of one network goes, in bytes.
+struct MemoryBreakdown {
+  std::size_t weights = 0;      // fp32 master plus the compute copy
+  std::size_t gradients = 0;
+  std::size_t optimizer_state = 0;
+  std::size_t activations = 0;  // values, their gradients, layers' saved state
+  std::size_t workspace = 0;
+  std::size_t data = 0;         // the batch, and a resident dataset (--data_on_device)
+};
+
+class CudaNetwork final : public Network {
+ public:
+  CudaNetwork(const ModelSpec& model, const NetworkConfig& config);
+  ~CudaNetwork() override;
+
+  void set_batch(const BatchView& batch) override;
+  float forward() override;
+  float evaluate() override;
+  std::int64_t correct() const override;
+  void backward() override;
+  void update() override;
+  // Forward, backward and update enqueued together (or replayed as one graph) with one wait at
+  // the end; the times are measured with CUDA events from set_batch's upload to the update.
+  float train_step(StepTimes& times) override;
+
+  std::vector<float> read_output(int node) const override;
+  std::vector<float> read_grad(int node) const override;
+  void set_output_grad(const std::vector<float>& grad) override;
+  std::vector<float> read_param(int node, int index) const override;
+  std::vector<float> read_param_grad(int node, int index) const override;
+  void write_param(int node, int index, const std::vector<float>& value) override;
+  std::int64_t param_bytes() const override { return n_params_ * i64(sizeof(float)); }
+
+  // Keeps `batches` batches of `data` on the device; set_batch then takes batches by their
+  // resident index (BatchView::resident) with a device-to-device copy instead of an upload.
+  void make_resident(Dataset& data, i64 batches);
+  MemoryBreakdown memory() const;
+  // Bytes of one batch's fp32 input and targets as make_resident keeps them.
+  std::size_t batch_input_bytes() const;
+  // Optimizer steps skipped because mixed-precision gradients overflowed, and the loss scale.
+  std::int64_t skipped_steps() const;
+  float loss_scale() const;
+  const Context& context() const { return *ctx_; }
+
+ private:
+  struct Impl;
+  float read_loss();  // waits for the stream; the loss and correct count of the last forward
+  void enqueue_backward();
+  void enqueue_update();
+  std::vector<float> download(const void* ptr, DType type, i64 count) const;
+  void upload(const std::vector<float>& values, void* ptr, DType type);
+  std::vector<std::vector<float>> read_slots(int node, bool gradients) const;
+  kernels::StepState step_state() const;
+  float grad_unscale() const;  // 1 / loss scale where a loss scaled the gradients
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Impl> impl_;
+  i64 n_params_ = 0;
+};
+
+}  // namespace tb::cuda
