@@ -9,7 +9,7 @@
 
 namespace tb::bench {
 
-inline constexpr const char* kSchemaVersion = "1";
+inline constexpr const char* kSchemaVersion = "2";
 const std::vector<std::string>& csv_columns();
 // Values by column name; columns without a value are written empty.
 using Row = std::map<std::string, std::string>;

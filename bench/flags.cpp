@@ -2,6 +2,7 @@
 #include "bench/flags.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -40,6 +41,23 @@ std::vector<std::string> split(const std::string& v) {
   return out;
 }
 
+// BYTES with an optional KiB/MiB/GiB suffix, or a fraction of the device's memory in (0, 1].
+double parse_memory(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  const std::string suffix = end ? std::string(end) : std::string();
+  double unit = 1;
+  if (suffix == "KiB") unit = 1024.0;
+  else if (suffix == "MiB") unit = 1024.0 * 1024;
+  else if (suffix == "GiB") unit = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty()) x = -1;
+  x *= unit;
+  if (v.empty() || !(x > 0) || (unit == 1 && x > 1 && x != std::floor(x)))
+    throw InputError(fmt::format("--{}: '{}' is neither a byte count (e.g. 8GiB, 512MiB, 1000000000) nor a "
+                                 "fraction of the device's memory in (0, 1] (e.g. 0.5)", flag, v));
+  return x;
+}
+
 }  // namespace
 
 std::string usage() {
@@ -57,7 +75,19 @@ trainbench flags:
                         another header is refused); see results/SCHEMA.md
   --batch=N             batch size for every model (default: each model's own)
   --devices=LIST        device configurations to register, comma-separated: cpu (all cores),
-                        cpu:N (N threads). Default: cpu and cpu:1
+                        cpu:N (N threads), gpu:1 (one GPU). Default: cpu, cpu:1 and gpu:1
+                        (reported as skipped, with the reason, where no GPU can be used)
+  --precisions=LIST     fp32, tf32, fp16 (mixed, dynamic loss scaling), bf16 (mixed).
+                        Default: fp32 on the CPU, all four on GPUs. A precision a device
+                        cannot run is a skipped row with the reason
+  --gpus=LIST           CUDA device ordinals the gpu configurations use (default 0, 1, ...;
+                        CUDA_VISIBLE_DEVICES applies first)
+  --gpu_memory_limit=X  cap on the device memory trainbench may use: bytes (8GiB, 512MiB,
+                        1000000000) or a fraction of the device's memory (0.5). A benchmark
+                        that needs more fails its row with an out-of-memory message
+  --cuda_graph          capture each GPU training step once as a CUDA graph and replay it
+  --data_on_device      keep the training data on the GPU (up to one epoch, at most 2 GiB):
+                        batches are device-to-device copies, no host upload per step
   --warmup_steps=N      training steps before timing starts (default 2; 200 for lenet5, whose
                         sigmoids learn nothing for about the first 100 steps)
   --optimizer=sgd|adam  override each model's optimizer (sgd = SGD with momentum 0.9)
@@ -124,6 +154,21 @@ Flags parse_flags(int& argc, char** argv) {
       f.loader_workers = int(parse_int("loader_workers", *v, 0));
     } else if (auto v = value_of("prefetch")) {
       f.prefetch = int(parse_int("prefetch", *v, 1));
+    } else if (auto v = value_of("precisions")) {
+      f.precisions = split(*v);
+      if (f.precisions.empty()) throw InputError("--precisions: give at least one, e.g. --precisions=fp32,fp16");
+      for (const std::string& p : f.precisions)
+        if (p != "fp32" && p != "tf32" && p != "fp16" && p != "bf16")
+          throw InputError(fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16 or bf16", p));
+    } else if (auto v = value_of("gpus")) {
+      for (const std::string& g : split(*v)) f.gpus.push_back(int(parse_int("gpus", g, 0)));
+      if (f.gpus.empty()) throw InputError("--gpus: give at least one CUDA device ordinal, e.g. --gpus=0");
+    } else if (auto v = value_of("gpu_memory_limit")) {
+      f.gpu_memory_limit = parse_memory("gpu_memory_limit", *v);
+    } else if (arg == "--cuda_graph") {
+      f.cuda_graph = true;
+    } else if (arg == "--data_on_device") {
+      f.data_on_device = true;
     } else if (arg == "--augment") {
       f.augment = true;
     } else if (auto v = value_of("epochs")) {

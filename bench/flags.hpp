@@ -22,6 +22,11 @@ struct Flags {
   bool augment = false;               // --augment
   std::optional<std::int64_t> epochs;  // --epochs=E, overrides each model's default
   double target_accuracy = 0;         // --target_accuracy=X in (0, 1]
+  std::vector<std::string> precisions;  // --precisions=fp32,tf32,fp16,bf16 (default: per device)
+  std::vector<int> gpus;              // --gpus=0,1: CUDA ordinals gpu:N uses (default 0..N-1)
+  double gpu_memory_limit = 0;        // --gpu_memory_limit: bytes (> 1) or a fraction (<= 1); 0: none
+  bool cuda_graph = false;            // --cuda_graph
+  bool data_on_device = false;        // --data_on_device
   bool help = false;
   bool list_models = false;  // --list_models
   bool csv_header = false;   // --csv_header

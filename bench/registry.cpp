@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "bench/context.hpp"
+#include "bench/gpu.hpp"
 #include "datasets/sources.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
@@ -33,13 +34,55 @@ struct Session {
 };
 std::unique_ptr<Session> g_session;
 
+// With --data_on_device the trainer pulls these: batch k is the network's resident batch k,
+// with no host data at all.
+class ResidentBatches final : public Dataset {
+ public:
+  ResidentBatches(std::string name, i64 batch, i64 batches) : name_(std::move(name)), batches_(batches) {
+    batch_.batch = batch;
+  }
+  const Batch& next() override {
+    batch_.resident = step_++;
+    return batch_;
+  }
+  std::string name() const override { return name_; }
+  std::string source() const override { return "device"; }
+  i64 steps_per_epoch() const override { return batches_; }
+
+ private:
+  std::string name_;
+  i64 batches_;
+  i64 step_ = 0;
+  Batch batch_;
+};
+
+constexpr std::size_t kResidentMaxBytes = std::size_t(2) << 30;
+
+GpuOptions gpu_options(const BenchInfo& info) {
+  return GpuOptions{.ordinal = info.gpu_ordinal,
+                    .precision = info.precision,
+                    .cuda_graph = info.cuda_graph,
+                    .memory_limit = info.gpu_memory_limit};
+}
+
 std::unique_ptr<Session> make_session(const BenchInfo& info) {
-  auto network = std::make_unique<cpu::CpuNetwork>(
-      info.spec, cpu::NetworkConfig{.batch = info.batch, .optimizer = info.optimizer, .seed = g_flags.seed});
+  std::unique_ptr<Network> network;
+  if (info.gpu) {
+    gpu_prepare(gpu_options(info));
+    network = make_gpu_network(info.spec, info.batch, info.optimizer, g_flags.seed, gpu_options(info));
+  } else {
+    network = std::make_unique<cpu::CpuNetwork>(
+        info.spec, cpu::NetworkConfig{.batch = info.batch, .optimizer = info.optimizer, .seed = g_flags.seed});
+  }
   auto session = std::make_unique<Session>();
   session->name = info.name;
   session->splits = data::make_splits(info.dataset, info.data_folder, info.spec, info.loader);
-  session->trainer = std::make_unique<Trainer>(std::move(network), std::move(session->splits.train));
+  std::unique_ptr<Dataset> train = std::move(session->splits.train);
+  if (info.gpu && info.data_on_device && info.kind == "train") {
+    const i64 batches = gpu_make_resident(*network, *train, kResidentMaxBytes);
+    train = std::make_unique<ResidentBatches>(train->name(), info.batch, batches);
+  }
+  session->trainer = std::make_unique<Trainer>(std::move(network), std::move(train));
   return session;
 }
 
@@ -66,15 +109,21 @@ void check_loss_fell(Trainer& trainer) {
 }
 
 // Counters of the timed steps: throughput, utilisation, host CPU, phases.
-void step_counters(benchmark::State& st, const BenchInfo& info, const Trainer& trainer, const PhaseTimes& p0,
+// On a GPU the step time is the device's (CUDA events from the batch upload to the end of the
+// update), which Google Benchmark also reports (manual time); wall_step_time_s adds the host's
+// share between steps.
+void step_counters(benchmark::State& st, const BenchInfo& info, Trainer& trainer, const PhaseTimes& p0,
                    double steps, double wall, double cpu) {
-  const double samples_per_s = double(info.batch) * steps / wall;
-  const double tflops = info.cost.train_flops_per_sample() * samples_per_s * 1e-12;
-  const double peak_gflops = measure_sgemm_gflops(info.threads);
   const PhaseTimes& p = trainer.phases();
+  const double step_time = info.gpu && info.kind == "train" ? (p.device - p0.device) / steps : wall / steps;
+  const double samples_per_s = double(info.batch) / step_time;
+  const double tflops = info.cost.train_flops_per_sample() * samples_per_s * 1e-12;
+  const double peak_gflops = info.gpu ? gpu_peak(info.gpu_ordinal, info.precision).gflops
+                                      : measure_sgemm_gflops(info.threads);
   auto& c = st.counters;
   c["samples_per_s"] = samples_per_s;
-  c["step_time_s"] = wall / steps;
+  c["step_time_s"] = step_time;
+  c["wall_step_time_s"] = wall / steps;
   c["model_tflops"] = tflops;
   c["peak_gflops"] = peak_gflops;
   c["utilisation"] = tflops * 1e3 / peak_gflops;
@@ -85,9 +134,13 @@ void step_counters(benchmark::State& st, const BenchInfo& info, const Trainer& t
   c["loss_last"] = trainer.losses().back();
   c["data_s_per_step"] = (p.data - p0.data) / steps;
   c["data_wait_s_per_step"] = (p.data_wait - p0.data_wait) / steps;
-  c["forward_s_per_step"] = (p.forward - p0.forward) / steps;
-  c["backward_s_per_step"] = (p.backward - p0.backward) / steps;
-  c["update_s_per_step"] = (p.update - p0.update) / steps;
+  if (p.split) {  // a step replayed as one CUDA graph has no phases
+    c["forward_s_per_step"] = (p.forward - p0.forward) / steps;
+    c["backward_s_per_step"] = (p.backward - p0.backward) / steps;
+    c["update_s_per_step"] = (p.update - p0.update) / steps;
+  }
+  if (info.gpu)
+    for (const auto& [name, value] : gpu_counters(trainer.network(), gpu_options(info))) c[name] = value;
 }
 
 void run_train(benchmark::State& st, const BenchInfo& info) {
@@ -95,7 +148,14 @@ void run_train(benchmark::State& st, const BenchInfo& info) {
   Trainer& trainer = *train_session(info).trainer;
   const PhaseTimes p0 = trainer.phases();
   const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
-  for (auto _ : st) trainer.step();
+  if (info.gpu) {
+    for (auto _ : st) {
+      trainer.step();
+      st.SetIterationTime(trainer.last_device_seconds());
+    }
+  } else {
+    for (auto _ : st) trainer.step();
+  }
   const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
   check_loss_fell(trainer);
   step_counters(st, info, trainer, p0, double(st.iterations()), wall, cpu);
@@ -155,6 +215,7 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
   if (names.empty()) {
     names = {"cpu"};
     if (cores > 1) names.push_back("cpu:1");
+    names.push_back("gpu:1");
   }
   std::vector<DeviceConfig> out;
   for (const std::string& name : names) {
@@ -171,13 +232,47 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
       d.threads = threads;
       if (threads > cores)
         d.skip_reason = fmt::format("{} needs {} cores, this machine has {}", name, threads, cores);
-    } else if (name.rfind("gpu", 0) == 0) {
-      d.threads = 1;
-      d.skip_reason = fmt::format("{}: this build of trainbench has no CUDA backend", name);
+    } else if (name.rfind("gpu:", 0) == 0) {
+      const std::string n = name.substr(4);
+      int gpus = 0;
+      auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), gpus);
+      if (ec != std::errc() || end != n.data() + n.size() || gpus < 1)
+        throw InputError(fmt::format("--devices: '{}' needs a GPU count >= 1, e.g. gpu:1", name));
+      d.threads = 1;  // one host thread drives each GPU
+      d.gpu = true;
+      const GpuInventory& inv = gpu_inventory();
+      std::vector<int> ordinals = flags.gpus;
+      for (int k = int(ordinals.size()); k < gpus; ++k) ordinals.push_back(k);
+      d.gpu_ordinal = ordinals[0];
+      if (!inv.unavailable.empty())
+        d.skip_reason = fmt::format("{}: {}", name, inv.unavailable);
+      else if (gpus > int(inv.devices.size()))
+        d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", name, gpus, inv.devices.size());
+      else if (*std::max_element(ordinals.begin(), ordinals.begin() + gpus) >= int(inv.devices.size()))
+        d.skip_reason = fmt::format("{}: --gpus names CUDA device {}, this machine has devices 0 to {}", name,
+                                    *std::max_element(ordinals.begin(), ordinals.begin() + gpus),
+                                    inv.devices.size() - 1);
+      else if (gpus > 1)
+        d.skip_reason = fmt::format("{}: data-parallel training on several GPUs is not built yet", name);
     } else {
       throw InputError(fmt::format("--devices: unknown device '{}'; use cpu, cpu:N or gpu:N", name));
     }
     out.push_back(d);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& flags, const DeviceConfig& d) {
+  std::vector<std::string> names = flags.precisions;
+  // By default a GPU gets all four, unless it cannot run at all: then one skipped row says why.
+  if (names.empty() && d.gpu && d.skip_reason.empty()) names = {"fp32", "tf32", "fp16", "bf16"};
+  if (names.empty()) names = {"fp32"};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& p : names) {
+    std::string reason;
+    if (!d.gpu && p != "fp32") reason = fmt::format("the CPU backend trains in fp32 only, not {}", p);
+    else if (d.gpu && d.skip_reason.empty()) reason = gpu_precision_unsupported(d.gpu_ordinal, p);
+    out.emplace_back(p, reason);
   }
   return out;
 }
@@ -192,37 +287,44 @@ const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores,
       const std::string folder = data::find_dataset(w.dataset, dir);
       if (w.real_data_only && folder.empty()) continue;
       for (const DeviceConfig& d : devices) {
-        BenchInfo b;
-        b.kind = kind;
-        b.model = w.model;
-        b.dataset = w.dataset;
-        b.data_folder = folder;
-        b.data_source = w.spec.task == Task::Regression ? "generated" : folder.empty() ? "synthetic" : folder;
-        b.device = d.name;
-        b.precision = "fp32";
-        b.threads = d.threads;
-        b.batch = flags.batch.value_or(w.batch);
-        b.warmup_steps = b.kind == "train" ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
-        b.epochs = flags.epochs.value_or(w.epochs);
-        b.target_accuracy = flags.target_accuracy;
-        b.loader = data::LoaderConfig{.batch = b.batch,
-                                      .workers = flags.loader_workers,
-                                      .prefetch = flags.prefetch,
-                                      .shuffle = true,
-                                      .augment = flags.augment && w.dataset == "cifar10",
-                                      .seed = flags.seed};
-        b.optimizer = w.optimizer_for(b.batch);
-        if (flags.optimizer) {
-          const bool adam = *flags.optimizer == "adam";
-          b.optimizer.kind = adam ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
-          if (!flags.lr) b.optimizer.lr = adam ? 1e-3 : 0.01;
+        for (const auto& [precision, precision_skip] : device_precisions(flags, d)) {
+          BenchInfo b;
+          b.kind = kind;
+          b.model = w.model;
+          b.dataset = w.dataset;
+          b.data_folder = folder;
+          b.data_source = w.spec.task == Task::Regression ? "generated" : folder.empty() ? "synthetic" : folder;
+          b.device = d.name;
+          b.precision = precision;
+          b.threads = d.threads;
+          b.gpu = d.gpu;
+          b.gpu_ordinal = d.gpu_ordinal;
+          b.cuda_graph = flags.cuda_graph;
+          b.data_on_device = flags.data_on_device;
+          b.gpu_memory_limit = flags.gpu_memory_limit;
+          b.batch = flags.batch.value_or(w.batch);
+          b.warmup_steps = b.kind == "train" ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
+          b.epochs = flags.epochs.value_or(w.epochs);
+          b.target_accuracy = flags.target_accuracy;
+          b.loader = data::LoaderConfig{.batch = b.batch,
+                                        .workers = flags.loader_workers,
+                                        .prefetch = flags.prefetch,
+                                        .shuffle = true,
+                                        .augment = flags.augment && w.dataset == "cifar10",
+                                        .seed = flags.seed};
+          b.optimizer = w.optimizer_for(b.batch);
+          if (flags.optimizer) {
+            const bool adam = *flags.optimizer == "adam";
+            b.optimizer.kind = adam ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
+            if (!flags.lr) b.optimizer.lr = adam ? 1e-3 : 0.01;
         }
         if (flags.lr) b.optimizer.lr = *flags.lr;
         b.spec = w.spec;
         b.cost = model_cost(w.spec);
-        b.skip_reason = d.skip_reason;
+        b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
         b.name = benchmark_name(b);
         g_benchmarks.push_back(std::move(b));
+        }
       }
     }
   }
@@ -230,6 +332,7 @@ const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores,
     auto* registered = benchmark::RegisterBenchmark(b.name.c_str(), [&b](benchmark::State& st) { run_benchmark(st, b); });
     if (b.kind == "epochs") registered->Iterations(1)->Unit(benchmark::kSecond);
     else registered->Unit(benchmark::kMillisecond);
+    if (b.gpu && b.kind == "train" && b.skip_reason.empty()) registered->UseManualTime();
   }
   return g_benchmarks;
 }

@@ -22,6 +22,10 @@ struct BenchInfo {
   std::string data_folder;  // real files, or empty for synthetic data
   std::string data_source;  // the folder, "synthetic" or "generated"
   int threads = 0;
+  bool gpu = false;     // a GPU configuration (CUDA backend)
+  int gpu_ordinal = 0;  // the CUDA device it runs on
+  bool cuda_graph = false, data_on_device = false;
+  double gpu_memory_limit = 0;
   i64 batch = 0;
   i64 warmup_steps = 0;
   i64 epochs = 0;
@@ -36,11 +40,17 @@ struct BenchInfo {
 struct DeviceConfig {
   std::string name;  // "cpu", "cpu:2", "gpu:1"
   int threads = 0;   // CPU threads
+  bool gpu = false;
+  int gpu_ordinal = 0;
   std::string skip_reason;
 };
 
-// Parses --devices entries; throws tb::InputError on an unknown device.
+// Parses --devices entries; throws tb::InputError on an unknown device. A configuration this
+// machine cannot run is returned with the reason in skip_reason.
 std::vector<DeviceConfig> device_configs(const Flags& flags, int cores);
+// The precisions registered for a device: --precisions, else fp32 on the CPU and all four on a
+// GPU; with the reason a precision is skipped there (empty: it runs).
+std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& flags, const DeviceConfig& device);
 
 using EpochSink = std::function<void(const BenchInfo&, const EpochRecord&)>;
 

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "bench/gpu.hpp"
+
 namespace tb::bench {
 namespace {
 
@@ -17,15 +19,38 @@ const char* const kCounterColumns[] = {
     "step_time_s", "samples_per_s", "model_tflops", "peak_gflops", "utilisation", "host_cpu_s_per_step",
     "host_cpu_util", "peak_rss_bytes", "loss_first", "loss_last", "data_s_per_step", "forward_s_per_step",
     "backward_s_per_step", "update_s_per_step", "data_wait_s_per_step", "epoch", "train_loss", "val_loss",
-    "train_acc", "val_acc", "elapsed_s", "time_to_target_s"};
+    "train_acc", "val_acc", "elapsed_s", "time_to_target_s", "wall_step_time_s", "mem_peak_bytes",
+    "mem_reserved_bytes", "mem_limit_bytes", "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes",
+    "mem_activations_bytes", "mem_workspace_bytes", "mem_data_bytes", "mem_context_bytes", "loss_scale",
+    "skipped_steps"};
 
 std::string number(double v) { return fmt::format("{:.6g}", v); }
 std::string accuracy(double v) { return v < 0 ? "" : number(v); }
 
 }  // namespace
 
+// The GPU a row ran on, or for a CPU row the machine's first GPU (empty without one).
+void add_gpu_context(Row& row, const BenchInfo& info) {
+  const GpuInventory& inv = gpu_inventory();
+  const int ordinal = info.gpu ? info.gpu_ordinal : 0;
+  if (ordinal < 0 || ordinal >= int(inv.devices.size())) return;
+  const GpuDevice& g = inv.devices[std::size_t(ordinal)];
+  row["gpu_name"] = g.name;
+  row["gpu_cc"] = g.cc;
+  row["gpu_sms"] = std::to_string(g.sms);
+  row["gpu_memory_gib"] = fmt::format("{:.1f}", g.memory_gib);
+  row["gpu_clock_mhz"] = std::to_string(g.clock_mhz);
+  row["gpu_memory_clock_mhz"] = std::to_string(g.memory_clock_mhz);
+  row["driver_version"] = g.driver;
+  row["cuda_version"] = g.cuda;
+  row["cudnn_version"] = g.cudnn;
+  row["cublas_version"] = g.cublas;
+  row["nccl_version"] = g.nccl;
+  if (info.gpu && !info.precision.empty() && info.skip_reason.empty()) row["peak_source"] = gpu_peak(ordinal, info.precision).source;
+}
+
 Row identity_row(const BenchInfo& info, const MachineContext& machine) {
-  return {{"schema_version", kSchemaVersion},
+  Row row{{"schema_version", kSchemaVersion},
           {"benchmark", info.name},
           {"kind", info.kind},
           {"model", info.model},
@@ -51,6 +76,14 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
           {"benchmark_lib", machine.benchmark_lib},
           {"git_commit", machine.git_commit},
           {"timestamp", machine.timestamp}};
+  if (info.gpu) {
+    row["cuda_graph"] = std::to_string(int(info.cuda_graph));
+    row["data_on_device"] = std::to_string(int(info.data_on_device));
+  }
+  if (!info.gpu && info.kind.empty()) return row;
+  add_gpu_context(row, info);
+  if (!info.gpu && info.skip_reason.empty()) row["peak_source"] = "oneDNN sgemm 1024^3 measured at start-up";
+  return row;
 }
 
 bool Reporter::ReportContext(const Context& context) {

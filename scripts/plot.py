@@ -34,7 +34,7 @@ RSS = "peak RSS (no breakdown)"
 MEMORY_PARTS = [("mem_weights_bytes", "weights"), ("mem_grads_bytes", "gradients"),
                 ("mem_optimizer_bytes", "optimizer state"),
                 ("mem_activations_bytes", "activations"), ("mem_workspace_bytes", "workspace"),
-                ("mem_context_bytes", "context")]
+                ("mem_data_bytes", "data"), ("mem_context_bytes", "CUDA context and libraries")]
 
 # Figure geometry, in inches and points.
 MAX_WIDTH = 18.0

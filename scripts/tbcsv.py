@@ -1,4 +1,4 @@
-"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_version 1).
+"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 and 2).
 
 Shared by scripts/plot.py and scripts/compare.py so that both accept and refuse the same
 files with the same messages. Columns are read by name and unknown columns are kept, so files
@@ -13,9 +13,11 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 
-SCHEMA_VERSION = "1"
+# Version 2 added the GPU context and measurement columns to version 1; both read the same way
+# (by column name), so files of either version can be compared and plotted together.
+SCHEMA_VERSIONS = ("1", "2")
 
-# Columns every schema-1 row has; the scripts cannot interpret a row without them.
+# Columns every row has; the scripts cannot interpret a row without them.
 REQUIRED_COLUMNS = ("schema_version", "benchmark", "run_type", "status")
 
 # The machine context written on every row (SCHEMA.md "Machine context"), in the order the
@@ -26,7 +28,9 @@ MACHINE_COLUMNS = ("host", "cpu_model", "cores", "os", "compiler", "onednn", "be
 # Later issues add GPU context columns whose exact names are not fixed yet; any column whose
 # name mentions one of these is treated as machine context, unless its suffix says it is a
 # measurement (e.g. a future gpu_util or comm_s_per_step).
-CONTEXT_KEYWORDS = ("gpu", "driver", "cuda", "nccl", "mpi")
+CONTEXT_KEYWORDS = ("gpu", "driver", "cuda", "cudnn", "cublas", "nccl", "mpi")
+# Run options that mention a keyword but describe the run, not the machine.
+RUN_OPTION_COLUMNS = ("cuda_graph", "data_on_device")
 MEASUREMENT_SUFFIXES = ("_s", "_bytes", "_per_step", "_util", "_flops", "_ratio", "_pct")
 
 
@@ -81,9 +85,9 @@ def _parse(path: str, f) -> Table:
                              f"{len(header)}")
         row = dict(zip(header, cells))
         version = row["schema_version"]
-        if version != SCHEMA_VERSION:
+        if version not in SCHEMA_VERSIONS:
             raise InputError(f"{path}: line {line}: unknown schema_version {version!r} "
-                             f"(these scripts read version {SCHEMA_VERSION})")
+                             f"(these scripts read versions {', '.join(SCHEMA_VERSIONS)})")
         table.rows.append(row)
     if not table.rows:
         raise InputError(f"{path}: empty CSV (a header but no rows)")
@@ -241,7 +245,7 @@ def context_columns(columns: list[str]) -> list[str]:
     base = [c for c in MACHINE_COLUMNS if c in columns]
     extra = [c for c in columns
              if c not in base and any(k in c for k in CONTEXT_KEYWORDS)
-             and not c.endswith(MEASUREMENT_SUFFIXES)]
+             and not c.endswith(MEASUREMENT_SUFFIXES) and c not in RUN_OPTION_COLUMNS]
     return base + extra
 
 

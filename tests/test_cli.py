@@ -27,7 +27,7 @@ def test_mlp_run_writes_a_checked_csv_row(tmp_path):
     rows = read_csv(out)
     assert len(rows) == 1
     row = rows[0]
-    assert row["schema_version"] == "1"
+    assert row["schema_version"] == "2"
     assert row["benchmark"] == "train/mlp/mnist/cpu/fp32/bs:100"
     assert (row["model"], row["dataset"], row["device"], row["precision"]) == ("mlp", "mnist", "cpu", "fp32")
     assert row["data_source"] == "synthetic"
@@ -94,6 +94,11 @@ def test_filter_that_matches_nothing_is_an_error():
     ("--devices=cpu:zero", "cpu:zero"),
     ("--frobnicate", "unknown flag '--frobnicate'"),
     ("--csv", "--csv needs a value"),
+    ("--precisions=fp8", "unknown precision 'fp8'"),
+    ("--devices=gpu:0", "gpu:0"),
+    ("--gpus=x", "--gpus"),
+    ("--gpu_memory_limit=lots", "--gpu_memory_limit"),
+    ("--gpu_memory_limit=1.5", "--gpu_memory_limit"),
 ])
 def test_bad_flags_are_refused_with_the_flag_named(flag, needle):
     r = run(flag, "--benchmark_filter=train/mlp/mnist/cpu/")
@@ -119,6 +124,46 @@ def test_device_the_machine_lacks_is_a_skipped_row(tmp_path):
     rows = read_csv(out)
     assert [row["status"] for row in rows] == ["skipped"]
     assert "cpu:4096 needs 4096 cores" in rows[0]["message"]
+
+
+def gpu_available():
+    """Whether this machine can run gpu:1 rows: the binary's own verdict, from a listing run."""
+    r = run("--benchmark_filter=train/mlp/mnist/gpu:1/fp32/", "--benchmark_min_time=0.01")
+    return "skipped:" not in r.stdout
+
+
+def test_gpu_rows_without_a_gpu_are_skipped_with_the_reason_and_cpu_rows_still_run(tmp_path):
+    if gpu_available():
+        pytest.skip("this machine has a usable GPU: the gpu:1 rows run (tests/test_cuda.cpp covers them)")
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/mlp/mnist/", f"--csv={out}", *FAST)  # default devices
+    assert r.returncode == 0, r.stderr
+    rows = {row["benchmark"]: row for row in read_csv(out)}
+    assert rows["train/mlp/mnist/cpu/fp32/bs:100"]["status"] == "ok"
+    gpu = rows["train/mlp/mnist/gpu:1/fp32/bs:100"]
+    assert gpu["status"] == "skipped"
+    # The reason: a build without the backend, no driver, or no device.
+    assert any(reason in gpu["message"] for reason in ("no CUDA backend", "driver", "no CUDA device")), gpu
+    assert len(rows) == 3  # cpu, cpu:1 (or cpu alone on one core) and one skipped gpu:1 row
+
+
+def test_precision_a_device_cannot_run_is_a_skipped_row(tmp_path):
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/mlp/mnist/cpu/", "--devices=cpu", "--precisions=fp32,bf16",
+            f"--csv={out}", *FAST)
+    assert r.returncode == 0, r.stderr
+    rows = {row["precision"]: row for row in read_csv(out)}
+    assert rows["fp32"]["status"] == "ok"
+    assert rows["bf16"]["status"] == "skipped" and "fp32 only" in rows["bf16"]["message"]
+
+
+def test_more_gpus_than_the_machine_has_is_a_skipped_row(tmp_path):
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/mlp/mnist/", "--devices=gpu:64", f"--csv={out}", *FAST)
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(out)
+    assert [row["status"] for row in rows] == ["skipped"]
+    assert "gpu:64" in rows[0]["message"]
 
 
 def test_diverging_run_fails_its_row_and_the_next_benchmark_still_runs(tmp_path):

@@ -46,6 +46,8 @@ from pathlib import Path
 
 PROG = "pytorch_train.py"
 ROOT = Path(__file__).resolve().parents[2]
+# The schema_version trainbench writes (bench/csv.hpp kSchemaVersion, results/SCHEMA.md).
+SCHEMA_VERSION = "2"
 DEFAULT_TRAINBENCH = ROOT / "build" / "release" / "bench" / "trainbench"
 
 # Set in the re-executed process, so that it does not re-execute again.
@@ -818,7 +820,7 @@ def report_environment(threads: int) -> None:
 # ---- main ----------------------------------------------------------------------------------
 
 def run_benchmark(w: Workload, name: str, batch: int, args, context, writer) -> bool:
-    identity = {"schema_version": "1", "benchmark": name, "kind": "train", "model": w.model,
+    identity = {"schema_version": SCHEMA_VERSION, "benchmark": name, "kind": "train", "model": w.model,
                 "dataset": w.dataset, "data_source": "generated" if w.model == "lstm" else "synthetic",
                 "device": device_name(args.threads, machine_cores()), "threads": str(args.threads),
                 "precision": "fp32", "batch": str(batch), "optimizer": args.optimizer,
@@ -893,7 +895,7 @@ def main(args) -> int:
             message = f"{device} needs {args.threads} cores, this machine has {cores}"
             print(f"{name:<45} skipped: {message}")
             if writer:
-                writer.write({"schema_version": "1", "benchmark": name, "kind": "train",
+                writer.write({"schema_version": SCHEMA_VERSION, "benchmark": name, "kind": "train",
                               "model": w.model, "dataset": w.dataset, "device": device,
                               "threads": str(args.threads), "precision": "fp32",
                               "batch": str(args.batch or w.batch), "optimizer": args.optimizer,

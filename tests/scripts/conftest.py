@@ -18,7 +18,7 @@ BAD_INPUTS = {
     "empty": ("bad_empty.csv", "empty"),
     "header_only": ("bad_header_only.csv", "empty"),
     "not_trainbench": ("bad_not_trainbench.csv", "no schema_version column"),
-    "schema_v2": ("bad_schema_v2.csv", "unknown schema_version '2'"),
+    "schema_v9": ("bad_schema_v9.csv", "unknown schema_version '9'"),
     "ragged": ("bad_ragged.csv", "fields"),
 }
 

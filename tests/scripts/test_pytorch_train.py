@@ -128,7 +128,7 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, peer_models):
         assert [row["repetition"] for row in iterations] == ["0", "1"]
         assert [row["aggregate"] for row in medians] == ["median"]
         for row in mine:
-            assert row["schema_version"] == "1" and row["status"] == "ok", row
+            assert row["schema_version"] == "2" and row["status"] == "ok", row
             assert row["kind"] == "train" and row["device"] == device and row["threads"] == "1"
             assert row["precision"] == "fp32" and row["optimizer"] == "sgd"
             assert row.get("framework", "pytorch") == "pytorch"
