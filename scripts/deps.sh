@@ -6,6 +6,7 @@ set -euo pipefail
 TB_PACKAGES=(
   build-essential cmake git pkg-config
   libbenchmark-dev libfmt-dev libdnnl-dev libgtest-dev googletest zlib1g-dev
+  libopenmpi-dev openmpi-bin
   python3 python3-pytest python3-matplotlib python3-numpy
   dataset-fashion-mnist
 )

@@ -17,4 +17,10 @@ float Network::train_step(StepTimes& times) {
   return loss;
 }
 
+std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t hash) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
+  return hash;
+}
+
 }  // namespace tb

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/core/spec.hpp"
@@ -37,6 +38,18 @@ struct StepTimes {
   double device = -1;
 };
 
+// How a flat buffer's elements are stored.
+enum class ElemType { F32, F16, BF16 };
+
+// A run of one node's parameter gradients (or parameters) in a backend's flat buffers: host
+// memory on the CPU, device memory on a GPU. Data parallelism all-reduces these.
+struct FlatSegment {
+  void* data = nullptr;
+  ElemType type = ElemType::F32;
+  std::int64_t count = 0;
+  int node = 0;  // the node whose backward writes it
+};
+
 class Network {
  public:
   virtual ~Network() = default;
@@ -69,6 +82,24 @@ class Network {
 
   // Bytes of the flat parameter buffer (with any padding the backend's layouts need).
   virtual std::int64_t param_bytes() const = 0;
+
+  // For data parallelism. The gradient segments, one per node with parameters, in node order;
+  // segments of one type are adjacent in memory in that order (padding between them included).
+  virtual std::vector<FlatSegment> gradient_segments() = 0;
+  // The fp32 master parameters as segments likewise; after writing them, call params_written().
+  virtual std::vector<FlatSegment> param_segments() = 0;
+  virtual void params_written() {}
+  // A hash of every parameter's bits (fp32 masters): replicas that agree have equal ones.
+  virtual std::uint64_t param_checksum() = 0;
+  // Called after each node's backward (last node first) with the node's index, once its
+  // gradients are final; the hook may start communicating them. Empty: no hook.
+  virtual void set_backward_hook(std::function<void(int node)> hook) = 0;
+  // Waits for the backend's work (device streams); a no-op on the host.
+  virtual void synchronize() {}
 };
+
+// FNV-1a over `bytes` bytes, continuing from `hash` (start with kFnvOffset).
+inline constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;
+std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t hash = kFnvOffset);
 
 }  // namespace tb

@@ -191,8 +191,21 @@ void CpuNetwork::backward() {
 #pragma omp parallel for simd schedule(static)
       for (i64 k = 0; k < count; ++k) into[k] += from[k];
     }
+    if (backward_hook_ && !slots_[i].empty()) backward_hook_(int(i));
   }
   ctx_.stream.wait();
+}
+
+std::vector<FlatSegment> CpuNetwork::segments(float* base) const {
+  std::vector<FlatSegment> out;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].empty()) continue;
+    const ParamSlot& first = slots_[i].front();
+    const ParamSlot& last = slots_[i].back();
+    const i64 end = last.offset + padded_floats(last.desc);
+    out.push_back(FlatSegment{base + first.offset, ElemType::F32, end - first.offset, int(i)});
+  }
+  return out;
 }
 
 void CpuNetwork::update() { optimizer_->step(params_.data(), grads_flat_.data()); }

@@ -36,6 +36,12 @@ class CpuNetwork final : public Network {
   std::vector<float> read_param_grad(int node, int index) const override;
   void write_param(int node, int index, const std::vector<float>& value) override;
   std::int64_t param_bytes() const override { return params_.size() * i64(sizeof(float)); }
+  std::vector<FlatSegment> gradient_segments() override { return segments(grads_flat_.data()); }
+  std::vector<FlatSegment> param_segments() override { return segments(params_.data()); }
+  void set_backward_hook(std::function<void(int node)> hook) override { backward_hook_ = std::move(hook); }
+  std::uint64_t param_checksum() override {
+    return fnv1a(params_.data(), std::size_t(params_.size()) * sizeof(float));
+  }
 
   std::int64_t activation_bytes() const { return activation_bytes_; }
   std::int64_t scratch_bytes() const { return i64(ctx_.scratch_bytes); }
@@ -50,6 +56,8 @@ class CpuNetwork final : public Network {
     dnnl::memory from, into;
   };
   const ParamSlot& slot(int node, int index) const;
+  // One segment per node with parameters, from its first slot to the end of its last.
+  std::vector<FlatSegment> segments(float* base) const;
 
   ModelSpec model_;
   NetworkConfig config_;
@@ -67,6 +75,7 @@ class CpuNetwork final : public Network {
   i64 activation_bytes_ = 0;
   bool has_loss_;
   i64 target_count_ = 0;  // labels or target values per batch
+  std::function<void(int node)> backward_hook_;
 };
 
 }  // namespace tb::cpu

@@ -107,6 +107,7 @@ struct CudaNetwork::Impl {
   DeviceBuffer input32, labels, targets, edge_scratch, workspace, cublas_workspace, result;
   DeviceBuffer backward_scale;  // the loss scale the last backward used, for reading gradients
   bool batch_recorded = false;  // set_batch recorded batch_start for the coming step
+  std::function<void(int node)> backward_hook;
   DeviceTargets device_targets;
   PinnedBuffer staging_input, staging_targets, readback;  // readback: loss (float), correct (int32)
   Event batch_start, step_start, forward_end, backward_end, step_end;
@@ -377,8 +378,61 @@ void CudaNetwork::enqueue_backward() {
   for (std::size_t i = m.layers.size() - 1; i >= 1; --i) {
     m.layers[i]->backward(ctx);
     for (const Impl::Accumulate& a : m.accumulate[i]) kernels::accumulate(ctx.dtype, a.into, a.from, a.count, ctx.stream);
+    if (m.backward_hook && !m.slots[i].empty()) m.backward_hook(int(i));
   }
 }
+
+namespace {
+ElemType elem_type(DType t) { return t == DType::F16 ? ElemType::F16 : t == DType::BF16 ? ElemType::BF16 : ElemType::F32; }
+}  // namespace
+
+std::vector<FlatSegment> CudaNetwork::gradient_segments() {
+  Impl& m = *impl_;
+  const std::size_t e = ctx_->elem_bytes();
+  std::vector<FlatSegment> compute, fp32;
+  for (std::size_t i = 0; i < m.slots.size(); ++i) {
+    // A node's slots are all compute-type or (batch norm) all fp32, and adjacent.
+    if (m.slots[i].empty()) continue;
+    const Impl::Slot& first = m.slots[i].front();
+    const Impl::Slot& last = m.slots[i].back();
+    const i64 count = last.offset + last.elements - first.offset;
+    if (first.fp32)
+      fp32.push_back({m.grads32.as<float>() + (first.offset - m.n_compute), ElemType::F32, count, int(i)});
+    else
+      compute.push_back({m.grads.as<char>() + first.offset * i64(e), elem_type(ctx_->dtype), count, int(i)});
+  }
+  compute.insert(compute.end(), fp32.begin(), fp32.end());
+  return compute;
+}
+
+std::vector<FlatSegment> CudaNetwork::param_segments() {
+  Impl& m = *impl_;
+  std::vector<FlatSegment> out;
+  for (std::size_t i = 0; i < m.slots.size(); ++i) {
+    if (m.slots[i].empty()) continue;
+    const Impl::Slot& first = m.slots[i].front();
+    const Impl::Slot& last = m.slots[i].back();
+    out.push_back({m.params32.as<float>() + first.offset, ElemType::F32, last.offset + last.elements - first.offset,
+                   int(i)});
+  }
+  return out;
+}
+
+void CudaNetwork::params_written() {
+  Impl& m = *impl_;
+  if (m.mixed)
+    kernels::cast_from_f32(ctx_->dtype, m.params32.as<float>(), m.params_compute.get(), m.n_compute, ctx_->stream);
+  synchronize();
+}
+
+void CudaNetwork::set_backward_hook(std::function<void(int node)> hook) { impl_->backward_hook = std::move(hook); }
+
+std::uint64_t CudaNetwork::param_checksum() {
+  const std::vector<float> params = download(impl_->params32.get(), DType::F32, impl_->n);
+  return fnv1a(params.data(), params.size() * sizeof(float));
+}
+
+void CudaNetwork::synchronize() { TB_CU(cudaStreamSynchronize(ctx_->stream)); }
 
 void CudaNetwork::enqueue_update() {
   Impl& m = *impl_;

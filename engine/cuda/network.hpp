@@ -59,6 +59,14 @@ class CudaNetwork final : public Network {
   std::vector<float> read_param_grad(int node, int index) const override;
   void write_param(int node, int index, const std::vector<float>& value) override;
   std::int64_t param_bytes() const override { return n_params_ * i64(sizeof(float)); }
+  // Device memory; compute-type segments (16-bit under mixed precision) then fp32 ones.
+  std::vector<FlatSegment> gradient_segments() override;
+  std::vector<FlatSegment> param_segments() override;
+  // Refreshes the compute copy from the fp32 masters.
+  void params_written() override;
+  void set_backward_hook(std::function<void(int node)> hook) override;
+  std::uint64_t param_checksum() override;
+  void synchronize() override;
 
   // Keeps `batches` batches of `data` on the device; set_batch then takes batches by their
   // resident index (BatchView::resident) with a device-to-device copy instead of an upload.

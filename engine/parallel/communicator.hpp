@@ -1,0 +1,53 @@
+// One communicator interface for data-parallel training, with three implementations: replicas
+// in threads of one process (thread_comm.cpp), ranks under MPI (mpi_comm.cpp, CPU replicas,
+// host buffers) and GPUs under NCCL (nccl_comm.cpp, device buffers, bootstrapped in-process or
+// through MPI). Every rank issues the same calls in the same order.
+//
+// Waits are bounded: a rank that stops (an error, a crash) makes the others fail with a clear
+// message after `timeout_s` instead of hanging; a rank that fails calls abort() so that the
+// others learn of it at once where the backend allows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/core/network.hpp"
+
+namespace tb::parallel {
+
+using i64 = std::int64_t;
+using tb::ElemType;
+std::size_t elem_bytes(ElemType t);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string kind() const = 0;  // "threads", "mpi", "nccl"
+
+  // Starts replacing `count` elements at `data` by their mean over all ranks. Returns at once
+  // where the backend can overlap (the caller must not touch `data` until wait()); wait()
+  // finishes every reduction started since the last wait(). For NCCL, data is device memory
+  // and the reduction is ordered after everything enqueued on the stream given at construction.
+  virtual void start_all_reduce_mean(void* data, i64 count, ElemType type) = 0;
+  virtual void wait() = 0;
+  // Every rank's `count` elements at `data` become the root's.
+  virtual void broadcast(void* data, i64 count, ElemType type, int root) = 0;
+  virtual void barrier() = 0;
+  // The largest (and the smallest) of one value over ranks: the slowest rank's step time, and
+  // checks that every rank agrees (for instance on a weight checksum).
+  virtual double max(double value) = 0;
+  virtual double min(double value) { return -max(-value); }
+  // Tells the other ranks that this one failed (they stop waiting with `reason`).
+  virtual void abort(const std::string& reason) = 0;
+};
+
+// The state replicas in threads share; create one per group and one ThreadComm per replica.
+class ThreadGroup;
+std::shared_ptr<ThreadGroup> make_thread_group(int size, double timeout_s = 120);
+// Host buffers; reductions run on a worker thread of each rank, overlapping with its caller.
+std::unique_ptr<Communicator> make_thread_comm(std::shared_ptr<ThreadGroup> group, int rank);
+
+}  // namespace tb::parallel

@@ -1,0 +1,223 @@
+// The MPI communicator: nonblocking collectives on a duplicate of MPI_COMM_WORLD, completed by
+// polling with a deadline so that a rank that died or hangs makes the others fail, not hang.
+#include "engine/parallel/mpi_comm.hpp"
+
+// The C API only: Open MPI and MPICH otherwise pull in their deprecated C++ bindings, which
+// warn under -Wextra.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "engine/core/error.hpp"
+
+namespace tb::parallel {
+
+namespace {
+
+void check_mpi(int status, const char* expr, const char* file, int line) {
+  if (status == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(status, text, &length) != MPI_SUCCESS) std::snprintf(text, sizeof text, "error %d", status);
+  throw BackendError(fmt::format("MPI failed: {} ({}:{}) [{}]", text, file, line, expr));
+}
+
+// TB_MPI(call): runs an MPI call and throws tb::BackendError with MPI's text unless it
+// succeeded. Only calls on a communicator whose error handler is MPI_ERRORS_RETURN (or calls
+// made before MPI_Init) can return a failure; on MPI_COMM_WORLD errors stay fatal.
+#define TB_MPI(expr) check_mpi((expr), #expr, __FILE__, __LINE__)
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// Open MPI's gaps between polls: short against a step, long enough not to burn a core.
+constexpr auto kPollInterval = std::chrono::microseconds(50);
+// MPI counts are int; longer buffers go in pieces of this many elements.
+constexpr i64 kMaxPiece = i64(1) << 30;
+
+class MpiComm final : public Communicator {
+ public:
+  explicit MpiComm(double timeout_s) : timeout_s_(timeout_s) {
+    TB_CHECK(timeout_s > 0, "mpi: timeout of {} s; pass a positive number of seconds", timeout_s);
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    TB_CHECK(initialized && !mpi_finalized(),
+             "mpi: make_mpi_comm needs MPI running; create a tb::parallel::MpiSession first");
+    TB_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    TB_MPI(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    TB_MPI(MPI_Comm_rank(comm_, &rank_));
+    TB_MPI(MPI_Comm_size(comm_, &size_));
+  }
+
+  ~MpiComm() override {
+    // Freeing a communicator with collectives in flight (after a timeout) would leave MPI
+    // waiting on them; such a run ends in abort() anyway.
+    if (comm_ != MPI_COMM_NULL && !failed_ && requests_.empty() && !mpi_finalized()) (void)MPI_Comm_free(&comm_);
+  }
+
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string kind() const override { return "mpi"; }
+
+  void start_all_reduce_mean(void* data, i64 count, ElemType type) override {
+    check_usable();
+    TB_CHECK(count >= 0, "mpi: all-reduce of {} elements", count);
+    if (type != ElemType::F32)
+      throw Error(fmt::format("mpi: rank {} was asked to all-reduce 16-bit elements, but MPI replicas are fp32 "
+                              "(run CPU replicas in fp32, or use NCCL for mixed precision on GPUs)", rank_));
+    auto* values = static_cast<float*>(data);
+    for (i64 offset = 0; offset < count; offset += kMaxPiece) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      const int piece = int(std::min(kMaxPiece, count - offset));
+      TB_MPI(MPI_Iallreduce(MPI_IN_PLACE, values + offset, piece, MPI_FLOAT, MPI_SUM, comm_, &request));
+      requests_.push_back(request);
+    }
+    pending_.push_back({values, count});
+    // Open MPI advances nonblocking collectives only inside MPI calls: give the earlier ones a
+    // turn while the caller computes the next gradients.
+    int done = 0;
+    TB_MPI(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
+  }
+
+  void wait() override {
+    check_usable();
+    wait_for(requests_.data(), int(requests_.size()), "an all-reduce");
+    requests_.clear();
+    const float ranks = float(size_);
+    for (const Pending& p : pending_)
+      for (i64 i = 0; i < p.count; ++i) p.data[i] /= ranks;
+    pending_.clear();
+  }
+
+  void broadcast(void* data, i64 count, ElemType type, int root) override {
+    check_usable();
+    TB_CHECK(count >= 0, "mpi: broadcast of {} elements", count);
+    TB_CHECK(root >= 0 && root < size_, "mpi: broadcast from rank {} of {} ranks", root, size_);
+    // Nothing is computed on the elements, so 16-bit ones travel as their bits.
+    const bool wide = type == ElemType::F32;
+    auto* bytes = static_cast<char*>(data);
+    const std::size_t elem = wide ? 4 : 2;
+    for (i64 offset = 0; offset < count; offset += kMaxPiece) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      const int piece = int(std::min(kMaxPiece, count - offset));
+      TB_MPI(MPI_Ibcast(bytes + std::size_t(offset) * elem, piece, wide ? MPI_FLOAT : MPI_UINT16_T, root, comm_,
+                        &request));
+      wait_for(&request, 1, "a broadcast");
+    }
+  }
+
+  void barrier() override {
+    check_usable();
+    MPI_Request request = MPI_REQUEST_NULL;
+    TB_MPI(MPI_Ibarrier(comm_, &request));
+    wait_for(&request, 1, "a barrier");
+  }
+
+  double max(double value) override { return reduce_one(value, MPI_MAX, "a max-reduction"); }
+  double min(double value) override { return reduce_one(value, MPI_MIN, "a min-reduction"); }
+
+  void abort(const std::string& reason) override {
+    std::fprintf(stderr, "trainbench rank %d: %s\n", rank_, reason.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+
+ private:
+  struct Pending {
+    float* data;
+    i64 count;
+  };
+
+  void check_usable() const {
+    if (failed_)
+      throw Error(fmt::format("mpi: rank {} used a communicator whose earlier wait timed out; end the run "
+                              "(call abort) instead of communicating again", rank_));
+  }
+
+  double reduce_one(double value, MPI_Op op, const char* what) {
+    check_usable();
+    double result = value;
+    MPI_Request request = MPI_REQUEST_NULL;
+    TB_MPI(MPI_Iallreduce(&value, &result, 1, MPI_DOUBLE, op, comm_, &request));
+    wait_for(&request, 1, what);
+    return result;
+  }
+
+  // Completes `count` requests, or throws once timeout_s has passed; the communicator is
+  // unusable after that (the requests stay in flight).
+  void wait_for(MPI_Request* requests, int count, const char* what) {
+    if (count == 0) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    for (;;) {
+      int done = 0;
+      TB_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+      if (done) return;
+      if (std::chrono::steady_clock::now() > deadline) {
+        failed_ = true;
+        throw Error(fmt::format("rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see its "
+                                "error above)", rank_, timeout_s_, what));
+      }
+      std::this_thread::sleep_for(kPollInterval);
+    }
+  }
+
+  double timeout_s_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  bool failed_ = false;
+  std::vector<MPI_Request> requests_;  // all-reductions started since the last wait()
+  std::vector<Pending> pending_;       // their buffers, divided by size() once complete
+};
+
+}  // namespace
+
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
+MpiSession::MpiSession() {
+  int initialized = 0;
+  TB_MPI(MPI_Initialized(&initialized));
+  if (initialized) {
+    TB_CHECK(!mpi_finalized(), "mpi: MPI was already finalised in this process; keep one MpiSession for the whole run");
+    return;
+  }
+  int provided = 0;
+  TB_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  initialised_here_ = true;
+}
+
+MpiSession::~MpiSession() {
+  if (initialised_here_ && !mpi_finalized()) (void)MPI_Finalize();
+}
+
+int MpiSession::rank() const {
+  int rank = 0;
+  TB_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  return rank;
+}
+
+int MpiSession::size() const {
+  int size = 1;
+  TB_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  return size;
+}
+
+std::unique_ptr<Communicator> make_mpi_comm(double timeout_s) { return std::make_unique<MpiComm>(timeout_s); }
+
+}  // namespace tb::parallel

@@ -1,0 +1,280 @@
+// The NCCL communicator: collectives on a stream of its own per GPU, ordered after the compute
+// stream by events, and completed by polling with a deadline that also watches NCCL's
+// asynchronous errors, so that a rank that died or hangs makes the others fail, not hang.
+#include "engine/parallel/nccl_comm.hpp"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <utility>
+
+#include "engine/core/error.hpp"
+#include "engine/cuda/context.hpp"
+
+namespace tb::parallel {
+
+namespace {
+
+void check_nccl(ncclResult_t status, const char* expr, const char* file, int line) {
+  if (status == ncclSuccess) return;
+  const char* detail = ncclGetLastError(nullptr);  // NCCL's last message; its argument is unused
+  const bool has_detail = detail && *detail;
+  throw BackendError(fmt::format("NCCL failed: {}{}{} ({}:{}) [{}]", ncclGetErrorString(status),
+                                 has_detail ? ": " : "", has_detail ? detail : "", file, line, expr));
+}
+
+// TB_NCCL(call): runs an NCCL call and throws tb::BackendError with NCCL's text unless it
+// succeeded (the NCCL counterpart of TB_CU).
+#define TB_NCCL(expr) check_nccl((expr), #expr, __FILE__, __LINE__)
+
+ncclDataType_t nccl_type(ElemType type) {
+  switch (type) {
+    case ElemType::F32: return ncclFloat;
+    case ElemType::F16: return ncclHalf;
+    case ElemType::BF16: return ncclBfloat16;
+  }
+  throw Error(fmt::format("nccl: unknown element type {}", int(type)));
+}
+
+// Makes `device` current for a scope and restores the caller's device after it.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    TB_CU(cudaGetDevice(&previous_));
+    if (previous_ != device) TB_CU(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+// Gaps between polls of a reduction: short against a step, long enough not to burn a core.
+constexpr auto kPollInterval = std::chrono::microseconds(50);
+
+class NcclComm final : public Communicator {
+ public:
+  // Owns `comm` from here on, even when the constructor throws.
+  NcclComm(ncclComm_t comm, int device, cudaStream_t compute, double timeout_s)
+      : comm_(comm), device_(device), compute_(compute), timeout_s_(timeout_s) {
+    try {
+      TB_CHECK(timeout_s > 0, "nccl: timeout of {} s; pass a positive number of seconds", timeout_s);
+      DeviceGuard guard(device_);
+      TB_NCCL(ncclCommUserRank(comm_, &rank_));
+      TB_NCCL(ncclCommCount(comm_, &size_));
+      // The highest priority, so that reductions of early buckets are not starved by the
+      // backward kernels they overlap with.
+      int least = 0, greatest = 0;
+      TB_CU(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      TB_CU(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
+      TB_CU(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+      TB_CU(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+      TB_CU(cudaMalloc(&scalar_, sizeof(double)));
+      TB_CU(cudaMemset(scalar_, 0, sizeof(double)));
+      TB_CU(cudaMallocHost(&host_scalar_, sizeof(double)));
+    } catch (...) {
+      abort_comm();
+      release();
+      throw;
+    }
+  }
+
+  ~NcclComm() override {
+    // Reductions started and never waited for may never finish (a peer failed): abort, since
+    // a destroy would wait for them.
+    if (pending_) abort_comm();
+    release();
+  }
+
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string kind() const override { return "nccl"; }
+
+  void start_all_reduce_mean(void* data, i64 count, ElemType type) override {
+    check_usable();
+    TB_CHECK(count >= 0, "nccl: all-reduce of {} elements", count);
+    DeviceGuard guard(device_);
+    order_after_compute();
+    TB_NCCL(ncclAllReduce(data, data, std::size_t(count), nccl_type(type), ncclAvg, comm_, comm_stream_));
+    pending_ = true;
+  }
+
+  void wait() override {
+    check_usable();
+    DeviceGuard guard(device_);
+    finish("an all-reduce");
+  }
+
+  void broadcast(void* data, i64 count, ElemType type, int root) override {
+    check_usable();
+    TB_CHECK(count >= 0, "nccl: broadcast of {} elements", count);
+    TB_CHECK(root >= 0 && root < size_, "nccl: broadcast from rank {} of {} ranks", root, size_);
+    DeviceGuard guard(device_);
+    order_after_compute();
+    TB_NCCL(ncclBroadcast(data, data, std::size_t(count), nccl_type(type), root, comm_, comm_stream_));
+    pending_ = true;
+    finish("a broadcast");
+  }
+
+  void barrier() override {
+    check_usable();
+    DeviceGuard guard(device_);
+    TB_NCCL(ncclAllReduce(scalar_, scalar_, 1, ncclFloat, ncclSum, comm_, comm_stream_));
+    pending_ = true;
+    finish("a barrier");
+  }
+
+  double max(double value) override { return reduce_one(value, ncclMax, "a max-reduction"); }
+  double min(double value) override { return reduce_one(value, ncclMin, "a min-reduction"); }
+
+  void abort(const std::string& reason) override {
+    abort_comm();
+    std::fprintf(stderr, "trainbench rank %d: %s\n", rank_, reason.c_str());
+    std::fflush(stderr);
+  }
+
+ private:
+  void check_usable() const {
+    if (aborted_)
+      throw Error(fmt::format("nccl: rank {} used a communicator that was aborted (after a timeout, an NCCL "
+                              "error or abort()); end the run instead of communicating again", rank_));
+  }
+
+  void order_after_compute() {
+    TB_CU(cudaEventRecord(compute_ready_, compute_));
+    TB_CU(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
+  }
+
+  double reduce_one(double value, ncclRedOp_t op, const char* what) {
+    check_usable();
+    DeviceGuard guard(device_);
+    // Through pinned host memory: a copy to pageable memory would block this thread until the
+    // reduction finished, outside the deadline.
+    *host_scalar_ = value;
+    TB_CU(cudaMemcpyAsync(scalar_, host_scalar_, sizeof(double), cudaMemcpyHostToDevice, comm_stream_));
+    TB_NCCL(ncclAllReduce(scalar_, scalar_, 1, ncclDouble, op, comm_, comm_stream_));
+    TB_CU(cudaMemcpyAsync(host_scalar_, scalar_, sizeof(double), cudaMemcpyDeviceToHost, comm_stream_));
+    pending_ = true;
+    finish(what);
+    return *host_scalar_;
+  }
+
+  // Waits for everything on the communication stream (at most timeout_s), then orders later
+  // work on the compute stream after it. The current device must be device_.
+  void finish(const char* what) {
+    TB_CU(cudaEventRecord(comm_done_, comm_stream_));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    for (;;) {
+      const cudaError_t status = cudaEventQuery(comm_done_);
+      if (status == cudaSuccess) break;
+      if (status != cudaErrorNotReady) {
+        abort_comm();
+        TB_CU(status);
+      }
+      (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
+      ncclResult_t async = ncclSuccess;
+      TB_NCCL(ncclCommGetAsyncError(comm_, &async));
+      if (async != ncclSuccess && async != ncclInProgress) {
+        const char* last = ncclGetLastError(comm_);  // before the abort frees comm_
+        const std::string detail = last ? last : "";
+        abort_comm();
+        throw Error(fmt::format("nccl: rank {} hit an NCCL error in {}: {}{}{}; the communicator was aborted "
+                                "(check the other ranks' errors and NCCL_DEBUG=WARN output)",
+                                rank_, what, ncclGetErrorString(async), detail.empty() ? "" : ": ", detail));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        abort_comm();
+        throw Error(fmt::format("nccl: rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see "
+                                "its error above); the communicator was aborted", rank_, timeout_s_, what));
+      }
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    TB_CU(cudaStreamWaitEvent(compute_, comm_done_, 0));
+    pending_ = false;
+  }
+
+  void abort_comm() noexcept {
+    if (comm_ && !aborted_) (void)ncclCommAbort(comm_);
+    aborted_ = true;
+  }
+
+  // Frees everything; statuses are ignored (destructors do not throw).
+  void release() noexcept {
+    int previous = 0;
+    const bool restore = cudaGetDevice(&previous) == cudaSuccess;
+    (void)cudaSetDevice(device_);
+    if (comm_ && !aborted_) (void)ncclCommDestroy(comm_);
+    comm_ = nullptr;
+    if (host_scalar_) (void)cudaFreeHost(host_scalar_);
+    if (scalar_) (void)cudaFree(scalar_);
+    if (comm_done_) (void)cudaEventDestroy(comm_done_);
+    if (compute_ready_) (void)cudaEventDestroy(compute_ready_);
+    if (comm_stream_) (void)cudaStreamDestroy(comm_stream_);
+    if (restore) (void)cudaSetDevice(previous);
+  }
+
+  ncclComm_t comm_;
+  int device_;
+  cudaStream_t compute_;  // the network's stream; not owned
+  double timeout_s_;
+  int rank_ = 0, size_ = 1;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t compute_ready_ = nullptr;  // recorded on compute_ before each collective
+  cudaEvent_t comm_done_ = nullptr;      // recorded on comm_stream_ by finish()
+  double* scalar_ = nullptr;             // device: barrier and max/min operand
+  double* host_scalar_ = nullptr;        // pinned host: max/min value in and out
+  bool pending_ = false;                 // collectives enqueued since the last finish()
+  bool aborted_ = false;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices,
+                                                           const std::vector<cudaStream_t>& streams,
+                                                           double timeout_s) {
+  TB_CHECK(!devices.empty() && devices.size() == streams.size(),
+           "nccl: {} devices and {} streams; pass one compute stream per device", devices.size(), streams.size());
+  const int count = int(devices.size());
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  {
+    DeviceGuard guard(devices[0]);  // restores the caller's device, whatever NCCL leaves current
+    TB_NCCL(ncclCommInitAll(comms.data(), count, devices.data()));
+  }
+  std::vector<std::unique_ptr<Communicator>> group;
+  group.reserve(devices.size());
+  for (int i = 0; i < count; ++i) {
+    try {
+      group.push_back(std::make_unique<NcclComm>(std::exchange(comms[i], nullptr), devices[i], streams[i], timeout_s));
+    } catch (...) {
+      for (ncclComm_t comm : comms)
+        if (comm) (void)ncclCommAbort(comm);
+      for (auto& member : group) member->abort("a peer's communicator could not be set up");
+      throw;
+    }
+  }
+  return group;
+}
+
+std::unique_ptr<Communicator> make_nccl_comm_mpi(Communicator& bootstrap, int device, cudaStream_t stream,
+                                                 double timeout_s) {
+  // The id travels as raw bits in F32 elements: the one type every communicator broadcasts.
+  static_assert(sizeof(ncclUniqueId) % sizeof(float) == 0);
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) TB_NCCL(ncclGetUniqueId(&id));
+  bootstrap.broadcast(&id, i64(sizeof id / sizeof(float)), ElemType::F32, 0);
+  ncclComm_t comm = nullptr;
+  {
+    DeviceGuard guard(device);
+    TB_NCCL(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  }
+  return std::make_unique<NcclComm>(comm, device, stream, timeout_s);
+}
+
+}  // namespace tb::parallel

@@ -1,0 +1,93 @@
+// The data-parallel step: a replica wraps one backend network and a communicator. Its weights
+// start as rank 0's; during backward, gradient buckets are all-reduced (averaged) as soon as
+// every layer feeding them is done, overlapping communication with the rest of backward; the
+// update waits for the last bucket, so every replica applies the same averaged gradients.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/core/network.hpp"
+#include "engine/parallel/communicator.hpp"
+
+namespace tb::parallel {
+
+// One all-reduce: a contiguous run of gradients of one type, from the segments of nodes
+// [first_node, last_node]. Ready once backward has run first_node (it runs last to first).
+struct Bucket {
+  void* data = nullptr;
+  ElemType type = ElemType::F32;
+  i64 count = 0;
+  int first_node = 0, last_node = 0;
+};
+
+// Buckets of about `bucket_bytes` (at least one segment each), in the order backward finishes
+// them: the last layers' first. Segments of one type must be adjacent in memory in node
+// order (Network::gradient_segments); every segment is in exactly one bucket.
+std::vector<Bucket> plan_buckets(const std::vector<FlatSegment>& segments, std::size_t bucket_bytes);
+
+// PyTorch DDP's default bucket size: large enough to amortise a collective's latency, small
+// enough that the first bucket starts while most of backward is still to come.
+inline constexpr std::size_t kDefaultBucketBytes = std::size_t(25) << 20;
+
+// Communication of the steps since construction (or reset_stats()).
+struct CommStats {
+  i64 steps = 0;
+  double wait_s = 0;       // backward's end to the last bucket done: communication not hidden
+  double bytes = 0;        // gradient bytes all-reduced
+  i64 buckets_early = 0;   // buckets started while backward still had layers to run
+  i64 buckets = 0;
+};
+
+class ReplicaNetwork final : public Network {
+ public:
+  // Broadcasts rank 0's weights to every replica (a collective: every rank constructs one).
+  ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr<Communicator> comm,
+                 std::size_t bucket_bytes = kDefaultBucketBytes);
+  ~ReplicaNetwork() override;
+
+  void set_batch(const BatchView& batch) override { net_->set_batch(batch); }
+  float forward() override { return net_->forward(); }
+  float evaluate() override { return net_->evaluate(); }
+  std::int64_t correct() const override { return net_->correct(); }
+  // Backward with the buckets' all-reduces, then the wait for the last one.
+  void backward() override;
+  void update() override { net_->update(); }
+  float train_step(StepTimes& times) override;
+
+  std::vector<float> read_output(int node) const override { return net_->read_output(node); }
+  std::vector<float> read_grad(int node) const override { return net_->read_grad(node); }
+  void set_output_grad(const std::vector<float>& grad) override { net_->set_output_grad(grad); }
+  std::vector<float> read_param(int node, int index) const override { return net_->read_param(node, index); }
+  std::vector<float> read_param_grad(int node, int index) const override { return net_->read_param_grad(node, index); }
+  void write_param(int node, int index, const std::vector<float>& value) override;
+  std::int64_t param_bytes() const override { return net_->param_bytes(); }
+  std::vector<FlatSegment> gradient_segments() override { return net_->gradient_segments(); }
+  std::vector<FlatSegment> param_segments() override { return net_->param_segments(); }
+  void params_written() override { net_->params_written(); }
+  void set_backward_hook(std::function<void(int node)>) override;
+  std::uint64_t param_checksum() override { return net_->param_checksum(); }
+  void synchronize() override { net_->synchronize(); }
+
+  // A collective: throws tb::CheckFailed naming the ranks' disagreement unless every replica
+  // holds the same weights, bit for bit.
+  void check_weights_agree();
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+  Communicator& comm() { return *comm_; }
+  Network& inner() { return *net_; }
+
+ private:
+  void on_node_done(int node);
+  void finish_backward();  // starts what is left, waits for every bucket
+
+  std::unique_ptr<Network> net_;
+  std::unique_ptr<Communicator> comm_;
+  std::vector<Bucket> buckets_;
+  std::size_t next_ = 0;  // the next bucket to start
+  int first_param_node_ = 0;  // backward's last node with gradients
+  CommStats stats_;
+};
+
+}  // namespace tb::parallel
