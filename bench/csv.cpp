@@ -22,7 +22,9 @@ const std::vector<std::string>& csv_columns() {
       "train_loss", "val_loss", "train_acc", "val_acc", "elapsed_s", "target_acc", "time_to_target_s",
       "wall_step_time_s", "cuda_graph", "data_on_device", "mem_peak_bytes", "mem_reserved_bytes", "mem_limit_bytes",
       "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes", "mem_workspace_bytes",
-      "mem_data_bytes", "mem_context_bytes", "loss_scale", "skipped_steps", "peak_source", "host", "os",
+      "mem_data_bytes", "mem_context_bytes", "loss_scale", "skipped_steps", "peak_source", "ranks", "replicas",
+      "comm_s_per_step", "comm_share", "allreduce_bytes_per_step", "busbw_gbps", "comm_overlap",
+      "scaling_efficiency", "host", "os",
       "cpu_model", "cores", "compiler", "onednn", "benchmark_lib", "git_commit", "timestamp", "gpu_name", "gpu_cc",
       "gpu_sms", "gpu_memory_gib", "gpu_clock_mhz", "gpu_memory_clock_mhz", "driver_version", "cuda_version",
       "cudnn_version", "cublas_version", "nccl_version"};

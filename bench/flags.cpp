@@ -75,8 +75,10 @@ trainbench flags:
                         another header is refused); see results/SCHEMA.md
   --batch=N             batch size for every model (default: each model's own)
   --devices=LIST        device configurations to register, comma-separated: cpu (all cores),
-                        cpu:N (N threads), gpu:1 (one GPU). Default: cpu, cpu:1 and gpu:1
-                        (reported as skipped, with the reason, where no GPU can be used)
+                        cpu:N (N threads), gpu:N (N GPUs), gpu:1/jobs:K, mpi:N (see below).
+                        Default: cpu, cpu:1, gpu:1 and gpu:N for the machine's N GPUs (a GPU
+                        configuration is reported as skipped, with the reason, where it
+                        cannot run); under mpirun -np N: mpi:N and gpu:N
   --precisions=LIST     fp32, tf32, fp16 (mixed, dynamic loss scaling), bf16 (mixed).
                         Default: fp32 on the CPU, all four on GPUs. A precision a device
                         cannot run is a skipped row with the reason
@@ -88,6 +90,13 @@ trainbench flags:
   --cuda_graph          capture each GPU training step once as a CUDA graph and replay it
   --data_on_device      keep the training data on the GPU (up to one epoch, at most 2 GiB):
                         batches are device-to-device copies, no host upload per step
+
+Data parallelism (train/ benchmarks): gpu:N (N GPUs of this machine, NCCL, one thread
+each), gpu:1/jobs:K (K independent jobs sharing one GPU), and under mpirun -np N: mpi:N (one
+CPU replica per rank, MPI all-reduce) and gpu:N (one GPU per rank, NCCL). The global batch
+is N x --batch.
+  --iterations=N        timed steps of every run under mpirun (default 20; all ranks must
+                        agree, so Google Benchmark's adaptive count is off there)
   --warmup_steps=N      training steps before timing starts (default 2; 200 for lenet5, whose
                         sigmoids learn nothing for about the first 100 steps)
   --optimizer=sgd|adam  override each model's optimizer (sgd = SGD with momentum 0.9)
@@ -165,6 +174,8 @@ Flags parse_flags(int& argc, char** argv) {
       if (f.gpus.empty()) throw InputError("--gpus: give at least one CUDA device ordinal, e.g. --gpus=0");
     } else if (auto v = value_of("gpu_memory_limit")) {
       f.gpu_memory_limit = parse_memory("gpu_memory_limit", *v);
+    } else if (auto v = value_of("iterations")) {
+      f.iterations = parse_int("iterations", *v, 1);
     } else if (arg == "--cuda_graph") {
       f.cuda_graph = true;
     } else if (arg == "--data_on_device") {

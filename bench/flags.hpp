@@ -27,6 +27,7 @@ struct Flags {
   double gpu_memory_limit = 0;        // --gpu_memory_limit: bytes (> 1) or a fraction (<= 1); 0: none
   bool cuda_graph = false;            // --cuda_graph
   bool data_on_device = false;        // --data_on_device
+  std::int64_t iterations = 20;       // --iterations: timed steps of each run under mpirun
   bool help = false;
   bool list_models = false;  // --list_models
   bool csv_header = false;   // --csv_header

@@ -10,6 +10,7 @@
 #ifdef TB_HAVE_CUDA
 #include "engine/cuda/device.hpp"
 #include "engine/cuda/network.hpp"
+#include "engine/parallel/nccl_comm.hpp"
 #endif
 
 namespace tb::bench {
@@ -101,6 +102,24 @@ std::map<std::string, double> gpu_counters(const Network& network, const GpuOpti
           {"skipped_steps", double(net.skipped_steps())}};
 }
 
+void gpu_bind_thread(int ordinal) { TB_CU(cudaSetDevice(ordinal)); }
+
+std::vector<std::unique_ptr<parallel::Communicator>> gpu_nccl_group(const std::vector<Network*>& networks) {
+  std::vector<int> devices;
+  std::vector<cudaStream_t> streams;
+  for (Network* n : networks) {
+    const auto& ctx = dynamic_cast<cuda::CudaNetwork&>(*n).context();
+    devices.push_back(ctx.device);
+    streams.push_back(ctx.stream);
+  }
+  return parallel::make_nccl_group(devices, streams);
+}
+
+std::unique_ptr<parallel::Communicator> gpu_nccl_over_mpi(parallel::Communicator& mpi, Network& network) {
+  const auto& ctx = dynamic_cast<cuda::CudaNetwork&>(network).context();
+  return parallel::make_nccl_comm_mpi(mpi, ctx.device, ctx.stream);
+}
+
 #else  // no CUDA backend in this build
 
 namespace {
@@ -121,6 +140,9 @@ std::unique_ptr<Network> make_gpu_network(const ModelSpec&, i64, const Optimizer
 }
 i64 gpu_make_resident(Network&, Dataset&, std::size_t) { no_backend(); }
 std::map<std::string, double> gpu_counters(const Network&, const GpuOptions&) { no_backend(); }
+void gpu_bind_thread(int) { no_backend(); }
+std::vector<std::unique_ptr<parallel::Communicator>> gpu_nccl_group(const std::vector<Network*>&) { no_backend(); }
+std::unique_ptr<parallel::Communicator> gpu_nccl_over_mpi(parallel::Communicator&, Network&) { no_backend(); }
 
 #endif
 

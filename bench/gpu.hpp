@@ -11,6 +11,7 @@
 #include "engine/core/dataset.hpp"
 #include "engine/core/network.hpp"
 #include "engine/core/spec.hpp"
+#include "engine/parallel/communicator.hpp"
 
 namespace tb::bench {
 
@@ -54,5 +55,13 @@ std::unique_ptr<Network> make_gpu_network(const ModelSpec& spec, i64 batch, cons
 i64 gpu_make_resident(Network& network, Dataset& data, std::size_t max_bytes);
 // The mem_* columns, the loss scale and skipped steps of a network made by make_gpu_network.
 std::map<std::string, double> gpu_counters(const Network& network, const GpuOptions& options);
+
+// Makes `ordinal` the calling thread's current CUDA device (each replica thread calls it once).
+void gpu_bind_thread(int ordinal);
+// NCCL communicators over networks made by make_gpu_network, one per network (GPU) of this
+// process, each ordered on its network's stream.
+std::vector<std::unique_ptr<parallel::Communicator>> gpu_nccl_group(const std::vector<Network*>& networks);
+// One NCCL rank per process, bootstrapped through `mpi` (which shares NCCL's unique id).
+std::unique_ptr<parallel::Communicator> gpu_nccl_over_mpi(parallel::Communicator& mpi, Network& network);
 
 }  // namespace tb::bench

@@ -15,6 +15,7 @@
 #include "bench/csv.hpp"
 #include "bench/flags.hpp"
 #include "bench/registry.hpp"
+#include "bench/replicas.hpp"
 #include "bench/reporter.hpp"
 #include "engine/core/error.hpp"
 #include "models/models.hpp"
@@ -31,6 +32,18 @@ bool has_flag(int argc, char** argv, const char* name) {
   return false;
 }
 
+// Ranks other than 0 of an MPI job run every benchmark (collectives need them) but report
+// nothing: rank 0 prints and writes the CSV.
+class SilentReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs)
+      if (r.error_occurred && r.error_message.rfind("skipped:", 0) != 0) ++failed;
+  }
+  int failed = 0;
+};
+
 std::string filter_of(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) return argv[i] + 19;
@@ -41,6 +54,7 @@ std::string filter_of(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace tb::bench;
+  start_world();  // MPI, when started by mpirun
   Flags flags;
   try {
     flags = parse_flags(argc, argv);
@@ -81,7 +95,7 @@ int main(int argc, char** argv) {
   try {
     const auto& benchmarks = register_benchmarks(
         flags, machine.cores, [&sink](const BenchInfo& info, const tb::EpochRecord& r) { sink->report_epoch(info, r); });
-    if (!flags.csv.empty() && !listing) csv = std::make_unique<CsvWriter>(flags.csv);
+    if (!flags.csv.empty() && !listing && world().rank == 0) csv = std::make_unique<CsvWriter>(flags.csv);
     if (!listing) {
       std::set<int> thread_counts;
       for (const BenchInfo& b : benchmarks)
@@ -96,8 +110,16 @@ int main(int argc, char** argv) {
 
   Reporter reporter(machine, csv.get());
   sink = &reporter;
+  if (world().rank != 0) {
+    SilentReporter silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+    benchmark::Shutdown();
+    release_sessions();
+    return silent.failed > 0 ? 1 : 0;
+  }
   const std::size_t ran = benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
+  release_sessions();
   if (ran == 0) {
     std::cerr << fmt::format(
         "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "

@@ -5,7 +5,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <charconv>
+#include <map>
 #include <memory>
 
 #include <benchmark/benchmark.h>
@@ -33,6 +35,19 @@ struct Session {
   data::Splits splits;  // what the trainer's data left behind: the validation split
 };
 std::unique_ptr<Session> g_session;
+
+// The samples/s of each one-device row of this invocation, by what a multi-device row of the
+// same workload compares with: scaling efficiency comes from the same run.
+std::map<std::string, double> g_single_rates;
+std::string rate_key(const BenchInfo& b) {
+  return fmt::format("{}/{}/{}/{}/{}", b.model, b.dataset, b.gpu ? "gpu" : "cpu", b.precision, b.batch);
+}
+
+struct ParallelSession {
+  std::string name;
+  std::unique_ptr<ReplicaRun> run;
+};
+std::unique_ptr<ParallelSession> g_parallel;
 
 // With --data_on_device the trainer pulls these: batch k is the network's resident batch k,
 // with no host data at all.
@@ -145,6 +160,7 @@ void step_counters(benchmark::State& st, const BenchInfo& info, Trainer& trainer
 
 void run_train(benchmark::State& st, const BenchInfo& info) {
   omp_set_num_threads(info.threads);
+  g_parallel.reset();
   Trainer& trainer = *train_session(info).trainer;
   const PhaseTimes p0 = trainer.phases();
   const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
@@ -159,6 +175,100 @@ void run_train(benchmark::State& st, const BenchInfo& info) {
   const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
   check_loss_fell(trainer);
   step_counters(st, info, trainer, p0, double(st.iterations()), wall, cpu);
+  g_single_rates[rate_key(info)] = st.counters["samples_per_s"];
+}
+
+
+ReplicaRun& parallel_session(const BenchInfo& info) {
+  if (g_parallel && g_parallel->name == info.name) return *g_parallel->run;
+  g_parallel.reset();
+  g_session.reset();
+  if (info.gpu) gpu_prepare(gpu_options(info));
+  const int rank = world().rank;
+  auto make = [&](int k) {
+    const int replica = rank * info.replicas + k;  // a different shard of the data each
+    data::LoaderConfig loader = info.loader;
+    loader.seed = info.loader.seed + 7919 * std::uint64_t(replica);
+    std::unique_ptr<Network> net;
+    if (info.gpu) {
+      GpuOptions o = gpu_options(info);
+      o.ordinal = info.gpu_ordinals[std::size_t(k)];
+      net = make_gpu_network(info.spec, info.batch, info.optimizer, g_flags.seed, o);
+    } else {
+      net = std::make_unique<cpu::CpuNetwork>(
+          info.spec, cpu::NetworkConfig{.batch = info.batch, .optimizer = info.optimizer, .seed = g_flags.seed});
+    }
+    auto splits = data::make_splits(info.dataset, info.data_folder, info.spec, loader);
+    return std::make_pair(std::move(net), std::move(splits.train));
+  };
+  auto session = std::make_unique<ParallelSession>();
+  session->name = info.name;
+  session->run = std::make_unique<ReplicaRun>(info.parallel, info.replicas, info.gpu_ordinals, make);
+  session->run->warm_up(info.warmup_steps);
+  g_parallel = std::move(session);
+  return *g_parallel->run;
+}
+
+// Several replicas: the step is the slowest replica's (on every rank), the samples are the
+// global batch's, and the communication of one replica is reported.
+void run_parallel(benchmark::State& st, const BenchInfo& info) {
+  omp_set_num_threads(info.threads);
+  ReplicaRun& run = parallel_session(info);
+  Trainer& first = *run.replicas()[0].trainer;
+  const PhaseTimes p0 = first.phases();
+  const parallel::CommStats c0 = run.comm_stats();
+  const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
+  double step_total = 0;
+  for (auto _ : st) {
+    const double s = run.step();
+    step_total += s;
+    st.SetIterationTime(s);
+  }
+  const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
+  run.check(check_loss_fell);
+  const double steps = double(st.iterations());
+  const int total = run.communicating_ranks();
+  const double step_time = step_total / steps;
+  const double samples_per_s = double(info.batch) * total / step_time;
+  const double tflops = info.cost.train_flops_per_sample() * samples_per_s * 1e-12;
+  const int devices = info.parallel == Parallel::Jobs ? 1 : total;
+  const double peak_gflops = (info.gpu ? gpu_peak(info.gpu_ordinal, info.precision).gflops
+                                       : measure_sgemm_gflops(info.threads)) * devices;
+  const PhaseTimes& p = first.phases();
+  auto& c = st.counters;
+  c["samples_per_s"] = samples_per_s;
+  c["step_time_s"] = step_time;
+  c["wall_step_time_s"] = wall / steps;
+  c["model_tflops"] = tflops;
+  c["peak_gflops"] = peak_gflops;
+  c["utilisation"] = tflops * 1e3 / peak_gflops;
+  c["host_cpu_s_per_step"] = cpu / steps / double(info.replicas);  // per replica (per job)
+  c["host_cpu_util"] = cpu / wall;
+  c["peak_rss_bytes"] = double(peak_rss_bytes());
+  c["loss_first"] = first.losses().front();
+  c["loss_last"] = first.losses().back();
+  c["replicas"] = total;
+  if (p.split) {
+    c["forward_s_per_step"] = (p.forward - p0.forward) / steps;
+    c["backward_s_per_step"] = (p.backward - p0.backward) / steps;
+    c["update_s_per_step"] = (p.update - p0.update) / steps;
+  }
+  if (info.parallel != Parallel::Jobs) {
+    const parallel::CommStats cs = run.comm_stats();
+    const double comm = (cs.wait_s - c0.wait_s) / steps, bytes = (cs.bytes - c0.bytes) / steps;
+    c["comm_s_per_step"] = comm;
+    c["comm_share"] = comm / step_time;
+    c["allreduce_bytes_per_step"] = bytes;
+    // nccl-tests' bus bandwidth: what each link carried, from the communication not hidden by
+    // backward (a lower bound on the links' rate when buckets overlapped).
+    if (comm > 0) c["busbw_gbps"] = bytes / comm * 2.0 * (total - 1) / total * 1e-9;
+    const double buckets = double(cs.buckets - c0.buckets);
+    if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0.buckets_early) / buckets;
+    if (auto it = g_single_rates.find(rate_key(info)); it != g_single_rates.end())
+      c["scaling_efficiency"] = samples_per_s / (total * it->second);
+  }
+  if (info.gpu)
+    for (const auto& [name, value] : gpu_counters(*run.replicas()[0].backend, gpu_options(info))) c[name] = value;
 }
 
 void run_epochs(benchmark::State& st, const BenchInfo& info) {
@@ -197,9 +307,11 @@ void run_benchmark(benchmark::State& st, const BenchInfo& info) {
   }
   try {
     if (info.kind == "epochs") run_epochs(st, info);
+    else if (info.parallel != Parallel::None) run_parallel(st, info);
     else run_train(st, info);
   } catch (const std::exception& e) {
     g_session.reset();
+    g_parallel.reset();
     st.SkipWithError(e.what());
   }
 }
@@ -210,12 +322,63 @@ std::string benchmark_name(const BenchInfo& b) {
 
 }  // namespace
 
+namespace {
+
+int parse_count(const std::string& name, const std::string& text, const char* example) {
+  int n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1)
+    throw InputError(fmt::format("--devices: '{}' needs a count >= 1, e.g. {}", name, example));
+  return n;
+}
+
+// gpu:N (N GPUs of this process, or under mpirun one GPU per rank) and gpu:1/jobs:K.
+void gpu_config(DeviceConfig& d, const Flags& flags) {
+  const std::string& name = d.name;
+  const std::size_t jobs_at = name.find("/jobs:");
+  const int gpus = parse_count(name, name.substr(4, jobs_at == std::string::npos ? std::string::npos : jobs_at - 4),
+                               "gpu:1");
+  const int jobs = jobs_at == std::string::npos ? 0 : parse_count(name, name.substr(jobs_at + 6), "gpu:1/jobs:2");
+  if (jobs && gpus != 1) throw InputError(fmt::format("--devices: '{}': jobs share one GPU, e.g. gpu:1/jobs:2", name));
+  const World& w = world();
+  d.threads = 1;  // one host thread drives each GPU
+  d.gpu = true;
+  std::vector<int> ordinals = flags.gpus;
+  const int local_gpus = w.size > 1 ? 1 : gpus;
+  for (int k = int(ordinals.size()); k < std::max(local_gpus, w.local_rank + 1); ++k) ordinals.push_back(k);
+  if (w.size > 1) ordinals = {ordinals[std::size_t(w.local_rank)]};  // this rank's GPU
+  ordinals.resize(std::size_t(local_gpus));
+  d.gpu_ordinal = ordinals[0];
+  d.replicas = jobs ? jobs : local_gpus;
+  d.gpu_ordinals = jobs ? std::vector<int>(std::size_t(jobs), ordinals[0]) : ordinals;
+  d.parallel = jobs ? Parallel::Jobs : w.size > 1 ? Parallel::NcclMpi : gpus > 1 ? Parallel::NcclThreads : Parallel::None;
+  const GpuInventory& inv = gpu_inventory();
+  const int highest = *std::max_element(ordinals.begin(), ordinals.end());
+  if (!inv.unavailable.empty())
+    d.skip_reason = fmt::format("{}: {}", name, inv.unavailable);
+  else if (w.size > 1 && gpus != w.size)
+    d.skip_reason = fmt::format("{}: under mpirun -np {} the GPU configuration is gpu:{} (one GPU per rank)", name,
+                                w.size, w.size);
+  else if (w.size == 1 && gpus > int(inv.devices.size()))
+    d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", name, gpus, inv.devices.size());
+  else if (highest >= int(inv.devices.size()))
+    d.skip_reason = fmt::format("{}: CUDA device {} (--gpus, or the rank's local index) does not exist; this machine "
+                                "has devices 0 to {}", name, highest, int(inv.devices.size()) - 1);
+}
+
+}  // namespace
+
 std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
+  const World& w = world();
   std::vector<std::string> names = flags.devices;
-  if (names.empty()) {
+  if (names.empty() && w.size > 1) {
+    names = {fmt::format("mpi:{}", w.size), fmt::format("gpu:{}", w.size)};
+  } else if (names.empty()) {
     names = {"cpu"};
     if (cores > 1) names.push_back("cpu:1");
     names.push_back("gpu:1");
+    const int gpus = int(gpu_inventory().devices.size());
+    if (gpus > 1) names.push_back(fmt::format("gpu:{}", gpus));
   }
   std::vector<DeviceConfig> out;
   for (const std::string& name : names) {
@@ -224,39 +387,25 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
     if (name == "cpu") {
       d.threads = cores;
     } else if (name.rfind("cpu:", 0) == 0) {
-      const std::string n = name.substr(4);
-      int threads = 0;
-      auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), threads);
-      if (ec != std::errc() || end != n.data() + n.size() || threads < 1)
-        throw InputError(fmt::format("--devices: '{}' needs a thread count >= 1, e.g. cpu:2", name));
-      d.threads = threads;
-      if (threads > cores)
-        d.skip_reason = fmt::format("{} needs {} cores, this machine has {}", name, threads, cores);
+      d.threads = parse_count(name, name.substr(4), "cpu:2");
+      if (d.threads > cores)
+        d.skip_reason = fmt::format("{} needs {} cores, this machine has {}", name, d.threads, cores);
     } else if (name.rfind("gpu:", 0) == 0) {
-      const std::string n = name.substr(4);
-      int gpus = 0;
-      auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), gpus);
-      if (ec != std::errc() || end != n.data() + n.size() || gpus < 1)
-        throw InputError(fmt::format("--devices: '{}' needs a GPU count >= 1, e.g. gpu:1", name));
-      d.threads = 1;  // one host thread drives each GPU
-      d.gpu = true;
-      const GpuInventory& inv = gpu_inventory();
-      std::vector<int> ordinals = flags.gpus;
-      for (int k = int(ordinals.size()); k < gpus; ++k) ordinals.push_back(k);
-      d.gpu_ordinal = ordinals[0];
-      if (!inv.unavailable.empty())
-        d.skip_reason = fmt::format("{}: {}", name, inv.unavailable);
-      else if (gpus > int(inv.devices.size()))
-        d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", name, gpus, inv.devices.size());
-      else if (*std::max_element(ordinals.begin(), ordinals.begin() + gpus) >= int(inv.devices.size()))
-        d.skip_reason = fmt::format("{}: --gpus names CUDA device {}, this machine has devices 0 to {}", name,
-                                    *std::max_element(ordinals.begin(), ordinals.begin() + gpus),
-                                    inv.devices.size() - 1);
-      else if (gpus > 1)
-        d.skip_reason = fmt::format("{}: data-parallel training on several GPUs is not built yet", name);
+      gpu_config(d, flags);
+    } else if (name.rfind("mpi:", 0) == 0) {
+      const int ranks = parse_count(name, name.substr(4), "mpi:2");
+      d.parallel = Parallel::Mpi;
+      d.threads = std::max(1, cores / std::max(1, w.local_size));  // the node's cores shared by its ranks
+      if (w.size == 1)
+        d.skip_reason = fmt::format("{}: start trainbench with mpirun -np {} for MPI data parallelism", name, ranks);
+      else if (ranks != w.size)
+        d.skip_reason = fmt::format("{}: this job has {} ranks (mpi:{})", name, w.size, w.size);
     } else {
-      throw InputError(fmt::format("--devices: unknown device '{}'; use cpu, cpu:N or gpu:N", name));
+      throw InputError(fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, gpu:N, gpu:1/jobs:K or mpi:N",
+                                   name));
     }
+    if (w.size > 1 && d.parallel != Parallel::Mpi && d.parallel != Parallel::NcclMpi && d.skip_reason.empty())
+      d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", name);
     out.push_back(d);
   }
   return out;
@@ -302,6 +451,9 @@ const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores,
           b.cuda_graph = flags.cuda_graph;
           b.data_on_device = flags.data_on_device;
           b.gpu_memory_limit = flags.gpu_memory_limit;
+          b.parallel = d.parallel;
+          b.replicas = d.replicas;
+          b.gpu_ordinals = d.gpu_ordinals;
           b.batch = flags.batch.value_or(w.batch);
           b.warmup_steps = b.kind == "train" ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
           b.epochs = flags.epochs.value_or(w.epochs);
@@ -332,9 +484,17 @@ const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores,
     auto* registered = benchmark::RegisterBenchmark(b.name.c_str(), [&b](benchmark::State& st) { run_benchmark(st, b); });
     if (b.kind == "epochs") registered->Iterations(1)->Unit(benchmark::kSecond);
     else registered->Unit(benchmark::kMillisecond);
-    if (b.gpu && b.kind == "train" && b.skip_reason.empty()) registered->UseManualTime();
+    const bool parallel = b.parallel != Parallel::None;
+    if ((b.gpu || parallel) && b.kind == "train" && b.skip_reason.empty()) registered->UseManualTime();
+    // Every rank must run the same number of steps: no adaptive iteration count under MPI.
+    if (world().size > 1 && b.kind == "train") registered->Iterations(flags.iterations);
   }
   return g_benchmarks;
+}
+
+void release_sessions() {
+  g_session.reset();
+  g_parallel.reset();
 }
 
 const BenchInfo* find_benchmark(const std::string& name) {

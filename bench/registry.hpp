@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/flags.hpp"
+#include "bench/replicas.hpp"
 #include "datasets/loader.hpp"
 #include "engine/core/network.hpp"
 #include "engine/core/spec.hpp"
@@ -26,7 +27,10 @@ struct BenchInfo {
   int gpu_ordinal = 0;  // the CUDA device it runs on
   bool cuda_graph = false, data_on_device = false;
   double gpu_memory_limit = 0;
-  i64 batch = 0;
+  Parallel parallel = Parallel::None;
+  int replicas = 1;                // replicas in this process (threads)
+  std::vector<int> gpu_ordinals;   // one per local replica on GPUs
+  i64 batch = 0;                   // per replica
   i64 warmup_steps = 0;
   i64 epochs = 0;
   double target_accuracy = 0;
@@ -38,10 +42,13 @@ struct BenchInfo {
 };
 
 struct DeviceConfig {
-  std::string name;  // "cpu", "cpu:2", "gpu:1"
+  std::string name;  // "cpu", "cpu:2", "gpu:1", "gpu:4", "gpu:1/jobs:2", "mpi:2"
   int threads = 0;   // CPU threads
   bool gpu = false;
   int gpu_ordinal = 0;
+  Parallel parallel = Parallel::None;
+  int replicas = 1;
+  std::vector<int> gpu_ordinals;
   std::string skip_reason;
 };
 
@@ -58,5 +65,7 @@ using EpochSink = std::function<void(const BenchInfo&, const EpochRecord&)>;
 // `on_epoch` receives each epoch of the epochs/ benchmarks as it ends.
 const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores, EpochSink on_epoch);
 const BenchInfo* find_benchmark(const std::string& name);
+// Frees the benchmark kept between Google Benchmark's invocations (before MPI is finalised).
+void release_sessions();
 
 }  // namespace tb::bench

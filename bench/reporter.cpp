@@ -22,7 +22,8 @@ const char* const kCounterColumns[] = {
     "train_acc", "val_acc", "elapsed_s", "time_to_target_s", "wall_step_time_s", "mem_peak_bytes",
     "mem_reserved_bytes", "mem_limit_bytes", "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes",
     "mem_activations_bytes", "mem_workspace_bytes", "mem_data_bytes", "mem_context_bytes", "loss_scale",
-    "skipped_steps"};
+    "skipped_steps", "replicas", "comm_s_per_step", "comm_share", "allreduce_bytes_per_step", "busbw_gbps",
+    "comm_overlap", "scaling_efficiency"};
 
 std::string number(double v) { return fmt::format("{:.6g}", v); }
 std::string accuracy(double v) { return v < 0 ? "" : number(v); }
@@ -76,6 +77,7 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
           {"benchmark_lib", machine.benchmark_lib},
           {"git_commit", machine.git_commit},
           {"timestamp", machine.timestamp}};
+  row["ranks"] = std::to_string(world().size);
   if (info.gpu) {
     row["cuda_graph"] = std::to_string(int(info.cuda_graph));
     row["data_on_device"] = std::to_string(int(info.data_on_device));

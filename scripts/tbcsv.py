@@ -148,8 +148,11 @@ def is_epoch_row(row: dict[str, str]) -> bool:
 
 def parse_name(benchmark: str) -> dict[str, str]:
     """Splits `<kind>/<model>/<dataset>/<device>/<precision>/bs:<batch>` into its parts
-    (empty strings for parts a name lacks); used where a row's own columns are empty."""
+    (empty strings for parts a name lacks); used where a row's own columns are empty. The
+    device `gpu:1/jobs:K` (K jobs sharing a GPU) holds a slash of its own."""
     parts = benchmark.split("/")
+    if len(parts) > 4 and parts[4].startswith("jobs:"):
+        parts[3:5] = [parts[3] + "/" + parts[4]]
     keys = ("kind", "model", "dataset", "device", "precision", "batch")
     out = dict.fromkeys(keys, "")
     for key, part in zip(keys, parts):

@@ -2,6 +2,7 @@
 it wrote, and feeds it bad input. The binary comes from $TRAINBENCH (set by ctest)."""
 import csv
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -99,6 +100,9 @@ def test_filter_that_matches_nothing_is_an_error():
     ("--gpus=x", "--gpus"),
     ("--gpu_memory_limit=lots", "--gpu_memory_limit"),
     ("--gpu_memory_limit=1.5", "--gpu_memory_limit"),
+    ("--devices=gpu:2/jobs:2", "jobs share one GPU"),
+    ("--devices=mpi:x", "mpi:x"),
+    ("--iterations=0", "--iterations"),
 ])
 def test_bad_flags_are_refused_with_the_flag_named(flag, needle):
     r = run(flag, "--benchmark_filter=train/mlp/mnist/cpu/")
@@ -278,3 +282,34 @@ def test_bad_loader_flags_are_refused(flag, needle):
     r = run(flag, "--benchmark_filter=train/mlp/mnist/cpu/")
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert needle in r.stderr
+
+
+def test_mpi_device_outside_mpirun_is_a_skipped_row_naming_the_command(tmp_path):
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/mlp/mnist/", "--devices=mpi:2", f"--csv={out}", *FAST)
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(out)
+    assert [row["status"] for row in rows] == ["skipped"]
+    assert "mpirun -np 2" in rows[0]["message"]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path):
+    out = tmp_path / "run.csv"
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")  # Open MPI's lifetime allocations
+    r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY,
+                        "--benchmark_filter=train/mlp/mnist/", "--iterations=4", f"--csv={out}"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    rows = read_csv(out)
+    assert sum(line.startswith("schema_version,") for line in out.read_text().splitlines()) == 1
+    ok = [row for row in rows if row["status"] == "ok"]
+    assert [row["benchmark"] for row in ok] == ["train/mlp/mnist/mpi:2/fp32/bs:100"]  # one row: rank 0's
+    row = ok[0]
+    assert (row["ranks"], row["replicas"], row["iterations"]) == ("2", "2", "4")
+    assert float(row["allreduce_bytes_per_step"]) >= 4 * 1796010  # every gradient, once
+    assert float(row["comm_s_per_step"]) > 0 and 0 < float(row["comm_share"]) < 1
+    # The global batch: 2 x 100 samples per step.
+    assert abs(float(row["samples_per_s"]) * float(row["step_time_s"]) - 200) < 1
+    assert float(row["loss_last"]) < float(row["loss_first"])
+    assert r.stdout.count("train/mlp/mnist/mpi:2/fp32/bs:100") == 1  # printed once, by rank 0
