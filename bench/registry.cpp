@@ -123,39 +123,58 @@ void check_loss_fell(Trainer& trainer) {
                                   "--warmup_steps)", before, after, trainer.losses().size()));
 }
 
-// Counters of the timed steps: throughput, utilisation, host CPU, phases.
-// On a GPU the step time is the device's (CUDA events from the batch upload to the end of the
-// update), which Google Benchmark also reports (manual time); wall_step_time_s adds the host's
-// share between steps.
+// The timed steps of one benchmark, however many replicas ran them.
+struct Timed {
+  double steps = 0, step_time = 0, wall = 0, cpu = 0;
+  double samples_per_step = 0;  // the global batch
+  double peak_gflops = 0;       // of every device the step used
+  double replicas = 1;          // for host CPU per replica (per job)
+};
+
+// Counters of the timed steps: throughput, utilisation, host CPU, losses, phases.
+void timed_counters(benchmark::State& st, const Timed& t, const BenchInfo& info, const Trainer& trainer,
+                    const PhaseTimes& p0) {
+  const double samples_per_s = t.samples_per_step / t.step_time;
+  const double tflops = info.cost.train_flops_per_sample() * samples_per_s * 1e-12;
+  const PhaseTimes& p = trainer.phases();
+  auto& c = st.counters;
+  c["samples_per_s"] = samples_per_s;
+  c["step_time_s"] = t.step_time;
+  c["wall_step_time_s"] = t.wall / t.steps;
+  c["model_tflops"] = tflops;
+  c["peak_gflops"] = t.peak_gflops;
+  c["utilisation"] = tflops * 1e3 / t.peak_gflops;
+  c["host_cpu_s_per_step"] = t.cpu / t.steps / t.replicas;
+  c["host_cpu_util"] = t.cpu / t.wall;
+  c["peak_rss_bytes"] = double(peak_rss_bytes());
+  c["loss_first"] = trainer.losses().front();
+  c["loss_last"] = trainer.losses().back();
+  c["data_s_per_step"] = (p.data - p0.data) / t.steps;
+  c["data_wait_s_per_step"] = (p.data_wait - p0.data_wait) / t.steps;
+  if (p.split) {  // a step replayed as one CUDA graph has no phases
+    c["forward_s_per_step"] = (p.forward - p0.forward) / t.steps;
+    c["backward_s_per_step"] = (p.backward - p0.backward) / t.steps;
+    c["update_s_per_step"] = (p.update - p0.update) / t.steps;
+  }
+}
+
+double device_peak_gflops(const BenchInfo& info) {
+  return info.gpu ? gpu_peak(info.gpu_ordinal, info.precision).gflops : measure_sgemm_gflops(info.threads);
+}
+
+// One replica. On a GPU the step time is the device's (CUDA events from the batch upload to
+// the end of the update), which Google Benchmark also reports (manual time);
+// wall_step_time_s adds the host's share between steps.
 void step_counters(benchmark::State& st, const BenchInfo& info, Trainer& trainer, const PhaseTimes& p0,
                    double steps, double wall, double cpu) {
   const PhaseTimes& p = trainer.phases();
   const double step_time = info.gpu && info.kind == "train" ? (p.device - p0.device) / steps : wall / steps;
-  const double samples_per_s = double(info.batch) / step_time;
-  const double tflops = info.cost.train_flops_per_sample() * samples_per_s * 1e-12;
-  const double peak_gflops = info.gpu ? gpu_peak(info.gpu_ordinal, info.precision).gflops
-                                      : measure_sgemm_gflops(info.threads);
-  auto& c = st.counters;
-  c["samples_per_s"] = samples_per_s;
-  c["step_time_s"] = step_time;
-  c["wall_step_time_s"] = wall / steps;
-  c["model_tflops"] = tflops;
-  c["peak_gflops"] = peak_gflops;
-  c["utilisation"] = tflops * 1e3 / peak_gflops;
-  c["host_cpu_s_per_step"] = cpu / steps;
-  c["host_cpu_util"] = cpu / wall;
-  c["peak_rss_bytes"] = double(peak_rss_bytes());
-  c["loss_first"] = trainer.losses().front();
-  c["loss_last"] = trainer.losses().back();
-  c["data_s_per_step"] = (p.data - p0.data) / steps;
-  c["data_wait_s_per_step"] = (p.data_wait - p0.data_wait) / steps;
-  if (p.split) {  // a step replayed as one CUDA graph has no phases
-    c["forward_s_per_step"] = (p.forward - p0.forward) / steps;
-    c["backward_s_per_step"] = (p.backward - p0.backward) / steps;
-    c["update_s_per_step"] = (p.update - p0.update) / steps;
-  }
+  timed_counters(st,
+                 Timed{.steps = steps, .step_time = step_time, .wall = wall, .cpu = cpu,
+                       .samples_per_step = double(info.batch), .peak_gflops = device_peak_gflops(info)},
+                 info, trainer, p0);
   if (info.gpu)
-    for (const auto& [name, value] : gpu_counters(trainer.network(), gpu_options(info))) c[name] = value;
+    for (const auto& [name, value] : gpu_counters(trainer.network(), gpu_options(info))) st.counters[name] = value;
 }
 
 void run_train(benchmark::State& st, const BenchInfo& info) {
@@ -229,30 +248,15 @@ void run_parallel(benchmark::State& st, const BenchInfo& info) {
   const double steps = double(st.iterations());
   const int total = run.communicating_ranks();
   const double step_time = step_total / steps;
-  const double samples_per_s = double(info.batch) * total / step_time;
-  const double tflops = info.cost.train_flops_per_sample() * samples_per_s * 1e-12;
   const int devices = info.parallel == Parallel::Jobs ? 1 : total;
-  const double peak_gflops = (info.gpu ? gpu_peak(info.gpu_ordinal, info.precision).gflops
-                                       : measure_sgemm_gflops(info.threads)) * devices;
-  const PhaseTimes& p = first.phases();
+  timed_counters(st,
+                 Timed{.steps = steps, .step_time = step_time, .wall = wall, .cpu = cpu,
+                       .samples_per_step = double(info.batch) * total,
+                       .peak_gflops = device_peak_gflops(info) * devices, .replicas = double(info.replicas)},
+                 info, first, p0);
   auto& c = st.counters;
-  c["samples_per_s"] = samples_per_s;
-  c["step_time_s"] = step_time;
-  c["wall_step_time_s"] = wall / steps;
-  c["model_tflops"] = tflops;
-  c["peak_gflops"] = peak_gflops;
-  c["utilisation"] = tflops * 1e3 / peak_gflops;
-  c["host_cpu_s_per_step"] = cpu / steps / double(info.replicas);  // per replica (per job)
-  c["host_cpu_util"] = cpu / wall;
-  c["peak_rss_bytes"] = double(peak_rss_bytes());
-  c["loss_first"] = first.losses().front();
-  c["loss_last"] = first.losses().back();
+  const double samples_per_s = c["samples_per_s"];
   c["replicas"] = total;
-  if (p.split) {
-    c["forward_s_per_step"] = (p.forward - p0.forward) / steps;
-    c["backward_s_per_step"] = (p.backward - p0.backward) / steps;
-    c["update_s_per_step"] = (p.update - p0.update) / steps;
-  }
   if (info.parallel != Parallel::Jobs) {
     const parallel::CommStats cs = run.comm_stats();
     const double comm = (cs.wait_s - c0.wait_s) / steps, bytes = (cs.bytes - c0.bytes) / steps;
