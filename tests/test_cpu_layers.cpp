@@ -514,6 +514,7 @@ TEST_P(CpuLayersLstm, MatchesReference) {
   c.params = {uniform(rng, p.I * 4 * p.H, -0.5f, 0.5f), uniform(rng, p.H * 4 * p.H, -0.5f, 0.5f),
               uniform(rng, 4 * p.H, -0.5f, 0.5f)};
   c.dy = uniform(rng, p.T * p.N * p.H);
+  EXPECT_EQ(cpu::lstm_is_small(LSTMSpec{p.I, p.H}), GetParam().H <= 16) << "the cases cover both paths";
   const OpResult r = run_op(c);
 
   const DVec x = to_double(r.x), wx = to_double(c.params[0]), wh = to_double(c.params[1]),
@@ -531,9 +532,12 @@ TEST_P(CpuLayersLstm, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersLstm,
+                         // The first three run as the fused small-LSTM loop, the others on oneDNN.
                          testing::Values(LstmCase{4, 3, 5, 7},     // odd sizes
                                          LstmCase{3, 2, 5, 5},     // the model's LSTM
-                                         LstmCase{6, 2, 16, 16}),  // vector-friendly sizes
+                                         LstmCase{6, 2, 16, 16},   // vector-friendly sizes
+                                         LstmCase{4, 3, 9, 33},    // odd sizes, oneDNN
+                                         LstmCase{3, 2, 32, 32}),  // vector-friendly, oneDNN
                          [](const testing::TestParamInfo<LstmCase>& i) { return "case" + std::to_string(i.index); });
 
 // ---- Residual add and gradient accumulation over tensors with several consumers ----

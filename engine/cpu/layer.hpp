@@ -63,6 +63,11 @@ std::unique_ptr<Layer> make_batchnorm(Context&, const BatchNormSpec&, const Inpu
 std::unique_ptr<Layer> make_relu(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_sigmoid(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_lstm(Context&, const LSTMSpec&, const Inputs&, const Dims&);
+// LSTMs of at most this many multiply-adds per sample and time step (4H x (I + H)) run as
+// trainbench's own fused loop (lstm_small.cpp), where oneDNN's per-step overhead dominates.
+inline constexpr i64 kSmallLstmMacs = 4096;
+bool lstm_is_small(const LSTMSpec& s);
+std::unique_ptr<Layer> make_small_lstm(Context&, const LSTMSpec&, const Inputs&);
 std::unique_ptr<Layer> make_add(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_softmax_cross_entropy(Context&, const SoftmaxCrossEntropySpec&, const Inputs&);
 std::unique_ptr<Layer> make_mse(Context&, const Inputs&);

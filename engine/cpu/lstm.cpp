@@ -1,5 +1,5 @@
 // LSTM on oneDNN's lstm primitives: one layer, one direction, zero initial state, time-major
-// (T, N, F) sequences. Parameters stay in the canonical ldigo/ldgo layouts; oneDNN's backward
+// (T, N, F) sequences. (Small LSTMs run as lstm_small.cpp's fused loop instead.) Parameters stay in the canonical ldigo/ldgo layouts; oneDNN's backward
 // wants the weights in its own layout, reordered from the parameters before each backward.
 #include "engine/cpu/layer.hpp"
 
@@ -106,6 +106,7 @@ class Lstm final : public Layer {
 }  // namespace
 
 std::unique_ptr<Layer> make_lstm(Context& ctx, const LSTMSpec& s, const Inputs& in, const Dims& out) {
+  if (lstm_is_small(s)) return make_small_lstm(ctx, s, in);
   return std::make_unique<Lstm>(ctx, s, in, out);
 }
 
