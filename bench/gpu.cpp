@@ -63,13 +63,19 @@ void gpu_prepare(const GpuOptions& options) {
 
 std::unique_ptr<Network> make_gpu_network(const ModelSpec& spec, i64 batch, const OptimizerConfig& optimizer,
                                           std::uint64_t seed, const GpuOptions& options) {
-  return std::make_unique<cuda::CudaNetwork>(
+  auto network = std::make_unique<cuda::CudaNetwork>(
       spec, cuda::NetworkConfig{.batch = batch,
                                 .optimizer = optimizer,
                                 .seed = seed,
                                 .device = options.ordinal,
                                 .precision = cuda::parse_precision(options.precision),
                                 .cuda_graph = options.cuda_graph});
+  // The convolution algorithm search's scratch is not the model's memory: drop it from the
+  // cache and start the high-water mark at what the network holds.
+  cuda::Allocator& a = cuda::device_allocator(options.ordinal);
+  a.empty_cache();
+  a.reset_peak();
+  return network;
 }
 
 i64 gpu_make_resident(Network& network, Dataset& data, std::size_t max_bytes) {

@@ -202,7 +202,16 @@ ReplicaRun& parallel_session(const BenchInfo& info) {
   if (g_parallel && g_parallel->name == info.name) return *g_parallel->run;
   g_parallel.reset();
   g_session.reset();
-  if (info.gpu) gpu_prepare(gpu_options(info));
+  if (info.gpu) {
+    std::vector<int> prepared;
+    for (int ordinal : info.gpu_ordinals) {
+      if (std::find(prepared.begin(), prepared.end(), ordinal) != prepared.end()) continue;
+      GpuOptions o = gpu_options(info);
+      o.ordinal = ordinal;
+      gpu_prepare(o);
+      prepared.push_back(ordinal);
+    }
+  }
   const int rank = world().rank;
   auto make = [&](int k) {
     const int replica = rank * info.replicas + k;  // a different shard of the data each

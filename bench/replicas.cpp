@@ -68,7 +68,12 @@ struct ReplicaRun::Pool {
   Pool(int n, const std::vector<int>& ordinals) : errors(std::size_t(n)) {
     for (int k = 0; k < n; ++k)
       threads.emplace_back([this, k, ordinal = k < int(ordinals.size()) ? ordinals[std::size_t(k)] : -1] {
-        if (ordinal >= 0) gpu_bind_thread(ordinal);
+        std::exception_ptr bind_error;
+        try {
+          if (ordinal >= 0) gpu_bind_thread(ordinal);
+        } catch (...) {
+          bind_error = std::current_exception();  // reported by every job this thread is given
+        }
         std::uint64_t seen = 0;
         for (;;) {
           std::function<void(int)> fn;
@@ -80,6 +85,7 @@ struct ReplicaRun::Pool {
             fn = job;
           }
           try {
+            if (bind_error) std::rethrow_exception(bind_error);
             fn(k);
           } catch (...) {
             errors[std::size_t(k)] = std::current_exception();

@@ -124,6 +124,7 @@ PeakRate peak_rate(const DeviceInfo& d, Precision p) {
     if (at == std::string::npos) continue;
     const std::size_t end = at + std::string_view(e.name).size();
     if (end < d.name.size() && d.name[end] != ' ' && d.name[end] != '-') continue;
+    if (at > 0 && d.name[at - 1] != ' ' && d.name[at - 1] != '-') continue;  // "GH200" is not "H200"
     const double t = p == Precision::FP32 ? e.fp32 : p == Precision::TF32 ? e.tf32 : p == Precision::FP16 ? e.fp16 : e.bf16;
     if (t > 0) return {t, e.source};
   }

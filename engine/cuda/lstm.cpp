@@ -59,7 +59,9 @@ class Lstm final : public Layer {
                                     seq_lengths.data(), nullptr));
     // The kernels read the lengths asynchronously from device memory; planning may synchronise.
     dev_seq_lengths_ = DeviceBuffer(ctx.allocator, std::size_t(N) * sizeof(std::int32_t), MemoryKind::Activations);
-    TB_CU(cudaMemcpy(dev_seq_lengths_.get(), seq_lengths.data(), dev_seq_lengths_.bytes(), cudaMemcpyHostToDevice));
+    TB_CU(cudaMemcpyAsync(dev_seq_lengths_.get(), seq_lengths.data(), dev_seq_lengths_.bytes(), cudaMemcpyHostToDevice,
+                          ctx.stream));
+    TB_CU(cudaStreamSynchronize(ctx.stream));  // before seq_lengths goes out of scope
 
     // h and c states (layers x directions, N, H): required even though hx, cx, hy, cy are null.
     const int state_dims[3] = {1, N, H}, state_strides[3] = {N * H, H, 1};

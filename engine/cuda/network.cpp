@@ -97,6 +97,7 @@ struct CudaNetwork::Impl {
   NetworkConfig config;
   std::vector<Dims> shapes;
   bool has_loss = false, mixed = false;
+  bool scaled = false;  // dynamic loss scaling: mixed precision with a loss
   i64 target_count = 0;
   std::vector<std::unique_ptr<Layer>> layers;  // by node; null for the input
   std::vector<std::vector<Slot>> slots;        // by node
@@ -284,7 +285,9 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
   // Zero state and gradients, then initialise parameters in canonical layouts.
   for (DeviceBuffer* buf : {&m.first, &m.second, &m.grads, &m.grads32, &m.params32, &m.params_compute})
     if (*buf) TB_CU(cudaMemsetAsync(buf->get(), 0, buf->bytes(), ctx.stream));
-  kernels::init_step_state(m.step_state(), m.mixed ? config.initial_loss_scale : 1.0f, ctx.stream);
+  // Only a loss scales its gradient; a gradient given with set_output_grad is unscaled.
+  m.scaled = m.mixed && m.has_loss;
+  kernels::init_step_state(m.step_state(), m.scaled ? config.initial_loss_scale : 1.0f, ctx.stream);
   std::uint64_t seed = config.seed * 1000003;
   for (int i = 1; i < count; ++i) {
     const auto specs = node_params(model.nodes[i].spec, m.shapes[model.nodes[i].inputs[0]]);
@@ -460,7 +463,7 @@ void CudaNetwork::enqueue_update() {
                             a.state, ctx.stream);
   if (o.kind == OptimizerConfig::Kind::Adam) kernels::adam_step(a, ctx.stream);
   else kernels::sgd_step(a, ctx.stream);
-  kernels::finish_step(a.state, m.mixed, m.config.loss_scale_growth_interval, ctx.stream);
+  kernels::finish_step(a.state, m.scaled, m.config.loss_scale_growth_interval, ctx.stream);
 }
 
 void CudaNetwork::backward() {
@@ -479,26 +482,7 @@ float CudaNetwork::train_step(StepTimes& times) {
   if (!m.batch_recorded) m.batch_start.record(ctx.stream);  // the same batch as the last step
   m.batch_recorded = false;
   m.step_start.record(ctx.stream);
-  if (m.config.cuda_graph) {
-    if (!m.graph) {
-      // Captured once: every pointer and size is fixed at planning, and no call in the step
-      // allocates or waits, so the same graph serves every later step.
-      cudaGraph_t graph = nullptr;
-      TB_CU(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-      try {
-        run_forward(m.layers, ctx, true);
-        enqueue_backward();
-        enqueue_update();
-      } catch (...) {
-        cudaStreamEndCapture(ctx.stream, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        throw;
-      }
-      TB_CU(cudaStreamEndCapture(ctx.stream, &graph));
-      const cudaError_t status = cudaGraphInstantiate(&m.graph, graph, 0);
-      cudaGraphDestroy(graph);
-      TB_CU(status);
-    }
+  if (m.config.cuda_graph && m.graph) {
     TB_CU(cudaGraphLaunch(m.graph, ctx.stream));
     m.step_end.record(ctx.stream);
     const float loss = read_loss();
@@ -516,7 +500,33 @@ float CudaNetwork::train_step(StepTimes& times) {
                     .backward = m.backward_end.since(m.forward_end),
                     .update = m.step_end.since(m.backward_end),
                     .device = m.step_end.since(m.batch_start)};
+  if (m.config.cuda_graph) capture_step();
   return loss;
+}
+
+void CudaNetwork::capture_step() {
+  // After one eager step, so that cuDNN's and cuBLAS's set-up on first use happened outside
+  // the capture. Every pointer and size is fixed at planning and no call in the step
+  // allocates or waits, so the one graph serves every later step. The backward hook would
+  // run only while capturing, so data-parallel replicas do not use graphs.
+  Impl& m = *impl_;
+  Context& ctx = *ctx_;
+  TB_CHECK(!m.backward_hook, "a CUDA graph replays backward without its hook; replicas run without --cuda_graph");
+  cudaGraph_t graph = nullptr;
+  TB_CU(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    run_forward(m.layers, ctx, true);
+    enqueue_backward();
+    enqueue_update();
+  } catch (...) {
+    cudaStreamEndCapture(ctx.stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  TB_CU(cudaStreamEndCapture(ctx.stream, &graph));
+  const cudaError_t status = cudaGraphInstantiate(&m.graph, graph, 0);
+  cudaGraphDestroy(graph);
+  TB_CU(status);
 }
 
 std::vector<float> CudaNetwork::download(const void* ptr, DType type, i64 count) const {
@@ -638,13 +648,17 @@ void CudaNetwork::make_resident(Dataset& data, i64 batches) {
                                 MemoryKind::Data);
   for (i64 k = 0; k < batches; ++k) {
     const Batch& b = data.next();
-    TB_CU(cudaMemcpy(m.pool_inputs.as<char>() + k * i64(input_bytes), b.input.data(), input_bytes,
-                     cudaMemcpyHostToDevice));
+    // On the network's stream (non-blocking: the legacy stream's copies are not ordered with
+    // it), waited for before the host batch is reused.
+    TB_CU(cudaMemcpyAsync(m.pool_inputs.as<char>() + k * i64(input_bytes), b.input.data(), input_bytes,
+                          cudaMemcpyHostToDevice, ctx.stream));
     if (m.has_loss) {
       const void* from = m.model.task == Task::Classification ? static_cast<const void*>(b.labels.data())
                                                               : static_cast<const void*>(b.targets.data());
-      TB_CU(cudaMemcpy(m.pool_targets.as<char>() + k * i64(target_bytes), from, target_bytes, cudaMemcpyHostToDevice));
+      TB_CU(cudaMemcpyAsync(m.pool_targets.as<char>() + k * i64(target_bytes), from, target_bytes,
+                            cudaMemcpyHostToDevice, ctx.stream));
     }
+    TB_CU(cudaStreamSynchronize(ctx.stream));
   }
   m.pool_batches = batches;
 }

@@ -84,6 +84,7 @@ class CudaNetwork final : public Network {
   float read_loss();  // waits for the stream; the loss and correct count of the last forward
   void enqueue_backward();
   void enqueue_update();
+  void capture_step();
   std::vector<float> download(const void* ptr, DType type, i64 count) const;
   void upload(const std::vector<float>& values, void* ptr, DType type);
   std::vector<std::vector<float>> read_slots(int node, bool gradients) const;

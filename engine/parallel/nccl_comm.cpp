@@ -74,7 +74,9 @@ class NcclComm final : public Communicator {
       TB_CU(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
       TB_CU(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
       TB_CU(cudaMalloc(&scalar_, sizeof(double)));
-      TB_CU(cudaMemset(scalar_, 0, sizeof(double)));
+      // On the comm stream: a legacy-stream memset is not ordered with non-blocking streams.
+      TB_CU(cudaMemsetAsync(scalar_, 0, sizeof(double), comm_stream_));
+      TB_CU(cudaStreamSynchronize(comm_stream_));
       TB_CU(cudaMallocHost(&host_scalar_, sizeof(double)));
     } catch (...) {
       abort_comm();

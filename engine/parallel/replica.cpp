@@ -40,8 +40,14 @@ ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr
     : net_(std::move(network)), comm_(std::move(comm)) {
   const auto segments = net_->gradient_segments();
   TB_CHECK(!segments.empty(), "data parallelism needs a model with parameters");
-  first_param_node_ = segments.front().node;
+  first_param_node_ = std::min_element(segments.begin(), segments.end(), [](const auto& a, const auto& b) {
+                        return a.node < b.node;
+                      })->node;
   buckets_ = plan_buckets(segments, bucket_bytes);
+  // Buckets of several storage types (16-bit gradients, fp32 batch-norm ones) come out of the
+  // plan one type after the other; they are started in the order backward completes them.
+  std::stable_sort(buckets_.begin(), buckets_.end(),
+                   [](const Bucket& a, const Bucket& b) { return a.first_node > b.first_node; });
   // Weights start identical: rank 0's (optimizer state starts at zero everywhere).
   for (const FlatSegment& s : net_->param_segments()) comm_->broadcast(s.data, s.count, s.type, 0);
   net_->params_written();

@@ -21,9 +21,9 @@ struct Bucket {
   int first_node = 0, last_node = 0;
 };
 
-// Buckets of about `bucket_bytes` (at least one segment each), in the order backward finishes
-// them: the last layers' first. Segments of one type must be adjacent in memory in node
-// order (Network::gradient_segments); every segment is in exactly one bucket.
+// Buckets of about `bucket_bytes` (at least one segment each), last layers first within each
+// storage type. Segments of one type must be adjacent in memory in node order
+// (Network::gradient_segments); every segment is in exactly one bucket.
 std::vector<Bucket> plan_buckets(const std::vector<FlatSegment>& segments, std::size_t bucket_bytes);
 
 // PyTorch DDP's default bucket size: large enough to amortise a collective's latency, small
