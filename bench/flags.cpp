@@ -76,7 +76,7 @@ trainbench flags:
   --batch=N             batch size for every model (default: each model's own)
   --devices=LIST        device configurations to register, comma-separated: cpu (all cores),
                         cpu:N (N threads), gpu:N (N GPUs), gpu:1/jobs:K, mpi:N (see below).
-                        Default: cpu, cpu:1, gpu:1 and gpu:N for the machine's N GPUs (a GPU
+                        Default: cpu, cpu:1, gpu:1 and gpu:2 ... gpu:N for N GPUs (a GPU
                         configuration is reported as skipped, with the reason, where it
                         cannot run); under mpirun -np N: mpi:N and gpu:N
   --precisions=LIST     fp32, tf32, fp16 (mixed, dynamic loss scaling), bf16 (mixed).

@@ -391,7 +391,7 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
     if (cores > 1) names.push_back("cpu:1");
     names.push_back("gpu:1");
     const int gpus = int(gpu_inventory().devices.size());
-    if (gpus > 1) names.push_back(fmt::format("gpu:{}", gpus));
+    for (int n = 2; n <= gpus; ++n) names.push_back(fmt::format("gpu:{}", n));  // scaling from 2 to all
   }
   std::vector<DeviceConfig> out;
   for (const std::string& name : names) {
