@@ -78,7 +78,8 @@ trainbench flags:
                         cpu:N (N threads), gpu:N (N GPUs), gpu:1/jobs:K, mpi:N (see below).
                         Default: cpu, cpu:1, gpu:1 and gpu:2 ... gpu:N for N GPUs (a GPU
                         configuration is reported as skipped, with the reason, where it
-                        cannot run); under mpirun -np N: mpi:N and gpu:N
+                        cannot run); under mpirun -np N: cpu:T and gpu:1 (baselines run
+                        by rank 0 alone), mpi:N and gpu:N
   --precisions=LIST     fp32, tf32, fp16 (mixed, dynamic loss scaling), bf16 (mixed).
                         Default: fp32 on the CPU, all four on GPUs. A precision a device
                         cannot run is a skipped row with the reason

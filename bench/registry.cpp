@@ -318,6 +318,12 @@ void run_benchmark(benchmark::State& st, const BenchInfo& info) {
     st.SkipWithError(("skipped: " + info.skip_reason).c_str());
     return;
   }
+  // Under mpirun, one-replica benchmarks are the baselines: rank 0 runs them alone (the other
+  // ranks wait for the next data-parallel benchmark) and only rank 0 reports anyway.
+  if (world().size > 1 && info.parallel == Parallel::None && world().rank != 0) {
+    st.SkipWithError("skipped: one-replica baseline, run by rank 0");
+    return;
+  }
   try {
     if (info.kind == "epochs") run_epochs(st, info);
     else if (info.parallel != Parallel::None) run_parallel(st, info);
@@ -356,23 +362,26 @@ void gpu_config(DeviceConfig& d, const Flags& flags) {
   const World& w = world();
   d.threads = 1;  // one host thread drives each GPU
   d.gpu = true;
+  // Under mpirun, gpu:N (N > 1) is one GPU per rank; gpu:1 is rank 0's one-GPU baseline.
+  const bool across_ranks = w.size > 1 && gpus > 1;
+  const int local_gpus = across_ranks ? 1 : gpus;
   std::vector<int> ordinals = flags.gpus;
-  const int local_gpus = w.size > 1 ? 1 : gpus;
   for (int k = int(ordinals.size()); k < std::max(local_gpus, w.local_rank + 1); ++k) ordinals.push_back(k);
-  if (w.size > 1) ordinals = {ordinals[std::size_t(w.local_rank)]};  // this rank's GPU
+  if (across_ranks) ordinals = {ordinals[std::size_t(w.local_rank)]};  // this rank's GPU
   ordinals.resize(std::size_t(local_gpus));
   d.gpu_ordinal = ordinals[0];
   d.replicas = jobs ? jobs : local_gpus;
   d.gpu_ordinals = jobs ? std::vector<int>(std::size_t(jobs), ordinals[0]) : ordinals;
-  d.parallel = jobs ? Parallel::Jobs : w.size > 1 ? Parallel::NcclMpi : gpus > 1 ? Parallel::NcclThreads : Parallel::None;
+  d.parallel = jobs ? Parallel::Jobs : across_ranks ? Parallel::NcclMpi : gpus > 1 ? Parallel::NcclThreads
+                                                                                  : Parallel::None;
   const GpuInventory& inv = gpu_inventory();
   const int highest = *std::max_element(ordinals.begin(), ordinals.end());
   if (!inv.unavailable.empty())
     d.skip_reason = fmt::format("{}: {}", name, inv.unavailable);
-  else if (w.size > 1 && gpus != w.size)
-    d.skip_reason = fmt::format("{}: under mpirun -np {} the GPU configuration is gpu:{} (one GPU per rank)", name,
-                                w.size, w.size);
-  else if (w.size == 1 && gpus > int(inv.devices.size()))
+  else if (across_ranks && gpus != w.size)
+    d.skip_reason = fmt::format("{}: under mpirun -np {} the GPU configurations are gpu:1 (rank 0) and gpu:{} (one "
+                                "GPU per rank)", name, w.size, w.size);
+  else if (!across_ranks && gpus > int(inv.devices.size()))
     d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", name, gpus, inv.devices.size());
   else if (highest >= int(inv.devices.size()))
     d.skip_reason = fmt::format("{}: CUDA device {} (--gpus, or the rank's local index) does not exist; this machine "
@@ -385,7 +394,11 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
   const World& w = world();
   std::vector<std::string> names = flags.devices;
   if (names.empty() && w.size > 1) {
-    names = {fmt::format("mpi:{}", w.size), fmt::format("gpu:{}", w.size)};
+    // The one-device baselines (on rank 0) first, so that the data-parallel rows after them
+    // get their scaling efficiency from this invocation.
+    const int threads_per_rank = std::max(1, cores / std::max(1, w.local_size));
+    names = {fmt::format("cpu:{}", threads_per_rank), fmt::format("mpi:{}", w.size), "gpu:1",
+             fmt::format("gpu:{}", w.size)};
   } else if (names.empty()) {
     names = {"cpu"};
     if (cores > 1) names.push_back("cpu:1");
@@ -417,7 +430,7 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
       throw InputError(fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, gpu:N, gpu:1/jobs:K or mpi:N",
                                    name));
     }
-    if (w.size > 1 && d.parallel != Parallel::Mpi && d.parallel != Parallel::NcclMpi && d.skip_reason.empty())
+    if (w.size > 1 && (d.parallel == Parallel::Jobs || d.parallel == Parallel::NcclThreads) && d.skip_reason.empty())
       d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", name);
     out.push_back(d);
   }

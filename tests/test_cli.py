@@ -303,13 +303,16 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     rows = read_csv(out)
     assert sum(line.startswith("schema_version,") for line in out.read_text().splitlines()) == 1
-    ok = [row for row in rows if row["status"] == "ok"]
-    assert [row["benchmark"] for row in ok] == ["train/mlp/mnist/mpi:2/fp32/bs:100"]  # one row: rank 0's
-    row = ok[0]
+    ok = {row["benchmark"]: row for row in rows if row["status"] == "ok"}
+    # Rank 0's rows only: the one-replica baseline (rank 0 alone), then the data-parallel run.
+    assert list(ok) == ["train/mlp/mnist/cpu:1/fp32/bs:100", "train/mlp/mnist/mpi:2/fp32/bs:100"]
+    row = ok["train/mlp/mnist/mpi:2/fp32/bs:100"]
     assert (row["ranks"], row["replicas"], row["iterations"]) == ("2", "2", "4")
     assert float(row["allreduce_bytes_per_step"]) >= 4 * 1796010  # every gradient, once
     assert float(row["comm_s_per_step"]) > 0 and 0 < float(row["comm_share"]) < 1
     # The global batch: 2 x 100 samples per step.
     assert abs(float(row["samples_per_s"]) * float(row["step_time_s"]) - 200) < 1
     assert float(row["loss_last"]) < float(row["loss_first"])
+    baseline = float(ok["train/mlp/mnist/cpu:1/fp32/bs:100"]["samples_per_s"])
+    assert abs(float(row["scaling_efficiency"]) - float(row["samples_per_s"]) / (2 * baseline)) < 1e-3
     assert r.stdout.count("train/mlp/mnist/mpi:2/fp32/bs:100") == 1  # printed once, by rank 0
