@@ -8,7 +8,7 @@
 namespace tb::cuda {
 namespace {
 
-class Activation final : public Layer {
+class Activation final : public UnaryLayer {
  public:
   Activation(Context& ctx, cudnnActivationMode_t mode, const Inputs& in) {
     const Nchw x = as_nchw(in.at(0).shape);
@@ -16,13 +16,6 @@ class Activation final : public Layer {
     // NaN propagates, as in the CPU backend, so that a NaN reaches the loss and its check
     // instead of ReLU turning it into 0. The coefficient is only for clipped ReLU and ELU.
     TB_CU(cudnnSetActivationDescriptor(activation_, mode, CUDNN_PROPAGATE_NAN, 0.0));
-  }
-
-  void bind(Context&, const Bindings& b) override {
-    x_ = b.inputs.at(0);
-    dx_ = b.dinputs.empty() ? nullptr : b.dinputs[0];
-    y_ = b.output;
-    dy_ = b.doutput;
   }
 
   void forward(Context& ctx) override {
@@ -37,10 +30,6 @@ class Activation final : public Layer {
  private:
   ActivationDesc activation_;
   TensorDesc desc_;           // x, y and their gradients: (N, C, H, W)
-  const void* x_ = nullptr;
-  void* dx_ = nullptr;        // null where the input needs no gradient
-  void* y_ = nullptr;
-  const void* dy_ = nullptr;
 };
 
 }  // namespace

@@ -82,6 +82,24 @@ class Layer {
   virtual std::size_t own_bytes() const { return 0; }
 };
 
+// A layer of one input without parameters whose backward reads x, y and dy (activations,
+// pooling): binds the four tensors.
+class UnaryLayer : public Layer {
+ public:
+  void bind(Context&, const Bindings& b) override {
+    x_ = b.inputs.at(0);
+    dx_ = b.dinputs.empty() ? nullptr : b.dinputs[0];
+    y_ = b.output;
+    dy_ = b.doutput;
+  }
+
+ protected:
+  const void* x_ = nullptr;
+  void* dx_ = nullptr;  // null where the input needs no gradient
+  void* y_ = nullptr;
+  const void* dy_ = nullptr;
+};
+
 using Inputs = std::vector<LayerInput>;
 std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec, const Inputs& inputs, const Dims& out_shape);
 

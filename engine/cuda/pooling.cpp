@@ -13,7 +13,7 @@ struct Window {
   i64 height, width, stride, padding;
 };
 
-class Pooling final : public Layer {
+class Pooling final : public UnaryLayer {
  public:
   Pooling(Context& ctx, const char* name, cudnnPoolingMode_t mode, const Window& window, const Inputs& in,
           const Dims& out_shape) {
@@ -32,13 +32,6 @@ class Pooling final : public Layer {
              to_string(shape), to_string(out_shape));
   }
 
-  void bind(Context&, const Bindings& b) override {
-    x_ = b.inputs.at(0);
-    dx_ = b.dinputs.empty() ? nullptr : b.dinputs[0];
-    y_ = b.output;
-    dy_ = b.doutput;
-  }
-
   void forward(Context& ctx) override {
     TB_CU(cudnnPoolingForward(ctx.cudnn, pool_, &kOne, x_desc_, x_, &kZero, y_desc_, y_));
   }
@@ -50,11 +43,7 @@ class Pooling final : public Layer {
 
  private:
   PoolingDesc pool_;
-  TensorDesc x_desc_, y_desc_;
-  const void* x_ = nullptr;   // (N, C, H, W)
-  void* dx_ = nullptr;        // (N, C, H, W), null where the input needs no gradient
-  void* y_ = nullptr;         // (N, C, OH, OW)
-  const void* dy_ = nullptr;  // (N, C, OH, OW)
+  TensorDesc x_desc_, y_desc_;  // (N, C, H, W) and (N, C, OH, OW)
 };
 
 }  // namespace
