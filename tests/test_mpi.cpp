@@ -12,6 +12,7 @@
 #include "engine/parallel/mpi_comm.hpp"
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"
+#include "tests/replica_checks.hpp"
 
 namespace tb {
 namespace {
@@ -34,15 +35,6 @@ TEST(MpiComm, CollectivesAgreeAcrossRanks) {
   comm->barrier();
 }
 
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t k = 0; k < a.size(); ++k) {
-    diff += (double(a[k]) - b[k]) * (double(a[k]) - b[k]);
-    norm += double(b[k]) * b[k];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
 // Each rank trains its share of every batch; the weights must equal (to fp32 summation order,
 // 1e-4 relative after 4 steps) those of one network trained on the whole batches.
 TEST(MpiDataParallel, RanksOnShardsMatchOneNetworkOnTheWholeBatch) {
@@ -56,12 +48,7 @@ TEST(MpiDataParallel, RanksOnShardsMatchOneNetworkOnTheWholeBatch) {
       std::make_unique<cpu::CpuNetwork>(spec, cpu::NetworkConfig{.batch = shard, .optimizer = sgd, .seed = 11 + std::uint64_t(r)}),
       std::move(comm), std::size_t(512) << 10);
   cpu::CpuNetwork whole(spec, cpu::NetworkConfig{.batch = batch, .optimizer = sgd, .seed = 11});
-  const auto shapes = infer_shapes(spec, batch);
-  for (std::size_t i = 1; i < spec.nodes.size(); ++i) {
-    const auto params = node_params(spec.nodes[i].spec, shapes[spec.nodes[i].inputs[0]]);
-    for (std::size_t k = 0; k < params.size(); ++k)
-      whole.write_param(int(i), int(k), replica.read_param(int(i), int(k)));  // rank 0's, broadcast
-  }
+  testing_support::copy_params(spec, batch, replica, whole);  // rank 0's, broadcast
   std::mt19937 rng(5);  // the same batches on every rank
   std::normal_distribution<float> pixel(0.0f, 1.0f);
   std::uniform_int_distribution<int> label(0, 9);
@@ -77,12 +64,7 @@ TEST(MpiDataParallel, RanksOnShardsMatchOneNetworkOnTheWholeBatch) {
     replica.train_step(t);
   }
   replica.check_weights_agree();
-  for (std::size_t i = 1; i < spec.nodes.size(); ++i) {
-    const auto params = node_params(spec.nodes[i].spec, shapes[spec.nodes[i].inputs[0]]);
-    for (std::size_t k = 0; k < params.size(); ++k)
-      EXPECT_LT(relative_difference(replica.read_param(int(i), int(k)), whole.read_param(int(i), int(k))), 1e-4)
-          << "rank " << r << " node " << spec.nodes[i].name << " " << params[k].name;
-  }
+  testing_support::expect_params_match(spec, batch, replica, whole, 1e-4, "rank " + std::to_string(r));
   EXPECT_GT(replica.stats().bytes, 0);
   EXPECT_GT(replica.buckets().size(), 1u);
 }

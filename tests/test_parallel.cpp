@@ -17,6 +17,7 @@
 #include "engine/parallel/communicator.hpp"
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"
+#include "tests/replica_checks.hpp"
 
 namespace tb {
 namespace {
@@ -149,15 +150,6 @@ std::vector<float> random_vector(std::mt19937& rng, std::size_t n) {
   return v;
 }
 
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t k = 0; k < a.size(); ++k) {
-    diff += (double(a[k]) - b[k]) * (double(a[k]) - b[k]);
-    norm += double(b[k]) * b[k];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
 // Two replicas, each on half of every batch, against one network on the whole batch: with
 // mean losses, the mean of the halves' gradients is the whole batch's gradient, so the weights
 // agree after every step up to fp32 summation order (~1e-6 relative per step; 1e-4 after a few
@@ -174,11 +166,7 @@ void expect_halves_match_whole(const ModelSpec& spec, OptimizerConfig opt, i64 b
         cpu_net(spec, batch / 2, opt), std::move(comms[std::size_t(r)]), bucket_bytes);
   });
   // Same start: rank 0's weights were broadcast; the whole-batch network copies them.
-  for (std::size_t i = 1; i < spec.nodes.size(); ++i) {
-    const auto params = node_params(spec.nodes[i].spec, infer_shapes(spec, batch)[spec.nodes[i].inputs[0]]);
-    for (std::size_t k = 0; k < params.size(); ++k)
-      whole->write_param(int(i), int(k), replicas[0]->read_param(int(i), int(k)));
-  }
+  testing_support::copy_params(spec, batch, *replicas[0], *whole);
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> label(0, int(spec.classes) - 1);
   for (int s = 0; s < steps; ++s) {
@@ -196,12 +184,7 @@ void expect_halves_match_whole(const ModelSpec& spec, OptimizerConfig opt, i64 b
     });
   }
   on_threads(2, [&](int r) { replicas[std::size_t(r)]->check_weights_agree(); });
-  for (std::size_t i = 1; i < spec.nodes.size(); ++i) {
-    const auto params = node_params(spec.nodes[i].spec, infer_shapes(spec, batch)[spec.nodes[i].inputs[0]]);
-    for (std::size_t k = 0; k < params.size(); ++k)
-      EXPECT_LT(relative_difference(replicas[1]->read_param(int(i), int(k)), whole->read_param(int(i), int(k))), 1e-4)
-          << spec.name << " node " << spec.nodes[i].name << " parameter " << params[k].name;
-  }
+  testing_support::expect_params_match(spec, batch, *replicas[1], *whole, 1e-4, spec.name);
   const parallel::CommStats& st = replicas[0]->stats();
   EXPECT_EQ(st.steps, steps);
   EXPECT_EQ(st.buckets, i64(replicas[0]->buckets().size()) * steps);
