@@ -11,7 +11,8 @@ jobs=$(nproc)
 # compiled on every run, GPU or not); elsewhere it is left out and the GPU rows say why.
 require_cuda=OFF
 if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; then require_cuda=ON; fi
-cmake --preset debug -DTB_REQUIRE_CUDA="$require_cuda"
+# MPI (Open MPI, installed by deps.sh) must build too, so that the mpirun tests run.
+cmake --preset debug -DTB_REQUIRE_CUDA="$require_cuda" -DTB_REQUIRE_MPI=ON
 cmake --build --preset debug -j "$jobs"
 # AddressSanitizer: CUDA's driver needs the shadow gap unprotected, and it and cuDNN keep
 # allocations for the process's life, which LeakSanitizer would report; leaks are checked
