@@ -268,12 +268,13 @@ struct ConvCase {
   i64 N, C, H, O, kernel, stride, pad;
   bool bias;
   bool feeder = true;  // false: the conv reads the model input and computes no input gradient
+  bool small = false;  // runs as conv2d_small.cpp's direct loops rather than on oneDNN
 };
 
 void PrintTo(const ConvCase& c, std::ostream* os) {
   *os << "N" << c.N << " C" << c.C << " H" << c.H << " O" << c.O << " k" << c.kernel << " s" << c.stride
       << " p" << c.pad
-      << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input");
+      << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input") << (c.small ? " (direct loops)" : "");
 }
 
 class CpuLayersConv2d : public testing::TestWithParam<ConvCase> {};
@@ -290,6 +291,8 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
   if (p.bias) c.params.push_back(uniform(rng, p.O, -0.5f, 0.5f));
   c.dy = uniform(rng, out);
   const OpResult r = run_op(c, p.feeder);
+  const cpu::LayerInput in{cpu::md(), {p.N, p.C, p.H, p.H}, p.feeder};
+  EXPECT_EQ(cpu::conv_is_small(spec, in, {p.N, p.O, s.out_h(), s.out_w()}), p.small) << "the cases cover both paths";
 
   const DVec x = to_double(r.x), w = to_double(c.params[0]), dy = to_double(c.dy);
   const DVec b = p.bias ? to_double(c.params[1]) : DVec();
@@ -325,7 +328,14 @@ INSTANTIATE_TEST_SUITE_P(
                     ConvCase{2, 128, 5, 128, 3, 2, 1, false},  // strided 3x3 at width 128
                     ConvCase{2, 256, 2, 64, 1, 1, 0, true},   // 1x1 reduce from 256
                     ConvCase{2, 3, 16, 16, 7, 2, 3, false, false},  // stem on the model input
-                    ConvCase{2, 16, 6, 16, 3, 1, 1, true, false}),  // blocked conv on the model input
+                    ConvCase{2, 16, 6, 16, 3, 1, 1, true, false},  // blocked conv on the model input
+                    // Direct loops: rows of two 16-wide pieces overlapping (28 wide), of one (16),
+                    // of three (35); output channels a multiple of the tiles' or not; padding.
+                    ConvCase{2, 3, 32, 6, 5, 1, 0, true, false, true},   // LeNet's conv1 on the input
+                    ConvCase{3, 3, 18, 7, 3, 1, 0, false, false, true},  // one piece, 7 channels
+                    ConvCase{2, 1, 20, 8, 7, 1, 2, true, false, true},   // padded 7x7, 8 channels
+                    ConvCase{2, 4, 37, 5, 5, 1, 1, true, false, true},   // three pieces, padded
+                    ConvCase{2, 3, 12, 6, 5, 1, 0, true, false}),        // rows under 16: oneDNN
     [](const testing::TestParamInfo<ConvCase>& i) { return "case" + std::to_string(i.index); });
 
 // ---- Pooling ----

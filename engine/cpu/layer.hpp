@@ -57,6 +57,13 @@ std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec,
 using Inputs = std::vector<LayerInput>;
 std::unique_ptr<Layer> make_linear(Context&, const LinearSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
+// Convolutions on the model input with at most this many input and output channels (stride 1,
+// kernel 3, 5 or 7, output rows of 16 or more) run as conv2d_small.cpp's direct loops, where
+// oneDNN's channel blocks would be mostly padding.
+inline constexpr i64 kSmallConvInChannels = 4;
+inline constexpr i64 kSmallConvOutChannels = 8;
+bool conv_is_small(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
+std::unique_ptr<Layer> make_small_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_maxpool2d(Context&, const MaxPool2dSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_global_avgpool(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_batchnorm(Context&, const BatchNormSpec&, const Inputs&, const Dims&);
