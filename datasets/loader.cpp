@@ -72,7 +72,7 @@ std::vector<std::int32_t> ImageLoader::permutation(i64 epoch) const {
   return order;
 }
 
-void ImageLoader::prepare(i64 step, Batch& out) const {
+void ImageLoader::prepare(i64 step, Batch& out, bool parallel) const {
   const i64 epoch = step / steps_per_epoch_, position = step % steps_per_epoch_;
   std::shared_ptr<const std::vector<std::int32_t>> order;
   {
@@ -90,25 +90,46 @@ void ImageLoader::prepare(i64 step, Batch& out) const {
   out.input.resize(std::size_t(B * sample));
   out.labels.resize(std::size_t(B));
   out.batch = B;
+  // Each sample's crop and flip are drawn in order from the step's generator, so that they do not
+  // depend on how the samples are then split between threads.
   std::mt19937_64 rng(config_.seed * 0xD1B54A32D192ED03ull + std::uint64_t(step));
   const bool augment = config_.augment && set.channels == 3;
   constexpr i64 kPad = 4;
+  struct Draw {
+    i64 dy = 0, dx = 0;
+    bool flip = false;
+  };
+  std::vector<Draw> draws(std::size_t(augment ? B : 0));
+  for (Draw& d : draws) {
+    // Crop offset in [-pad, pad] on each axis (zero padding = the mean after normalising).
+    d.dy = i64(rng() % (2 * kPad + 1)) - kPad;
+    d.dx = i64(rng() % (2 * kPad + 1)) - kPad;
+    d.flip = rng() & 1;
+  }
+  // On the training thread (no workers) the samples are shared among the OpenMP threads, which
+  // would otherwise wait for this one; a worker thread converts its batch alone.
+#pragma omp parallel for schedule(static) if (parallel)
   for (i64 b = 0; b < B; ++b) {
     const std::int32_t index = (*order)[std::size_t(position * B + b)];
     out.labels[b] = set.labels[index];
     const std::uint8_t* src = set.pixels.data() + i64(index) * sample;
     float* dst = out.input.data() + b * sample;
-    // Crop offset in [-pad, pad] on each axis (zero padding = the mean after normalising).
-    const i64 dy = augment ? i64(rng() % (2 * kPad + 1)) - kPad : 0;
-    const i64 dx = augment ? i64(rng() % (2 * kPad + 1)) - kPad : 0;
-    const bool flip = augment && (rng() & 1);
+    const Draw d = augment ? draws[std::size_t(b)] : Draw{};
     for (i64 c = 0; c < set.channels; ++c) {
       const float scale = 1.0f / (255.0f * norm_.stddev[c]), shift = norm_.mean[c] / norm_.stddev[c];
+      const std::uint8_t* in = src + c * plane;
+      float* to = dst + c * plane;
+      if (d.dy == 0 && d.dx == 0 && !d.flip) {
+#pragma omp simd
+        for (i64 k = 0; k < plane; ++k) to[k] = float(in[k]) * scale - shift;
+        continue;
+      }
       for (i64 y = 0; y < set.rows; ++y) {
+        const i64 sy = y + d.dy;
         for (i64 x = 0; x < set.cols; ++x) {
-          const i64 sy = y + dy, sx = (flip ? set.cols - 1 - x : x) + dx;
+          const i64 sx = (d.flip ? set.cols - 1 - x : x) + d.dx;
           const bool inside = sy >= 0 && sy < set.rows && sx >= 0 && sx < set.cols;
-          dst[c * plane + y * set.cols + x] = inside ? float(src[c * plane + sy * set.cols + sx]) * scale - shift : 0.0f;
+          to[y * set.cols + x] = inside ? float(in[sy * set.cols + sx]) * scale - shift : 0.0f;
         }
       }
     }
@@ -126,7 +147,7 @@ void ImageLoader::worker_loop() {
       if (stop_) return;
     }
     Slot& slot = slots_[std::size_t(step % i64(slots_.size()))];
-    prepare(step, slot.batch);
+    prepare(step, slot.batch, false);
     {
       std::lock_guard lock(mutex_);
       slot.step = step;
@@ -140,7 +161,7 @@ const Batch& ImageLoader::next() {
   const i64 step = consumed_++;
   if (workers_.empty()) {
     const double t0 = wall_seconds();
-    prepare(step, inline_batch_);
+    prepare(step, inline_batch_, true);
     wait_seconds_ += wall_seconds() - t0;
     return inline_batch_;
   }

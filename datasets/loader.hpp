@@ -47,7 +47,8 @@ class ImageLoader final : public Dataset {
   double wait_seconds() const override { return wait_seconds_; }
 
  private:
-  void prepare(i64 step, Batch& out) const;  // global step k -> epoch k / steps, position k % steps
+  // Global step k -> epoch k / steps, position k % steps; parallel: over the OpenMP threads.
+  void prepare(i64 step, Batch& out, bool parallel) const;
   std::vector<std::int32_t> permutation(i64 epoch) const;
   void worker_loop();
 

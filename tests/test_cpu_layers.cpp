@@ -129,6 +129,8 @@ std::unique_ptr<cpu::CpuNetwork> make_net(const ModelSpec& model, i64 batch) {
 // the op reads another layer's output. The feeder is an identity layer without bias (a Linear,
 // or a 1x1 Conv2d for images): it passes the input through exactly, in the layout oneDNN chose
 // for it (blocked for 16-channel images), and read_grad(feeder) is then the op's input gradient.
+// A plain feeder is a padded 3x3 Conv2d with the identity at the centre tap, which for a few
+// channels runs as conv2d_small.cpp's loops and so gives the op a plain NCHW input.
 struct OpCase {
   ModelSpec model;  // the op is the last node; node 1 is the feeder when there is one
   i64 batch;
@@ -158,7 +160,14 @@ OpResult run_op(const OpCase& c, bool feeder = true) {
   const int op = int(c.model.nodes.size()) - 1;
   if (feeder) {
     const i64 width = infer_shapes(c.model, c.batch)[0][c.model.input().seq_len > 0 ? 2 : 1];
-    net->write_param(1, 0, eye(width));
+    const auto* conv = std::get_if<Conv2dSpec>(&c.model.nodes[1].spec);
+    if (conv && conv->kernel == 3) {
+      Vec w(std::size_t(width * width * 9), 0.0f);
+      for (i64 k = 0; k < width; ++k) w[std::size_t((k * width + k) * 9 + 4)] = 1.0f;
+      net->write_param(1, 0, w);
+    } else {
+      net->write_param(1, 0, eye(width));
+    }
   }
   for (std::size_t k = 0; k < c.params.size(); ++k) {
     net->write_param(op, int(k), c.params[k]);
@@ -188,10 +197,13 @@ OpResult run_op(const OpCase& c, bool feeder = true) {
   return passes[1];
 }
 
-ModelSpec image_op(const std::string& name, i64 C, i64 H, i64 W, LayerSpec op, bool feeder = true) {
+enum class Feeder { None, Identity, Plain };
+
+ModelSpec image_op(const std::string& name, i64 C, i64 H, i64 W, LayerSpec op, Feeder feeder = Feeder::Identity) {
   ModelSpec m = named(name);
   int x = m.add("input", InputSpec{{C, H, W}}, {});
-  if (feeder) x = m.add("feeder", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  if (feeder == Feeder::Identity) x = m.add("feeder", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  if (feeder == Feeder::Plain) x = m.add("feeder", Conv2dSpec{C, C, 3, 1, 1, false}, {x});
   m.add("op", std::move(op), {x});
   return m;
 }
@@ -284,7 +296,7 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
   std::mt19937 rng(23);
   const ref::ConvShape s{p.N, p.C, p.H, p.H, p.O, p.kernel, p.stride, p.pad};
   const Conv2dSpec spec{p.C, p.O, p.kernel, p.stride, p.pad, p.bias};
-  OpCase c = op_case(image_op("conv", p.C, p.H, p.H, spec, p.feeder), p.N);
+  OpCase c = op_case(image_op("conv", p.C, p.H, p.H, spec, p.feeder ? Feeder::Identity : Feeder::None), p.N);
   const i64 out = p.N * p.O * s.out_h() * s.out_w();
   c.input = uniform(rng, p.N * p.C * p.H * p.H);
   c.params.push_back(uniform(rng, p.O * p.C * p.kernel * p.kernel, -0.5f, 0.5f));
@@ -342,10 +354,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 struct PoolCase {
   i64 N, C, H, kernel, stride, pad;
+  bool plain = false;  // a plain NCHW input (max pooling: PlainMaxPool's loop where kernel = stride)
 };
 
 void PrintTo(const PoolCase& c, std::ostream* os) {
-  *os << "N" << c.N << " C" << c.C << " H" << c.H << " k" << c.kernel << " s" << c.stride << " p" << c.pad;
+  *os << "N" << c.N << " C" << c.C << " H" << c.H << " k" << c.kernel << " s" << c.stride << " p" << c.pad
+      << (c.plain ? " plain" : "");
 }
 
 class CpuLayersMaxPool : public testing::TestWithParam<PoolCase> {};
@@ -354,7 +368,9 @@ TEST_P(CpuLayersMaxPool, MatchesReference) {
   const PoolCase& p = GetParam();
   std::mt19937 rng(31);
   const ref::PoolShape s{p.N, p.C, p.H, p.H, p.kernel, p.stride, p.pad};
-  OpCase c = op_case(image_op("maxpool", p.C, p.H, p.H, MaxPool2dSpec{p.kernel, p.stride, p.pad}), p.N);
+  OpCase c = op_case(image_op("maxpool", p.C, p.H, p.H, MaxPool2dSpec{p.kernel, p.stride, p.pad},
+                              p.plain ? Feeder::Plain : Feeder::Identity),
+                     p.N);
   const i64 out = p.N * p.C * s.out_h() * s.out_w();
   c.input = distinct(rng, p.N * p.C * p.H * p.H);
   c.dy = uniform(rng, out);
@@ -375,7 +391,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersMaxPool,
                                          PoolCase{2, 16, 10, 2, 2, 0},   // blocked
                                          PoolCase{2, 16, 8, 3, 2, 1},    // ResNet's stem pool
                                          PoolCase{3, 6, 9, 3, 2, 1},     // plain, odd size
-                                         PoolCase{2, 3, 7, 3, 2, 1}),
+                                         PoolCase{2, 3, 7, 3, 2, 1},
+                                         PoolCase{2, 4, 16, 2, 2, 0, true},   // plain, as LeNet's pool1
+                                         PoolCase{3, 3, 17, 2, 2, 0, true},   // plain, odd: a row and column unread
+                                         PoolCase{2, 2, 18, 3, 3, 0, true},   // plain 3x3 windows
+                                         PoolCase{2, 3, 16, 3, 2, 1, true}),  // plain, overlapping: oneDNN
                          [](const testing::TestParamInfo<PoolCase>& i) { return "case" + std::to_string(i.index); });
 
 class CpuLayersAvgPool : public testing::TestWithParam<PoolCase> {};
