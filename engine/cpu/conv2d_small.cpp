@@ -2,9 +2,9 @@
 // trainbench's own direct loops over plain NCHW. oneDNN blocks channels by 8 or 16, so a layer
 // with 3 input and 6 output channels (LeNet-5's first) computes in a padded layout, and its
 // kernels for such shapes run at a fraction of the machine's rate: on this 2-core VM (sgemm 211
-// GFLOP/s), ONEDNN_VERBOSE timed LeNet-5's first convolution at 1.3-1.7 ms forward and 1.3 ms
-// for the weight gradient (batch 100, 70.6 MFLOP each); these loops take 0.45-0.5 ms (about 150
-// GFLOP/s) and 0.6-0.8 ms.
+// GFLOP/s), LeNet-5's first convolution took oneDNN 1.3-1.7 ms forward and 1.3 ms for the weight
+// gradient (batch 100, 70.6 MFLOP each; ONEDNN_VERBOSE and a timing loop); these loops take
+// 0.45-0.5 ms (about 150 GFLOP/s) and 0.6-0.8 ms.
 // Here the vector lanes run along the output row instead, 16 outputs at a time, which needs no
 // channel padding at all. The layer reads the model input, so no input gradient is computed.
 //
