@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine/core/init.hpp"
+#include "engine/core/layer_factory.hpp"
 
 namespace tb::cpu {
 
@@ -20,18 +21,7 @@ i64 elements(const md& desc) {
 }  // namespace
 
 std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec, const Inputs& in, const Dims& out) {
-  if (auto* s = std::get_if<LinearSpec>(&spec)) return make_linear(ctx, *s, in, out);
-  if (auto* s = std::get_if<Conv2dSpec>(&spec)) return make_conv2d(ctx, *s, in, out);
-  if (auto* s = std::get_if<MaxPool2dSpec>(&spec)) return make_maxpool2d(ctx, *s, in, out);
-  if (std::holds_alternative<GlobalAvgPoolSpec>(spec)) return make_global_avgpool(ctx, in, out);
-  if (auto* s = std::get_if<BatchNormSpec>(&spec)) return make_batchnorm(ctx, *s, in, out);
-  if (std::holds_alternative<ReLUSpec>(spec)) return make_relu(ctx, in, out);
-  if (std::holds_alternative<SigmoidSpec>(spec)) return make_sigmoid(ctx, in, out);
-  if (auto* s = std::get_if<LSTMSpec>(&spec)) return make_lstm(ctx, *s, in, out);
-  if (std::holds_alternative<AddSpec>(spec)) return make_add(ctx, in, out);
-  if (auto* s = std::get_if<SoftmaxCrossEntropySpec>(&spec)) return make_softmax_cross_entropy(ctx, *s, in);
-  if (std::holds_alternative<MSESpec>(spec)) return make_mse(ctx, in);
-  throw Error(fmt::format("cpu backend: no layer for {}", kind_name(spec)));
+  return make_backend_layer(ctx, spec, in, out, "cpu");
 }
 
 CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
