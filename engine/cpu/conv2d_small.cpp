@@ -23,24 +23,12 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/cpu/simd.hpp"
+
 namespace tb::cpu {
 namespace {
 
-constexpr i64 kLanes = 16;
-using vf = float __attribute__((vector_size(kLanes * sizeof(float))));
-
-inline vf load(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-inline vf splat(float x) { return vf{} + x; }
-inline float sum_lanes(vf v) {
-  float s = 0;
-  for (int i = 0; i < kLanes; ++i) s += v[i];
-  return s;
-}
+using namespace simd;
 
 constexpr i64 kForwardChannels = 6;  // output channels per forward tile (x 2 pieces: 12 registers)
 // Weight-gradient tiles: 6 output channels x 3 kernel columns accumulators, with the 6 channels'

@@ -9,9 +9,12 @@
 #include <vector>
 
 #include "engine/cpu/layer.hpp"
+#include "engine/cpu/simd.hpp"
 
 namespace tb::cpu {
 namespace {
+
+using namespace simd;
 
 using prop = dnnl::prop_kind;
 using algo = dnnl::algorithm;
@@ -154,14 +157,6 @@ class PlainMaxPool final : public Layer {
     }
   }
 
-  static constexpr i64 kLanes = 16;
-  using vf = float __attribute__((vector_size(kLanes * sizeof(float))));
-  using vi = std::int32_t __attribute__((vector_size(kLanes * sizeof(std::int32_t))));
-  static vf load(const float* p) {
-    vf v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
   // Lanes 0, 2, .. 30 (even) or 1, 3, .. 31 (odd) of the 32 values in a then b.
   static vf even(vf a, vf b) { return __builtin_shuffle(a, b, vi{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}); }
   static vf odd(vf a, vf b) { return __builtin_shuffle(a, b, vi{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}); }
