@@ -17,6 +17,7 @@
 #include "engine/core/error.hpp"
 #include "engine/cpu/network.hpp"
 #include "engine/reference/ops.hpp"
+#include "tests/tensors.hpp"
 
 namespace tb {
 namespace {
@@ -43,37 +44,12 @@ constexpr double* kNoTensor = nullptr;
 
 DVec to_double(const Vec& v) { return DVec(v.begin(), v.end()); }
 
-Vec uniform(std::mt19937& rng, i64 n, float lo = -1.f, float hi = 1.f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Vec v(static_cast<std::size_t>(n));
-  for (float& e : v) e = dist(rng);
-  return v;
-}
+using testing_support::eye;
+using testing_support::signed_away_from_zero;
+using testing_support::uniform;
 
-// Magnitudes in [0.05, 1], positive with probability `positive`: no value sits at ReLU's kink,
-// and most of ReLU's output is non-zero.
-Vec signed_away_from_zero(std::mt19937& rng, i64 n, double positive) {
-  Vec v = uniform(rng, n, 0.05f, 1.f);
-  std::bernoulli_distribution pos(positive);
-  for (float& e : v)
-    if (!pos(rng)) e = -e;
-  return v;
-}
-
-// Distinct values 1/64 apart (exact in fp32) in random order: no max-pool window has a tie, so
-// the argmax (and so the gradient's destination) is unambiguous.
-Vec distinct(std::mt19937& rng, i64 n) {
-  Vec v(static_cast<std::size_t>(n));
-  for (std::size_t e = 0; e < v.size(); ++e) v[e] = float((double(e) - double(n) / 2) / 64.0);
-  std::shuffle(v.begin(), v.end(), rng);
-  return v;
-}
-
-Vec eye(i64 n) {
-  Vec v(static_cast<std::size_t>(n * n), 0.f);
-  for (i64 i = 0; i < n; ++i) v[i * n + i] = 1.f;
-  return v;
-}
+// Values 1/64 apart (exact in fp32).
+Vec distinct(std::mt19937& rng, i64 n) { return testing_support::distinct(rng, n, 1.0 / 64); }
 
 // Compares a backend tensor with its reference: same size, all finite, not mostly zero (unless
 // `max_zero_fraction` allows it), every element within atol + rtol |ref|, and the whole tensor

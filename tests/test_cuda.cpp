@@ -35,6 +35,7 @@
 #include "engine/parallel/nccl_comm.hpp"
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"
+#include "tests/tensors.hpp"
 
 // Precisions by name in gtest's messages, rather than as bytes.
 namespace tb::cuda {
@@ -508,37 +509,22 @@ float on_bf16_grid(float x) {
   return std::bit_cast<float>(bits & 0xFFFF0000u);
 }
 
+// Every random input on the bf16 grid.
 Vec uniform(std::mt19937& rng, i64 n, float lo = -1.f, float hi = 1.f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  Vec v(static_cast<std::size_t>(n));
-  for (float& e : v) e = on_bf16_grid(dist(rng));
-  return v;
+  return testing_support::uniform(rng, n, lo, hi, on_bf16_grid);
 }
-
-// Magnitudes in [0.05, 1], positive with probability `positive`: nothing at ReLU's kink.
 Vec signed_away_from_zero(std::mt19937& rng, i64 n, double positive) {
-  Vec v = uniform(rng, n, 0.05f, 1.f);
-  std::bernoulli_distribution pos(positive);
-  for (float& e : v)
-    if (!pos(rng)) e = -e;
-  return v;
+  return testing_support::signed_away_from_zero(rng, n, positive, on_bf16_grid);
 }
 
-// Distinct multiples of 1/32 in random order, at most 512 of them: integers up to 256 times a
-// power of two are exact in bf16, so no max-pool window has a tie in any precision.
+// Multiples of 1/32, at most 512 of them: integers up to 256 times a power of two are exact in
+// bf16, so no max-pool window has a tie in any precision.
 Vec distinct(std::mt19937& rng, i64 n) {
   EXPECT_LE(n, 512) << "more distinct values than bf16 holds exactly at this spacing";
-  Vec v(static_cast<std::size_t>(n));
-  for (std::size_t e = 0; e < v.size(); ++e) v[e] = float((double(e) - double(n) / 2) / 32.0);
-  std::shuffle(v.begin(), v.end(), rng);
-  return v;
+  return testing_support::distinct(rng, n, 1.0 / 32);
 }
 
-Vec eye(i64 n) {
-  Vec v(static_cast<std::size_t>(n * n), 0.f);
-  for (i64 i = 0; i < n; ++i) v[static_cast<std::size_t>(i * n + i)] = 1.f;
-  return v;
-}
+using testing_support::eye;
 
 std::vector<ParamSpec> params_of(const ModelSpec& model, const std::vector<Dims>& shapes, int node) {
   const Node& n = model.nodes.at(std::size_t(node));
