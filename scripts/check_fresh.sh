@@ -79,6 +79,7 @@ echo "check_fresh.sh: building a minimal Debian 12 root (mmdebstrap --variant=ap
 start=$(date +%s)
 status=0
 mmdebstrap --variant=apt --mode=root \
+  --customize-hook='mkdir -p "$1/root/trainbench"' \
   --customize-hook="sync-in '$clone' /root/trainbench" \
   --customize-hook="upload '$inside' /root/inside.sh" \
   --customize-hook='chroot "$1" /bin/bash /root/inside.sh' \
