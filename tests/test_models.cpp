@@ -396,7 +396,9 @@ TEST(ModelsMlpGradient, MatchesDoubleReference) {
   constexpr i64 N = 8, I = 784, H = 1000, K = 10;
   const ModelSpec m = models::mlp();
   const int fc[3] = {node_index(m, "fc1"), node_index(m, "fc2"), node_index(m, "fc3")};
-  cpu::CpuNetwork net(m, config(N, {}, 3));
+  cpu::NetworkConfig c = config(N, {}, 3);
+  c.keep_values = true;  // the test reads values in the middle of the network
+  cpu::CpuNetwork net(m, c);
   // The initial biases are zero; give them values so that the bias path of forward is checked.
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> small(-0.05f, 0.05f);
@@ -562,9 +564,21 @@ ReferenceRun run_reference(const ModelSpec& m, i64 batch, const std::vector<std:
 // One training batch through the CPU network and through run_reference with the network's own
 // parameters: the loss, the prediction and every parameter gradient must agree. Batch norms get
 // gammas around 1 (not the zero of a residual branch's last one) so that every path carries a
-// gradient.
+// gradient. The network shares memory as planned and, in the second run, fills every block with
+// NaN when its planned life ends: a layer reading memory after its planned last use would turn
+// the loss or a gradient into NaN.
+void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset, const cpu::NetworkConfig& c);
 void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset) {
-  cpu::CpuNetwork net(m, config(batch, {}, 2));
+  for (const bool poison : {false, true}) {
+    SCOPED_TRACE(poison ? "dead blocks poisoned" : "planned sharing");
+    cpu::NetworkConfig c = config(batch, {}, 2);
+    c.poison_dead = poison;
+    check_whole_model(m, batch, dataset, c);
+  }
+}
+
+void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset, const cpu::NetworkConfig& c) {
+  cpu::CpuNetwork net(m, c);
   const int n = int(m.nodes.size());
   const auto shapes = infer_shapes(m, batch);
   std::mt19937 rng(9);
@@ -587,12 +601,13 @@ void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset
   const Batch& b = data->next();
   net.set_batch(b.view());
   const float loss = net.forward();
+  const int prediction = m.nodes.back().inputs[0];
+  const std::vector<float> predicted = net.read_output(prediction);  // alive until the loss's backward
   net.backward();
   const ReferenceRun r = run_reference(m, batch, params, b);
 
   EXPECT_TRUE(close({loss}, {r.loss})) << "loss";
-  const int prediction = m.nodes.back().inputs[0];
-  EXPECT_TRUE(close(net.read_output(prediction), r.out[prediction])) << m.nodes[prediction].name;
+  EXPECT_TRUE(close(predicted, r.out[prediction])) << m.nodes[prediction].name;
   for (int i = 1; i < n; ++i)
     for (std::size_t k = 0; k < params[i].size(); ++k)
       EXPECT_TRUE(close(net.read_param_grad(i, int(k)), r.dparams[i][k]))

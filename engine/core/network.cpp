@@ -1,6 +1,10 @@
 // The default training step of a backend that runs synchronously on the host.
 #include "engine/core/network.hpp"
 
+#include <exception>
+
+#include "engine/core/error.hpp"
+#include "engine/core/init.hpp"
 #include "engine/core/timer.hpp"
 
 namespace tb {
@@ -15,6 +19,41 @@ float Network::train_step(StepTimes& times) {
   const double t3 = wall_seconds();
   times = StepTimes{.forward = t1 - t0, .backward = t2 - t1, .update = t3 - t2, .device = -1};
   return loss;
+}
+
+void Network::start_step() { started_loss_ = train_step(started_times_); }
+
+float Network::finish_step(StepTimes& times) {
+  times = started_times_;
+  return started_loss_;
+}
+
+void rethrow_for_node(const ModelSpec& model, int node) {
+  const Node& n = model.nodes.at(std::size_t(node));
+  const std::string where = fmt::format("{}/{} ({}): ", model.name, n.name, kind_name(n.spec));
+  try {
+    throw;
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(where + e.what());
+  } catch (const BackendError& e) {
+    throw BackendError(where + e.what());
+  } catch (const InputError& e) {
+    throw InputError(where + e.what());
+  } catch (const CheckFailed& e) {
+    throw CheckFailed(where + e.what());
+  } catch (const Error& e) {
+    throw Error(where + e.what());
+  }
+}
+
+void initialize_parameters(Network& network, const ModelSpec& model, const std::vector<Dims>& shapes,
+                           std::uint64_t seed) {
+  std::uint64_t s = seed * 1000003;
+  for (std::size_t i = 1; i < model.nodes.size(); ++i) {
+    const Node& node = model.nodes[i];
+    const auto specs = node_params(node.spec, shapes[std::size_t(node.inputs.at(0))]);
+    for (std::size_t k = 0; k < specs.size(); ++k) network.write_param(int(i), int(k), init_param(specs[k], ++s));
+  }
 }
 
 std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t hash) {

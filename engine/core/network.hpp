@@ -36,6 +36,9 @@ struct BatchView {
 struct StepTimes {
   double forward = 0, backward = 0, update = 0;
   double device = -1;
+  // Device seconds the step waited for its batch's upload and converted it (part of `device`);
+  // negative where the backend has no device clock.
+  double data = -1;
 };
 
 // How a flat buffer's elements are stored.
@@ -71,6 +74,13 @@ class Network {
   // Forward, backward and update; returns the loss. This default runs the three and times
   // each on the host clock; asynchronous backends enqueue the whole step and wait once.
   virtual float train_step(StepTimes& times);
+  // The step in two halves: start_step() begins a training step on the batch given last to
+  // set_batch, finish_step() waits for it and returns its loss. An asynchronous backend
+  // (asynchronous() true) returns from start_step at once, so that the caller can prepare and
+  // set the next batch while the device computes; by default the whole step runs in start_step.
+  virtual void start_step();
+  virtual float finish_step(StepTimes& times);
+  virtual bool asynchronous() const { return false; }
 
   // Inspection in canonical (plain row-major) layouts, for tests and replica checks.
   virtual std::vector<float> read_output(int node) const = 0;
@@ -96,7 +106,21 @@ class Network {
   virtual void set_backward_hook(std::function<void(int node)> hook) = 0;
   // Waits for the backend's work (device streams); a no-op on the host.
   virtual void synchronize() {}
+
+ private:
+  float started_loss_ = 0;  // the default start_step's results, for finish_step
+  StepTimes started_times_;
 };
+
+// What both backends' networks do the same way while they plan.
+//
+// Rethrows the exception in flight with "<model>/<node> (<kind>): " before its message, keeping
+// its type (an out-of-memory stays tb::OutOfMemory, a library failure tb::BackendError).
+[[noreturn]] void rethrow_for_node(const ModelSpec& model, int node);
+// Writes every parameter's initial value in canonical layout (tb::init_param), node by node,
+// each with a seed of its own derived from `seed`: the same weights on every backend.
+void initialize_parameters(Network& network, const ModelSpec& model, const std::vector<Dims>& shapes,
+                           std::uint64_t seed);
 
 // FNV-1a over `bytes` bytes, continuing from `hash` (start with kFnvOffset).
 inline constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;

@@ -7,6 +7,10 @@ namespace tb {
 
 double wall_seconds();         // monotonic
 double process_cpu_seconds();  // all threads of this process
+// The process's peak resident set since start or the last reset_peak_rss() (VmHWM).
 std::int64_t peak_rss_bytes();
+// Starts a new peak at the current resident set (Linux: 5 to /proc/self/clear_refs), so that each
+// benchmark row reports its own peak; false where the kernel does not allow it.
+bool reset_peak_rss();
 
 }  // namespace tb

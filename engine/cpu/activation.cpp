@@ -1,5 +1,6 @@
 // ReLU and Sigmoid on oneDNN's eltwise primitive, in the producer's layout. Backward reads the
-// forward output (the *_use_dst_for_bwd algorithms), so the input need not be kept.
+// forward output (the *_use_dst_for_bwd algorithms), so the input need not be kept, and the
+// planner may put the output over the input and the input gradient over the output gradient.
 #include "engine/cpu/layer.hpp"
 
 #include <cstring>
@@ -64,6 +65,10 @@ class Eltwise final : public Layer {
   }
 
   md output_desc() const override { return data_; }
+  BackwardReads backward_reads() const override { return BackwardReads::only_output(1); }
+  // oneDNN's eltwise runs in place in both directions (src == dst, diff_dst == diff_src).
+  bool output_over_input() const override { return true; }
+  bool dinput_over_doutput() const override { return true; }
 
   void bind(Context& ctx, const Bindings& b) override {
     const md forward_data = fwd_pd_.src_desc();

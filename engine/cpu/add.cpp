@@ -19,12 +19,17 @@ class Add final : public Layer {
   }
 
   md output_desc() const override { return out_desc_; }
+  BackwardReads backward_reads() const override { return BackwardReads::nothing(2); }
+  // The first input's gradient may be the output gradient itself (same layout): then there is
+  // nothing to copy for it.
+  bool dinput_over_doutput() const override { return true; }
 
   void bind(Context& ctx, const Bindings& b) override {
     second_.bind(ctx, b.inputs[1], b.dinputs[1]);
     fwd_.args = {{DNNL_ARG_SRC_0, b.inputs[0]}, {DNNL_ARG_SRC_1, second_.value()}, {DNNL_ARG_DST, b.output}};
     fwd_.bind_scratch(ctx);
-    if (needs_[0]) to_first_ = Reorder(b.doutput, b.dinputs[0]);
+    const bool first_in_place = b.dinputs[0] && b.dinputs[0].get_data_handle() == b.doutput.get_data_handle();
+    if (needs_[0] && !first_in_place) to_first_ = Reorder(b.doutput, b.dinputs[0]);
     if (needs_[1]) to_second_ = Reorder(b.doutput, second_.grad());
   }
   void forward(Context& ctx) override {

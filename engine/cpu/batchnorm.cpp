@@ -37,6 +37,7 @@ class BatchNorm final : public Layer {
   }
 
   md output_desc() const override { return fwd_pd_.dst_desc(); }
+  BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
   std::vector<md> param_descs() const override {
     md c({spec_.channels}, dt::f32, tag::a);
     return {c, c};

@@ -61,6 +61,7 @@ class SmallConv2d final : public Layer {
   }
 
   md output_desc() const override { return plain_desc({N_, O_, OH_, OW_}); }
+  BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
   std::vector<md> param_descs() const override {
     std::vector<md> d{md({O_, C_, K_, K_}, dt::f32, tag::oihw)};
     if (bias_) d.push_back(md({O_}, dt::f32, tag::a));

@@ -2,13 +2,16 @@
 // primitives and the layouts they prefer), then bound to memories the network owns, then run.
 //
 // Gradients: backward overwrites (=) every gradient it writes, parameter and input alike; the
-// network sums where one tensor feeds several layers.
+// network sums where one tensor feeds several layers. Values and gradients live in the
+// network's arena for the lives the planner gives them: a layer may read in backward only what
+// backward_reads() declares.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "engine/core/network.hpp"
+#include "engine/core/planner.hpp"
 #include "engine/core/spec.hpp"
 #include "engine/cpu/context.hpp"
 
@@ -46,6 +49,12 @@ class Layer {
   virtual void forward_eval(Context& ctx) { forward(ctx); }
   virtual void backward(Context& ctx) = 0;
   virtual float loss() const { return 0.0f; }
+
+  // For the memory planner (engine/core/planner.hpp): what backward reads, and whether the
+  // layer may run in place. By default it reads its inputs and output and never runs in place.
+  virtual BackwardReads backward_reads() const { return BackwardReads::all(); }
+  virtual bool output_over_input() const { return false; }    // output written over input 0
+  virtual bool dinput_over_doutput() const { return false; }  // input 0's gradient over the output's
   // Correct predictions of the last forward (classification losses); -1 elsewhere.
   virtual i64 correct() const { return -1; }
 };
@@ -152,6 +161,7 @@ class WeightedBackward {
 class WeightedLayer : public Layer {
  public:
   md output_desc() const override { return dst_desc_; }
+  BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
   std::vector<md> param_descs() const override;
   void bind(Context& ctx, const Bindings& b) override;
   void forward(Context& ctx) override;

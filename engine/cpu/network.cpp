@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "engine/core/init.hpp"
 #include "engine/core/layer_factory.hpp"
@@ -24,6 +25,54 @@ std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec, const Inp
   return make_backend_layer(ctx, spec, in, out, "cpu");
 }
 
+namespace {
+constexpr std::size_t kArenaAlignment = 64;
+
+struct PlannedLayers {
+  std::vector<std::unique_ptr<Layer>> layers;  // by node; null for the input
+  std::vector<md> out_desc;                    // by node
+  std::vector<PlanStep> steps;                 // one per layer
+};
+
+// The layers, each choosing its layouts given its producers' (the input is plain), and what the
+// planner needs of each.
+PlannedLayers plan_layers(Context& ctx, const ModelSpec& model, const std::vector<Dims>& shapes) {
+  const int n = int(model.nodes.size());
+  const bool has_loss = is_loss(model.nodes.back().spec);
+  PlannedLayers p;
+  p.layers.resize(std::size_t(n));
+  p.out_desc.resize(std::size_t(n));
+  p.out_desc[0] = plain_desc(to_dnnl(shapes[0]));
+  for (int i = 1; i < n; ++i) {
+    const Node& node = model.nodes[std::size_t(i)];
+    Inputs in;
+    for (int q : node.inputs) in.push_back(LayerInput{p.out_desc[std::size_t(q)], shapes[std::size_t(q)], q != 0});
+    try {
+      p.layers[std::size_t(i)] = make_layer(ctx, node.spec, in, shapes[std::size_t(i)]);
+    } catch (...) {
+      rethrow_for_node(model, i);
+    }
+    const Layer& layer = *p.layers[std::size_t(i)];
+    p.out_desc[std::size_t(i)] = layer.output_desc();
+    // In place only where both sides have one layout (the planner checks the sizes).
+    const bool same_layout = node.inputs[0] != 0 && p.out_desc[std::size_t(node.inputs[0])] == p.out_desc[std::size_t(i)];
+    p.steps.push_back(PlanStep{.nodes = {i},
+                               .inputs = node.inputs,
+                               .bytes = has_loss && i == n - 1 ? 0 : p.out_desc[std::size_t(i)].get_size(),
+                               .reads = layer.backward_reads(),
+                               .output_over_input = same_layout && layer.output_over_input(),
+                               .dinput_over_doutput = same_layout && layer.dinput_over_doutput()});
+  }
+  return p;
+}
+}  // namespace
+
+MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch) {
+  Context ctx;
+  return plan_memory(model, plan_layers(ctx, model, infer_shapes(model, batch)).steps,
+                     PlanOptions{.alignment = kArenaAlignment});
+}
+
 CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
     : model_(model), config_(config), shapes_(infer_shapes(model, config.batch)) {
   const int n = int(model_.nodes.size());
@@ -35,28 +84,14 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
   slots_.resize(n);
   accumulate_.resize(n);
 
-  // The last consumer of a tensor (the first to run in backward) writes its gradient; the
-  // others write into a scratch buffer that is then added.
-  std::vector<int> last_consumer(n, -1);
-  for (int i = 0; i < n; ++i)
-    for (int p : model_.nodes[i].inputs) last_consumer[p] = std::max(last_consumer[p], i);
-  for (int i = 0; i + 1 < n; ++i)
-    TB_CHECK(last_consumer[i] >= 0, "{}/{}: output is never used", model_.name, model_.nodes[i].name);
-
-  // Plan: the input is plain; every layer chooses its layouts given its producers'.
-  std::vector<md> out_desc(n);
-  out_desc[0] = plain_desc(to_dnnl(shapes_[0]));
+  // Plan: the layers and their layouts, then the arena.
+  PlannedLayers planned = plan_layers(ctx_, model_, shapes_);
+  layers_ = std::move(planned.layers);
+  const std::vector<md>& out_desc = planned.out_desc;
+  plan_ = plan_memory(model_, planned.steps, PlanOptions{.keep_all = config_.keep_values, .alignment = kArenaAlignment});
   i64 param_floats = 0;
   for (int i = 1; i < n; ++i) {
     const Node& node = model_.nodes[i];
-    Inputs in;
-    for (int p : node.inputs) in.push_back(LayerInput{out_desc[p], shapes_[p], p != 0});
-    try {
-      layers_[i] = make_layer(ctx_, node.spec, in, shapes_[i]);
-    } catch (const Error& e) {
-      throw Error(fmt::format("{}/{} ({}): {}", model_.name, node.name, kind_name(node.spec), e.what()));
-    }
-    out_desc[i] = layers_[i]->output_desc();
     for (const md& d : layers_[i]->param_descs()) {
       slots_[i].push_back(ParamSlot{d, param_floats});
       param_floats += align_up(padded_floats(d));
@@ -66,56 +101,38 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
              slots_[i].size(), expected.size());
   }
 
-  // Where each input gradient goes: the last consumer writes the producer's gradient itself
-  // (through one of its inputs only, should it read the same tensor twice); every other input
-  // gradient gets a region of its own in the edge scratch, in its producer's layout, and is
-  // added after the layer's backward. Regions are per input, not shared, because one layer may
-  // set aside two gradients (an add whose inputs both feed later layers) in different layouts.
-  std::vector<std::vector<char>> direct(n);
-  i64 edge_floats = 0;
+  // Allocate: the arena of values and gradients, the input, flat parameters, the scratchpad.
+  arena_ = HostBuffer(i64(plan_.arena_bytes / sizeof(float)));
+  input_ = HostBuffer(i64(out_desc[0].get_size() / sizeof(float)));
+  char* arena = reinterpret_cast<char*>(arena_.data());
+  values_[0] = dnnl::memory(out_desc[0], ctx_.engine, input_.data());
   for (int i = 1; i < n; ++i) {
-    const auto& inputs = model_.nodes[i].inputs;
-    i64 node_edge_floats = 0;
-    for (std::size_t j = 0; j < inputs.size(); ++j) {
-      const int p = inputs[j];
-      const bool first_use = std::find(inputs.begin(), inputs.begin() + j, p) == inputs.begin() + j;
-      direct[i].push_back(p != 0 && last_consumer[p] == i && first_use);
-      if (p != 0 && !direct[i][j]) node_edge_floats += align_up(padded_floats(out_desc[p]));
-    }
-    edge_floats = std::max(edge_floats, node_edge_floats);
-  }
-
-  // Allocate: activations and their gradients, flat parameters, the shared scratchpad.
-  values_[0] = dnnl::memory(out_desc[0], ctx_.engine);
-  for (int i = 1; i < n; ++i) {
-    if (has_loss_ && i == n - 1) continue;
-    values_[i] = dnnl::memory(out_desc[i], ctx_.engine);
-    grads_[i] = dnnl::memory(out_desc[i], ctx_.engine);
-    activation_bytes_ += 2 * i64(out_desc[i].get_size());
+    if (!plan_.values[i].empty()) values_[i] = dnnl::memory(out_desc[i], ctx_.engine, arena + plan_.values[i].offset);
+    if (!plan_.grads[i].empty()) grads_[i] = dnnl::memory(out_desc[i], ctx_.engine, arena + plan_.grads[i].offset);
   }
   if (has_loss_) values_[n - 1] = dnnl::memory(plain_desc({1}), ctx_.engine);
   params_ = HostBuffer(param_floats);
   grads_flat_ = HostBuffer(param_floats);
   scratch_ = HostBuffer(i64(ctx_.scratch_bytes / sizeof(float)) + 1);
   ctx_.scratch = scratch_.data();
-  edge_scratch_ = HostBuffer(edge_floats);
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, param_floats);
 
-  // Bind.
+  // Bind: each input gradient goes to its producer's gradient or, where the planner says the
+  // layer is not the one to write it, to an edge region that is added into it after the layer.
   for (int i = 1; i < n; ++i) {
     const Node& node = model_.nodes[i];
+    const int step = plan_.step_of_node(i);
     Bindings b;
-    i64 edge_offset = 0;
     for (std::size_t j = 0; j < node.inputs.size(); ++j) {
       const int p = node.inputs[j];
       b.inputs.push_back(values_[p]);
+      const InputGrad& g = plan_.input_grads[step][j];
       if (p == 0) {
         b.dinputs.emplace_back();
-      } else if (direct[i][j]) {
+      } else if (g.direct) {
         b.dinputs.push_back(grads_[p]);
       } else {
-        dnnl::memory edge(out_desc[p], ctx_.engine, edge_scratch_.data() + edge_offset);
-        edge_offset += align_up(padded_floats(out_desc[p]));
+        dnnl::memory edge(out_desc[p], ctx_.engine, arena + g.edge.offset);
         b.dinputs.push_back(edge);
         accumulate_[i].push_back(Accumulate{edge, grads_[p]});
       }
@@ -130,12 +147,29 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
     layers_[i]->bind(ctx_, b);
   }
 
-  // Initialise parameters in canonical layouts and reorder them once into the chosen ones.
-  std::uint64_t seed = config_.seed * 1000003;
-  for (int i = 1; i < n; ++i) {
-    const auto specs = node_params(model_.nodes[i].spec, shapes_[model_.nodes[i].inputs[0]]);
-    for (size_t k = 0; k < specs.size(); ++k) write_param(i, int(k), init_param(specs[k], ++seed));
+  // Parameters in canonical layouts, reordered once into the chosen ones.
+  initialize_parameters(*this, model_, shapes_, config_.seed);
+}
+
+void CpuNetwork::poison(int time) {
+  if (!config_.poison_dead) return;
+  char* arena = reinterpret_cast<char*>(arena_.data());
+  for (int b : plan_.ending_at(time)) {
+    const Region& r = plan_.blocks[std::size_t(b)].region;
+    std::memset(arena + r.offset, 0xff, r.bytes);  // all-ones floats are NaN
   }
+}
+
+const dnnl::memory& CpuNetwork::readable(const std::vector<dnnl::memory>& mems, const std::vector<int>& blocks,
+                                         int node, const char* what) const {
+  TB_CHECK(node >= 0 && node < int(mems.size()) && mems[std::size_t(node)], "node {} has no {}", node, what);
+  const int b = blocks[std::size_t(node)];
+  if (b >= 0 && plan_.blocks[std::size_t(b)].end < clock_)
+    TB_CHECK(!config_.poison_dead && plan_.intact_at(b, clock_),
+             "{}/{}: its {} shares bytes with others after its last use in the step; build the network with "
+             "keep_values to read it",
+             model_.name, model_.nodes[std::size_t(node)].name, what);
+  return mems[std::size_t(node)];
 }
 
 const CpuNetwork::ParamSlot& CpuNetwork::slot(int node, int index) const {
@@ -157,14 +191,19 @@ void CpuNetwork::set_batch(const BatchView& batch) {
 }
 
 float CpuNetwork::forward() {
-  for (size_t i = 1; i < layers_.size(); ++i) layers_[i]->forward(ctx_);
+  for (size_t i = 1; i < layers_.size(); ++i) {
+    layers_[i]->forward(ctx_);
+    poison(plan_.forward_time(plan_.step_of_node(int(i))));
+  }
   ctx_.stream.wait();
+  clock_ = plan_.steps;
   return has_loss_ ? layers_.back()->loss() : 0.0f;
 }
 
 float CpuNetwork::evaluate() {
   for (size_t i = 1; i < layers_.size(); ++i) layers_[i]->forward_eval(ctx_);
   ctx_.stream.wait();
+  clock_ = plan_.steps;
   return has_loss_ ? layers_.back()->loss() : 0.0f;
 }
 
@@ -181,9 +220,11 @@ void CpuNetwork::backward() {
 #pragma omp parallel for simd schedule(static)
       for (i64 k = 0; k < count; ++k) into[k] += from[k];
     }
+    poison(plan_.backward_time(plan_.step_of_node(int(i))));
     if (backward_hook_ && !slots_[i].empty()) backward_hook_(int(i));
   }
   ctx_.stream.wait();
+  clock_ = plan_.last_time();
 }
 
 std::vector<FlatSegment> CpuNetwork::segments(float* base) const {
@@ -203,14 +244,14 @@ void CpuNetwork::update() { optimizer_->step(params_.data(), grads_flat_.data())
 std::vector<float> CpuNetwork::read_output(int node) const {
   if (has_loss_ && node == int(layers_.size()) - 1) return {layers_.back()->loss()};
   std::vector<float> out(std::size_t(product(shapes_.at(node))));
-  to_plain(ctx_, values_.at(node), out.data());
+  to_plain(ctx_, readable(values_, plan_.value_block, node, "output"), out.data());
   return out;
 }
 
 std::vector<float> CpuNetwork::read_grad(int node) const {
-  TB_CHECK(node > 0 && grads_.at(node), "node {} has no gradient", node);
+  TB_CHECK(node > 0, "node {} has no gradient", node);
   std::vector<float> out(std::size_t(product(shapes_.at(node))));
-  to_plain(ctx_, grads_[node], out.data());
+  to_plain(ctx_, readable(grads_, plan_.grad_block, node, "gradient"), out.data());
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "engine/core/buffer.hpp"
 #include "engine/core/network.hpp"
+#include "engine/core/planner.hpp"
 #include "engine/cpu/layer.hpp"
 #include "engine/optim/optimizer.hpp"
 
@@ -16,7 +17,16 @@ struct NetworkConfig {
   i64 batch = 1;
   OptimizerConfig optimizer;
   std::uint64_t seed = 1;
+  // Every value and gradient kept for the whole step (no sharing), so that tests can read any
+  // of them after the pass that made it.
+  bool keep_values = false;
+  // Debug: fill each arena block with NaN when its planned life ends, so that a layer reading
+  // memory after its planned last use turns the loss and gradients into NaN.
+  bool poison_dead = false;
 };
+
+// The arena CpuNetwork plans for `model` at `batch` (its layers are made, nothing is allocated).
+MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch);
 
 class CpuNetwork final : public Network {
  public:
@@ -43,7 +53,9 @@ class CpuNetwork final : public Network {
     return fnv1a(params_.data(), std::size_t(params_.size()) * sizeof(float));
   }
 
-  std::int64_t activation_bytes() const { return activation_bytes_; }
+  // The arena of values and their gradients, as planned.
+  const MemoryPlan& memory_plan() const { return plan_; }
+  std::int64_t activation_bytes() const { return i64(plan_.arena_bytes); }
   std::int64_t scratch_bytes() const { return i64(ctx_.scratch_bytes); }
 
  private:
@@ -56,6 +68,11 @@ class CpuNetwork final : public Network {
     dnnl::memory from, into;
   };
   const ParamSlot& slot(int node, int index) const;
+  // After the pass at `time` of the plan: fills the blocks whose life ended with NaN.
+  void poison(int time);
+  // The memory of node's value or gradient, if it still holds what the last pass left there.
+  const dnnl::memory& readable(const std::vector<dnnl::memory>& mems, const std::vector<int>& blocks, int node,
+                               const char* what) const;
   // One segment per node with parameters, from its first slot to the end of its last.
   std::vector<FlatSegment> segments(float* base) const;
 
@@ -67,15 +84,16 @@ class CpuNetwork final : public Network {
   std::vector<dnnl::memory> values_, grads_;    // by node
   std::vector<std::vector<ParamSlot>> slots_;   // by node
   std::vector<std::vector<Accumulate>> accumulate_;  // by consuming node
-  HostBuffer params_, grads_flat_, scratch_, edge_scratch_;
+  MemoryPlan plan_;
+  HostBuffer arena_, input_, params_, grads_flat_, scratch_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::int32_t> labels_;
   std::vector<float> targets_;
   BatchView batch_;
-  i64 activation_bytes_ = 0;
   bool has_loss_;
   i64 target_count_ = 0;  // labels or target values per batch
   std::function<void(int node)> backward_hook_;
+  int clock_ = 0;  // plan time at the end of the last pass: forward S, backward 2S
 };
 
 }  // namespace tb::cpu

@@ -40,6 +40,8 @@ class Pooling final : public Layer {
   }
 
   md output_desc() const override { return fwd_pd_.dst_desc(); }
+  // Max pooling's backward reads oneDNN's workspace (the argmax), average pooling nothing.
+  BackwardReads backward_reads() const override { return BackwardReads::nothing(1); }
 
   void bind(Context& ctx, const Bindings& b) override {
     fwd_.args = {{DNNL_ARG_SRC, b.inputs[0]}, {DNNL_ARG_DST, b.output}};
@@ -76,6 +78,7 @@ class PlainMaxPool final : public Layer {
         argmax_(std::size_t(planes_ * OH_ * OW_)) {}
 
   md output_desc() const override { return plain_desc(to_dnnl(out_)); }
+  BackwardReads backward_reads() const override { return BackwardReads::nothing(1); }  // its own argmax
 
   void bind(Context&, const Bindings& b) override {
     x_ = static_cast<const float*>(b.inputs[0].get_data_handle());
