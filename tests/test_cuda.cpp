@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <optional>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -550,7 +551,9 @@ void copy_params(const ModelSpec& model, i64 batch, const Network& from, Network
 }
 
 std::unique_ptr<cpu::CpuNetwork> cpu_network(const ModelSpec& model, i64 batch, const OptimizerConfig& optimizer = {}) {
-  return std::make_unique<cpu::CpuNetwork>(model, cpu::NetworkConfig{batch, optimizer, 5});
+  // Values kept whole on both sides: the comparisons read them in the middle of the network.
+  return std::make_unique<cpu::CpuNetwork>(
+      model, cpu::NetworkConfig{.batch = batch, .optimizer = optimizer, .seed = 5, .keep_values = true});
 }
 
 cuda::NetworkConfig gpu_config(i64 batch, Precision precision, const OptimizerConfig& optimizer = {}) {
@@ -559,6 +562,7 @@ cuda::NetworkConfig gpu_config(i64 batch, Precision precision, const OptimizerCo
   config.precision = precision;
   config.optimizer = optimizer;
   config.seed = 5;
+  config.keep_values = true;
   return config;
 }
 
@@ -592,6 +596,8 @@ struct LayerCase {
   Batch data;
   double grad_zero_fraction = kMaxZeroFraction;  // allowed in the gradients of the nodes before the op
   bool check_eval = false;                       // also compare inference mode after a few steps
+  std::optional<cuda::Layout> layout;            // the GPU network's layout (default: its own choice)
+  std::vector<int> compared;                     // nodes whose values and gradients are compared (all)
 };
 
 LayerCase layer_case(const std::string& name, const InputSpec& in, i64 batch, LayerSpec op) {
@@ -630,6 +636,7 @@ void check_against_cpu(const LayerCase& c, Precision precision) {
                                                               : uniform(rng, op_params[k].count(), -0.5f, 0.5f));
 
   cuda::NetworkConfig config = gpu_config(c.batch, precision);
+  config.layout = c.layout;
   // The layer tests are not about loss scaling: a scale of 1024 (a power of two, so that the
   // unscaled gradients are exact) keeps every scaled gradient here far from fp16's 65504.
   config.initial_loss_scale = 1024;
@@ -643,8 +650,12 @@ void check_against_cpu(const LayerCase& c, Precision precision) {
     EXPECT_TRUE(agree({gpu_loss}, {cpu_loss}, tol)) << "loss";
     EXPECT_EQ(gpu.correct(), cpu->correct()) << "correct predictions";
   }
+  const auto compared = [&](int node) {
+    return c.compared.empty() || std::find(c.compared.begin(), c.compared.end(), node) != c.compared.end();
+  };
   for (int node = 1; node <= op; ++node)
-    EXPECT_TRUE(agree(gpu.read_output(node), cpu->read_output(node), tol)) << "output of " << c.model.nodes[node].name;
+    if (compared(node))
+      EXPECT_TRUE(agree(gpu.read_output(node), cpu->read_output(node), tol)) << "output of " << c.model.nodes[node].name;
 
   if (!has_loss) {
     const Vec dy = uniform(rng, product(shapes[std::size_t(op)]));
@@ -654,8 +665,9 @@ void check_against_cpu(const LayerCase& c, Precision precision) {
   cpu->backward();
   gpu.backward();
   for (int node = 1; node < op; ++node)
-    EXPECT_TRUE(agree(gpu.read_grad(node), cpu->read_grad(node), tol, c.grad_zero_fraction))
-        << "gradient of the output of " << c.model.nodes[node].name;
+    if (compared(node))
+      EXPECT_TRUE(agree(gpu.read_grad(node), cpu->read_grad(node), tol, c.grad_zero_fraction))
+          << "gradient of the output of " << c.model.nodes[node].name;
   for_each_param(c.model, c.batch, [&](int node, int k, const std::string& name) {
     EXPECT_TRUE(agree(gpu.read_param_grad(node, k), cpu->read_param_grad(node, k), tol)) << "gradient of " << name;
   });
@@ -764,6 +776,37 @@ TEST_P(CudaLayers, BatchNormOnVectors) {
   check(c);
 }
 
+// Batch norm then ReLU, and batch norm then the residual add then ReLU, run as one layer (cuDNN's
+// fused calls in NHWC; cuDNN's batch norm with trainbench's add-ReLU and mask kernels in NCHW),
+// in both layouts whatever the precision would choose. The values inside the fused layer are
+// not kept; the feeder's output and gradient, the ReLU's output and every parameter gradient are
+// compared (the shortcut's gradient reaches the feeder's through the add).
+LayerCase fused_case(std::mt19937& rng, bool add, cuda::Layout layout) {
+  constexpr i64 N = 4, C = 8, H = 5, W = 5;
+  LayerCase c = image_case(add ? "bn_add_relu" : "bn_relu", N, C, H, W, BatchNormSpec{.channels = C});
+  const int feeder = 1, bn = 2;
+  const int relu = add ? c.model.add("relu", ReLUSpec{}, {c.model.add("add", AddSpec{}, {bn, feeder})})
+                       : c.model.add("relu", ReLUSpec{}, {bn});
+  c.data.input = per_channel_input(rng, N, C, H * W);
+  c.layout = layout;
+  c.compared = {feeder, relu};
+  return c;
+}
+
+TEST_P(CudaLayers, BatchNormReluFusedInBothLayouts) {
+  for (const cuda::Layout layout : {cuda::Layout::NCHW, cuda::Layout::NHWC}) {
+    SCOPED_TRACE(cuda::layout_name(layout));
+    check(fused_case(rng_, false, layout));
+  }
+}
+
+TEST_P(CudaLayers, BatchNormAddReluFusedInBothLayouts) {
+  for (const cuda::Layout layout : {cuda::Layout::NCHW, cuda::Layout::NHWC}) {
+    SCOPED_TRACE(cuda::layout_name(layout));
+    check(fused_case(rng_, true, layout));
+  }
+}
+
 TEST_P(CudaLayers, ReLU) {
   LayerCase c = image_case("relu", 2, 6, 5, 5, ReLUSpec{});
   c.data.input = signed_away_from_zero(rng_, input_count(c), 0.7);  // 30% of the gradient is zero
@@ -866,12 +909,20 @@ testing::AssertionResult same_update(const Vec& gpu_after, const Vec& cpu_after,
 // One fp32 SGD step of a whole model, CPU against GPU from the same parameters and batch: the
 // loss before, the loss after, and every parameter's step. Both are fp32 and differ by summation
 // order (~1e-6); 1e-3 relative holds a step's worth of rounding with margin.
-void check_one_step(const ModelSpec& model, i64 batch) {
+// `shared`: the GPU network shares its arena as planned (no keep_values) and fills each block with
+// NaN when its planned life ends, so that a layer reading memory after its planned last use, or a
+// recomputed value not made again, turns the losses and updates into NaN.
+void check_one_step(const ModelSpec& model, i64 batch, bool shared = false,
+                    std::optional<cuda::Layout> layout = std::nullopt) {
   constexpr double kTol = 1e-3;
   // A large rate, so that each step is many ulps of its parameter.
   const OptimizerConfig sgd{.kind = OptimizerConfig::Kind::SGD, .lr = 0.1, .momentum = 0.9};
   auto cpu = cpu_network(model, batch, sgd);
-  cuda::CudaNetwork gpu(model, gpu_config(batch, Precision::FP32, sgd));
+  cuda::NetworkConfig config = gpu_config(batch, Precision::FP32, sgd);
+  config.keep_values = !shared;
+  config.poison_dead = shared;
+  config.layout = layout;
+  cuda::CudaNetwork gpu(model, config);
   copy_params(model, batch, *cpu, gpu);
   std::mt19937 rng(13);
   const Batch data = random_batch(model, batch, rng);
@@ -896,6 +947,43 @@ void check_one_step(const ModelSpec& model, i64 batch) {
 TEST_F(CudaGpu, MlpTrainingStepMatchesCpu) { check_one_step(models::mlp(), 8); }
 
 TEST_F(CudaGpu, LeNet5TrainingStepMatchesCpu) { check_one_step(models::lenet5(), 8); }
+
+// ResNet-152's blocks at a small size (the stem, a bottleneck with a strided projection shortcut
+// and one with an identity shortcut, global pooling, the classifier), in the network's planned
+// memory with dead blocks poisoned, fused batch norms and recomputed values, in both layouts.
+ModelSpec resnet_blocks() {
+  ModelSpec m;
+  m.name = "resnet_blocks";
+  m.classes = 10;
+  auto conv_bn = [&](const std::string& name, int x, i64 in, i64 out, i64 k, i64 stride, bool relu) {
+    x = m.add(name + ".conv", Conv2dSpec{in, out, k, stride, k / 2, false}, {x});
+    x = m.add(name + ".bn", BatchNormSpec{.channels = out}, {x});
+    return relu ? m.add(name + ".relu", ReLUSpec{}, {x}) : x;
+  };
+  auto bottleneck = [&](const std::string& name, int x, i64 in, i64 width, i64 stride) {
+    int y = conv_bn(name + ".a", x, in, width, 1, 1, true);
+    y = conv_bn(name + ".b", y, width, width, 3, stride, true);
+    y = conv_bn(name + ".c", y, width, 4 * width, 1, 1, false);
+    const int shortcut = stride != 1 || in != 4 * width ? conv_bn(name + ".proj", x, in, 4 * width, 1, stride, false) : x;
+    return m.add(name + ".relu", ReLUSpec{}, {m.add(name + ".add", AddSpec{}, {y, shortcut})});
+  };
+  int x = m.add("input", InputSpec{{3, 16, 16}}, {});
+  x = conv_bn("stem", x, 3, 16, 7, 2, true);
+  x = m.add("stem.pool", MaxPool2dSpec{3, 2, 1}, {x});
+  x = bottleneck("block1", x, 16, 8, 2);
+  x = bottleneck("block2", x, 32, 8, 1);
+  x = m.add("avgpool", GlobalAvgPoolSpec{}, {x});
+  x = m.add("fc", LinearSpec{32, 10}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{10}, {x});
+  return m;
+}
+
+TEST_F(CudaGpu, ResnetBlocksStepInSharedPoisonedMemoryMatchesCpu) {
+  for (const cuda::Layout layout : {cuda::Layout::NCHW, cuda::Layout::NHWC}) {
+    SCOPED_TRACE(cuda::layout_name(layout));
+    check_one_step(resnet_blocks(), 8, /*shared=*/true, layout);
+  }
+}
 
 // fp16 with dynamic loss scaling: the scale starts at 65536 and may halve a few times at first
 // (each halving skips one step), then the loss of a fixed batch must fall as fp32's does.

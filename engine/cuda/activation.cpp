@@ -1,8 +1,6 @@
-// ReLU and Sigmoid on cuDNN's activation descriptor, on any shape seen as plain NCHW, with the
-// output in a buffer of its own (backward reads x and y).
-// N = batch, C = channels (or all features), H, W = height, width (1 for non-images).
-#include <utility>
-
+// ReLU and Sigmoid on trainbench's elementwise kernels, on any shape in any layout. Backward reads
+// only the output, so the planner may put the output over the input and the input gradient over
+// the output gradient (the kernels allow both).
 #include "engine/cuda/layer.hpp"
 
 namespace tb::cuda {
@@ -10,36 +8,29 @@ namespace {
 
 class Activation final : public UnaryLayer {
  public:
-  Activation(Context& ctx, cudnnActivationMode_t mode, const Inputs& in) {
-    const Nchw x = as_nchw(in.at(0).shape);
-    desc_.set4d(ctx.cudnn_dtype, x.n, x.c, x.h, x.w);
-    // NaN propagates, as in the CPU backend, so that a NaN reaches the loss and its check
-    // instead of ReLU turning it into 0. The coefficient is only for clipped ReLU and ELU.
-    TB_CU(cudnnSetActivationDescriptor(activation_, mode, CUDNN_PROPAGATE_NAN, 0.0));
-  }
+  Activation(kernels::Activation f, const Inputs& in) : f_(f), count_(product(in.at(0).shape)) {}
 
-  void forward(Context& ctx) override {
-    TB_CU(cudnnActivationForward(ctx.cudnn, activation_, &kOne, desc_, x_, &kZero, desc_, y_));
-  }
-
+  void forward(Context& ctx) override { kernels::activation_forward(f_, ctx.dtype, x_, y_, count_, ctx.stream); }
   void backward(Context& ctx) override {
-    if (!dx_) return;
-    TB_CU(cudnnActivationBackward(ctx.cudnn, activation_, &kOne, desc_, y_, desc_, dy_, desc_, x_, &kZero, desc_, dx_));
+    if (dx_) kernels::activation_backward(f_, ctx.dtype, y_, dy_, dx_, count_, ctx.stream);
   }
+  BackwardReads backward_reads() const override { return BackwardReads::only_output(1); }
+  bool output_over_input() const override { return true; }
+  bool dinput_over_doutput() const override { return true; }
 
  private:
-  ActivationDesc activation_;
-  TensorDesc desc_;           // x, y and their gradients: (N, C, H, W)
+  kernels::Activation f_;
+  i64 count_;
 };
 
 }  // namespace
 
-std::unique_ptr<Layer> make_relu(Context& ctx, const Inputs& in, const Dims&) {
-  return std::make_unique<Activation>(ctx, CUDNN_ACTIVATION_RELU, in);
+std::unique_ptr<Layer> make_relu(Context&, const Inputs& in, const Dims&) {
+  return std::make_unique<Activation>(kernels::Activation::ReLU, in);
 }
 
-std::unique_ptr<Layer> make_sigmoid(Context& ctx, const Inputs& in, const Dims&) {
-  return std::make_unique<Activation>(ctx, CUDNN_ACTIVATION_SIGMOID, in);
+std::unique_ptr<Layer> make_sigmoid(Context&, const Inputs& in, const Dims&) {
+  return std::make_unique<Activation>(kernels::Activation::Sigmoid, in);
 }
 
 }  // namespace tb::cuda

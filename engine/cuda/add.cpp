@@ -1,5 +1,6 @@
 // Residual add on trainbench's kernel (cudnnOpTensor would do, but a fused elementwise kernel
-// is one launch in any storage type): y = a + b; both input gradients are copies of dy.
+// is one launch in any storage type): y = a + b; both input gradients are copies of dy, and the
+// first may be dy itself (the planner puts it there where it can), which costs no copy.
 #include "engine/cuda/layer.hpp"
 
 namespace tb::cuda {
@@ -21,8 +22,10 @@ class Add final : public Layer {
   void backward(Context& ctx) override {
     const std::size_t bytes = std::size_t(count_) * ctx.elem_bytes();
     for (void* d : {da_, db_})
-      if (d) TB_CU(cudaMemcpyAsync(d, dy_, bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+      if (d && d != dy_) TB_CU(cudaMemcpyAsync(d, dy_, bytes, cudaMemcpyDeviceToDevice, ctx.stream));
   }
+  BackwardReads backward_reads() const override { return BackwardReads::nothing(2); }
+  bool dinput_over_doutput() const override { return true; }
 
  private:
   i64 count_;

@@ -36,30 +36,6 @@ void check(cublasStatus_t status, const char* expr, const char* file, int line) 
        fmt::format("{} ({})", cublasGetStatusName(status), cublasGetStatusString(status)), expr, file, line);
 }
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::FP32;
-  if (name == "tf32") return Precision::TF32;
-  if (name == "fp16") return Precision::FP16;
-  if (name == "bf16") return Precision::BF16;
-  throw InputError(fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16 or bf16", name));
-}
-
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::FP32: return "fp32";
-    case Precision::TF32: return "tf32";
-    case Precision::FP16: return "fp16";
-    case Precision::BF16: return "bf16";
-  }
-  return "?";
-}
-
-DType storage_type(Precision p) {
-  return p == Precision::FP16 ? DType::F16 : p == Precision::BF16 ? DType::BF16 : DType::F32;
-}
-
-std::size_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
-
 cudnnDataType_t cudnn_type(DType t) {
   return t == DType::F16 ? CUDNN_DATA_HALF : t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
@@ -107,8 +83,9 @@ void Context::need_workspace(std::size_t bytes) {
   workspace_bytes = std::max(workspace_bytes, bytes);
 }
 
-void TensorDesc::set4d(cudnnDataType_t type, i64 n, i64 c, i64 h, i64 w) {
-  TB_CU(cudnnSetTensor4dDescriptor(*this, CUDNN_TENSOR_NCHW, type, int(n), int(c), int(h), int(w)));
+void TensorDesc::set4d(cudnnDataType_t type, i64 n, i64 c, i64 h, i64 w, Layout layout) {
+  const cudnnTensorFormat_t format = layout == Layout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  TB_CU(cudnnSetTensor4dDescriptor(*this, format, type, int(n), int(c), int(h), int(w)));
 }
 
 void FilterDesc::set4d(cudnnDataType_t type, i64 k, i64 c, i64 h, i64 w) {

@@ -1,7 +1,7 @@
 // The CUDA backend's context: the one status-check pattern for CUDA, cuDNN and cuBLAS, the
 // precisions and what each means for the libraries, and the per-network stream, handles and
-// shared workspace. Every tensor of this backend is plain row-major (NCHW for images, (T, N, F)
-// for sequences) in the precision's storage type.
+// shared workspace. Tensors are row-major in the precision's storage type: images NCHW, or NHWC
+// where the network's layout is channels-last; sequences (T, N, F); everything else (N, F).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +15,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/spec.hpp"
 #include "engine/cuda/allocator.hpp"
+#include "engine/cuda/plan.hpp"
 
 namespace tb::cuda {
 
@@ -32,19 +33,6 @@ void check(cublasStatus_t status, const char* expr, const char* file, int line);
 
 namespace tb::cuda {
 
-// fp32: strict single precision (no tensor-core conversion). tf32: fp32 storage, TF32 tensor
-// cores in convolutions and GEMMs. fp16 and bf16: mixed precision, activations and a compute
-// copy of the weights in 16 bits, fp32 master weights and optimizer state, dynamic loss scaling.
-enum class Precision { FP32, TF32, FP16, BF16 };
-// Storage type of activations, gradients and the compute copy of weights.
-enum class DType { F32, F16, BF16 };
-
-// Throws tb::InputError naming --precisions for anything but fp32, tf32, fp16, bf16.
-Precision parse_precision(const std::string& name);
-const char* precision_name(Precision p);
-inline bool is_mixed(Precision p) { return p == Precision::FP16 || p == Precision::BF16; }
-DType storage_type(Precision p);
-std::size_t dtype_bytes(DType t);
 cudnnDataType_t cudnn_type(DType t);
 cudaDataType_t blas_type(DType t);
 
@@ -66,6 +54,7 @@ class Context {
   cudnnMathType_t math;          // FMA (fp32), DEFAULT (tf32), TENSOR_OP (16-bit)
   cudaDataType_t blas_dtype;
   cublasComputeType_t blas_compute;
+  Layout layout = Layout::NCHW;  // set by the network before its layers are made
   cudaStream_t stream = nullptr;
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -110,10 +99,10 @@ using RnnDesc = Descriptor<cudnnRNNDescriptor_t, cudnnCreateRNNDescriptor, cudnn
 using RnnDataDesc = Descriptor<cudnnRNNDataDescriptor_t, cudnnCreateRNNDataDescriptor, cudnnDestroyRNNDataDescriptor>;
 using DropoutDesc = Descriptor<cudnnDropoutDescriptor_t, cudnnCreateDropoutDescriptor, cudnnDestroyDropoutDescriptor>;
 
-// A plain NCHW tensor descriptor of n, c, h, w.
+// A tensor descriptor of n, c, h, w, stored NCHW or NHWC.
 class TensorDesc : public Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor> {
  public:
-  void set4d(cudnnDataType_t type, i64 n, i64 c, i64 h, i64 w);
+  void set4d(cudnnDataType_t type, i64 n, i64 c, i64 h, i64 w, Layout layout = Layout::NCHW);
 };
 
 class FilterDesc : public Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor> {

@@ -4,6 +4,7 @@
 #include "engine/cuda/kernels.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -77,6 +78,76 @@ __global__ void cast_kernel(const Src* src, Dst* dst, i64 n) {
 template <class T>
 __global__ void add_kernel(const T* a, const T* b, T* out, i64 n) {
   for (i64 i = first_index(); i < n; i += grid_stride()) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+}
+
+__device__ __forceinline__ float relu(float x) { return x <= 0.0f ? 0.0f : x; }  // NaN stays NaN
+
+template <class T>
+__global__ void activation_forward_kernel(Activation f, const T* x, T* y, i64 n) {
+  for (i64 i = first_index(); i < n; i += grid_stride()) {
+    const float v = to_f32(x[i]);
+    y[i] = from_f32<T>(f == Activation::ReLU ? relu(v) : 1.0f / (1.0f + expf(-v)));
+  }
+}
+
+template <class T>
+__global__ void activation_backward_kernel(Activation f, const T* y, const T* dy, T* dx, i64 n) {
+  for (i64 i = first_index(); i < n; i += grid_stride()) {
+    const float out = to_f32(y[i]), g = to_f32(dy[i]);
+    dx[i] = from_f32<T>(f == Activation::ReLU ? (out > 0.0f ? g : 0.0f) : g * out * (1.0f - out));
+  }
+}
+
+// Eight 16-bit or four 32-bit values in one 16-byte access where the buffers allow it.
+template <class T>
+__global__ void add_relu_kernel(T* y, const T* z, i64 n) {
+  constexpr int kPack = 16 / sizeof(T);
+  const i64 packs = n / kPack;
+  for (i64 p = first_index(); p < packs; p += grid_stride()) {
+    uint4 yv = reinterpret_cast<const uint4*>(y)[p];
+    uint4 zv = z ? reinterpret_cast<const uint4*>(z)[p] : uint4{0, 0, 0, 0};
+    T* ye = reinterpret_cast<T*>(&yv);
+    const T* ze = reinterpret_cast<const T*>(&zv);
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) ye[k] = from_f32<T>(relu(to_f32(ye[k]) + (z ? to_f32(ze[k]) : 0.0f)));
+    reinterpret_cast<uint4*>(y)[p] = yv;
+  }
+  for (i64 i = packs * kPack + first_index(); i < n; i += grid_stride())
+    y[i] = from_f32<T>(relu(to_f32(y[i]) + (z ? to_f32(z[i]) : 0.0f)));
+}
+
+template <class T>
+__global__ void nchw_to_nhwc_kernel(const float* x, T* y, i64 n, i64 c, i64 hw) {
+  const i64 total = n * c * hw;
+  for (i64 i = first_index(); i < total; i += grid_stride()) {  // i indexes y: ((n, hw), c)
+    const i64 ch = i % c, rest = i / c, pos = rest % hw, img = rest / hw;
+    y[i] = from_f32<T>(x[(img * c + ch) * hw + pos]);
+  }
+}
+
+template <class T>
+__global__ void add_channel_bias_kernel(T* y, const T* bias, i64 c, i64 hw, i64 total) {
+  for (i64 i = first_index(); i < total; i += grid_stride())
+    y[i] = from_f32<T>(to_f32(y[i]) + to_f32(bias[(i / hw) % c]));
+}
+
+// One block per channel sums its N planes in a fixed order: deterministic, no atomics.
+template <class T>
+__global__ void channel_sum_kernel(const T* dy, T* dbias, i64 n, i64 c, i64 hw) {
+  const i64 ch = blockIdx.x;
+  float sum = 0.0f;
+  for (i64 i = threadIdx.x; i < n * hw; i += kReduceThreads) sum += to_f32(dy[((i / hw) * c + ch) * hw + i % hw]);
+  const float total = block_sum(sum);
+  if (threadIdx.x == 0) dbias[ch] = from_f32<T>(total);
+}
+
+template <class T>
+__global__ void batchnorm_relu_apply_kernel(bool nhwc, const T* x, const float* mean, const float* inv_std,
+                                            const float* gamma, const float* beta, T* y, i64 c, i64 hw, i64 total) {
+  for (i64 i = first_index(); i < total; i += grid_stride()) {
+    const i64 ch = nhwc ? i % c : (i / hw) % c;
+    y[i] = from_f32<T>(relu(gamma[ch] * (to_f32(x[i]) - mean[ch]) * inv_std[ch] + beta[ch]));
+  }
 }
 
 template <class T>
@@ -324,6 +395,81 @@ void add(DType type, const void* a, const void* b, void* out, i64 n, cudaStream_
 
 void accumulate(DType type, void* into, const void* from, i64 n, cudaStream_t stream) {
   add(type, into, from, into, n, stream);
+}
+
+void activation_forward(Activation f, DType type, const void* x, void* y, i64 n, cudaStream_t stream) {
+  if (n <= 0) return;
+  dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    activation_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(x),
+                                                                         static_cast<T*>(y), n);
+  });
+  TB_CU(cudaGetLastError());
+}
+
+void activation_backward(Activation f, DType type, const void* y, const void* dy, void* dx, i64 n,
+                         cudaStream_t stream) {
+  if (n <= 0) return;
+  dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    activation_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        f, static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n);
+  });
+  TB_CU(cudaGetLastError());
+}
+
+void add_relu(DType type, void* y, const void* z, i64 n, cudaStream_t stream) {
+  if (n <= 0) return;
+  // The packed path needs 16-byte aligned buffers (the allocator's and the arena's are).
+  TB_CHECK(reinterpret_cast<std::uintptr_t>(y) % 16 == 0 && reinterpret_cast<std::uintptr_t>(z) % 16 == 0,
+           "add_relu: buffers must be 16-byte aligned");
+  dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const i64 packs = std::max<i64>(n * i64(sizeof(T)) / 16, 1);
+    add_relu_kernel<T><<<blocks_for(packs), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(z), n);
+  });
+  TB_CU(cudaGetLastError());
+}
+
+void nchw_to_nhwc(DType type, const float* x, void* y, i64 n, i64 c, i64 hw, cudaStream_t stream) {
+  if (n * c * hw <= 0) return;
+  dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    nchw_to_nhwc_kernel<T><<<blocks_for(n * c * hw), kThreads, 0, stream>>>(x, static_cast<T*>(y), n, c, hw);
+  });
+  TB_CU(cudaGetLastError());
+}
+
+void add_channel_bias(DType type, void* y, const void* bias, i64 n, i64 c, i64 hw, cudaStream_t stream) {
+  if (n * c * hw <= 0) return;
+  dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_channel_bias_kernel<T><<<blocks_for(n * c * hw), kThreads, 0, stream>>>(
+        static_cast<T*>(y), static_cast<const T*>(bias), c, hw, n * c * hw);
+  });
+  TB_CU(cudaGetLastError());
+}
+
+void channel_sum(DType type, const void* dy, void* dbias, i64 n, i64 c, i64 hw, cudaStream_t stream) {
+  if (c <= 0) return;
+  dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    channel_sum_kernel<T><<<static_cast<unsigned>(c), kReduceThreads, 0, stream>>>(
+        static_cast<const T*>(dy), static_cast<T*>(dbias), n, c, hw);
+  });
+  TB_CU(cudaGetLastError());
+}
+
+void batchnorm_relu_apply(DType type, Layout layout, const void* x, const float* mean, const float* inv_std,
+                          const float* gamma, const float* beta, void* y, i64 n, i64 c, i64 hw, cudaStream_t stream) {
+  const i64 total = n * c * hw;
+  if (total <= 0) return;
+  dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    batchnorm_relu_apply_kernel<T><<<blocks_for(total), kThreads, 0, stream>>>(
+        layout == Layout::NHWC, static_cast<const T*>(x), mean, inv_std, gamma, beta, static_cast<T*>(y), c, hw, total);
+  });
+  TB_CU(cudaGetLastError());
 }
 
 void add_bias(DType type, void* y, const void* bias, i64 rows, i64 cols, cudaStream_t stream) {

@@ -25,6 +25,27 @@ void cast_to_f32(DType src_type, const void* src, float* dst, i64 n, cudaStream_
 void add(DType type, const void* a, const void* b, void* out, i64 n, cudaStream_t stream);
 // into[i] += from[i].
 void accumulate(DType type, void* into, const void* from, i64 n, cudaStream_t stream);
+// Elementwise activations; y may be x (forward in place) and dx may be dy (backward in place).
+// ReLU keeps NaN (so that a NaN reaches the loss check); backward reads only y.
+enum class Activation { ReLU, Sigmoid };
+void activation_forward(Activation f, DType type, const void* x, void* y, i64 n, cudaStream_t stream);
+// dx = dy * f'(x), with f' from y: ReLU (y > 0), Sigmoid y (1 - y).
+void activation_backward(Activation f, DType type, const void* y, const void* dy, void* dx, i64 n,
+                         cudaStream_t stream);
+// y = relu(y + z) in place; z may be null (y = relu(y)).
+void add_relu(DType type, void* y, const void* z, i64 n, cudaStream_t stream);
+// The model input at the edge of a channels-last network: x (N, C, HW) fp32 to y (N, HW, C) in `type`.
+void nchw_to_nhwc(DType type, const float* x, void* y, i64 n, i64 c, i64 hw, cudaStream_t stream);
+// y (N, C, HW) += bias (C), and dbias (C) = sum over N and HW of dy (N, C, HW), for NCHW tensors
+// (channels-last tensors are (rows, cols) for add_bias and bias_grad).
+void add_channel_bias(DType type, void* y, const void* bias, i64 n, i64 c, i64 hw, cudaStream_t stream);
+void channel_sum(DType type, const void* dy, void* dbias, i64 n, i64 c, i64 hw, cudaStream_t stream);
+
+// Batch norm with saved batch statistics, then ReLU: y = relu(gamma (x - mean) inv_std + beta),
+// per channel of x (N, C, HW) stored NCHW or (N, HW, C) NHWC; mean, inv_std, gamma, beta (C) fp32.
+void batchnorm_relu_apply(DType type, Layout layout, const void* x, const float* mean, const float* inv_std,
+                          const float* gamma, const float* beta, void* y, i64 n, i64 c, i64 hw, cudaStream_t stream);
+
 // y (rows, cols) += bias (cols) broadcast over rows.
 void add_bias(DType type, void* y, const void* bias, i64 rows, i64 cols, cudaStream_t stream);
 // dbias[c] = sum over rows of dy[r, c] (accumulated in fp32, stored as `type`).

@@ -2,9 +2,12 @@
 // for its input shapes (creating descriptors, choosing algorithms, asking for workspace), then
 // bound to device memory the network owns, then run on the context's stream.
 //
-// Tensors are plain row-major in the context's storage type (ctx.dtype). Gradients: backward
-// overwrites (=) every gradient it writes, parameter and input alike; the network sums where one
-// tensor feeds several layers.
+// Tensors are row-major in the context's storage type (ctx.dtype), images in the context's
+// layout (NCHW or NHWC). Gradients: backward overwrites (=) every gradient it writes, parameter
+// and input alike; the network sums where one tensor feeds several layers. Values and gradients
+// live in the network's arena for the lives the planner (engine/core/planner.hpp) gives them: a
+// layer's backward may read only what backward_reads() declares, and a layer that says it may
+// run in place must work when its output is its input (or its input gradient its output's).
 //
 // Parameters live in storage slots the layer declares. A slot is either in the compute type
 // (a 16-bit copy of the fp32 master under mixed precision; its gradient also in the compute
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "engine/core/network.hpp"
+#include "engine/core/planner.hpp"
 #include "engine/core/spec.hpp"
 #include "engine/cuda/context.hpp"
 #include "engine/cuda/kernels.hpp"
@@ -80,10 +84,20 @@ class Layer {
   // Device memory the layer holds outside the network's buffers (saved statistics, RNN
   // reserve space), counted as activations.
   virtual std::size_t own_bytes() const { return 0; }
+
+  // For the memory planner: what backward reads (by default everything) and whether the layer
+  // may run in place.
+  virtual BackwardReads backward_reads() const { return BackwardReads::all(); }
+  virtual bool output_over_input() const { return false; }
+  virtual bool dinput_over_doutput() const { return false; }
+  // A layer whose output the planner may drop between forward and backward makes it again here,
+  // from what its backward keeps (inputs it reads, its own saved state).
+  virtual bool recomputes_output() const { return false; }
+  virtual void recompute(Context&) { TB_CHECK(false, "this layer cannot recompute its output"); }
 };
 
-// A layer of one input without parameters whose backward reads x, y and dy (activations,
-// pooling): binds the four tensors.
+// A layer of one input without parameters (activations, pooling): binds x, y and their
+// gradients.
 class UnaryLayer : public Layer {
  public:
   void bind(Context&, const Bindings& b) override {
@@ -115,6 +129,10 @@ std::unique_ptr<Layer> make_lstm(Context&, const LSTMSpec&, const Inputs&, const
 std::unique_ptr<Layer> make_add(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_softmax_cross_entropy(Context&, const SoftmaxCrossEntropySpec&, const Inputs&);
 std::unique_ptr<Layer> make_mse(Context&, const Inputs&);
+// Batch norm, then (with a shortcut) the residual add, then ReLU, as one layer (batchnorm.cpp):
+// inputs {x} or {x, shortcut}; the output is the ReLU's. The network makes it where the graph
+// has that chain and nothing else reads its intermediate values (network_plan.cpp).
+std::unique_ptr<Layer> make_batchnorm_add_relu(Context&, const BatchNormSpec&, const Inputs&, const Dims&);
 
 // An image shape (N, C, H, W) or any other shape seen as (N, C, 1, 1) with C = the rest.
 struct Nchw {

@@ -15,6 +15,8 @@ class Linear final : public Layer {
       : k_(s.in_features), m_(s.out_features), rows_(product(in[0].shape) / s.in_features), bias_(s.bias),
         needs_dinput_(in[0].needs_grad) {}
 
+  BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
+
   std::vector<ParamSlot> param_slots() const override {
     std::vector<ParamSlot> p{{m_ * k_, false}};
     if (bias_) p.push_back({m_, false});
@@ -63,7 +65,13 @@ class Linear final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_linear(Context&, const LinearSpec& s, const Inputs& in, const Dims&) {
+std::unique_ptr<Layer> make_linear(Context& ctx, const LinearSpec& s, const Inputs& in, const Dims&) {
+  // The flatten of an image: features in (C, H, W) order, which channels-last storage has only
+  // where H = W = 1 (after global pooling).
+  const Dims& x = in.at(0).shape;
+  TB_CHECK(ctx.layout == Layout::NCHW || x.size() != 4 || x[2] * x[3] == 1,
+           "linear over a channels-last image {} would flatten it in (H, W, C) order; the network keeps such a "
+           "model in NCHW", to_string(x));
   return std::make_unique<Linear>(s, in);
 }
 

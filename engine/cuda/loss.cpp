@@ -22,6 +22,9 @@ class SoftmaxCrossEntropy final : public Layer {
     correct_ = b.correct;
     scale_ = &b.state->scale;
   }
+  // Backward reads the log-probabilities the layer keeps itself.
+  BackwardReads backward_reads() const override { return BackwardReads::nothing(1); }
+
   void forward(Context& ctx) override {
     TB_CU(cudnnSoftmaxForward(ctx.cudnn, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, desc_, logits_,
                               &kZero, desc_, log_probs_.get()));
@@ -57,6 +60,8 @@ class Mse final : public Layer {
     loss_ = b.loss;
     scale_ = &b.state->scale;
   }
+  BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
+
   void forward(Context& ctx) override { kernels::mse_loss(ctx.dtype, pred_, targets_, count_, loss_, ctx.stream); }
   void backward(Context& ctx) override {
     if (needs_dinput_) kernels::mse_grad(ctx.dtype, pred_, targets_, count_, scale_, dpred_, ctx.stream);

@@ -2,10 +2,12 @@
 #include "engine/cuda/network.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <map>
 
 #include "engine/core/dataset.hpp"
-#include "engine/core/init.hpp"
 #include "engine/core/layer_factory.hpp"
 
 namespace tb::cuda {
@@ -47,6 +49,7 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   void record(cudaStream_t s) { TB_CU(cudaEventRecord(event_, s)); }
+  cudaEvent_t get() const { return event_; }
   // Seconds from `earlier` to this event; both must have completed.
   double since(const Event& earlier) const {
     float ms = 0;
@@ -58,7 +61,30 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// A non-blocking stream of the network's own (the uploads').
+class Stream {
+ public:
+  Stream() { TB_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  operator cudaStream_t() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// Seconds per layer and direction, summed over the eager steps timed, written as a table when
+// the network goes (TB_CUDA_LAYER_TIMES=<file>): where a step's time goes, by layer.
+struct LayerTimes {
+  std::string path;
+  std::vector<std::unique_ptr<Event>> forward, backward;  // by step: start events, plus one end
+  std::vector<double> forward_s, backward_s;
+  int steps = 0;
+};
+
 }  // namespace
+
 
 std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec, const Inputs& in, const Dims& out) {
   return make_backend_layer(ctx, spec, in, out, "cuda");
@@ -76,11 +102,19 @@ struct CudaNetwork::Impl {
     i64 elements = 0;
     bool fp32 = false;  // in the fp32 region [n_compute, n) under mixed precision
   };
-  // A gradient set aside in the edge scratch, added into its producer's after the layer's backward.
+  // A gradient set aside in an edge region, added into its producer's after the layer's backward.
   struct Accumulate {
     void* from;
     void* into;
     i64 count;
+  };
+  // One of the two buffers a batch is uploaded into (fp32, canonical layout).
+  struct Upload {
+    DeviceBuffer input, targets;
+    PinnedBuffer staging_input, staging_targets;
+    Event done;      // on the upload stream: the copy into `input` and `targets` is complete
+    Event consumed;  // on the main stream: the step that read them has converted them
+    bool used = false;
   };
 
   ModelSpec model;
@@ -89,27 +123,39 @@ struct CudaNetwork::Impl {
   bool has_loss = false, mixed = false;
   bool scaled = false;  // dynamic loss scaling: mixed precision with a loss
   i64 target_count = 0;
-  std::vector<std::unique_ptr<Layer>> layers;  // by node; null for the input
-  std::vector<std::vector<Slot>> slots;        // by node
+  std::vector<LayerGroup> groups;               // by step
+  std::vector<std::unique_ptr<Layer>> layers;   // by step
+  std::vector<Layer*> layer_of;                 // by node; null for the input
+  std::vector<int> hook_after;                  // by step: the node to report to the backward hook, or -1
+  MemoryPlan plan;
+  std::vector<std::vector<Slot>> slots;         // by node
   i64 n = 0, n_compute = 0;
   DeviceBuffer params32, params_compute, grads, grads32, first, second, state;
-  std::vector<DeviceBuffer> values, value_grads;  // by node
-  std::vector<std::vector<Accumulate>> accumulate;  // by consuming node
-  DeviceBuffer input32, labels, targets, edge_scratch, workspace, cublas_workspace, result;
+  DeviceBuffer arena, input, labels, targets;   // input: the model input in the storage type and layout
+  std::vector<void*> values, value_grads;       // by node, into the arena (values[0]: input)
+  std::vector<std::vector<Accumulate>> accumulate;  // by step
+  DeviceBuffer workspace, cublas_workspace, result;
   DeviceBuffer backward_scale;  // the loss scale the last backward used, for reading gradients
-  bool batch_recorded = false;  // set_batch recorded batch_start for the coming step
   std::function<void(int node)> backward_hook;
   DeviceTargets device_targets;
-  PinnedBuffer staging_input, staging_targets, readback;  // readback: loss (float), correct (int32)
-  Event batch_start, step_start, forward_end, backward_end, step_end;
+  Stream upload_stream;
+  Upload uploads[2];
+  int last_set = 1;          // the upload buffer set_batch filled last
+  bool batch_waiting = false;  // set_batch filled it and no pass has taken it yet
+  PinnedBuffer readback;     // loss (float), correct (int32)
+  Event batch_start, data_ready, forward_end, backward_end, step_end;
+  bool started = false;      // a step was started and not finished
   cudaGraphExec_t graph = nullptr;
   DeviceBuffer pool_inputs, pool_targets;  // the resident dataset
   i64 pool_batches = 0;
   std::int64_t correct = -1;
+  int clock = 0;  // plan time at the end of the last pass: forward S, backward 2S
+  LayerTimes timing;
 
-  std::size_t elem(const Context& ctx) const { return ctx.elem_bytes(); }
   i64 input_count() const { return product(shapes[0]); }
+  std::size_t target_bytes() const { return std::size_t(std::max<i64>(target_count, 1)) * 4; }
   kernels::StepState* step_state() const { return state.as<kernels::StepState>(); }
+  bool images(int node) const { return shapes[std::size_t(node)].size() == 4; }
 };
 
 CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
@@ -124,56 +170,74 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
   const int count = int(model.nodes.size());
   m.has_loss = is_loss(model.nodes.back().spec);
   if (m.has_loss) m.target_count = product(target_shape(model, config.batch));
-  m.layers.resize(count);
-  m.slots.resize(count);
-  m.values.resize(count);
-  m.value_grads.resize(count);
-  m.accumulate.resize(count);
+  m.layer_of.assign(std::size_t(count), nullptr);
+  m.slots.resize(std::size_t(count));
+  m.values.assign(std::size_t(count), nullptr);
+  m.value_grads.assign(std::size_t(count), nullptr);
 
-  // The last consumer of a tensor (the first to run in backward) writes its gradient; the
-  // others write into the edge scratch, then added (as in the CPU network).
-  std::vector<int> last_consumer(count, -1);
-  for (int i = 0; i < count; ++i)
-    for (int p : model.nodes[i].inputs) last_consumer[p] = std::max(last_consumer[p], i);
-  for (int i = 0; i + 1 < count; ++i)
-    TB_CHECK(last_consumer[i] >= 0, "{}/{}: output is never used", model.name, model.nodes[i].name);
-
-  // Plan every layer (descriptors, algorithms, workspace requests).
-  for (int i = 1; i < count; ++i) {
-    const Node& node = model.nodes[i];
+  // The layout and the layers (plan.hpp: the same decisions plan_network_memory makes).
+  ctx.layout = config.layout.value_or(choose_layout(model, config.precision));
+  m.groups = group_layers(model, ctx.layout, m.shapes, ctx.dtype, config.workspace_cap);
+  for (const LayerGroup& g : m.groups) {
+    const int node = g.nodes.back();
     Inputs in;
-    for (int p : node.inputs) in.push_back(LayerInput{m.shapes[p], p != 0});
-    // The node is named in the message; the error keeps its type (out of memory stays so).
-    const auto where = [&](const Error& e) {
-      return fmt::format("{}/{} ({}): {}", model.name, node.name, kind_name(node.spec), e.what());
-    };
+    for (int p : g.inputs) in.push_back(LayerInput{m.shapes[std::size_t(p)], p != 0});
     try {
-      m.layers[i] = make_layer(ctx, node.spec, in, m.shapes[i]);
-    } catch (const OutOfMemory& e) {
-      throw OutOfMemory(where(e));
-    } catch (const BackendError& e) {
-      throw BackendError(where(e));
-    } catch (const InputError& e) {
-      throw InputError(where(e));
-    } catch (const Error& e) {
-      throw Error(where(e));
+      if (g.fused)
+        m.layers.push_back(make_batchnorm_add_relu(ctx, std::get<BatchNormSpec>(model.nodes[std::size_t(g.nodes[0])].spec),
+                                                   in, m.shapes[std::size_t(node)]));
+      else
+        m.layers.push_back(make_layer(ctx, model.nodes[std::size_t(node)].spec, in, m.shapes[std::size_t(node)]));
+    } catch (...) {
+      rethrow_for_node(model, node);
     }
+    for (int covered : g.nodes) m.layer_of[std::size_t(covered)] = m.layers.back().get();
+    // The layer keeps the contract the GPU-free plan assumed for it.
+    const Layer& layer = *m.layers.back();
+    const LayerTraits t = layer_traits(model, g);
+    const BackwardReads r = layer.backward_reads();
+    bool agree = r.output == t.reads.output && layer.output_over_input() == t.output_over_input &&
+                 layer.dinput_over_doutput() == t.dinput_over_doutput &&
+                 layer.recomputes_output() == t.recompute_output;
+    for (std::size_t j = 0; j < g.inputs.size(); ++j) agree = agree && r.reads_input(j) == t.reads.reads_input(j);
+    TB_CHECK(agree, "{}/{}: the layer's backward reads or in-place use differ from plan.hpp's layer_traits",
+             model.name, model.nodes[std::size_t(node)].name);
   }
+  const std::vector<PlanStep> steps = plan_steps(model, m.groups, m.shapes, ctx.dtype);
+  m.plan = plan_memory(model, steps, PlanOptions{.keep_all = config.keep_values, .alignment = 256});
 
   // Parameter slots: compute-type slots first, fp32 slots (batch norm) after them, so that the
   // optimizer sees two contiguous regions. Without mixed precision every slot is fp32 storage.
+  // A fused layer's parameters are its batch norm's (the first node of its group).
   for (int pass = 0; pass < 2; ++pass) {
-    for (int i = 1; i < count; ++i) {
-      const auto declared = m.layers[i]->param_slots();
-      if (pass == 0) m.slots[i].resize(declared.size());
+    for (std::size_t s = 0; s < m.groups.size(); ++s) {
+      const int owner = m.groups[s].nodes.front();
+      const auto declared = m.layers[s]->param_slots();
+      if (pass == 0) m.slots[std::size_t(owner)].resize(declared.size());
       for (std::size_t k = 0; k < declared.size(); ++k) {
         const bool fp32 = m.mixed && declared[k].fp32;
         if (fp32 != (pass == 1)) continue;
-        m.slots[i][k] = Impl::Slot{m.n, declared[k].elements, fp32};
+        m.slots[std::size_t(owner)][k] = Impl::Slot{m.n, declared[k].elements, fp32};
         m.n += align_up(declared[k].elements);
       }
     }
     if (pass == 0) m.n_compute = m.n;
+  }
+  // The backward hook hears of a node once every node with parameters at or after it has its
+  // gradients (fused layers finish their batch norm after nodes with higher indices).
+  {
+    std::vector<int> param_nodes;
+    for (int i = 1; i < count; ++i)
+      if (!m.slots[std::size_t(i)].empty()) param_nodes.push_back(i);
+    std::vector<char> done(std::size_t(count), 0);
+    std::size_t frontier = param_nodes.size();  // param_nodes[frontier..] are done
+    m.hook_after.assign(m.groups.size(), -1);
+    for (std::size_t s = m.groups.size(); s-- > 0;) {
+      for (int node : m.groups[s].nodes) done[std::size_t(node)] = 1;
+      const std::size_t before = frontier;
+      while (frontier > 0 && done[std::size_t(param_nodes[frontier - 1])]) --frontier;
+      if (frontier < before) m.hook_after[s] = param_nodes[frontier];
+    }
   }
 
   // Allocate everything once, through the device's caching allocator.
@@ -190,13 +254,18 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
     m.second = DeviceBuffer(alloc, std::size_t(m.n) * 4, MemoryKind::OptimizerState);
   m.state = DeviceBuffer(alloc, sizeof(kernels::StepState), MemoryKind::OptimizerState);
 
-  m.values[0] = DeviceBuffer(alloc, std::size_t(m.input_count()) * e, MemoryKind::Data);
-  if (m.mixed) m.input32 = DeviceBuffer(alloc, std::size_t(m.input_count()) * 4, MemoryKind::Data);
+  m.arena = DeviceBuffer(alloc, std::max<std::size_t>(m.plan.arena_bytes, 1), MemoryKind::Activations);
+  m.input = DeviceBuffer(alloc, std::size_t(m.input_count()) * e, MemoryKind::Data);
+  m.values[0] = m.input.get();
   for (int i = 1; i < count; ++i) {
-    if (m.has_loss && i == count - 1) continue;
-    const std::size_t bytes = std::size_t(product(m.shapes[i])) * e;
-    m.values[i] = DeviceBuffer(alloc, bytes, MemoryKind::Activations);
-    m.value_grads[i] = DeviceBuffer(alloc, bytes, MemoryKind::Activations);
+    if (!m.plan.values[std::size_t(i)].empty()) m.values[std::size_t(i)] = m.arena.as<char>() + m.plan.values[std::size_t(i)].offset;
+    if (!m.plan.grads[std::size_t(i)].empty()) m.value_grads[std::size_t(i)] = m.arena.as<char>() + m.plan.grads[std::size_t(i)].offset;
+  }
+  for (Impl::Upload& u : m.uploads) {
+    u.input = DeviceBuffer(alloc, std::size_t(m.input_count()) * 4, MemoryKind::Data);
+    u.targets = DeviceBuffer(alloc, m.target_bytes(), MemoryKind::Data);
+    u.staging_input = PinnedBuffer(std::size_t(m.input_count()) * 4);
+    u.staging_targets = PinnedBuffer(m.target_bytes());
   }
   if (m.has_loss) {
     if (model.task == Task::Classification)
@@ -207,143 +276,192 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
   m.device_targets = DeviceTargets{m.labels.as<std::int32_t>(), m.targets.as<float>()};
   m.result = DeviceBuffer(alloc, 2 * sizeof(float), MemoryKind::Other);
   m.backward_scale = DeviceBuffer(alloc, sizeof(float), MemoryKind::Other);
-
-  std::vector<std::vector<char>> direct(count);
-  i64 edge_bytes = 0;
-  for (int i = 1; i < count; ++i) {
-    const auto& inputs = model.nodes[i].inputs;
-    i64 node_bytes = 0;
-    for (std::size_t j = 0; j < inputs.size(); ++j) {
-      const int p = inputs[j];
-      const bool first_use = std::find(inputs.begin(), inputs.begin() + j, p) == inputs.begin() + j;
-      direct[i].push_back(p != 0 && last_consumer[p] == i && first_use);
-      if (p != 0 && !direct[i][j]) node_bytes += align_up(product(m.shapes[p])) * i64(e);
-    }
-    edge_bytes = std::max(edge_bytes, node_bytes);
-  }
-  m.edge_scratch = DeviceBuffer(alloc, std::size_t(edge_bytes), MemoryKind::Activations);
-  m.workspace = DeviceBuffer(alloc, ctx.workspace_bytes, MemoryKind::Workspace);
+  if (ctx.workspace_bytes > 0) m.workspace = DeviceBuffer(alloc, ctx.workspace_bytes, MemoryKind::Workspace);
   ctx.workspace = m.workspace.get();
   // cuBLAS gets its workspace from us too, so that it never allocates during a step (which
   // graph capture forbids) and the allocator sees it.
   m.cublas_workspace = DeviceBuffer(alloc, kCublasWorkspace, MemoryKind::Workspace);
   TB_CU(cublasSetWorkspace(ctx.cublas, m.cublas_workspace.get(), kCublasWorkspace));
-
-  m.staging_input = PinnedBuffer(std::size_t(m.input_count()) * 4);
-  m.staging_targets = PinnedBuffer(std::size_t(std::max<i64>(m.target_count, 1)) * 4);
   m.readback = PinnedBuffer(2 * sizeof(float));
 
-  // Bind.
+  // Bind: each input gradient goes to its producer's gradient or, where the planner says the
+  // layer is not the one to write it, to an edge region added into it after the layer.
   char* params_c = static_cast<char*>(m.mixed ? m.params_compute.get() : m.params32.get());
   char* grads_c = static_cast<char*>(m.grads.get());
-  for (int i = 1; i < count; ++i) {
-    const Node& node = model.nodes[i];
+  m.accumulate.resize(m.groups.size());
+  for (std::size_t s = 0; s < m.groups.size(); ++s) {
+    const LayerGroup& g = m.groups[s];
+    const int node = g.nodes.back();
     Bindings b;
-    i64 edge_offset = 0;
-    for (std::size_t j = 0; j < node.inputs.size(); ++j) {
-      const int p = node.inputs[j];
-      b.inputs.push_back(m.values[p].get());
+    for (std::size_t j = 0; j < g.inputs.size(); ++j) {
+      const int p = g.inputs[j];
+      b.inputs.push_back(m.values[std::size_t(p)]);
+      const InputGrad& ig = m.plan.input_grads[s][j];
       if (p == 0) {
         b.dinputs.push_back(nullptr);
-      } else if (direct[i][j]) {
-        b.dinputs.push_back(m.value_grads[p].get());
+      } else if (ig.direct) {
+        b.dinputs.push_back(m.value_grads[std::size_t(p)]);
       } else {
-        void* edge = static_cast<char*>(m.edge_scratch.get()) + edge_offset;
-        edge_offset += align_up(product(m.shapes[p])) * i64(e);
+        void* edge = m.arena.as<char>() + ig.edge.offset;
         b.dinputs.push_back(edge);
-        m.accumulate[i].push_back(Impl::Accumulate{edge, m.value_grads[p].get(), product(m.shapes[p])});
+        m.accumulate[s].push_back(Impl::Accumulate{edge, m.value_grads[std::size_t(p)], product(m.shapes[std::size_t(p)])});
       }
     }
-    b.output = m.values[i].get();
-    b.doutput = m.value_grads[i].get();
-    for (const Impl::Slot& s : m.slots[i]) {
-      if (s.fp32) {
-        b.params.push_back(m.params32.as<float>() + s.offset);
-        b.dparams.push_back(m.grads32.as<float>() + (s.offset - m.n_compute));
+    b.output = m.has_loss && node == count - 1 ? nullptr : m.values[std::size_t(node)];
+    b.doutput = m.value_grads[std::size_t(node)];
+    for (const Impl::Slot& slot : m.slots[std::size_t(g.nodes.front())]) {
+      if (slot.fp32) {
+        b.params.push_back(m.params32.as<float>() + slot.offset);
+        b.dparams.push_back(m.grads32.as<float>() + (slot.offset - m.n_compute));
       } else {
-        b.params.push_back(params_c + s.offset * i64(e));
-        b.dparams.push_back(grads_c + s.offset * i64(e));
+        b.params.push_back(params_c + slot.offset * i64(e));
+        b.dparams.push_back(grads_c + slot.offset * i64(e));
       }
     }
     b.targets = &m.device_targets;
     b.loss = m.result.as<float>();
     b.correct = reinterpret_cast<std::int32_t*>(m.result.as<float>() + 1);
     b.state = m.step_state();
-    m.layers[i]->bind(ctx, b);
+    try {
+      m.layers[s]->bind(ctx, b);
+    } catch (...) {
+      rethrow_for_node(model, node);
+    }
   }
 
-  // Zero state and gradients, then initialise parameters in canonical layouts.
+  // Zero state and gradients (and the padding between slots), then initialise parameters in
+  // canonical layouts. Only a loss scales its gradient; a gradient given with set_output_grad
+  // is unscaled.
   for (DeviceBuffer* buf : {&m.first, &m.second, &m.grads, &m.grads32, &m.params32, &m.params_compute})
     if (*buf) TB_CU(cudaMemsetAsync(buf->get(), 0, buf->bytes(), ctx.stream));
-  // Only a loss scales its gradient; a gradient given with set_output_grad is unscaled.
   m.scaled = m.mixed && m.has_loss;
   kernels::init_step_state(m.step_state(), m.scaled ? config.initial_loss_scale : 1.0f, ctx.stream);
-  std::uint64_t seed = config.seed * 1000003;
-  for (int i = 1; i < count; ++i) {
-    const auto specs = node_params(model.nodes[i].spec, m.shapes[model.nodes[i].inputs[0]]);
-    for (std::size_t k = 0; k < specs.size(); ++k) write_param(i, int(k), init_param(specs[k], ++seed));
-  }
   TB_CU(cudaStreamSynchronize(ctx.stream));
   n_params_ = m.n;
+  initialize_parameters(*this, model, m.shapes, config.seed);
+
+  if (const char* path = std::getenv("TB_CUDA_LAYER_TIMES"); path && *path) {
+    m.timing.path = path;
+    for (std::size_t s = 0; s <= m.groups.size(); ++s) {
+      m.timing.forward.push_back(std::make_unique<Event>());
+      m.timing.backward.push_back(std::make_unique<Event>());
+    }
+    m.timing.forward_s.assign(m.groups.size(), 0.0);
+    m.timing.backward_s.assign(m.groups.size(), 0.0);
+  }
 }
 
 CudaNetwork::~CudaNetwork() {
-  if (ctx_ && ctx_->stream) cudaStreamSynchronize(ctx_->stream);
-  if (impl_ && impl_->graph) cudaGraphExecDestroy(impl_->graph);
+  Impl& m = *impl_;
+  cudaStreamSynchronize(ctx_->stream);
+  cudaStreamSynchronize(m.upload_stream);
+  if (m.graph) cudaGraphExecDestroy(m.graph);
+  if (m.timing.path.empty() || m.timing.steps == 0) return;
+  std::ofstream out(m.timing.path, std::ios::app);
+  out << "# " << m.model.name << " batch " << m.config.batch << " " << precision_name(m.config.precision) << " "
+      << layout_name(ctx_->layout) << ", mean of " << m.timing.steps << " eager steps (ms)\n"
+      << "step\tlayer\tkind\tforward_ms\tbackward_ms\n";
+  for (std::size_t s = 0; s < m.groups.size(); ++s) {
+    std::string kinds;
+    for (int node : m.groups[s].nodes) kinds += std::string(kinds.empty() ? "" : "+") + kind_name(m.model.nodes[std::size_t(node)].spec);
+    out << s << '\t' << m.model.nodes[std::size_t(m.groups[s].nodes.back())].name << '\t' << kinds << '\t'
+        << m.timing.forward_s[s] * 1e3 / m.timing.steps << '\t' << m.timing.backward_s[s] * 1e3 / m.timing.steps
+        << '\n';
+  }
 }
+
+const MemoryPlan& CudaNetwork::memory_plan() const { return impl_->plan; }
 
 void CudaNetwork::set_batch(const BatchView& batch) {
   Impl& m = *impl_;
-  Context& ctx = *ctx_;
-  m.batch_start.record(ctx.stream);
-  m.batch_recorded = true;
+  const int k = 1 - m.last_set;
+  Impl::Upload& u = m.uploads[k];
+  // The buffer's last upload has been copied (its staging is free) and the step that used it
+  // has converted it (its device buffer is free): the copy stream waits for the second.
+  TB_CU(cudaEventSynchronize(u.done.get()));
+  if (u.used) TB_CU(cudaStreamWaitEvent(m.upload_stream, u.consumed.get(), 0));
   const std::size_t input_bytes = std::size_t(m.input_count()) * 4;
   const std::size_t target_bytes = std::size_t(m.target_count) * 4;
-  float* input32 = m.mixed ? m.input32.as<float>() : m.values[0].as<float>();
   if (batch.resident >= 0) {
     TB_CHECK(m.pool_batches > 0, "batch {} is resident on the device, but no dataset was made resident",
              batch.resident);
-    const i64 k = batch.resident % m.pool_batches;
-    TB_CU(cudaMemcpyAsync(input32, m.pool_inputs.as<float>() + k * m.input_count(), input_bytes,
-                          cudaMemcpyDeviceToDevice, ctx.stream));
-    if (m.has_loss) {
-      void* to = m.labels ? m.labels.get() : m.targets.get();
-      TB_CU(cudaMemcpyAsync(to, m.pool_targets.as<char>() + k * i64(target_bytes), target_bytes,
-                            cudaMemcpyDeviceToDevice, ctx.stream));
-    }
+    const i64 r = batch.resident % m.pool_batches;
+    TB_CU(cudaMemcpyAsync(u.input.get(), m.pool_inputs.as<char>() + r * i64(input_bytes), input_bytes,
+                          cudaMemcpyDeviceToDevice, m.upload_stream));
+    if (m.has_loss)
+      TB_CU(cudaMemcpyAsync(u.targets.get(), m.pool_targets.as<char>() + r * i64(target_bytes), target_bytes,
+                            cudaMemcpyDeviceToDevice, m.upload_stream));
   } else {
-    // The previous step has finished (every step waits for its end), so the staging is free.
-    std::memcpy(m.staging_input.as<float>(), batch.input, input_bytes);
-    TB_CU(cudaMemcpyAsync(input32, m.staging_input.as<float>(), input_bytes, cudaMemcpyHostToDevice, ctx.stream));
+    std::memcpy(u.staging_input.as<float>(), batch.input, input_bytes);
+    TB_CU(cudaMemcpyAsync(u.input.get(), u.staging_input.as<float>(), input_bytes, cudaMemcpyHostToDevice,
+                          m.upload_stream));
     if (m.has_loss) {
       const void* from = m.model.task == Task::Classification ? static_cast<const void*>(batch.labels)
                                                               : static_cast<const void*>(batch.targets);
-      std::memcpy(m.staging_targets.as<char>(), from, target_bytes);
-      void* to = m.labels ? m.labels.get() : m.targets.get();
-      TB_CU(cudaMemcpyAsync(to, m.staging_targets.as<char>(), target_bytes, cudaMemcpyHostToDevice, ctx.stream));
+      std::memcpy(u.staging_targets.as<char>(), from, target_bytes);
+      TB_CU(cudaMemcpyAsync(u.targets.get(), u.staging_targets.as<char>(), target_bytes, cudaMemcpyHostToDevice,
+                            m.upload_stream));
     }
   }
-  if (m.mixed) kernels::cast_from_f32(ctx.dtype, input32, m.values[0].get(), m.input_count(), ctx.stream);
+  u.done.record(m.upload_stream);
+  m.last_set = k;
+  m.batch_waiting = true;
 }
 
-namespace {
-void run_forward(std::vector<std::unique_ptr<Layer>>& layers, Context& ctx, bool training) {
-  for (std::size_t i = 1; i < layers.size(); ++i) {
-    if (training) layers[i]->forward(ctx);
-    else layers[i]->forward_eval(ctx);
+void CudaNetwork::take_batch() {
+  Impl& m = *impl_;
+  Context& ctx = *ctx_;
+  m.batch_start.record(ctx.stream);
+  if (m.batch_waiting) {
+    Impl::Upload& u = m.uploads[m.last_set];
+    TB_CU(cudaStreamWaitEvent(ctx.stream, u.done.get(), 0));
+    const Dims& x = m.shapes[0];
+    if (ctx.layout == Layout::NHWC && x.size() == 4)
+      kernels::nchw_to_nhwc(ctx.dtype, u.input.as<float>(), m.input.get(), x[0], x[1], x[2] * x[3], ctx.stream);
+    else if (ctx.dtype != DType::F32)
+      kernels::cast_from_f32(ctx.dtype, u.input.as<float>(), m.input.get(), m.input_count(), ctx.stream);
+    else
+      TB_CU(cudaMemcpyAsync(m.input.get(), u.input.get(), std::size_t(m.input_count()) * 4, cudaMemcpyDeviceToDevice,
+                            ctx.stream));
+    if (m.has_loss) {
+      void* to = m.labels ? m.labels.get() : m.targets.get();
+      TB_CU(cudaMemcpyAsync(to, u.targets.get(), std::size_t(m.target_count) * 4, cudaMemcpyDeviceToDevice,
+                            ctx.stream));
+    }
+    u.consumed.record(ctx.stream);
+    u.used = true;
+    m.batch_waiting = false;
   }
+  m.data_ready.record(ctx.stream);
 }
-}  // namespace
+
+void CudaNetwork::enqueue_forward(bool training) {
+  Impl& m = *impl_;
+  Context& ctx = *ctx_;
+  const bool timed = !m.timing.path.empty() && training && !m.config.cuda_graph;
+  for (std::size_t s = 0; s < m.layers.size(); ++s) {
+    if (timed) m.timing.forward[s]->record(ctx.stream);
+    if (training) m.layers[s]->forward(ctx);
+    else m.layers[s]->forward_eval(ctx);
+    if (m.config.poison_dead)
+      for (int b : m.plan.ending_at(m.plan.forward_time(int(s)))) {
+        const Region& r = m.plan.blocks[std::size_t(b)].region;
+        TB_CU(cudaMemsetAsync(m.arena.as<char>() + r.offset, 0xff, r.bytes, ctx.stream));  // NaN in every type
+      }
+  }
+  if (timed) m.timing.forward.back()->record(ctx.stream);
+  m.clock = m.plan.steps;
+}
 
 float CudaNetwork::forward() {
-  Impl& m = *impl_;
-  run_forward(m.layers, *ctx_, true);
+  take_batch();
+  enqueue_forward(true);
   return read_loss();
 }
 
 float CudaNetwork::evaluate() {
-  Impl& m = *impl_;
-  run_forward(m.layers, *ctx_, false);
+  take_batch();
+  enqueue_forward(false);
   return read_loss();
 }
 
@@ -364,15 +482,25 @@ std::int64_t CudaNetwork::correct() const { return impl_->has_loss ? impl_->corr
 void CudaNetwork::enqueue_backward() {
   Impl& m = *impl_;
   Context& ctx = *ctx_;
+  const bool timed = !m.timing.path.empty() && !m.config.cuda_graph;
   // The update may change the scale (mixed precision); gradients read later are unscaled with
   // the one they were computed with.
   TB_CU(cudaMemcpyAsync(m.backward_scale.get(), &m.step_state()->scale, sizeof(float), cudaMemcpyDeviceToDevice,
                         ctx.stream));
-  for (std::size_t i = m.layers.size() - 1; i >= 1; --i) {
-    m.layers[i]->backward(ctx);
-    for (const Impl::Accumulate& a : m.accumulate[i]) kernels::accumulate(ctx.dtype, a.into, a.from, a.count, ctx.stream);
-    if (m.backward_hook && !m.slots[i].empty()) m.backward_hook(int(i));
+  for (std::size_t s = m.layers.size(); s-- > 0;) {
+    if (timed) m.timing.backward[s + 1]->record(ctx.stream);
+    for (int r : m.plan.recompute_before[s]) m.layers[std::size_t(r)]->recompute(ctx);
+    m.layers[s]->backward(ctx);
+    for (const Impl::Accumulate& a : m.accumulate[s]) kernels::accumulate(ctx.dtype, a.into, a.from, a.count, ctx.stream);
+    if (m.config.poison_dead)
+      for (int b : m.plan.ending_at(m.plan.backward_time(int(s)))) {
+        const Region& r = m.plan.blocks[std::size_t(b)].region;
+        TB_CU(cudaMemsetAsync(m.arena.as<char>() + r.offset, 0xff, r.bytes, ctx.stream));
+      }
+    if (m.backward_hook && m.hook_after[s] >= 0) m.backward_hook(m.hook_after[s]);
   }
+  if (timed) m.timing.backward[0]->record(ctx.stream);
+  m.clock = m.plan.last_time();
 }
 
 namespace {
@@ -466,46 +594,68 @@ void CudaNetwork::update() {
   TB_CU(cudaStreamSynchronize(ctx_->stream));
 }
 
-float CudaNetwork::train_step(StepTimes& times) {
+void CudaNetwork::start_step() {
   Impl& m = *impl_;
   Context& ctx = *ctx_;
-  if (!m.batch_recorded) m.batch_start.record(ctx.stream);  // the same batch as the last step
-  m.batch_recorded = false;
-  m.step_start.record(ctx.stream);
+  TB_CHECK(!m.started, "a step was started and not finished");
+  take_batch();
   if (m.config.cuda_graph && m.graph) {
     TB_CU(cudaGraphLaunch(m.graph, ctx.stream));
-    m.step_end.record(ctx.stream);
-    const float loss = read_loss();
-    times = StepTimes{.forward = -1, .backward = -1, .update = -1, .device = m.step_end.since(m.batch_start)};
-    return loss;
+  } else {
+    enqueue_forward(true);
+    m.forward_end.record(ctx.stream);
+    enqueue_backward();
+    m.backward_end.record(ctx.stream);
+    enqueue_update();
   }
-  run_forward(m.layers, ctx, true);
-  m.forward_end.record(ctx.stream);
-  enqueue_backward();
-  m.backward_end.record(ctx.stream);
-  enqueue_update();
   m.step_end.record(ctx.stream);
+  m.started = true;
+}
+
+float CudaNetwork::finish_step(StepTimes& times) {
+  Impl& m = *impl_;
+  TB_CHECK(m.started, "finish_step without start_step");
+  m.started = false;
+  const bool eager = !(m.config.cuda_graph && m.graph);
   const float loss = read_loss();
-  times = StepTimes{.forward = m.forward_end.since(m.step_start),
-                    .backward = m.backward_end.since(m.forward_end),
-                    .update = m.step_end.since(m.backward_end),
-                    .device = m.step_end.since(m.batch_start)};
-  if (m.config.cuda_graph) capture_step();
+  const double data = m.data_ready.since(m.batch_start), device = m.step_end.since(m.batch_start);
+  if (eager)
+    times = StepTimes{.forward = m.forward_end.since(m.data_ready),
+                      .backward = m.backward_end.since(m.forward_end),
+                      .update = m.step_end.since(m.backward_end),
+                      .device = device,
+                      .data = data};
+  else
+    times = StepTimes{.forward = -1, .backward = -1, .update = -1, .device = device, .data = data};
+  if (eager && !m.timing.path.empty()) {
+    ++m.timing.steps;
+    for (std::size_t s = 0; s < m.groups.size(); ++s) {
+      m.timing.forward_s[s] += m.timing.forward[s + 1]->since(*m.timing.forward[s]);
+      m.timing.backward_s[s] += m.timing.backward[s]->since(*m.timing.backward[s + 1]);
+    }
+  }
+  if (m.config.cuda_graph && !m.graph) capture_step();
   return loss;
+}
+
+float CudaNetwork::train_step(StepTimes& times) {
+  start_step();
+  return finish_step(times);
 }
 
 void CudaNetwork::capture_step() {
   // After one eager step, so that cuDNN's and cuBLAS's set-up on first use happened outside
   // the capture. Every pointer and size is fixed at planning and no call in the step
   // allocates or waits, so the one graph serves every later step. The backward hook would
-  // run only while capturing, so data-parallel replicas do not use graphs.
+  // run only while capturing, so data-parallel replicas do not use graphs. The batch's
+  // conversion stays outside the graph (it reads one of two upload buffers).
   Impl& m = *impl_;
   Context& ctx = *ctx_;
   TB_CHECK(!m.backward_hook, "a CUDA graph replays backward without its hook; replicas run without --cuda_graph");
   cudaGraph_t graph = nullptr;
   TB_CU(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
   try {
-    run_forward(m.layers, ctx, true);
+    enqueue_forward(true);
     enqueue_backward();
     enqueue_update();
   } catch (...) {
@@ -555,19 +705,57 @@ float CudaNetwork::grad_unscale() const {
   return 1.0f / download(impl_->backward_scale.get(), DType::F32, 1)[0];
 }
 
+std::vector<float> CudaNetwork::to_canonical(int node, std::vector<float> values) const {
+  const Impl& m = *impl_;
+  if (ctx_->layout != Layout::NHWC || !m.images(node)) return values;
+  const Dims& d = m.shapes[std::size_t(node)];
+  const i64 C = d[1], HW = d[2] * d[3];
+  std::vector<float> out(values.size());
+  for (i64 n = 0; n < d[0]; ++n)
+    for (i64 p = 0; p < HW; ++p)
+      for (i64 c = 0; c < C; ++c) out[std::size_t((n * C + c) * HW + p)] = values[std::size_t((n * HW + p) * C + c)];
+  return out;
+}
+
+std::vector<float> CudaNetwork::from_canonical(int node, const std::vector<float>& values) const {
+  const Impl& m = *impl_;
+  if (ctx_->layout != Layout::NHWC || !m.images(node)) return values;
+  const Dims& d = m.shapes[std::size_t(node)];
+  const i64 C = d[1], HW = d[2] * d[3];
+  std::vector<float> out(values.size());
+  for (i64 n = 0; n < d[0]; ++n)
+    for (i64 p = 0; p < HW; ++p)
+      for (i64 c = 0; c < C; ++c) out[std::size_t((n * HW + p) * C + c)] = values[std::size_t((n * C + c) * HW + p)];
+  return out;
+}
+
+// A node's value or gradient where it still holds what the last pass left: a node fused into a
+// later layer has none, and a block the planner gave to others after its last use is refused.
+const void* CudaNetwork::readable(int node, bool gradient) const {
+  const Impl& m = *impl_;
+  TB_CHECK(node >= 0 && node < int(m.values.size()), "no node {}", node);
+  const char* what = gradient ? "gradient" : "output";
+  const void* ptr = gradient ? m.value_grads[std::size_t(node)] : m.values[std::size_t(node)];
+  TB_CHECK(ptr, "{}/{}: no {} is kept ({}, or fused into the layer after it)", m.model.name,
+           m.model.nodes[std::size_t(node)].name, what, gradient ? "the input or the loss" : "the loss");
+  const int b = gradient ? m.plan.grad_block[std::size_t(node)] : m.plan.value_block[std::size_t(node)];
+  if (b >= 0 && m.plan.blocks[std::size_t(b)].end < m.clock)
+    TB_CHECK(!m.config.poison_dead && m.plan.intact_at(b, m.clock),
+             "{}/{}: its {} shares bytes with others after its last use in the step; build the network with "
+             "keep_values to read it", m.model.name, m.model.nodes[std::size_t(node)].name, what);
+  return ptr;
+}
+
 std::vector<float> CudaNetwork::read_output(int node) const {
   const Impl& m = *impl_;
-  if (m.has_loss && node == int(m.layers.size()) - 1) {
-    const auto v = download(m.result.get(), DType::F32, 1);
-    return v;
-  }
-  return download(m.values.at(node).get(), ctx_->dtype, product(m.shapes.at(node)));
+  if (m.has_loss && node == int(m.values.size()) - 1) return download(m.result.get(), DType::F32, 1);
+  return to_canonical(node, download(readable(node, false), ctx_->dtype, product(m.shapes.at(std::size_t(node)))));
 }
 
 std::vector<float> CudaNetwork::read_grad(int node) const {
   const Impl& m = *impl_;
-  TB_CHECK(node > 0 && m.value_grads.at(node), "node {} has no gradient", node);
-  auto g = download(m.value_grads[node].get(), ctx_->dtype, product(m.shapes[node]));
+  TB_CHECK(node > 0, "node {} has no gradient", node);
+  auto g = to_canonical(node, download(readable(node, true), ctx_->dtype, product(m.shapes.at(std::size_t(node)))));
   const float unscale = grad_unscale();
   for (float& v : g) v *= unscale;
   return g;
@@ -576,10 +764,10 @@ std::vector<float> CudaNetwork::read_grad(int node) const {
 void CudaNetwork::set_output_grad(const std::vector<float>& grad) {
   Impl& m = *impl_;
   TB_CHECK(!m.has_loss, "the gradient of a loss is computed, not given");
-  const int last = int(m.layers.size()) - 1;
-  TB_CHECK(i64(grad.size()) == product(m.shapes[last]), "output gradient has {} values, expected {}", grad.size(),
-           product(m.shapes[last]));
-  upload(grad, m.value_grads[last].get(), ctx_->dtype);
+  const int last = int(m.values.size()) - 1;
+  TB_CHECK(i64(grad.size()) == product(m.shapes[std::size_t(last)]), "output gradient has {} values, expected {}",
+           grad.size(), product(m.shapes[std::size_t(last)]));
+  upload(from_canonical(last, grad), m.value_grads[std::size_t(last)], ctx_->dtype);
 }
 
 std::vector<std::vector<float>> CudaNetwork::read_slots(int node, bool gradients) const {
@@ -587,7 +775,7 @@ std::vector<std::vector<float>> CudaNetwork::read_slots(int node, bool gradients
   TB_CHECK(node > 0 && node < int(m.slots.size()), "node {} has no parameters", node);
   const std::size_t e = ctx_->elem_bytes();
   std::vector<std::vector<float>> out;
-  for (const Impl::Slot& s : m.slots[node]) {
+  for (const Impl::Slot& s : m.slots[std::size_t(node)]) {
     if (!gradients) {
       out.push_back(download(m.params32.as<float>() + s.offset, DType::F32, s.elements));
     } else if (s.fp32) {
@@ -600,11 +788,11 @@ std::vector<std::vector<float>> CudaNetwork::read_slots(int node, bool gradients
 }
 
 std::vector<float> CudaNetwork::read_param(int node, int index) const {
-  return impl_->layers.at(node)->canonical(index, read_slots(node, false));
+  return impl_->layer_of.at(std::size_t(node))->canonical(index, read_slots(node, false));
 }
 
 std::vector<float> CudaNetwork::read_param_grad(int node, int index) const {
-  auto g = impl_->layers.at(node)->canonical(index, read_slots(node, true));
+  auto g = impl_->layer_of.at(std::size_t(node))->canonical(index, read_slots(node, true));
   const float unscale = grad_unscale();
   for (float& v : g) v *= unscale;
   return g;
@@ -612,15 +800,16 @@ std::vector<float> CudaNetwork::read_param_grad(int node, int index) const {
 
 void CudaNetwork::write_param(int node, int index, const std::vector<float>& value) {
   Impl& m = *impl_;
-  const auto specs = node_params(m.model.nodes.at(node).spec, m.shapes[m.model.nodes[node].inputs.at(0)]);
+  const auto specs = node_params(m.model.nodes.at(std::size_t(node)).spec,
+                                 m.shapes[std::size_t(m.model.nodes[std::size_t(node)].inputs.at(0))]);
   TB_CHECK(index >= 0 && index < int(specs.size()), "node {} has no parameter {}", node, index);
-  TB_CHECK(i64(value.size()) == specs[index].count(), "parameter {} of node {}: {} values given, {} expected", index,
-           node, value.size(), specs[index].count());
+  TB_CHECK(i64(value.size()) == specs[std::size_t(index)].count(), "parameter {} of node {}: {} values given, {} expected",
+           index, node, value.size(), specs[std::size_t(index)].count());
   auto slots = read_slots(node, false);
-  m.layers[node]->set_canonical(index, value, slots);
+  m.layer_of[std::size_t(node)]->set_canonical(index, value, slots);
   const std::size_t e = ctx_->elem_bytes();
   for (std::size_t k = 0; k < slots.size(); ++k) {
-    const Impl::Slot& s = m.slots[node][k];
+    const Impl::Slot& s = m.slots[std::size_t(node)][k];
     TB_CHECK(i64(slots[k].size()) == s.elements, "node {}: slot {} has {} values, expected {}", node, k,
              slots[k].size(), s.elements);
     upload(slots[k], m.params32.as<float>() + s.offset, DType::F32);
@@ -663,14 +852,11 @@ MemoryBreakdown CudaNetwork::memory() const {
   b.weights = m.params32.bytes() + m.params_compute.bytes();
   b.gradients = m.grads.bytes() + m.grads32.bytes();
   b.optimizer_state = m.first.bytes() + m.second.bytes() + m.state.bytes();
-  for (std::size_t i = 0; i < m.values.size(); ++i) {
-    if (i > 0) b.activations += m.values[i].bytes() + m.value_grads[i].bytes();
-    if (m.layers[i]) b.activations += m.layers[i]->own_bytes();
-  }
-  b.activations += m.edge_scratch.bytes() + m.result.bytes();
+  b.activations = m.arena.bytes() + m.result.bytes() + m.backward_scale.bytes();
+  for (const auto& layer : m.layers) b.activations += layer->own_bytes();
   b.workspace = m.workspace.bytes() + m.cublas_workspace.bytes();
-  b.data = m.values[0].bytes() + m.input32.bytes() + m.labels.bytes() + m.targets.bytes() + m.pool_inputs.bytes() +
-           m.pool_targets.bytes();
+  b.data = m.input.bytes() + m.labels.bytes() + m.targets.bytes() + m.pool_inputs.bytes() + m.pool_targets.bytes();
+  for (const Impl::Upload& u : m.uploads) b.data += u.input.bytes() + u.targets.bytes();
   return b;
 }
 

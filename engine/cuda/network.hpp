@@ -1,10 +1,14 @@
-// The CUDA network: plans a model once for one batch size on one device and precision (layers,
-// cuDNN algorithms, every buffer through the device's caching allocator) and runs training
-// steps with no allocation and no synchronisation inside the step; optionally the whole step
-// (forward, backward, update) is captured once as a CUDA graph and replayed.
+// The CUDA network: plans a model once for one batch size on one device and precision (the image
+// layout, which layers fuse, cuDNN plans, one arena of values and gradients from the core
+// planner, every buffer through the device's caching allocator) and runs training steps with no
+// allocation and no synchronisation inside the step; optionally the whole step (forward,
+// backward, update) is captured once as a CUDA graph and replayed. Batches are uploaded on a
+// stream of their own into one of two buffers, so that the next batch's copy overlaps the
+// current step.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/core/dataset.hpp"
@@ -25,6 +29,12 @@ struct NetworkConfig {
   bool cuda_graph = false;
   float initial_loss_scale = 65536.0f;  // mixed precision only
   std::int32_t loss_scale_growth_interval = 2000;
+  // Image layout: by default choose_layout()'s; tests force one to cover both paths.
+  std::optional<Layout> layout;
+  // As in the CPU network: keep every value and gradient for the whole step (tests that read
+  // them), and fill each arena block with NaN when its planned life ends (debug).
+  bool keep_values = false;
+  bool poison_dead = false;
 };
 
 // Where the device memory of one network goes, in bytes.
@@ -32,7 +42,7 @@ struct MemoryBreakdown {
   std::size_t weights = 0;      // fp32 master plus the compute copy
   std::size_t gradients = 0;
   std::size_t optimizer_state = 0;
-  std::size_t activations = 0;  // values, their gradients, layers' saved state
+  std::size_t activations = 0;  // the arena of values and gradients, layers' saved state
   std::size_t workspace = 0;
   std::size_t data = 0;         // the batch, and a resident dataset (--data_on_device)
 };
@@ -49,8 +59,11 @@ class CudaNetwork final : public Network {
   void backward() override;
   void update() override;
   // Forward, backward and update enqueued together (or replayed as one graph) with one wait at
-  // the end; the times are measured with CUDA events from set_batch's upload to the update.
+  // the end; the step's device time runs from its wait for the batch's upload to the update.
   float train_step(StepTimes& times) override;
+  void start_step() override;
+  float finish_step(StepTimes& times) override;
+  bool asynchronous() const override { return true; }
 
   std::vector<float> read_output(int node) const override;
   std::vector<float> read_grad(int node) const override;
@@ -78,15 +91,23 @@ class CudaNetwork final : public Network {
   std::int64_t skipped_steps() const;
   float loss_scale() const;
   const Context& context() const { return *ctx_; }
+  const MemoryPlan& memory_plan() const;
+  Layout layout() const { return ctx_->layout; }
 
  private:
   struct Impl;
   float read_loss();  // waits for the stream; the loss and correct count of the last forward
+  void take_batch();   // the main stream waits for the batch set last and converts it
+  void enqueue_forward(bool training);
   void enqueue_backward();
   void enqueue_update();
   void capture_step();
   std::vector<float> download(const void* ptr, DType type, i64 count) const;
   void upload(const std::vector<float>& values, void* ptr, DType type);
+  // A node's value or gradient in canonical (NCHW) order, and back.
+  std::vector<float> to_canonical(int node, std::vector<float> values) const;
+  std::vector<float> from_canonical(int node, const std::vector<float>& values) const;
+  const void* readable(int node, bool gradient) const;
   std::vector<std::vector<float>> read_slots(int node, bool gradients) const;
   kernels::StepState step_state() const;
   float grad_unscale() const;  // 1 / loss scale where a loss scaled the gradients

@@ -1,5 +1,5 @@
-// MaxPool2d and global average pooling on cuDNN's pooling descriptor, plain NCHW. Backward
-// recomputes where the maximum was from x and y, so nothing is kept between the passes.
+// MaxPool2d and global average pooling on cuDNN's pooling descriptor, in the network's layout.
+// Backward recomputes where the maximum was from x and y, so nothing is kept between the passes.
 // N = batch, C = channels, H, W = height, width.
 #include <utility>
 
@@ -20,8 +20,8 @@ class Pooling final : public UnaryLayer {
     const Dims& shape = in.at(0).shape;
     TB_CHECK(shape.size() == 4, "{}: the input must be (N, C, H, W), got {}", name, to_string(shape));
     const Nchw x = as_nchw(shape), y = as_nchw(out_shape);  // global pooling's (N, C) is (N, C, 1, 1)
-    x_desc_.set4d(ctx.cudnn_dtype, x.n, x.c, x.h, x.w);
-    y_desc_.set4d(ctx.cudnn_dtype, y.n, y.c, y.h, y.w);
+    x_desc_.set4d(ctx.cudnn_dtype, x.n, x.c, x.h, x.w, ctx.layout);
+    y_desc_.set4d(ctx.cudnn_dtype, y.n, y.c, y.h, y.w, ctx.layout);
     TB_CU(cudnnSetPooling2dDescriptor(pool_, mode, CUDNN_NOT_PROPAGATE_NAN, int(window.height), int(window.width),
                                       int(window.padding), int(window.padding), int(window.stride),
                                       int(window.stride)));

@@ -1,0 +1,82 @@
+// The CUDA backend's planning decisions that need no GPU and no CUDA header, so that every build
+// (a machine without the toolkit included) can compute a GPU network's memory plan: precisions
+// and storage types, the image layout per precision and model, which nodes run fused as one
+// layer, and what each layer's backward reads. CudaNetwork plans with these same functions, and
+// checks that its layers agree with them.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/core/planner.hpp"
+#include "engine/core/spec.hpp"
+
+namespace tb::cuda {
+
+// fp32: strict single precision (no tensor-core conversion). tf32: fp32 storage, TF32 tensor
+// cores in convolutions and GEMMs. fp16 and bf16: mixed precision, activations and a compute
+// copy of the weights in 16 bits, fp32 master weights and optimizer state, dynamic loss scaling.
+enum class Precision { FP32, TF32, FP16, BF16 };
+// Storage type of activations, gradients and the compute copy of weights.
+enum class DType { F32, F16, BF16 };
+// How a network stores its images (N, C, H, W): plain NCHW, or channels-last NHWC, the layout
+// tensor cores read without transposing.
+enum class Layout { NCHW, NHWC };
+
+// Throws tb::InputError naming --precisions for anything but fp32, tf32, fp16, bf16.
+Precision parse_precision(const std::string& name);
+const char* precision_name(Precision p);
+inline bool is_mixed(Precision p) { return p == Precision::FP16 || p == Precision::BF16; }
+DType storage_type(Precision p);
+std::size_t dtype_bytes(DType t);
+const char* layout_name(Layout l);
+
+// Channels-last where tensor cores compute (tf32, fp16, bf16) and the model's convolutions suit
+// them (every one with a multiple of 8 output channels: ResNet-152); NCHW elsewhere (strict
+// fp32, whose FMA kernels are NCHW's, and LeNet-5's 6-channel convolutions).
+Layout choose_layout(const ModelSpec& model, Precision precision);
+
+// One layer of the network: a node, or batch norm fused with the residual add and ReLU after it.
+struct LayerGroup {
+  std::vector<int> nodes;   // computed, in order; the last one's output is the layer's
+  std::vector<int> inputs;  // read, in order (fused: the batch norm's input, then the shortcut)
+  bool fused = false;       // batch norm + (add) + ReLU (make_batchnorm_add_relu)
+};
+// The layers, in the order they run. Batch norm whose output only a ReLU reads, or only an add
+// whose output only a ReLU reads, fuses with them (the add's other input is the shortcut);
+// everything else is a layer of its own. In NCHW, batch norm + ReLU without an add sets its
+// masked gradient aside in the cuDNN workspace, so it fuses only where that fits the cap.
+inline constexpr std::size_t kDefaultWorkspaceCap = std::size_t(256) << 20;
+std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, const std::vector<Dims>& shapes, DType dtype,
+                                     std::size_t workspace_cap = kDefaultWorkspaceCap);
+
+// What the layer of `group` reads in backward and whether it may run in place, by kind: the
+// contract every CUDA layer keeps (CudaNetwork checks its layers against it).
+struct LayerTraits {
+  BackwardReads reads = BackwardReads::all();
+  bool output_over_input = false, dinput_over_doutput = false;
+  bool recompute_output = false;  // batch norm + ReLU: recomputed in backward, not kept
+};
+LayerTraits layer_traits(const ModelSpec& model, const LayerGroup& group);
+
+// The steps for the planner: groups with their output bytes (the loss keeps none in the arena).
+std::vector<PlanStep> plan_steps(const ModelSpec& model, const std::vector<LayerGroup>& groups,
+                                 const std::vector<Dims>& shapes, DType dtype);
+
+// The arena of a network of `model` at `batch` in `precision`, planned exactly as CudaNetwork
+// plans it (alignment 256 bytes), without a GPU.
+MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch, Precision precision, bool keep_all = false,
+                               std::optional<Layout> layout = std::nullopt);
+
+// Device bytes a network needs besides its arena, from the model alone: fp32 master weights, the
+// 16-bit compute copy and gradients under mixed precision, optimizer state (SGD momentum or
+// Adam's two moments), the batch (two uploads in flight, in fp32, and the input in the storage
+// type). The cuDNN workspace (at most the cap) and layers' saved statistics come on top.
+struct FixedBytes {
+  std::size_t weights = 0, gradients = 0, optimizer_state = 0, data = 0;
+};
+FixedBytes fixed_bytes(const ModelSpec& model, i64 batch, Precision precision, bool adam);
+
+}  // namespace tb::cuda

@@ -1,0 +1,230 @@
+// The memory planner (engine/core/planner.hpp) on hand-made graphs (lifetimes, in-place layers,
+// edges, recomputed values), its invariant over every workload on both backends' plans, the
+// plans against the networks that use them, and the memory targets read off the plans.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "engine/core/planner.hpp"
+#include "engine/cpu/network.hpp"
+#include "engine/cuda/plan.hpp"
+#include "models/models.hpp"
+
+namespace tb {
+namespace {
+
+constexpr std::size_t kBytes = 1024;  // every value of the hand-made graphs
+
+// input -> a -> b -> c (-> loss), one step per node, reading what `reads` says.
+struct Chain {
+  ModelSpec model;
+  std::vector<PlanStep> steps;
+};
+
+Chain chain(int layers, bool loss) {
+  Chain c;
+  c.model.name = "chain";
+  int x = c.model.add("input", InputSpec{{4}}, {});
+  for (int i = 0; i < layers; ++i) x = c.model.add("l" + std::to_string(i), ReLUSpec{}, {x});
+  if (loss) x = c.model.add("loss", MSESpec{}, {x});
+  for (int node = 1; node < int(c.model.nodes.size()); ++node)
+    c.steps.push_back(PlanStep{.nodes = {node},
+                               .inputs = c.model.nodes[std::size_t(node)].inputs,
+                               .bytes = loss && node == x ? 0 : kBytes,
+                               .reads = BackwardReads::nothing(1)});
+  return c;
+}
+
+const MemoryPlan::Block& value_block(const MemoryPlan& p, int node) {
+  return p.blocks.at(std::size_t(p.value_block.at(std::size_t(node))));
+}
+
+TEST(Planner, ValueLivesUntilItsLastForwardUseWhenBackwardReadsNothing) {
+  Chain c = chain(3, true);  // steps: l0, l1, l2, loss; S = 4
+  const MemoryPlan p = plan_memory(c.model, c.steps, {.alignment = 256});
+  check_plan(p);
+  EXPECT_EQ(value_block(p, 1).begin, p.forward_time(0));
+  EXPECT_EQ(value_block(p, 1).end, p.forward_time(1)) << "read by l1's forward only";
+  // At most two values, or two gradients, live at any time.
+  EXPECT_EQ(p.arena_bytes, 2 * kBytes);
+  EXPECT_LT(p.arena_bytes, p.blocks.size() * kBytes);
+}
+
+TEST(Planner, BackwardReadsKeepAValueUntilThatBackward) {
+  Chain c = chain(3, true);
+  c.steps[1].reads = BackwardReads::only_inputs();  // l1's backward reads l0's output
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  EXPECT_EQ(value_block(p, 1).end, p.backward_time(1));
+  c.steps[1].reads = BackwardReads::only_output(1);  // l1's backward reads its own output
+  const MemoryPlan q = plan_memory(c.model, c.steps, {});
+  EXPECT_EQ(value_block(q, 2).end, q.backward_time(1));
+  EXPECT_EQ(value_block(q, 1).end, q.forward_time(1));
+}
+
+TEST(Planner, GradientLivesFromItsConsumersBackwardToItsProducers) {
+  Chain c = chain(3, true);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  const auto& g = p.blocks.at(std::size_t(p.grad_block[2]));  // gradient of l1's output
+  EXPECT_EQ(g.begin, p.backward_time(2)) << "written by l2's backward";
+  EXPECT_EQ(g.end, p.backward_time(1)) << "read by l1's backward";
+  EXPECT_LT(p.grad_block[0], 0) << "the model input has no gradient";
+  EXPECT_LT(p.value_block[4], 0) << "the loss keeps nothing in the arena";
+}
+
+TEST(Planner, ElementwiseLayersWorkInPlaceWhereNothingElseReads) {
+  Chain c = chain(3, true);
+  for (PlanStep& s : c.steps) {
+    s.output_over_input = s.dinput_over_doutput = true;
+    s.reads = BackwardReads::only_output(1);
+  }
+  c.steps[0].output_over_input = false;  // l0 reads the model input, which is not in the arena
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  // l1 reads l0's output only in its forward... but l0's backward reads its own output, so l1
+  // may not write over it; nor l2 over l1's. Without those reads it may:
+  for (PlanStep& s : c.steps) s.reads = BackwardReads::nothing(1);
+  c.steps[0].output_over_input = false;
+  const MemoryPlan q = plan_memory(c.model, c.steps, {});
+  check_plan(q);
+  EXPECT_EQ(q.value_block[1], q.value_block[2]);
+  EXPECT_EQ(q.value_block[2], q.value_block[3]);
+  EXPECT_EQ(q.grad_block[3], q.grad_block[2]) << "l2 writes l1's gradient over its own";
+  EXPECT_EQ(q.arena_bytes, kBytes) << "one value block, then (after forward) one gradient block";
+  EXPECT_NE(p.value_block[1], p.value_block[2]);
+}
+
+TEST(Planner, KeepAllSharesNothing) {
+  Chain c = chain(3, true);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {.keep_all = true});
+  check_plan(p);
+  std::size_t sum = 0;
+  for (const auto& b : p.blocks) sum += b.region.bytes;
+  EXPECT_EQ(p.arena_bytes, sum);
+}
+
+TEST(Planner, SecondConsumerWritesAnEdgeThatTheFirstAddsInto) {
+  ModelSpec m;
+  m.name = "fork";
+  const int x = m.add("input", InputSpec{{4}}, {});
+  const int a = m.add("a", ReLUSpec{}, {x});
+  const int b = m.add("b", ReLUSpec{}, {a});
+  const int s = m.add("sum", AddSpec{}, {a, b});
+  std::vector<PlanStep> steps;
+  for (int node : {a, b, s})
+    steps.push_back(PlanStep{.nodes = {node}, .inputs = m.nodes[std::size_t(node)].inputs, .bytes = kBytes,
+                             .reads = BackwardReads::nothing(m.nodes[std::size_t(node)].inputs.size())});
+  const MemoryPlan p = plan_memory(m, steps, {});
+  check_plan(p);
+  EXPECT_TRUE(p.input_grads[2][0].direct) << "sum is a's last consumer: it writes a's gradient";
+  EXPECT_FALSE(p.input_grads[1][0].direct) << "b's gradient for a goes to an edge, added after b's backward";
+  EXPECT_EQ(p.input_grads[1][0].edge.bytes, kBytes);
+}
+
+TEST(Planner, RecomputedValueLendsItsBytesBetweenForwardAndBackward) {
+  Chain c = chain(4, true);  // l0 .. l3, loss
+  c.steps[1].recompute_output = true;
+  c.steps[1].reads = BackwardReads::only_output(1);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  const auto& v = value_block(p, 2);
+  EXPECT_EQ(v.hole_begin, p.forward_time(2) + 1) << "l2's forward is its last use in forward";
+  EXPECT_EQ(v.hole_end, p.backward_time(1) - 1) << "l1's own backward is its first use in backward";
+  ASSERT_EQ(p.recompute_before[1].size(), 1u);
+  EXPECT_EQ(p.recompute_before[1][0], 1);
+  EXPECT_FALSE(v.alive(p.forward_time(3)));
+  EXPECT_FALSE(p.intact_at(p.value_block[2], p.forward_time(3)));
+}
+
+TEST(Planner, CheckFindsTwoLiveBlocksSharingBytes) {
+  Chain c = chain(3, true);
+  MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  // Put l0's and l1's values, alive together at l1's forward, at one offset.
+  p.blocks[std::size_t(p.value_block[2])].region.offset = p.blocks[std::size_t(p.value_block[1])].region.offset;
+  EXPECT_THROW(check_plan(p), Error);
+}
+
+TEST(Planner, StepsThatDoNotDescribeTheModelAreRefused) {
+  Chain c = chain(3, true);
+  std::vector<PlanStep> missing(c.steps.begin() + 1, c.steps.end());
+  EXPECT_THROW(plan_memory(c.model, missing, {}), Error);
+  std::vector<PlanStep> backwards = c.steps;
+  std::swap(backwards[0], backwards[1]);
+  EXPECT_THROW(plan_memory(c.model, backwards, {}), Error);
+}
+
+// ---- Every workload, both backends ----
+
+std::size_t sum_of_blocks(const MemoryPlan& p) {
+  std::size_t sum = 0;
+  for (const auto& b : p.blocks) sum += b.region.bytes;
+  return sum;
+}
+
+void expect_sound(const MemoryPlan& p, const std::string& what) {
+  EXPECT_NO_THROW(check_plan(p)) << what;
+  EXPECT_GE(p.arena_bytes, p.peak_live_bytes()) << what;
+  EXPECT_LE(p.arena_bytes, sum_of_blocks(p)) << what;
+}
+
+TEST(PlannerWorkloads, NoTwoLiveValuesShareBytesOnEitherBackend) {
+  for (const models::Workload& w : models::workloads()) {
+    const i64 batch = w.model == "resnet152" ? 2 : w.batch;
+    expect_sound(cpu::plan_network_memory(w.spec, batch), w.model + " cpu");
+    for (const char* precision : {"fp32", "tf32", "fp16", "bf16"})
+      for (const cuda::Layout layout : {cuda::Layout::NCHW, cuda::Layout::NHWC}) {
+        if (layout == cuda::Layout::NHWC && w.model == "lenet5") continue;  // its flatten needs NCHW
+        const std::string what = fmt::format("{} gpu {} {}", w.model, precision, cuda::layout_name(layout));
+        expect_sound(cuda::plan_network_memory(w.spec, batch, cuda::parse_precision(precision), false, layout), what);
+      }
+  }
+}
+
+TEST(PlannerWorkloads, CpuNetworkAllocatesTheArenaItsPlanSays) {
+  for (const models::Workload& w : models::workloads()) {
+    if (w.model == "resnet152") continue;  // the same code path; ResNet blocks run in test_models
+    const MemoryPlan p = cpu::plan_network_memory(w.spec, w.batch);
+    cpu::CpuNetwork net(w.spec, cpu::NetworkConfig{.batch = w.batch, .optimizer = w.optimizer});
+    EXPECT_EQ(std::size_t(net.activation_bytes()), p.arena_bytes) << w.model;
+  }
+}
+
+TEST(PlannerWorkloads, SharingCutsResnet152ToAFractionOfOneBufferPerValue) {
+  const ModelSpec m = models::resnet152(224, 1000);
+  const MemoryPlan shared = cuda::plan_network_memory(m, 8, cuda::Precision::BF16);
+  const MemoryPlan whole = cuda::plan_network_memory(m, 8, cuda::Precision::BF16, /*keep_all=*/true);
+  EXPECT_LT(shared.arena_bytes * 2, whole.arena_bytes) << shared.arena_bytes << " of " << whole.arena_bytes;
+}
+
+// The targets on an 80 GB H100, read off the plan (CudaNetwork allocates exactly this
+// arena; the weights, gradients, optimizer state, batch buffers and workspaces are added as the
+// network allocates them): at or below PyTorch 2.11's peak at batch 128 (bf16 11.8 GB, fp32
+// 22.3 GB, rounded up to 12 and 23 GB), and batch 256 in bf16 under a 24 GiB cap.
+TEST(PlannerWorkloads, Resnet152OnAGpuPlansWithinThePyTorchFootprint) {
+  const ModelSpec m = models::resnet152(224, 1000);
+  const auto total = [&](i64 batch, cuda::Precision p) {
+    const cuda::FixedBytes f = cuda::fixed_bytes(m, batch, p, /*adam=*/false);
+    constexpr std::size_t kWorkspaces = (std::size_t(256) + 32) << 20;
+    return double(cuda::plan_network_memory(m, batch, p).arena_bytes + f.weights + f.gradients + f.optimizer_state +
+                  f.data + kWorkspaces);
+  };
+  EXPECT_LE(total(128, cuda::Precision::BF16), 12e9);
+  EXPECT_LE(total(128, cuda::Precision::FP32), 23e9);
+  EXPECT_LE(total(256, cuda::Precision::BF16), 24.0 * (1 << 30));
+}
+
+// PyTorch 1.13 peaked at 2.8 GB of resident memory training this on the CPU; the plan (arena,
+// weights, gradients, momentum, the batch) must leave room under 3 GB for oneDNN's own buffers.
+TEST(PlannerWorkloads, Resnet152OnTheCpuPlansUnderThreeGigabytes) {
+  const ModelSpec m = models::resnet152(224, 1000);
+  const double arena = double(cpu::plan_network_memory(m, 8).arena_bytes);
+  const double fixed = double(model_cost(m).parameters) * 4 * 3 + 8.0 * 3 * 224 * 224 * 4;
+  EXPECT_LE(arena + fixed, 2.5e9) << "arena " << arena << ", weights, gradients, momentum, batch " << fixed;
+}
+
+}  // namespace
+}  // namespace tb
