@@ -89,6 +89,8 @@ trainbench flags:
                         1000000000) or a fraction of the device's memory (0.5). A benchmark
                         that needs more fails its row with an out-of-memory message
   --cuda_graph          capture each GPU training step once as a CUDA graph and replay it
+  --gpu_layout=L        image layout on the GPU: auto (channels-last NHWC where tensor cores
+                        compute and the convolutions suit them, else NCHW), nchw or nhwc
   --data_on_device      keep the training data on the GPU (up to one epoch, at most 2 GiB):
                         batches are device-to-device copies, no host upload per step
 
@@ -177,6 +179,10 @@ Flags parse_flags(int& argc, char** argv) {
       f.gpu_memory_limit = parse_memory("gpu_memory_limit", *v);
     } else if (auto v = value_of("iterations")) {
       f.iterations = parse_int("iterations", *v, 1);
+    } else if (auto v = value_of("gpu_layout")) {
+      if (*v != "auto" && *v != "nchw" && *v != "nhwc")
+        throw InputError(fmt::format("--gpu_layout: unknown layout '{}'; use auto, nchw or nhwc", *v));
+      f.gpu_layout = *v;
     } else if (arg == "--cuda_graph") {
       f.cuda_graph = true;
     } else if (arg == "--data_on_device") {

@@ -26,6 +26,7 @@ struct Flags {
   std::vector<int> gpus;              // --gpus=0,1: CUDA ordinals gpu:N uses (default 0..N-1)
   double gpu_memory_limit = 0;        // --gpu_memory_limit: bytes (> 1) or a fraction (<= 1); 0: none
   bool cuda_graph = false;            // --cuda_graph
+  std::string gpu_layout = "auto";    // --gpu_layout=auto|nchw|nhwc
   bool data_on_device = false;        // --data_on_device
   std::int64_t iterations = 20;       // --iterations: timed steps of each run under mpirun
   bool help = false;

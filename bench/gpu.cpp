@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/cuda/plan.hpp"
 
 #ifdef TB_HAVE_CUDA
 #include "engine/cuda/device.hpp"
@@ -14,6 +15,22 @@
 #endif
 
 namespace tb::bench {
+
+GpuPlan gpu_memory_plan(const ModelSpec& spec, i64 batch, const std::string& precision, bool adam) {
+  const cuda::Precision p = cuda::parse_precision(precision);
+  const cuda::FixedBytes f = cuda::fixed_bytes(spec, batch, p, adam);
+  constexpr std::size_t kWorkspaces = (std::size_t(256) + 32) << 20;  // cuDNN's cap, cuBLAS's
+  return GpuPlan{cuda::plan_network_memory(spec, batch, p).arena_bytes,
+                 f.weights + f.gradients + f.optimizer_state + f.data, kWorkspaces};
+}
+
+i64 gpu_batch_that_fits(const ModelSpec& spec, i64 preferred, const std::string& precision, bool adam,
+                        std::size_t available) {
+  i64 batch = 1;
+  while (batch * 2 <= preferred) batch *= 2;
+  while (batch > 1 && gpu_memory_plan(spec, batch, precision, adam).total() > available) batch /= 2;
+  return batch;
+}
 
 #ifdef TB_HAVE_CUDA
 
@@ -69,7 +86,10 @@ std::unique_ptr<Network> make_gpu_network(const ModelSpec& spec, i64 batch, cons
                                 .seed = seed,
                                 .device = options.ordinal,
                                 .precision = cuda::parse_precision(options.precision),
-                                .cuda_graph = options.cuda_graph});
+                                .cuda_graph = options.cuda_graph,
+                                .layout = options.layout == "nhwc"   ? std::optional(cuda::Layout::NHWC)
+                                          : options.layout == "nchw" ? std::optional(cuda::Layout::NCHW)
+                                                                     : std::nullopt});
   // The convolution algorithm search's scratch is not the model's memory: drop it from the
   // cache and start the high-water mark at what the network holds.
   cuda::Allocator& a = cuda::device_allocator(options.ordinal);

@@ -44,7 +44,21 @@ struct GpuOptions {
   std::string precision = "fp32";
   bool cuda_graph = false;
   double memory_limit = 0;  // bytes (> 1), fraction of the device (<= 1), 0: none
+  std::string layout = "auto";  // auto, nchw, nhwc
 };
+
+// The device memory a network of `spec` at `batch` is planned to take (engine/cuda/plan.hpp: the
+// arena of values and gradients, weights, gradients, optimizer state, the batch's buffers), plus
+// the cuDNN workspace cap and cuBLAS's workspace. Needs no GPU.
+struct GpuPlan {
+  std::size_t arena = 0, fixed = 0, workspace = 0;
+  std::size_t total() const { return arena + fixed + workspace; }
+};
+GpuPlan gpu_memory_plan(const ModelSpec& spec, i64 batch, const std::string& precision, bool adam);
+// The largest power of two up to `preferred` whose planned memory fits `available` bytes (at
+// least 1).
+i64 gpu_batch_that_fits(const ModelSpec& spec, i64 preferred, const std::string& precision, bool adam,
+                        std::size_t available);
 
 // Empties the device's allocator cache, applies the cap and starts a new high-water mark.
 void gpu_prepare(const GpuOptions& options);

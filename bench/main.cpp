@@ -12,12 +12,14 @@
 #include <fmt/ranges.h>
 
 #include "bench/context.hpp"
+#include "bench/gpu.hpp"
 #include "bench/csv.hpp"
 #include "bench/flags.hpp"
 #include "bench/registry.hpp"
 #include "bench/replicas.hpp"
 #include "bench/reporter.hpp"
 #include "engine/core/error.hpp"
+#include "engine/cpu/network.hpp"
 #include "models/models.hpp"
 
 namespace {
@@ -43,6 +45,36 @@ class SilentReporter : public benchmark::BenchmarkReporter {
   }
   int failed = 0;
 };
+
+// --list_models' memory plans: what each workload needs before it runs, so that a batch can be
+// picked for a card. The arena (values and gradients sharing bytes by lifetime) is exactly what
+// the networks allocate; weights, gradients, optimizer state and batch buffers are counted from
+// the parameters; on a GPU the cuDNN workspace cap and cuBLAS's workspace come on top.
+void print_memory_plans(const tb::bench::Flags& flags) {
+  using tb::bench::GpuPlan;
+  using tb::bench::gpu_memory_plan;
+  constexpr double GB = 1e9;
+  std::cout << "\nMemory plan (GB; GPU rows at the workload's GPU batch, which trainbench lowers to what fits "
+               "the card; --batch sets both):\n"
+            << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9} {:>9} {:>9}\n", "model", "dataset", "dev",
+                           "precision", "batch", "arena", "fixed", "total");
+  for (const auto& w : tb::models::workloads()) {
+    const bool adam = w.optimizer.kind == tb::OptimizerConfig::Kind::Adam;
+    const tb::i64 cpu_batch = flags.batch.value_or(w.batch);
+    const double arena = double(tb::cpu::plan_network_memory(w.spec, cpu_batch).arena_bytes);
+    const double fixed = double(tb::model_cost(w.spec).parameters) * 4 * (adam ? 4 : 3) +
+                         double(tb::product(tb::infer_shapes(w.spec, cpu_batch)[0])) * 4;
+    std::cout << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset,
+                             "cpu", "fp32", cpu_batch, arena / GB, fixed / GB, (arena + fixed) / GB);
+    const tb::i64 gpu = flags.batch.value_or(w.gpu_batch > 0 ? w.gpu_batch : w.batch);
+    for (const char* precision : {"fp32", "tf32", "fp16", "bf16"}) {
+      const GpuPlan p = gpu_memory_plan(w.spec, gpu, precision, adam);
+      std::cout << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset,
+                               "gpu", precision, gpu, double(p.arena) / GB, double(p.fixed + p.workspace) / GB,
+                               double(p.total()) / GB);
+    }
+  }
+}
 
 std::string filter_of(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
@@ -80,6 +112,7 @@ int main(int argc, char** argv) {
                                c.parameters, c.forward_flops_per_sample() * 1e-9,
                                c.train_flops_per_sample() * double(batch) * 1e-9);
     }
+    print_memory_plans(flags);
     return 0;
   }
   benchmark::Initialize(&argc, argv);

@@ -77,7 +77,8 @@ GpuOptions gpu_options(const BenchInfo& info) {
   return GpuOptions{.ordinal = info.gpu_ordinal,
                     .precision = info.precision,
                     .cuda_graph = info.cuda_graph,
-                    .memory_limit = info.gpu_memory_limit};
+                    .memory_limit = info.gpu_memory_limit,
+                    .layout = g_flags.gpu_layout};
 }
 
 std::unique_ptr<Session> make_session(const BenchInfo& info) {
@@ -114,9 +115,7 @@ Session& train_session(const BenchInfo& info) {
 // first step (before any update) against a training-mode forward on it now (no update). The
 // same samples before and after, so a falling loss is not an artefact of easier batches.
 void check_loss_fell(Trainer& trainer) {
-  Network& net = trainer.network();
-  net.set_batch(trainer.first_batch().view());
-  const float before = trainer.losses().front(), after = net.forward();
+  const float before = trainer.losses().front(), after = trainer.first_batch_loss();
   if (!(after < before))
     throw CheckFailed(fmt::format("loss did not fall: {:.5g} on the first batch before training, {:.5g} after {} "
                                   "steps (a model still on its initial plateau needs more steps: raise "
@@ -325,6 +324,12 @@ void run_benchmark(benchmark::State& st, const BenchInfo& info) {
     return;
   }
   try {
+    // Each row reports its own peak resident set, not an earlier row's (a ResNet-152 before it):
+    // another benchmark's session goes first (a train/ row keeps its own across Google
+    // Benchmark's invocations of it).
+    if (g_session && g_session->name != info.name) g_session.reset();
+    if (g_parallel && g_parallel->name != info.name) g_parallel.reset();
+    reset_peak_rss();
     if (info.kind == "epochs") run_epochs(st, info);
     else if (info.parallel != Parallel::None) run_parallel(st, info);
     else run_train(st, info);
@@ -333,6 +338,22 @@ void run_benchmark(benchmark::State& st, const BenchInfo& info) {
     g_parallel.reset();
     st.SkipWithError(e.what());
   }
+}
+
+// A workload's batch on a GPU: its GPU batch, lowered on a device (or under a cap) too small for
+// the planned footprint to the largest power of two that fits. Where no GPU can run, the row is
+// named (and skipped) at the GPU batch.
+i64 gpu_batch(const models::Workload& w, const DeviceConfig& d, const std::string& precision, const Flags& flags) {
+  if (w.gpu_batch <= 0) return w.batch;
+  const GpuInventory& inv = gpu_inventory();
+  if (!d.skip_reason.empty() || d.gpu_ordinal >= int(inv.devices.size())) return w.gpu_batch;
+  const double device_bytes = inv.devices[std::size_t(d.gpu_ordinal)].memory_gib * double(1 << 30);
+  constexpr double kContext = double(1 << 30);  // the CUDA context and libraries' kernels, outside the cap
+  const double cap = flags.gpu_memory_limit > 1   ? flags.gpu_memory_limit
+                     : flags.gpu_memory_limit > 0 ? flags.gpu_memory_limit * device_bytes
+                                                  : device_bytes - kContext;
+  return gpu_batch_that_fits(w.spec, w.gpu_batch, precision, w.optimizer.kind == OptimizerConfig::Kind::Adam,
+                             std::size_t(std::max(cap, 0.0)));
 }
 
 std::string benchmark_name(const BenchInfo& b) {
@@ -480,7 +501,7 @@ const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores,
           b.parallel = d.parallel;
           b.replicas = d.replicas;
           b.gpu_ordinals = d.gpu_ordinals;
-          b.batch = flags.batch.value_or(w.batch);
+          b.batch = flags.batch.value_or(d.gpu ? gpu_batch(w, d, precision, flags) : w.batch);
           b.warmup_steps = b.kind == "train" ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
           b.epochs = flags.epochs.value_or(w.epochs);
           b.target_accuracy = flags.target_accuracy;

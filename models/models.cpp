@@ -117,7 +117,7 @@ std::vector<Workload> workloads() {
       {"lenet5", "cifar10", 100, adam, lenet5(), 0, 5, false, 200},
       {"lstm", "sine", 20, lstm_adam, lstm(kLstmSeqLen), 0, 20, false, 2},
       {"resnet152", "cifar10", 128, resnet_sgd, resnet152(32, 10), 256, 1, false, 2},
-      {"resnet152", "imagenet", 8, resnet_sgd, resnet152(224, 1000), 256, 1, false, 2},
+      {"resnet152", "imagenet", 8, resnet_sgd, resnet152(224, 1000), 256, 1, false, 2, 128},
   };
 }
 

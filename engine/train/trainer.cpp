@@ -30,16 +30,29 @@ Trainer::Trainer(std::unique_ptr<Network> network, std::unique_ptr<Dataset> data
 }
 
 float Trainer::step() {
-  const double t0 = wall_seconds();
-  const Batch& batch = data_->next();
-  const double t1 = wall_seconds();
-  network_->set_batch(batch.view());
-  const double t2 = wall_seconds();
+  // This step's batch: fetched ahead during the last step, or now, on the step's critical path.
+  if (!staged_) {
+    const double t0 = wall_seconds();
+    const Batch& batch = data_->next();
+    const double t1 = wall_seconds();
+    network_->set_batch(batch.view());
+    phases_.data_wait += t1 - t0;
+    phases_.data += wall_seconds() - t0;
+    staged_ = &batch;
+  }
+  const Batch& batch = *staged_;
+  if (losses_.empty()) first_batch_ = batch;  // before a fetch may reuse the dataset's buffer
+  const i64 samples = batch.samples();
+  network_->start_step();
+  staged_ = nullptr;
+  if (network_->asynchronous()) {
+    staged_ = &data_->next();
+    network_->set_batch(staged_->view());
+  }
   StepTimes times;
-  const float loss = network_->train_step(times);
+  const float loss = network_->finish_step(times);
   check_finite(loss, losses_.size() + 1, "training");
-  phases_.data_wait += t1 - t0;
-  phases_.data += t2 - t0;
+  if (times.data >= 0) phases_.data += times.data;  // what the device still waited for
   if (times.forward >= 0) {
     phases_.forward += times.forward;
     phases_.backward += times.backward;
@@ -49,9 +62,19 @@ float Trainer::step() {
   }
   if (times.device >= 0) phases_.device += times.device;
   last_device_seconds_ = times.device;
-  if (losses_.empty()) first_batch_ = batch;
   losses_.push_back(loss);
-  tally_.add(loss, network_->correct(), batch.samples());
+  tally_.add(loss, network_->correct(), samples);
+  return loss;
+}
+
+void Trainer::restage() {
+  if (staged_) network_->set_batch(staged_->view());
+}
+
+float Trainer::first_batch_loss() {
+  network_->set_batch(first_batch_.view());
+  const float loss = network_->forward();
+  restage();
   return loss;
 }
 
@@ -64,6 +87,7 @@ Tally Trainer::evaluate(Dataset& data, i64 steps) {
     check_finite(loss, std::size_t(s + 1), "validation");
     t.add(loss, network_->correct(), batch.samples());
   }
+  restage();
   return t;
 }
 

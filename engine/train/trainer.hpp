@@ -33,8 +33,13 @@ class Trainer {
  public:
   Trainer(std::unique_ptr<Network> network, std::unique_ptr<Dataset> data);
 
-  // One training step; returns its loss. Throws CheckFailed on a non-finite loss.
+  // One training step; returns its loss. Throws CheckFailed on a non-finite loss. On an
+  // asynchronous backend the next batch is fetched and set (uploaded) while the step computes,
+  // as an input pipeline does, so the step waits only for what is not ready by its start.
   float step();
+  // The training-mode loss of the first batch trained on, now (no update): for the check that
+  // training lowered it.
+  float first_batch_loss();
   // Inference-mode loss and accuracy over the next `steps` batches of `data`.
   Tally evaluate(Dataset& data, i64 steps);
 
@@ -51,8 +56,12 @@ class Trainer {
   Dataset& dataset() { return *data_; }
 
  private:
+  // Gives the network the batch fetched ahead again, after something else set another one.
+  void restage();
+
   std::unique_ptr<Network> network_;
   std::unique_ptr<Dataset> data_;
+  const Batch* staged_ = nullptr;  // fetched and set ahead for the next step (the dataset's buffer)
   std::vector<float> losses_;
   Batch first_batch_;
   PhaseTimes phases_;
