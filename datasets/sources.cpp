@@ -37,7 +37,17 @@ std::string cifar_folder(const std::string& folder) {
   return fs::is_directory(nested, ec) ? nested.string() : folder;
 }
 
-// Classes drawn around a fixed random pattern each: pixel = pattern + N(0, 48^2), clipped.
+// Class c's fixed random pattern: 128 + N(0, 48^2) per pixel from a generator of its own (seeded
+// 12345 + c, as scripts/peers/pytorch_train.py draws them), the same for every split and seed.
+void class_pattern(i64 c, std::vector<float>& pattern) {
+  std::mt19937_64 rng(12345 + std::uint64_t(c));
+  std::normal_distribution<float> normal(0.0f, 48.0f);
+  for (float& p : pattern) p = 128.0f + normal(rng);
+}
+
+// Classes drawn around a fixed random pattern each: pixel = pattern + N(0, 48^2), clipped. The
+// patterns are kept where they are few (CIFAR's 10), else made per sample: ImageNet's 1000 at
+// 224x224 would take 600 MB at once, more than ResNet-152's whole arena at batch 8.
 std::shared_ptr<ImageSet> synthetic_set(const Dims& sample_dims, i64 classes, i64 count, std::uint64_t seed) {
   auto set = std::make_shared<ImageSet>();
   const i64 features = product(sample_dims);
@@ -45,17 +55,24 @@ std::shared_ptr<ImageSet> synthetic_set(const Dims& sample_dims, i64 classes, i6
   set->channels = sample_dims.size() == 3 ? sample_dims[0] : 1;
   set->rows = sample_dims.size() == 3 ? sample_dims[1] : 1;
   set->cols = features / (set->channels * set->rows);
-  std::mt19937_64 pattern_rng(12345);  // the same classes for every split and seed
+  constexpr i64 kKeptPatternFloats = i64(1) << 24;  // 64 MB
+  const bool keep = classes * features <= kKeptPatternFloats;
+  std::vector<float> patterns(std::size_t(keep ? classes * features : features));
+  if (keep)
+    for (i64 c = 0; c < classes; ++c) {
+      auto one = std::vector<float>(std::size_t(features));
+      class_pattern(c, one);
+      std::copy(one.begin(), one.end(), patterns.begin() + c * features);
+    }
   std::normal_distribution<float> normal(0.0f, 48.0f);
-  std::vector<float> patterns(std::size_t(classes * features));
-  for (float& p : patterns) p = 128.0f + normal(pattern_rng);
   std::mt19937_64 rng(seed);
   set->pixels.resize(std::size_t(count * features));
   set->labels.resize(std::size_t(count));
   for (i64 s = 0; s < count; ++s) {
     const std::int32_t label = std::int32_t(rng() % std::uint64_t(classes));
     set->labels[s] = label;
-    const float* pattern = patterns.data() + label * features;
+    if (!keep) class_pattern(label, patterns);
+    const float* pattern = patterns.data() + (keep ? label * features : 0);
     std::uint8_t* out = set->pixels.data() + s * features;
     for (i64 i = 0; i < features; ++i) out[i] = std::uint8_t(std::clamp(pattern[i] + normal(rng), 0.0f, 255.0f));
   }
