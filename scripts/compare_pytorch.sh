@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# trainbench against PyTorch on the same benchmarks (issue 7: a fair framework baseline).
+# trainbench against PyTorch on the same benchmarks (issue 7: a fair framework baseline, on the
+# CPU; issue 16: on a GPU).
 #
-#   scripts/compare_pytorch.sh
+#   scripts/compare_pytorch.sh                                   # the CPU rows
+#   TB_COMPARE_DEVICE=gpu scripts/compare_pytorch.sh             # one GPU, four precisions
+#   TB_COMPARE_DEVICE=gpu TB_TRAINBENCH='/tmp/tb/run.sh trainbench' scripts/compare_pytorch.sh
 #
 # For each benchmark below and each of TB_ROUNDS rounds (default 3), runs trainbench and then
 # scripts/peers/pytorch_train.py (or the other way round: the order alternates every round,
@@ -18,15 +21,30 @@
 # build of OpenBLAS when it is missing (torch's Linear and LSTM layers call the BLAS, and
 # Debian's fallback reference BLAS would make PyTorch about 40x slower at them).
 #
-# Environment: TB_ROUNDS (3), TB_MIN_TIME (seconds of timed steps per run, 1), TB_COMPARE_FILTER
-# (a regular expression: only the benchmarks it matches), TB_MACHINE (default `hostname -s`),
-# TB_RESULTS_DIR (default results/$TB_MACHINE). About 5 minutes on a 2-core machine.
+# On a GPU (TB_COMPARE_DEVICE=gpu) both sides train on gpu:1 with the data resident on the
+# device (trainbench --data_on_device; the peer's pool on the GPU), in fp32, tf32, fp16 and bf16,
+# the convolutional models channels-last in PyTorch; the target is 1x (at least PyTorch's
+# samples/s). Nothing is installed there: the interpreter must already import torch with CUDA.
+#
+# Environment: TB_COMPARE_DEVICE (cpu or gpu), TB_TRAINBENCH (the trainbench command, split on
+# spaces; default build/release/bench/trainbench), TB_PYTHON (default /usr/bin/python3 on the CPU,
+# python3 on a GPU machine), TB_ROUNDS (3), TB_MIN_TIME (seconds of timed steps per run, 1),
+# TB_COMPARE_FILTER (a regular expression: only the benchmarks it matches), TB_MACHINE (default
+# `hostname -s`), TB_RESULTS_DIR (default results/$TB_MACHINE). About 5 minutes on a 2-core
+# machine.
 # Exit status: 0, or 1 when a run failed (its benchmark then has no ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python=/usr/bin/python3  # the distribution's interpreter: Debian's torch is installed for it
-trainbench=build/release/bench/trainbench
+device=${TB_COMPARE_DEVICE:-cpu}
+if [ "$device" != cpu ] && [ "$device" != gpu ]; then
+  echo "compare_pytorch.sh: error: TB_COMPARE_DEVICE='$device': use cpu or gpu" >&2
+  exit 2
+fi
+# The distribution's interpreter on the CPU (Debian's torch is installed for it); on a GPU
+# machine the one on PATH, whose torch has CUDA.
+python=${TB_PYTHON:-$([ "$device" = gpu ] && echo python3 || echo /usr/bin/python3)}
+read -r -a trainbench <<<"${TB_TRAINBENCH:-build/release/bench/trainbench}"
 peer=scripts/peers/pytorch_train.py
 rounds=${TB_ROUNDS:-3}
 min_time=${TB_MIN_TIME:-1}
@@ -43,13 +61,26 @@ fi
 # momentum everywhere but LeNet-5: with SGD its stacked sigmoids stay on their initial plateau
 # past the 200 warm-up steps in both frameworks, so the loss check fails both rows; its own
 # optimizer, Adam, learns, and the update of 75k parameters is a small part of its step.
-benchmarks=(
-  "train/mlp/mnist/cpu/fp32/bs:100 sgd 1.5"
-  "train/lenet5/cifar10/cpu/fp32/bs:100 adam 2"
-  "train/lstm/sine/cpu/fp32/bs:20 sgd 10"
-  "train/resnet152/cifar10/cpu/fp32/bs:128 sgd 1.5"
-  "train/resnet152/imagenet/cpu/fp32/bs:8 sgd 1.2"
-)
+if [ "$device" = cpu ]; then
+  benchmarks=(
+    "train/mlp/mnist/cpu/fp32/bs:100 sgd 1.5"
+    "train/lenet5/cifar10/cpu/fp32/bs:100 adam 2"
+    "train/lstm/sine/cpu/fp32/bs:20 sgd 10"
+    "train/resnet152/cifar10/cpu/fp32/bs:128 sgd 1.5"
+    "train/resnet152/imagenet/cpu/fp32/bs:8 sgd 1.2"
+  )
+else
+  # Issue 16: ResNet-152 at 224 at or above PyTorch channels-last in every precision, and
+  # everything ahead of PyTorch staying ahead.
+  benchmarks=()
+  for p in fp32 tf32 fp16 bf16; do
+    benchmarks+=("train/resnet152/imagenet/gpu:1/$p/bs:128 sgd 1"
+                 "train/resnet152/cifar10/gpu:1/$p/bs:128 sgd 1"
+                 "train/mlp/mnist/gpu:1/$p/bs:100 sgd 1"
+                 "train/lenet5/cifar10/gpu:1/$p/bs:100 adam 1"
+                 "train/lstm/sine/gpu:1/$p/bs:20 sgd 1")
+  done
+fi
 
 if [ -n "${TB_COMPARE_FILTER:-}" ]; then
   chosen=()
@@ -67,18 +98,24 @@ fi
 # ---- what the comparison needs ---------------------------------------------------------------
 # shellcheck source=scripts/deps.sh
 source scripts/deps.sh  # tb_install_deps: dpkg checks, apt-get through sudo unless root
-if [ ! -x "$trainbench" ]; then
-  echo "compare_pytorch.sh: $trainbench is missing: building the release preset"
+if [ -z "${TB_TRAINBENCH:-}" ] && [ ! -x "${trainbench[0]}" ]; then
+  echo "compare_pytorch.sh: ${trainbench[0]} is missing: building the release preset"
   tb_install_deps
   cmake --preset release
   cmake --build --preset release -j "$(nproc)"
 fi
 extra=()
-if ! "$python" -c 'import torch' 2>/dev/null; then
+if [ "$device" = gpu ]; then
+  if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    echo "compare_pytorch.sh: error: $python cannot import torch with a usable GPU (nothing is installed" \
+         "on a GPU machine; set TB_PYTHON to an interpreter whose torch has CUDA)" >&2
+    exit 2
+  fi
+elif ! "$python" -c 'import torch' 2>/dev/null; then
   echo "compare_pytorch.sh: PyTorch is not importable by $python: installing Debian's python3-torch"
   extra+=(python3-torch)
 fi
-if ! dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "install ok installed"; then
+if [ "$device" = cpu ] && ! dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "install ok installed"; then
   echo "compare_pytorch.sh: installing libopenblas0-openmp, the BLAS PyTorch's Linear and LSTM layers" \
        "will call (it also becomes the system's default libblas.so.3)"
   extra+=(libopenblas0-openmp)
@@ -108,16 +145,16 @@ nodata=$(mktemp -d)
 trap 'rm -rf "$nodata"' EXIT
 failed=0
 
-# The newest peak_gflops trainbench wrote (sgemm at the same thread count: every benchmark
-# here runs on `cpu`), so that both sides' utilisation uses the same peak.
-peak_gflops() {
+# The newest peak_gflops trainbench wrote for a benchmark (the CPU's sgemm at the same thread
+# count; a GPU's datasheet peak of the precision), so that both sides' utilisation uses it.
+peak_gflops() {  # benchmark
   [ -s "$tb_csv" ] || return 0
-  "$python" - "$tb_csv" <<'EOF'
+  "$python" - "$tb_csv" "$1" <<'EOF'
 import csv, sys
 peak = ""
 with open(sys.argv[1], newline="") as f:
     for row in csv.DictReader(f):
-        if row.get("status") == "ok" and row.get("peak_gflops"):
+        if row.get("status") == "ok" and row.get("peak_gflops") and row["benchmark"] == sys.argv[2]:
             peak = row["peak_gflops"]
 print(peak)
 EOF
@@ -144,8 +181,11 @@ EOF
 }
 
 run_trainbench() {  # benchmark optimizer
-  local status=0
-  "$trainbench" --benchmark_filter="^$1\$" --devices=cpu --optimizer="$2" \
+  local status=0 where=(--devices=cpu)
+  # On the GPU: the benchmark's precision, the data resident as the peer's.
+  [ "$device" = gpu ] && where=(--devices=gpu:1 "--precisions=$(cut -d/ -f5 <<<"$1")" --data_on_device)
+  # Google Benchmark names a manually timed GPU row .../manual_time: the filter allows it.
+  "${trainbench[@]}" --benchmark_filter="^$1(/manual_time)?\$" "${where[@]}" --optimizer="$2" \
     --benchmark_min_time="$min_time" --benchmark_repetitions=1 --data_dir="$nodata" \
     --csv="$tb_csv" >>"$log" 2>&1 || status=$?
   [ $status -eq 0 ] || failed=1
@@ -154,15 +194,17 @@ run_trainbench() {  # benchmark optimizer
 
 run_pytorch() {  # benchmark optimizer
   local status=0 peak
-  peak=$(peak_gflops)
-  "$python" "$peer" --filter="^$1\$" --threads="$threads" --optimizer="$2" \
+  local where=(--threads="$threads")
+  [ "$device" = gpu ] && where=(--device=cuda "--precisions=$(cut -d/ -f5 <<<"$1")")
+  peak=$(peak_gflops "$1")
+  "$python" "$peer" --filter="^$1\$" "${where[@]}" --optimizer="$2" \
     --min_time="$min_time" --repetitions=1 --csv="$pt_csv" ${peak:+--peak_gflops="$peak"} \
     >>"$log" 2>&1 || status=$?
   [ $status -eq 0 ] || failed=1
   echo "  pytorch     $(last_result "$pt_csv" "$1")$([ $status -eq 0 ] || echo " (exit status $status)")"
 }
 
-echo "compare_pytorch.sh: $rounds round(s), $threads thread(s), min time ${min_time}s; log in $log"
+echo "compare_pytorch.sh: $rounds round(s) on the $device ($([ "$device" = gpu ] && echo gpu:1 || echo "$threads thread(s)")), min time ${min_time}s; log in $log"
 for ((round = 1; round <= rounds; round++)); do
   for entry in "${benchmarks[@]}"; do
     read -r name optimizer _ <<<"$entry"

@@ -1,10 +1,18 @@
 #!/usr/bin/python3
-"""Trains trainbench's models with PyTorch on the CPU and writes trainbench's CSV rows.
+"""Trains trainbench's models with PyTorch on the CPU or a GPU and writes trainbench's CSV rows.
 
     /usr/bin/python3 scripts/peers/pytorch_train.py [--filter REGEX] [--threads N]
-        [--batch N] [--optimizer sgd|adam] [--lr X] [--warmup_steps N] [--min_time S]
-        [--repetitions R] [--csv FILE] [--peak_gflops X] [--blas auto|system|DIR]
+        [--device cpu|cuda] [--precisions LIST] [--batch N] [--optimizer sgd|adam] [--lr X]
+        [--warmup_steps N] [--min_time S] [--repetitions R] [--csv FILE] [--peak_gflops X]
+        [--blas auto|system|DIR]
     /usr/bin/python3 scripts/peers/pytorch_train.py --list_models
+
+On a GPU (--device cuda: the row's device is gpu:1) PyTorch runs as its users run it for speed:
+eager, channels-last for the convolutional models, cudnn.benchmark on, the data resident on
+the GPU, fp32 (TF32 off everywhere), tf32 (TF32 on in convolutions and matmuls), fp16 (autocast
+with a GradScaler) and bf16 (autocast), steps timed with CUDA events, peak memory from
+torch.cuda.max_memory_allocated in mem_peak_bytes. ResNet-152 at 224x224 runs at batch 128 there,
+as trainbench's GPU rows do.
 
 The framework baseline of issue 7: the same layer shapes, batch sizes, fp32 and synthetic data
 of the same shape as trainbench (models/models.cpp, datasets/sources.cpp), timed the way
@@ -78,6 +86,7 @@ class Workload:
     classes: int         # 0: regression (the LSTM)
     warmup_steps: int    # trainbench's default; LeNet-5's sigmoids need ~100 steps to learn
     weight_decay: float  # kept by trainbench when --optimizer overrides the model's own
+    gpu_batch: int = 0   # the GPU rows' batch where it differs (models.cpp gpu_batch)
 
 
 SEQ_LEN = 35          # models.hpp kLstmSeqLen: truncated BPTT window
@@ -89,7 +98,7 @@ WORKLOADS = (
     Workload("lenet5", "cifar10", 100, (3, 32, 32), 10, 200, 0.0),
     Workload("lstm", "sine", 20, (1,), 0, 2, 0.0),
     Workload("resnet152", "cifar10", 128, (3, 32, 32), 10, 2, 1e-4),
-    Workload("resnet152", "imagenet", 8, (3, 224, 224), 1000, 2, 1e-4),
+    Workload("resnet152", "imagenet", 8, (3, 224, 224), 1000, 2, 1e-4, 128),
 )
 
 
@@ -102,12 +111,21 @@ def machine_cores() -> int:
         return os.cpu_count() or 1
 
 
-def device_name(threads: int, cores: int) -> str:
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+
+def device_name(threads: int, cores: int, gpu: bool = False) -> str:
+    if gpu:
+        return "gpu:1"
     return "cpu" if threads == cores else f"cpu:{threads}"
 
 
-def benchmark_name(w: Workload, device: str, batch: int) -> str:
-    return f"train/{w.model}/{w.dataset}/{device}/fp32/bs:{batch}"
+def batch_of(w: Workload, args) -> int:
+    return args.batch or (w.gpu_batch if args.device == "cuda" and w.gpu_batch else w.batch)
+
+
+def benchmark_name(w: Workload, device: str, batch: int, precision: str = "fp32") -> str:
+    return f"train/{w.model}/{w.dataset}/{device}/{precision}/bs:{batch}"
 
 
 # ---- the CSV schema ------------------------------------------------------------------------
@@ -289,6 +307,11 @@ def parse_args(argv: list[str]):
                         "bs:<n> (default: all)")
     p.add_argument("--threads", type=int, default=machine_cores(), metavar="N",
                    help="intra-op threads (default: all cores, device `cpu`; otherwise `cpu:N`)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu (default), or cuda: one GPU, device gpu:1 in the rows")
+    p.add_argument("--precisions", default=None, metavar="LIST",
+                   help="fp32, tf32, fp16, bf16 (default: fp32 on the CPU, all four on a GPU; the "
+                        "CPU runs fp32 only)")
     p.add_argument("--batch", type=int, metavar="N", help="batch size of every model")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
                    help="sgd: SGD with momentum 0.9 (default); adam")
@@ -325,6 +348,15 @@ def parse_args(argv: list[str]):
         value = getattr(args, name)
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise InputError(f"--{name}: {value} is not a positive number")
+    if args.precisions is None:
+        args.precision_list = list(PRECISIONS) if args.device == "cuda" else ["fp32"]
+    else:
+        args.precision_list = [p for p in args.precisions.split(",") if p]
+        for p_ in args.precision_list:
+            if p_ not in PRECISIONS:
+                raise InputError(f"--precisions: unknown precision {p_!r}; use fp32, tf32, fp16 or bf16")
+        if args.device == "cpu" and args.precision_list != ["fp32"]:
+            raise InputError("--precisions: the CPU runs fp32 only, as trainbench's CPU backend")
     try:
         args.filter_re = re.compile(args.filter)
     except re.error as e:
@@ -333,9 +365,10 @@ def parse_args(argv: list[str]):
 
 
 def select_benchmarks(args) -> list[tuple[Workload, str]]:
-    """The workloads whose names --filter matches, at --threads."""
-    device = device_name(args.threads, machine_cores())
-    named = [(w, benchmark_name(w, device, args.batch or w.batch)) for w in WORKLOADS]
+    """The (workload, precision) pairs whose names --filter matches, at --threads."""
+    device = device_name(args.threads, machine_cores(), args.device == "cuda")
+    named = [((w, p), benchmark_name(w, device, batch_of(w, args), p)) for w in WORKLOADS
+             for p in args.precision_list]
     chosen = [(w, n) for w, n in named if args.filter_re.search(n)]
     if not chosen:
         raise InputError(f"no benchmark matches --filter {args.filter!r}; with --threads "
@@ -578,7 +611,8 @@ class Trial:
 @dataclass
 class Session:
     """One benchmark's model, optimiser and data, kept across its repetitions (warm-up once),
-    as trainbench keeps its training session across Google Benchmark's runs."""
+    as trainbench keeps its training session across Google Benchmark's runs. On a GPU the
+    steps run under autocast in fp16 and bf16, fp16's with a GradScaler."""
     model: nn.Module
     loss_fn: nn.Module
     optimizer: torch.optim.Optimizer
@@ -586,6 +620,15 @@ class Session:
     position: int = 0
     loss_first: float | None = None
     last_loss: torch.Tensor | None = field(default=None, repr=False)
+    autocast: torch.dtype | None = None
+    scaler: object | None = None
+    cuda: bool = False
+
+    def _loss(self, x, y):
+        if self.autocast is None:
+            return self.loss_fn(self.model(x), y)
+        with torch.autocast("cuda", dtype=self.autocast):
+            return self.loss_fn(self.model(x), y)
 
     def steps(self, n: int) -> None:
         """n training steps; the benchmark's very first one also records loss_first, the
@@ -603,13 +646,22 @@ class Session:
         model, loss_fn, opt, pool = self.model, self.loss_fn, self.optimizer, self.pool
         position, size = self.position, len(pool)
         loss = None
+        scaler = self.scaler
         for _ in range(n):
             x, y = pool[position]
             position = position + 1 if position + 1 < size else 0
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
+            if self.autocast is None:
+                loss = loss_fn(model(x), y)
+            else:
+                loss = self._loss(x, y)
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
         self.position = position
         self.last_loss = loss
 
@@ -621,7 +673,7 @@ class Session:
             raise CheckFailed(f"loss is not finite: {last}")
         x, y = self.pool[0]
         with torch.no_grad():
-            after = float(self.loss_fn(self.model(x), y))
+            after = float(self._loss(x, y))
         if not after < self.loss_first:
             raise CheckFailed(f"loss did not fall: {self.loss_first:.5g} on the first batch "
                               f"before training, {after:.5g} after (a model still on its initial "
@@ -629,10 +681,19 @@ class Session:
         return last
 
 
-def make_session(w: Workload, batch: int, args) -> Session:
+def make_session(w: Workload, batch: int, args, precision: str = "fp32") -> Session:
     torch.manual_seed(args.seed)
     model = build_model(w)
     model.train()
+    cuda = args.device == "cuda"
+    images = w.model in ("lenet5", "resnet152")
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        model = model.cuda()
+        if images:
+            model = model.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
     if args.optimizer == "adam":
         opt = torch.optim.Adam(params, lr=args.lr or 1e-3, betas=(0.9, 0.999), eps=1e-8,
@@ -644,10 +705,27 @@ def make_session(w: Workload, batch: int, args) -> Session:
         pool, loss_fn = sine_pool(batch, args.seed), nn.MSELoss()
     else:
         pool, loss_fn = synthetic_pool(w, batch, args.seed), nn.CrossEntropyLoss()
-    return Session(model, loss_fn, opt, pool)
+    if not cuda:
+        return Session(model, loss_fn, opt, pool)
+    # The data resident on the GPU (as trainbench --data_on_device), images channels-last.
+    layout = torch.channels_last if images else torch.contiguous_format
+    pool = [(x.cuda().contiguous(memory_format=layout) if x.dim() == 4 else x.cuda(), y.cuda()) for x, y in pool]
+    autocast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+    return Session(model, loss_fn, opt, pool, autocast=autocast, scaler=scaler, cuda=True)
 
 
 def timed(session: Session, n: int) -> Trial:
+    """n steps; on a GPU their time is the device's, from CUDA events around them."""
+    if session.cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        cpu0 = time.process_time()
+        start.record()
+        session.steps(n)
+        end.record()
+        end.synchronize()
+        return Trial(n, start.elapsed_time(end) * 1e-3, time.process_time() - cpu0)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     session.steps(n)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
@@ -741,7 +819,7 @@ def iteration_values(trial: Trial, batch: int, flops: int, peak: float | None,
 def formatted(values: dict[str, float]) -> dict[str, str]:
     out = {}
     for k, v in values.items():
-        out[k] = str(int(v)) if k in ("iterations", "peak_rss_bytes") else number(v)
+        out[k] = str(int(v)) if k in ("iterations", "peak_rss_bytes", "mem_peak_bytes", "mem_reserved_bytes") else number(v)
     return out
 
 
@@ -819,12 +897,17 @@ def report_environment(threads: int) -> None:
 
 # ---- main ----------------------------------------------------------------------------------
 
-def run_benchmark(w: Workload, name: str, batch: int, args, context, writer) -> bool:
+def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, context, writer) -> bool:
+    cuda = args.device == "cuda"
     identity = {"schema_version": SCHEMA_VERSION, "benchmark": name, "kind": "train", "model": w.model,
                 "dataset": w.dataset, "data_source": "generated" if w.model == "lstm" else "synthetic",
-                "device": device_name(args.threads, machine_cores()), "threads": str(args.threads),
-                "precision": "fp32", "batch": str(batch), "optimizer": args.optimizer,
-                "framework": "pytorch", **context}
+                "device": device_name(args.threads, machine_cores(), cuda),
+                "threads": "1" if cuda else str(args.threads), "precision": precision, "batch": str(batch),
+                "optimizer": args.optimizer, "framework": "pytorch", **context}
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        identity.update({"gpu_name": props.name, "gpu_cc": f"{props.major}.{props.minor}",
+                         "data_on_device": "1", "cuda_graph": "0"})
     warmup = w.warmup_steps if args.warmup_steps is None else args.warmup_steps
     identity["warmup_steps"] = str(warmup)
 
@@ -836,12 +919,15 @@ def run_benchmark(w: Workload, name: str, batch: int, args, context, writer) -> 
     ok_values: list[dict[str, float]] = []
     failed = False
     try:
-        session = make_session(w, batch, args)
+        session = make_session(w, batch, args, precision)
         params = parameter_count(session.model)
         flops = train_flops_per_sample(count_model(w)[1])
         identity["params"] = str(params)
         identity["train_flops_per_sample"] = number(flops)
         session.steps(warmup)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         steps = 1
         for rep in range(args.repetitions):
             row = {"run_type": "iteration", "repetition": str(rep)}
@@ -855,6 +941,9 @@ def run_benchmark(w: Workload, name: str, batch: int, args, context, writer) -> 
                 continue
             values = iteration_values(trial, batch, flops, args.peak_gflops,
                                       session.loss_first, loss_last)
+            if cuda:
+                values["mem_peak_bytes"] = torch.cuda.max_memory_allocated()
+                values["mem_reserved_bytes"] = torch.cuda.max_memory_reserved()
             ok_values.append(values)
             util = f" utilisation {values['utilisation']:.3f}" if "utilisation" in values else ""
             emit({**row, "status": "ok", **formatted(values)},
@@ -867,6 +956,8 @@ def run_benchmark(w: Workload, name: str, batch: int, args, context, writer) -> 
               "message": f"{type(e).__name__}: {e}"[:500]}, f"FAILED: {e}")
     finally:
         session = None  # free the model before the next benchmark builds its own
+        if cuda:
+            torch.cuda.empty_cache()
     if len(ok_values) >= 2:  # Google Benchmark aggregates two or more good repetitions
         median = {k: statistics.median(v[k] for v in ok_values) for k in ok_values[0]}
         emit({"run_type": "aggregate", "aggregate": "median", "status": "ok", **formatted(median)},
@@ -884,14 +975,17 @@ def main(args) -> int:
     if args.list_models:
         return list_models(args.batch)
     cores = machine_cores()
-    device = device_name(args.threads, cores)
+    device = device_name(args.threads, cores, args.device == "cuda")
     chosen = args.chosen
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: torch sees no usable GPU (torch.cuda.is_available() is False: no "
+                         "driver, no device, or a CPU-only build of torch)")
     report_environment(args.threads)
     print(f"{PROG}: CSV columns from {args.columns_from}", file=sys.stderr)
     writer = CsvWriter(args.csv, args.columns, args.write_header) if args.csv else None
     context = machine_context()
-    if args.threads > cores:
-        for w, name in chosen:
+    if args.threads > cores and args.device == "cpu":
+        for (w, _), name in chosen:
             message = f"{device} needs {args.threads} cores, this machine has {cores}"
             print(f"{name:<45} skipped: {message}")
             if writer:
@@ -903,8 +997,8 @@ def main(args) -> int:
                               "status": "skipped", "message": message, **context})
         return 0
     failures = 0
-    for w, name in chosen:
-        failures += not run_benchmark(w, name, args.batch or w.batch, args, context, writer)
+    for (w, precision), name in chosen:
+        failures += not run_benchmark(w, precision, name, batch_of(w, args), args, context, writer)
     if failures:
         print(f"{PROG}: {failures} benchmark(s) had failed rows; see the messages above", file=sys.stderr)
     if args.csv:
@@ -915,5 +1009,7 @@ def main(args) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(ARGS))
+    except InputError as e:
+        fail(str(e))
     except KeyboardInterrupt:
         sys.exit(130)
