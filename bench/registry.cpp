@@ -176,6 +176,29 @@ void step_counters(benchmark::State& st, const BenchInfo& info, Trainer& trainer
     for (const auto& [name, value] : gpu_counters(trainer.network(), gpu_options(info))) st.counters[name] = value;
 }
 
+// A precision meant to be faster than fp32 that was not, in this invocation, says so and why in
+// its row (the label becomes the CSV's message): tensor cores shorten matrix work, and where a
+// step is short kernels bound by launches and memory, the casts of mixed precision and the
+// loss-scale check (or TF32's other kernel choices) cost about what they save.
+void note_slower_than_fp32(benchmark::State& st, const BenchInfo& info) {
+  if (!info.gpu || info.precision == "fp32") return;
+  BenchInfo fp32 = info;
+  fp32.precision = "fp32";
+  const auto it = g_single_rates.find(rate_key(fp32));
+  const double rate = st.counters["samples_per_s"];
+  if (it == g_single_rates.end() || rate >= it->second) return;
+  const double step_ms = double(st.counters["step_time_s"]) * 1e3;
+  constexpr double kShortStepMs = 5;  // a step of small kernels: launches and memory set its pace
+  if (step_ms < kShortStepMs)
+    st.SetLabel(fmt::format("{:.2f}x fp32's samples/s in this run: a step of {:.3g} ms of small kernels is bound "
+                            "by launches and memory, not matrix work, so {} gains nothing from tensor cores{}",
+                            rate / it->second, step_ms, info.precision,
+                            info.precision == "tf32" ? "" : " and pays for its casts and loss-scale checks"));
+  else
+    st.SetLabel(fmt::format("{:.2f}x fp32's samples/s in this run; TB_CUDA_LAYER_TIMES=<file> writes where each "
+                            "layer's time goes", rate / it->second));
+}
+
 void run_train(benchmark::State& st, const BenchInfo& info) {
   omp_set_num_threads(info.threads);
   g_parallel.reset();
@@ -194,6 +217,7 @@ void run_train(benchmark::State& st, const BenchInfo& info) {
   check_loss_fell(trainer);
   step_counters(st, info, trainer, p0, double(st.iterations()), wall, cpu);
   g_single_rates[rate_key(info)] = st.counters["samples_per_s"];
+  note_slower_than_fp32(st, info);
 }
 
 

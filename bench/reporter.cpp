@@ -140,7 +140,8 @@ Row Reporter::csv_row(const Run& run) const {
   row["aggregate"] = aggregate ? run.aggregate_name : "";
   row["repetition"] = aggregate ? "" : std::to_string(run.repetition_index < 0 ? 0 : run.repetition_index);
   row["status"] = !run.error_occurred ? "ok" : skipped ? "skipped" : "failed";
-  row["message"] = run.error_message;
+  // An ok row's message is its note (a label: why a precision was slower than fp32, say).
+  row["message"] = run.error_occurred ? run.error_message : run.report_label;
   row["iterations"] = std::to_string(run.iterations);
   if (run.error_occurred) return row;
   for (const char* column : kCounterColumns) {

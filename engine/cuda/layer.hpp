@@ -90,8 +90,9 @@ class Layer {
   virtual BackwardReads backward_reads() const { return BackwardReads::all(); }
   virtual bool output_over_input() const { return false; }
   virtual bool dinput_over_doutput() const { return false; }
-  // A layer whose output the planner may drop between forward and backward makes it again here,
-  // from what its backward keeps (inputs it reads, its own saved state).
+  // A layer that can make its output again from what its backward keeps (inputs it reads, its
+  // own saved state) does it here, where the planner dropped the output between forward and
+  // backward.
   virtual bool recomputes_output() const { return false; }
   virtual void recompute(Context&) { TB_CHECK(false, "this layer cannot recompute its output"); }
 };

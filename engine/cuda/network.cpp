@@ -194,11 +194,11 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
     for (int covered : g.nodes) m.layer_of[std::size_t(covered)] = m.layers.back().get();
     // The layer keeps the contract the GPU-free plan assumed for it.
     const Layer& layer = *m.layers.back();
-    const LayerTraits t = layer_traits(model, g);
+    const LayerTraits t = layer_traits(model, g);  // recompute_output: what the layer can do
     const BackwardReads r = layer.backward_reads();
     bool agree = r.output == t.reads.output && layer.output_over_input() == t.output_over_input &&
                  layer.dinput_over_doutput() == t.dinput_over_doutput &&
-                 layer.recomputes_output() == t.recompute_output;
+                 (!t.recompute_output || layer.recomputes_output());
     for (std::size_t j = 0; j < g.inputs.size(); ++j) agree = agree && r.reads_input(j) == t.reads.reads_input(j);
     TB_CHECK(agree, "{}/{}: the layer's backward reads or in-place use differ from plan.hpp's layer_traits",
              model.name, model.nodes[std::size_t(node)].name);

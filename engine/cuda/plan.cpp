@@ -124,11 +124,17 @@ LayerTraits layer_traits(const ModelSpec& model, const LayerGroup& group) {
 
 std::vector<PlanStep> plan_steps(const ModelSpec& model, const std::vector<LayerGroup>& groups,
                                  const std::vector<Dims>& shapes, DType dtype) {
+  const auto consumers = consumers_of(model);
   std::vector<PlanStep> steps;
   for (const LayerGroup& g : groups) {
     const int node = g.nodes.back();
     const bool loss = is_loss(model.nodes[std::size_t(node)].spec);
-    const LayerTraits t = layer_traits(model, g);
+    LayerTraits t = layer_traits(model, g);
+    // Recomputed only for consumers that take it as a matrix operand (convolutions, linear
+    // layers): a recomputed value may differ from the forward's in the last bit, and max
+    // pooling's backward finds its maximum by comparing the input with its output.
+    for (int c : consumers[std::size_t(node)])
+      if (!is<Conv2dSpec>(model, c) && !is<LinearSpec>(model, c)) t.recompute_output = false;
     steps.push_back(PlanStep{.nodes = g.nodes,
                              .inputs = g.inputs,
                              .bytes = loss ? 0 : std::size_t(product(shapes[std::size_t(node)])) * dtype_bytes(dtype),

@@ -57,7 +57,9 @@ std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, cons
 struct LayerTraits {
   BackwardReads reads = BackwardReads::all();
   bool output_over_input = false, dinput_over_doutput = false;
-  bool recompute_output = false;  // batch norm + ReLU: recomputed in backward, not kept
+  // Batch norm + ReLU: can recompute its output in backward; plan_steps does so where every
+  // consumer is a convolution or a linear layer.
+  bool recompute_output = false;
 };
 LayerTraits layer_traits(const ModelSpec& model, const LayerGroup& group);
 
