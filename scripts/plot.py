@@ -2,6 +2,11 @@
 """Draws the trainbench charts from one or more CSVs (results/SCHEMA.md), headless.
 
     scripts/plot.py results/*/*.csv --out charts/
+    scripts/plot.py --latest results/*/*.csv --out charts/   # the newest rows per machine
+
+--latest keeps, for each benchmark, only the newest run's rows of each machine and framework
+(a machine: host, CPU model and GPU), so that a folder of many runs draws one series per machine
+instead of one per commit; the README's charts are drawn so.
 
 Writes each chart as PNG and SVG into the --out folder:
   samples_per_s       samples/s per model and device configuration (log scale)
@@ -96,20 +101,32 @@ class Data:
     runs of different builds are not pooled), and per framework where rows of a peer
     framework (scripts/peers/) are given: "host · pytorch"."""
 
-    def __init__(self, tables: list[tbcsv.Table]):
+    def __init__(self, tables: list[tbcsv.Table], latest: bool = False):
         self.rows = tbcsv.all_rows(tables)
+        self.latest = latest
+        if latest:
+            self.rows = newest_rows(self.rows)
         self.step_rows = [r for r in self.rows if not tbcsv.is_epoch_row(r)]
         self.epoch_rows = [r for r in self.rows if tbcsv.is_epoch_row(r)]
         commits: dict[str, set[str]] = {}
         for r in self.rows:
             if (r.get("framework", "") or "trainbench") == "trainbench":
                 commits.setdefault(r.get("host", "") or "?", set()).add(r.get("git_commit", ""))
-        self._split = {h for h, c in commits.items() if len(c) > 1}
+        self._split = set() if latest else {h for h, c in commits.items() if len(c) > 1}
+        # Hosts that name several machines (the same hostname on a CPU VM and a GPU machine)
+        # are told apart by their GPU, else their CPU model.
+        machines: dict[str, set] = {}
+        for r in self.rows:
+            machines.setdefault(r.get("host", "") or "?", set()).add(machine_of(r)[1:])
+        self._ambiguous = {h for h, m in machines.items() if len(m) > 1}
         self.series = list(dict.fromkeys(self.series_of(r) for r in self.rows))
 
     def series_of(self, row) -> str:
         host = row.get("host", "") or "?"
-        if host in self._split:
+        if host in self._ambiguous:
+            _, cpu, gpu = machine_of(row)
+            host = f"{host} ({gpu or cpu})"
+        if host.split(" (")[0] in self._split:
             host = f"{host} @ {(row.get('git_commit') or '?')[:12]}"
         framework = row.get("framework", "") or "trainbench"
         return host if framework == "trainbench" else f"{host} · {framework}"
@@ -119,6 +136,24 @@ class Data:
 
     def key(self, row):
         return (self.series_of(row), config_of(row))
+
+
+def machine_of(row) -> tuple[str, str, str]:
+    return (row.get("host", "") or "?", row.get("cpu_model", "") or "", row.get("gpu_name", "") or "")
+
+
+def newest_rows(rows) -> list:
+    """Per benchmark configuration, machine and framework, the rows of the newest run that
+    measured it (the latest timestamp among rows not skipped): history stays in the files, the
+    charts show the present, and a machine that cannot run a configuration (a CPU-only
+    machine's GPU rows) shows nothing for it."""
+    def key(r):
+        return (machine_of(r), r.get("framework", "") or "trainbench", config_of(r))
+    newest: dict = {}
+    for r in rows:
+        if r.get("status") != "skipped":
+            newest[key(r)] = max(newest.get(key(r), ""), r.get("timestamp", "") or "")
+    return [r for r in rows if key(r) in newest and (r.get("timestamp", "") or "") == newest[key(r)]]
 
 
 def describe_machines(data: Data, rows) -> list[str]:
@@ -773,6 +808,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("csv", nargs="+", metavar="CSV", help="trainbench CSV files")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG and SVG files")
+    p.add_argument("--latest", action="store_true",
+                   help="per benchmark, only the newest run of each machine and framework")
     return p.parse_args(argv)
 
 
@@ -780,7 +817,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def run() -> int:
-        data = Data(tbcsv.read_tables(args.csv))
+        data = Data(tbcsv.read_tables(args.csv), latest=args.latest)
         plt = import_pyplot()
         out = Path(args.out)
         if out.exists() and not out.is_dir():

@@ -275,3 +275,33 @@ def test_fixtures_are_what_the_generator_writes(tmp_path):
     assert sorted(written) == committed
     same, different, errors = filecmp.cmpfiles(tmp_path, FIXTURES, written, shallow=False)
     assert not different and not errors, "run tests/scripts/fixtures/generate.py"
+
+
+# ---- --latest: the newest run per machine and framework (the README's charts) ----------------
+
+def latest_rows():
+    base = {"kind": "train", "model": "mlp", "dataset": "mnist", "precision": "fp32", "batch": "100",
+            "framework": "", "status": "ok", "host": "vm"}
+    amd = {**base, "cpu_model": "AMD EPYC", "gpu_name": ""}
+    h100 = {**base, "cpu_model": "Intel Xeon", "gpu_name": "NVIDIA H100"}
+    return [
+        {**amd, "device": "cpu", "timestamp": "2026-11-01T00:00:00Z", "samples_per_s": "1"},
+        {**amd, "device": "cpu", "timestamp": "2026-11-02T00:00:00Z", "samples_per_s": "2"},
+        {**amd, "device": "gpu:1", "timestamp": "2026-11-02T00:00:00Z", "status": "skipped"},
+        {**h100, "device": "gpu:1", "timestamp": "2026-11-03T00:00:00Z", "samples_per_s": "3"},
+        {**h100, "device": "gpu:1", "framework": "pytorch", "timestamp": "2026-11-01T00:00:00Z",
+         "samples_per_s": "4"},
+    ]
+
+
+def test_latest_keeps_each_machines_newest_measured_rows(plot_mod):
+    kept = plot_mod.newest_rows(latest_rows())
+    assert [r["samples_per_s"] for r in kept] == ["2", "3", "4"]  # the older run and the skip go
+
+
+def test_latest_names_machines_that_share_a_hostname_by_their_gpu_or_cpu(plot_mod):
+    class Table:
+        rows = latest_rows()
+
+    data = plot_mod.Data([Table()], latest=True)
+    assert data.series == ["vm (AMD EPYC)", "vm (NVIDIA H100)", "vm (NVIDIA H100) · pytorch"]
