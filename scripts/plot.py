@@ -36,6 +36,7 @@ PROG = "plot.py"
 MATPLOTLIB_FIX = "install python3-matplotlib (apt) or pip install matplotlib"
 
 RSS = "peak RSS (no breakdown)"
+DEVICE_PEAK = "device peak (no breakdown)"
 MEMORY_PARTS = [("mem_weights_bytes", "weights"), ("mem_grads_bytes", "gradients"),
                 ("mem_optimizer_bytes", "optimizer state"),
                 ("mem_activations_bytes", "activations"), ("mem_workspace_bytes", "workspace"),
@@ -690,25 +691,28 @@ def fmt_bytes(value: float) -> str:
 
 
 def chart_peak_memory(figs: Figures, data: Data):
-    """(e) peak memory per benchmark: the mem_* breakdown where the rows have it, peak RSS
-    (one bar) for rows without it."""
+    """(e) peak memory per benchmark: the mem_* breakdown where the rows have it, else the
+    device's peak alone (mem_peak_bytes: a peer framework's GPU rows), else peak RSS (one bar)."""
     key = benchmark_key(data)
     parts = [(c, name) for c, name in MEMORY_PARTS if tbcsv.has_values(data.step_rows, c)]
     part_samples = {c: tbcsv.samples(data.step_rows, key, c) for c, _ in parts}
+    device_peak = tbcsv.samples(data.step_rows, key, "mem_peak_bytes")
     rss = tbcsv.samples(data.step_rows, key, "peak_rss_bytes")
-    keys = list(dict.fromkeys(k for got in [*part_samples.values(), rss] for k in got))
+    keys = list(dict.fromkeys(k for got in [*part_samples.values(), device_peak, rss] for k in got))
     if not keys:
         raise Skip("no ok row has peak_rss_bytes or mem_*_bytes values")
     stacks = {}
     for k in keys:
         have = [(name, part_samples[c][k].center) for c, name in parts if k in part_samples[c]]
+        if not have and k in device_peak:
+            have = [(DEVICE_PEAK, device_peak[k].center)]
         stacks[k] = have or [(RSS, rss[k].center)]
     factor, unit = byte_unit(max(sum(v for _, v in st) for st in stacks.values()))
     several = len({s for s, _ in keys}) > 1
     if parts:
         # Colours name the parts; the machine goes into the bar's label.
-        names = [name for _, name in parts] + [RSS]
-        colour = {n: f"C{i}" for i, n in enumerate(names[:-1])} | {RSS: "0.55"}
+        names = [name for _, name in parts] + [DEVICE_PEAK, RSS]
+        colour = {n: f"C{i}" for i, n in enumerate(names[:-2])} | {DEVICE_PEAK: "0.3", RSS: "0.55"}
         used = [n for n in names if any(n == m for st in stacks.values() for m, _ in st)]
         legend = [(figs.patch(colour[n]), n) for n in used]
     else:
