@@ -189,10 +189,10 @@ class Conv2d final : public Layer {
   }
   std::vector<float> canonical(int index, const std::vector<std::vector<float>>& slots) const override {
     if (index != 0 || layout_ == Layout::NCHW) return slots.at(std::size_t(index));
-    return permute_filter(slots[0], /*to_canonical=*/true);
+    return from_channels_last(slots[0], filter_shape());
   }
   void set_canonical(int index, const std::vector<float>& value, std::vector<std::vector<float>>& slots) const override {
-    slots.at(std::size_t(index)) = index == 0 && layout_ == Layout::NHWC ? permute_filter(value, false) : value;
+    slots.at(std::size_t(index)) = index == 0 && layout_ == Layout::NHWC ? to_channels_last(value, filter_shape()) : value;
   }
   BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
 
@@ -247,20 +247,7 @@ class Conv2d final : public Layer {
     graph::execute(ctx.cudnn, p.plan, p.pack);
   }
 
-  // (K, C, R, S) <-> (K, R, S, C).
-  std::vector<float> permute_filter(const std::vector<float>& from, bool to_canonical) const {
-    const i64 K = spec_.out_channels, C = spec_.in_channels, R = spec_.kernel, S = spec_.kernel;
-    std::vector<float> to(from.size());
-    for (i64 k = 0; k < K; ++k)
-      for (i64 c = 0; c < C; ++c)
-        for (i64 r = 0; r < R; ++r)
-          for (i64 s = 0; s < S; ++s) {
-            const i64 kcrs = ((k * C + c) * R + r) * S + s, krsc = ((k * R + r) * S + s) * C + c;
-            if (to_canonical) to[std::size_t(kcrs)] = from[std::size_t(krsc)];
-            else to[std::size_t(krsc)] = from[std::size_t(kcrs)];
-          }
-    return to;
-  }
+  Nchw filter_shape() const { return {spec_.out_channels, spec_.in_channels, spec_.kernel, spec_.kernel}; }
 
   Conv2dSpec spec_;
   bool needs_dinput_;

@@ -46,38 +46,49 @@ const char* op_name(ConvOp op) {
   return "?";
 }
 
-OpGraph conv_graph(cudnnHandle_t handle, ConvOp kind, const Desc& x, const Desc& w, const Desc& y, const Desc& conv) {
-  const float alpha = 1.0f, beta = 0.0f;  // every gradient is overwritten, as in every layer
-  OpGraph g;
+namespace {
+
+// The descriptor type and attribute names of one convolution operation: x, w, y are the
+// operation's own (dx, dw, dy for the gradients).
+struct ConvAttributes {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+ConvAttributes attributes(ConvOp kind) {
   switch (kind) {
     case ConvOp::Forward:
-      g.op = Desc(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, &alpha, 1);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, &beta, 1);
-      break;
-    case ConvOp::BackwardData:  // x is dx, y is dy
-      g.op = Desc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, x);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, y);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, &alpha, 1);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, &beta, 1);
-      break;
-    case ConvOp::BackwardFilter:  // w is dw, y is dy
-      g.op = Desc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, &alpha, 1);
-      g.op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, &beta, 1);
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
+    case ConvOp::BackwardData:
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+    case ConvOp::BackwardFilter:
       break;
   }
+  return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
+}
+
+}  // namespace
+
+OpGraph conv_graph(cudnnHandle_t handle, ConvOp kind, const Desc& x, const Desc& w, const Desc& y, const Desc& conv) {
+  const float alpha = 1.0f, beta = 0.0f;  // every gradient is overwritten, as in every layer
+  const ConvAttributes a = attributes(kind);
+  OpGraph g;
+  g.op = Desc(a.type);
+  g.op.set(a.x, x);
+  g.op.set(a.w, w);
+  g.op.set(a.y, y);
+  g.op.set(a.conv, conv);
+  g.op.set(a.alpha, CUDNN_TYPE_FLOAT, &alpha, 1);
+  g.op.set(a.beta, CUDNN_TYPE_FLOAT, &beta, 1);
   g.op.finalize();
   g.graph = Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   g.graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, g.op);

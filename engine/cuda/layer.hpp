@@ -140,5 +140,9 @@ struct Nchw {
   i64 n, c, h, w;
 };
 Nchw as_nchw(const Dims& shape);
+// Values of a tensor of shape `s` in NCHW order to NHWC (N, H, W, C) order, or back: an image in
+// a channels-last network, or a filter (K, C, R, S) to (K, R, S, C).
+std::vector<float> to_channels_last(const std::vector<float>& nchw, const Nchw& s);
+std::vector<float> from_channels_last(const std::vector<float>& nhwc, const Nchw& s);
 
 }  // namespace tb::cuda

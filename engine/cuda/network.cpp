@@ -96,6 +96,30 @@ Nchw as_nchw(const Dims& shape) {
   return {shape[0], product(shape) / shape[0], 1, 1};
 }
 
+namespace {
+std::vector<float> permute_channels(const std::vector<float>& from, const Nchw& s, bool to_last) {
+  const i64 HW = s.h * s.w;
+  TB_CHECK(i64(from.size()) == s.n * s.c * HW, "{} values for a tensor of {}", from.size(), s.n * s.c * HW);
+  std::vector<float> to(from.size());
+  for (i64 n = 0; n < s.n; ++n)
+    for (i64 c = 0; c < s.c; ++c)
+      for (i64 p = 0; p < HW; ++p) {
+        const std::size_t nchw = std::size_t((n * s.c + c) * HW + p), nhwc = std::size_t((n * HW + p) * s.c + c);
+        if (to_last) to[nhwc] = from[nchw];
+        else to[nchw] = from[nhwc];
+      }
+  return to;
+}
+}  // namespace
+
+std::vector<float> to_channels_last(const std::vector<float>& nchw, const Nchw& s) {
+  return permute_channels(nchw, s, true);
+}
+
+std::vector<float> from_channels_last(const std::vector<float>& nhwc, const Nchw& s) {
+  return permute_channels(nhwc, s, false);
+}
+
 struct CudaNetwork::Impl {
   struct Slot {
     i64 offset = 0;  // elements into the flat buffers
@@ -708,25 +732,13 @@ float CudaNetwork::grad_unscale() const {
 std::vector<float> CudaNetwork::to_canonical(int node, std::vector<float> values) const {
   const Impl& m = *impl_;
   if (ctx_->layout != Layout::NHWC || !m.images(node)) return values;
-  const Dims& d = m.shapes[std::size_t(node)];
-  const i64 C = d[1], HW = d[2] * d[3];
-  std::vector<float> out(values.size());
-  for (i64 n = 0; n < d[0]; ++n)
-    for (i64 p = 0; p < HW; ++p)
-      for (i64 c = 0; c < C; ++c) out[std::size_t((n * C + c) * HW + p)] = values[std::size_t((n * HW + p) * C + c)];
-  return out;
+  return from_channels_last(values, as_nchw(m.shapes[std::size_t(node)]));
 }
 
 std::vector<float> CudaNetwork::from_canonical(int node, const std::vector<float>& values) const {
   const Impl& m = *impl_;
   if (ctx_->layout != Layout::NHWC || !m.images(node)) return values;
-  const Dims& d = m.shapes[std::size_t(node)];
-  const i64 C = d[1], HW = d[2] * d[3];
-  std::vector<float> out(values.size());
-  for (i64 n = 0; n < d[0]; ++n)
-    for (i64 p = 0; p < HW; ++p)
-      for (i64 c = 0; c < C; ++c) out[std::size_t((n * HW + p) * C + c)] = values[std::size_t((n * C + c) * HW + p)];
-  return out;
+  return to_channels_last(values, as_nchw(m.shapes[std::size_t(node)]));
 }
 
 // A node's value or gradient where it still holds what the last pass left: a node fused into a
