@@ -429,6 +429,20 @@ TEST(CudaDevice, PeakRateDerivedForAGpuNotInTheTable) {
   EXPECT_EQ(fp16.source.rfind("derived", 0), 0u) << fp16.source;
 }
 
+// Runs everywhere: the permutation between canonical NCHW (KCRS filters) and channels-last.
+TEST(CudaLayout, ChannelsLastPutsChannelsInnermost) {
+  const cuda::Nchw s{2, 3, 2, 2};  // N, C, H, W
+  Vec nchw(24);
+  for (std::size_t i = 0; i < nchw.size(); ++i) nchw[i] = float(i);
+  const Vec nhwc = cuda::to_channels_last(nchw, s);
+  // Element (n=1, c=2, h=1, w=0): NCHW index ((1*3+2)*2+1)*2+0 = 22, NHWC ((1*2+1)*2+0)*3+2 = 20.
+  EXPECT_EQ(nhwc[20], 22.0f);
+  EXPECT_EQ(nhwc[0], 0.0f);
+  EXPECT_EQ(nhwc[1], 4.0f) << "the next element is channel 1 of the same pixel";
+  EXPECT_EQ(cuda::from_channels_last(nhwc, s), nchw);
+  EXPECT_THROW(cuda::to_channels_last(Vec(5), s), Error);
+}
+
 TEST(CudaDevice, ParsesPrecisionNames) {
   for (const Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16})
     EXPECT_EQ(cuda::parse_precision(cuda::precision_name(p)), p) << cuda::precision_name(p);
