@@ -3,7 +3,10 @@
 
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -20,17 +23,72 @@ std::uint32_t big_endian32(const std::uint8_t* p) {
 
 }  // namespace
 
-std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path) {
+namespace {
+
+// What a path is when it is not a regular file, for the message.
+std::string kind_of(const std::filesystem::file_status& s) {
+  namespace fs = std::filesystem;
+  switch (s.type()) {
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    case fs::file_type::fifo: return "a named pipe (FIFO)";
+    case fs::file_type::socket: return "a socket";
+    default: return "not a regular file";
+  }
+}
+
+// Opens a regular file for reading through zlib, or says exactly why not.
+gzFile open_regular(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
+  const fs::file_status s = fs::status(path, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels)
+    throw InputError(fmt::format("{}: a loop of symbolic links; point it at the file itself", path));
+  if (ec || !fs::exists(s))
     throw InputError(fmt::format("{}: no such file (run scripts/fetch_datasets.sh, or point --data_dir "
                                  "at the folder that holds it)", path));
+  if (!fs::is_regular_file(s))
+    throw InputError(fmt::format("{}: is {}, expected the dataset file of that name", path, kind_of(s)));
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw InputError(fmt::format("{}: cannot open the file", path));
+  if (!f)
+    throw InputError(fmt::format("{}: cannot be opened for reading ({}); check its permissions", path,
+                                 std::strerror(errno)));
+  return f;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> read_prefix(const std::string& path, std::uint64_t bytes) {
+  gzFile f = open_regular(path);
+  std::vector<std::uint8_t> out(bytes);
+  const int n = gzread(f, out.data(), unsigned(bytes));
+  int code = 0;
+  const std::string why = n < 0 ? gzerror(f, &code) : "";
+  gzclose(f);
+  if (n < 0) throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
+  out.resize(std::size_t(n));
+  return out;
+}
+
+std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path, const SizeLimit& limit) {
+  gzFile f = open_regular(path);
+  const bool plain = gzdirect(f) == 1;
+  const auto too_large = [&](const std::string& size) {
+    gzclose(f);
+    return InputError(fmt::format("{}: {} bytes{}, {} {} {} (trailing bytes, a corrupt or foreign file, or a gzip "
+                                  "stream that expands far beyond its data? download the file again)", path, size,
+                                  plain ? "" : " once decompressed", limit.exact ? "expected" : "at most",
+                                  limit.bytes, limit.why));
+  };
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); plain && !ec && size > limit.bytes)
+    throw too_large(std::to_string(size));
   std::vector<std::uint8_t> out;
   std::uint8_t chunk[1 << 16];
   for (;;) {
     const int n = gzread(f, chunk, sizeof(chunk));
+    if (n > 0 && out.size() + std::uint64_t(n) > limit.bytes) throw too_large(fmt::format("more than {}", limit.bytes));
     if (n < 0) {
       int code = 0;
       const std::string why = gzerror(f, &code);
@@ -106,8 +164,32 @@ ImageSet parse_idx(const std::vector<std::uint8_t>& images, const std::string& i
 
 ImageSet read_idx(const std::string& images_path, const std::string& labels_path, std::int64_t expected_rows,
                   std::int64_t expected_cols, std::int32_t classes) {
-  return parse_idx(read_file_maybe_gzip(images_path), images_path, read_file_maybe_gzip(labels_path),
-                   labels_path, expected_rows, expected_cols, classes);
+  // The headers first: they say how large the files may be, and nothing more is read.
+  const std::vector<std::uint8_t> head = read_prefix(images_path, 16), label_head = read_prefix(labels_path, 8);
+  std::optional<SizeLimit> image_limit, label_limit;
+  if (head.size() == 16 && label_head.size() == 8 && big_endian32(head.data()) == 0x00000803 &&
+      big_endian32(label_head.data()) == 0x00000801) {
+    const std::int64_t count = big_endian32(head.data() + 4), rows = big_endian32(head.data() + 8),
+                       cols = big_endian32(head.data() + 12), labels = big_endian32(label_head.data() + 4);
+    if (count > kMaxIdxSamples || labels > kMaxIdxSamples)
+      throw InputError(fmt::format("{} and {}: headers declare {} images and {} labels, more than the {} "
+                                   "trainbench reads; corrupt or foreign files?", images_path, labels_path, count,
+                                   labels, kMaxIdxSamples));
+    if (rows == expected_rows && cols == expected_cols) {
+      image_limit = SizeLimit{16 + std::uint64_t(count * rows * cols), true,
+                              fmt::format("for {} images of {}x{} (its header)", count, rows, cols)};
+      label_limit = SizeLimit{8 + std::uint64_t(labels), true, fmt::format("for {} labels (its header)", labels)};
+    }
+  }
+  // Headers the parser refuses are read no further: it says what is wrong with them.
+  if (!image_limit) {
+    parse_idx(head, images_path, label_head, labels_path, expected_rows, expected_cols, classes);
+    throw InputError(fmt::format("{}, {}: not IDX files of {}x{} images", images_path, labels_path, expected_rows,
+                                 expected_cols));
+  }
+  return parse_idx(read_file_maybe_gzip(images_path, *image_limit), images_path,
+                   read_file_maybe_gzip(labels_path, *label_limit), labels_path, expected_rows, expected_cols,
+                   classes);
 }
 
 void append_cifar10(const std::vector<std::uint8_t>& bytes, const std::string& name, ImageSet& into) {
@@ -138,7 +220,11 @@ void append_cifar10(const std::vector<std::uint8_t>& bytes, const std::string& n
 
 ImageSet read_cifar10(const std::vector<std::string>& paths) {
   ImageSet set;
-  for (const std::string& path : paths) append_cifar10(read_file_maybe_gzip(path), path, set);
+  for (const std::string& path : paths)
+    append_cifar10(read_file_maybe_gzip(path, SizeLimit{std::uint64_t(kMaxCifarRecords * kCifarRecord), false,
+                                                        fmt::format("for {} CIFAR-10 records, the whole dataset",
+                                                                    kMaxCifarRecords)}),
+                   path, set);
   return set;
 }
 

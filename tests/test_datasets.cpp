@@ -303,6 +303,56 @@ TEST_F(BrokenFiles, MissingFile) {
       {dir_.file("train-images-idx3-ubyte.gz"), "scripts/fetch_datasets.sh"});
 }
 
+// A file whose header promises little but whose gzip stream expands to 64 MB: refused once the
+// stream passes what the header allows, naming the file, without reading the rest.
+TEST_F(BrokenFiles, GzipBombPastItsHeader) {
+  Bytes images = idx_images(3, 28, 28, pixels(3));
+  images.resize(images.size() + (std::size_t(64) << 20), 0);
+  const std::string path = dir_.file("train-images-idx3-ubyte.gz");
+  write_gzip(path, images);
+  ASSERT_LT(fs::file_size(path), std::uintmax_t(1) << 20) << "zeros compress";
+  write_file(labels_path(), idx_labels({1, 2, 3}));
+  expect_input_error([&] { read_idx(path, labels_path(), 28, 28, 10); },
+                     {path, "more than 2368 bytes once decompressed", "expected 2368", "3 images of 28x28"});
+}
+
+// A 2 GB sparse file: its size is checked against its header before anything is read, and a file
+// whose header is not IDX's is refused after 16 bytes.
+TEST_F(BrokenFiles, HugeSparseFileIsNotReadWhole) {
+  constexpr std::uintmax_t kHuge = std::uintmax_t(2) << 30;
+  write_file(images_path(), idx_images(3, 28, 28, pixels(3)));
+  fs::resize_file(images_path(), kHuge);
+  write_file(labels_path(), idx_labels({1, 2, 3}));
+  const auto start = std::chrono::steady_clock::now();
+  expect_input_error([&] { read_idx(images_path(), labels_path(), 28, 28, 10); },
+                     {images_path(), fmt::format("{} bytes", kHuge), "expected 2368"});
+  write_file(images_path(), Bytes{1, 2, 3, 4});
+  fs::resize_file(images_path(), kHuge);
+  expect_input_error([&] { read_idx(images_path(), labels_path(), 28, 28, 10); },
+                     {images_path(), "magic number 0x01020304"});
+  const std::string cifar = dir_.file("data_batch_1.bin");
+  write_file(cifar, cifar_records(0, 1));
+  fs::resize_file(cifar, kHuge);
+  expect_input_error([&] { read_cifar10({cifar}); }, {cifar, fmt::format("{} bytes", kHuge), "at most", "60000"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "nothing read whole";
+}
+
+TEST_F(BrokenFiles, HeaderDeclaringMoreSamplesThanAnyDataset) {
+  expect_input_error([&] { parse(idx_images(20'000'000, 28, 28, {}), idx_labels({}, 20'000'000)); },
+                     {images_path(), "20000000 images", "more than the 10000000"});
+}
+
+TEST_F(BrokenFiles, DirectoryOrSymlinkLoopInAFilesPlace) {
+  fs::create_directory(images_path());
+  write_file(labels_path(), idx_labels({1}));
+  expect_input_error([&] { read_idx(images_path(), labels_path(), 28, 28, 10); },
+                     {images_path(), "is a directory", "expected the dataset file"});
+  const std::string a = dir_.file("a.bin"), b = dir_.file("b.bin");
+  fs::create_symlink(b, a);
+  fs::create_symlink(a, b);
+  expect_input_error([&] { read_cifar10({a}); }, {a, "loop of symbolic links"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parsers on good files.
 
