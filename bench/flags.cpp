@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -12,21 +14,50 @@
 namespace tb::bench {
 namespace {
 
-std::int64_t parse_int(const std::string& flag, const std::string& v, std::int64_t min) {
+// A 64-bit integer in [min, max]: values that would wrap a narrower type are refused, not cut.
+std::int64_t parse_int(const std::string& flag, const std::string& v, std::int64_t min, std::int64_t max) {
   std::int64_t x = 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || end != v.data() + v.size() || x < min)
-    throw InputError(fmt::format("--{}: '{}' is not an integer >= {} (example: --{}={})", flag, v, min,
+  if (ec != std::errc() || end != v.data() + v.size() || x < min || x > max)
+    throw InputError(fmt::format("--{}: '{}' is not an integer from {} to {} (example: --{}={})", flag, v, min, max,
                                  flag, std::max<std::int64_t>(min, 2)));
   return x;
 }
 
-double parse_positive(const std::string& flag, const std::string& v) {
+// A finite number in (0, max].
+double parse_positive(const std::string& flag, const std::string& v, double max, const char* why_max) {
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !(x > 0) || x > 1e6)
+  if (v.empty() || *end != '\0' || !std::isfinite(x) || !(x > 0))
     throw InputError(fmt::format("--{}: '{}' is not a positive number (example: --{}=0.01)", flag, v, flag));
+  if (x > max) throw InputError(fmt::format("--{}: {} is above {:g}, {}", flag, v, max, why_max));
   return x;
+}
+
+// Ranges of the integer flags: far beyond any sensible run, well inside the types they feed.
+constexpr std::int64_t kMaxBatch = std::int64_t(1) << 20, kMaxSteps = 1'000'000'000, kMaxThreads = 1024,
+                       kMaxEpochs = 1'000'000, kMaxRepetitions = 1'000'000, kMaxGpu = 1023,
+                       kMaxSeed = std::numeric_limits<std::int64_t>::max();
+
+// Google Benchmark's own flags are left for it, but checked here: it aborts on some values
+// (repetitions below 1) and calls others an unknown flag (a min_time it cannot parse).
+void check_benchmark_flag(const std::string& arg, Flags& f) {
+  const auto value = [&](const char* name) -> std::optional<std::string> {
+    const std::string prefix = fmt::format("--{}=", name);
+    if (arg.rfind(prefix, 0) == 0) return arg.substr(prefix.size());
+    return std::nullopt;
+  };
+  if (auto v = value("benchmark_repetitions")) {
+    parse_int("benchmark_repetitions", *v, 1, kMaxRepetitions);
+  } else if (auto v = value("benchmark_min_time")) {
+    char* end = nullptr;
+    const double x = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !std::isfinite(x) || x < 0)
+      throw InputError(fmt::format("--benchmark_min_time: '{}' is not a number of seconds >= 0 (e.g. 0.5; Google "
+                                   "Benchmark {} takes seconds only, no '10x' iteration counts)", *v, "1.7.1"));
+  } else if (auto v = value("benchmark_filter")) {
+    f.benchmark_filter = *v;
+  }
 }
 
 std::vector<std::string> split(const std::string& v) {
@@ -52,7 +83,7 @@ double parse_memory(const std::string& flag, const std::string& v) {
   else if (suffix == "GiB") unit = 1024.0 * 1024 * 1024;
   else if (!suffix.empty()) x = -1;
   x *= unit;
-  if (v.empty() || !(x > 0) || (unit == 1 && x > 1 && x != std::floor(x)))
+  if (v.empty() || !std::isfinite(x) || !(x > 0) || (unit == 1 && x > 1 && x != std::floor(x)))
     throw InputError(fmt::format("--{}: '{}' is neither a byte count (e.g. 8GiB, 512MiB, 1000000000) nor a "
                                  "fraction of the device's memory in (0, 1] (e.g. 0.5)", flag, v));
   return x;
@@ -145,27 +176,27 @@ Flags parse_flags(int& argc, char** argv) {
       if (v->empty()) throw InputError("--csv: give a file name, e.g. --csv=results/run.csv");
       f.csv = *v;
     } else if (auto v = value_of("batch")) {
-      f.batch = parse_int("batch", *v, 1);
+      f.batch = parse_int("batch", *v, 1, kMaxBatch);
     } else if (auto v = value_of("devices")) {
       f.devices = split(*v);
       if (f.devices.empty()) throw InputError("--devices: give at least one, e.g. --devices=cpu,cpu:1");
     } else if (auto v = value_of("warmup_steps")) {
-      f.warmup_steps = parse_int("warmup_steps", *v, 0);
+      f.warmup_steps = parse_int("warmup_steps", *v, 0, kMaxSteps);
     } else if (auto v = value_of("optimizer")) {
       if (*v != "sgd" && *v != "adam")
         throw InputError(fmt::format("--optimizer: '{}' is not one of sgd, adam", *v));
       f.optimizer = *v;
     } else if (auto v = value_of("lr")) {
-      f.lr = parse_positive("lr", *v);
+      f.lr = parse_positive("lr", *v, 1e6, "the largest learning rate trainbench takes (any step would diverge)");
     } else if (auto v = value_of("seed")) {
-      f.seed = std::uint64_t(parse_int("seed", *v, 0));
+      f.seed = std::uint64_t(parse_int("seed", *v, 0, kMaxSeed));
     } else if (auto v = value_of("data_dir")) {
       if (v->empty()) throw InputError("--data_dir: give a folder, e.g. --data_dir=data");
       f.data_dir = *v;
     } else if (auto v = value_of("loader_workers")) {
-      f.loader_workers = int(parse_int("loader_workers", *v, 0));
+      f.loader_workers = int(parse_int("loader_workers", *v, 0, kMaxThreads));
     } else if (auto v = value_of("prefetch")) {
-      f.prefetch = int(parse_int("prefetch", *v, 1));
+      f.prefetch = int(parse_int("prefetch", *v, 1, kMaxThreads));
     } else if (auto v = value_of("precisions")) {
       f.precisions = split(*v);
       if (f.precisions.empty()) throw InputError("--precisions: give at least one, e.g. --precisions=fp32,fp16");
@@ -173,12 +204,12 @@ Flags parse_flags(int& argc, char** argv) {
         if (p != "fp32" && p != "tf32" && p != "fp16" && p != "bf16")
           throw InputError(fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16 or bf16", p));
     } else if (auto v = value_of("gpus")) {
-      for (const std::string& g : split(*v)) f.gpus.push_back(int(parse_int("gpus", g, 0)));
+      for (const std::string& g : split(*v)) f.gpus.push_back(int(parse_int("gpus", g, 0, kMaxGpu)));
       if (f.gpus.empty()) throw InputError("--gpus: give at least one CUDA device ordinal, e.g. --gpus=0");
     } else if (auto v = value_of("gpu_memory_limit")) {
       f.gpu_memory_limit = parse_memory("gpu_memory_limit", *v);
     } else if (auto v = value_of("iterations")) {
-      f.iterations = parse_int("iterations", *v, 1);
+      f.iterations = parse_int("iterations", *v, 1, kMaxSteps);
     } else if (auto v = value_of("gpu_layout")) {
       if (*v != "auto" && *v != "nchw" && *v != "nhwc")
         throw InputError(fmt::format("--gpu_layout: unknown layout '{}'; use auto, nchw or nhwc", *v));
@@ -190,12 +221,11 @@ Flags parse_flags(int& argc, char** argv) {
     } else if (arg == "--augment") {
       f.augment = true;
     } else if (auto v = value_of("epochs")) {
-      f.epochs = parse_int("epochs", *v, 1);
+      f.epochs = parse_int("epochs", *v, 1, kMaxEpochs);
     } else if (auto v = value_of("target_accuracy")) {
-      f.target_accuracy = parse_positive("target_accuracy", *v);
-      if (f.target_accuracy > 1)
-        throw InputError(fmt::format("--target_accuracy: '{}' is not a fraction in (0, 1], e.g. 0.85", *v));
+      f.target_accuracy = parse_positive("target_accuracy", *v, 1, "the highest accuracy (a fraction in (0, 1], e.g. 0.85)");
     } else {
+      check_benchmark_flag(arg, f);
       argv[out++] = argv[i];
       continue;
     }

@@ -29,6 +29,7 @@ struct Flags {
   std::string gpu_layout = "auto";    // --gpu_layout=auto|nchw|nhwc
   bool data_on_device = false;        // --data_on_device
   std::int64_t iterations = 20;       // --iterations: timed steps of each run under mpirun
+  std::string benchmark_filter = ".";  // Google Benchmark's --benchmark_filter, seen in passing
   bool help = false;
   bool list_models = false;  // --list_models
   bool csv_header = false;   // --csv_header

@@ -76,12 +76,6 @@ void print_memory_plans(const tb::bench::Flags& flags) {
   }
 }
 
-std::string filter_of(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) return argv[i] + 19;
-  return ".";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,7 +152,7 @@ int main(int argc, char** argv) {
         "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
         "<train|epochs>/<model>/<dataset>/<device>/<precision>/bs:<n> with models {}; list them with "
         "--benchmark_list_tests\n",
-        filter_of(argc, argv), fmt::join(tb::models::model_names(), ", "));
+        flags.benchmark_filter, fmt::join(tb::models::model_names(), ", "));
     return kUsageError;
   }
   if (reporter.failed() > 0) {

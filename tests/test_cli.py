@@ -246,7 +246,8 @@ def test_real_format_data_on_disk_with_loader_workers(tmp_path):
     if row["status"] == "ok":
         assert float(row["data_wait_s_per_step"]) >= 0
     else:
-        assert "loss did not fall" in row["message"], row["message"]
+        # The check's two messages: a plateau, or (the loss above where it began) divergence.
+        assert "loss did not fall" in row["message"] or "loss rose" in row["message"], row["message"]
 
 
 def test_corrupt_dataset_file_fails_its_row_naming_the_file(tmp_path):
