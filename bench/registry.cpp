@@ -366,6 +366,11 @@ void run_benchmark(benchmark::State& st, const BenchInfo& info) {
     if (info.kind == "epochs") run_epochs(st, info);
     else if (info.parallel != Parallel::None) run_parallel(st, info);
     else run_train(st, info);
+  } catch (const std::bad_alloc&) {
+    g_session.reset();
+    g_parallel.reset();
+    st.SkipWithError("out of host memory (std::bad_alloc) while building or training this benchmark: lower --batch, "
+                     "--loader_workers or --prefetch, or run it on a machine with more memory");
   } catch (const std::exception& e) {
     g_session.reset();
     g_parallel.reset();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -48,11 +49,23 @@ ImageLoader::ImageLoader(std::string name, std::string source, std::shared_ptr<c
            config_.prefetch);
   if (config_.workers > 0) {
     slots_.resize(std::size_t(config_.prefetch + 1));  // the one the consumer holds, and the queue
-    for (int w = 0; w < config_.workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+    for (int w = 0; w < config_.workers; ++w) {
+      try {
+        workers_.emplace_back([this] { worker_loop(); });
+      } catch (const std::system_error& e) {
+        // The system refused a thread (a limit on threads or memory): the ones started stop, and
+        // the benchmark's row fails saying so; the run goes on.
+        stop_workers();
+        throw Error(fmt::format("{}: could not start loader worker {} of {} ({}); lower --loader_workers", name_,
+                                w + 1, config_.workers, e.what()));
+      }
+    }
   }
 }
 
-ImageLoader::~ImageLoader() {
+ImageLoader::~ImageLoader() { stop_workers(); }
+
+void ImageLoader::stop_workers() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
@@ -60,6 +73,7 @@ ImageLoader::~ImageLoader() {
   ready_cv_.notify_all();
   free_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
 
 std::vector<std::int32_t> ImageLoader::permutation(i64 epoch) const {

@@ -51,6 +51,7 @@ class ImageLoader final : public Dataset {
   void prepare(i64 step, Batch& out, bool parallel) const;
   std::vector<std::int32_t> permutation(i64 epoch) const;
   void worker_loop();
+  void stop_workers();  // asks every worker to stop and joins it
 
   std::string name_, source_;
   std::shared_ptr<const ImageSet> set_;
