@@ -1,8 +1,18 @@
 // Writing the CSV, and refusing to mix schemas in one file.
 #include "bench/csv.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
+#include <iostream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -66,32 +76,148 @@ std::vector<std::string> csv_split(const std::string& line) {
   return fields;
 }
 
+namespace {
+
+// The signal that arrived while a row was being written, delivered once the write is done.
+std::atomic<int> g_writing{0};
+volatile std::sig_atomic_t g_deferred = 0;
+
+void on_signal(int sig) {
+  if (g_writing.load()) {
+    g_deferred = sig;
+    return;
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+// Marks a row's write: a SIGINT or SIGTERM that comes meanwhile is delivered after it.
+class WriteGuard {
+ public:
+  WriteGuard() { g_writing.store(1); }
+  ~WriteGuard() {
+    g_writing.store(0);
+    if (const int sig = g_deferred) {
+      std::signal(sig, SIG_DFL);
+      std::raise(sig);
+    }
+  }
+  WriteGuard(const WriteGuard&) = delete;
+  WriteGuard& operator=(const WriteGuard&) = delete;
+};
+
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device (/dev/null, a terminal?)";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe (a FIFO, or /dev/stdout into a pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Everything of `data` to `fd`, through interruptions; false on an error (errno says which).
+bool write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= std::size_t(n);
+  }
+  return true;
+}
+
+// Holds flock's exclusive lock for its life.
+class FileLock {
+ public:
+  explicit FileLock(int fd) : fd_(fd) {
+    while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ~FileLock() { ::flock(fd_, LOCK_UN); }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+constexpr std::size_t kMaxHeaderBytes = 64 * 1024;
+
+}  // namespace
+
+void defer_signals_during_writes() {
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
 CsvWriter::CsvWriter(const std::string& path) : path_(path) {
   namespace fs = std::filesystem;
   const std::string header = fmt::format("{}", fmt::join(csv_columns(), ","));
-  bool write_header = true;
-  std::error_code ec;
-  if (fs::exists(path, ec) && fs::file_size(path, ec) > 0) {
-    std::ifstream in(path);
-    std::string first;
-    std::getline(in, first);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      throw InputError(fmt::format("--csv={}: is {}, not a file; give a file name (e.g. results/run.csv)", path,
+                                   kind_of(st.st_mode)));
+  } else if (errno == ELOOP) {
+    throw InputError(fmt::format("--csv={}: a loop of symbolic links", path));
+  } else if (errno == ENOENT) {
+    std::error_code ec;
+    if (auto parent = fs::path(path).parent_path(); !parent.empty()) fs::create_directories(parent, ec);
+  }
+  // Non-blocking, so that a FIFO put there since the check cannot hang the open; fstat decides.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd_ < 0)
+    throw InputError(fmt::format("--csv={}: cannot be opened for reading and appending ({})", path,
+                                 std::strerror(errno)));
+  try {
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
+      throw InputError(fmt::format("--csv={}: is {}, not a file", path, kind_of(st.st_mode)));
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+    const FileLock lock(fd_);  // one header, however many runs start on the file at once
+    ::fstat(fd_, &st);
+    if (st.st_size == 0) {
+      const std::string line = header + "\n";
+      if (!write_all(fd_, line.data(), line.size()))
+        throw InputError(fmt::format("--csv={}: cannot write the header ({})", path, std::strerror(errno)));
+      return;
+    }
+    std::string head(std::min<std::size_t>(std::size_t(st.st_size), kMaxHeaderBytes), '\0');
+    const ssize_t got = ::pread(fd_, head.data(), head.size(), 0);
+    if (got < 0) throw InputError(fmt::format("--csv={}: cannot be read ({})", path, std::strerror(errno)));
+    head.resize(std::size_t(got));
+    const std::size_t eol = head.find('\n');
+    std::string first = head.substr(0, eol);
     if (!first.empty() && first.back() == '\r') first.pop_back();
     if (first != header) {
       const auto fields = csv_split(first);
       const bool ours = !fields.empty() && fields[0] == "schema_version";
       throw InputError(fmt::format(
-          "--csv={}: the file exists with {} ({} columns); trainbench schema {} has {} columns. "
+          "--csv={}: the file exists with {} ({} columns{}); trainbench schema {} has {} columns. "
           "Nothing was written: give a new file name, or move the old file away.",
           path, ours ? "another trainbench schema" : "a header that is not trainbench's", fields.size(),
+          eol == std::string::npos && head.size() == kMaxHeaderBytes ? ", a first line over 64 KiB" : "",
           kSchemaVersion, csv_columns().size()));
     }
-    write_header = false;
-  } else if (auto parent = fs::path(path).parent_path(); !parent.empty()) {
-    fs::create_directories(parent, ec);
+    // A last row cut short (a full disk, a killed run) stays on its own line: never glued.
+    char last = '\n';
+    if (::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') {
+      if (!write_all(fd_, "\n", 1))
+        throw InputError(fmt::format("--csv={}: cannot repair its last line ({})", path, std::strerror(errno)));
+      std::cerr << fmt::format("trainbench: note: --csv={} did not end with a line break (a row cut short by an "
+                               "earlier run?); that line stays as it was, and new rows start on the next line\n",
+                               path);
+    }
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
   }
-  out_.open(path, std::ios::app);
-  if (!out_) throw InputError(fmt::format("--csv={}: cannot open the file for writing", path));
-  if (write_header) out_ << header << '\n' << std::flush;
+}
+
+CsvWriter::~CsvWriter() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void CsvWriter::write_row(const Row& row) {
@@ -104,7 +230,18 @@ void CsvWriter::write_row(const Row& row) {
     auto it = row.find(csv_columns()[i]);
     if (it != row.end()) line += csv_escape(it->second);
   }
-  out_ << line << '\n' << std::flush;  // an interrupted run keeps every finished row
+  line += '\n';
+  const auto name = row.find("benchmark");
+  const std::string benchmark = name == row.end() ? "?" : name->second;
+  const WriteGuard guard;  // a SIGINT now waits for the row
+  if (!write_all(fd_, line.data(), line.size())) {
+    const int error = errno;
+    throw CsvWriteError(fmt::format(
+        "--csv={}: writing the row of {} failed ({}){}; the last row on disk is {}. The run stops here.", path_,
+        benchmark, std::strerror(error), error == ENOSPC ? ": the disk is full" : "",
+        last_.empty() ? "none of this run's" : "the one of " + last_));
+  }
+  last_ = benchmark;
 }
 
 }  // namespace tb::bench

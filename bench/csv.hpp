@@ -1,11 +1,13 @@
-// trainbench's CSV: one row per benchmark run, flushed as it finishes, with the machine context
-// in every row. The columns are documented in results/SCHEMA.md.
+// trainbench's CSV: one row per benchmark run, written to the file (one write call) as it
+// finishes, with the machine context in every row. The columns are documented in
+// results/SCHEMA.md.
 #pragma once
 
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "engine/core/error.hpp"
 
 namespace tb::bench {
 
@@ -14,18 +16,41 @@ const std::vector<std::string>& csv_columns();
 // Values by column name; columns without a value are written empty.
 using Row = std::map<std::string, std::string>;
 
+// A row that could not be written (disk full, I/O error): the run stops, naming the file and the
+// last row that is on disk.
+class CsvWriteError : public Error {
+ public:
+  using Error::Error;
+};
+
 class CsvWriter {
  public:
-  // Opens FILE for appending. A new or empty file gets the header; a file whose header differs
-  // is refused with tb::InputError and left untouched.
+  // Opens FILE for appending: a regular file, or a new one (anything else, a directory, a device,
+  // a pipe, is refused with tb::InputError saying what it is). Under an exclusive lock, so that
+  // two runs creating one file write one header: a new or empty file gets the header; a file
+  // whose first line (read up to 64 KiB) is another header is refused and left untouched; a file
+  // whose last byte is not a line break (a row cut short) gets one first, and a note says so.
   explicit CsvWriter(const std::string& path);
-  // Throws tb::Error for a value whose column is not in the schema.
+  ~CsvWriter();
+  CsvWriter(const CsvWriter&) = delete;
+  CsvWriter& operator=(const CsvWriter&) = delete;
+  // Writes the row with one write call and returns once the kernel has it. Throws tb::Error for
+  // a value whose column is not in the schema, CsvWriteError when the write fails. SIGINT and
+  // SIGTERM wait for a row being written (see defer_signals_during_writes).
   void write_row(const Row& row);
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
+  std::string last_;  // benchmark of the last row written, for messages
 };
+
+// Installs SIGINT and SIGTERM handlers that let a row being written finish, then end the process
+// as the signal would (exit status 128 + the signal), so that an interrupted run loses no row it
+// finished; and ignores SIGPIPE, so that a closed stdout (`trainbench | head`) is an error the
+// run can report instead of a silent death.
+void defer_signals_during_writes();
 
 std::string csv_escape(const std::string& field);
 // Splits one CSV line (RFC 4180 quoting) into fields.

@@ -81,6 +81,7 @@ void print_memory_plans(const tb::bench::Flags& flags) {
 int main(int argc, char** argv) {
   using namespace tb::bench;
   start_world();  // MPI, when started by mpirun
+  defer_signals_during_writes();
   Flags flags;
   try {
     flags = parse_flags(argc, argv);
@@ -121,7 +122,8 @@ int main(int argc, char** argv) {
   Reporter* sink = nullptr;  // the reporter below, before anything runs
   try {
     const auto& benchmarks = register_benchmarks(
-        flags, machine.cores, [&sink](const BenchInfo& info, const tb::EpochRecord& r) { sink->report_epoch(info, r); });
+        flags, machine.cores, [&sink](const BenchInfo& info, const tb::EpochRecord& r) { sink->report_epoch(info, r); },
+        [&sink](const BenchInfo& info, const Repetition& r) { sink->report_repetition(info, r); });
     if (!flags.csv.empty() && !listing && world().rank == 0) csv = std::make_unique<CsvWriter>(flags.csv);
     if (!listing) {
       std::set<int> thread_counts;
@@ -144,7 +146,16 @@ int main(int argc, char** argv) {
     release_sessions();
     return silent.failed > 0 ? 1 : 0;
   }
-  const std::size_t ran = benchmark::RunSpecifiedBenchmarks(&reporter);
+  std::size_t ran = 0;
+  try {
+    ran = benchmark::RunSpecifiedBenchmarks(&reporter);
+  } catch (const CsvWriteError& e) {
+    // Rows that cannot be written are hours lost: stop, and say what is on disk.
+    std::cout << std::flush;
+    std::cerr << "trainbench: error: " << e.what() << "\n";
+    release_sessions();
+    return 1;
+  }
   benchmark::Shutdown();
   release_sessions();
   if (ran == 0) {

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "bench/context.hpp"
+#include "bench/csv.hpp"
 #include "bench/gpu.hpp"
 #include "datasets/sources.hpp"
 #include "engine/core/error.hpp"
@@ -31,6 +32,16 @@ namespace {
 std::vector<BenchInfo> g_benchmarks;
 Flags g_flags;
 EpochSink g_on_epoch;
+RepetitionSink g_on_repetition;
+
+// The last call of a benchmark's body, which Google Benchmark may still discard (a call that
+// sized the iteration count) or keep (the last call of a repetition).
+struct PendingRepetition {
+  std::string name;
+  benchmark::IterationCount iterations = -1;
+  Repetition repetition;
+};
+PendingRepetition g_pending;
 
 struct Session {
   std::string name;
@@ -189,23 +200,26 @@ void step_counters(benchmark::State& st, const BenchInfo& info, Trainer& trainer
 // its row (the label becomes the CSV's message): tensor cores shorten matrix work, and where a
 // step is short kernels bound by launches and memory, the casts of mixed precision and the
 // loss-scale check (or TF32's other kernel choices) cost about what they save.
-void note_slower_than_fp32(benchmark::State& st, const BenchInfo& info) {
-  if (!info.gpu || info.precision == "fp32") return;
+std::string note_slower_than_fp32(benchmark::State& st, const BenchInfo& info) {
+  if (!info.gpu || info.precision == "fp32") return "";
   BenchInfo fp32 = info;
   fp32.precision = "fp32";
   const auto it = g_single_rates.find(rate_key(fp32));
   const double rate = st.counters["samples_per_s"];
-  if (it == g_single_rates.end() || rate >= it->second) return;
+  if (it == g_single_rates.end() || rate >= it->second) return "";
   const double step_ms = double(st.counters["step_time_s"]) * 1e3;
   constexpr double kShortStepMs = 5;  // a step of small kernels: launches and memory set its pace
+  std::string note;
   if (step_ms < kShortStepMs)
-    st.SetLabel(fmt::format("{:.2f}x fp32's samples/s in this run: a step of {:.3g} ms of small kernels is bound "
+    note = fmt::format("{:.2f}x fp32's samples/s in this run: a step of {:.3g} ms of small kernels is bound "
                             "by launches and memory, not matrix work, so {} gains nothing from tensor cores{}",
                             rate / it->second, step_ms, info.precision,
-                            info.precision == "tf32" ? "" : " and pays for its casts and loss-scale checks"));
+                            info.precision == "tf32" ? "" : " and pays for its casts and loss-scale checks");
   else
-    st.SetLabel(fmt::format("{:.2f}x fp32's samples/s in this run; TB_CUDA_LAYER_TIMES=<file> writes where each "
-                            "layer's time goes", rate / it->second));
+    note = fmt::format("{:.2f}x fp32's samples/s in this run; TB_CUDA_LAYER_TIMES=<file> writes where each "
+                       "layer's time goes", rate / it->second);
+  st.SetLabel(note);
+  return note;
 }
 
 void run_train(benchmark::State& st, const BenchInfo& info) {
@@ -226,7 +240,7 @@ void run_train(benchmark::State& st, const BenchInfo& info) {
   check_loss_fell(trainer);
   step_counters(st, info, trainer, p0, double(st.iterations()), wall, cpu);
   g_single_rates[rate_key(info)] = st.counters["samples_per_s"];
-  note_slower_than_fp32(st, info);
+  g_pending.repetition.message = note_slower_than_fp32(st, info);
 }
 
 
@@ -345,7 +359,31 @@ void run_epochs(benchmark::State& st, const BenchInfo& info) {
   }
 }
 
+// A row that failed: its session goes (the next benchmark starts clean), the run goes on.
+void fail_row(benchmark::State& st, const std::string& message) {
+  g_session.reset();
+  g_parallel.reset();
+  st.SkipWithError(message.c_str());
+  g_pending.repetition = Repetition{{}, st.iterations(), true, message};
+}
+
+// What the body left in `st`, as a repetition.
+Repetition repetition_of(benchmark::State& st, bool failed, std::string message) {
+  Repetition r;
+  for (const auto& [name, counter] : st.counters) r.counters[name] = counter.value;
+  r.iterations = st.iterations();
+  r.failed = failed;
+  r.message = std::move(message);
+  return r;
+}
+
 void run_benchmark(benchmark::State& st, const BenchInfo& info) {
+  // Google Benchmark grows the iteration count while it sizes a benchmark's first repetition
+  // and keeps it for the others: a call with as many iterations as the last one of this
+  // benchmark means the last one ended a repetition, which goes to the CSV now.
+  if (g_pending.name == info.name && g_pending.iterations == st.max_iterations && g_on_repetition)
+    g_on_repetition(info, g_pending.repetition);
+  g_pending = PendingRepetition{};
   if (!info.skip_reason.empty()) {
     st.SkipWithError(("skipped: " + info.skip_reason).c_str());
     return;
@@ -356,6 +394,8 @@ void run_benchmark(benchmark::State& st, const BenchInfo& info) {
     st.SkipWithError("skipped: one-replica baseline, run by rank 0");
     return;
   }
+  g_pending.name = info.name;
+  g_pending.iterations = st.max_iterations;
   try {
     // Each row reports its own peak resident set, not an earlier row's (a ResNet-152 before it):
     // another benchmark's session goes first (a train/ row keeps its own across Google
@@ -366,15 +406,15 @@ void run_benchmark(benchmark::State& st, const BenchInfo& info) {
     if (info.kind == "epochs") run_epochs(st, info);
     else if (info.parallel != Parallel::None) run_parallel(st, info);
     else run_train(st, info);
+    const std::string note = g_pending.repetition.message;
+    g_pending.repetition = repetition_of(st, false, note);
+  } catch (const CsvWriteError&) {
+    throw;  // the run stops (main)
   } catch (const std::bad_alloc&) {
-    g_session.reset();
-    g_parallel.reset();
-    st.SkipWithError("out of host memory (std::bad_alloc) while building or training this benchmark: lower --batch, "
-                     "--loader_workers or --prefetch, or run it on a machine with more memory");
+    fail_row(st, "out of host memory (std::bad_alloc) while building or training this benchmark: lower --batch, "
+                 "--loader_workers or --prefetch, or run it on a machine with more memory");
   } catch (const std::exception& e) {
-    g_session.reset();
-    g_parallel.reset();
-    st.SkipWithError(e.what());
+    fail_row(st, e.what());
   }
 }
 
@@ -511,9 +551,11 @@ std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& 
   return out;
 }
 
-const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores, EpochSink on_epoch) {
+const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores, EpochSink on_epoch,
+                                                  RepetitionSink on_repetition) {
   g_flags = flags;
   g_on_epoch = std::move(on_epoch);
+  g_on_repetition = std::move(on_repetition);
   const std::string dir = data::data_dir(flags.data_dir);
   // A folder given explicitly must be there: a typo would otherwise measure synthetic data.
   if (!flags.data_dir.empty()) {

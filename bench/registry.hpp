@@ -2,7 +2,9 @@
 // batch), and the benchmark bodies that drive the engine's trainer.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,9 +63,21 @@ std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& 
 
 using EpochSink = std::function<void(const BenchInfo&, const EpochRecord&)>;
 
+// One repetition of a benchmark as it ended: its counters, iterations, and whether it failed.
+struct Repetition {
+  std::map<std::string, double> counters;
+  std::int64_t iterations = 0;
+  bool failed = false;
+  std::string message;  // the failure, or an ok row's note
+};
+// Receives each repetition of a benchmark run with several, once it is known to be final (when
+// the next one starts), so that an interrupted run keeps every repetition it finished.
+using RepetitionSink = std::function<void(const BenchInfo&, const Repetition&)>;
+
 // Registers every benchmark with Google Benchmark; the returned list stays valid for the run.
 // `on_epoch` receives each epoch of the epochs/ benchmarks as it ends.
-const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores, EpochSink on_epoch);
+const std::vector<BenchInfo>& register_benchmarks(const Flags& flags, int cores, EpochSink on_epoch,
+                                                  RepetitionSink on_repetition);
 const BenchInfo* find_benchmark(const std::string& name);
 // Frees the benchmark kept between Google Benchmark's invocations (before MPI is finalised).
 void release_sessions();

@@ -28,6 +28,17 @@ const char* const kCounterColumns[] = {
 std::string number(double v) { return fmt::format("{:.6g}", v); }
 std::string accuracy(double v) { return v < 0 ? "" : number(v); }
 
+// The counters that are columns, formatted; a target never reached has no time.
+void add_counters(Row& row, const std::map<std::string, double>& counters) {
+  for (const char* column : kCounterColumns) {
+    auto it = counters.find(column);
+    if (it == counters.end()) continue;
+    const bool is_accuracy = std::string(column).ends_with("_acc");
+    row[column] = is_accuracy ? accuracy(it->second) : number(it->second);
+  }
+  if (auto it = row.find("time_to_target_s"); it != row.end() && it->second.starts_with("-")) it->second = "";
+}
+
 }  // namespace
 
 // The GPU a row ran on, or for a CPU row the machine's first GPU (empty without one).
@@ -100,13 +111,40 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
       it = kShown.count(it->first) ? std::next(it) : r.counters.erase(it);
   }
   ConsoleReporter::ReportRuns(shown);
+  if (!GetOutputStream() && !stdout_closed_) {
+    // SIGPIPE is ignored (defer_signals_during_writes): a reader that went away is said here.
+    stdout_closed_ = true;
+    if (!csv_) {
+      std::cerr << "trainbench: error: stdout was closed (its reader, such as `head`, went away) and no --csv file "
+                   "records the rows: stopping\n";
+      std::exit(1);
+    }
+    std::cerr << fmt::format("trainbench: note: stdout was closed (its reader, such as `head`, went away); the run "
+                             "goes on, every row goes to --csv={}\n", csv_->path());
+  }
   for (const Run& run : runs) {
     if (run.error_occurred) {
       if (run.error_message.rfind("skipped:", 0) == 0) ++skipped_;
       else ++failed_;
     }
-    if (csv_) csv_->write_row(csv_row(run));
+    const std::string& name = run.run_name.function_name;
+    const bool early = run.run_type == Run::RT_Iteration && run.repetition_index < written_early_[name];
+    if (csv_ && !early) csv_->write_row(csv_row(run));
   }
+  for (const Run& run : runs) written_early_.erase(run.run_name.function_name);
+}
+
+void Reporter::report_repetition(const BenchInfo& info, const Repetition& r) {
+  if (!csv_) return;
+  Row row = identity_row(info, machine_);
+  row["run_type"] = "iteration";
+  row["repetition"] = std::to_string(written_early_[info.name]);
+  row["status"] = r.failed ? "failed" : "ok";
+  row["message"] = r.message;
+  row["iterations"] = std::to_string(r.iterations);
+  if (!r.failed) add_counters(row, r.counters);
+  csv_->write_row(row);
+  ++written_early_[info.name];
 }
 
 void Reporter::report_epoch(const BenchInfo& info, const EpochRecord& r) {
@@ -144,14 +182,9 @@ Row Reporter::csv_row(const Run& run) const {
   row["message"] = run.error_occurred ? run.error_message : run.report_label;
   row["iterations"] = std::to_string(run.iterations);
   if (run.error_occurred) return row;
-  for (const char* column : kCounterColumns) {
-    auto it = run.counters.find(column);
-    if (it == run.counters.end()) continue;
-    const bool is_accuracy = std::string(column).ends_with("_acc");
-    row[column] = is_accuracy ? accuracy(it->second.value) : number(it->second.value);
-  }
-  // A target never reached has no time.
-  if (auto it = row.find("time_to_target_s"); it != row.end() && it->second.starts_with("-")) it->second = "";
+  std::map<std::string, double> counters;
+  for (const auto& [name, counter] : run.counters) counters[name] = counter.value;
+  add_counters(row, counters);
   return row;
 }
 

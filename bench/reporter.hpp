@@ -2,7 +2,9 @@
 // short set of counters, plus one CSV row per run with every counter and the machine context.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include <benchmark/benchmark.h>
 
@@ -20,6 +22,9 @@ class Reporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override;
   // A row of an epochs/ benchmark, written as its epoch ends.
   void report_epoch(const BenchInfo& info, const EpochRecord& record);
+  // A repetition's row, written as soon as the repetition is known to be final; ReportRuns then
+  // writes only the repetitions and aggregates not written yet.
+  void report_repetition(const BenchInfo& info, const Repetition& repetition);
   int failed() const { return failed_; }
   int skipped() const { return skipped_; }
 
@@ -28,6 +33,8 @@ class Reporter : public benchmark::ConsoleReporter {
   const MachineContext& machine_;
   CsvWriter* csv_;
   int failed_ = 0, skipped_ = 0;
+  std::map<std::string, int> written_early_;  // benchmark -> iteration rows report_repetition wrote
+  bool stdout_closed_ = false;
 };
 
 // The columns every row of a benchmark shares: its identity and the machine context.
