@@ -86,6 +86,9 @@ double parse_memory(const std::string& flag, const std::string& v) {
   if (v.empty() || !std::isfinite(x) || !(x > 0) || (unit == 1 && x > 1 && x != std::floor(x)))
     throw InputError(fmt::format("--{}: '{}' is neither a byte count (e.g. 8GiB, 512MiB, 1000000000) nor a "
                                  "fraction of the device's memory in (0, 1] (e.g. 0.5)", flag, v));
+  constexpr double kMaxBytes = double(std::uint64_t(1) << 50);  // 1 PiB: more than any GPU holds
+  if (x > kMaxBytes)
+    throw InputError(fmt::format("--{}: '{}' is more than 1 PiB, more memory than any GPU has", flag, v));
   return x;
 }
 
