@@ -650,5 +650,26 @@ TEST(ModelsWholeGradient, ResnetBlocks) {
   check_whole_model(m, 4, "cifar10");
 }
 
+// The one format of a failed library call, its typed errors, and source files named relative to
+// the tree (a CSV row shared from one machine carries no build machine's paths).
+TEST(Errors, OneFormatForEveryLibraryWithRelativeFiles) {
+  try {
+    fail_call(CallFailure::Backend, "cuDNN", "CUDNN_STATUS_BAD_PARAM", "cudnnSomething(x)", __FILE__, 42);
+    ADD_FAILURE() << "did not throw";
+  } catch (const BackendError& e) {
+    EXPECT_EQ(std::string(e.what()), "cuDNN failed: CUDNN_STATUS_BAD_PARAM (tests/test_models.cpp:42) [cudnnSomething(x)]");
+  }
+  EXPECT_THROW(fail_call(CallFailure::OutOfMemory, "CUDA", "cudaErrorMemoryAllocation", "cudaMalloc(p)", __FILE__, 1),
+               OutOfMemory);
+  try {
+    TB_CHECK(1 + 1 == 3, "arithmetic");
+    ADD_FAILURE() << "did not throw";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("failed at tests/test_models.cpp:"), std::string::npos) << message;
+    EXPECT_EQ(message.find("/tests/test_models.cpp"), std::string::npos) << "an absolute path: " << message;
+  }
+}
+
 }  // namespace
 }  // namespace tb

@@ -7,10 +7,16 @@
 
 namespace tb::cpu {
 
-void throw_dnnl(const dnnl::error& e, const char* expr, const char* file, int line) {
-  throw BackendError(fmt::format("oneDNN: {} failed at {}:{}: {} (status {})", expr, file, line,
-                                 e.what(), int(e.status)));
+}  // namespace tb::cpu
+
+namespace tb {
+void check_status(const dnnl::error& e, const char* expr, const char* file, int line) {
+  fail_call(e.status == dnnl_out_of_memory ? CallFailure::OutOfMemory : CallFailure::Backend, "oneDNN",
+            fmt::format("{} (status {})", e.what(), int(e.status)), expr, file, line);
 }
+}  // namespace tb
+
+namespace tb::cpu {
 
 dnnl::memory::dims to_dnnl(const Dims& dims) { return dnnl::memory::dims(dims.begin(), dims.end()); }
 

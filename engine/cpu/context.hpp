@@ -36,20 +36,12 @@ struct Context {
   }
 };
 
-[[noreturn]] void throw_dnnl(const dnnl::error& e, const char* expr, const char* file, int line);
-
 }  // namespace tb::cpu
 
-// TB_DNNL(expr): runs a oneDNN call and turns its dnnl::error into tb::BackendError naming the
-// call, file:line and oneDNN's status.
-#define TB_DNNL(expr)                                              \
-  do {                                                             \
-    try {                                                          \
-      expr;                                                        \
-    } catch (const dnnl::error& e_) {                              \
-      ::tb::cpu::throw_dnnl(e_, #expr, __FILE__, __LINE__);        \
-    }                                                              \
-  } while (0)
+namespace tb {
+// TB_DNNL's check (engine/core/error.hpp): oneDNN's text and status.
+[[noreturn]] void check_status(const dnnl::error& e, const char* expr, const char* file, int line);
+}  // namespace tb
 
 namespace tb::cpu {
 

@@ -5,36 +5,33 @@
 
 namespace tb::cuda {
 
-namespace {
-[[noreturn]] void fail(bool out_of_memory, const std::string& library, const std::string& status,
-                       const char* expr, const char* file, int line) {
-  const std::string message = fmt::format("{} failed: {} ({}:{})", library, status, file, line);
-  if (out_of_memory)
-    throw OutOfMemory(fmt::format("{}; the device is out of memory (lower --batch, or raise --gpu_memory_limit "
-                                  "if it is set) [{}]", message, expr));
-  throw BackendError(fmt::format("{} [{}]", message, expr));
-}
-}  // namespace
+}  // namespace tb::cuda
 
-void check(cudaError_t status, const char* expr, const char* file, int line) {
+namespace tb {
+
+void check_status(cudaError_t status, const char* expr, const char* file, int line) {
   if (status == cudaSuccess) return;
-  fail(status == cudaErrorMemoryAllocation, "CUDA",
-       fmt::format("{} ({})", cudaGetErrorName(status), cudaGetErrorString(status)), expr, file, line);
+  fail_call(status == cudaErrorMemoryAllocation ? CallFailure::OutOfMemory : CallFailure::Backend, "CUDA",
+            fmt::format("{} ({})", cudaGetErrorName(status), cudaGetErrorString(status)), expr, file, line);
 }
 
-void check(cudnnStatus_t status, const char* expr, const char* file, int line) {
+void check_status(cudnnStatus_t status, const char* expr, const char* file, int line) {
   if (status == CUDNN_STATUS_SUCCESS) return;
   char detail[512] = {};
   cudnnGetLastErrorString(detail, sizeof detail);
-  fail(status == CUDNN_STATUS_ALLOC_FAILED, "cuDNN",
-       fmt::format("{}{}{}", cudnnGetErrorString(status), detail[0] ? ": " : "", detail), expr, file, line);
+  fail_call(status == CUDNN_STATUS_ALLOC_FAILED ? CallFailure::OutOfMemory : CallFailure::Backend, "cuDNN",
+            fmt::format("{}{}{}", cudnnGetErrorString(status), detail[0] ? ": " : "", detail), expr, file, line);
 }
 
-void check(cublasStatus_t status, const char* expr, const char* file, int line) {
+void check_status(cublasStatus_t status, const char* expr, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  fail(status == CUBLAS_STATUS_ALLOC_FAILED, "cuBLAS",
-       fmt::format("{} ({})", cublasGetStatusName(status), cublasGetStatusString(status)), expr, file, line);
+  fail_call(status == CUBLAS_STATUS_ALLOC_FAILED ? CallFailure::OutOfMemory : CallFailure::Backend, "cuBLAS",
+            fmt::format("{} ({})", cublasGetStatusName(status), cublasGetStatusString(status)), expr, file, line);
 }
+
+}  // namespace tb
+
+namespace tb::cuda {
 
 cudnnDataType_t cudnn_type(DType t) {
   return t == DType::F16 ? CUDNN_DATA_HALF : t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;

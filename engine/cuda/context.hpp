@@ -17,19 +17,14 @@
 #include "engine/cuda/allocator.hpp"
 #include "engine/cuda/plan.hpp"
 
-namespace tb::cuda {
+namespace tb {
 
-// Each throws tb::OutOfMemory for an allocation failure and tb::BackendError otherwise, naming
-// the call, file:line and the library's own name and text for the status.
-void check(cudaError_t status, const char* expr, const char* file, int line);
-void check(cudnnStatus_t status, const char* expr, const char* file, int line);
-void check(cublasStatus_t status, const char* expr, const char* file, int line);
+// TB_CU's checks (engine/core/error.hpp): the library's own name and text for the status.
+void check_status(cudaError_t status, const char* expr, const char* file, int line);
+void check_status(cudnnStatus_t status, const char* expr, const char* file, int line);
+void check_status(cublasStatus_t status, const char* expr, const char* file, int line);
 
-}  // namespace tb::cuda
-
-// TB_CU(call): runs a CUDA runtime, cuDNN or cuBLAS call and throws a typed tb::Error unless it
-// succeeded.
-#define TB_CU(expr) ::tb::cuda::check((expr), #expr, __FILE__, __LINE__)
+}  // namespace tb
 
 namespace tb::cuda {
 

@@ -17,22 +17,23 @@
 
 #include "engine/core/error.hpp"
 
+namespace tb {
+// TB_MPI's check (engine/core/error.hpp): MPI's text for the status. Only calls on a
+// communicator whose error handler is MPI_ERRORS_RETURN (or calls made before MPI_Init) can
+// return a failure; on MPI_COMM_WORLD errors stay fatal.
+void check_status(MpiStatus status, const char* expr, const char* file, int line) {
+  if (status.code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  if (MPI_Error_string(status.code, text, &length) != MPI_SUCCESS)
+    std::snprintf(text, sizeof text, "error %d", status.code);
+  fail_call(CallFailure::Backend, "MPI", text, expr, file, line);
+}
+}  // namespace tb
+
 namespace tb::parallel {
 
 namespace {
-
-void check_mpi(int status, const char* expr, const char* file, int line) {
-  if (status == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  if (MPI_Error_string(status, text, &length) != MPI_SUCCESS) std::snprintf(text, sizeof text, "error %d", status);
-  throw BackendError(fmt::format("MPI failed: {} ({}:{}) [{}]", text, file, line, expr));
-}
-
-// TB_MPI(call): runs an MPI call and throws tb::BackendError with MPI's text unless it
-// succeeded. Only calls on a communicator whose error handler is MPI_ERRORS_RETURN (or calls
-// made before MPI_Init) can return a failure; on MPI_COMM_WORLD errors stay fatal.
-#define TB_MPI(expr) check_mpi((expr), #expr, __FILE__, __LINE__)
 
 bool mpi_finalized() {
   int finalized = 0;

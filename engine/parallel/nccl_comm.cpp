@@ -13,21 +13,21 @@
 #include "engine/core/error.hpp"
 #include "engine/cuda/context.hpp"
 
-namespace tb::parallel {
-
-namespace {
-
-void check_nccl(ncclResult_t status, const char* expr, const char* file, int line) {
+namespace tb {
+// TB_NCCL's check (engine/core/error.hpp): NCCL's text and its last message.
+void check_status(ncclResult_t status, const char* expr, const char* file, int line) {
   if (status == ncclSuccess) return;
   const char* detail = ncclGetLastError(nullptr);  // NCCL's last message; its argument is unused
   const bool has_detail = detail && *detail;
-  throw BackendError(fmt::format("NCCL failed: {}{}{} ({}:{}) [{}]", ncclGetErrorString(status),
-                                 has_detail ? ": " : "", has_detail ? detail : "", file, line, expr));
+  fail_call(CallFailure::Backend, "NCCL",
+            fmt::format("{}{}{}", ncclGetErrorString(status), has_detail ? ": " : "", has_detail ? detail : ""), expr,
+            file, line);
 }
+}  // namespace tb
 
-// TB_NCCL(call): runs an NCCL call and throws tb::BackendError with NCCL's text unless it
-// succeeded (the NCCL counterpart of TB_CU).
-#define TB_NCCL(expr) check_nccl((expr), #expr, __FILE__, __LINE__)
+namespace tb::parallel {
+
+namespace {
 
 ncclDataType_t nccl_type(ElemType type) {
   switch (type) {
