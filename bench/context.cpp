@@ -1,4 +1,4 @@
-// Reading the machine context and measuring the CPU's sgemm rate.
+// Reading the machine context.
 #include "bench/context.hpp"
 
 #include <omp.h>
@@ -14,9 +14,8 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-#include <oneapi/dnnl/dnnl.h>
 
-#include "engine/core/timer.hpp"
+#include "engine/backends.hpp"
 
 namespace tb {
 const char* git_commit();  // generated at build time
@@ -56,8 +55,7 @@ MachineContext read_machine_context() {
 #elif defined(__GNUC__)
   c.compiler = fmt::format("gcc {}", __VERSION__);
 #endif
-  const dnnl_version_t* v = dnnl_version();
-  c.onednn = fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+  c.onednn = cpu_library_version();
   c.benchmark_lib = TB_BENCHMARK_VERSION;
   c.git_commit = git_commit();
   const std::time_t now = std::time(nullptr);
@@ -65,27 +63,6 @@ MachineContext read_machine_context() {
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   c.timestamp = buf;
   return c;
-}
-
-double measure_sgemm_gflops(int threads) {
-  static std::map<int, double> cache;
-  if (auto it = cache.find(threads); it != cache.end()) return it->second;
-  const int previous = omp_get_max_threads();
-  omp_set_num_threads(threads);
-  constexpr dnnl_dim_t n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), out(n * n, 0.0f);
-  auto gemm = [&] { dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n); };
-  gemm();  // warm-up: JIT and first touch
-  std::vector<double> rates;
-  const double start = wall_seconds();
-  while (wall_seconds() - start < 0.25 || rates.size() < 3) {
-    const double t0 = wall_seconds();
-    gemm();
-    rates.push_back(2.0 * n * n * n / (wall_seconds() - t0) * 1e-9);
-  }
-  std::sort(rates.begin(), rates.end());
-  omp_set_num_threads(previous);
-  return cache[threads] = rates[rates.size() / 2];  // the median call
 }
 
 std::string describe(const MachineContext& c) {

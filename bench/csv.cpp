@@ -21,26 +21,6 @@
 
 namespace tb::bench {
 
-const std::vector<std::string>& csv_columns() {
-  static const std::vector<std::string> columns{
-      "schema_version", "benchmark", "kind", "model", "dataset", "data_source", "device", "threads",
-      "precision", "batch", "optimizer", "framework", "run_type", "aggregate", "repetition", "status", "message",
-      "iterations", "warmup_steps", "step_time_s", "samples_per_s", "params", "train_flops_per_sample",
-      "model_tflops", "peak_gflops", "utilisation", "host_cpu_s_per_step", "host_cpu_util",
-      "peak_rss_bytes", "loss_first", "loss_last", "data_s_per_step", "forward_s_per_step",
-      "backward_s_per_step", "update_s_per_step", "data_wait_s_per_step", "loader_workers", "epoch",
-      "train_loss", "val_loss", "train_acc", "val_acc", "elapsed_s", "target_acc", "time_to_target_s",
-      "wall_step_time_s", "cuda_graph", "data_on_device", "mem_peak_bytes", "mem_reserved_bytes", "mem_limit_bytes",
-      "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes", "mem_workspace_bytes",
-      "mem_data_bytes", "mem_context_bytes", "loss_scale", "skipped_steps", "peak_source", "ranks", "replicas",
-      "comm_s_per_step", "comm_share", "allreduce_bytes_per_step", "busbw_gbps", "comm_overlap",
-      "scaling_efficiency", "host", "os",
-      "cpu_model", "cores", "compiler", "onednn", "benchmark_lib", "git_commit", "timestamp", "gpu_name", "gpu_cc",
-      "gpu_sms", "gpu_memory_gib", "gpu_clock_mhz", "gpu_memory_clock_mhz", "driver_version", "cuda_version",
-      "cudnn_version", "cublas_version", "nccl_version"};
-  return columns;
-}
-
 std::string csv_escape(const std::string& field) {
   if (field.find_first_of(",\"\n\r") == std::string::npos) return field;
   std::string out = "\"";

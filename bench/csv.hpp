@@ -7,12 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/columns.hpp"
 #include "engine/core/error.hpp"
 
 namespace tb::bench {
 
-inline constexpr const char* kSchemaVersion = "2";
-const std::vector<std::string>& csv_columns();
 // Values by column name; columns without a value are written empty.
 using Row = std::map<std::string, std::string>;
 

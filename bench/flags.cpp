@@ -146,7 +146,9 @@ is N x --batch.
   --augment             CIFAR-10 training augmentation: random crop (padding 4), horizontal flip
   --epochs=E            epochs of the epochs/ benchmarks (default: per model, see README)
   --target_accuracy=X   stop an epochs/ benchmark once validation accuracy reaches X
-  --list_models         print each workload's parameters and FLOPs, and exit
+  --list_models         print each workload's parameters, FLOPs and memory plans, and exit
+  --json                with --list_models: the workloads as one JSON object (shapes, batches,
+                        optimizers, parameters, FLOPs), for other tools to read
   --csv_header          print the CSV header (schema of --csv), and exit
   --help                this text
 
@@ -173,6 +175,8 @@ Flags parse_flags(int& argc, char** argv) {
       f.help = true;
     } else if (arg == "--list_models") {
       f.list_models = true;
+    } else if (arg == "--json") {
+      f.json = true;
     } else if (arg == "--csv_header") {
       f.csv_header = true;
     } else if (auto v = value_of("csv")) {
@@ -234,6 +238,8 @@ Flags parse_flags(int& argc, char** argv) {
     }
   }
   argc = out;
+  if (f.json && !f.list_models)
+    throw InputError("--json goes with --list_models (trainbench --list_models --json); results go to --csv=FILE");
   return f;
 }
 

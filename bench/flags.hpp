@@ -32,6 +32,7 @@ struct Flags {
   std::string benchmark_filter = ".";  // Google Benchmark's --benchmark_filter, seen in passing
   bool help = false;
   bool list_models = false;  // --list_models
+  bool json = false;         // --json (with --list_models)
   bool csv_header = false;   // --csv_header
 };
 

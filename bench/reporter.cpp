@@ -2,49 +2,22 @@
 #include "bench/reporter.hpp"
 
 #include <iostream>
-#include <set>
 
 #include <fmt/format.h>
 
-#include "bench/gpu.hpp"
+#include "bench/columns.hpp"
+#include "engine/backends.hpp"
+#include "engine/parallel/world.hpp"
 
 namespace tb::bench {
 namespace {
 
-// Counters shown on the console; the CSV gets all of them.
-const std::set<std::string> kShown{"samples_per_s", "model_tflops", "utilisation", "host_cpu_util", "loss_last",
-                                   "val_acc", "val_loss", "elapsed_s"};
-// Counters that go to the CSV column of the same name.
-const char* const kCounterColumns[] = {
-    "step_time_s", "samples_per_s", "model_tflops", "peak_gflops", "utilisation", "host_cpu_s_per_step",
-    "host_cpu_util", "peak_rss_bytes", "loss_first", "loss_last", "data_s_per_step", "forward_s_per_step",
-    "backward_s_per_step", "update_s_per_step", "data_wait_s_per_step", "epoch", "train_loss", "val_loss",
-    "train_acc", "val_acc", "elapsed_s", "time_to_target_s", "wall_step_time_s", "mem_peak_bytes",
-    "mem_reserved_bytes", "mem_limit_bytes", "mem_weights_bytes", "mem_grads_bytes", "mem_optimizer_bytes",
-    "mem_activations_bytes", "mem_workspace_bytes", "mem_data_bytes", "mem_context_bytes", "loss_scale",
-    "skipped_steps", "replicas", "comm_s_per_step", "comm_share", "allreduce_bytes_per_step", "busbw_gbps",
-    "comm_overlap", "scaling_efficiency"};
-
-std::string number(double v) { return fmt::format("{:.6g}", v); }
 std::string accuracy(double v) { return v < 0 ? "" : number(v); }
 
-// The counters that are columns, formatted; a target never reached has no time.
-void add_counters(Row& row, const std::map<std::string, double>& counters) {
-  for (const char* column : kCounterColumns) {
-    auto it = counters.find(column);
-    if (it == counters.end()) continue;
-    const bool is_accuracy = std::string(column).ends_with("_acc");
-    row[column] = is_accuracy ? accuracy(it->second) : number(it->second);
-  }
-  if (auto it = row.find("time_to_target_s"); it != row.end() && it->second.starts_with("-")) it->second = "";
-}
-
-}  // namespace
-
 // The GPU a row ran on, or for a CPU row the machine's first GPU (empty without one).
-void add_gpu_context(Row& row, const BenchInfo& info) {
+void add_gpu_context(Row& row, const BenchInfo& info, const MachineContext& machine) {
   const GpuInventory& inv = gpu_inventory();
-  const int ordinal = info.gpu ? info.gpu_ordinal : 0;
+  const int ordinal = info.gpu() ? info.gpu_ordinal : 0;
   if (ordinal < 0 || ordinal >= int(inv.devices.size())) return;
   const GpuDevice& g = inv.devices[std::size_t(ordinal)];
   row["gpu_name"] = g.name;
@@ -53,18 +26,22 @@ void add_gpu_context(Row& row, const BenchInfo& info) {
   row["gpu_memory_gib"] = fmt::format("{:.1f}", g.memory_gib);
   row["gpu_clock_mhz"] = std::to_string(g.clock_mhz);
   row["gpu_memory_clock_mhz"] = std::to_string(g.memory_clock_mhz);
-  row["driver_version"] = g.driver;
+  row["driver_version"] = machine.nvidia_driver;
+  row["cuda_driver_version"] = g.cuda_driver;
   row["cuda_version"] = g.cuda;
   row["cudnn_version"] = g.cudnn;
   row["cublas_version"] = g.cublas;
   row["nccl_version"] = g.nccl;
-  if (info.gpu && !info.precision.empty() && info.skip_reason.empty()) row["peak_source"] = gpu_peak(ordinal, info.precision).source;
+  if (info.gpu() && !info.precision.empty() && info.skip_reason.empty())
+    row["peak_source"] = gpu_peak(ordinal, info.precision).source;
 }
+
+}  // namespace
 
 Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   Row row{{"schema_version", kSchemaVersion},
           {"benchmark", info.name},
-          {"kind", info.kind},
+          {"kind", kind_name(info.kind)},
           {"model", info.model},
           {"dataset", info.dataset},
           {"data_source", info.data_source},
@@ -88,14 +65,13 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
           {"benchmark_lib", machine.benchmark_lib},
           {"git_commit", machine.git_commit},
           {"timestamp", machine.timestamp}};
-  row["ranks"] = std::to_string(world().size);
-  if (info.gpu) {
+  row["ranks"] = std::to_string(parallel::world().size);
+  if (info.gpu()) {
     row["cuda_graph"] = std::to_string(int(info.cuda_graph));
     row["data_on_device"] = std::to_string(int(info.data_on_device));
   }
-  if (!info.gpu && info.kind.empty()) return row;
-  add_gpu_context(row, info);
-  if (!info.gpu && info.skip_reason.empty()) row["peak_source"] = "oneDNN sgemm 1024^3 measured at start-up";
+  add_gpu_context(row, info, machine);
+  if (!info.gpu() && info.skip_reason.empty()) row["peak_source"] = "oneDNN sgemm 1024^3 measured at start-up";
   return row;
 }
 
@@ -104,13 +80,30 @@ bool Reporter::ReportContext(const Context& context) {
   return ConsoleReporter::ReportContext(context);
 }
 
+void Reporter::report_skipped(const Run& run) {
+  const BenchInfo* info = harness_.find(run.run_name.function_name);
+  const std::string scope = info ? info->skip_scope : run.run_name.function_name;
+  if (!skipped_said_.insert(scope).second) return;
+  std::string reason = run.error_message.substr(kSkippedPrefix.size());
+  // "gpu:1: no CUDA device", "cpu:64 needs 64 cores": the scope is said once.
+  if (reason.starts_with(scope + ": ")) reason.erase(0, scope.size() + 2);
+  else if (reason.starts_with(scope + " ")) reason.erase(0, scope.size() + 1);
+  if (std::ostream& out = GetOutputStream(); out) out << fmt::format("skipped {}: {}\n", scope, reason) << std::flush;
+}
+
 void Reporter::ReportRuns(const std::vector<Run>& runs) {
-  std::vector<Run> shown = runs;
-  for (Run& r : shown) {
-    for (auto it = r.counters.begin(); it != r.counters.end();)
-      it = kShown.count(it->first) ? std::next(it) : r.counters.erase(it);
+  std::vector<Run> shown;
+  for (const Run& r : runs) {
+    if (r.error_occurred && is_skip(r.error_message)) {
+      report_skipped(r);
+      continue;
+    }
+    Run kept = r;
+    for (auto it = kept.counters.begin(); it != kept.counters.end();)
+      it = shown_on_console(it->first) ? std::next(it) : kept.counters.erase(it);
+    shown.push_back(std::move(kept));
   }
-  ConsoleReporter::ReportRuns(shown);
+  if (!shown.empty()) ConsoleReporter::ReportRuns(shown);
   if (!GetOutputStream() && !stdout_closed_) {
     // SIGPIPE is ignored (defer_signals_during_writes): a reader that went away is said here.
     stdout_closed_ = true;
@@ -120,11 +113,12 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
       std::exit(1);
     }
     std::cerr << fmt::format("trainbench: note: stdout was closed (its reader, such as `head`, went away); the run "
-                             "goes on, every row goes to --csv={}\n", csv_->path());
+                             "goes on, every row goes to --csv={}\n",
+                             csv_->path());
   }
   for (const Run& run : runs) {
     if (run.error_occurred) {
-      if (run.error_message.rfind("skipped:", 0) == 0) ++skipped_;
+      if (is_skip(run.error_message)) ++skipped_;
       else ++failed_;
     }
     const std::string& name = run.run_name.function_name;
@@ -142,7 +136,8 @@ void Reporter::report_repetition(const BenchInfo& info, const Repetition& r) {
   row["status"] = r.failed ? "failed" : "ok";
   row["message"] = r.message;
   row["iterations"] = std::to_string(r.iterations);
-  if (!r.failed) add_counters(row, r.counters);
+  if (!r.failed)
+    for (auto& [column, cell] : counter_cells(r.counters, false)) row[column] = std::move(cell);
   csv_->write_row(row);
   ++written_early_[info.name];
 }
@@ -168,23 +163,23 @@ void Reporter::report_epoch(const BenchInfo& info, const EpochRecord& r) {
 }
 
 Row Reporter::csv_row(const Run& run) const {
-  const BenchInfo* info = find_benchmark(run.run_name.function_name);
+  const BenchInfo* info = harness_.find(run.run_name.function_name);
   BenchInfo unknown;
   if (!info) info = &unknown;
   Row row = identity_row(*info, machine_);
   const bool aggregate = run.run_type == Run::RT_Aggregate;
-  const bool skipped = run.error_occurred && run.error_message.rfind("skipped:", 0) == 0;
+  const bool skipped = run.error_occurred && is_skip(run.error_message);
   row["run_type"] = aggregate ? "aggregate" : "iteration";
   row["aggregate"] = aggregate ? run.aggregate_name : "";
   row["repetition"] = aggregate ? "" : std::to_string(run.repetition_index < 0 ? 0 : run.repetition_index);
   row["status"] = !run.error_occurred ? "ok" : skipped ? "skipped" : "failed";
-  // An ok row's message is its note (a label: why a precision was slower than fp32, say).
+  // An ok row's message is its notes (a label: why a precision was slower than fp32, say).
   row["message"] = run.error_occurred ? run.error_message : run.report_label;
   row["iterations"] = std::to_string(run.iterations);
   if (run.error_occurred) return row;
   std::map<std::string, double> counters;
   for (const auto& [name, counter] : run.counters) counters[name] = counter.value;
-  add_counters(row, counters);
+  for (auto& [column, cell] : counter_cells(counters, aggregate)) row[column] = std::move(cell);
   return row;
 }
 

@@ -1,23 +1,26 @@
-// The display reporter: Google Benchmark's console output with a trainbench header and a
-// short set of counters, plus one CSV row per run with every counter and the machine context.
+// The display reporter: Google Benchmark's console output with a trainbench header and the
+// counters bench/columns.cpp marks for the console, one line per skipped configuration, and one
+// CSV row per run with every counter and the machine context.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <benchmark/benchmark.h>
 
 #include "bench/context.hpp"
 #include "bench/csv.hpp"
-#include "bench/registry.hpp"
+#include "bench/harness.hpp"
 #include "engine/train/epochs.hpp"
 
 namespace tb::bench {
 
 class Reporter : public benchmark::ConsoleReporter {
  public:
-  Reporter(const MachineContext& machine, CsvWriter* csv) : machine_(machine), csv_(csv) {}
+  Reporter(const Harness& harness, const MachineContext& machine, CsvWriter* csv)
+      : harness_(harness), machine_(machine), csv_(csv) {}
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
   // A row of an epochs/ benchmark, written as its epoch ends.
@@ -30,10 +33,15 @@ class Reporter : public benchmark::ConsoleReporter {
 
  private:
   Row csv_row(const Run& run) const;
+  // Says once per configuration (device, or device and precision) that its benchmarks are skipped
+  // and why, instead of an error line per benchmark.
+  void report_skipped(const Run& run);
+  const Harness& harness_;
   const MachineContext& machine_;
   CsvWriter* csv_;
   int failed_ = 0, skipped_ = 0;
   std::map<std::string, int> written_early_;  // benchmark -> iteration rows report_repetition wrote
+  std::set<std::string> skipped_said_;         // configurations whose skip was printed
   bool stdout_closed_ = false;
 };
 

@@ -1,5 +1,8 @@
-// The four fixed models of trainbench (user story 003) as backend-agnostic specs, and the
-// workloads (model, dataset, batch, optimizer) the harness registers.
+// trainbench's models as backend-agnostic specs and the workloads (model, dataset, batch,
+// optimizer) the harness registers. Each model is one file, models/<name>.cpp, holding its
+// builder and its workloads and registering them (RegisterWorkloads); everything else (the
+// harness, the tests, the PyTorch peer through `trainbench --list_models --json`) iterates over
+// workloads().
 #pragma once
 
 #include <string>
@@ -10,14 +13,9 @@
 
 namespace tb::models {
 
-ModelSpec mlp();                                 // 784-1000-1000-10, ReLU
-ModelSpec lenet5();                              // 3x32x32 input, sigmoid, 10 classes
-ModelSpec lstm(i64 seq_len);                     // linear 1->5, LSTM 5, linear 5->1, MSE
-ModelSpec resnet152(i64 image_size, i64 classes);  // bottleneck blocks [3, 8, 36, 3]
-
 struct Workload {
   std::string model;    // "mlp", "lenet5", "lstm", "resnet152"
-  std::string dataset;  // "mnist", "cifar10", "sine", "imagenet"
+  std::string dataset;  // a dataset datasets/sources.cpp can make: "mnist", "cifar10", "sine", "imagenet"
   i64 batch;            // default batch (sequences for the LSTM)
   OptimizerConfig optimizer;
   ModelSpec spec;
@@ -25,17 +23,30 @@ struct Workload {
   i64 epochs = 1;               // default of the epochs/ benchmarks
   bool real_data_only = false;  // registered only where the dataset's files are found
   i64 warmup_steps = 2;         // default steps before timing the train/ benchmarks
-  // Default batch on a GPU (0: `batch`). ResNet-152 at 224x224 trains at a GPU's batch there (8
-  // is a CPU batch: an H100 runs it at 1.7% of its peak); the harness lowers it to the largest
-  // power of two whose planned footprint fits the device (bench/registry.cpp).
+  // Default batch on a GPU (0: `batch`). The harness lowers it to the largest power of two
+  // whose planned footprint fits the device.
   i64 gpu_batch = 0;
+  // A short CPU run that must lower the loss on a fixed batch (tests/test_models.cpp): the
+  // steps and batch that show this model learning within seconds.
+  i64 check_steps = 20, check_batch = 4;
 
   OptimizerConfig optimizer_for(i64 batch_size) const;
+  i64 batch_on_gpu() const { return gpu_batch > 0 ? gpu_batch : batch; }
 };
 
-constexpr i64 kLstmSeqLen = 35;  // truncated BPTT length
-
-std::vector<Workload> workloads();
+// Every registered workload, in the order of their files' `order` (then as each file lists them).
+const std::vector<Workload>& workloads();
+// The workload of `model` on `dataset`; throws tb::InputError naming the registered ones.
+const Workload& workload(const std::string& model, const std::string& dataset);
+// The registered models, each once, in workload order.
 std::vector<std::string> model_names();
+
+// A model file's registration, at namespace scope:
+//   const RegisterWorkloads kRegistered(10, [] { return std::vector<Workload>{...}; });
+// `order` places the file's workloads among the others (the benchmarks run in this order).
+class RegisterWorkloads {
+ public:
+  RegisterWorkloads(int order, std::vector<Workload> (*make)());
+};
 
 }  // namespace tb::models

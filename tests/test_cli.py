@@ -1,7 +1,9 @@
 """End-to-end tests of the trainbench binary: runs it with filters and flags, reads the CSV
 it wrote, and feeds it bad input. The binary comes from $TRAINBENCH (set by ctest)."""
 import csv
+import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -13,6 +15,11 @@ FAST = ["--benchmark_min_time=0.05"]
 
 def run(*args, timeout=600):
     return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def console_lines(stdout):
+    """The console's lines without Google Benchmark's colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", stdout).splitlines()
 
 
 def read_csv(path):
@@ -28,7 +35,7 @@ def test_mlp_run_writes_a_checked_csv_row(tmp_path):
     rows = read_csv(out)
     assert len(rows) == 1
     row = rows[0]
-    assert row["schema_version"] == "2"
+    assert row["schema_version"] == "3"
     assert row["benchmark"] == "train/mlp/mnist/cpu/fp32/bs:100"
     assert (row["model"], row["dataset"], row["device"], row["precision"]) == ("mlp", "mnist", "cpu", "fp32")
     assert row["data_source"] == "synthetic"
@@ -130,14 +137,15 @@ def test_device_the_machine_lacks_is_a_skipped_row(tmp_path):
     assert "cpu:4096 needs 4096 cores" in rows[0]["message"]
 
 
-def gpu_available():
-    """Whether this machine can run gpu:1 rows: the binary's own verdict, from a listing run."""
-    r = run("--benchmark_filter=train/mlp/mnist/gpu:1/fp32/", "--benchmark_min_time=0.01")
-    return "skipped:" not in r.stdout
+def gpu_available(tmp_path):
+    """Whether this machine can run gpu:1 rows: the binary's own verdict, from the row of a short run."""
+    out = tmp_path / "probe.csv"
+    run("--benchmark_filter=train/mlp/mnist/gpu:1/fp32/", "--benchmark_min_time=0.01", f"--csv={out}")
+    return any(row["status"] == "ok" for row in read_csv(out)) if out.exists() else False
 
 
 def test_gpu_rows_without_a_gpu_are_skipped_with_the_reason_and_cpu_rows_still_run(tmp_path):
-    if gpu_available():
+    if gpu_available(tmp_path):
         pytest.skip("this machine has a usable GPU: the gpu:1 rows run (tests/test_cuda.cpp covers them)")
     out = tmp_path / "run.csv"
     r = run("--benchmark_filter=train/mlp/mnist/", f"--csv={out}", *FAST)  # default devices
@@ -149,6 +157,34 @@ def test_gpu_rows_without_a_gpu_are_skipped_with_the_reason_and_cpu_rows_still_r
     # The reason: a build without the backend, no driver, or no device.
     assert any(reason in gpu["message"] for reason in ("no CUDA backend", "driver", "no CUDA device")), gpu
     assert len(rows) == 3  # cpu, cpu:1 (or cpu alone on one core) and one skipped gpu:1 row
+    # A CPU row carries no NVML measurement, and no driver is claimed.
+    for column in ("gpu_util", "energy_j_per_sample", "gpu_throttle", "driver_version"):
+        assert rows["train/mlp/mnist/cpu/fp32/bs:100"][column] == "", column
+    # The console says it once, as a skip, not as an error a new user reads as a failure.
+    assert "ERROR OCCURRED" not in r.stdout
+    skipped = [line for line in console_lines(r.stdout) if line.startswith("skipped ")]
+    assert len(skipped) == 1 and skipped[0].startswith("skipped gpu:1: "), r.stdout
+    assert "1 benchmark(s) skipped" in r.stderr
+
+
+def test_skipped_configurations_are_one_console_line_each(tmp_path):
+    """Every model on a device the machine lacks, and a precision the CPU cannot run: one line per
+    configuration, each benchmark still a skipped row in the CSV."""
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/(mlp|lstm)/", "--devices=cpu,cpu:4096", "--precisions=fp32,fp16",
+            f"--csv={out}", *FAST)
+    assert r.returncode == 0, r.stderr
+    assert "ERROR OCCURRED" not in r.stdout
+    lines = sorted(line for line in console_lines(r.stdout) if line.startswith("skipped "))
+    cores = len(os.sched_getaffinity(0))
+    assert lines == ["skipped cpu fp16: the CPU backend trains in fp32 only, not fp16",
+                     f"skipped cpu:4096: needs 4096 cores, this machine has {cores}"], r.stdout
+    rows = read_csv(out)
+    workloads = {(row["model"], row["dataset"]) for row in rows}  # mlp/fashion-mnist too where its files are
+    assert {("mlp", "mnist"), ("lstm", "sine")} <= workloads
+    skipped = [row for row in rows if row["status"] == "skipped"]
+    assert len(skipped) == 3 * len(workloads)  # each workload: cpu fp16, cpu:4096 fp32 and fp16
+    assert {row["status"] for row in rows if (row["device"], row["precision"]) == ("cpu", "fp32")} == {"ok"}
 
 
 def test_precision_a_device_cannot_run_is_a_skipped_row(tmp_path):
@@ -317,3 +353,82 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     baseline = float(ok["train/mlp/mnist/cpu:1/fp32/bs:100"]["samples_per_s"])
     assert abs(float(row["scaling_efficiency"]) - float(row["samples_per_s"]) / (2 * baseline)) < 1e-3
     assert r.stdout.count("train/mlp/mnist/mpi:2/fp32/bs:100") == 1  # printed once, by rank 0
+
+
+# ---- The workloads as JSON, for other tools (scripts/peers/pytorch_train.py) ----
+
+def list_models_json(*args):
+    r = run("--list_models", "--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_list_models_json_describes_the_workloads_the_binary_registers(tmp_path):
+    data = list_models_json()
+    assert data["format"] == 1
+    workloads = data["workloads"]
+    names = {(w["model"], w["dataset"]) for w in workloads}
+    assert len(names) == len(workloads), "each workload once"
+    # The same workloads the benchmarks are registered for (fashion-mnist only with its files).
+    listed = run("--benchmark_list_tests", "--devices=cpu")
+    registered = {tuple(line.split("/")[1:3]) for line in listed.stdout.splitlines() if line.startswith("train/")}
+    assert registered <= names and names - registered <= {(w["model"], w["dataset"]) for w in workloads
+                                                          if w["real_data_only"]}
+    for w in workloads:
+        assert w["task"] in ("classification", "regression")
+        assert (w["classes"] > 0) == (w["task"] == "classification")
+        assert w["input_shape"] and all(d > 0 for d in w["input_shape"])
+        assert w["batch"] > 0 and w["gpu_batch"] >= w["batch"] or w["gpu_batch"] > 0
+        assert w["optimizer"]["kind"] in ("sgd", "adam") and w["optimizer"]["lr"] > 0
+        assert w["params"] > 0
+        assert w["train_flops_per_sample"] == 3 * w["forward_flops_per_sample"] > 0
+    # What a run writes agrees with what the JSON says: parameters, FLOPs, batch, optimizer.
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/(mlp|lstm)/", "--devices=cpu", f"--csv={out}", *FAST)
+    assert r.returncode == 0, r.stderr
+    by_name = {(w["model"], w["dataset"]): w for w in workloads}
+    for row in read_csv(out):
+        w = by_name[(row["model"], row["dataset"])]
+        assert int(row["params"]) == w["params"]
+        assert float(row["train_flops_per_sample"]) == pytest.approx(w["train_flops_per_sample"], rel=1e-5)
+        assert int(row["batch"]) == w["batch"]
+        assert row["optimizer"] == w["optimizer"]["kind"]
+    lstm = by_name[("lstm", "sine")]
+    assert lstm["seq_len"] == 35 and lstm["input_shape"] == [1] and lstm["task"] == "regression"
+    resnet = by_name[("resnet152", "imagenet")]
+    assert resnet["input_shape"] == [3, 224, 224] and resnet["classes"] == 1000 and resnet["gpu_batch"] > resnet["batch"]
+
+
+def test_list_models_json_takes_batch_and_json_alone_is_refused():
+    for w in list_models_json("--batch=4")["workloads"]:
+        assert w["batch"] == 4 and w["gpu_batch"] == 4
+    r = run("--json")
+    assert r.returncode == 2 and "--json goes with --list_models" in r.stderr
+
+
+# ---- What nvidia-smi shows, in every GPU row (NVML) ----
+
+def test_gpu_rows_have_nvml_columns_and_positive_energy(tmp_path):
+    if not gpu_available(tmp_path):
+        pytest.skip("no usable GPU here: the gpu:1 rows are skipped, so they have no NVML columns to check")
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/(mlp|resnet152)/(mnist|cifar10)/gpu:1/(fp32|bf16)/", f"--csv={out}",
+            "--benchmark_min_time=0.5")
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(out)
+    assert rows and all(row["status"] == "ok" for row in rows), rows
+    for row in rows:
+        name = row["benchmark"]
+        assert 0 <= float(row["gpu_util"]) <= 100, name
+        assert int(float(row["gpu_samples"])) >= 2, name
+        # The driver's view of this process: at least what the allocator held at its peak.
+        assert float(row["gpu_mem_used_bytes"]) >= float(row["mem_peak_bytes"]), name
+        assert 0 < float(row["gpu_sm_clock_min_mhz"]) <= float(row["gpu_sm_clock_median_mhz"]), name
+        assert float(row["gpu_power_w"]) > 0, name
+        assert float(row["energy_j_per_sample"]) > 0, name
+        assert float(row["gpu_temp_max_c"]) > 0, name
+        assert row["gpu_throttle"], name
+        # The driver's own version (580.159.04), not the CUDA driver API's (13.0).
+        assert row["driver_version"].count(".") >= 1 and row["driver_version"] != row["cuda_driver_version"], row
+    resnet = [row for row in rows if row["model"] == "resnet152"]
+    assert all(float(row["gpu_util"]) > 50 for row in resnet), "ResNet-152 keeps the GPU busy"

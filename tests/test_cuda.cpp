@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <limits>
 #include <memory>
 #include <new>
@@ -667,9 +668,10 @@ void check_against_cpu(const LayerCase& c, Precision precision) {
   const auto compared = [&](int node) {
     return c.compared.empty() || std::find(c.compared.begin(), c.compared.end(), node) != c.compared.end();
   };
-  for (int node = 1; node <= op; ++node)
-    if (compared(node))
-      EXPECT_TRUE(agree(gpu.read_output(node), cpu->read_output(node), tol)) << "output of " << c.model.nodes[node].name;
+  for (int node = 1; node <= op; ++node) {
+    if (!compared(node)) continue;
+    EXPECT_TRUE(agree(gpu.read_output(node), cpu->read_output(node), tol)) << "output of " << c.model.nodes[node].name;
+  }
 
   if (!has_loss) {
     const Vec dy = uniform(rng, product(shapes[std::size_t(op)]));
@@ -678,10 +680,11 @@ void check_against_cpu(const LayerCase& c, Precision precision) {
   }
   cpu->backward();
   gpu.backward();
-  for (int node = 1; node < op; ++node)
-    if (compared(node))
-      EXPECT_TRUE(agree(gpu.read_grad(node), cpu->read_grad(node), tol, c.grad_zero_fraction))
-          << "gradient of the output of " << c.model.nodes[node].name;
+  for (int node = 1; node < op; ++node) {
+    if (!compared(node)) continue;
+    EXPECT_TRUE(agree(gpu.read_grad(node), cpu->read_grad(node), tol, c.grad_zero_fraction))
+        << "gradient of the output of " << c.model.nodes[node].name;
+  }
   for_each_param(c.model, c.batch, [&](int node, int k, const std::string& name) {
     EXPECT_TRUE(agree(gpu.read_param_grad(node, k), cpu->read_param_grad(node, k), tol)) << "gradient of " << name;
   });
@@ -961,9 +964,9 @@ void check_one_step(const ModelSpec& model, i64 batch, bool shared = false,
   });
 }
 
-TEST_F(CudaGpu, MlpTrainingStepMatchesCpu) { check_one_step(models::mlp(), 8); }
+TEST_F(CudaGpu, MlpTrainingStepMatchesCpu) { check_one_step(models::workload("mlp", "mnist").spec, 8); }
 
-TEST_F(CudaGpu, LeNet5TrainingStepMatchesCpu) { check_one_step(models::lenet5(), 8); }
+TEST_F(CudaGpu, LeNet5TrainingStepMatchesCpu) { check_one_step(models::workload("lenet5", "cifar10").spec, 8); }
 
 // ResNet-152's blocks at a small size (the stem, a bottleneck with a strided projection shortcut
 // and one with an identity shortcut, global pooling, the classifier), in the network's planned
@@ -1008,7 +1011,7 @@ TEST_F(CudaGpu, MixedPrecisionMlpLearnsAFixedBatch) {
   if (const std::string why = why_not_runnable(Precision::FP16); !why.empty()) GTEST_SKIP() << why;
   const i64 batch = 16;
   const int steps = 50;
-  const ModelSpec model = models::mlp();
+  const ModelSpec model = models::workload("mlp", "mnist").spec;
   const OptimizerConfig adam{.kind = OptimizerConfig::Kind::Adam, .lr = 1e-3};
   auto cpu = cpu_network(model, batch, adam);
   cuda::CudaNetwork gpu(model, gpu_config(batch, Precision::FP16, adam));
@@ -1037,7 +1040,7 @@ TEST_F(CudaGpu, MixedPrecisionMlpLearnsAFixedBatch) {
 // separable: only the whole step is timed.
 TEST_F(CudaGpu, CudaGraphGivesTheSameLosses) {
   const i64 batch = 16;
-  const ModelSpec model = models::mlp();
+  const ModelSpec model = models::workload("mlp", "mnist").spec;
   cuda::NetworkConfig config = gpu_config(batch, Precision::FP32);
   cuda::CudaNetwork eager(model, config);
   config.cuda_graph = true;
@@ -1065,6 +1068,71 @@ TEST_F(CudaGpu, CudaGraphGivesTheSameLosses) {
   EXPECT_LT(graph_losses.back(), graph_losses.front()) << "the steps must train";
 }
 
+// ---- The capabilities a harness reaches the network through (engine/core/network.hpp) ----
+
+// A fixed list of batches, in turn.
+class ListedBatches final : public Dataset {
+ public:
+  explicit ListedBatches(std::vector<Batch> batches) : batches_(std::move(batches)) {}
+  const Batch& next() override { return batches_[next_++ % batches_.size()]; }
+  std::string name() const override { return "listed"; }
+  std::string source() const override { return "test"; }
+
+ private:
+  std::vector<Batch> batches_;
+  std::size_t next_ = 0;
+};
+
+// Batches kept on the device (ResidentData: --data_on_device) train exactly as the same batches
+// uploaded from the host: batch k of the pool is the dataset's k-th, taken modulo the pool.
+TEST_F(CudaGpu, ResidentBatchesTrainAsUploadedOnes) {
+  const i64 batch = 16;
+  const ModelSpec model = models::workload("mlp", "mnist").spec;
+  cuda::CudaNetwork uploaded(model, gpu_config(batch, Precision::FP32));
+  cuda::CudaNetwork resident(model, gpu_config(batch, Precision::FP32));
+  copy_params(model, batch, uploaded, resident);
+  std::mt19937 rng(23);
+  std::vector<Batch> batches;
+  for (int k = 0; k < 3; ++k) batches.push_back(random_batch(model, batch, rng));
+  Network& as_network = resident;
+  ResidentData* capability = as_network.resident_data();
+  ASSERT_NE(capability, nullptr) << "a GPU network keeps data on its device";
+  EXPECT_EQ(capability->batch_bytes(), std::size_t(batch * 784 + batch) * 4) << "fp32 input and int32 labels";
+  ListedBatches data(batches);
+  capability->make_resident(data, 3);
+  for (int step = 0; step < 5; ++step) {  // 3 and 4 wrap around the pool
+    StepTimes t1, t2;
+    uploaded.set_batch(batches[std::size_t(step % 3)].view());
+    const float want = uploaded.train_step(t1);
+    capability->use_resident(step);
+    const float got = resident.train_step(t2);
+    EXPECT_TRUE(agree({got}, {want}, 1e-6)) << "step " << step << ": the same bytes, the same kernels";
+  }
+}
+
+// The memory report has every mem_* column, and its parts add up within what the allocator saw;
+// the communicator endpoint names the network's device.
+TEST_F(CudaGpu, MemoryReportAndCommEndpoint) {
+  const ModelSpec model = models::workload("mlp", "mnist").spec;
+  cuda::CudaNetwork net(model, gpu_config(32, Precision::FP16));
+  const Network& as_network = net;
+  const MemoryReport* report = as_network.memory_report();
+  ASSERT_NE(report, nullptr);
+  const std::map<std::string, double> c = report->memory_counters();
+  for (const char* name : {"mem_peak_bytes", "mem_reserved_bytes", "mem_limit_bytes", "mem_weights_bytes",
+                           "mem_grads_bytes", "mem_optimizer_bytes", "mem_activations_bytes", "mem_workspace_bytes",
+                           "mem_data_bytes", "mem_context_bytes", "loss_scale", "skipped_steps"})
+    EXPECT_EQ(c.count(name), 1u) << name;
+  EXPECT_GT(c.at("mem_weights_bytes"), 0);
+  EXPECT_GE(c.at("mem_peak_bytes"), c.at("mem_weights_bytes") + c.at("mem_grads_bytes"));
+  EXPECT_GE(c.at("mem_reserved_bytes"), c.at("mem_peak_bytes"));
+  EXPECT_GT(c.at("loss_scale"), 1) << "fp16 starts with a loss scale";
+  const std::optional<CommEndpoint> e = as_network.comm_endpoint();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->device, 0);
+  EXPECT_NE(e->stream, nullptr) << "the network's own stream, not the legacy one";
+}
+
 // ---- The memory cap on a real device ----
 
 // Sets a cap on an allocator and lifts it again however the test ends.
@@ -1085,7 +1153,7 @@ TEST_F(CudaGpu, MemoryCapRefusesAModelThatDoesNotFit) {
   {
     const CapGuard cap(allocator, 64 * kMiB);
     EXPECT_TRUE(throws_mentioning<OutOfMemory>(
-        [] { cuda::CudaNetwork net(models::resnet152(224, 1000), gpu_config(64, Precision::FP32)); },
+        [] { cuda::CudaNetwork net(models::workload("resnet152", "imagenet").spec, gpu_config(64, Precision::FP32)); },
         "--gpu_memory_limit"));
     EXPECT_LE(allocator.stats().reserved, 64 * kMiB);
     EXPECT_EQ(allocator.stats().in_use, in_use) << "the failed network returned everything it had taken";
@@ -1093,7 +1161,7 @@ TEST_F(CudaGpu, MemoryCapRefusesAModelThatDoesNotFit) {
   EXPECT_EQ(allocator.limit(), 0u);
 
   // Without the cap a small network builds, and its memory is where it says.
-  const ModelSpec model = models::mlp();
+  const ModelSpec model = models::workload("mlp", "mnist").spec;
   cuda::CudaNetwork net(model, gpu_config(16, Precision::FP32));
   const cuda::MemoryBreakdown m = net.memory();
   const std::size_t params = std::size_t(model_cost(model).parameters);
@@ -1154,7 +1222,7 @@ TEST_F(CudaGpu, NcclCollectivesOverEveryVisibleGpu) {
 // summation orders, while an unaveraged or missing bucket is off by O(1).
 TEST_F(CudaGpu, TwoGpuReplicasOnHalfBatchesMatchTheCpuOnTheWholeBatch) {
   if (cuda::gpu_inventory().devices.size() < 2) GTEST_SKIP() << "needs two GPUs (NCCL puts one rank on each)";
-  const ModelSpec model = models::mlp();
+  const ModelSpec model = models::workload("mlp", "mnist").spec;
   const i64 batch = 16, half = batch / 2;
   OptimizerConfig sgd;
   sgd.lr = 0.05;

@@ -299,7 +299,7 @@ TEST_F(BrokenFiles, MissingFile) {
                      {dir_.file("test_batch.bin"), "scripts/fetch_datasets.sh", "--data_dir"});
   // Through the splits too: an empty MNIST folder names the first file it looked for.
   expect_input_error(
-      [&] { make_splits("mnist", dir_.path(), models::mlp(), LoaderConfig{.batch = 10}); },
+      [&] { make_splits("mnist", dir_.path(), models::workload("mlp", "mnist").spec, LoaderConfig{.batch = 10}); },
       {dir_.file("train-images-idx3-ubyte.gz"), "scripts/fetch_datasets.sh"});
 }
 
@@ -785,7 +785,7 @@ void check_classification_batches(Dataset& data, i64 batch, i64 features, i64 st
 
 TEST(Splits, Synthetic) {
   {
-    Splits s = make_splits("mnist", "", models::mlp(), LoaderConfig{.batch = 32, .seed = 1});
+    Splits s = make_splits("mnist", "", models::workload("mlp", "mnist").spec, LoaderConfig{.batch = 32, .seed = 1});
     EXPECT_EQ(s.source, "synthetic");
     EXPECT_EQ(s.train->source(), "synthetic");
     EXPECT_EQ(s.train->name(), "mnist");
@@ -795,13 +795,13 @@ TEST(Splits, Synthetic) {
     check_classification_batches(*s.validation, 32, 784, 3);
   }
   {
-    Splits s = make_splits("cifar10", "", models::lenet5(), LoaderConfig{.batch = 16, .augment = true, .seed = 1});
+    Splits s = make_splits("cifar10", "", models::workload("lenet5", "cifar10").spec, LoaderConfig{.batch = 16, .augment = true, .seed = 1});
     EXPECT_EQ(s.source, "synthetic");
     check_classification_batches(*s.train, 16, 3 * 32 * 32, 3);
     check_classification_batches(*s.validation, 16, 3 * 32 * 32, 3);
   }
   {
-    Splits s = make_splits("sine", "", models::lstm(35), LoaderConfig{.batch = 20, .seed = 1});
+    Splits s = make_splits("sine", "", models::workload("lstm", "sine").spec, LoaderConfig{.batch = 20, .seed = 1});
     EXPECT_EQ(s.source, "generated");
     EXPECT_EQ(s.train->name(), "sine");
     const Batch& b = s.train->next();
@@ -820,7 +820,7 @@ TEST(Splits, FashionMnistFindsDebianFolder) {
   fs::create_directory(dir.file("fashion-mnist"));
   EXPECT_EQ(find_dataset("fashion-mnist", dir.path()), dir.file("fashion-mnist")) << "the data directory wins";
 
-  Splits s = make_splits("fashion-mnist", kDebianFashion, models::mlp(), LoaderConfig{.batch = 100, .seed = 1});
+  Splits s = make_splits("fashion-mnist", kDebianFashion, models::workload("mlp", "mnist").spec, LoaderConfig{.batch = 100, .seed = 1});
   EXPECT_EQ(s.source, kDebianFashion);
   EXPECT_EQ(s.train->source(), kDebianFashion);
   EXPECT_EQ(s.validation->source(), kDebianFashion);
@@ -832,12 +832,7 @@ TEST(Splits, FashionMnistFindsDebianFolder) {
 // ---------------------------------------------------------------------------------------------
 // Learning from real data.
 
-const models::Workload& workload(const std::string& model, const std::string& dataset) {
-  static const std::vector<models::Workload> all = models::workloads();
-  for (const models::Workload& w : all)
-    if (w.model == model && w.dataset == dataset) return w;
-  throw Error(fmt::format("no workload {}/{}", model, dataset));
-}
+using models::workload;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

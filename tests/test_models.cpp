@@ -4,6 +4,7 @@
 // ResNet blocks, match a double-precision run of the reference ops).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <ostream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -62,7 +64,7 @@ int count_kind(const ModelSpec& m, const char* kind) {
 // ---- Shapes, parameters, FLOPs ----
 
 TEST(ModelsSpec, Mlp) {
-  const ModelSpec m = models::mlp();
+  const ModelSpec m = models::workload("mlp", "mnist").spec;
   EXPECT_EQ(shape_of(m, 7, "input"), (Dims{7, 784}));
   EXPECT_EQ(shape_of(m, 7, "fc1"), (Dims{7, 1000}));
   EXPECT_EQ(shape_of(m, 7, "fc3"), (Dims{7, 10}));
@@ -77,7 +79,7 @@ TEST(ModelsSpec, Mlp) {
 }
 
 TEST(ModelsSpec, Lenet5) {
-  const ModelSpec m = models::lenet5();
+  const ModelSpec m = models::workload("lenet5", "cifar10").spec;
   EXPECT_EQ(shape_of(m, 3, "conv1"), (Dims{3, 6, 28, 28}));
   EXPECT_EQ(shape_of(m, 3, "pool1"), (Dims{3, 6, 14, 14}));
   EXPECT_EQ(shape_of(m, 3, "conv2"), (Dims{3, 16, 10, 10}));
@@ -99,8 +101,8 @@ TEST(ModelsSpec, Lenet5) {
 }
 
 TEST(ModelsSpec, Lstm) {
-  const ModelSpec m = models::lstm(models::kLstmSeqLen);
-  EXPECT_EQ(models::kLstmSeqLen, 35);
+  const ModelSpec m = models::workload("lstm", "sine").spec;
+  EXPECT_EQ(m.input().seq_len, 35);
   EXPECT_EQ(shape_of(m, 20, "input"), (Dims{35, 20, 1}));  // time-major
   EXPECT_EQ(shape_of(m, 20, "fc1"), (Dims{35, 20, 5}));
   EXPECT_EQ(shape_of(m, 20, "lstm"), (Dims{35, 20, 5}));
@@ -114,7 +116,7 @@ TEST(ModelsSpec, Lstm) {
 }
 
 TEST(ModelsSpec, Resnet152Imagenet) {
-  const ModelSpec m = models::resnet152(224, 1000);
+  const ModelSpec m = models::workload("resnet152", "imagenet").spec;
   // 1 stem conv + 50 bottlenecks x 3 + 4 projections; a batch norm after each; 50 adds.
   EXPECT_EQ(count_kind(m, "conv2d"), 155);
   EXPECT_EQ(count_kind(m, "batchnorm"), 155);
@@ -137,7 +139,7 @@ TEST(ModelsSpec, Resnet152Imagenet) {
 }
 
 TEST(ModelsSpec, Resnet152Cifar) {
-  const ModelSpec m = models::resnet152(32, 10);
+  const ModelSpec m = models::workload("resnet152", "cifar10").spec;
   EXPECT_EQ(shape_of(m, 4, "stem.conv"), (Dims{4, 64, 16, 16}));
   EXPECT_EQ(shape_of(m, 4, "stem.pool"), (Dims{4, 64, 8, 8}));
   EXPECT_EQ(shape_of(m, 4, "layer1.2.relu"), (Dims{4, 256, 8, 8}));
@@ -145,7 +147,7 @@ TEST(ModelsSpec, Resnet152Cifar) {
   EXPECT_EQ(shape_of(m, 4, "layer3.35.relu"), (Dims{4, 1024, 2, 2}));
   EXPECT_EQ(shape_of(m, 4, "layer4.2.relu"), (Dims{4, 2048, 1, 1}));
   EXPECT_EQ(shape_of(m, 4, "fc"), (Dims{4, 10}));
-  const ModelCost small = model_cost(m), big = model_cost(models::resnet152(224, 1000));
+  const ModelCost small = model_cost(m), big = model_cost(models::workload("resnet152", "imagenet").spec);
   // Only the classifier differs from the ImageNet model: 2048*10 + 10 instead of 2048*1000 + 1000.
   EXPECT_EQ(small.parameters, 60'192'808 - (2048 * 1000 + 1000) + (2048 * 10 + 10));  // 58,164,298
   // Every feature map is exactly 1/7 of the 224x224 model's on each side (112 -> 16, 56 -> 8,
@@ -153,19 +155,40 @@ TEST(ModelsSpec, Resnet152Cifar) {
   EXPECT_EQ(small.forward_macs_per_sample, (big.forward_macs_per_sample - 2048.0 * 1000) / 49 + 2048.0 * 10);
 }
 
+// Every registered workload (one file per model, models/*.cpp) is one the harness can run.
 TEST(ModelsSpec, Workloads) {
-  const auto w = models::workloads();
-  ASSERT_EQ(w.size(), 6u);  // mnist and fashion-mnist share the MLP
-  for (const auto& wl : w) {
+  const auto& all = models::workloads();
+  ASSERT_FALSE(all.empty());
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const auto& wl : all) {
     SCOPED_TRACE(wl.model + "/" + wl.dataset);
+    EXPECT_TRUE(seen.insert({wl.model, wl.dataset}).second) << "registered twice";
     EXPECT_EQ(wl.spec.name, wl.model);
     EXPECT_GT(wl.batch, 0);
+    EXPECT_GE(wl.gpu_batch, 0);
     EXPECT_NO_THROW(infer_shapes(wl.spec, wl.batch));
+    EXPECT_NO_THROW(infer_shapes(wl.spec, wl.batch_on_gpu()));
     EXPECT_TRUE(is_loss(wl.spec.nodes.back().spec));
     EXPECT_GE(wl.epochs, 1);
     EXPECT_GE(wl.warmup_steps, 0);
+    EXPECT_GT(wl.optimizer.lr, 0);
+    EXPECT_GT(model_cost(wl.spec).parameters, 0);
+    EXPECT_GE(wl.check_steps, 1);
+    EXPECT_GE(wl.check_batch, 1);
+    EXPECT_EQ(&models::workload(wl.model, wl.dataset), &wl);
   }
-  EXPECT_EQ(models::model_names(), (std::vector<std::string>{"mlp", "lenet5", "lstm", "resnet152"}));
+  // The names are derived: each model once, in workload order.
+  std::vector<std::string> names;
+  for (const auto& wl : all)
+    if (std::find(names.begin(), names.end(), wl.model) == names.end()) names.push_back(wl.model);
+  EXPECT_EQ(models::model_names(), names);
+  // A name that is not registered is refused naming the ones that are.
+  try {
+    models::workload("mlp", "no-such-dataset");
+    ADD_FAILURE() << "an unknown workload was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp/mnist"), std::string::npos) << e.what();
+  }
 }
 
 // ---- Bad graphs are refused with the offending node's name ----
@@ -305,17 +328,20 @@ TEST(ModelsBadGraph, UnusedOutput) {
 
 // ---- Training lowers the loss on the CPU backend ----
 
-struct TrainCase {
-  std::string model, dataset;
-  int steps;
-  i64 batch;
-};
-
-void PrintTo(const TrainCase& c, std::ostream* os) {
-  *os << c.model << "/" << c.dataset << " " << c.steps << " steps of " << c.batch;
+// The first workload of each registered model: its file says how many steps of which batch
+// show it learning (Workload::check_steps, check_batch).
+std::vector<std::string> first_workloads() {
+  std::vector<std::string> out;
+  for (const std::string& model : models::model_names())
+    for (const models::Workload& w : models::workloads())
+      if (w.model == model) {
+        out.push_back(w.model + "/" + w.dataset);
+        break;
+      }
+  return out;
 }
 
-class ModelsTraining : public testing::TestWithParam<TrainCase> {};
+class ModelsTraining : public testing::TestWithParam<std::string> {};
 
 // Steps with the workload's own optimizer on its synthetic data, at small batches to keep the
 // test short (ResNet-152 at 32x32 included). The loss on a fixed validation batch (training-mode
@@ -324,13 +350,11 @@ class ModelsTraining : public testing::TestWithParam<TrainCase> {};
 // batch, because the losses of different batches of 4 differ more than a few steps change them.
 // LeNet-5 gets many steps of 32: its stacked sigmoids learn nothing for the first hundred or so.
 TEST_P(ModelsTraining, LossFalls) {
-  const TrainCase& p = GetParam();
-  const i64 kBatch = p.batch;
-  const auto all = models::workloads();
-  const models::Workload* w = nullptr;
-  for (const auto& candidate : all)
-    if (candidate.model == p.model && candidate.dataset == p.dataset) w = &candidate;
-  ASSERT_NE(w, nullptr) << "no workload " << p.model << "/" << p.dataset;
+  const std::string& name = GetParam();
+  const std::size_t slash = name.find('/');
+  const models::Workload* w = &models::workload(name.substr(0, slash), name.substr(slash + 1));
+  const i64 kBatch = w->check_batch;
+  const int steps = int(w->check_steps);
   // The workload's optimizer at this batch: ResNet-152's SGD rate scales linearly with the batch
   // (at batch 4 with the rate of batch 128 its loss jumps between 2 and 70 from step to step).
   const OptimizerConfig optimizer = w->optimizer_for(kBatch);
@@ -344,23 +368,21 @@ TEST_P(ModelsTraining, LossFalls) {
     return trainer.network().forward();
   };
   const float before = probe_loss();
-  for (int s = 0; s < p.steps; ++s) trainer.step();  // throws CheckFailed on a non-finite loss
+  for (int s = 0; s < steps; ++s) trainer.step();  // throws CheckFailed on a non-finite loss
   const float after = probe_loss();
-  ASSERT_EQ(trainer.losses().size(), std::size_t(p.steps));
+  ASSERT_EQ(trainer.losses().size(), std::size_t(steps));
   ASSERT_TRUE(std::isfinite(before) && std::isfinite(after));
   EXPECT_GT(before, 0.f) << "a zero first loss proves nothing";
   EXPECT_LT(after, before);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%s: %d steps in %.2f s, loss on a fixed batch %.4f -> %.4f\n", p.model.c_str(), p.steps, seconds,
-              before, after);
+  std::printf("%s: %d steps in %.2f s, loss on a fixed batch %.4f -> %.4f\n", name.c_str(), steps, seconds, before,
+              after);
 }
 
-INSTANTIATE_TEST_SUITE_P(Workloads, ModelsTraining,
-                         testing::Values(TrainCase{"mlp", "mnist", 20, 4},
-                                         TrainCase{"lenet5", "cifar10", 300, 32},
-                                         TrainCase{"lstm", "sine", 60, 4},
-                                         TrainCase{"resnet152", "cifar10", 12, 4}),
-                         [](const testing::TestParamInfo<TrainCase>& i) { return i.param.model; });
+INSTANTIATE_TEST_SUITE_P(Workloads, ModelsTraining, testing::ValuesIn(first_workloads()),
+                         [](const testing::TestParamInfo<std::string>& i) {
+                           return i.param.substr(0, i.param.find('/'));
+                         });
 
 // ---- Whole models against double-precision runs of the reference ops ----
 
@@ -394,7 +416,7 @@ testing::AssertionResult close(const std::vector<float>& got, const DVec& want) 
 // The MLP, spelled out with the reference ops.
 TEST(ModelsMlpGradient, MatchesDoubleReference) {
   constexpr i64 N = 8, I = 784, H = 1000, K = 10;
-  const ModelSpec m = models::mlp();
+  const ModelSpec m = models::workload("mlp", "mnist").spec;
   const int fc[3] = {node_index(m, "fc1"), node_index(m, "fc2"), node_index(m, "fc3")};
   cpu::NetworkConfig c = config(N, {}, 3);
   c.keep_values = true;  // the test reads values in the middle of the network
@@ -614,9 +636,9 @@ void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset
           << m.nodes[i].name << " gradient of parameter " << k;
 }
 
-TEST(ModelsWholeGradient, Lenet5) { check_whole_model(models::lenet5(), 4, "cifar10"); }
+TEST(ModelsWholeGradient, Lenet5) { check_whole_model(models::workload("lenet5", "cifar10").spec, 4, "cifar10"); }
 
-TEST(ModelsWholeGradient, Lstm) { check_whole_model(models::lstm(models::kLstmSeqLen), 3, "sine"); }
+TEST(ModelsWholeGradient, Lstm) { check_whole_model(models::workload("lstm", "sine").spec, 3, "sine"); }
 
 // ResNet-152's structure at a size the double reference runs in a moment: the stem, a
 // bottleneck with a strided projection shortcut and one with an identity shortcut (the input

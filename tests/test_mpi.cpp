@@ -38,7 +38,7 @@ TEST(MpiComm, CollectivesAgreeAcrossRanks) {
 // Each rank trains its share of every batch; the weights must equal (to fp32 summation order,
 // 1e-4 relative after 4 steps) those of one network trained on the whole batches.
 TEST(MpiDataParallel, RanksOnShardsMatchOneNetworkOnTheWholeBatch) {
-  const ModelSpec spec = models::mlp();
+  const ModelSpec spec = models::workload("mlp", "mnist").spec;
   OptimizerConfig sgd;
   sgd.lr = 0.05;
   auto comm = parallel::make_mpi_comm(60);

@@ -109,7 +109,7 @@ std::unique_ptr<cpu::CpuNetwork> cpu_net(const ModelSpec& spec, i64 batch, Optim
 }
 
 TEST(Buckets, CoverEveryGradientExactlyOnceInBackwardOrder) {
-  for (const ModelSpec& spec : {models::mlp(), models::lenet5(), models::resnet152(32, 10)}) {
+  for (const ModelSpec& spec : {models::workload("mlp", "mnist").spec, models::workload("lenet5", "cifar10").spec, models::workload("resnet152", "cifar10").spec}) {
     auto net = cpu_net(spec, 2, OptimizerConfig{});
     const auto segments = net->gradient_segments();
     for (std::size_t bytes : {std::size_t(1), std::size_t(64) << 10, parallel::kDefaultBucketBytes}) {
@@ -198,14 +198,14 @@ void expect_halves_match_whole(const ModelSpec& spec, OptimizerConfig opt, i64 b
 TEST(DataParallel, TwoReplicasOnHalfBatchesMatchOneOnTheWholeBatchMlpSgd) {
   OptimizerConfig sgd;
   sgd.lr = 0.05;
-  expect_halves_match_whole(models::mlp(), sgd, 16, 4, std::size_t(256) << 10);
+  expect_halves_match_whole(models::workload("mlp", "mnist").spec, sgd, 16, 4, std::size_t(256) << 10);
 }
 
 TEST(DataParallel, TwoReplicasOnHalfBatchesMatchOneOnTheWholeBatchLenetAdam) {
   OptimizerConfig adam;
   adam.kind = OptimizerConfig::Kind::Adam;
   adam.lr = 1e-3;
-  expect_halves_match_whole(models::lenet5(), adam, 8, 3, std::size_t(4) << 10);  // several buckets
+  expect_halves_match_whole(models::workload("lenet5", "cifar10").spec, adam, 8, 3, std::size_t(4) << 10);  // several buckets
 }
 
 TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
@@ -213,7 +213,7 @@ TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
   std::vector<std::unique_ptr<parallel::ReplicaNetwork>> replicas(2);
   on_threads(2, [&](int r) {
     replicas[std::size_t(r)] =
-        std::make_unique<parallel::ReplicaNetwork>(cpu_net(models::mlp(), 4, OptimizerConfig{}), std::move(comms[std::size_t(r)]));
+        std::make_unique<parallel::ReplicaNetwork>(cpu_net(models::workload("mlp", "mnist").spec, 4, OptimizerConfig{}), std::move(comms[std::size_t(r)]));
   });
   on_threads(2, [&](int r) { replicas[std::size_t(r)]->check_weights_agree(); });  // broadcast made them equal
   std::vector<float> w = replicas[1]->read_param(1, 0);

@@ -3,10 +3,13 @@
 // plans against the networks that use them, and the memory targets read off the plans.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/planner.hpp"
 #include "engine/cpu/network.hpp"
@@ -28,7 +31,7 @@ Chain chain(int layers, bool loss) {
   Chain c;
   c.model.name = "chain";
   int x = c.model.add("input", InputSpec{{4}}, {});
-  for (int i = 0; i < layers; ++i) x = c.model.add("l" + std::to_string(i), ReLUSpec{}, {x});
+  for (int i = 0; i < layers; ++i) x = c.model.add(fmt::format("l{}", i), ReLUSpec{}, {x});
   if (loss) x = c.model.add("loss", MSESpec{}, {x});
   for (int node = 1; node < int(c.model.nodes.size()); ++node)
     c.steps.push_back(PlanStep{.nodes = {node},
@@ -194,7 +197,7 @@ TEST(PlannerWorkloads, CpuNetworkAllocatesTheArenaItsPlanSays) {
 }
 
 TEST(PlannerWorkloads, SharingCutsResnet152ToAFractionOfOneBufferPerValue) {
-  const ModelSpec m = models::resnet152(224, 1000);
+  const ModelSpec m = models::workload("resnet152", "imagenet").spec;
   const MemoryPlan shared = cuda::plan_network_memory(m, 8, cuda::Precision::BF16);
   const MemoryPlan whole = cuda::plan_network_memory(m, 8, cuda::Precision::BF16, /*keep_all=*/true);
   EXPECT_LT(shared.arena_bytes * 2, whole.arena_bytes) << shared.arena_bytes << " of " << whole.arena_bytes;
@@ -205,25 +208,33 @@ TEST(PlannerWorkloads, SharingCutsResnet152ToAFractionOfOneBufferPerValue) {
 // network allocates them): at or below PyTorch 2.11's peak at batch 128 (bf16 11.8 GB, fp32
 // 22.3 GB, rounded up to 12 and 23 GB), and batch 256 in bf16 under a 24 GiB cap.
 TEST(PlannerWorkloads, Resnet152OnAGpuPlansWithinThePyTorchFootprint) {
-  const ModelSpec m = models::resnet152(224, 1000);
-  const auto total = [&](i64 batch, cuda::Precision p) {
-    const cuda::FixedBytes f = cuda::fixed_bytes(m, batch, p, /*adam=*/false);
-    constexpr std::size_t kWorkspaces = (std::size_t(256) + 32) << 20;
-    return double(cuda::plan_network_memory(m, batch, p).arena_bytes + f.weights + f.gradients + f.optimizer_state +
-                  f.data + kWorkspaces);
+  const ModelSpec m = models::workload("resnet152", "imagenet").spec;
+  const auto total = [&](i64 batch, const char* precision) {
+    const MemoryPlanBytes p = memory_plan(Backend::Cuda, m, batch, precision, /*adam=*/false);
+    EXPECT_EQ(p.arena, cuda::plan_network_memory(m, batch, cuda::parse_precision(precision)).arena_bytes);
+    return double(p.total());
   };
-  EXPECT_LE(total(128, cuda::Precision::BF16), 12e9);
-  EXPECT_LE(total(128, cuda::Precision::FP32), 23e9);
-  EXPECT_LE(total(256, cuda::Precision::BF16), 24.0 * (1 << 30));
+  EXPECT_LE(total(128, "bf16"), 12e9);
+  EXPECT_LE(total(128, "fp32"), 23e9);
+  EXPECT_LE(total(256, "bf16"), 24.0 * (1 << 30));
+  // The harness's batch for a card: 128 fits an 80 GB H100 in every precision, a 16 GiB card less.
+  for (const char* precision : {"fp32", "tf32", "fp16", "bf16"})
+    EXPECT_EQ(gpu_batch_that_fits(m, 128, precision, false, std::size_t(79) << 30), 128) << precision;
+  const i64 small = gpu_batch_that_fits(m, 128, "fp32", false, std::size_t(16) << 30);
+  EXPECT_LT(small, 128);
+  EXPECT_LE(total(small, "fp32"), double(std::size_t(16) << 30));
+  EXPECT_GT(total(small * 2, "fp32"), double(std::size_t(16) << 30)) << "the largest power of two that fits";
 }
 
 // PyTorch 1.13 peaked at 2.8 GB of resident memory training this on the CPU; the plan (arena,
 // weights, gradients, momentum, the batch) must leave room under 3 GB for oneDNN's own buffers.
 TEST(PlannerWorkloads, Resnet152OnTheCpuPlansUnderThreeGigabytes) {
-  const ModelSpec m = models::resnet152(224, 1000);
-  const double arena = double(cpu::plan_network_memory(m, 8).arena_bytes);
-  const double fixed = double(model_cost(m).parameters) * 4 * 3 + 8.0 * 3 * 224 * 224 * 4;
-  EXPECT_LE(arena + fixed, 2.5e9) << "arena " << arena << ", weights, gradients, momentum, batch " << fixed;
+  const ModelSpec m = models::workload("resnet152", "imagenet").spec;
+  const MemoryPlanBytes p = memory_plan(Backend::Cpu, m, 8, "fp32", /*adam=*/false);
+  EXPECT_EQ(p.arena, cpu::plan_network_memory(m, 8).arena_bytes);
+  EXPECT_EQ(double(p.fixed), double(model_cost(m).parameters) * 4 * 3 + 8.0 * 3 * 224 * 224 * 4)
+      << "weights, gradients, momentum, the batch";
+  EXPECT_LE(double(p.total()), 2.5e9) << "arena " << p.arena << ", fixed " << p.fixed;
 }
 
 }  // namespace

@@ -15,9 +15,9 @@ struct Batch {
   std::vector<float> input;
   std::vector<std::int32_t> labels;
   std::vector<float> targets;
-  i64 batch = 0;         // samples in the batch
-  i64 resident = -1;     // >= 0: a batch kept on the device (BatchView::resident), no host data
-  BatchView view() const { return BatchView{input.data(), labels.data(), targets.data(), resident}; }
+  i64 batch = 0;   // samples in the batch
+  i64 index = -1;  // which batch of its dataset, where the dataset numbers them
+  BatchView view() const { return BatchView{input.data(), labels.data(), targets.data()}; }
   i64 samples() const { return batch; }
 };
 
@@ -32,6 +32,9 @@ class Dataset {
   virtual i64 steps_per_epoch() const { return 0; }
   // Seconds next() spent waiting for (or preparing) batches, summed since construction.
   virtual double wait_seconds() const { return 0; }
+  // Gives `net` a batch this dataset made: its host data, by default; a dataset the network
+  // keeps on its device names the batch instead (ResidentData).
+  virtual void feed(Network& net, const Batch& batch) const { net.set_batch(batch.view()); }
 };
 
 }  // namespace tb

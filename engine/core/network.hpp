@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/core/spec.hpp"
@@ -25,9 +28,35 @@ struct BatchView {
   const float* input = nullptr;
   const std::int32_t* labels = nullptr;
   const float* targets = nullptr;
-  // >= 0: batch number `resident` of a dataset the network keeps on its device (the other
-  // fields are then unused); see CudaNetwork::make_resident.
-  std::int64_t resident = -1;
+};
+
+class Dataset;
+
+// What some networks can do beyond training. A harness asks a network for a capability and gets
+// null where its backend has none: no harness code names a backend.
+//
+// A dataset kept on the network's device: make_resident copies up to `batches` batches of `data`
+// there; use_resident(k) then sets batch k (modulo the pool) as set_batch would, without a host
+// upload (a device-to-device copy).
+class ResidentData {
+ public:
+  virtual ~ResidentData() = default;
+  virtual std::size_t batch_bytes() const = 0;  // one batch's input and targets as kept
+  virtual void make_resident(Dataset& data, std::int64_t batches) = 0;
+  virtual void use_resident(std::int64_t batch) = 0;
+};
+// Where a network's device memory goes, and its mixed-precision state: the mem_* columns
+// (results/SCHEMA.md), loss_scale and skipped_steps.
+class MemoryReport {
+ public:
+  virtual ~MemoryReport() = default;
+  virtual std::map<std::string, double> memory_counters() const = 0;
+};
+// Where a communicator orders its work for this network: its device and its stream (an opaque
+// cudaStream_t), for NCCL.
+struct CommEndpoint {
+  int device = 0;
+  void* stream = nullptr;
 };
 
 // Seconds one training step spent in each phase. `device` is the whole step measured on the
@@ -106,6 +135,11 @@ class Network {
   virtual void set_backward_hook(std::function<void(int node)> hook) = 0;
   // Waits for the backend's work (device streams); a no-op on the host.
   virtual void synchronize() {}
+
+  // Capabilities (above); null where the backend has none.
+  virtual ResidentData* resident_data() { return nullptr; }
+  virtual const MemoryReport* memory_report() const { return nullptr; }
+  virtual std::optional<CommEndpoint> comm_endpoint() const { return std::nullopt; }
 
  private:
   float started_loss_ = 0;  // the default start_step's results, for finish_step

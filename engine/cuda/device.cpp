@@ -27,8 +27,10 @@ DeviceInfo describe_device(int index) {
   int khz = 0;
   if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, index) == cudaSuccess) d.clock_mhz = khz / 1000;
   if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, index) == cudaSuccess) d.memory_clock_mhz = khz / 1000;
+  char bus_id[32] = {};
+  if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, index) == cudaSuccess) d.pci_bus_id = bus_id;
   int v = 0;
-  if (cudaDriverGetVersion(&v) == cudaSuccess) d.driver = version(v, 1000, 10);
+  if (cudaDriverGetVersion(&v) == cudaSuccess) d.cuda_driver = version(v, 1000, 10);
   if (cudaRuntimeGetVersion(&v) == cudaSuccess) d.cuda_runtime = version(v, 1000, 10);
   const std::size_t cudnn = cudnnGetVersion();  // major*10000 + minor*100 + patch in cuDNN 9
   d.cudnn = fmt::format("{}.{}.{}", cudnn / 10000, (cudnn % 10000) / 100, cudnn % 100);

@@ -9,6 +9,7 @@
 
 #include "engine/core/dataset.hpp"
 #include "engine/core/layer_factory.hpp"
+#include "engine/cuda/device.hpp"
 
 namespace tb::cuda {
 
@@ -396,7 +397,7 @@ CudaNetwork::~CudaNetwork() {
 
 const MemoryPlan& CudaNetwork::memory_plan() const { return impl_->plan; }
 
-void CudaNetwork::set_batch(const BatchView& batch) {
+void CudaNetwork::upload_next(const std::function<void(void* input, void* targets)>& copy) {
   Impl& m = *impl_;
   const int k = 1 - m.last_set;
   Impl::Upload& u = m.uploads[k];
@@ -404,32 +405,43 @@ void CudaNetwork::set_batch(const BatchView& batch) {
   // has converted it (its device buffer is free): the copy stream waits for the second.
   TB_CU(cudaEventSynchronize(u.done.get()));
   if (u.used) TB_CU(cudaStreamWaitEvent(m.upload_stream, u.consumed.get(), 0));
-  const std::size_t input_bytes = std::size_t(m.input_count()) * 4;
-  const std::size_t target_bytes = std::size_t(m.target_count) * 4;
-  if (batch.resident >= 0) {
-    TB_CHECK(m.pool_batches > 0, "batch {} is resident on the device, but no dataset was made resident",
-             batch.resident);
-    const i64 r = batch.resident % m.pool_batches;
-    TB_CU(cudaMemcpyAsync(u.input.get(), m.pool_inputs.as<char>() + r * i64(input_bytes), input_bytes,
-                          cudaMemcpyDeviceToDevice, m.upload_stream));
-    if (m.has_loss)
-      TB_CU(cudaMemcpyAsync(u.targets.get(), m.pool_targets.as<char>() + r * i64(target_bytes), target_bytes,
-                            cudaMemcpyDeviceToDevice, m.upload_stream));
-  } else {
-    std::memcpy(u.staging_input.as<float>(), batch.input, input_bytes);
-    TB_CU(cudaMemcpyAsync(u.input.get(), u.staging_input.as<float>(), input_bytes, cudaMemcpyHostToDevice,
-                          m.upload_stream));
-    if (m.has_loss) {
-      const void* from = m.model.task == Task::Classification ? static_cast<const void*>(batch.labels)
-                                                              : static_cast<const void*>(batch.targets);
-      std::memcpy(u.staging_targets.as<char>(), from, target_bytes);
-      TB_CU(cudaMemcpyAsync(u.targets.get(), u.staging_targets.as<char>(), target_bytes, cudaMemcpyHostToDevice,
-                            m.upload_stream));
-    }
-  }
+  copy(u.input.get(), u.targets.get());
   u.done.record(m.upload_stream);
   m.last_set = k;
   m.batch_waiting = true;
+}
+
+void CudaNetwork::set_batch(const BatchView& batch) {
+  Impl& m = *impl_;
+  const std::size_t input_bytes = std::size_t(m.input_count()) * 4;
+  const std::size_t target_bytes = std::size_t(m.target_count) * 4;
+  const Impl::Upload& next = m.uploads[1 - m.last_set];
+  upload_next([&](void* input, void* targets) {
+    std::memcpy(next.staging_input.as<float>(), batch.input, input_bytes);
+    TB_CU(cudaMemcpyAsync(input, next.staging_input.as<float>(), input_bytes, cudaMemcpyHostToDevice,
+                          m.upload_stream));
+    if (!m.has_loss) return;
+    const void* from = m.model.task == Task::Classification ? static_cast<const void*>(batch.labels)
+                                                            : static_cast<const void*>(batch.targets);
+    std::memcpy(next.staging_targets.as<char>(), from, target_bytes);
+    TB_CU(cudaMemcpyAsync(targets, next.staging_targets.as<char>(), target_bytes, cudaMemcpyHostToDevice,
+                          m.upload_stream));
+  });
+}
+
+void CudaNetwork::use_resident(i64 batch) {
+  Impl& m = *impl_;
+  TB_CHECK(m.pool_batches > 0, "batch {} is resident on the device, but no dataset was made resident", batch);
+  const std::size_t input_bytes = std::size_t(m.input_count()) * 4;
+  const std::size_t target_bytes = std::size_t(m.target_count) * 4;
+  const i64 r = batch % m.pool_batches;
+  upload_next([&](void* input, void* targets) {
+    TB_CU(cudaMemcpyAsync(input, m.pool_inputs.as<char>() + r * i64(input_bytes), input_bytes,
+                          cudaMemcpyDeviceToDevice, m.upload_stream));
+    if (m.has_loss)
+      TB_CU(cudaMemcpyAsync(targets, m.pool_targets.as<char>() + r * i64(target_bytes), target_bytes,
+                            cudaMemcpyDeviceToDevice, m.upload_stream));
+  });
 }
 
 void CudaNetwork::take_batch() {
@@ -854,7 +866,7 @@ void CudaNetwork::make_resident(Dataset& data, i64 batches) {
   m.pool_batches = batches;
 }
 
-std::size_t CudaNetwork::batch_input_bytes() const {
+std::size_t CudaNetwork::batch_bytes() const {
   return std::size_t(impl_->input_count() + std::max<i64>(impl_->target_count, 1)) * 4;
 }
 
@@ -870,6 +882,26 @@ MemoryBreakdown CudaNetwork::memory() const {
   b.data = m.input.bytes() + m.labels.bytes() + m.targets.bytes() + m.pool_inputs.bytes() + m.pool_targets.bytes();
   for (const Impl::Upload& u : m.uploads) b.data += u.input.bytes() + u.targets.bytes();
   return b;
+}
+
+std::map<std::string, double> CudaNetwork::memory_counters() const {
+  const MemoryBreakdown b = memory();
+  const MemoryStats s = ctx_->allocator.stats();
+  const std::size_t used = device_memory_used(ctx_->device);
+  return {{"mem_peak_bytes", double(s.peak_in_use)},
+          {"mem_reserved_bytes", double(s.peak_reserved)},
+          {"mem_limit_bytes", double(ctx_->allocator.limit())},
+          {"mem_weights_bytes", double(b.weights)},
+          {"mem_grads_bytes", double(b.gradients)},
+          {"mem_optimizer_bytes", double(b.optimizer_state)},
+          {"mem_activations_bytes", double(b.activations)},
+          {"mem_workspace_bytes", double(b.workspace)},
+          {"mem_data_bytes", double(b.data)},
+          // What the device has in use beyond what this allocator holds: the CUDA context, the
+          // cuDNN/cuBLAS handles and their kernels, and anything else on the device.
+          {"mem_context_bytes", used > s.reserved ? double(used - s.reserved) : 0.0},
+          {"loss_scale", double(loss_scale())},
+          {"skipped_steps", double(skipped_steps())}};
 }
 
 kernels::StepState CudaNetwork::step_state() const {

@@ -47,7 +47,7 @@ struct MemoryBreakdown {
   std::size_t data = 0;         // the batch, and a resident dataset (--data_on_device)
 };
 
-class CudaNetwork final : public Network {
+class CudaNetwork final : public Network, public ResidentData, public MemoryReport {
  public:
   CudaNetwork(const ModelSpec& model, const NetworkConfig& config);
   ~CudaNetwork() override;
@@ -81,12 +81,21 @@ class CudaNetwork final : public Network {
   std::uint64_t param_checksum() override;
   void synchronize() override;
 
-  // Keeps `batches` batches of `data` on the device; set_batch then takes batches by their
-  // resident index (BatchView::resident) with a device-to-device copy instead of an upload.
-  void make_resident(Dataset& data, i64 batches);
+  // ResidentData: `batches` batches of `data` kept on the device; use_resident(k) takes batch k
+  // with a device-to-device copy instead of an upload. batch_bytes: one batch's fp32 input and
+  // targets as kept.
+  ResidentData* resident_data() override { return this; }
+  std::size_t batch_bytes() const override;
+  void make_resident(Dataset& data, i64 batches) override;
+  void use_resident(i64 batch) override;
+  // MemoryReport: the allocator's high-water mark and cap, the breakdown below, what the device
+  // holds beyond the allocator, the loss scale and skipped steps.
+  const MemoryReport* memory_report() const override { return this; }
+  std::map<std::string, double> memory_counters() const override;
+  std::optional<CommEndpoint> comm_endpoint() const override {
+    return CommEndpoint{ctx_->device, static_cast<void*>(ctx_->stream)};
+  }
   MemoryBreakdown memory() const;
-  // Bytes of one batch's fp32 input and targets as make_resident keeps them.
-  std::size_t batch_input_bytes() const;
   // Optimizer steps skipped because mixed-precision gradients overflowed, and the loss scale.
   std::int64_t skipped_steps() const;
   float loss_scale() const;
@@ -98,6 +107,9 @@ class CudaNetwork final : public Network {
   struct Impl;
   float read_loss();  // waits for the stream; the loss and correct count of the last forward
   void take_batch();   // the main stream waits for the batch set last and converts it
+  // Starts filling the upload buffer for the next batch: `copy` enqueues its copies on the
+  // upload stream into (input, targets).
+  void upload_next(const std::function<void(void* input, void* targets)>& copy);
   void enqueue_forward(bool training);
   void enqueue_backward();
   void enqueue_update();

@@ -68,6 +68,9 @@ class ReplicaNetwork final : public Network {
   void set_backward_hook(std::function<void(int node)>) override;
   std::uint64_t param_checksum() override { return net_->param_checksum(); }
   void synchronize() override { net_->synchronize(); }
+  ResidentData* resident_data() override { return net_->resident_data(); }
+  const MemoryReport* memory_report() const override { return net_->memory_report(); }
+  std::optional<CommEndpoint> comm_endpoint() const override { return net_->comm_endpoint(); }
 
   // A collective: throws tb::CheckFailed naming the ranks' disagreement unless every replica
   // holds the same weights, bit for bit.

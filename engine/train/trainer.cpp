@@ -35,7 +35,7 @@ float Trainer::step() {
     const double t0 = wall_seconds();
     const Batch& batch = data_->next();
     const double t1 = wall_seconds();
-    network_->set_batch(batch.view());
+    data_->feed(*network_, batch);
     phases_.data_wait += t1 - t0;
     phases_.data += wall_seconds() - t0;
     staged_ = &batch;
@@ -47,7 +47,7 @@ float Trainer::step() {
   staged_ = nullptr;
   if (network_->asynchronous()) {
     staged_ = &data_->next();
-    network_->set_batch(staged_->view());
+    data_->feed(*network_, *staged_);
   }
   StepTimes times;
   const float loss = network_->finish_step(times);
@@ -68,11 +68,11 @@ float Trainer::step() {
 }
 
 void Trainer::restage() {
-  if (staged_) network_->set_batch(staged_->view());
+  if (staged_) data_->feed(*network_, *staged_);
 }
 
 float Trainer::first_batch_loss() {
-  network_->set_batch(first_batch_.view());
+  data_->feed(*network_, first_batch_);
   const float loss = network_->forward();
   restage();
   return loss;
@@ -82,7 +82,7 @@ Tally Trainer::evaluate(Dataset& data, i64 steps) {
   Tally t;
   for (i64 s = 0; s < steps; ++s) {
     const Batch& batch = data.next();
-    network_->set_batch(batch.view());
+    data.feed(*network_, batch);
     const float loss = network_->evaluate();
     check_finite(loss, std::size_t(s + 1), "validation");
     t.add(loss, network_->correct(), batch.samples());

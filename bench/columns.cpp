@@ -1,0 +1,172 @@
+// The table of the CSV's columns (columns.hpp), in schema version 3's order: version 2's
+// columns, then the NVML ones (telemetry/).
+#include "bench/columns.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "telemetry/sampler.hpp"
+
+namespace tb::bench {
+namespace {
+
+std::string accuracy(double v) { return v < 0 ? "" : number(v); }      // -1: a regression task has none
+std::string time_to_target(double v) { return v < 0 ? "" : number(v); }  // -1: never reached
+std::string throttle(double mask) { return telemetry::throttle_reason_names(std::uint64_t(mask)); }
+
+constexpr ColumnKind I = ColumnKind::Identity, M = ColumnKind::Counter, X = ColumnKind::Context;
+
+}  // namespace
+
+std::string number(double value) { return fmt::format("{:.6g}", value); }
+
+const std::vector<Column>& columns() {
+  static const std::vector<Column> all{
+      {"schema_version", I},
+      {"benchmark", I},
+      {"kind", I},
+      {"model", I},
+      {"dataset", I},
+      {"data_source", I},
+      {"device", I},
+      {"threads", I},
+      {"precision", I},
+      {"batch", I},
+      {"optimizer", I},
+      {"framework", I},
+      {"run_type", I},
+      {"aggregate", I},
+      {"repetition", I},
+      {"status", I},
+      {"message", I},
+      {"iterations", I},
+      {"warmup_steps", I},
+      {"step_time_s", M},
+      {"samples_per_s", M, true},
+      {"params", I},
+      {"train_flops_per_sample", I},
+      {"model_tflops", M, true},
+      {"peak_gflops", M},
+      {"utilisation", M, true},
+      {"host_cpu_s_per_step", M},
+      {"host_cpu_util", M, true},
+      {"peak_rss_bytes", M},
+      {"loss_first", M},
+      {"loss_last", M, true},
+      {"data_s_per_step", M},
+      {"forward_s_per_step", M},
+      {"backward_s_per_step", M},
+      {"update_s_per_step", M},
+      {"data_wait_s_per_step", M},
+      {"loader_workers", I},
+      {"epoch", M},
+      {"train_loss", M},
+      {"val_loss", M, true},
+      {"train_acc", M, false, accuracy},
+      {"val_acc", M, true, accuracy},
+      {"elapsed_s", M, true},
+      {"target_acc", I},
+      {"time_to_target_s", M, false, time_to_target},
+      {"wall_step_time_s", M},
+      {"cuda_graph", I},
+      {"data_on_device", I},
+      {"mem_peak_bytes", M},
+      {"mem_reserved_bytes", M},
+      {"mem_limit_bytes", M},
+      {"mem_weights_bytes", M},
+      {"mem_grads_bytes", M},
+      {"mem_optimizer_bytes", M},
+      {"mem_activations_bytes", M},
+      {"mem_workspace_bytes", M},
+      {"mem_data_bytes", M},
+      {"mem_context_bytes", M},
+      {"loss_scale", M},
+      {"skipped_steps", M},
+      {"peak_source", I},
+      {"ranks", I},
+      {"replicas", M},
+      {"comm_s_per_step", M},
+      {"comm_share", M},
+      {"allreduce_bytes_per_step", M},
+      {"busbw_gbps", M},
+      {"comm_overlap", M},
+      {"scaling_efficiency", M},
+      {"host", X},
+      {"os", X},
+      {"cpu_model", X},
+      {"cores", X},
+      {"compiler", X},
+      {"onednn", X},
+      {"benchmark_lib", X},
+      {"git_commit", X},
+      {"timestamp", X},
+      {"gpu_name", X},
+      {"gpu_cc", X},
+      {"gpu_sms", X},
+      {"gpu_memory_gib", X},
+      {"gpu_clock_mhz", X},
+      {"gpu_memory_clock_mhz", X},
+      {"driver_version", X},
+      {"cuda_version", X},
+      {"cudnn_version", X},
+      {"cublas_version", X},
+      {"nccl_version", X},
+      // Version 3: what nvidia-smi shows, sampled by NVML over the timed steps.
+      {"gpu_util", M, true},
+      {"gpu_mem_used_bytes", M},
+      {"gpu_sm_clock_min_mhz", M},
+      {"gpu_sm_clock_median_mhz", M},
+      {"gpu_power_w", M},
+      {"energy_j_per_sample", M},
+      {"gpu_temp_max_c", M},
+      {"gpu_throttle", M, false, throttle, false},
+      {"gpu_samples", M},
+      {"host_cpu_util_per_job", M},
+      {"cuda_driver_version", X},
+  };
+  return all;
+}
+
+const std::vector<std::string>& csv_columns() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Column& c : columns()) out.emplace_back(c.name);
+    return out;
+  }();
+  return names;
+}
+
+namespace {
+const Column* find(std::string_view name) {
+  for (const Column& c : columns())
+    if (name == c.name) return &c;
+  return nullptr;
+}
+}  // namespace
+
+bool is_counter(std::string_view name) {
+  const Column* c = find(name);
+  return c && c->kind == ColumnKind::Counter;
+}
+
+bool shown_on_console(std::string_view name) {
+  const Column* c = find(name);
+  return c && c->on_console;
+}
+
+std::map<std::string, std::string> counter_cells(const std::map<std::string, double>& counters, bool aggregate) {
+  std::map<std::string, std::string> cells;
+  for (const auto& [name, value] : counters) {
+    const Column* c = find(name);
+    if (!c || c->kind != ColumnKind::Counter || (aggregate && !c->aggregates)) continue;
+    cells[name] = c->format ? c->format(value) : number(value);
+  }
+  return cells;
+}
+
+std::string skip_message(const std::string& reason) { return std::string(kSkippedPrefix) + reason; }
+
+bool is_skip(std::string_view message) { return message.substr(0, kSkippedPrefix.size()) == kSkippedPrefix; }
+
+}  // namespace tb::bench

@@ -1,0 +1,45 @@
+// The CSV's columns in one table (results/SCHEMA.md): what each is (a benchmark's identity, a
+// counter its run measured, the machine's context), whether the console shows it, and how a
+// counter's value is written. The CSV writer, the CSV rows and the console all read this table.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tb::bench {
+
+inline constexpr const char* kSchemaVersion = "3";
+
+enum class ColumnKind { Identity, Counter, Context };
+
+struct Column {
+  const char* name;
+  ColumnKind kind;
+  bool on_console = false;  // counters the console shows (the CSV has them all)
+  // A counter's cell from its value; null: {:.6g}.
+  std::string (*format)(double value) = nullptr;
+  // False for a value that means nothing averaged over repetitions (a bit mask): aggregate
+  // rows leave it empty.
+  bool aggregates = true;
+};
+
+// Every column, in the CSV's order.
+const std::vector<Column>& columns();
+const std::vector<std::string>& csv_columns();
+bool is_counter(std::string_view name);
+bool shown_on_console(std::string_view name);
+
+// The cells of the counter columns among `counters` (others are not columns and are dropped),
+// for a repetition's row or (`aggregate`) a mean, median, stddev or cv row.
+std::map<std::string, std::string> counter_cells(const std::map<std::string, double>& counters, bool aggregate);
+std::string number(double value);  // {:.6g}, as every counter without a format of its own
+
+// A benchmark registered but not run (the machine cannot run its configuration) reports an
+// error message with this prefix; the console and the CSV call it skipped, not failed.
+inline constexpr std::string_view kSkippedPrefix = "skipped: ";
+std::string skip_message(const std::string& reason);
+bool is_skip(std::string_view message);
+
+}  // namespace tb::bench

@@ -1,0 +1,241 @@
+// Planning a run's benchmarks (configs.hpp) from the flags, the workloads and this machine.
+#include "bench/configs.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <iostream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "datasets/sources.hpp"
+#include "engine/core/error.hpp"
+#include "models/models.hpp"
+
+namespace tb::bench {
+
+using parallel::Mode;
+using parallel::World;
+using parallel::world;
+
+const char* kind_name(Kind kind) { return kind == Kind::Train ? "train" : "epochs"; }
+
+namespace {
+
+// A workload's batch on a GPU: its GPU batch, lowered on a device (or under a cap) too small for
+// the planned footprint to the largest power of two that fits. Where no GPU can run, the row is
+// named (and skipped) at the GPU batch.
+i64 gpu_batch(const models::Workload& w, const DeviceConfig& d, const std::string& precision, const Flags& flags) {
+  if (w.gpu_batch <= 0) return w.batch;
+  const GpuInventory& inv = gpu_inventory();
+  if (!d.skip_reason.empty() || d.gpu_ordinal >= int(inv.devices.size())) return w.gpu_batch;
+  const double device_bytes = inv.devices[std::size_t(d.gpu_ordinal)].memory_gib * double(1 << 30);
+  constexpr double kContext = double(1 << 30);  // the CUDA context and libraries' kernels, outside the cap
+  const double cap = flags.gpu_memory_limit > 1   ? flags.gpu_memory_limit
+                     : flags.gpu_memory_limit > 0 ? flags.gpu_memory_limit * device_bytes
+                                                  : device_bytes - kContext;
+  return gpu_batch_that_fits(w.spec, w.gpu_batch, precision, w.optimizer.kind == OptimizerConfig::Kind::Adam,
+                             std::size_t(std::max(cap, 0.0)));
+}
+
+std::string benchmark_name(const BenchInfo& b) {
+  return fmt::format("{}/{}/{}/{}/{}/bs:{}", kind_name(b.kind), b.model, b.dataset, b.device, b.precision, b.batch);
+}
+
+int parse_count(const std::string& name, const std::string& text, const char* example) {
+  int n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1)
+    throw InputError(fmt::format("--devices: '{}' needs a count >= 1, e.g. {}", name, example));
+  return n;
+}
+
+// gpu:N (N GPUs of this process, or under mpirun one GPU per rank) and gpu:1/jobs:K.
+void gpu_config(DeviceConfig& d, const Flags& flags) {
+  const std::string& name = d.name;
+  const std::size_t jobs_at = name.find("/jobs:");
+  const int gpus = parse_count(name, name.substr(4, jobs_at == std::string::npos ? std::string::npos : jobs_at - 4),
+                               "gpu:1");
+  const int jobs = jobs_at == std::string::npos ? 0 : parse_count(name, name.substr(jobs_at + 6), "gpu:1/jobs:2");
+  if (jobs && gpus != 1) throw InputError(fmt::format("--devices: '{}': jobs share one GPU, e.g. gpu:1/jobs:2", name));
+  const World& w = world();
+  d.threads = 1;  // one host thread drives each GPU
+  d.backend = Backend::Cuda;
+  // Under mpirun, gpu:N (N > 1) is one GPU per rank; gpu:1 is rank 0's one-GPU baseline.
+  const bool across_ranks = w.size > 1 && gpus > 1;
+  const int local_gpus = across_ranks ? 1 : gpus;
+  std::vector<int> ordinals = flags.gpus;
+  for (int k = int(ordinals.size()); k < std::max(local_gpus, w.local_rank + 1); ++k) ordinals.push_back(k);
+  if (across_ranks) ordinals = {ordinals[std::size_t(w.local_rank)]};  // this rank's GPU
+  ordinals.resize(std::size_t(local_gpus));
+  d.gpu_ordinal = ordinals[0];
+  d.replicas = jobs ? jobs : local_gpus;
+  d.gpu_ordinals = jobs ? std::vector<int>(std::size_t(jobs), ordinals[0]) : ordinals;
+  d.parallel = jobs ? Mode::Jobs : across_ranks ? Mode::NcclMpi : gpus > 1 ? Mode::NcclThreads : Mode::None;
+  const GpuInventory& inv = gpu_inventory();
+  const int highest = *std::max_element(ordinals.begin(), ordinals.end());
+  if (!inv.unavailable.empty())
+    d.skip_reason = fmt::format("{}: {}", name, inv.unavailable);
+  else if (across_ranks && gpus != w.size)
+    d.skip_reason = fmt::format("{}: under mpirun -np {} the GPU configurations are gpu:1 (rank 0) and gpu:{} (one "
+                                "GPU per rank)", name, w.size, w.size);
+  else if (!across_ranks && gpus > int(inv.devices.size()))
+    d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", name, gpus, inv.devices.size());
+  else if (highest >= int(inv.devices.size()))
+    d.skip_reason = fmt::format("{}: CUDA device {} (--gpus, or the rank's local index) does not exist; this machine "
+                                "has devices 0 to {}", name, highest, int(inv.devices.size()) - 1);
+}
+
+}  // namespace
+
+std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
+  const World& w = world();
+  std::vector<std::string> names = flags.devices;
+  if (names.empty() && w.size > 1) {
+    // The one-device baselines (on rank 0) first, so that the data-parallel rows after them
+    // get their scaling efficiency from this invocation.
+    const int threads_per_rank = std::max(1, cores / std::max(1, w.local_size));
+    names = {fmt::format("cpu:{}", threads_per_rank), fmt::format("mpi:{}", w.size), "gpu:1",
+             fmt::format("gpu:{}", w.size)};
+  } else if (names.empty()) {
+    names = {"cpu"};
+    if (cores > 1) names.push_back("cpu:1");
+    names.push_back("gpu:1");
+    const int gpus = int(gpu_inventory().devices.size());
+    for (int n = 2; n <= gpus; ++n) names.push_back(fmt::format("gpu:{}", n));  // scaling from 2 to all
+  }
+  std::vector<DeviceConfig> out;
+  for (const std::string& name : names) {
+    DeviceConfig d;
+    d.name = name;
+    if (name == "cpu") {
+      d.threads = cores;
+    } else if (name.rfind("cpu:", 0) == 0) {
+      d.threads = parse_count(name, name.substr(4), "cpu:2");
+      if (d.threads > cores)
+        d.skip_reason = fmt::format("{} needs {} cores, this machine has {}", name, d.threads, cores);
+    } else if (name.rfind("gpu:", 0) == 0) {
+      gpu_config(d, flags);
+    } else if (name.rfind("mpi:", 0) == 0) {
+      const int ranks = parse_count(name, name.substr(4), "mpi:2");
+      d.parallel = Mode::Mpi;
+      d.threads = std::max(1, cores / std::max(1, w.local_size));  // the node's cores shared by its ranks
+      if (w.size == 1)
+        d.skip_reason = fmt::format("{}: start trainbench with mpirun -np {} for MPI data parallelism", name, ranks);
+      else if (ranks != w.size)
+        d.skip_reason = fmt::format("{}: this job has {} ranks (mpi:{})", name, w.size, w.size);
+    } else {
+      throw InputError(fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, gpu:N, gpu:1/jobs:K or mpi:N",
+                                   name));
+    }
+    if (w.size > 1 && (d.parallel == Mode::Jobs || d.parallel == Mode::NcclThreads) && d.skip_reason.empty())
+      d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", name);
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& flags, const DeviceConfig& d) {
+  std::vector<std::string> names = flags.precisions;
+  // By default a GPU gets all four, unless it cannot run at all: then one skipped row says why.
+  const bool gpu = d.backend == Backend::Cuda;
+  if (names.empty() && gpu && d.skip_reason.empty()) names = {"fp32", "tf32", "fp16", "bf16"};
+  if (names.empty()) names = {"fp32"};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& p : names) {
+    std::string reason;
+    if (!gpu && p != "fp32") reason = fmt::format("the CPU backend trains in fp32 only, not {}", p);
+    else if (gpu && d.skip_reason.empty()) reason = gpu_precision_unsupported(d.gpu_ordinal, p);
+    out.emplace_back(p, reason);
+  }
+  return out;
+}
+
+std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
+  std::vector<BenchInfo> benchmarks;
+  const std::string dir = data::data_dir(flags.data_dir);
+  // A folder given explicitly must be there: a typo would otherwise measure synthetic data.
+  if (!flags.data_dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec))
+      throw InputError(fmt::format("--data_dir={}: no such folder (leave the flag out to train on synthetic data, "
+                                   "or give the folder that holds mnist/, fashion-mnist/, cifar10/)", dir));
+    if (!std::filesystem::is_directory(dir, ec))
+      throw InputError(fmt::format("--data_dir={}: is not a folder", dir));
+  }
+  const auto devices = device_configs(flags, cores);
+  std::set<std::string> noted;  // datasets absent under --data_dir, said once
+  // A cap in bytes above a GPU's memory is a typo (1e30, inf are refused while parsing).
+  for (const DeviceConfig& d : devices) {
+    const GpuInventory& inv = gpu_inventory();
+    if (d.backend != Backend::Cuda || !d.skip_reason.empty() || flags.gpu_memory_limit <= 1) continue;
+    for (int ordinal : d.gpu_ordinals)
+      if (ordinal < int(inv.devices.size()) &&
+          flags.gpu_memory_limit > inv.devices[std::size_t(ordinal)].memory_gib * double(1 << 30))
+        throw InputError(fmt::format("--gpu_memory_limit: {:.0f} bytes is more than CUDA device {}'s {:.1f} GiB; give "
+                                     "at most that, or a fraction (0.5)", flags.gpu_memory_limit, ordinal,
+                                     inv.devices[std::size_t(ordinal)].memory_gib));
+  }
+  for (const Kind kind : {Kind::Train, Kind::Epochs}) {
+    for (const models::Workload& w : models::workloads()) {
+      const std::string folder = data::find_dataset(w.dataset, dir);
+      // Under a --data_dir given explicitly, a dataset it lacks is said once (its rows say
+      // "synthetic" in data_source).
+      const bool readable = w.dataset == "mnist" || w.dataset == "fashion-mnist" || w.dataset == "cifar10";
+      if (!flags.data_dir.empty() && folder.empty() && readable && !w.real_data_only && noted.insert(w.dataset).second)
+        std::cerr << fmt::format("trainbench: note: no {}/ under --data_dir={}: its rows train on synthetic data\n",
+                                 w.dataset, dir);
+      if (w.real_data_only && folder.empty()) continue;
+      for (const DeviceConfig& d : devices) {
+        for (const auto& [precision, precision_skip] : device_precisions(flags, d)) {
+          BenchInfo b;
+          b.kind = kind;
+          b.model = w.model;
+          b.dataset = w.dataset;
+          b.data_folder = folder;
+          b.data_source = w.spec.task == Task::Regression ? "generated" : folder.empty() ? "synthetic" : folder;
+          b.device = d.name;
+          b.precision = precision;
+          b.threads = d.threads;
+          b.backend = d.backend;
+          b.gpu_ordinal = d.gpu_ordinal;
+          b.cuda_graph = flags.cuda_graph;
+          b.data_on_device = flags.data_on_device;
+          b.gpu_memory_limit = flags.gpu_memory_limit;
+          b.parallel = d.parallel;
+          b.replicas = d.replicas;
+          b.gpu_ordinals = d.gpu_ordinals;
+          b.batch = flags.batch.value_or(b.gpu() ? gpu_batch(w, d, precision, flags) : w.batch);
+          b.warmup_steps = b.kind == Kind::Train ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
+          b.epochs = flags.epochs.value_or(w.epochs);
+          b.target_accuracy = flags.target_accuracy;
+          b.loader = data::LoaderConfig{.batch = b.batch,
+                                        .workers = flags.loader_workers,
+                                        .prefetch = flags.prefetch,
+                                        .shuffle = true,
+                                        .augment = flags.augment && w.dataset == "cifar10",
+                                        .seed = flags.seed};
+          b.optimizer = w.optimizer_for(b.batch);
+          if (flags.optimizer) {
+            const bool adam = *flags.optimizer == "adam";
+            b.optimizer.kind = adam ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
+            if (!flags.lr) b.optimizer.lr = adam ? 1e-3 : 0.01;
+          }
+          if (flags.lr) b.optimizer.lr = *flags.lr;
+          b.seed = flags.seed;
+          b.gpu_layout = flags.gpu_layout;
+          b.spec = w.spec;
+          b.cost = model_cost(w.spec);
+          b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
+          b.skip_scope = d.skip_reason.empty() ? d.name + " " + precision : d.name;
+          b.name = benchmark_name(b);
+          benchmarks.push_back(std::move(b));
+        }
+      }
+    }
+  }
+  return benchmarks;
+}
+
+}  // namespace tb::bench

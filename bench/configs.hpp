@@ -1,0 +1,79 @@
+// What a run registers: one benchmark per (kind, workload, device configuration, precision),
+// with the batch, optimizer and data each uses, planned from the flags and this machine before
+// anything runs. A configuration the machine cannot run is kept, with the reason, and reported
+// as skipped.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/flags.hpp"
+#include "datasets/loader.hpp"
+#include "engine/backends.hpp"
+#include "engine/core/network.hpp"
+#include "engine/core/spec.hpp"
+#include "engine/parallel/world.hpp"
+
+namespace tb::bench {
+
+// train: steady-state steps timed by Google Benchmark; epochs: whole epochs from scratch.
+enum class Kind { Train, Epochs };
+const char* kind_name(Kind kind);
+
+// A --devices entry: "cpu", "cpu:2", "gpu:1", "gpu:4", "gpu:1/jobs:2", "mpi:2".
+struct DeviceConfig {
+  std::string name;
+  int threads = 0;  // CPU threads (1 on a GPU: the thread driving it)
+  Backend backend = Backend::Cpu;
+  int gpu_ordinal = 0;
+  parallel::Mode parallel = parallel::Mode::None;
+  int replicas = 1;               // replicas in this process
+  std::vector<int> gpu_ordinals;  // one per local replica on GPUs
+  std::string skip_reason;
+};
+
+// The static facts of one registered benchmark, also written into its CSV rows.
+struct BenchInfo {
+  std::string name;  // <kind>/<model>/<dataset>/<device>/<precision>/bs:<n>
+  Kind kind = Kind::Train;
+  std::string model, dataset, device, precision;
+  std::string data_folder;  // real files, or empty for synthetic data
+  std::string data_source;  // the folder, "synthetic" or "generated"
+  int threads = 0;
+  Backend backend = Backend::Cpu;
+  int gpu_ordinal = 0;  // the CUDA device it runs on
+  bool cuda_graph = false, data_on_device = false;
+  std::string gpu_layout = "auto";
+  double gpu_memory_limit = 0;  // bytes (> 1), a fraction of the device (<= 1), 0: none
+  parallel::Mode parallel = parallel::Mode::None;
+  int replicas = 1;               // replicas in this process (threads)
+  std::vector<int> gpu_ordinals;  // one per local replica on GPUs
+  i64 batch = 0;                  // per replica
+  i64 warmup_steps = 0;
+  i64 epochs = 0;
+  double target_accuracy = 0;
+  std::uint64_t seed = 1;  // the weights'
+  data::LoaderConfig loader;
+  OptimizerConfig optimizer;
+  ModelSpec spec;
+  ModelCost cost;
+  std::string skip_reason;  // non-empty: registered, reported as skipped with this reason
+  std::string skip_scope;   // what the reason is about: the device ("gpu:1"), or the device and precision
+
+  bool gpu() const { return backend == Backend::Cuda; }
+};
+
+// Parses --devices entries; throws tb::InputError on an unknown device. A configuration this
+// machine cannot run is returned with the reason in skip_reason.
+std::vector<DeviceConfig> device_configs(const Flags& flags, int cores);
+// The precisions registered for a device: --precisions, else fp32 on the CPU and all four on a
+// GPU; with the reason a precision is skipped there (empty: it runs).
+std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& flags, const DeviceConfig& device);
+
+// Every benchmark of this run, in registration order (train/ before epochs/, workloads in their
+// order, devices as --devices lists them). Throws tb::InputError on a flag that cannot apply here
+// (a --data_dir that is not a folder, a --gpu_memory_limit above a GPU's memory).
+std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores);
+
+}  // namespace tb::bench

@@ -1,0 +1,90 @@
+// The --list_models outputs (listing.hpp).
+#include "bench/listing.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/backends.hpp"
+#include "models/models.hpp"
+
+namespace tb::bench {
+namespace {
+
+// A JSON string: the names here are plain, but a quote or a control character must not break
+// the document.
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += {'\\', c};
+    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", int(c));
+    else out += c;
+  }
+  return out + "\"";
+}
+
+const char* task_name(Task task) { return task == Task::Regression ? "regression" : "classification"; }
+
+// What each workload needs before it runs, so that a batch can be picked for a card. The arena
+// (values and gradients sharing bytes by lifetime) is exactly what the networks allocate;
+// weights, gradients, optimizer state and batch buffers are counted from the parameters; on a
+// GPU the cuDNN workspace cap and cuBLAS's workspace come on top.
+void memory_plans(std::ostream& out, const Flags& flags) {
+  constexpr double GB = 1e9;
+  out << "\nMemory plan (GB; GPU rows at the workload's GPU batch, which trainbench lowers to what fits "
+         "the card; --batch sets both):\n"
+      << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9} {:>9} {:>9}\n", "model", "dataset", "dev", "precision",
+                     "batch", "arena", "fixed", "total");
+  for (const models::Workload& w : models::workloads()) {
+    const bool adam = w.optimizer.kind == OptimizerConfig::Kind::Adam;
+    const i64 cpu_batch = flags.batch.value_or(w.batch);
+    const MemoryPlanBytes c = memory_plan(Backend::Cpu, w.spec, cpu_batch, "fp32", adam);
+    out << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset, "cpu",
+                       "fp32", cpu_batch, double(c.arena) / GB, double(c.fixed) / GB, double(c.total()) / GB);
+    const i64 gpu = flags.batch.value_or(w.batch_on_gpu());
+    for (const char* precision : {"fp32", "tf32", "fp16", "bf16"}) {
+      const MemoryPlanBytes p = memory_plan(Backend::Cuda, w.spec, gpu, precision, adam);
+      out << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset, "gpu",
+                         precision, gpu, double(p.arena) / GB, double(p.fixed + p.workspace) / GB,
+                         double(p.total()) / GB);
+    }
+  }
+}
+
+}  // namespace
+
+void list_models(std::ostream& out, const Flags& flags) {
+  out << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16} {:>16}\n", "model", "dataset", "batch", "params",
+                     "fwd GFLOP/sample", "train GFLOP/step");
+  for (const models::Workload& w : models::workloads()) {
+    const ModelCost c = model_cost(w.spec);
+    const i64 batch = flags.batch.value_or(w.batch);
+    out << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16.6g} {:>16.6g}\n", w.model, w.dataset, batch, c.parameters,
+                       c.forward_flops_per_sample() * 1e-9, c.train_flops_per_sample() * double(batch) * 1e-9);
+  }
+  memory_plans(out, flags);
+}
+
+void list_models_json(std::ostream& out, const Flags& flags) {
+  std::vector<std::string> entries;
+  for (const models::Workload& w : models::workloads()) {
+    const ModelCost c = model_cost(w.spec);
+    const InputSpec& input = w.spec.input();
+    const OptimizerConfig& o = w.optimizer;
+    const std::string optimizer = fmt::format(
+        R"({{"kind": {}, "lr": {}, "momentum": {}, "weight_decay": {}, "beta1": {}, "beta2": {}, "eps": {}, )"
+        R"("lr_reference_batch": {}}})",
+        json_string(optimizer_name(o.kind)), o.lr, o.momentum, o.weight_decay, o.beta1, o.beta2, o.eps,
+        w.lr_reference_batch);
+    entries.push_back(fmt::format(
+        R"(  {{"model": {}, "dataset": {}, "task": {}, "classes": {}, "input_shape": [{}], "seq_len": {}, )"
+        R"("batch": {}, "gpu_batch": {}, "warmup_steps": {}, "epochs": {}, "real_data_only": {}, "optimizer": {}, )"
+        R"("params": {}, "forward_flops_per_sample": {}, "train_flops_per_sample": {}}})",
+        json_string(w.model), json_string(w.dataset), json_string(task_name(w.spec.task)), w.spec.classes,
+        fmt::join(input.sample_dims, ", "), input.seq_len, flags.batch.value_or(w.batch),
+        flags.batch.value_or(w.batch_on_gpu()), w.warmup_steps, w.epochs, w.real_data_only, optimizer,
+        c.parameters, c.forward_flops_per_sample(), c.train_flops_per_sample()));
+  }
+  out << fmt::format("{{\"format\": 1,\n \"workloads\": [\n{}]}}\n", fmt::join(entries, ",\n"));
+}
+
+}  // namespace tb::bench

@@ -1,0 +1,19 @@
+// trainbench --list_models: the registered workloads with their parameters, FLOPs and memory
+// plans as a table, or (--json) as one JSON object that other tools read instead of retyping the
+// models (scripts/peers/pytorch_train.py).
+#pragma once
+
+#include <ostream>
+
+#include "bench/flags.hpp"
+
+namespace tb::bench {
+
+void list_models(std::ostream& out, const Flags& flags);
+// {"format": 1, "workloads": [{"model", "dataset", "task", "classes", "input_shape", "seq_len",
+// "batch", "gpu_batch", "warmup_steps", "epochs", "real_data_only", "optimizer": {"kind", "lr",
+// "momentum", "weight_decay", "beta1", "beta2", "eps", "lr_reference_batch"}, "params",
+// "forward_flops_per_sample", "train_flops_per_sample"}, ...]}; --batch sets batch and gpu_batch.
+void list_models_json(std::ostream& out, const Flags& flags);
+
+}  // namespace tb::bench

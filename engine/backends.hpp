@@ -1,0 +1,92 @@
+// The one door from a harness to the engines: a network made for a backend, and the GPUs of
+// this machine. The backends a build has are registered in engine/backends.cpp, the one place
+// outside CMake that knows them; a harness includes this header, engine/core and
+// engine/parallel/world.hpp (communicators), never engine/cpu or engine/cuda.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/network.hpp"
+#include "engine/core/spec.hpp"
+
+namespace tb {
+
+enum class Backend { Cpu, Cuda };
+
+struct NetworkOptions {
+  i64 batch = 1;
+  OptimizerConfig optimizer;
+  std::uint64_t seed = 1;
+  // GPU networks:
+  int device = 0;                  // CUDA ordinal
+  std::string precision = "fp32";  // fp32, tf32, fp16, bf16
+  bool cuda_graph = false;
+  std::string layout = "auto";     // auto, nchw, nhwc
+};
+
+// A network of `model` planned for `options.batch` on `backend`. Throws tb::Error where this
+// build lacks the backend. A GPU network's planning scratch (the convolution plans' timing
+// buffers) is returned to the device and its high-water mark starts at what the network holds.
+std::unique_ptr<Network> make_network(Backend backend, const ModelSpec& model, const NetworkOptions& options);
+
+// ---- the CPU ----
+
+// The fp32 GEMM rate of this machine with `threads` OpenMP threads, measured with the CPU
+// backend's library (oneDNN's sgemm on 1024^3 products for about a quarter of a second, the
+// median call); cached per thread count.
+double cpu_peak_gflops(int threads);
+// The version of the CPU backend's library, oneDNN ("2.6.3").
+std::string cpu_library_version();
+
+// ---- GPUs (CUDA devices, after CUDA_VISIBLE_DEVICES) ----
+
+struct GpuDevice {
+  int ordinal = 0;
+  std::string name, cc;  // cc: "9.0"
+  std::string pci_bus_id;  // "0000:65:00.0", as NVML finds the device
+  int sms = 0;
+  double memory_gib = 0;
+  int clock_mhz = 0, memory_clock_mhz = 0;
+  std::string cuda_driver, cuda, cudnn, cublas, nccl;  // versions (cuda_driver: the driver API's, "13.0")
+};
+
+struct GpuInventory {
+  std::vector<GpuDevice> devices;
+  std::string unavailable;  // non-empty: why no GPU configuration can run
+};
+const GpuInventory& gpu_inventory();
+// Empty if the device runs this precision, else the reason (compute capability).
+std::string gpu_precision_unsupported(int ordinal, const std::string& precision);
+
+struct GpuPeak {
+  double gflops = 0;
+  std::string source;  // the datasheet, or how it was derived
+};
+GpuPeak gpu_peak(int ordinal, const std::string& precision);
+
+// Empties the device's allocator cache, caps it at `limit` (bytes above 1, a fraction of the
+// device's memory up to 1, 0: no cap) and starts a new high-water mark.
+void gpu_prepare(int ordinal, double limit);
+// Makes `ordinal` the calling thread's current device (each replica thread calls it once).
+void gpu_bind_thread(int ordinal);
+
+// The memory a network of `spec` at `batch` is planned to take on `backend`, before it is built:
+// the arena of values and gradients (engine/core/planner.hpp: exactly what the network
+// allocates), the fixed part (weights, gradients, optimizer state, the batch's buffers) and on a
+// GPU the cuDNN workspace cap and cuBLAS's workspace. Needs no GPU.
+struct MemoryPlanBytes {
+  std::size_t arena = 0, fixed = 0, workspace = 0;
+  std::size_t total() const { return arena + fixed + workspace; }
+};
+MemoryPlanBytes memory_plan(Backend backend, const ModelSpec& spec, i64 batch, const std::string& precision,
+                            bool adam);
+// The largest power of two up to `preferred` whose planned GPU memory fits `available` bytes (at
+// least 1).
+i64 gpu_batch_that_fits(const ModelSpec& spec, i64 preferred, const std::string& precision, bool adam,
+                        std::size_t available);
+
+}  // namespace tb

@@ -1,0 +1,174 @@
+// Replicas on threads, wired and stepped together (replica_run.hpp).
+#include "engine/parallel/replica_run.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+#include "engine/core/timer.hpp"
+
+namespace tb::parallel {
+
+// One thread per replica, each bound to its GPU when there is one, running the same function
+// for its replica when the caller asks and reporting back.
+struct ReplicaRun::Pool {
+  Pool(int n, const Bind& bind) : errors(std::size_t(n)) {
+    for (int k = 0; k < n; ++k)
+      threads.emplace_back([this, k, bind] {
+        std::exception_ptr bind_error;
+        try {
+          if (bind) bind(k);
+        } catch (...) {
+          bind_error = std::current_exception();  // reported by every job this thread is given
+        }
+        std::uint64_t seen = 0;
+        for (;;) {
+          std::function<void(int)> fn;
+          {
+            std::unique_lock lock(mutex);
+            cv.wait(lock, [&] { return stop || generation != seen; });
+            if (stop) return;
+            seen = generation;
+            fn = job;
+          }
+          try {
+            if (bind_error) std::rethrow_exception(bind_error);
+            fn(k);
+          } catch (...) {
+            errors[std::size_t(k)] = std::current_exception();
+          }
+          std::lock_guard lock(mutex);
+          if (++done == int(threads.size())) cv.notify_all();
+        }
+      });
+  }
+  ~Pool() {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    cv.notify_all();
+    for (auto& t : threads) t.join();
+  }
+  void run(const std::function<void(int)>& fn) {
+    std::unique_lock lock(mutex);
+    job = fn;
+    done = 0;
+    std::fill(errors.begin(), errors.end(), nullptr);
+    ++generation;
+    cv.notify_all();
+    cv.wait(lock, [&] { return done == int(threads.size()); });
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::function<void(int)> job;
+  std::vector<std::exception_ptr> errors;
+  std::uint64_t generation = 0;
+  int done = 0;
+  bool stop = false;
+};
+
+ReplicaRun::ReplicaRun(Mode mode, int local_replicas, const Bind& bind, const Factory& make)
+    : mode_(mode), replicas_(std::size_t(local_replicas)) {
+  TB_CHECK(local_replicas >= 1, "a run needs a replica");
+  if (spans_ranks(mode)) world_ = world_comm();
+  if (local_replicas > 1) pool_ = std::make_unique<Pool>(local_replicas, bind);
+  else if (bind) bind(0);
+  std::vector<std::unique_ptr<Network>> nets(static_cast<std::size_t>(local_replicas));
+  std::vector<std::unique_ptr<Dataset>> data(static_cast<std::size_t>(local_replicas));
+  on_all([&](int k) { std::tie(nets[std::size_t(k)], data[std::size_t(k)]) = make(k); });
+
+  std::vector<Network*> raw;
+  for (auto& n : nets) raw.push_back(n.get());
+  std::vector<std::unique_ptr<Communicator>> comms = make_communicators(mode, raw, world_.get());
+  // Replicas start together: their constructors broadcast rank 0's weights (a collective).
+  on_all([&](int k) {
+    Replica& r = replicas_[std::size_t(k)];
+    r.backend = nets[std::size_t(k)].get();
+    std::unique_ptr<Network> net = std::move(nets[std::size_t(k)]);
+    if (comms[std::size_t(k)]) {
+      auto replica = std::make_unique<ReplicaNetwork>(std::move(net), std::move(comms[std::size_t(k)]));
+      r.replica = replica.get();
+      net = std::move(replica);
+    }
+    r.trainer = std::make_unique<Trainer>(std::move(net), std::move(data[std::size_t(k)]));
+  });
+}
+
+ReplicaRun::~ReplicaRun() {
+  // Trainers (and their networks, bound to their GPUs) go on their own threads.
+  try {
+    on_all([&](int k) { replicas_[std::size_t(k)].trainer.reset(); });
+  } catch (...) {
+  }
+}
+
+void ReplicaRun::on_all(const std::function<void(int k)>& fn) {
+  if (pool_) pool_->run(fn);
+  else fn(0);
+}
+
+void ReplicaRun::warm_up(i64 steps) {
+  on_all([&](int k) {
+    for (i64 s = 0; s < steps; ++s) replicas_[std::size_t(k)].trainer->step();
+  });
+}
+
+double ReplicaRun::step() {
+  std::vector<double> seconds(replicas_.size());
+  on_all([&](int k) {
+    Trainer& t = *replicas_[std::size_t(k)].trainer;
+    const double t0 = wall_seconds();
+    t.step();
+    const double device = t.last_device_seconds();
+    seconds[std::size_t(k)] = device >= 0 ? device : wall_seconds() - t0;
+  });
+  const double slowest = *std::max_element(seconds.begin(), seconds.end());
+  return world_ ? world_->max(slowest) : slowest;
+}
+
+void ReplicaRun::check(const std::function<void(Trainer&)>& loss_fell) {
+  std::vector<std::string> failures(replicas_.size());
+  on_all([&](int k) {
+    Replica& r = replicas_[std::size_t(k)];
+    try {
+      loss_fell(*r.trainer);
+    } catch (const CheckFailed& e) {
+      failures[std::size_t(k)] = fmt::format("replica {}: {}", k, e.what());
+    }
+    try {
+      if (r.replica) r.replica->check_weights_agree();
+    } catch (const CheckFailed& e) {
+      if (failures[std::size_t(k)].empty()) failures[std::size_t(k)] = e.what();
+    }
+  });
+  std::string failure;
+  for (const std::string& f : failures)
+    if (failure.empty()) failure = f;
+  const bool ok_everywhere = world_ ? world_->min(failure.empty() ? 1.0 : 0.0) > 0 : failure.empty();
+  if (!ok_everywhere)
+    throw CheckFailed(failure.empty() ? std::string("a replica on another rank failed its check (see rank 0's "
+                                                    "output or that rank's)")
+                                      : failure);
+}
+
+CommStats ReplicaRun::comm_stats() const {
+  return replicas_[0].replica ? replicas_[0].replica->stats() : CommStats{};
+}
+
+int ReplicaRun::communicating_ranks() const {
+  if (spans_ranks(mode_)) return world().size * int(replicas_.size());
+  return int(replicas_.size());
+}
+
+}  // namespace tb::parallel

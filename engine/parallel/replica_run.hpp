@@ -1,0 +1,60 @@
+// The replicas of one data-parallel benchmark in this process: each on a thread of its own (the
+// calling thread where there is one), wired by make_communicators (world.hpp), stepped together,
+// and checked together: over the GPUs of this process (NCCL), over the ranks of an MPI job, or
+// as independent jobs sharing one GPU.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "engine/parallel/communicator.hpp"
+#include "engine/parallel/replica.hpp"
+#include "engine/parallel/world.hpp"
+#include "engine/train/trainer.hpp"
+
+namespace tb::parallel {
+
+// One replica's training: its trainer (over a ReplicaNetwork when it communicates).
+struct Replica {
+  std::unique_ptr<Trainer> trainer;
+  ReplicaNetwork* replica = nullptr;  // the trainer's network, or null for a job
+  Network* backend = nullptr;         // the network that does the work
+};
+
+class ReplicaRun {
+ public:
+  // make(k) builds local replica k's network and its data (seeded per replica), on replica k's
+  // thread after bind(k) ran there once (a GPU replica makes its device current).
+  using Factory = std::function<std::pair<std::unique_ptr<Network>, std::unique_ptr<Dataset>>(int k)>;
+  using Bind = std::function<void(int k)>;
+  ReplicaRun(Mode mode, int local_replicas, const Bind& bind, const Factory& make);
+  ~ReplicaRun();
+  ReplicaRun(const ReplicaRun&) = delete;
+  ReplicaRun& operator=(const ReplicaRun&) = delete;
+
+  // One step on every replica; returns the slowest replica's step time (device time on a
+  // GPU), the slowest over every rank under MPI, so that every rank returns the same.
+  double step();
+  void warm_up(i64 steps);
+  // A collective: throws tb::CheckFailed on every rank unless `loss_fell` passed on every
+  // replica and every replica's weights agree.
+  void check(const std::function<void(Trainer&)>& loss_fell);
+  std::vector<Replica>& replicas() { return replicas_; }
+  // Summed over local replicas' steps: process CPU time is the caller's to measure.
+  CommStats comm_stats() const;
+  // Replicas over every rank that share the gradients (this process's alone for jobs).
+  int communicating_ranks() const;
+
+ private:
+  void on_all(const std::function<void(int k)>& fn);  // runs fn(k) for every local replica, in parallel
+
+  Mode mode_;
+  std::vector<Replica> replicas_;
+  std::unique_ptr<Communicator> world_;  // MPI: agreement and the slowest rank
+  struct Pool;
+  std::unique_ptr<Pool> pool_;
+};
+
+}  // namespace tb::parallel

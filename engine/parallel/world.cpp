@@ -1,0 +1,97 @@
+// The MPI world and the communicators of a benchmark's replicas (world.hpp): MPI where CMake
+// found it (TB_HAVE_MPI), NCCL with the CUDA backend (TB_HAVE_CUDA).
+#include "engine/parallel/world.hpp"
+
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+
+#include "engine/core/error.hpp"
+
+#ifdef TB_HAVE_CUDA
+#include "engine/parallel/nccl_comm.hpp"
+#endif
+#ifdef TB_HAVE_MPI
+#include "engine/parallel/mpi_comm.hpp"
+#endif
+
+namespace tb::parallel {
+
+namespace {
+World g_world;
+#ifdef TB_HAVE_MPI
+std::unique_ptr<MpiSession> g_mpi;
+#endif
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+[[maybe_unused]] CommEndpoint endpoint(const Network& network) {
+  const std::optional<CommEndpoint> e = network.comm_endpoint();
+  TB_CHECK(e.has_value(), "NCCL needs GPU networks (this network has no device stream)");
+  return *e;
+}
+}  // namespace
+
+void start_world() {
+#ifdef TB_HAVE_MPI
+  if (!launched_by_mpirun()) return;
+  g_mpi = std::make_unique<MpiSession>();
+  g_world.rank = g_mpi->rank();
+  g_world.size = g_mpi->size();
+  g_world.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", g_world.rank);
+  g_world.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", g_world.size);
+  // Finalised at exit, after main has released every benchmark's communicators.
+  std::atexit([] { g_mpi.reset(); });
+#else
+  if (env_int("OMPI_COMM_WORLD_SIZE", 1) > 1 || env_int("PMI_SIZE", 1) > 1) {
+    std::cerr << "trainbench: error: started by mpirun, but this build has no MPI support (install libopenmpi-dev "
+                 "and rebuild)\n";
+    std::exit(2);
+  }
+#endif
+}
+
+const World& world() { return g_world; }
+
+std::unique_ptr<Communicator> world_comm() {
+#ifdef TB_HAVE_MPI
+  if (g_mpi) return make_mpi_comm();
+#endif
+  throw Error("not running under mpirun: there is no MPI world");
+}
+
+bool spans_ranks(Mode mode) { return mode == Mode::Mpi || mode == Mode::NcclMpi; }
+
+std::vector<std::unique_ptr<Communicator>> make_communicators(Mode mode, const std::vector<Network*>& networks,
+                                                              Communicator* world) {
+  std::vector<std::unique_ptr<Communicator>> comms(networks.size());
+  if (mode == Mode::None || mode == Mode::Jobs) return comms;
+  if (mode == Mode::Mpi) {
+    comms.at(0) = world_comm();
+    return comms;
+  }
+#ifdef TB_HAVE_CUDA
+  if (mode == Mode::NcclThreads) {
+    std::vector<int> devices;
+    std::vector<cudaStream_t> streams;
+    for (const Network* n : networks) {
+      const CommEndpoint e = endpoint(*n);
+      devices.push_back(e.device);
+      streams.push_back(static_cast<cudaStream_t>(e.stream));
+    }
+    return make_nccl_group(devices, streams);
+  }
+  TB_CHECK(world, "NCCL across ranks bootstraps through the MPI world");
+  const CommEndpoint e = endpoint(*networks.at(0));
+  comms.at(0) = make_nccl_comm_mpi(*world, e.device, static_cast<cudaStream_t>(e.stream));
+  return comms;
+#else
+  (void)world;
+  throw Error("this build of trainbench has no NCCL (the CUDA toolkit, cuDNN or NCCL was not found by CMake)");
+#endif
+}
+
+}  // namespace tb::parallel

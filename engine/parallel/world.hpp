@@ -1,0 +1,42 @@
+// Where a harness's replicas get their communicators: the MPI world this process belongs to, and
+// the wiring of one benchmark's replicas (MPI ranks, NCCL between GPUs, nothing for independent
+// jobs). MPI and NCCL are registered in world.cpp, the one place outside CMake that knows which
+// this build has; a harness names a mode, never a library.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/core/network.hpp"
+#include "engine/parallel/communicator.hpp"
+
+namespace tb::parallel {
+
+// This process in its MPI job: rank 0 of 1 without mpirun.
+struct World {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // ranks on this node (Open MPI's environment)
+};
+// Starts MPI when launched by mpirun (a build without MPI says so and exits with status 2);
+// call first. MPI is finalised at exit.
+void start_world();
+const World& world();
+// A new communicator over every rank, for a harness's own agreement and timing. Throws
+// tb::Error outside mpirun.
+std::unique_ptr<Communicator> world_comm();
+
+// How the replicas of one benchmark communicate: not at all, MPI ranks (a CPU replica each),
+// NCCL between this process's GPUs (a thread each), NCCL across MPI ranks (a GPU each), or
+// independent jobs sharing one GPU.
+enum class Mode { None, Mpi, NcclThreads, NcclMpi, Jobs };
+// True where the replicas' steps span MPI ranks (the slowest rank sets the step).
+bool spans_ranks(Mode mode);
+
+// The communicators of this process's replicas of one benchmark: one per network, null where it
+// does not communicate. NCCL orders each reduction on its network's stream (its CommEndpoint);
+// across ranks NCCL bootstraps through `world` (a world_comm()). Throws tb::Error where this
+// build lacks the library the mode needs.
+std::vector<std::unique_ptr<Communicator>> make_communicators(Mode mode, const std::vector<Network*>& networks,
+                                                              Communicator* world);
+
+}  // namespace tb::parallel
