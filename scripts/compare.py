@@ -4,6 +4,7 @@
     scripts/compare.py BASE.csv NEW.csv [--metric COLUMN] [--format text|markdown]
                        [--fail-if-slower PCT] [--alpha 0.05]
 
+The two files may be of different schema versions (1, 2 or 3): columns are matched by name.
 For every benchmark name present in both files it prints the median of the metric on each
 side, the ratio NEW/BASE and whether the difference is beyond run-to-run noise (a two-sided
 Mann-Whitney U test over the repetitions, or when there are too few repetitions for that test
@@ -209,7 +210,12 @@ def compare(base: tbcsv.Table, new: tbcsv.Table, metric: str, alpha: float,
 def check_metric(tables: list[tbcsv.Table], metric: str) -> None:
     for t in tables:
         if metric not in t.columns:
-            raise tbcsv.InputError(f"{t.path}: no column {metric!r} to compare (--metric)")
+            older = (metric in tbcsv.SCHEMA_3_COLUMNS
+                     and all(r["schema_version"] != "3" for r in t.rows))
+            why = (f": schema_version 3 added it and this file is version "
+                   f"{', '.join(tbcsv.distinct(t.rows, 'schema_version'))}; give two files of "
+                   f"version 3" if older else "")
+            raise tbcsv.InputError(f"{t.path}: no column {metric!r} to compare (--metric){why}")
     if not any(tbcsv.has_values(t.rows, metric) for t in tables):
         raise tbcsv.InputError(f"{tables[0].path}, {tables[1].path}: column {metric!r} has no "
                                f"numeric values (--metric takes a measurement column)")
@@ -242,8 +248,10 @@ def fmt_ratio(r: Result) -> str:
 
 
 def context_rows(base: tbcsv.Table, new: tbcsv.Table) -> list[tuple[str, str, str, bool]]:
-    """(column, BASE values, NEW values, differs) for the machine context columns."""
-    columns = tbcsv.context_columns(tbcsv.all_columns([base, new])) + ["timestamp"]
+    """(column, BASE values, NEW values, differs) for the machine context columns; the
+    schema versions first, since a version change can explain a context column's change."""
+    columns = (["schema_version"] + tbcsv.context_columns(tbcsv.all_columns([base, new]))
+               + ["timestamp"])
     out = []
     for c in columns:
         if c == "timestamp":
@@ -372,7 +380,8 @@ def parse_args(argv):
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
     p.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
                    help="which way is better; auto: columns ending in _s, _s_per_step or "
-                        "_bytes (but not _per_s) and losses are better lower")
+                        "_bytes (but not _per_s), losses, energy_j_per_sample, gpu_power_w, "
+                        "gpu_temp_max_c and host_cpu_util_per_job are better lower")
     args = p.parse_args(argv)
     if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
         p.error("--fail-if-slower takes a percentage >= 0")

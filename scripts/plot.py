@@ -5,8 +5,8 @@
     scripts/plot.py --latest results/*/*.csv --out charts/   # the newest rows per machine
 
 --latest keeps, for each benchmark, only the newest run's rows of each machine and framework
-(a machine: host, CPU model and GPU), so that a folder of many runs draws one series per machine
-instead of one per commit; the README's charts are drawn so.
+(a machine: host, CPU model and GPU, not the driver: see machine_of), so that a folder of many
+runs draws one series per machine instead of one per commit; the README's charts are drawn so.
 
 Writes each chart as PNG and SVG into the --out folder:
   samples_per_s       samples/s per model and device configuration (log scale)
@@ -15,6 +15,8 @@ Writes each chart as PNG and SVG into the --out folder:
   time_to_accuracy    validation accuracy against elapsed seconds (epochs/ rows)
   peak_memory         peak memory per benchmark, broken down when the mem_* columns exist
   host_cpu_per_step   host CPU time per training step per benchmark
+  energy_per_sample   GPU energy per trained sample per model and configuration (gpu:* rows of
+                      schema_version 3); hatched bars and a note line name throttled runs
 A chart whose columns are absent or empty is skipped with a one-line note (and an old file of
 that chart in --out is removed, so the folder never mixes runs). Exit status 2 on bad input.
 See docs/scripts.md.
@@ -22,7 +24,9 @@ See docs/scripts.md.
 from __future__ import annotations
 
 import argparse
+import io
 import math
+import re
 import statistics
 import sys
 import textwrap
@@ -51,6 +55,8 @@ MAX_MACHINE_LINES = 6
 # Value labels sit on a white box so reference lines and grid lines never cross the digits.
 LABEL_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
              "alpha": 0.85}
+# The hatch of bars whose GPU reported a throttle reason (gpu_throttle), so a slow run says why.
+HATCH = "////"
 
 
 class Skip(Exception):
@@ -140,6 +146,11 @@ class Data:
 
 
 def machine_of(row) -> tuple[str, str, str]:
+    """A machine's identity: host, CPU model and GPU name. Driver, CUDA and library versions
+    are left out on purpose: they change with an upgrade of the same machine, and
+    driver_version changed meaning in schema_version 3 (the CUDA driver API version 13.0
+    before, the NVIDIA driver 580.159.04 since; tbcsv moves the old value to
+    cuda_driver_version), so keying on them would split one machine into two series."""
     return (row.get("host", "") or "?", row.get("cpu_model", "") or "", row.get("gpu_name", "") or "")
 
 
@@ -295,10 +306,10 @@ def config_labels(configs: list[Config]) -> list[str]:
 
 
 def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], values: dict,
-                 markers: dict, label, log: bool) -> None:
+                 markers: dict, label, log: bool, hatched=frozenset()) -> None:
     """One group of bars per configuration, one bar per series. values[(s, c)] is
     (center, low, high); markers[(s, c)] names a status (failed, skipped) drawn as text
-    where a series has rows but no value."""
+    where a series has rows but no value; the bars of the (s, c) in hatched are hatched."""
     n = max(1, len(series))
     width = 0.8 / n
     tops = []
@@ -314,7 +325,11 @@ def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], value
             center, lo, hi = v
             if log and lo <= 0:
                 continue  # a zero has no place on a log axis; its label would mislead
-            ax.bar(x, center, width * 0.92, color=data.colour(s), zorder=2)
+            if (s, c) in hatched:
+                ax.bar(x, center, width * 0.92, color=data.colour(s), hatch=HATCH,
+                       edgecolor="white", linewidth=0, zorder=2)
+            else:
+                ax.bar(x, center, width * 0.92, color=data.colour(s), zorder=2)
             if hi > lo:
                 ax.errorbar(x, center, yerr=[[center - lo], [hi - center]], fmt="none",
                             ecolor="0.15", elinewidth=0.8, capsize=2, zorder=3)
@@ -760,9 +775,113 @@ def chart_host_cpu(figs: Figures, data: Data):
         f"host CPU time per step ({unit}, log scale)", log=True)
 
 
+def is_gpu_row(row) -> bool:
+    return tbcsv.field_of(row, "device").startswith("gpu")
+
+
+def energy_per_sample(data: Data) -> dict:
+    """(series, config) -> Sample of energy_j_per_sample (J) over the gpu:* rows."""
+    rows = [r for r in data.step_rows if is_gpu_row(r)]
+    return tbcsv.samples(rows, data.key, "energy_j_per_sample")
+
+
+def throttling(data: Data, got: dict) -> dict:
+    """(series, config) -> ({gpu_throttle value: rows}, rows) over the rows behind each Sample
+    of got (its ok repetitions, or its median aggregate rows), for the keys where a row reported
+    a throttle reason ("none" and empty cells do not count)."""
+    out: dict = {}
+    for r in data.step_rows:
+        k = data.key(r)
+        sample = got.get(k)
+        if sample is None or not tbcsv.is_ok(r) or tbcsv.number(r, "energy_j_per_sample") is None:
+            continue
+        if not (tbcsv.is_iteration(r) if sample.source == "iterations"
+                else tbcsv.is_median_aggregate(r)):
+            continue
+        reasons, total = out.get(k, ({}, 0))
+        reason = (r.get("gpu_throttle") or "").strip()
+        if reason not in ("", "none"):
+            reasons[reason] = reasons.get(reason, 0) + 1
+        out[k] = (reasons, total + 1)
+    return {k: v for k, v in out.items() if v[0]}
+
+
+def energy_unit(smallest: float) -> tuple[float, str]:
+    """J, mJ or µJ for a whole chart (panels side by side read alike): the largest unit in
+    which the smallest bar is still 0.1 or more, so labels keep their 3 digits (0.274 mJ next
+    to 332 mJ, not 0.000274 J)."""
+    for factor, unit in ((1.0, "J"), (1e-3, "mJ")):
+        if smallest >= 0.1 * factor:
+            return factor, unit
+    return 1e-6, "µJ"
+
+
+def listed(items: list[str], most: int = 6) -> str:
+    """items joined by '; ', the ones past `most` counted instead of listed."""
+    shown = items[:most] + ([f"and {len(items) - most} more"] if len(items) > most else [])
+    return "; ".join(shown)
+
+
+def chart_energy(figs: Figures, data: Data):
+    """(g) GPU energy per trained sample per model and configuration, gpu:* rows only."""
+    gpu_rows = [r for r in data.step_rows if is_gpu_row(r)]
+    if not gpu_rows:
+        raise Skip("no gpu:* rows")
+    got = energy_per_sample(data)
+    if not got:
+        raise Skip("no ok gpu:* row has an energy_j_per_sample value (schema_version 3 rows "
+                   "of a machine where NVML could be loaded)")
+    panels = panels_of(got)
+    series = [s for s in data.series if any(k[0] == s for k in got)]
+    throttled = throttling(data, got)
+    notes = ["Energy per sample = the GPU's energy counter (NVML) over the timed steps, summed "
+             "over the row's GPUs / samples trained (gpu:1/jobs:K: the K jobs together). Bars: "
+             "median over ok repetitions (or the median aggregate row); whiskers: min–max."]
+    if throttled:
+        by_benchmark = []
+        for (s, c), (reasons, total) in sorted(throttled.items(), key=lambda kv: (
+                data.series.index(kv[0][0]), kv[0][1].panel, config_sort_key(kv[0][1]))):
+            name = next(r["benchmark"] for r in gpu_rows if data.key(r) == (s, c))
+            rows_word = ("repetitions" if got[(s, c)].source == "iterations"
+                         else "median aggregate rows")
+            why = ", ".join(f"{reason} in {n} of {total} {rows_word}"
+                            for reason, n in sorted(reasons.items()))
+            by_benchmark.append(f"{name} on {s}: {why}")
+        notes.append("Throttled (hatched bars; gpu_throttle): " + listed(by_benchmark))
+    # GPU rows measured without the column: files before schema_version 3, or no NVML.
+    lacking: dict[str, set] = {}
+    for r in gpu_rows:
+        if tbcsv.is_ok(r) and data.key(r) not in got:
+            lacking.setdefault(data.series_of(r), set()).add(config_of(r))
+    if lacking:
+        notes.append("No energy_j_per_sample (rows before schema_version 3, or NVML not "
+                     "loaded), not drawn: " + listed([f"{s} ({len(cs)} configuration"
+                                                       f"{'s' * (len(cs) != 1)})"
+                                                       for s, cs in lacking.items()]))
+    legend = figs.series_legend(series) if len(series) > 1 else []
+    if throttled:
+        from matplotlib.patches import Patch
+        legend.append((Patch(facecolor="0.55", edgecolor="white", hatch=HATCH, linewidth=0),
+                       "throttled in a repetition (gpu_throttle)"))
+    rows = [r for r in gpu_rows if data.key(r) in got and tbcsv.is_ok(r)]
+    fig, axes = figs.new("GPU energy per sample", rows, notes,
+                         [bar_panel_width(cs, series) for cs in panels.values()], 3.6,
+                         legend or None)
+    factor, unit = energy_unit(min(sample.center for sample in got.values()))
+    values = {k: tuple(v / factor for v in spread(sample)) for k, sample in got.items()}
+    for ax, (panel, configs) in zip(axes, panels.items()):
+        grouped_bars(ax, data, configs, series, values, {}, lambda v: f"{v:.3g}", log=False,
+                     hatched=set(throttled))
+        ax.set_title(panel_title(panel), fontsize=10)
+        ax.set_ylabel(f"energy per sample ({unit})", fontsize=8.5)
+        ax.tick_params(axis="y", labelsize=8)
+    return fig
+
+
 CHARTS = [("samples_per_s", chart_samples_per_s), ("speedup_vs_cpu", chart_speedup),
           ("scaling_efficiency", chart_scaling), ("time_to_accuracy", chart_time_to_accuracy),
-          ("peak_memory", chart_peak_memory), ("host_cpu_per_step", chart_host_cpu)]
+          ("peak_memory", chart_peak_memory), ("host_cpu_per_step", chart_host_cpu),
+          ("energy_per_sample", chart_energy)]
 
 
 # ---- main ----------------------------------------------------------------------------------
@@ -784,6 +903,25 @@ def import_pyplot():
     return plt
 
 
+# matplotlib names each clip path after a hash of its exact float bounds, and the constrained
+# layout's solver can differ in the last bits between runs when a header has a legend: the
+# same chart would get other ids (the coordinates written, rounded, are the same).
+CLIP_ID = re.compile(r'(?<=url\(#)p[0-9a-f]{10}(?=\))|(?<=<clipPath id=")p[0-9a-f]{10}(?=")')
+
+
+def stable_clip_ids(svg: str) -> str:
+    """The SVG with its clip path ids numbered in order of first use: clip1, clip2, ..."""
+    ids: dict[str, str] = {}
+    return CLIP_ID.sub(lambda m: ids.setdefault(m.group(0), f"clip{len(ids) + 1}"), svg)
+
+
+def write_svg(fig, path: Path) -> None:
+    """The figure as SVG, the same bytes for the same input (no date, stable ids)."""
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    path.write_text(stable_clip_ids(buffer.getvalue()), encoding="utf-8")
+
+
 def write_charts(plt, data: Data, out: Path) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     figs = Figures(plt, data)
@@ -801,7 +939,7 @@ def write_charts(plt, data: Data, out: Path) -> list[str]:
             continue
         paths = [out / f"{name}.png", out / f"{name}.svg"]
         fig.savefig(paths[0], dpi=130)
-        fig.savefig(paths[1], metadata={"Date": None})
+        write_svg(fig, paths[1])
         plt.close(fig)
         print(f"wrote {paths[0]} {paths[1]}")
         written.append(name)

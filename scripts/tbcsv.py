@@ -1,9 +1,11 @@
-"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 and 2).
+"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1, 2 and 3).
 
 Shared by scripts/plot.py and scripts/compare.py so that both accept and refuse the same
 files with the same messages. Columns are read by name and unknown columns are kept, so files
 written by later trainbench versions with extra columns (GPU, per-epoch, memory, comm) load
-unchanged. Standard library only: compare.py must run without matplotlib.
+unchanged, and files of different versions can be read together. The one column whose meaning
+changed between versions (driver_version, see _upgrade_row) is moved to its new name on read.
+Standard library only: compare.py must run without matplotlib.
 """
 from __future__ import annotations
 
@@ -13,9 +15,18 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 
-# Version 2 added the GPU context and measurement columns to version 1; both read the same way
-# (by column name), so files of either version can be compared and plotted together.
-SCHEMA_VERSIONS = ("1", "2")
+# Version 2 added the GPU context and measurement columns to version 1, version 3 appended the
+# NVML telemetry columns (GPU_TELEMETRY_COLUMNS) to version 2; all read the same way (by column
+# name), so files of any of them can be compared and plotted together.
+SCHEMA_VERSIONS = ("1", "2", "3")
+
+# The columns version 3 appended, in header order (SCHEMA.md "GPU telemetry"): per-row
+# measurements sampled over the timed steps, then the CUDA driver API version that
+# driver_version held before version 3.
+GPU_TELEMETRY_COLUMNS = ("gpu_util", "gpu_mem_used_bytes", "gpu_sm_clock_min_mhz",
+                         "gpu_sm_clock_median_mhz", "gpu_power_w", "energy_j_per_sample",
+                         "gpu_temp_max_c", "gpu_throttle", "gpu_samples", "host_cpu_util_per_job")
+SCHEMA_3_COLUMNS = GPU_TELEMETRY_COLUMNS + ("cuda_driver_version",)
 
 # Columns every row has; the scripts cannot interpret a row without them.
 REQUIRED_COLUMNS = ("schema_version", "benchmark", "run_type", "status")
@@ -25,9 +36,11 @@ REQUIRED_COLUMNS = ("schema_version", "benchmark", "run_type", "status")
 MACHINE_COLUMNS = ("host", "cpu_model", "cores", "os", "compiler", "onednn", "benchmark_lib",
                    "git_commit")
 
-# Later issues add GPU context columns whose exact names are not fixed yet; any column whose
-# name mentions one of these is treated as machine context, unless its suffix says it is a
-# measurement (e.g. a future gpu_util or comm_s_per_step).
+# GPU context columns are recognised by name so that a context column added later shows up
+# without a change here: any column whose name mentions one of these is treated as machine
+# context, unless its suffix says it is a measurement (e.g. comm_s_per_step) or it is one of
+# the telemetry measurements of version 3 (gpu_sm_clock_min_mhz is a measurement, while
+# gpu_clock_mhz, the maximum clock, is context: no suffix tells them apart).
 CONTEXT_KEYWORDS = ("gpu", "driver", "cuda", "cudnn", "cublas", "nccl", "mpi")
 # Run options that mention a keyword but describe the run, not the machine.
 RUN_OPTION_COLUMNS = ("cuda_graph", "data_on_device")
@@ -73,7 +86,12 @@ def _parse(path: str, f) -> Table:
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise InputError(f"{path}: not a trainbench CSV (missing column {', '.join(missing)})")
-    table = Table(path, header)
+    table = Table(path, list(header))
+    # Before version 3, driver_version held the CUDA driver API version (13.0); version 3 moved
+    # that to cuda_driver_version and gave driver_version the NVIDIA driver's (580.159.04).
+    legacy_driver = "driver_version" in header and "cuda_driver_version" not in header
+    if legacy_driver:
+        table.columns.append("cuda_driver_version")
     for cells in reader:
         line = reader.line_num
         if not cells:
@@ -88,10 +106,22 @@ def _parse(path: str, f) -> Table:
         if version not in SCHEMA_VERSIONS:
             raise InputError(f"{path}: line {line}: unknown schema_version {version!r} "
                              f"(these scripts read versions {', '.join(SCHEMA_VERSIONS)})")
+        if legacy_driver:
+            _upgrade_row(row)
         table.rows.append(row)
     if not table.rows:
         raise InputError(f"{path}: empty CSV (a header but no rows)")
     return table
+
+
+def _upgrade_row(row: dict[str, str]) -> None:
+    """Gives a version 1 or 2 row the version 3 meaning of driver_version: its value moves to
+    cuda_driver_version and driver_version is left empty (not recorded then). Without this, a
+    machine's v2 and v3 rows would show two "driver versions" (13.0 and 580.159.04) that are
+    two different things, and compare.py would call the same driver a difference."""
+    if row["schema_version"] != "3":
+        row["cuda_driver_version"] = row["driver_version"]
+        row["driver_version"] = ""
 
 
 def read_tables(paths: list[str]) -> list[Table]:
@@ -232,10 +262,20 @@ def statuses(rows, key) -> dict:
 
 # ---- metric direction ----------------------------------------------------------------------
 
+# Measurements better lower that no suffix rule catches: energy, power and heat for the same
+# work, and the host CPU one job of gpu:1/jobs:K burns to drive its share of the GPU (user
+# story 000: 150-180% per process). gpu_util and the SM clocks stay higher-is-better.
+LOWER_IS_BETTER_COLUMNS = ("energy_j_per_sample", "gpu_power_w", "gpu_temp_max_c",
+                           "host_cpu_util_per_job")
+
+
 def lower_is_better(column: str) -> bool:
-    """Times, byte counts and losses are better lower; rates (`*_per_s`) and the rest higher.
+    """Times, byte counts, losses, energy, power and temperature are better lower; rates
+    (`*_per_s`) and the rest higher.
 
     `samples_per_s` ends in `_s` too, so rates are recognised first."""
+    if column in LOWER_IS_BETTER_COLUMNS:
+        return True
     if column.endswith("_per_s"):
         return False
     return column.endswith(("_s", "_s_per_step", "_bytes")) or "loss" in column
@@ -248,7 +288,8 @@ def context_columns(columns: list[str]) -> list[str]:
     base = [c for c in MACHINE_COLUMNS if c in columns]
     extra = [c for c in columns
              if c not in base and any(k in c for k in CONTEXT_KEYWORDS)
-             and not c.endswith(MEASUREMENT_SUFFIXES) and c not in RUN_OPTION_COLUMNS]
+             and not c.endswith(MEASUREMENT_SUFFIXES) and c not in RUN_OPTION_COLUMNS
+             and c not in GPU_TELEMETRY_COLUMNS]
     return base + extra
 
 

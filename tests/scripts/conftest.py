@@ -2,6 +2,7 @@
 and fixtures are, running a script as a user would, and importing it as a module."""
 import csv
 import importlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,14 @@ BAD_INPUTS = {
 
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
+
+
+def load_generator():
+    """fixtures/generate.py as a module: its headers and machines are what the fixtures hold."""
+    spec = importlib.util.spec_from_file_location("generate", FIXTURES / "generate.py")
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    return generate
 
 
 def data_file(name: str) -> str:

@@ -1,9 +1,12 @@
 """Tests of scripts/compare.py: ratios and geometric mean on a hand-made pair of CSVs, the
 Mann-Whitney U test against known answers (and scipy when it is installed), the noise verdicts,
---fail-if-slower in both metric directions, Markdown output, and every kind of bad input."""
+--fail-if-slower in both metric directions, Markdown output, schema_version 2 against 3 (and
+--metric energy_j_per_sample), and every kind of bad input."""
+import csv
 import math
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -172,7 +175,10 @@ def test_fail_if_slower_exit_status(metric, pct, code):
 def test_time_metrics_are_better_lower(tbcsv_mod):
     lower = ["step_time_s", "host_cpu_s_per_step", "peak_rss_bytes", "forward_s_per_step",
              "elapsed_s", "mem_weights_bytes", "loss_last", "val_loss"]
-    higher = ["samples_per_s", "model_tflops", "utilisation", "val_acc", "peak_gflops"]
+    lower += ["energy_j_per_sample", "gpu_mem_used_bytes", "gpu_power_w", "gpu_temp_max_c",
+              "host_cpu_util_per_job"]
+    higher = ["samples_per_s", "model_tflops", "utilisation", "val_acc", "peak_gflops",
+              "gpu_util", "gpu_sm_clock_min_mhz", "gpu_sm_clock_median_mhz"]
     assert all(tbcsv_mod.lower_is_better(c) for c in lower)
     assert not any(tbcsv_mod.lower_is_better(c) for c in higher)
 
@@ -270,3 +276,95 @@ def test_binary_file_is_refused(tmp_path):
     blob = tmp_path / "image.csv"
     blob.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
     assert_one_line_error(run_script("compare.py", str(blob), NEW), str(blob))
+
+
+# ---- schema_version 2 against 3 ------------------------------------------------------------
+
+GPU_V2, GPU_V3 = data_file("gpu_v2.csv"), data_file("gpu_v3.csv")
+RESNET_BF16 = "train/resnet152/cifar10/gpu:1/bf16/bs:128"
+
+
+def medians(path: str, column: str) -> dict:
+    """benchmark -> median of the ok iteration rows' column, read without tbcsv."""
+    values: dict = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["status"] == "ok" and r["run_type"] == "iteration" and r.get(column):
+                values.setdefault(r["benchmark"], []).append(float(r[column]))
+    return {b: sorted(v)[len(v) // 2] for b, v in values.items()}  # 3 repetitions: the middle
+
+
+def context_line(stdout: str, column: str) -> list[str]:
+    """The cells of a header line (column, BASE, NEW[, differs])."""
+    lines = [line for line in stdout.splitlines() if line.split(" ", 1)[0] == column]
+    assert len(lines) == 1, (column, stdout)
+    return re.split(r"\s{2,}", lines[0].strip())
+
+
+def test_a_v2_file_compares_against_a_v3_file_by_column_name():
+    r = run_script("compare.py", GPU_V2, GPU_V3)
+    assert r.returncode == 0, r.stderr
+    base, new = medians(GPU_V2, "samples_per_s"), medians(GPU_V3, "samples_per_s")
+    assert set(base) == set(new) and len(base) == 9  # 8 GPU benchmarks and the cpu one
+    for benchmark in base:
+        line = table_line(r.stdout, benchmark)
+        assert ratio_column(line) == pytest.approx(new[benchmark] / base[benchmark], abs=1e-3)
+    assert "over 9 benchmarks" in r.stdout
+
+
+def test_the_header_says_which_schema_and_keeps_driver_versions_apart():
+    """v2's driver_version (13.0) is v3's cuda_driver_version: the same driver is no
+    difference, while v3's new NVIDIA driver version is one the v2 file never recorded."""
+    r = run_script("compare.py", GPU_V2, GPU_V3)
+    assert context_line(r.stdout, "schema_version") == ["schema_version", "2", "3", "differs"]
+    assert context_line(r.stdout, "cuda_driver_version") == ["cuda_driver_version", "13.0", "13.0"]
+    assert context_line(r.stdout, "driver_version") == ["driver_version", "-", "580.159.04",
+                                                        "differs"]
+    assert context_line(r.stdout, "gpu_name")[-1] == "NVIDIA H100 80GB HBM3"
+    for telemetry in ("gpu_util", "gpu_power_w", "gpu_sm_clock_min_mhz", "gpu_temp_max_c",
+                      "gpu_throttle", "gpu_samples", "gpu_mem_used_bytes"):
+        assert not re.search(rf"^{telemetry}\s", r.stdout, re.M), telemetry
+
+
+def more_energy(path: Path, benchmark: str, factor: float) -> str:
+    """A copy of gpu_v3.csv whose benchmark used `factor` times the energy per sample."""
+    with open(GPU_V3, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        if row["benchmark"] == benchmark and row["energy_j_per_sample"] and \
+                row["aggregate"] != "cv":
+            row["energy_j_per_sample"] = f"{float(row['energy_j_per_sample']) * factor:.6g}"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def test_energy_per_sample_is_better_lower(tmp_path):
+    hungrier = more_energy(tmp_path / "new.csv", RESNET_BF16, 2.0)
+    r = run_script("compare.py", GPU_V3, hungrier, "--metric", "energy_j_per_sample")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].startswith(
+        "trainbench compare: energy_j_per_sample (lower is better)")
+    line = table_line(r.stdout, RESNET_BF16)
+    assert ratio_column(line) == pytest.approx(2.0, abs=1e-3) and "+100.0% worse" in line
+    same = table_line(r.stdout, "train/mlp/mnist/gpu:1/fp32/bs:100")
+    assert ratio_column(same) == pytest.approx(1.0)
+    # The cpu row has no energy: listed, not compared.
+    assert "train/mlp/mnist/cpu/fp32/bs:100 (none in BASE or NEW)" in r.stdout
+    assert "over 8 benchmarks" in r.stdout
+    # Less energy is better, and --fail-if-slower reads it so.
+    r = run_script("compare.py", GPU_V3, hungrier, "--metric", "energy_j_per_sample",
+                   "--fail-if-slower", 50)
+    assert r.returncode == 1 and RESNET_BF16 in r.stderr, (r.stdout, r.stderr)
+    r = run_script("compare.py", hungrier, GPU_V3, "--metric", "energy_j_per_sample",
+                   "--fail-if-slower", 5)
+    assert r.returncode == 0, r.stderr
+    assert "-50.0% better" in table_line(r.stdout, RESNET_BF16)
+
+
+def test_energy_of_a_v2_file_names_the_schema_version():
+    r = run_script("compare.py", GPU_V2, GPU_V3, "--metric", "energy_j_per_sample")
+    assert_one_line_error(r, GPU_V2, "no column 'energy_j_per_sample'",
+                          "schema_version 3 added it and this file is version 2")

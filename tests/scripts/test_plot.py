@@ -1,7 +1,10 @@
 """Tests of scripts/plot.py: which charts it writes for which columns, that every PNG and SVG
 is a real, non-blank image naming the machines and the run, the numbers behind the speedup,
-scaling and time-to-accuracy charts, bad input, and the message when matplotlib is missing."""
+scaling, time-to-accuracy and energy charts, schema_version 2 and 3 files together, bad input,
+and the message when matplotlib is missing."""
+import csv
 import filecmp
+import re
 import os
 import statistics
 import xml.etree.ElementTree as ET
@@ -10,13 +13,17 @@ from pathlib import Path
 import pytest
 
 from conftest import (BAD_INPUTS, FIXTURES, SCRIPTS, assert_one_line_error, bad_path, data_file,
-                      rewrite_csv, run_script)
+                      load_generator, rewrite_csv, run_script)
 
 ALL_CHARTS = ["samples_per_s", "speedup_vs_cpu", "scaling_efficiency", "time_to_accuracy",
-              "peak_memory", "host_cpu_per_step"]
+              "peak_memory", "host_cpu_per_step", "energy_per_sample"]
 CPU_CHARTS = ["samples_per_s", "speedup_vs_cpu", "peak_memory", "host_cpu_per_step"]
+# gpu_epochs.csv predates the telemetry columns: every chart but energy_per_sample.
+GPU_EPOCH_CHARTS = [c for c in ALL_CHARTS if c != "energy_per_sample"]
 TWO_MACHINES = [data_file("machine_a.csv"), data_file("machine_b.csv")]
 GPU = data_file("gpu_epochs.csv")
+GPU_V2, GPU_V3 = data_file("gpu_v2.csv"), data_file("gpu_v3.csv")
+THROTTLED = "train/resnet152/cifar10/gpu:1/fp32/bs:128"  # one repetition of three in gpu_v3.csv
 
 
 def plot(out: Path, *csvs):
@@ -69,8 +76,9 @@ def test_cpu_only_files_give_the_cpu_charts_and_say_why_the_others_are_skipped(t
     assert charts_in(out) == set(CPU_CHARTS)
     skipped = [line for line in r.stdout.splitlines() if line.startswith("skipped ")]
     assert [line.split()[1].rstrip(":") for line in skipped] == ["scaling_efficiency",
-                                                                "time_to_accuracy"]
-    assert "gpu:" in skipped[0] and "epochs/" in skipped[1]
+                                                                "time_to_accuracy",
+                                                                "energy_per_sample"]
+    assert "gpu:" in skipped[0] and "epochs/" in skipped[1] and "gpu:" in skipped[2]
 
 
 def test_every_chart_is_written_as_a_real_png_and_svg(two_machines):
@@ -106,11 +114,13 @@ def test_failed_and_skipped_rows_are_marked_not_plotted(two_machines, tmp_path):
     assert "resnet152 · cifar10" in text and text.count("failed") == 1
 
 
-def test_gpu_and_epoch_columns_give_all_six_charts(gpu_charts):
+def test_gpu_and_epoch_columns_give_every_chart_but_energy(gpu_charts):
     out, r = gpu_charts
-    assert charts_in(out) == set(ALL_CHARTS)
-    assert "skipped" not in r.stdout
-    for name in ALL_CHARTS:
+    assert charts_in(out) == set(GPU_EPOCH_CHARTS)
+    skipped = [line for line in r.stdout.splitlines() if line.startswith("skipped")]
+    assert len(skipped) == 1 and skipped[0].startswith("skipped energy_per_sample: "), r.stdout
+    assert "energy_j_per_sample" in skipped[0]
+    for name in GPU_EPOCH_CHARTS:
         assert_real_png(out / f"{name}.png")
     assert "NVIDIA H100 80GB HBM3" in svg_text(out / "scaling_efficiency.svg")
     memory = svg_text(out / "peak_memory.svg")
@@ -121,10 +131,11 @@ def test_gpu_and_epoch_columns_give_all_six_charts(gpu_charts):
 
 
 def test_machines_from_several_files_share_each_chart(tmp_path):
-    plot(tmp_path, *TWO_MACHINES, GPU)
-    assert charts_in(tmp_path) == set(ALL_CHARTS)
+    # Schema versions 1 and 3 together.
+    r = plot(tmp_path, *TWO_MACHINES, GPU, GPU_V3)
+    assert charts_in(tmp_path) == set(ALL_CHARTS), r.stdout
     text = svg_text(tmp_path / "samples_per_s.svg")
-    for host in ("vm", "ws-alpha", "gpu-node"):
+    for host in ("vm", "ws-alpha", "gpu-node", "h100-node"):
         assert f"{host}:" in text  # one subtitle line per machine
 
 
@@ -171,11 +182,25 @@ def test_old_charts_of_a_skipped_kind_are_removed(tmp_path):
 
 
 def test_output_is_reproducible(tmp_path):
-    plot(tmp_path / "a", GPU)
-    plot(tmp_path / "b", GPU)
-    same, different, errors = filecmp.cmpfiles(tmp_path / "a", tmp_path / "b",
-                                               [f"{n}.svg" for n in ALL_CHARTS], shallow=False)
-    assert not different and not errors
+    # Several machines: every chart has a legend in its header, where the layout's floats
+    # (and so matplotlib's clip path ids) varied between runs.
+    for run in ("a", "b", "c"):
+        plot(tmp_path / run, *TWO_MACHINES, GPU, GPU_V3)
+    for other in ("b", "c"):
+        same, different, errors = filecmp.cmpfiles(tmp_path / "a", tmp_path / other,
+                                                   [f"{n}.svg" for n in ALL_CHARTS],
+                                                   shallow=False)
+        assert not different and not errors
+
+
+def test_clip_ids_are_numbered_in_order_of_use(plot_mod):
+    svg = ('<g clip-path="url(#p0123456789)"/><g clip-path="url(#pabcdefabcd)"/>'
+           '<g clip-path="url(#p0123456789)"/><defs><clipPath id="p0123456789"><rect/></clipPath>'
+           '<clipPath id="pabcdefabcd"><rect/></clipPath><pattern id="h0123456789"/></defs>')
+    assert plot_mod.stable_clip_ids(svg) == (
+        '<g clip-path="url(#clip1)"/><g clip-path="url(#clip2)"/>'
+        '<g clip-path="url(#clip1)"/><defs><clipPath id="clip1"><rect/></clipPath>'
+        '<clipPath id="clip2"><rect/></clipPath><pattern id="h0123456789"/></defs>')
 
 
 # ---- the numbers behind the charts ----------------------------------------------------------
@@ -266,11 +291,7 @@ def test_scripts_are_executable_with_a_portable_shebang():
 
 
 def test_fixtures_are_what_the_generator_writes(tmp_path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("generate", FIXTURES / "generate.py")
-    generate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(generate)
-    written = [p.name for p in generate.generate(tmp_path)]
+    written = [p.name for p in load_generator().generate(tmp_path)]
     committed = sorted(p.name for p in FIXTURES.glob("*.csv"))
     assert sorted(written) == committed
     same, different, errors = filecmp.cmpfiles(tmp_path, FIXTURES, written, shallow=False)
@@ -305,3 +326,129 @@ def test_latest_names_machines_that_share_a_hostname_by_their_gpu_or_cpu(plot_mo
 
     data = plot_mod.Data([Table()], latest=True)
     assert data.series == ["vm (AMD EPYC)", "vm (NVIDIA H100)", "vm (NVIDIA H100) · pytorch"]
+
+
+# ---- energy per sample, throttling, schema versions 2 and 3 together ------------------------
+
+def csv_rows(path: str) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def energy_repetitions(path: str) -> dict:
+    """benchmark -> the ok iteration rows' energy_j_per_sample values, read without tbcsv."""
+    out: dict = {}
+    for r in csv_rows(path):
+        if r["status"] == "ok" and r["run_type"] == "iteration" and r["energy_j_per_sample"]:
+            out.setdefault(r["benchmark"], []).append(float(r["energy_j_per_sample"]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def energy_chart(tmp_path_factory):
+    out = tmp_path_factory.mktemp("energy")
+    return out, plot(out, GPU_V3)
+
+
+def test_energy_per_sample_is_drawn_from_a_v3_file(energy_chart):
+    out, r = energy_chart
+    assert f"wrote {out / 'energy_per_sample.png'}" in r.stdout
+    assert_real_png(out / "energy_per_sample.png")
+    text = svg_text(out / "energy_per_sample.svg")
+    assert "GPU energy per sample" in text
+    assert "energy per sample (mJ)" in text  # the smallest bar, mlp bf16, is ~0.27 mJ
+    # Each bar's label is the median of its repetitions, in mJ.
+    for benchmark, values in energy_repetitions(GPU_V3).items():
+        assert f"{statistics.median(values) * 1e3:.3g}" in text.split(), benchmark
+    # The machine line names the NVIDIA driver (v3's driver_version) and the CUDA driver API.
+    assert "driver_version 580.159.04" in text and "cuda_driver_version 13.0" in text
+    # Telemetry is a measurement, not machine context.
+    assert "gpu_power_w" not in text and "gpu_sm_clock_min_mhz" not in text
+
+
+def test_energy_values_are_the_medians_of_the_gpu_rows(plot_mod, tbcsv_mod):
+    data = plot_mod.Data([tbcsv_mod.read_table(GPU_V3)])
+    got = plot_mod.energy_per_sample(data)
+    want = energy_repetitions(GPU_V3)
+    assert len(want) == 8 and not any("/cpu/" in b for b in want)  # the cpu row has none
+    names = {c: r["benchmark"] for r in data.rows for c in [plot_mod.config_of(r)]}
+    assert {names[c] for _, c in got} == set(want)
+    for (series, config), sample in got.items():
+        values = want[names[config]]
+        assert series == "h100-node"
+        assert sample.center == pytest.approx(statistics.median(values))
+        assert plot_mod.spread(sample)[1:] == (pytest.approx(min(values)),
+                                               pytest.approx(max(values)))
+    jobs = next(s for (_, c), s in got.items() if c.device == "gpu:1/jobs:2")
+    assert len(jobs.values) == 3
+
+
+def test_a_throttled_repetition_is_hatched_and_named(plot_mod, tbcsv_mod, energy_chart):
+    data = plot_mod.Data([tbcsv_mod.read_table(GPU_V3)])
+    throttled = plot_mod.throttling(data, plot_mod.energy_per_sample(data))
+    assert [(s, c.model, c.device, c.precision) for s, c in throttled] == \
+        [("h100-node", "resnet152", "gpu:1", "fp32")]
+    assert list(throttled.values()) == [({"sw_power_cap+sw_thermal_slowdown": 1}, 3)]
+    out, _ = energy_chart
+    text = svg_text(out / "energy_per_sample.svg")
+    assert (f"Throttled (hatched bars; gpu_throttle): {THROTTLED} on h100-node: "
+            "sw_power_cap+sw_thermal_slowdown in 1 of 3 repetitions") in text
+    assert "throttled in a repetition (gpu_throttle)" in text  # the legend entry
+    svg = (out / "energy_per_sample.svg").read_text()
+    assert svg.count('<pattern id="h') == 2  # the bar's hatch and the legend's
+
+
+def test_no_throttle_no_hatch(tmp_path):
+    calm = rewrite_csv(GPU_V3, tmp_path / "calm.csv",
+                       keep_row=lambda row: row["benchmark"] != THROTTLED)
+    plot(tmp_path / "out", calm)
+    text = svg_text(tmp_path / "out" / "energy_per_sample.svg")
+    assert "hrottled" not in text
+    assert "<pattern" not in (tmp_path / "out" / "energy_per_sample.svg").read_text()
+
+
+def test_energy_is_skipped_with_a_note_for_v2_files_and_its_old_chart_removed(tmp_path):
+    plot(tmp_path, GPU_V3)
+    assert (tmp_path / "energy_per_sample.svg").exists()
+    r = plot(tmp_path, GPU_V2)
+    notes = [line for line in r.stdout.splitlines() if line.startswith("skipped energy")]
+    assert notes == ["skipped energy_per_sample: no ok gpu:* row has an energy_j_per_sample "
+                     "value (schema_version 3 rows of a machine where NVML could be loaded)"]
+    assert f"removed the old {tmp_path / 'energy_per_sample.png'}" in r.stdout
+    assert charts_in(tmp_path) == set(GPU_EPOCH_CHARTS) - {"time_to_accuracy"}
+
+
+@pytest.mark.parametrize("smallest, unit", [(2.5, "J"), (0.1, "J"), (0.0999, "mJ"),
+                                            (2.7e-4, "mJ"), (9e-5, "µJ")])
+def test_energy_unit_keeps_the_smallest_bar_readable(plot_mod, smallest, unit):
+    factor, name = plot_mod.energy_unit(smallest)
+    assert name == unit
+    assert smallest / factor >= 0.1 or unit == "µJ"
+
+
+def test_v2_and_v3_rows_of_one_machine_are_one_machine(plot_mod, tbcsv_mod, tmp_path):
+    """driver_version changed meaning in v3 (13.0 -> 580.159.04); the machine must not split."""
+    v2, v3 = tbcsv_mod.read_table(GPU_V2), tbcsv_mod.read_table(GPU_V3)
+    assert plot_mod.machine_of(v2.rows[0]) == plot_mod.machine_of(v3.rows[0])
+    # Two commits are two series (builds are never pooled), named by commit, not by driver.
+    assert plot_mod.Data([v2, v3]).series == ["h100-node @ d4e5f60", "h100-node @ e5f6a7b"]
+    # --latest: resnet152 measured only by the v2 run still belongs to the same machine.
+    no_resnet = rewrite_csv(GPU_V3, tmp_path / "v3.csv",
+                            keep_row=lambda row: "resnet152" not in row["benchmark"])
+    data = plot_mod.Data([v2, tbcsv_mod.read_table(no_resnet)], latest=True)
+    assert data.series == ["h100-node"]
+    assert {r["schema_version"] for r in data.rows} == {"2", "3"}
+    line, = plot_mod.describe_machines(data, data.rows)
+    assert "driver_version 580.159.04" in line and "cuda_driver_version 13.0" in line
+    assert not re.search(r"(?<!cuda_)driver_version 13\.0", line), line
+
+
+def test_energy_notes_the_rows_without_the_column(tmp_path):
+    no_resnet = rewrite_csv(GPU_V3, tmp_path / "v3.csv",
+                            keep_row=lambda row: "resnet152" not in row["benchmark"])
+    r = plot(tmp_path / "out", "--latest", GPU_V2, no_resnet)
+    assert "wrote" in r.stdout and "skipped energy_per_sample" not in r.stdout
+    text = svg_text(tmp_path / "out" / "energy_per_sample.svg")
+    assert ("No energy_j_per_sample (rows before schema_version 3, or NVML not loaded), not "
+            "drawn: h100-node (3 configurations)") in text  # resnet152 gpu:1 x2, gpu:2
+    assert "resnet152" not in text  # no panel for it

@@ -1,0 +1,112 @@
+"""Tests of scripts/tbcsv.py, the reader plot.py and compare.py share: schema_version 3 files
+alone and mixed with version 2 (driver_version's change of meaning), unknown versions refused
+with the file and line, which columns count as machine context, and that the fixtures' v2/v3
+headers are the ones bench/ writes."""
+import re
+
+import pytest
+
+from conftest import ROOT, data_file, load_generator
+
+GPU_V2, GPU_V3 = data_file("gpu_v2.csv"), data_file("gpu_v3.csv")
+
+
+def test_a_v3_file_is_read_with_its_telemetry(tbcsv_mod):
+    t = tbcsv_mod.read_table(GPU_V3)
+    assert {r["schema_version"] for r in t.rows} == {"3"}
+    assert t.columns[-len(tbcsv_mod.SCHEMA_3_COLUMNS):] == list(tbcsv_mod.SCHEMA_3_COLUMNS)
+    gpu = [r for r in t.rows if tbcsv_mod.is_iteration(r) and r["device"].startswith("gpu")]
+    cpu = [r for r in t.rows if r["device"] == "cpu"]
+    assert len(gpu) == 24 and cpu
+    for column in ("gpu_util", "gpu_mem_used_bytes", "gpu_power_w", "energy_j_per_sample",
+                   "gpu_sm_clock_min_mhz", "gpu_sm_clock_median_mhz", "gpu_temp_max_c",
+                   "gpu_samples"):
+        assert all(tbcsv_mod.number(r, column) is not None for r in gpu), column
+        assert not any(r[column] for r in cpu), column  # CPU rows leave them empty
+    assert {r["gpu_throttle"] for r in gpu} == {"none", "sw_power_cap+sw_thermal_slowdown"}
+    jobs = [r for r in gpu if "/jobs:" in r["device"]]
+    assert jobs and all(tbcsv_mod.number(r, "host_cpu_util_per_job") ==
+                        pytest.approx(tbcsv_mod.number(r, "host_cpu_util") / 2, rel=1e-5)
+                        for r in jobs)
+    assert {r["driver_version"] for r in t.rows} == {"580.159.04"}  # v3 rows are left as written
+    assert {r["cuda_driver_version"] for r in t.rows} == {"13.0"}
+
+
+def test_v2_and_v3_files_are_read_together(tbcsv_mod):
+    tables = tbcsv_mod.read_tables([GPU_V2, GPU_V3])
+    rows = tbcsv_mod.all_rows(tables)
+    assert {r["schema_version"] for r in rows} == {"2", "3"}
+    columns = tbcsv_mod.all_columns(tables)
+    assert columns.count("cuda_driver_version") == 1 and "energy_j_per_sample" in columns
+    # v2's driver_version was the CUDA driver API version: moved to v3's name for it.
+    v2 = [r for r in rows if r["schema_version"] == "2"]
+    assert {r["cuda_driver_version"] for r in v2} == {"13.0"}
+    assert {r["driver_version"] for r in v2} == {""}
+    assert tbcsv_mod.distinct(rows, "driver_version") == ["580.159.04"]
+    assert tbcsv_mod.distinct(rows, "cuda_driver_version") == ["13.0"]
+    # Measurements by column name, whichever file a row came from.
+    sps = tbcsv_mod.samples(rows, lambda r: (r["schema_version"], r["benchmark"]), "samples_per_s")
+    energy = tbcsv_mod.samples(rows, lambda r: (r["schema_version"], r["benchmark"]),
+                               "energy_j_per_sample")
+    assert len(sps) == 18 and {v for v, _ in energy} == {"3"}
+
+
+@pytest.mark.parametrize("version", ["9", "4", "", "3.0"])
+def test_an_unknown_version_is_refused_naming_the_file_and_line(tbcsv_mod, tmp_path, version):
+    lines = open(GPU_V3).read().splitlines()
+    lines[3] = version + lines[3][1:]  # the third row (line 4 of the file)
+    bad = tmp_path / "v3_edited.csv"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(tbcsv_mod.InputError) as e:
+        tbcsv_mod.read_table(str(bad))
+    assert str(e.value) == (f"{bad}: line 4: unknown schema_version {version!r} (these scripts "
+                            f"read versions 1, 2, 3)")
+
+
+def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
+    header = tbcsv_mod.read_table(GPU_V3).columns
+    context = tbcsv_mod.context_columns(header)
+    for column in ("gpu_name", "gpu_clock_mhz", "driver_version", "cuda_version",
+                   "cuda_driver_version", "nccl_version"):
+        assert column in context, column
+    for column in tbcsv_mod.GPU_TELEMETRY_COLUMNS + ("cuda_graph", "data_on_device"):
+        assert column not in context, column
+
+
+def source_columns() -> tuple[str, list[str]]:
+    """kSchemaVersion and the CSV's column names as bench/ spells them: the table of
+    bench/columns.cpp (`{"name", kind...}` entries), or before it, csv_columns()'s list of
+    names in bench/csv.cpp."""
+    bench = ROOT / "bench"
+    headers = " ".join(p.read_text() for p in sorted(bench.glob("*.hpp")))
+    version = re.search(r'kSchemaVersion\s*=\s*"([^"]*)"', headers)
+    table = bench / "columns.cpp"
+    if table.exists():
+        body = re.search(r"columns\s*\(\s*\)\s*\{.*?\{(.*?)\n\s*\}\s*;", table.read_text(), re.S)
+        names = re.findall(r'\{\s*"([^"\\]*)"\s*,', re.sub(r"//[^\n]*", "", body.group(1))) \
+            if body else []
+    else:
+        body = re.search(r"csv_columns\s*\(\s*\)\s*\{.*?\{(.*?)\}\s*;",
+                         (bench / "csv.cpp").read_text(), re.S)
+        names = re.findall(r'"([^"\\]*)"', re.sub(r"//[^\n]*", "", body.group(1))) if body else []
+    assert version and names and names[0] == "schema_version", (
+        "cannot find kSchemaVersion and the column list in bench/ (columns.cpp or csv.cpp): "
+        "update source_columns() in tests/scripts/test_tbcsv.py to where they moved")
+    return version.group(1), names
+
+
+def test_fixture_headers_are_what_trainbench_writes(tbcsv_mod):
+    """gpu_v2.csv/gpu_v3.csv stand for real files only while their headers are trainbench's:
+    version 3 is version 2 with SCHEMA_3_COLUMNS appended, and bench/ writes the header of the
+    version its kSchemaVersion names."""
+    generate = load_generator()
+    assert generate.V3_HEADER[:len(generate.V2_HEADER)] == generate.V2_HEADER
+    assert tuple(generate.V3_HEADER[len(generate.V2_HEADER):]) == tbcsv_mod.SCHEMA_3_COLUMNS
+    version, columns = source_columns()
+    assert version in tbcsv_mod.SCHEMA_VERSIONS, (
+        f"bench/ writes schema_version {version}: teach scripts/tbcsv.py to read it")
+    headers = {"2": generate.V2_HEADER, "3": generate.V3_HEADER}
+    assert version in headers, f"no fixture header for schema_version {version}"
+    assert columns == headers[version], (
+        f"bench/'s columns differ from tests/scripts/fixtures/generate.py's "
+        f"V{version}_HEADER: update the fixtures and results/SCHEMA.md with the schema")
