@@ -27,8 +27,9 @@
 # samples/s). Nothing is installed there: the interpreter must already import torch with CUDA.
 #
 # Environment: TB_COMPARE_DEVICE (cpu or gpu), TB_TRAINBENCH (the trainbench command, split on
-# spaces; default build/release/bench/trainbench), TB_PYTHON (default /usr/bin/python3 on the CPU,
-# python3 on a GPU machine), TB_ROUNDS (3), TB_MIN_TIME (seconds of timed steps per run, 1),
+# spaces; default build/release/bench/trainbench; the peer asks it for the workloads and the CSV
+# header, so both sides train what one binary defines), TB_PYTHON (default /usr/bin/python3 on
+# the CPU, python3 on a GPU machine), TB_ROUNDS (3), TB_MIN_TIME (seconds of timed steps per run, 1),
 # TB_COMPARE_FILTER (a regular expression: only the benchmarks it matches), TB_MACHINE (default
 # `hostname -s`), TB_RESULTS_DIR (default results/$TB_MACHINE). About 5 minutes on a 2-core
 # machine.
@@ -142,7 +143,16 @@ mkdir -p "$out_dir"
 threads=$(nproc)  # trainbench's `cpu` device: every core this process may use
 # Both sides on synthetic data: an empty data folder keeps trainbench off any real files.
 nodata=$(mktemp -d)
-trap 'rm -rf "$nodata"' EXIT
+tools=$(mktemp -d)
+trap 'rm -rf "$nodata" "$tools"' EXIT
+# The peer takes trainbench as one path (--trainbench): a command of several words (a bundle's
+# run.sh and its argument) goes behind a wrapper that runs it.
+peer_trainbench=${trainbench[0]}
+if [ ${#trainbench[@]} -gt 1 ]; then
+  peer_trainbench=$tools/trainbench
+  printf '#!/usr/bin/env bash\nexec %s"$@"\n' "$(printf '%q ' "${trainbench[@]}")" >"$peer_trainbench"
+  chmod +x "$peer_trainbench"
+fi
 failed=0
 
 # The newest peak_gflops trainbench wrote for a benchmark (the CPU's sgemm at the same thread
@@ -197,7 +207,7 @@ run_pytorch() {  # benchmark optimizer
   local where=(--threads="$threads")
   [ "$device" = gpu ] && where=(--device=cuda "--precisions=$(cut -d/ -f5 <<<"$1")")
   peak=$(peak_gflops "$1")
-  "$python" "$peer" --filter="^$1\$" "${where[@]}" --optimizer="$2" \
+  "$python" "$peer" --trainbench="$peer_trainbench" --filter="^$1\$" "${where[@]}" --optimizer="$2" \
     --min_time="$min_time" --repetitions=1 --csv="$pt_csv" ${peak:+--peak_gflops="$peak"} \
     >>"$log" 2>&1 || status=$?
   [ $status -eq 0 ] || failed=1

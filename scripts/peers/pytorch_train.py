@@ -4,7 +4,7 @@
     /usr/bin/python3 scripts/peers/pytorch_train.py [--filter REGEX] [--threads N]
         [--device cpu|cuda] [--precisions LIST] [--batch N] [--optimizer sgd|adam] [--lr X]
         [--warmup_steps N] [--min_time S] [--repetitions R] [--csv FILE] [--peak_gflops X]
-        [--blas auto|system|DIR]
+        [--blas auto|system|DIR] [--trainbench PATH]
     /usr/bin/python3 scripts/peers/pytorch_train.py --list_models
 
 On a GPU (--device cuda: the row's device is gpu:1) PyTorch runs as its users run it for speed:
@@ -14,12 +14,31 @@ with a GradScaler) and bf16 (autocast), steps timed with CUDA events, peak memor
 torch.cuda.max_memory_allocated in mem_peak_bytes. ResNet-152 at 224x224 runs at batch 128 there,
 as trainbench's GPU rows do.
 
-The framework baseline of issue 7: the same layer shapes, batch sizes, fp32 and synthetic data
-of the same shape as trainbench (models/models.cpp, datasets/sources.cpp), timed the way
-Google Benchmark times trainbench (whole steps, repeated until --min_time seconds), and
-reported under the same benchmark names (train/<model>/<dataset>/<device>/fp32/bs:<n>) in
-trainbench's CSV schema (results/SCHEMA.md), so scripts/compare.py and scripts/plot.py read
-both. scripts/compare_pytorch.sh runs the two side by side.
+The framework baseline of issue 7: the same layer shapes, batch sizes, optimizer, fp32 and
+synthetic data of the same shape as trainbench, timed the way Google Benchmark times
+trainbench (whole steps, repeated until --min_time seconds), and reported under the same
+benchmark names (train/<model>/<dataset>/<device>/fp32/bs:<n>) in trainbench's CSV schema
+(results/SCHEMA.md), so scripts/compare.py and scripts/plot.py read both.
+scripts/compare_pytorch.sh runs the two side by side.
+
+The trainbench binary (--trainbench, $TRAINBENCH, else build/release/bench/trainbench) is
+the one source of what to train: `trainbench --list_models --json` gives each workload's
+input shape, sequence length, classes, batch and GPU batch, warm-up, optimizer, parameters
+and FLOPs, and `trainbench --csv_header` the CSV columns. This script only adds a PyTorch
+definition of each model (BUILDERS, keyed by model name), so a model added to trainbench
+is measured here once it has one; until then its benchmarks are skipped with one line on
+stderr. Workloads trainbench runs on real data only are skipped too (this script generates
+synthetic data). Before a row is timed, the PyTorch model's parameters and its own count of
+FLOPs (on the meta device) must equal trainbench's, or the row fails naming both counts:
+a definition that drifted from trainbench's gives no comparison.
+
+Optimizer: without --optimizer or --lr, each workload's own (kind, learning rate scaled with
+the batch where trainbench scales it, momentum, weight decay, Adam's betas and eps), as a
+trainbench run without those flags trains it. --optimizer and --lr override it exactly as
+trainbench's flags of the same names do (the kind, and the learning rate: sgd 0.01 and adam
+0.001 unless --lr; the rest stays the workload's), so that the peer given the flags
+trainbench was given trains the same way: scripts/compare_pytorch.sh passes both tools the
+same --optimizer.
 
 PyTorch is measured at its best as users run it: eager mode, default NCHW layout, oneDNN on
 (torch's default), the thread count set explicitly, denormals flushed, gradients freed with
@@ -30,14 +49,17 @@ large buffers instead of unmapping and faulting them in again every step, and, w
 Debian's OpenMP build of OpenBLAS is installed, that BLAS (torch's Linear and LSTM layers
 call the BLAS; the reference BLAS Debian falls back to is an order of magnitude slower).
 
-Exit status: 0, 1 when a row failed (loss not finite or not falling), 2 for bad flags, a
-filter that matches nothing or a CSV with another header. Standard library and torch only.
+Exit status: 0 (skipped benchmarks included), 1 when a row failed (loss not finite or not
+falling, or the PyTorch model's counts differ from trainbench's), 2 for bad flags, a filter
+that matches nothing, a CSV with another header, or no trainbench binary that answers
+--list_models --json and --csv_header. Standard library and torch only.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import ctypes
+import json
 import math
 import os
 import platform
@@ -49,13 +71,14 @@ import subprocess
 import sys
 import sysconfig
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 PROG = "pytorch_train.py"
 ROOT = Path(__file__).resolve().parents[2]
-# The schema_version trainbench writes (bench/csv.hpp kSchemaVersion, results/SCHEMA.md).
-SCHEMA_VERSION = "2"
+# The schema_version trainbench writes (bench/columns.hpp kSchemaVersion, results/SCHEMA.md): 3 since the
+# binary has --list_models --json, which this script needs.
+SCHEMA_VERSION = "3"
 DEFAULT_TRAINBENCH = ROOT / "build" / "release" / "bench" / "trainbench"
 
 # Set in the re-executed process, so that it does not re-execute again.
@@ -74,32 +97,151 @@ class InputError(Exception):
     """Bad flags or files: one line on stderr, exit status 2."""
 
 
-# ---- the workloads -------------------------------------------------------------------------
+# ---- the workloads: trainbench --list_models --json ----------------------------------------
+
+# The models BUILDERS defines in PyTorch (below: it needs torch, which loads after the
+# re-exec); the benchmarks of any other model are skipped with a note. Named here so that a
+# run that matches only those answers before torch loads.
+PYTORCH_MODELS = ("mlp", "lenet5", "lstm", "resnet152")
+JSON_FORMAT = 1  # the "format" of trainbench --list_models --json that this script reads
+# datasets/sine.hpp: the wave the LSTM learns (its window, seq_len, comes from the JSON).
+SINE_PERIOD = 25.0
+SINE_TRAIN_LENGTH = 20000
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """A workload's optimizer, as trainbench's OptimizerConfig; the names are the JSON's."""
+    kind: str                # sgd (with momentum) or adam
+    lr: float                # at lr_reference_batch when that is > 0, else at any batch
+    momentum: float          # sgd's
+    weight_decay: float      # L2 added to the gradient in both kinds (torch's weight_decay)
+    beta1: float             # adam's
+    beta2: float
+    eps: float
+    lr_reference_batch: int  # > 0: trainbench scales lr linearly with the batch
+
 
 @dataclass(frozen=True)
 class Workload:
-    """One row of models/models.cpp workloads(): shapes and trainbench's defaults."""
+    """One workload of trainbench --list_models --json; the names are the JSON's."""
     model: str
     dataset: str
+    task: str                 # classification or regression
+    classes: int              # 0 for regression
+    input_shape: tuple        # one sample's (a sequence model's: one time step's)
+    seq_len: int              # > 0: a sequence model, input (seq_len, N, *input_shape)
     batch: int
-    sample_shape: tuple  # one sample's input (the LSTM: one time step of one sequence)
-    classes: int         # 0: regression (the LSTM)
-    warmup_steps: int    # trainbench's default; LeNet-5's sigmoids need ~100 steps to learn
-    weight_decay: float  # kept by trainbench when --optimizer overrides the model's own
-    gpu_batch: int = 0   # the GPU rows' batch where it differs (models.cpp gpu_batch)
+    gpu_batch: int            # the GPU rows' batch (equal to batch where there is no other)
+    warmup_steps: int         # LeNet-5's sigmoids need ~100 steps to start learning
+    real_data_only: bool      # trainbench has no synthetic data for it
+    optimizer: Optimizer
+    params: int
+    forward_flops_per_sample: float
+    train_flops_per_sample: float
 
 
-SEQ_LEN = 35          # models.hpp kLstmSeqLen: truncated BPTT window
-SINE_PERIOD = 25.0    # datasets/sine.hpp
-SINE_TRAIN_LENGTH = 20000
+JSON_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
-WORKLOADS = (
-    Workload("mlp", "mnist", 100, (784,), 10, 2, 0.0),
-    Workload("lenet5", "cifar10", 100, (3, 32, 32), 10, 200, 0.0),
-    Workload("lstm", "sine", 20, (1,), 0, 2, 0.0),
-    Workload("resnet152", "cifar10", 128, (3, 32, 32), 10, 2, 1e-4),
-    Workload("resnet152", "imagenet", 8, (3, 224, 224), 1000, 2, 1e-4, 128),
-)
+
+def json_fields(obj, where: str, **kinds) -> dict:
+    """The named members of a JSON object, each checked to be of its kind (int, float, str,
+    bool); members not named are ignored, so that trainbench can add some."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is {json.dumps(obj)[:40]}, not an object")
+    out = {}
+    for key, kind in kinds.items():
+        if key not in obj:
+            raise ValueError(f"{where} has no {key!r}")
+        v = obj[key]
+        if kind is float:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        else:
+            ok = isinstance(v, kind) and (kind is bool or not isinstance(v, bool))
+        if not ok:
+            raise ValueError(f"{where}: {key} is {json.dumps(v)[:40]}, not {JSON_KINDS[kind]}")
+        out[key] = float(v) if kind is float else v
+    return out
+
+
+def workload_from_json(entry, index: int) -> Workload:
+    names = json_fields(entry, f"workloads[{index}]", model=str, dataset=str)
+    where = f"workload {names['model']}/{names['dataset']}"
+    f = json_fields(entry, where, model=str, dataset=str, task=str, classes=int, seq_len=int,
+                    batch=int, gpu_batch=int, warmup_steps=int, real_data_only=bool, params=int,
+                    forward_flops_per_sample=float, train_flops_per_sample=float)
+    shape = entry.get("input_shape")
+    if not (isinstance(shape, list) and shape and
+            all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+        raise ValueError(f"{where}: input_shape is {json.dumps(shape)[:40]}, not a list of "
+                         f"positive integers")
+    o = json_fields(entry.get("optimizer"), f"{where} optimizer", kind=str, lr=float,
+                    momentum=float, weight_decay=float, beta1=float, beta2=float, eps=float,
+                    lr_reference_batch=int)
+    if f["task"] not in ("classification", "regression"):
+        raise ValueError(f"{where}: task {f['task']!r} is not classification or regression")
+    if o["kind"] not in ("sgd", "adam"):
+        raise ValueError(f"{where}: optimizer kind {o['kind']!r} is not sgd or adam")
+    if f["batch"] < 1 or f["gpu_batch"] < 1 or f["seq_len"] < 0 or f["warmup_steps"] < 0:
+        raise ValueError(f"{where}: batch {f['batch']}, gpu_batch {f['gpu_batch']}, seq_len "
+                         f"{f['seq_len']}, warmup_steps {f['warmup_steps']}: one is out of range")
+    return Workload(**f, input_shape=tuple(shape), optimizer=Optimizer(**o))
+
+
+def how_to_get_trainbench(verb: str) -> str:
+    return (f"{verb} it with `cmake --build build/release` (or scripts/bench.sh, which also runs "
+            f"it), or give another with --trainbench PATH or $TRAINBENCH")
+
+
+def ask_trainbench(binary: Path, *flags: str) -> str:
+    """What `binary flags` prints; an InputError naming the binary and the fix when it cannot
+    answer."""
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise InputError(f"{binary}: no trainbench binary there (this script reads its workloads "
+                         f"and CSV columns from it): {how_to_get_trainbench('build')}")
+    command = " ".join([str(binary), *flags])
+    try:
+        r = subprocess.run([str(binary), *flags], capture_output=True, text=True,
+                           errors="replace", timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise InputError(f"{command}: cannot run it ({e}): {how_to_get_trainbench('rebuild')}") from None
+    if r.returncode != 0:
+        said = ([line for line in r.stderr.splitlines() if line.strip()] or ["no message"])[-1]
+        raise InputError(f"{command} exited with status {r.returncode} ({said.strip()[:200]}), as "
+                         f"a trainbench older than that flag does: {how_to_get_trainbench('rebuild')}")
+    return r.stdout
+
+
+def read_workloads(binary: Path) -> list[Workload]:
+    """trainbench --list_models --json: every workload trainbench defines, in its order."""
+    out = ask_trainbench(binary, "--list_models", "--json")
+    command = f"{binary} --list_models --json"
+    if not out.lstrip().startswith("{"):
+        first = (out.strip().splitlines() or [""])[0]
+        raise InputError(f"{command} printed no JSON (its first line: {first[:60]!r}): a trainbench "
+                         f"older than --json; {how_to_get_trainbench('rebuild')}")
+    try:
+        doc = json.loads(out)
+        fmt = json_fields(doc, "the JSON", format=int)["format"]
+        if fmt != JSON_FORMAT:
+            raise ValueError(f"format {fmt}, and this script reads format {JSON_FORMAT}")
+        entries = doc.get("workloads")
+        if not isinstance(entries, list) or not entries:
+            raise ValueError("no list of workloads")
+        return [workload_from_json(entry, i) for i, entry in enumerate(entries)]
+    except ValueError as e:  # json.JSONDecodeError is one
+        raise InputError(f"{command}: not the workload list this script reads ({e}); "
+                         f"{how_to_get_trainbench('rebuild')}, or update {PROG}") from None
+
+
+def read_csv_header(binary: Path) -> list[str]:
+    """trainbench --csv_header: the columns trainbench writes, in its order."""
+    out = ask_trainbench(binary, "--csv_header")
+    line = (out.strip().splitlines() or [""])[0]
+    if not line.startswith("schema_version,"):
+        raise InputError(f"{binary} --csv_header printed {line[:60]!r}, not trainbench's CSV header "
+                         f"(schema_version,...): {how_to_get_trainbench('rebuild')}")
+    return line.split(",")
 
 
 def machine_cores() -> int:
@@ -121,7 +263,24 @@ def device_name(threads: int, cores: int, gpu: bool = False) -> str:
 
 
 def batch_of(w: Workload, args) -> int:
-    return args.batch or (w.gpu_batch if args.device == "cuda" and w.gpu_batch else w.batch)
+    """trainbench's rule: --batch, else the GPU batch on a GPU, else the workload's batch."""
+    return args.batch or (w.gpu_batch if args.device == "cuda" else w.batch)
+
+
+def optimizer_of(w: Workload, batch: int, args) -> Optimizer:
+    """What trainbench trains the workload with at this batch under the same --optimizer and
+    --lr (bench/registry.cpp): the workload's own, its lr scaled with the batch where it has a
+    reference batch; --optimizer changes the kind and resets lr to sgd 0.01, adam 0.001;
+    --lr sets lr. Momentum, weight decay, betas and eps stay the workload's."""
+    o = w.optimizer
+    lr = o.lr * batch / o.lr_reference_batch if o.lr_reference_batch > 0 else o.lr
+    kind = o.kind
+    if args.optimizer:
+        kind = args.optimizer
+        lr = 1e-3 if kind == "adam" else 0.01
+    if args.lr is not None:
+        lr = args.lr
+    return replace(o, kind=kind, lr=lr)
 
 
 def benchmark_name(w: Workload, device: str, batch: int, precision: str = "fp32") -> str:
@@ -129,49 +288,6 @@ def benchmark_name(w: Workload, device: str, batch: int, precision: str = "fp32"
 
 
 # ---- the CSV schema ------------------------------------------------------------------------
-
-def columns_from_binary(binary: Path) -> list[str] | None:
-    """The header trainbench itself writes, when this binary has --csv_header."""
-    if not binary.is_file() or not os.access(binary, os.X_OK):
-        return None
-    try:
-        r = subprocess.run([str(binary), "--csv_header"], capture_output=True, text=True,
-                           timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    line = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
-    if r.returncode != 0 or not line.startswith("schema_version,"):
-        return None  # an older binary: it refuses the flag
-    return line.split(",")
-
-
-def columns_from_source(source: Path) -> list[str] | None:
-    """The string literals of csv_columns()'s initializer list in bench/csv.cpp."""
-    try:
-        text = source.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    body = re.search(r"csv_columns\s*\(\s*\)\s*\{.*?\{(.*?)\}\s*;", text, re.S)
-    if not body:
-        return None
-    code = re.sub(r"//[^\n]*", "", body.group(1))  # a comment could hold a quoted word
-    columns = re.findall(r'"([^"\\]*)"', code)
-    return columns if columns and columns[0] == "schema_version" else None
-
-
-def csv_columns(binary: Path) -> tuple[list[str], str]:
-    """trainbench's CSV columns and where they came from: the binary's --csv_header when it
-    has that flag (it is what trainbench writes), else the source it is built from."""
-    columns = columns_from_binary(binary)
-    if columns:
-        return columns, f"{binary} --csv_header"
-    source = ROOT / "bench" / "csv.cpp"
-    columns = columns_from_source(source)
-    if columns:
-        return columns, str(source)
-    raise InputError(f"cannot tell trainbench's CSV columns: {binary} has no --csv_header and "
-                     f"{source} has no csv_columns() list to read")
-
 
 def check_csv_file(path: str, columns: list[str]) -> bool:
     """Refuses a file whose header is not ours, as trainbench does; True when the header
@@ -312,13 +428,17 @@ def parse_args(argv: list[str]):
     p.add_argument("--precisions", default=None, metavar="LIST",
                    help="fp32, tf32, fp16, bf16 (default: fp32 on the CPU, all four on a GPU; the "
                         "CPU runs fp32 only)")
-    p.add_argument("--batch", type=int, metavar="N", help="batch size of every model")
-    p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
-                   help="sgd: SGD with momentum 0.9 (default); adam")
-    p.add_argument("--lr", type=float, help="learning rate (default: sgd 0.01, adam 0.001, as "
-                                            "trainbench --optimizer)")
+    p.add_argument("--batch", type=int, metavar="N",
+                   help="batch size of every model (default: trainbench's, its GPU batch on a GPU)")
+    p.add_argument("--optimizer", choices=("sgd", "adam"),
+                   help="override each model's optimizer as trainbench --optimizer does: sgd (SGD "
+                        "with the model's momentum) or adam, lr 0.01 or 0.001 unless --lr "
+                        "(default: each model's own, from trainbench)")
+    p.add_argument("--lr", type=float, help="override each model's learning rate, as trainbench --lr "
+                                            "(default: the model's own, scaled with the batch where "
+                                            "trainbench scales it)")
     p.add_argument("--warmup_steps", type=int, metavar="N",
-                   help="untimed steps first (default: trainbench's, 2; 200 for lenet5)")
+                   help="untimed steps first (default: trainbench's for the workload)")
     p.add_argument("--min_time", type=float, default=0.5, metavar="SECONDS",
                    help="time whole steps until at least this long, at least one (default 0.5)")
     p.add_argument("--repetitions", type=int, default=1, metavar="R")
@@ -328,13 +448,15 @@ def parse_args(argv: list[str]):
                    help="the machine's sgemm rate for the utilisation column (e.g. trainbench's "
                         "peak_gflops of the same thread count)")
     p.add_argument("--trainbench", default=os.environ.get("TRAINBENCH", str(DEFAULT_TRAINBENCH)),
-                   metavar="PATH", help="binary asked for the CSV header (default: "
-                                        "$TRAINBENCH, else build/release/bench/trainbench)")
+                   metavar="PATH", help="the trainbench binary asked for the workloads and the "
+                                        "CSV header (default: $TRAINBENCH, else "
+                                        "build/release/bench/trainbench)")
     p.add_argument("--blas", default="auto", metavar="auto|system|DIR",
                    help="auto: Debian's OpenMP OpenBLAS when installed (default); system: "
                         "whatever libblas.so.3 resolves to; DIR: the libblas.so.3 in DIR")
     p.add_argument("--list_models", action="store_true",
-                   help="print parameters and FLOPs as trainbench --list_models, and exit")
+                   help="print the PyTorch models' parameters and FLOPs as trainbench --list_models "
+                        "does, and exit (status 1 where they differ from trainbench's)")
     args = p.parse_args(argv)
     for name in ("threads", "batch", "repetitions"):
         value = getattr(args, name)
@@ -364,16 +486,39 @@ def parse_args(argv: list[str]):
     return args
 
 
-def select_benchmarks(args) -> list[tuple[Workload, str]]:
-    """The (workload, precision) pairs whose names --filter matches, at --threads."""
+def skip_reason(w: Workload) -> str | None:
+    """Why this script cannot train a workload of trainbench's, or None."""
+    if w.model not in PYTORCH_MODELS:
+        return (f"{PROG} has no PyTorch definition of model '{w.model}' (add one to its BUILDERS "
+                f"to compare with it)")
+    if w.real_data_only:
+        return (f"trainbench runs {w.model}/{w.dataset} on real data only, and {PROG} trains on "
+                f"synthetic data")
+    return None
+
+
+def select_benchmarks(args) -> tuple[list[tuple[tuple[Workload, str], str]], list[tuple[str, str]]]:
+    """The (workload, precision) pairs whose names --filter matches, at --threads, that this
+    script can run; and the names it matches that it cannot, each with the reason."""
     device = device_name(args.threads, machine_cores(), args.device == "cuda")
-    named = [((w, p), benchmark_name(w, device, batch_of(w, args), p)) for w in WORKLOADS
+    named = [((w, p), benchmark_name(w, device, batch_of(w, args), p)) for w in args.workloads
              for p in args.precision_list]
-    chosen = [(w, n) for w, n in named if args.filter_re.search(n)]
-    if not chosen:
+    matched = [(wp, n) for wp, n in named if args.filter_re.search(n)]
+    if not matched:
         raise InputError(f"no benchmark matches --filter {args.filter!r}; with --threads "
                          f"{args.threads} they are {', '.join(n for _, n in named)}")
-    return chosen
+    chosen = [(wp, n) for wp, n in matched if skip_reason(wp[0]) is None]
+    skipped = [(n, skip_reason(wp[0])) for wp, n in matched if skip_reason(wp[0]) is not None]
+    return chosen, skipped
+
+
+def report_skipped(skipped: list[tuple[str, str]]) -> None:
+    """One line on stderr per reason, naming the benchmarks it skips."""
+    names: dict[str, list[str]] = {}
+    for name, reason in skipped:
+        names.setdefault(reason, []).append(name)
+    for reason, which in names.items():
+        print(f"{PROG}: skipped {', '.join(which)}: {reason}", file=sys.stderr, flush=True)
 
 
 def fail(message: str) -> None:
@@ -381,15 +526,20 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-# Flags, the CSV header and the environment are settled before torch loads: a typo or a
-# refused CSV answers at once, and the re-exec must happen before glibc and the loader set up.
+# Flags, trainbench's workloads and CSV header, and the environment are settled before torch
+# loads: a typo, a missing binary or a refused CSV answers at once, and the re-exec must
+# happen before glibc and the loader set up. (The re-executed process asks trainbench again.)
 if __name__ == "__main__":
     try:
         ARGS = parse_args(sys.argv[1:])
+        ARGS.workloads = read_workloads(Path(ARGS.trainbench))
         if not ARGS.list_models:
-            ARGS.chosen = select_benchmarks(ARGS)
-            ARGS.columns, ARGS.columns_from = csv_columns(Path(ARGS.trainbench))
+            ARGS.chosen, ARGS.skipped = select_benchmarks(ARGS)
+            ARGS.columns = read_csv_header(Path(ARGS.trainbench))
             ARGS.write_header = check_csv_file(ARGS.csv, ARGS.columns) if ARGS.csv else False
+            if not ARGS.chosen:  # the filter matched only what this script cannot run
+                report_skipped(ARGS.skipped)
+                sys.exit(0)
         reexec_with_tuned_environment(ARGS)
     except InputError as e:
         fail(str(e))
@@ -477,20 +627,27 @@ def resnet152(classes: int) -> nn.Module:
     return model
 
 
+# A PyTorch definition of each of trainbench's models that this script can train, by model
+# name; it gets the workload (for its classes). A new model of trainbench's is measured here
+# once it has an entry (and its name is in PYTORCH_MODELS, which is read before torch loads).
+BUILDERS = {
+    "mlp": lambda w: mlp(),
+    "lenet5": lambda w: lenet5(),
+    "lstm": lambda w: SineLSTM(),
+    "resnet152": lambda w: resnet152(w.classes),
+}
+assert tuple(BUILDERS) == PYTORCH_MODELS, "BUILDERS and PYTORCH_MODELS name the same models"
+
+
 def build_model(w: Workload) -> nn.Module:
-    if w.model == "mlp":
-        return mlp()
-    if w.model == "lenet5":
-        return lenet5()
-    if w.model == "lstm":
-        return SineLSTM()
-    return resnet152(w.classes)
+    return BUILDERS[w.model](w)
 
 
 def example_input(w: Workload, batch: int) -> torch.Tensor:
-    if w.model == "lstm":
-        return torch.zeros(SEQ_LEN, batch, 1)
-    return torch.zeros(batch, *w.sample_shape)
+    """A batch of the workload's input: (N, *input_shape), or time-major (T, N, *input_shape)."""
+    if w.seq_len:
+        return torch.zeros(w.seq_len, batch, *w.input_shape)
+    return torch.zeros(batch, *w.input_shape)
 
 
 # ---- parameters and FLOPs (results/SCHEMA.md) ----------------------------------------------
@@ -529,7 +686,11 @@ def count_model(w: Workload) -> tuple[int, int]:
         if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM)):
             m.register_forward_hook(hook)
     with torch.no_grad():
-        model.eval()(example_input(w, 1).to("meta"))
+        try:
+            model.eval()(example_input(w, 1).to("meta"))
+        except RuntimeError as e:  # e.g. a layer that no longer fits trainbench's input shape
+            raise CheckFailed(f"{w.model}: the PyTorch definition does not take trainbench's input "
+                              f"{list(w.input_shape)} ({e})") from None
     return parameter_count(model), sum(macs)
 
 
@@ -537,16 +698,49 @@ def train_flops_per_sample(macs: int) -> int:
     return 3 * 2 * macs  # forward FLOPs = 2 x MACs; backward ~ 2 x forward
 
 
-def list_models(batch: int | None) -> int:
-    """trainbench --list_models' table, from the torch models."""
+def count_mismatch(w: Workload, params: int, macs: int) -> str | None:
+    """What differs between the PyTorch model's counts and trainbench's JSON, or None. FLOPs
+    are compared to one part in 10^9: the JSON carries them as floating-point numbers, and any
+    layer that drifted changes them far more."""
+    drift = []
+    if params != w.params:
+        drift.append(f"{params} parameters in PyTorch, {w.params} in trainbench")
+    if not math.isclose(2 * macs, w.forward_flops_per_sample, rel_tol=1e-9):
+        drift.append(f"{2 * macs} forward FLOPs per sample in PyTorch, "
+                     f"{w.forward_flops_per_sample:.17g} in trainbench")
+    if not math.isclose(train_flops_per_sample(macs), w.train_flops_per_sample, rel_tol=1e-9):
+        drift.append(f"{train_flops_per_sample(macs)} training FLOPs per sample in PyTorch, "
+                     f"{w.train_flops_per_sample:.17g} in trainbench")
+    if not drift:
+        return None
+    return (f"{w.model}/{w.dataset}: {'; '.join(drift)}: {PROG}'s definition of {w.model} no longer "
+            f"matches trainbench's (fix its builder in BUILDERS)")
+
+
+def list_models(args) -> int:
+    """trainbench --list_models' table, from the torch models of trainbench's workloads; 1
+    when a model's counts differ from trainbench's (said on stderr)."""
     print(f"{'model':<10} {'dataset':<9} {'batch':>6} {'params':>12} {'fwd GFLOP/sample':>16} "
           f"{'train GFLOP/step':>16}")
-    for w in WORKLOADS:
-        params, macs = count_model(w)
-        b = batch or w.batch
+    status = 0
+    for w in args.workloads:
+        if w.model not in BUILDERS:
+            print(f"{PROG}: {w.model}/{w.dataset} not listed: {skip_reason(w)}", file=sys.stderr)
+            continue
+        try:
+            params, macs = count_model(w)
+        except CheckFailed as e:
+            print(f"{PROG}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        b = args.batch or w.batch
         print(f"{w.model:<10} {w.dataset:<9} {b:>6} {params:>12} "
               f"{2 * macs * 1e-9:>16.6g} {train_flops_per_sample(macs) * b * 1e-9:>16.6g}")
-    return 0
+        mismatch = count_mismatch(w, params, macs)
+        if mismatch:
+            print(f"{PROG}: {mismatch}", file=sys.stderr)
+            status = 1
+    return status
 
 
 # ---- synthetic data (datasets/sources.cpp, datasets/sine.cpp) ------------------------------
@@ -559,7 +753,7 @@ def synthetic_pool(w: Workload, batch: int, seed: int) -> list[tuple[torch.Tenso
     at 224x224), at least two batches; each channel normalised with the set's mean and
     standard deviation. The patterns come from their own generator per class, so the 1000
     ImageNet classes never need to be held at once."""
-    features = math.prod(w.sample_shape)
+    features = math.prod(w.input_shape)
     count = max(8192 if features <= 4096 else 256, 2 * batch)
     gen = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, w.classes, (count,), generator=gen)
@@ -569,25 +763,25 @@ def synthetic_pool(w: Workload, batch: int, seed: int) -> list[tuple[torch.Tenso
         pattern = 128 + 48 * torch.randn(features, generator=torch.Generator().manual_seed(12345 + c))
         images[where] = pattern + 48 * torch.randn(len(where), features, generator=gen)
     images.clamp_(0, 255).floor_()  # the byte a uint8 pixel holds
-    images = images.view(count, *w.sample_shape)
-    channels = w.sample_shape[0] if len(w.sample_shape) == 3 else 1
+    images = images.view(count, *w.input_shape)
+    channels = w.input_shape[0] if len(w.input_shape) == 3 else 1
     per_channel = images.view(count, channels, -1).transpose(0, 1).reshape(channels, -1)
     mean, std = per_channel.mean(dim=1), per_channel.std(dim=1)
-    view = (1, channels, 1, 1) if len(w.sample_shape) == 3 else (1, 1)
+    view = (1, channels, 1, 1) if len(w.input_shape) == 3 else (1, 1)
     images = (images - mean.view(view)) / std.view(view)
     steps = count // batch  # the samples past the last whole batch are dropped, as trainbench
     return [(images[s * batch:(s + 1) * batch].contiguous(), labels[s * batch:(s + 1) * batch].clone())
             for s in range(steps)]
 
 
-def sine_pool(batch: int, seed: int, steps: int = 64) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def sine_pool(seq_len: int, batch: int, seed: int, steps: int = 64) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Windows of sin(2 pi t / 25) at random phases over t in [0, 20000): input (T, N, 1),
     target the wave one step later."""
     gen = torch.Generator().manual_seed(seed)
     pool = []
-    t = torch.arange(SEQ_LEN, dtype=torch.float64).view(SEQ_LEN, 1)
+    t = torch.arange(seq_len, dtype=torch.float64).view(seq_len, 1)
     for _ in range(steps):
-        start = torch.randint(0, SINE_TRAIN_LENGTH - SEQ_LEN - 1, (1, batch), generator=gen)
+        start = torch.randint(0, SINE_TRAIN_LENGTH - seq_len - 1, (1, batch), generator=gen)
         x = (start + t) * (2 * math.pi / SINE_PERIOD)
         step = 2 * math.pi / SINE_PERIOD
         pool.append((torch.sin(x).float().unsqueeze(2).contiguous(),
@@ -681,12 +875,19 @@ class Session:
         return last
 
 
-def make_session(w: Workload, batch: int, args, precision: str = "fp32") -> Session:
+def make_session(w: Workload, batch: int, optimizer: Optimizer, args, precision: str = "fp32") -> Session:
+    if w.dataset == "sine":
+        pool, loss_fn = sine_pool(w.seq_len, batch, args.seed), nn.MSELoss()
+    elif w.task == "classification" and not w.seq_len:
+        pool, loss_fn = synthetic_pool(w, batch, args.seed), nn.CrossEntropyLoss()
+    else:
+        raise CheckFailed(f"{PROG} has no synthetic data for {w.model}/{w.dataset} ({w.task}"
+                          f"{', sequences' if w.seq_len else ''}): add a generator to make_session")
     torch.manual_seed(args.seed)
     model = build_model(w)
     model.train()
     cuda = args.device == "cuda"
-    images = w.model in ("lenet5", "resnet152")
+    images = len(w.input_shape) == 3  # (C, H, W): channels-last on a GPU
     if cuda:
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -695,16 +896,14 @@ def make_session(w: Workload, batch: int, args, precision: str = "fp32") -> Sess
         if images:
             model = model.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
-    if args.optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=args.lr or 1e-3, betas=(0.9, 0.999), eps=1e-8,
-                               weight_decay=w.weight_decay)
+    # The same update as trainbench's (engine/optim/optimizer.cpp): weight decay added to the
+    # gradient, SGD's momentum without dampening, Adam's bias-corrected moments.
+    o = optimizer
+    if o.kind == "adam":
+        opt = torch.optim.Adam(params, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
+                               weight_decay=o.weight_decay)
     else:
-        opt = torch.optim.SGD(params, lr=args.lr or 0.01, momentum=0.9,
-                              weight_decay=w.weight_decay)
-    if w.model == "lstm":
-        pool, loss_fn = sine_pool(batch, args.seed), nn.MSELoss()
-    else:
-        pool, loss_fn = synthetic_pool(w, batch, args.seed), nn.CrossEntropyLoss()
+        opt = torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
     if not cuda:
         return Session(model, loss_fn, opt, pool)
     # The data resident on the GPU (as trainbench --data_on_device), images channels-last.
@@ -899,11 +1098,15 @@ def report_environment(threads: int) -> None:
 
 def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, context, writer) -> bool:
     cuda = args.device == "cuda"
+    optimizer = optimizer_of(w, batch, args)
     identity = {"schema_version": SCHEMA_VERSION, "benchmark": name, "kind": "train", "model": w.model,
-                "dataset": w.dataset, "data_source": "generated" if w.model == "lstm" else "synthetic",
+                "dataset": w.dataset,
+                "data_source": "generated" if w.task == "regression" else "synthetic",
                 "device": device_name(args.threads, machine_cores(), cuda),
                 "threads": "1" if cuda else str(args.threads), "precision": precision, "batch": str(batch),
-                "optimizer": args.optimizer, "framework": "pytorch", **context}
+                "optimizer": optimizer.kind, "framework": "pytorch",
+                "params": str(w.params), "train_flops_per_sample": number(w.train_flops_per_sample),
+                **context}
     if cuda:
         props = torch.cuda.get_device_properties(0)
         identity.update({"gpu_name": props.name, "gpu_cc": f"{props.major}.{props.minor}",
@@ -918,12 +1121,14 @@ def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, cont
 
     ok_values: list[dict[str, float]] = []
     failed = False
+    session = None
     try:
-        session = make_session(w, batch, args, precision)
-        params = parameter_count(session.model)
-        flops = train_flops_per_sample(count_model(w)[1])
-        identity["params"] = str(params)
-        identity["train_flops_per_sample"] = number(flops)
+        # A PyTorch model that drifted from trainbench's would time another workload.
+        mismatch = count_mismatch(w, *count_model(w))
+        if mismatch:
+            raise CheckFailed(mismatch)
+        session = make_session(w, batch, optimizer, args, precision)
+        flops = w.train_flops_per_sample
         session.steps(warmup)
         if cuda:
             torch.cuda.synchronize()
@@ -950,6 +1155,10 @@ def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, cont
                  f"{values['samples_per_s']:>12.1f} samples/s  {values['step_time_s'] * 1e3:9.2f} ms/step "
                  f"({trial.steps} steps) host_cpu_util {values['host_cpu_util']:.2f}{util} "
                  f"loss {loss_last:.4g}")
+    except CheckFailed as e:  # before any step: counts that differ, no data for the workload
+        failed = True
+        emit({"run_type": "iteration", "repetition": "0", "status": "failed", "message": str(e)},
+             f"FAILED: {e}")
     except (RuntimeError, MemoryError) as e:  # e.g. out of memory: this row fails, not the run
         failed = True
         emit({"run_type": "iteration", "repetition": "0", "status": "failed",
@@ -973,7 +1182,7 @@ def main(args) -> int:
     torch.set_flush_denormal(True)
     torch.autograd.set_detect_anomaly(False)
     if args.list_models:
-        return list_models(args.batch)
+        return list_models(args)
     cores = machine_cores()
     device = device_name(args.threads, cores, args.device == "cuda")
     chosen = args.chosen
@@ -981,7 +1190,8 @@ def main(args) -> int:
         raise InputError("--device cuda: torch sees no usable GPU (torch.cuda.is_available() is False: no "
                          "driver, no device, or a CPU-only build of torch)")
     report_environment(args.threads)
-    print(f"{PROG}: CSV columns from {args.columns_from}", file=sys.stderr)
+    print(f"{PROG}: workloads and CSV columns from {args.trainbench}", file=sys.stderr)
+    report_skipped(args.skipped)
     writer = CsvWriter(args.csv, args.columns, args.write_header) if args.csv else None
     context = machine_context()
     if args.threads > cores and args.device == "cpu":
@@ -992,7 +1202,8 @@ def main(args) -> int:
                 writer.write({"schema_version": SCHEMA_VERSION, "benchmark": name, "kind": "train",
                               "model": w.model, "dataset": w.dataset, "device": device,
                               "threads": str(args.threads), "precision": "fp32",
-                              "batch": str(args.batch or w.batch), "optimizer": args.optimizer,
+                              "batch": str(batch_of(w, args)),
+                              "optimizer": optimizer_of(w, batch_of(w, args), args).kind,
                               "framework": "pytorch", "run_type": "iteration", "repetition": "0",
                               "status": "skipped", "message": message, **context})
         return 0

@@ -1,15 +1,119 @@
-"""scripts/peers/pytorch_train.py's flags, which it checks before importing torch (so these run
-without PyTorch): the GPU mode's device, precisions and benchmark names."""
+"""scripts/peers/pytorch_train.py before it imports torch (so these run without PyTorch): its
+flags, the GPU mode's device, precisions and benchmark names, and what it reads from the
+trainbench binary (`--list_models --json`, `--csv_header`), here a fake one written by the
+test: the workloads come from its JSON, a model with no PyTorch definition is skipped with a
+note, and a missing, old or broken binary is refused in one line naming it and the fix; and
+bad flags or a CSV with another header answer in one line, the CSV untouched.
+
+fake_trainbench() and TODAY are also used by test_pytorch_train.py."""
+import copy
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from conftest import SCRIPTS
 
 PEER = SCRIPTS / "peers" / "pytorch_train.py"
 
+# A short header: enough for the peer to write rows by column name.
+FAKE_HEADER = ("schema_version,benchmark,kind,model,dataset,device,precision,batch,optimizer,"
+               "framework,run_type,repetition,status,message,params,train_flops_per_sample")
 
-def run(*args):
-    return subprocess.run([sys.executable, str(PEER), *args], capture_output=True, text=True, timeout=120)
+
+def workload(model, dataset, batch, input_shape, classes, params, forward_flops, optimizer,
+             **more) -> dict:
+    """One entry of `trainbench --list_models --json` (format 1)."""
+    entry = {"model": model, "dataset": dataset,
+             "task": "classification" if classes else "regression", "classes": classes,
+             "input_shape": list(input_shape), "seq_len": 0, "batch": batch, "gpu_batch": batch,
+             "warmup_steps": 2, "epochs": 1, "real_data_only": False,
+             "optimizer": {"kind": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0,
+                           "beta1": 0.9, "beta2": 0.999, "eps": 1e-08, "lr_reference_batch": 0,
+                           **optimizer},
+             "params": params, "forward_flops_per_sample": float(forward_flops),
+             "train_flops_per_sample": 3.0 * forward_flops}
+    entry.update(more)
+    return entry
+
+
+ADAM = {"kind": "adam", "lr": 0.001}
+RESNET_SGD = {"kind": "sgd", "lr": 0.1, "weight_decay": 0.0001, "lr_reference_batch": 256}
+# trainbench's workloads as models/ defines them today, with their counts (results/SCHEMA.md).
+TODAY = [
+    workload("mlp", "mnist", 100, [784], 10, 1796010, 3588000, ADAM, epochs=5),
+    workload("mlp", "fashion-mnist", 100, [784], 10, 1796010, 3588000, ADAM, epochs=5,
+             real_data_only=True),
+    workload("lenet5", "cifar10", 100, [3, 32, 32], 10, 74966, 1513680, ADAM, epochs=5,
+             warmup_steps=200),
+    workload("lstm", "sine", 20, [1], 0, 236, 14700, {"kind": "adam", "lr": 0.01}, seq_len=35,
+             epochs=20),
+    workload("resnet152", "cifar10", 128, [3, 32, 32], 10, 58164298, 469901312, RESNET_SGD),
+    workload("resnet152", "imagenet", 8, [3, 224, 224], 1000, 60192808, 23027253248, RESNET_SGD,
+             gpu_batch=128),
+]
+# A model trainbench might add that the peer has no PyTorch definition of.
+FIFTH = workload("toymodel", "blobs", 16, [8], 4, 40, 64, ADAM)
+
+
+def fake_trainbench(folder: Path, workloads=None, *, listing: str | None = None,
+                    header: str | None = FAKE_HEADER) -> Path:
+    """An executable that answers as trainbench does: --csv_header prints `header` (None: it
+    refuses the flag, as an old trainbench), --list_models (with or without --json) prints
+    `listing`, by default the JSON of `workloads` (TODAY unless given)."""
+    if listing is None:
+        listing = json.dumps({"format": 1, "workloads": TODAY if workloads is None else workloads})
+    path = folder / "trainbench"
+    path.write_text(f"""#!{sys.executable}
+import sys
+args = sys.argv[1:]
+if args == ["--csv_header"] and {header!r} is not None:
+    print({header!r})
+elif "--list_models" in args:
+    sys.stdout.write({listing!r})
+else:
+    print(f"trainbench: error: unknown flag '{{args[-1]}}' (see trainbench --help)", file=sys.stderr)
+    sys.exit(2)
+""")
+    path.chmod(0o755)
+    return path
+
+
+def run(*args, env=None):
+    environment = {k: v for k, v in os.environ.items() if k != "TRAINBENCH"}
+    environment.update(env or {})
+    return subprocess.run([sys.executable, str(PEER), *map(str, args)], capture_output=True,
+                          text=True, timeout=120, env=environment)
+
+
+def one_line(r) -> str:
+    """The single line of an error that exits 2 before anything runs."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and r.stdout == "", (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def test_bad_flags_answer_in_one_line(tmp_path):
+    binary = fake_trainbench(tmp_path)
+    for args in (["--filter", "no-such-model"], ["--threads", "0"], ["--optimizer", "lbfgs"],
+                 ["--lr", "-1"]):
+        assert args[0] in one_line(run(*args, "--trainbench", binary)), args
+
+
+@pytest.mark.parametrize("header", ["a,b,c", "trainbench-minus-one"])
+def test_refuses_a_csv_with_another_header(tmp_path, header):
+    if header == "trainbench-minus-one":
+        header = FAKE_HEADER.rsplit(",", 1)[0]  # another trainbench schema
+    path = tmp_path / "other.csv"
+    path.write_text(header + "\n")
+    line = one_line(run("--filter", "lstm", "--csv", path, "--trainbench", fake_trainbench(tmp_path)))
+    assert "Nothing was written" in line
+    assert path.read_text() == header + "\n"
 
 
 def test_the_cpu_runs_fp32_only():
@@ -24,11 +128,108 @@ def test_an_unknown_precision_is_named():
     assert "unknown precision 'fp8'" in r.stderr
 
 
-def test_gpu_names_carry_the_precision_and_the_gpu_batch():
+def test_gpu_names_carry_the_precision_and_the_gpu_batch(tmp_path):
     # A filter that matches nothing lists every name it would have run.
-    r = run("--device=cuda", "--filter=no-such-benchmark")
-    assert r.returncode == 2
+    r = run("--device=cuda", "--filter=no-such-benchmark", "--trainbench", fake_trainbench(tmp_path))
+    message = one_line(r)
     for precision in ("fp32", "tf32", "fp16", "bf16"):
-        assert f"train/resnet152/imagenet/gpu:1/{precision}/bs:128" in r.stderr
-        assert f"train/mlp/mnist/gpu:1/{precision}/bs:100" in r.stderr
-    assert "/cpu" not in r.stderr
+        assert f"train/resnet152/imagenet/gpu:1/{precision}/bs:128" in message
+        assert f"train/mlp/mnist/gpu:1/{precision}/bs:100" in message
+    assert "/cpu" not in message
+
+
+def test_the_names_come_from_the_json(tmp_path):
+    changed = copy.deepcopy(TODAY) + [FIFTH]
+    changed[0]["batch"] = changed[0]["gpu_batch"] = 64         # mlp/mnist
+    changed[5]["gpu_batch"] = 96                                # resnet152/imagenet on a GPU
+    binary = fake_trainbench(tmp_path, changed)
+    message = one_line(run("--threads=1", "--filter=no-such-benchmark", "--trainbench", binary))
+    names = message.split(" they are ", 1)[1].split(", ")
+    device = "cpu" if len(os.sched_getaffinity(0)) == 1 else "cpu:1"
+    assert names == [f"train/{w['model']}/{w['dataset']}/{device}/fp32/bs:{w['batch']}"
+                     for w in changed]
+    assert f"train/mlp/mnist/{device}/fp32/bs:64" in names
+    assert f"train/toymodel/blobs/{device}/fp32/bs:16" in names
+    gpu = one_line(run("--device=cuda", "--precisions=fp32", "--filter=no-such-benchmark",
+                       "--trainbench", binary))
+    assert "train/resnet152/imagenet/gpu:1/fp32/bs:96" in gpu
+    # --batch sets every workload's batch, as trainbench --batch does.
+    batch = one_line(run("--threads=1", "--batch=7", "--filter=no-such-benchmark", "--trainbench", binary))
+    assert all(name.endswith("/bs:7") for name in batch.split(" they are ", 1)[1].split(", "))
+
+
+def test_trainbench_comes_from_the_environment(tmp_path):
+    binary = fake_trainbench(tmp_path, TODAY + [FIFTH])
+    r = run("--filter=train/toymodel/", env={"TRAINBENCH": str(binary)})
+    assert r.returncode == 0, r.stderr
+    assert "toymodel" in r.stderr
+
+
+def test_a_model_without_a_pytorch_definition_is_skipped_with_a_note(tmp_path):
+    """Its benchmarks are named on one line that says why; nothing fails, and nothing else
+    runs when the filter matched only them (torch is never loaded)."""
+    binary = fake_trainbench(tmp_path, TODAY + [FIFTH])
+    out = tmp_path / "rows.csv"
+    r = run("--device=cuda", "--filter=train/toymodel/", "--trainbench", binary, "--csv", out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "no PyTorch definition of model 'toymodel'" in lines[0]
+    for precision in ("fp32", "tf32", "fp16", "bf16"):
+        assert f"train/toymodel/blobs/gpu:1/{precision}/bs:16" in lines[0]
+    assert not out.exists()
+
+
+def test_a_real_data_only_workload_is_skipped_with_a_note(tmp_path):
+    r = run("--threads=1", "--filter=fashion", "--trainbench", fake_trainbench(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "train/mlp/fashion-mnist/" in lines[0], r.stderr
+    assert "real data only" in lines[0]
+
+
+def test_a_missing_binary_is_named_with_the_fix(tmp_path):
+    missing = tmp_path / "build" / "trainbench"
+    for args, env in ((["--trainbench", missing], None), ([], {"TRAINBENCH": str(missing)})):
+        for mode in ([], ["--list_models"]):
+            line = one_line(run(*args, *mode, env=env))
+            assert str(missing) in line
+            assert "cmake --build build/release" in line and "--trainbench PATH" in line
+            assert "$TRAINBENCH" in line
+
+
+def test_a_trainbench_without_json_is_too_old(tmp_path):
+    # An older trainbench takes --json as nothing and prints its table.
+    table = ("model      dataset    batch       params fwd GFLOP/sample train GFLOP/step\n"
+             "mlp        mnist        100      1796010         0.003588           1.0764\n")
+    old = fake_trainbench(tmp_path, listing=table)
+    line = one_line(run("--trainbench", old))
+    assert str(old) in line and "--json" in line and "cmake --build build/release" in line
+
+
+def test_a_trainbench_that_refuses_a_flag_is_too_old(tmp_path):
+    no_header = fake_trainbench(tmp_path, header=None)
+    line = one_line(run("--filter=mlp/mnist", "--trainbench", no_header))
+    assert f"{no_header} --csv_header" in line and "status 2" in line
+    assert "unknown flag '--csv_header'" in line and "cmake --build build/release" in line
+
+
+def test_malformed_json_names_the_binary(tmp_path):
+    no_params = copy.deepcopy(TODAY)
+    del no_params[2]["params"]
+    bad_kind = copy.deepcopy(TODAY)
+    bad_kind[4]["optimizer"]["kind"] = "lamb"
+    cases = {
+        '{"format": 1, "workloads": [': "Expecting",
+        json.dumps({"format": 2, "workloads": TODAY}): "format 2",
+        json.dumps({"format": 1, "workloads": []}): "no list of workloads",
+        json.dumps({"format": 1, "workloads": no_params}): "workload lenet5/cifar10 has no 'params'",
+        json.dumps({"format": 1, "workloads": bad_kind}): "optimizer kind 'lamb'",
+    }
+    for i, (listing, why) in enumerate(cases.items()):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        binary = fake_trainbench(folder, listing=listing)
+        line = one_line(run("--trainbench", binary))
+        assert f"{binary} --list_models --json" in line and why in line, line

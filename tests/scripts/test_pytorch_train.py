@@ -1,27 +1,32 @@
-"""Tests of scripts/peers/pytorch_train.py, the PyTorch baseline of issue 7: its models count
-the parameters and FLOPs trainbench counts (its --list_models against trainbench's), a short
-run writes rows trainbench's readers take (trainbench's columns, its benchmark names, one row
-per repetition and a median), and a CSV with another header is refused untouched.
+"""Tests of scripts/peers/pytorch_train.py, the PyTorch baseline of issue 7, with torch: its
+models count the parameters and FLOPs trainbench counts (its --list_models against
+`trainbench --list_models --json` and trainbench's own table), a short run writes rows
+trainbench's readers take (trainbench's columns and benchmark names, the workload's optimizer,
+parameters and FLOPs from the JSON, one row per repetition and a median), a PyTorch definition
+that drifted from trainbench's fails its row naming both counts, a model without one is skipped
+while the others run, and --optimizer and --lr override as trainbench's do. (What the script
+does before it loads torch, test_pytorch_flags.py tests without it.)
 
 Skipped, with the reason, where the distribution's Python cannot import torch (it is optional:
-scripts/compare_pytorch.sh installs it). Runs on one thread to stay short on shared machines."""
+scripts/compare_pytorch.sh installs it); the tests that ask the real trainbench skip where no
+build answers --list_models --json. Runs on one thread to stay short on shared machines."""
+import copy
 import csv
+import importlib.util
+import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import ROOT, SCRIPTS
+from test_pytorch_flags import FIFTH, TODAY, fake_trainbench
 
 PEER = SCRIPTS / "peers" / "pytorch_train.py"
-MLP_PARAMS, LSTM_PARAMS = 1796010, 236
-
-# results/SCHEMA.md's table, for machines without a trainbench binary to ask.
-SCHEMA_PARAMS = {("mlp", "mnist"): 1796010, ("lenet5", "cifar10"): 74966, ("lstm", "sine"): 236,
-                 ("resnet152", "cifar10"): 58164298, ("resnet152", "imagenet"): 60192808}
+PYTORCH_MODELS = {"mlp", "lenet5", "lstm", "resnet152"}  # the models the peer defines
 
 
 def torch_importable() -> bool:
@@ -49,17 +54,31 @@ def trainbench_binary() -> Path | None:
     return None
 
 
-def trainbench_columns() -> list[str]:
-    """trainbench's header: the binary's --csv_header where it has one, else the list in the
-    source (bench/csv.cpp), read here independently of the script."""
+@pytest.fixture(scope="module")
+def trainbench() -> Path:
+    """The repository's trainbench, when one is built recently enough to have --json."""
     binary = trainbench_binary()
-    if binary:
-        r = subprocess.run([str(binary), "--csv_header"], capture_output=True, text=True, timeout=60)
-        if r.returncode == 0 and r.stdout.startswith("schema_version,"):
-            return r.stdout.strip().split(",")
-    text = (ROOT / "bench" / "csv.cpp").read_text()
-    body = re.search(r"csv_columns\(\)\s*\{.*?\{(.*?)\};", text, re.S).group(1)
-    return re.findall(r'"([^"]+)"', body)
+    if binary is None:
+        pytest.skip("no trainbench binary to compare with (build the release preset, or set $TRAINBENCH)")
+    r = subprocess.run([str(binary), "--list_models", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0 or not r.stdout.lstrip().startswith("{"):
+        pytest.skip(f"{binary} has no --list_models --json yet (a stale build: rebuild it)")
+    return binary
+
+
+@pytest.fixture(scope="module")
+def trainbench_workloads(trainbench) -> dict:
+    """(model, dataset) -> the binary's JSON entry."""
+    r = subprocess.run([str(trainbench), "--list_models", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    return {(w["model"], w["dataset"]): w for w in json.loads(r.stdout)["workloads"]}
+
+
+def trainbench_columns(binary: Path) -> list[str]:
+    r = subprocess.run([str(binary), "--csv_header"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("schema_version,"), r.stderr
+    return r.stdout.strip().split(",")
 
 
 def run_peer(*args, timeout=300) -> subprocess.CompletedProcess:
@@ -75,36 +94,39 @@ def model_table(stdout: str) -> dict:
         cells = line.split()
         if len(cells) == 6:
             rows[(cells[0], cells[1])] = (int(cells[3]), cells[4], cells[5])
+        elif not cells:
+            break  # trainbench's memory plans follow its table
     return rows
 
 
 @pytest.fixture(scope="module")
-def peer_models():
-    r = run_peer("--list_models")
+def peer_models(trainbench):
+    r = run_peer("--list_models", "--trainbench", trainbench)
     assert r.returncode == 0, r.stderr
     return model_table(r.stdout)
 
 
-def test_list_models_counts_what_trainbench_counts(peer_models):
-    assert set(peer_models) == set(SCHEMA_PARAMS)
-    for key, params in SCHEMA_PARAMS.items():
-        assert peer_models[key][0] == params, key
-    binary = trainbench_binary()
-    if binary is None:
-        pytest.skip("no trainbench binary to compare FLOPs with (build the release preset)")
-    r = subprocess.run([str(binary), "--list_models"], capture_output=True, text=True, timeout=60)
+def test_list_models_counts_what_trainbench_counts(trainbench, trainbench_workloads, peer_models):
+    ours = {key for key in trainbench_workloads if key[0] in PYTORCH_MODELS}
+    assert set(peer_models) == ours
+    for key, (params, forward, _) in peer_models.items():
+        w = trainbench_workloads[key]
+        assert params == w["params"], key
+        assert forward == f"{w['forward_flops_per_sample'] * 1e-9:.6g}", key
+        assert w["train_flops_per_sample"] == pytest.approx(3 * w["forward_flops_per_sample"], rel=1e-12)
+    r = subprocess.run([str(trainbench), "--list_models"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     theirs = model_table(r.stdout)
-    for key, ours in peer_models.items():
-        assert ours == theirs[key], (key, ours, theirs[key])
+    for key, row in peer_models.items():
+        assert row == theirs[key], (key, row, theirs[key])
 
 
 @pytest.fixture(scope="module")
-def short_run(tmp_path_factory):
+def short_run(tmp_path_factory, trainbench):
     """mlp and lstm, one thread, two short repetitions, into a new CSV."""
     out = tmp_path_factory.mktemp("peer") / "pytorch.csv"
-    r = run_peer("--filter", "train/(mlp|lstm)/", "--threads", 1, "--min_time", 0.05,
-                 "--repetitions", 2, "--peak_gflops", 100, "--csv", out)
+    r = run_peer("--filter", "train/(mlp/mnist|lstm)/", "--threads", 1, "--min_time", 0.05,
+                 "--repetitions", 2, "--peak_gflops", 100, "--csv", out, "--trainbench", trainbench)
     assert r.returncode == 0, r.stdout + r.stderr
     with open(out, newline="") as f:
         header = next(csv.reader(f))
@@ -113,29 +135,32 @@ def short_run(tmp_path_factory):
     return r, out, header, rows
 
 
-def test_rows_have_trainbench_columns_names_and_values(short_run, peer_models):
+def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, trainbench_workloads):
     r, _, header, rows = short_run
-    assert header == trainbench_columns()
+    assert header == trainbench_columns(trainbench)
     cores = len(os.sched_getaffinity(0))
     device = "cpu" if cores == 1 else "cpu:1"
-    expected = {f"train/mlp/mnist/{device}/fp32/bs:100": (MLP_PARAMS, ("mlp", "mnist")),
-                f"train/lstm/sine/{device}/fp32/bs:20": (LSTM_PARAMS, ("lstm", "sine"))}
+    expected = {}
+    for key in (("mlp", "mnist"), ("lstm", "sine")):
+        w = trainbench_workloads[key]
+        expected[f"train/{key[0]}/{key[1]}/{device}/fp32/bs:{w['batch']}"] = w
     assert {row["benchmark"] for row in rows} == set(expected)
-    for name, (params, key) in expected.items():
+    for name, w in expected.items():
         mine = [row for row in rows if row["benchmark"] == name]
         iterations = [row for row in mine if row["run_type"] == "iteration"]
         medians = [row for row in mine if row["run_type"] == "aggregate"]
         assert [row["repetition"] for row in iterations] == ["0", "1"]
         assert [row["aggregate"] for row in medians] == ["median"]
         for row in mine:
-            assert row["schema_version"] == "2" and row["status"] == "ok", row
+            assert row["schema_version"] == "3" and row["status"] == "ok", row
             assert row["kind"] == "train" and row["device"] == device and row["threads"] == "1"
-            assert row["precision"] == "fp32" and row["optimizer"] == "sgd"
+            assert row["precision"] == "fp32" and row["batch"] == str(w["batch"])
+            assert row["optimizer"] == w["optimizer"]["kind"]  # no --optimizer: the workload's
+            assert row["warmup_steps"] == str(w["warmup_steps"])
+            assert row["data_source"] == ("generated" if w["task"] == "regression" else "synthetic")
             assert row.get("framework", "pytorch") == "pytorch"
-            assert int(row["params"]) == params
-            # trainbench's training FLOPs: 3 x its forward GFLOP/sample of --list_models
-            fwd = float(peer_models[key][1]) * 1e9
-            assert float(row["train_flops_per_sample"]) == pytest.approx(3 * fwd, rel=1e-5)
+            assert int(row["params"]) == w["params"]
+            assert float(row["train_flops_per_sample"]) == pytest.approx(w["train_flops_per_sample"], rel=1e-5)
             assert float(row["samples_per_s"]) > 0 and int(row["iterations"]) >= 1
             if row["run_type"] == "iteration":  # a median of each column is not a product
                 assert float(row["samples_per_s"]) * float(row["step_time_s"]) == pytest.approx(
@@ -156,32 +181,74 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, peer_models):
     assert "BLAS:" in r.stderr
 
 
-def test_appending_keeps_one_header(short_run):
+def test_appending_keeps_one_header_and_optimizer_overrides(short_run, trainbench):
     _, out, header, rows = short_run
     before = out.read_text().splitlines()
-    r = run_peer("--filter", "lstm", "--threads", 1, "--min_time", 0, "--csv", out)
+    r = run_peer("--filter", "lstm", "--threads", 1, "--min_time", 0, "--optimizer", "sgd",
+                 "--csv", out, "--trainbench", trainbench)
     assert r.returncode == 0, r.stderr
     lines = out.read_text().splitlines()
     assert lines[:len(before)] == before and len(lines) == len(before) + 1
     assert sum(line.startswith("schema_version,") for line in lines) == 1
+    with open(out, newline="") as f:
+        last = list(csv.DictReader(f))[-1]
+    assert last["benchmark"].startswith("train/lstm/") and last["optimizer"] == "sgd"
 
 
-@pytest.mark.parametrize("header", ["a,b,c", "trainbench-minus-one"])
-def test_refuses_a_csv_with_another_header(tmp_path, header):
-    if header == "trainbench-minus-one":
-        header = ",".join(trainbench_columns()[:-1])  # another trainbench schema
-    path = tmp_path / "other.csv"
-    path.write_text(header + "\n")
-    r = run_peer("--filter", "lstm", "--csv", path, timeout=60)
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Nothing was written" in lines[0], r.stderr
-    assert path.read_text() == header + "\n"
+def test_a_drifted_definition_fails_its_row_naming_both_counts(tmp_path):
+    drifted = copy.deepcopy(TODAY)
+    drifted[0]["params"] += 1                          # mlp/mnist
+    drifted[3]["forward_flops_per_sample"] = 14800.0   # lstm/sine; PyTorch's count is 14700
+    out = tmp_path / "rows.csv"
+    r = run_peer("--filter", "train/(mlp/mnist|lstm)/", "--threads", 1, "--min_time", 0,
+                 "--csv", out, "--trainbench", fake_trainbench(tmp_path, drifted))
+    assert r.returncode == 1, r.stdout + r.stderr
+    with open(out, newline="") as f:
+        rows = {row["model"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {"mlp", "lstm"}
+    assert all(row["status"] == "failed" for row in rows.values()), rows
+    assert "mlp/mnist: 1796010 parameters in PyTorch, 1796011 in trainbench" in rows["mlp"]["message"]
+    assert "14700 forward FLOPs per sample in PyTorch, 14800 in trainbench" in rows["lstm"]["message"]
+    assert "FAILED: mlp/mnist: 1796010 parameters" in r.stdout
 
 
-def test_bad_flags_answer_in_one_line():
-    for args in (["--filter", "no-such-model"], ["--threads", "0"], ["--optimizer", "lbfgs"]):
-        r = run_peer(*args, timeout=60)
-        assert r.returncode == 2, (args, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+def test_a_model_without_a_definition_is_skipped_while_the_others_run(tmp_path):
+    out = tmp_path / "rows.csv"
+    r = run_peer("--filter", "train/(toymodel|lstm)/", "--threads", 1, "--min_time", 0.05,
+                 "--csv", out, "--trainbench", fake_trainbench(tmp_path, TODAY + [FIFTH]))
+    assert r.returncode == 0, r.stdout + r.stderr
+    skipped = [line for line in r.stderr.splitlines() if "toymodel" in line]
+    assert len(skipped) == 1 and "no PyTorch definition of model 'toymodel'" in skipped[0], r.stderr
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["model"], row["status"]) for row in rows] == [("lstm", "ok")]
+
+
+@pytest.fixture(scope="module")
+def peer_module():
+    """The script as a module (its flags, environment and runs sit under __main__)."""
+    spec = importlib.util.spec_from_file_location("pytorch_train", PEER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("flags, model, dataset, batch, kind, lr", [
+    ({}, "resnet152", "cifar10", 128, "sgd", 0.1 * 128 / 256),   # scaled with the batch
+    ({}, "resnet152", "imagenet", 8, "sgd", 0.1 * 8 / 256),
+    ({}, "lstm", "sine", 20, "adam", 0.01),
+    ({"optimizer": "sgd"}, "mlp", "mnist", 100, "sgd", 0.01),     # trainbench --optimizer's lr
+    ({"optimizer": "adam"}, "resnet152", "cifar10", 128, "adam", 0.001),
+    ({"lr": 0.5}, "resnet152", "cifar10", 128, "sgd", 0.5),       # --lr alone: not scaled
+    ({"optimizer": "sgd", "lr": 0.2}, "lstm", "sine", 20, "sgd", 0.2),
+])
+def test_the_optimizer_is_trainbench_s(peer_module, flags, model, dataset, batch, kind, lr):
+    entry = next(w for w in TODAY if (w["model"], w["dataset"]) == (model, dataset))
+    w = peer_module.workload_from_json(entry, 0)
+    o = peer_module.optimizer_of(w, batch, SimpleNamespace(**{"optimizer": None, "lr": None, **flags}))
+    assert (o.kind, o.lr) == (kind, pytest.approx(lr))
+    # What --optimizer does not reset stays the workload's, as in trainbench.
+    j = entry["optimizer"]
+    assert (o.momentum, o.weight_decay, o.beta1, o.beta2, o.eps) == (
+        j["momentum"], j["weight_decay"], j["beta1"], j["beta2"], j["eps"])
