@@ -11,7 +11,7 @@
 namespace tb::bench {
 namespace {
 
-std::string accuracy(double v) { return v < 0 ? "" : number(v); }      // -1: a regression task has none
+std::string accuracy(double v) { return v < 0 ? "" : number(v); }        // -1: a regression task has none
 std::string time_to_target(double v) { return v < 0 ? "" : number(v); }  // -1: never reached
 std::string throttle(double mask) { return telemetry::throttle_reason_names(std::uint64_t(mask)); }
 

@@ -55,8 +55,8 @@ int parse_count(const std::string& name, const std::string& text, const char* ex
 void gpu_config(DeviceConfig& d, const Flags& flags) {
   const std::string& name = d.name;
   const std::size_t jobs_at = name.find("/jobs:");
-  const int gpus = parse_count(name, name.substr(4, jobs_at == std::string::npos ? std::string::npos : jobs_at - 4),
-                               "gpu:1");
+  const int gpus =
+      parse_count(name, name.substr(4, jobs_at == std::string::npos ? std::string::npos : jobs_at - 4), "gpu:1");
   const int jobs = jobs_at == std::string::npos ? 0 : parse_count(name, name.substr(jobs_at + 6), "gpu:1/jobs:2");
   if (jobs && gpus != 1) throw InputError(fmt::format("--devices: '{}': jobs share one GPU, e.g. gpu:1/jobs:2", name));
   const World& w = world();
@@ -78,13 +78,17 @@ void gpu_config(DeviceConfig& d, const Flags& flags) {
   if (!inv.unavailable.empty())
     d.skip_reason = fmt::format("{}: {}", name, inv.unavailable);
   else if (across_ranks && gpus != w.size)
-    d.skip_reason = fmt::format("{}: under mpirun -np {} the GPU configurations are gpu:1 (rank 0) and gpu:{} (one "
-                                "GPU per rank)", name, w.size, w.size);
+    d.skip_reason = fmt::format(
+        "{}: under mpirun -np {} the GPU configurations are gpu:1 (rank 0) and gpu:{} (one "
+        "GPU per rank)",
+        name, w.size, w.size);
   else if (!across_ranks && gpus > int(inv.devices.size()))
     d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", name, gpus, inv.devices.size());
   else if (highest >= int(inv.devices.size()))
-    d.skip_reason = fmt::format("{}: CUDA device {} (--gpus, or the rank's local index) does not exist; this machine "
-                                "has devices 0 to {}", name, highest, int(inv.devices.size()) - 1);
+    d.skip_reason = fmt::format(
+        "{}: CUDA device {} (--gpus, or the rank's local index) does not exist; this machine "
+        "has devices 0 to {}",
+        name, highest, int(inv.devices.size()) - 1);
 }
 
 }  // namespace
@@ -126,8 +130,8 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
       else if (ranks != w.size)
         d.skip_reason = fmt::format("{}: this job has {} ranks (mpi:{})", name, w.size, w.size);
     } else {
-      throw InputError(fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, gpu:N, gpu:1/jobs:K or mpi:N",
-                                   name));
+      throw InputError(
+          fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, gpu:N, gpu:1/jobs:K or mpi:N", name));
     }
     if (w.size > 1 && (d.parallel == Mode::Jobs || d.parallel == Mode::NcclThreads) && d.skip_reason.empty())
       d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", name);
@@ -145,8 +149,10 @@ std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& 
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& p : names) {
     std::string reason;
-    if (!gpu && p != "fp32") reason = fmt::format("the CPU backend trains in fp32 only, not {}", p);
-    else if (gpu && d.skip_reason.empty()) reason = gpu_precision_unsupported(d.gpu_ordinal, p);
+    if (!gpu && p != "fp32")
+      reason = fmt::format("the CPU backend trains in fp32 only, not {}", p);
+    else if (gpu && d.skip_reason.empty())
+      reason = gpu_precision_unsupported(d.gpu_ordinal, p);
     out.emplace_back(p, reason);
   }
   return out;
@@ -159,10 +165,11 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
   if (!flags.data_dir.empty()) {
     std::error_code ec;
     if (!std::filesystem::exists(dir, ec))
-      throw InputError(fmt::format("--data_dir={}: no such folder (leave the flag out to train on synthetic data, "
-                                   "or give the folder that holds mnist/, fashion-mnist/, cifar10/)", dir));
-    if (!std::filesystem::is_directory(dir, ec))
-      throw InputError(fmt::format("--data_dir={}: is not a folder", dir));
+      throw InputError(
+          fmt::format("--data_dir={}: no such folder (leave the flag out to train on synthetic data, "
+                      "or give the folder that holds mnist/, fashion-mnist/, cifar10/)",
+                      dir));
+    if (!std::filesystem::is_directory(dir, ec)) throw InputError(fmt::format("--data_dir={}: is not a folder", dir));
   }
   const auto devices = device_configs(flags, cores);
   std::set<std::string> noted;  // datasets absent under --data_dir, said once
@@ -173,9 +180,10 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
     for (int ordinal : d.gpu_ordinals)
       if (ordinal < int(inv.devices.size()) &&
           flags.gpu_memory_limit > inv.devices[std::size_t(ordinal)].memory_gib * double(1 << 30))
-        throw InputError(fmt::format("--gpu_memory_limit: {:.0f} bytes is more than CUDA device {}'s {:.1f} GiB; give "
-                                     "at most that, or a fraction (0.5)", flags.gpu_memory_limit, ordinal,
-                                     inv.devices[std::size_t(ordinal)].memory_gib));
+        throw InputError(
+            fmt::format("--gpu_memory_limit: {:.0f} bytes is more than CUDA device {}'s {:.1f} GiB; give "
+                        "at most that, or a fraction (0.5)",
+                        flags.gpu_memory_limit, ordinal, inv.devices[std::size_t(ordinal)].memory_gib));
   }
   for (const Kind kind : {Kind::Train, Kind::Epochs}) {
     for (const models::Workload& w : models::workloads()) {

@@ -149,8 +149,8 @@ CsvWriter::CsvWriter(const std::string& path) : path_(path) {
   // Non-blocking, so that a FIFO put there since the check cannot hang the open; fstat decides.
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd_ < 0)
-    throw InputError(fmt::format("--csv={}: cannot be opened for reading and appending ({})", path,
-                                 std::strerror(errno)));
+    throw InputError(
+        fmt::format("--csv={}: cannot be opened for reading and appending ({})", path, std::strerror(errno)));
   try {
     if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
       throw InputError(fmt::format("--csv={}: is {}, not a file", path, kind_of(st.st_mode)));
@@ -173,21 +173,22 @@ CsvWriter::CsvWriter(const std::string& path) : path_(path) {
     if (first != header) {
       const auto fields = csv_split(first);
       const bool ours = !fields.empty() && fields[0] == "schema_version";
-      throw InputError(fmt::format(
-          "--csv={}: the file exists with {} ({} columns{}); trainbench schema {} has {} columns. "
-          "Nothing was written: give a new file name, or move the old file away.",
-          path, ours ? "another trainbench schema" : "a header that is not trainbench's", fields.size(),
-          eol == std::string::npos && head.size() == kMaxHeaderBytes ? ", a first line over 64 KiB" : "",
-          kSchemaVersion, csv_columns().size()));
+      throw InputError(
+          fmt::format("--csv={}: the file exists with {} ({} columns{}); trainbench schema {} has {} columns. "
+                      "Nothing was written: give a new file name, or move the old file away.",
+                      path, ours ? "another trainbench schema" : "a header that is not trainbench's", fields.size(),
+                      eol == std::string::npos && head.size() == kMaxHeaderBytes ? ", a first line over 64 KiB" : "",
+                      kSchemaVersion, csv_columns().size()));
     }
     // A last row cut short (a full disk, a killed run) stays on its own line: never glued.
     char last = '\n';
     if (::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') {
       if (!write_all(fd_, "\n", 1))
         throw InputError(fmt::format("--csv={}: cannot repair its last line ({})", path, std::strerror(errno)));
-      std::cerr << fmt::format("trainbench: note: --csv={} did not end with a line break (a row cut short by an "
-                               "earlier run?); that line stays as it was, and new rows start on the next line\n",
-                               path);
+      std::cerr << fmt::format(
+          "trainbench: note: --csv={} did not end with a line break (a row cut short by an "
+          "earlier run?); that line stays as it was, and new rows start on the next line\n",
+          path);
     }
   } catch (...) {
     ::close(fd_);
@@ -216,10 +217,10 @@ void CsvWriter::write_row(const Row& row) {
   const WriteGuard guard;  // a SIGINT now waits for the row
   if (!write_all(fd_, line.data(), line.size())) {
     const int error = errno;
-    throw CsvWriteError(fmt::format(
-        "--csv={}: writing the row of {} failed ({}){}; the last row on disk is {}. The run stops here.", path_,
-        benchmark, std::strerror(error), error == ENOSPC ? ": the disk is full" : "",
-        last_.empty() ? "none of this run's" : "the one of " + last_));
+    throw CsvWriteError(
+        fmt::format("--csv={}: writing the row of {} failed ({}){}; the last row on disk is {}. The run stops here.",
+                    path_, benchmark, std::strerror(error), error == ENOSPC ? ": the disk is full" : "",
+                    last_.empty() ? "none of this run's" : "the one of " + last_));
   }
   last_ = benchmark;
 }

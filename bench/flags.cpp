@@ -53,8 +53,10 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
     char* end = nullptr;
     const double x = std::strtod(v->c_str(), &end);
     if (v->empty() || *end != '\0' || !std::isfinite(x) || x < 0)
-      throw InputError(fmt::format("--benchmark_min_time: '{}' is not a number of seconds >= 0 (e.g. 0.5; Google "
-                                   "Benchmark {} takes seconds only, no '10x' iteration counts)", *v, "1.7.1"));
+      throw InputError(
+          fmt::format("--benchmark_min_time: '{}' is not a number of seconds >= 0 (e.g. 0.5; Google "
+                      "Benchmark {} takes seconds only, no '10x' iteration counts)",
+                      *v, "1.7.1"));
   } else if (auto v = value("benchmark_filter")) {
     f.benchmark_filter = *v;
   }
@@ -78,14 +80,20 @@ double parse_memory(const std::string& flag, const std::string& v) {
   double x = std::strtod(v.c_str(), &end);
   const std::string suffix = end ? std::string(end) : std::string();
   double unit = 1;
-  if (suffix == "KiB") unit = 1024.0;
-  else if (suffix == "MiB") unit = 1024.0 * 1024;
-  else if (suffix == "GiB") unit = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty()) x = -1;
+  if (suffix == "KiB")
+    unit = 1024.0;
+  else if (suffix == "MiB")
+    unit = 1024.0 * 1024;
+  else if (suffix == "GiB")
+    unit = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty())
+    x = -1;
   x *= unit;
   if (v.empty() || !std::isfinite(x) || !(x > 0) || (unit == 1 && x > 1 && x != std::floor(x)))
-    throw InputError(fmt::format("--{}: '{}' is neither a byte count (e.g. 8GiB, 512MiB, 1000000000) nor a "
-                                 "fraction of the device's memory in (0, 1] (e.g. 0.5)", flag, v));
+    throw InputError(
+        fmt::format("--{}: '{}' is neither a byte count (e.g. 8GiB, 512MiB, 1000000000) nor a "
+                    "fraction of the device's memory in (0, 1] (e.g. 0.5)",
+                    flag, v));
   constexpr double kMaxBytes = double(std::uint64_t(1) << 50);  // 1 PiB: more than any GPU holds
   if (x > kMaxBytes)
     throw InputError(fmt::format("--{}: '{}' is more than 1 PiB, more memory than any GPU has", flag, v));
@@ -190,8 +198,7 @@ Flags parse_flags(int& argc, char** argv) {
     } else if (auto v = value_of("warmup_steps")) {
       f.warmup_steps = parse_int("warmup_steps", *v, 0, kMaxSteps);
     } else if (auto v = value_of("optimizer")) {
-      if (*v != "sgd" && *v != "adam")
-        throw InputError(fmt::format("--optimizer: '{}' is not one of sgd, adam", *v));
+      if (*v != "sgd" && *v != "adam") throw InputError(fmt::format("--optimizer: '{}' is not one of sgd, adam", *v));
       f.optimizer = *v;
     } else if (auto v = value_of("lr")) {
       f.lr = parse_positive("lr", *v, 1e6, "the largest learning rate trainbench takes (any step would diverge)");
@@ -230,7 +237,8 @@ Flags parse_flags(int& argc, char** argv) {
     } else if (auto v = value_of("epochs")) {
       f.epochs = parse_int("epochs", *v, 1, kMaxEpochs);
     } else if (auto v = value_of("target_accuracy")) {
-      f.target_accuracy = parse_positive("target_accuracy", *v, 1, "the highest accuracy (a fraction in (0, 1], e.g. 0.85)");
+      f.target_accuracy =
+          parse_positive("target_accuracy", *v, 1, "the highest accuracy (a fraction in (0, 1], e.g. 0.85)");
     } else {
       check_benchmark_flag(arg, f);
       argv[out++] = argv[i];

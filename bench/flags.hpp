@@ -9,27 +9,27 @@
 namespace tb::bench {
 
 struct Flags {
-  std::string csv;                    // --csv=FILE
-  std::optional<std::int64_t> batch;  // --batch=N, overrides every model's default
-  std::vector<std::string> devices;   // --devices=cpu,cpu:1
+  std::string csv;                           // --csv=FILE
+  std::optional<std::int64_t> batch;         // --batch=N, overrides every model's default
+  std::vector<std::string> devices;          // --devices=cpu,cpu:1
   std::optional<std::int64_t> warmup_steps;  // --warmup_steps=N, overrides each model's default
-  std::optional<std::string> optimizer;  // --optimizer=sgd|adam
-  std::optional<double> lr;           // --lr=X
-  std::uint64_t seed = 1;             // --seed=N
-  std::string data_dir;               // --data_dir=DIR (else $TB_DATA_DIR, else ./data)
-  int loader_workers = 0;             // --loader_workers=N
-  int prefetch = 2;                   // --prefetch=K
-  bool augment = false;               // --augment
-  std::optional<std::int64_t> epochs;  // --epochs=E, overrides each model's default
-  double target_accuracy = 0;         // --target_accuracy=X in (0, 1]
-  std::vector<std::string> precisions;  // --precisions=fp32,tf32,fp16,bf16 (default: per device)
-  std::vector<int> gpus;              // --gpus=0,1: CUDA ordinals gpu:N uses (default 0..N-1)
-  double gpu_memory_limit = 0;        // --gpu_memory_limit: bytes (> 1) or a fraction (<= 1); 0: none
-  bool cuda_graph = false;            // --cuda_graph
-  std::string gpu_layout = "auto";    // --gpu_layout=auto|nchw|nhwc
-  bool data_on_device = false;        // --data_on_device
-  std::int64_t iterations = 20;       // --iterations: timed steps of each run under mpirun
-  std::string benchmark_filter = ".";  // Google Benchmark's --benchmark_filter, seen in passing
+  std::optional<std::string> optimizer;      // --optimizer=sgd|adam
+  std::optional<double> lr;                  // --lr=X
+  std::uint64_t seed = 1;                    // --seed=N
+  std::string data_dir;                      // --data_dir=DIR (else $TB_DATA_DIR, else ./data)
+  int loader_workers = 0;                    // --loader_workers=N
+  int prefetch = 2;                          // --prefetch=K
+  bool augment = false;                      // --augment
+  std::optional<std::int64_t> epochs;        // --epochs=E, overrides each model's default
+  double target_accuracy = 0;                // --target_accuracy=X in (0, 1]
+  std::vector<std::string> precisions;       // --precisions=fp32,tf32,fp16,bf16 (default: per device)
+  std::vector<int> gpus;                     // --gpus=0,1: CUDA ordinals gpu:N uses (default 0..N-1)
+  double gpu_memory_limit = 0;               // --gpu_memory_limit: bytes (> 1) or a fraction (<= 1); 0: none
+  bool cuda_graph = false;                   // --cuda_graph
+  std::string gpu_layout = "auto";           // --gpu_layout=auto|nchw|nhwc
+  bool data_on_device = false;               // --data_on_device
+  std::int64_t iterations = 20;              // --iterations: timed steps of each run under mpirun
+  std::string benchmark_filter = ".";        // Google Benchmark's --benchmark_filter, seen in passing
   bool help = false;
   bool list_models = false;  // --list_models
   bool json = false;         // --json (with --list_models)

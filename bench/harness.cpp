@@ -104,13 +104,15 @@ void check_loss_fell(Trainer& trainer) {
   // A loss well above where it started diverged; one about where it started sits on a plateau.
   constexpr float kRose = 1.05f;
   if (!(after <= before * kRose))
-    throw CheckFailed(fmt::format("loss rose: {:.5g} on the first batch before training, {:.5g} after {} steps "
-                                  "(training diverged: lower the learning rate with --lr)",
-                                  before, after, trainer.losses().size()));
-  throw CheckFailed(fmt::format("loss did not fall: {:.5g} on the first batch before training, {:.5g} after {} "
-                                "steps (a model still on its initial plateau needs more steps: raise "
-                                "--warmup_steps)",
-                                before, after, trainer.losses().size()));
+    throw CheckFailed(
+        fmt::format("loss rose: {:.5g} on the first batch before training, {:.5g} after {} steps "
+                    "(training diverged: lower the learning rate with --lr)",
+                    before, after, trainer.losses().size()));
+  throw CheckFailed(
+      fmt::format("loss did not fall: {:.5g} on the first batch before training, {:.5g} after {} "
+                  "steps (a model still on its initial plateau needs more steps: raise "
+                  "--warmup_steps)",
+                  before, after, trainer.losses().size()));
 }
 
 // The timed steps of one benchmark, however many replicas ran them.
@@ -163,8 +165,9 @@ void telemetry_counters(benchmark::State& st, const telemetry::GpuSummary& summa
                         std::vector<std::string>& notes) {
   for (const auto& [name, value] : summary.counters(samples)) st.counters[name] = value;
   if (summary.mem_used_bytes && !summary.mem_is_process)
-    notes.push_back("gpu_mem_used_bytes is the whole device's: NVML does not list this process (a container's "
-                    "PID namespace?)");
+    notes.push_back(
+        "gpu_mem_used_bytes is the whole device's: NVML does not list this process (a container's "
+        "PID namespace?)");
   if (summary.throttle_known && summary.throttle_mask != 0)
     notes.push_back(fmt::format("GPU clocks held back during the timed steps: {}",
                                 telemetry::throttle_reason_names(summary.throttle_mask)));
@@ -209,10 +212,12 @@ void Harness::register_benchmarks(EpochSink on_epoch, RepetitionSink on_repetiti
   on_epoch_ = std::move(on_epoch);
   on_repetition_ = std::move(on_repetition);
   for (const BenchInfo& b : benchmarks_) {
-    auto* registered = benchmark::RegisterBenchmark(b.name.c_str(),
-                                                    [this, &b](benchmark::State& st) { run_benchmark(st, b); });
-    if (b.kind == Kind::Epochs) registered->Iterations(1)->Unit(benchmark::kSecond);
-    else registered->Unit(benchmark::kMillisecond);
+    auto* registered =
+        benchmark::RegisterBenchmark(b.name.c_str(), [this, &b](benchmark::State& st) { run_benchmark(st, b); });
+    if (b.kind == Kind::Epochs)
+      registered->Iterations(1)->Unit(benchmark::kSecond);
+    else
+      registered->Unit(benchmark::kMillisecond);
     const bool parallel = b.parallel != Mode::None;
     if ((b.gpu() || parallel) && b.kind == Kind::Train && b.skip_reason.empty()) registered->UseManualTime();
     // Every rank must run the same number of steps: no adaptive iteration count under MPI.
@@ -228,7 +233,8 @@ void Harness::prepare_gpus(const BenchInfo& info) {
 std::unique_ptr<telemetry::GpuSampler> Harness::sampler_for(const BenchInfo& info, std::vector<std::string>& notes) {
   if (!info.gpu() || !nvml_) return nullptr;
   std::vector<std::string> buses;
-  for (int ordinal : distinct(info.gpu_ordinals)) buses.push_back(gpu_inventory().devices.at(std::size_t(ordinal)).pci_bus_id);
+  for (int ordinal : distinct(info.gpu_ordinals))
+    buses.push_back(gpu_inventory().devices.at(std::size_t(ordinal)).pci_bus_id);
   try {
     return std::make_unique<telemetry::GpuSampler>(*nvml_, buses, unsigned(::getpid()));
   } catch (const Error& e) {
@@ -270,13 +276,15 @@ std::string Harness::note_slower_than_fp32(const BenchInfo& info, double rate, d
   const double step_ms = step_time_s * 1e3;
   constexpr double kShortStepMs = 5;  // a step of small kernels: launches and memory set its pace
   if (step_ms < kShortStepMs)
-    return fmt::format("{:.2f}x fp32's samples/s in this run: a step of {:.3g} ms of small kernels is bound by "
-                       "launches and memory, not matrix work, so {} gains nothing from tensor cores{}",
-                       rate / it->second, step_ms, info.precision,
-                       info.precision == "tf32" ? "" : " and pays for its casts and loss-scale checks");
-  return fmt::format("{:.2f}x fp32's samples/s in this run; TB_CUDA_LAYER_TIMES=<file> writes where each layer's "
-                     "time goes",
-                     rate / it->second);
+    return fmt::format(
+        "{:.2f}x fp32's samples/s in this run: a step of {:.3g} ms of small kernels is bound by "
+        "launches and memory, not matrix work, so {} gains nothing from tensor cores{}",
+        rate / it->second, step_ms, info.precision,
+        info.precision == "tf32" ? "" : " and pays for its casts and loss-scale checks");
+  return fmt::format(
+      "{:.2f}x fp32's samples/s in this run; TB_CUDA_LAYER_TIMES=<file> writes where each layer's "
+      "time goes",
+      rate / it->second);
 }
 
 // One replica. On a GPU the step time is the device's (CUDA events from the batch upload to the
@@ -480,9 +488,12 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     if (session_ && session_->name != info.name) session_.reset();
     if (parallel_ && parallel_->name != info.name) parallel_.reset();
     reset_peak_rss();
-    if (info.kind == Kind::Epochs) run_epochs(st, info);
-    else if (info.parallel != Mode::None) run_parallel(st, info);
-    else run_train(st, info);
+    if (info.kind == Kind::Epochs)
+      run_epochs(st, info);
+    else if (info.parallel != Mode::None)
+      run_parallel(st, info);
+    else
+      run_train(st, info);
     if (!pending_.repetition.message.empty()) st.SetLabel(pending_.repetition.message);
     Repetition r;
     for (const auto& [name, counter] : st.counters) r.counters[name] = counter.value;
@@ -492,8 +503,9 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
   } catch (const CsvWriteError&) {
     throw;  // the run stops (main)
   } catch (const std::bad_alloc&) {
-    fail_row(st, "out of host memory (std::bad_alloc) while building or training this benchmark: lower --batch, "
-                 "--loader_workers or --prefetch, or run it on a machine with more memory");
+    fail_row(st,
+             "out of host memory (std::bad_alloc) while building or training this benchmark: lower --batch, "
+             "--loader_workers or --prefetch, or run it on a machine with more memory");
   } catch (const std::exception& e) {
     fail_row(st, e.what());
   }

@@ -15,9 +15,12 @@ namespace {
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
-    if (c == '"' || c == '\\') out += {'\\', c};
-    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", int(c));
-    else out += c;
+    if (c == '"' || c == '\\')
+      out += {'\\', c};
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += fmt::format("\\u{:04x}", int(c));
+    else
+      out += c;
   }
   return out + "\"";
 }
@@ -38,8 +41,8 @@ void memory_plans(std::ostream& out, const Flags& flags) {
     const bool adam = w.optimizer.kind == OptimizerConfig::Kind::Adam;
     const i64 cpu_batch = flags.batch.value_or(w.batch);
     const MemoryPlanBytes c = memory_plan(Backend::Cpu, w.spec, cpu_batch, "fp32", adam);
-    out << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset, "cpu",
-                       "fp32", cpu_batch, double(c.arena) / GB, double(c.fixed) / GB, double(c.total()) / GB);
+    out << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset, "cpu", "fp32",
+                       cpu_batch, double(c.arena) / GB, double(c.fixed) / GB, double(c.total()) / GB);
     const i64 gpu = flags.batch.value_or(w.batch_on_gpu());
     for (const char* precision : {"fp32", "tf32", "fp16", "bf16"}) {
       const MemoryPlanBytes p = memory_plan(Backend::Cuda, w.spec, gpu, precision, adam);
@@ -81,8 +84,8 @@ void list_models_json(std::ostream& out, const Flags& flags) {
         R"("params": {}, "forward_flops_per_sample": {}, "train_flops_per_sample": {}}})",
         json_string(w.model), json_string(w.dataset), json_string(task_name(w.spec.task)), w.spec.classes,
         fmt::join(input.sample_dims, ", "), input.seq_len, flags.batch.value_or(w.batch),
-        flags.batch.value_or(w.batch_on_gpu()), w.warmup_steps, w.epochs, w.real_data_only, optimizer,
-        c.parameters, c.forward_flops_per_sample(), c.train_flops_per_sample()));
+        flags.batch.value_or(w.batch_on_gpu()), w.warmup_steps, w.epochs, w.real_data_only, optimizer, c.parameters,
+        c.forward_flops_per_sample(), c.train_flops_per_sample()));
   }
   out << fmt::format("{{\"format\": 1,\n \"workloads\": [\n{}]}}\n", fmt::join(entries, ",\n"));
 }

@@ -67,8 +67,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (flags.list_models) {
-    if (flags.json) list_models_json(std::cout, flags);
-    else list_models(std::cout, flags);
+    if (flags.json)
+      list_models_json(std::cout, flags);
+    else
+      list_models(std::cout, flags);
     return 0;
   }
   benchmark::Initialize(&argc, argv);
@@ -132,9 +134,10 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   if (reporter.skipped() > 0)
-    std::cerr << fmt::format("trainbench: {} benchmark(s) skipped: this machine cannot run their configurations (the "
-                             "'skipped' lines above say why{})\n",
-                             reporter.skipped(), csv ? fmt::format("; so does the message column of {}", flags.csv) : "");
+    std::cerr << fmt::format(
+        "trainbench: {} benchmark(s) skipped: this machine cannot run their configurations (the "
+        "'skipped' lines above say why{})\n",
+        reporter.skipped(), csv ? fmt::format("; so does the message column of {}", flags.csv) : "");
   if (reporter.failed() > 0) {
     std::cerr << fmt::format("trainbench: {} run(s) failed; see the messages above{}\n", reporter.failed(),
                              csv ? fmt::format(" and the status column of {}", flags.csv) : "");

@@ -86,8 +86,10 @@ void Reporter::report_skipped(const Run& run) {
   if (!skipped_said_.insert(scope).second) return;
   std::string reason = run.error_message.substr(kSkippedPrefix.size());
   // "gpu:1: no CUDA device", "cpu:64 needs 64 cores": the scope is said once.
-  if (reason.starts_with(scope + ": ")) reason.erase(0, scope.size() + 2);
-  else if (reason.starts_with(scope + " ")) reason.erase(0, scope.size() + 1);
+  if (reason.starts_with(scope + ": "))
+    reason.erase(0, scope.size() + 2);
+  else if (reason.starts_with(scope + " "))
+    reason.erase(0, scope.size() + 1);
   if (std::ostream& out = GetOutputStream(); out) out << fmt::format("skipped {}: {}\n", scope, reason) << std::flush;
 }
 
@@ -112,14 +114,17 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
                    "records the rows: stopping\n";
       std::exit(1);
     }
-    std::cerr << fmt::format("trainbench: note: stdout was closed (its reader, such as `head`, went away); the run "
-                             "goes on, every row goes to --csv={}\n",
-                             csv_->path());
+    std::cerr << fmt::format(
+        "trainbench: note: stdout was closed (its reader, such as `head`, went away); the run "
+        "goes on, every row goes to --csv={}\n",
+        csv_->path());
   }
   for (const Run& run : runs) {
     if (run.error_occurred) {
-      if (is_skip(run.error_message)) ++skipped_;
-      else ++failed_;
+      if (is_skip(run.error_message))
+        ++skipped_;
+      else
+        ++failed_;
     }
     const std::string& name = run.run_name.function_name;
     const bool early = run.run_type == Run::RT_Iteration && run.repetition_index < written_early_[name];

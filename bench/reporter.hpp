@@ -41,7 +41,7 @@ class Reporter : public benchmark::ConsoleReporter {
   CsvWriter* csv_;
   int failed_ = 0, skipped_ = 0;
   std::map<std::string, int> written_early_;  // benchmark -> iteration rows report_repetition wrote
-  std::set<std::string> skipped_said_;         // configurations whose skip was printed
+  std::set<std::string> skipped_said_;        // configurations whose skip was printed
   bool stdout_closed_ = false;
 };
 

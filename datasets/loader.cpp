@@ -36,12 +36,16 @@ Normalisation Normalisation::of(const ImageSet& set) {
   return n;
 }
 
-ImageLoader::ImageLoader(std::string name, std::string source, std::shared_ptr<const ImageSet> set,
-                         Normalisation norm, Dims sample_dims, LoaderConfig config)
-    : name_(std::move(name)), source_(std::move(source)), set_(std::move(set)), norm_(std::move(norm)),
-      sample_dims_(std::move(sample_dims)), config_(config) {
-  TB_CHECK(product(sample_dims_) == set_->sample_size(), "{}: samples have {} values, the model takes {}",
-           name_, set_->sample_size(), product(sample_dims_));
+ImageLoader::ImageLoader(std::string name, std::string source, std::shared_ptr<const ImageSet> set, Normalisation norm,
+                         Dims sample_dims, LoaderConfig config)
+    : name_(std::move(name)),
+      source_(std::move(source)),
+      set_(std::move(set)),
+      norm_(std::move(norm)),
+      sample_dims_(std::move(sample_dims)),
+      config_(config) {
+  TB_CHECK(product(sample_dims_) == set_->sample_size(), "{}: samples have {} values, the model takes {}", name_,
+           set_->sample_size(), product(sample_dims_));
   steps_per_epoch_ = set_->count / config_.batch;
   if (steps_per_epoch_ == 0)
     throw InputError(fmt::format("{}: {} samples are fewer than one batch of {}", name_, set_->count, config_.batch));
@@ -56,8 +60,8 @@ ImageLoader::ImageLoader(std::string name, std::string source, std::shared_ptr<c
         // The system refused a thread (a limit on threads or memory): the ones started stop, and
         // the benchmark's row fails saying so; the run goes on.
         stop_workers();
-        throw Error(fmt::format("{}: could not start loader worker {} of {} ({}); lower --loader_workers", name_,
-                                w + 1, config_.workers, e.what()));
+        throw Error(fmt::format("{}: could not start loader worker {} of {} ({}); lower --loader_workers", name_, w + 1,
+                                config_.workers, e.what()));
       }
     }
   }

@@ -19,8 +19,8 @@ namespace tb::data {
 
 struct LoaderConfig {
   i64 batch = 1;
-  int workers = 0;    // threads preparing batches; 0 = on the caller's thread
-  int prefetch = 2;   // batches prepared ahead (with workers)
+  int workers = 0;   // threads preparing batches; 0 = on the caller's thread
+  int prefetch = 2;  // batches prepared ahead (with workers)
   bool shuffle = true;
   bool augment = false;  // random crop (padding 4) and horizontal flip, for 3-channel images
   std::uint64_t seed = 1;
@@ -36,8 +36,8 @@ class ImageLoader final : public Dataset {
  public:
   // sample_dims: the model's input dims per sample (e.g. {784} or {3, 32, 32}); the set's
   // sample size must match. Samples past the last whole batch of an epoch are dropped.
-  ImageLoader(std::string name, std::string source, std::shared_ptr<const ImageSet> set,
-              Normalisation norm, Dims sample_dims, LoaderConfig config);
+  ImageLoader(std::string name, std::string source, std::shared_ptr<const ImageSet> set, Normalisation norm,
+              Dims sample_dims, LoaderConfig config);
   ~ImageLoader() override;
 
   const Batch& next() override;

@@ -29,12 +29,18 @@ namespace {
 std::string kind_of(const std::filesystem::file_status& s) {
   namespace fs = std::filesystem;
   switch (s.type()) {
-    case fs::file_type::directory: return "a directory";
-    case fs::file_type::character: return "a character device";
-    case fs::file_type::block: return "a block device";
-    case fs::file_type::fifo: return "a named pipe (FIFO)";
-    case fs::file_type::socket: return "a socket";
-    default: return "not a regular file";
+    case fs::file_type::directory:
+      return "a directory";
+    case fs::file_type::character:
+      return "a character device";
+    case fs::file_type::block:
+      return "a block device";
+    case fs::file_type::fifo:
+      return "a named pipe (FIFO)";
+    case fs::file_type::socket:
+      return "a socket";
+    default:
+      return "not a regular file";
   }
 }
 
@@ -46,14 +52,16 @@ gzFile open_regular(const std::string& path) {
   if (ec == std::errc::too_many_symbolic_link_levels)
     throw InputError(fmt::format("{}: a loop of symbolic links; point it at the file itself", path));
   if (ec || !fs::exists(s))
-    throw InputError(fmt::format("{}: no such file (run scripts/fetch_datasets.sh, or point --data_dir "
-                                 "at the folder that holds it)", path));
+    throw InputError(
+        fmt::format("{}: no such file (run scripts/fetch_datasets.sh, or point --data_dir "
+                    "at the folder that holds it)",
+                    path));
   if (!fs::is_regular_file(s))
     throw InputError(fmt::format("{}: is {}, expected the dataset file of that name", path, kind_of(s)));
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f)
-    throw InputError(fmt::format("{}: cannot be opened for reading ({}); check its permissions", path,
-                                 std::strerror(errno)));
+    throw InputError(
+        fmt::format("{}: cannot be opened for reading ({}); check its permissions", path, std::strerror(errno)));
   return f;
 }
 
@@ -76,10 +84,10 @@ std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path, const Si
   const bool plain = gzdirect(f) == 1;
   const auto too_large = [&](const std::string& size) {
     gzclose(f);
-    return InputError(fmt::format("{}: {} bytes{}, {} {} {} (trailing bytes, a corrupt or foreign file, or a gzip "
-                                  "stream that expands far beyond its data? download the file again)", path, size,
-                                  plain ? "" : " once decompressed", limit.exact ? "expected" : "at most",
-                                  limit.bytes, limit.why));
+    return InputError(fmt::format(
+        "{}: {} bytes{}, {} {} {} (trailing bytes, a corrupt or foreign file, or a gzip "
+        "stream that expands far beyond its data? download the file again)",
+        path, size, plain ? "" : " once decompressed", limit.exact ? "expected" : "at most", limit.bytes, limit.why));
   };
   std::error_code ec;
   if (const auto size = std::filesystem::file_size(path, ec); plain && !ec && size > limit.bytes)
@@ -105,58 +113,64 @@ std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path, const Si
   const std::string why = gzerror(f, &code);
   gzclose(f);
   if (code == Z_BUF_ERROR)
-    throw InputError(fmt::format("{}: gzip stream ends early ({}) after {} decompressed bytes, expected the rest "
-                                 "of the stream; truncated download? download the file again", path, why, out.size()));
-  if (code != Z_OK)
-    throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
+    throw InputError(
+        fmt::format("{}: gzip stream ends early ({}) after {} decompressed bytes, expected the rest "
+                    "of the stream; truncated download? download the file again",
+                    path, why, out.size()));
+  if (code != Z_OK) throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
   return out;
 }
 
 ImageSet parse_idx(const std::vector<std::uint8_t>& images, const std::string& images_name,
-                   const std::vector<std::uint8_t>& labels, const std::string& labels_name,
-                   std::int64_t expected_rows, std::int64_t expected_cols, std::int32_t classes) {
+                   const std::vector<std::uint8_t>& labels, const std::string& labels_name, std::int64_t expected_rows,
+                   std::int64_t expected_cols, std::int32_t classes) {
   if (images.size() < 16)
-    throw InputError(fmt::format("{}: {} bytes, too short for an IDX image header (16 bytes)", images_name,
-                                 images.size()));
+    throw InputError(
+        fmt::format("{}: {} bytes, too short for an IDX image header (16 bytes)", images_name, images.size()));
   if (labels.size() < 8)
-    throw InputError(fmt::format("{}: {} bytes, too short for an IDX label header (8 bytes)", labels_name,
-                                 labels.size()));
+    throw InputError(
+        fmt::format("{}: {} bytes, too short for an IDX label header (8 bytes)", labels_name, labels.size()));
   const std::uint32_t image_magic = big_endian32(images.data()), label_magic = big_endian32(labels.data());
   if (image_magic != 0x00000803)
-    throw InputError(fmt::format("{}: magic number 0x{:08x}, expected 0x00000803 (IDX unsigned-byte images); "
-                                 "is this an image file?", images_name, image_magic));
+    throw InputError(
+        fmt::format("{}: magic number 0x{:08x}, expected 0x00000803 (IDX unsigned-byte images); "
+                    "is this an image file?",
+                    images_name, image_magic));
   if (label_magic != 0x00000801)
-    throw InputError(fmt::format("{}: magic number 0x{:08x}, expected 0x00000801 (IDX unsigned-byte labels); "
-                                 "is this a label file?", labels_name, label_magic));
+    throw InputError(
+        fmt::format("{}: magic number 0x{:08x}, expected 0x00000801 (IDX unsigned-byte labels); "
+                    "is this a label file?",
+                    labels_name, label_magic));
   ImageSet set;
   set.count = big_endian32(images.data() + 4);
   set.channels = 1;
   set.rows = big_endian32(images.data() + 8);
   set.cols = big_endian32(images.data() + 12);
   if (set.rows != expected_rows || set.cols != expected_cols)
-    throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_name, set.rows, set.cols,
-                                 expected_rows, expected_cols));
+    throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_name, set.rows, set.cols, expected_rows,
+                                 expected_cols));
   const std::int64_t label_count = big_endian32(labels.data() + 4);
   if (label_count != set.count)
-    throw InputError(fmt::format("{} holds {} images but {} holds {} labels; the two files must come from "
-                                 "the same split", images_name, set.count, labels_name, label_count));
+    throw InputError(
+        fmt::format("{} holds {} images but {} holds {} labels; the two files must come from "
+                    "the same split",
+                    images_name, set.count, labels_name, label_count));
   const std::uint64_t image_bytes = 16 + std::uint64_t(set.count) * std::uint64_t(set.sample_size());
   if (images.size() != image_bytes)
-    throw InputError(fmt::format("{}: {} bytes, expected {} for {} images of {}x{} ({})", images_name,
-                                 images.size(), image_bytes, set.count, set.rows, set.cols,
+    throw InputError(fmt::format("{}: {} bytes, expected {} for {} images of {}x{} ({})", images_name, images.size(),
+                                 image_bytes, set.count, set.rows, set.cols,
                                  images.size() < image_bytes ? "truncated download?" : "trailing bytes"));
   if (labels.size() != 8 + std::uint64_t(label_count))
-    throw InputError(fmt::format("{}: {} bytes, expected {} for {} labels ({})", labels_name, labels.size(),
-                                 8 + label_count, label_count,
-                                 labels.size() < 8 + std::uint64_t(label_count) ? "truncated download?"
-                                                                                : "trailing bytes"));
+    throw InputError(fmt::format(
+        "{}: {} bytes, expected {} for {} labels ({})", labels_name, labels.size(), 8 + label_count, label_count,
+        labels.size() < 8 + std::uint64_t(label_count) ? "truncated download?" : "trailing bytes"));
   set.pixels.assign(images.begin() + 16, images.end());
   set.labels.resize(std::size_t(set.count));
   for (std::int64_t i = 0; i < set.count; ++i) {
     const std::int32_t label = labels[8 + i];
     if (label >= classes)
-      throw InputError(fmt::format("{}: label {} of sample {} is out of range [0, {})", labels_name, label, i,
-                                   classes));
+      throw InputError(
+          fmt::format("{}: label {} of sample {} is out of range [0, {})", labels_name, label, i, classes));
     set.labels[i] = label;
   }
   return set;
@@ -172,9 +186,10 @@ ImageSet read_idx(const std::string& images_path, const std::string& labels_path
     const std::int64_t count = big_endian32(head.data() + 4), rows = big_endian32(head.data() + 8),
                        cols = big_endian32(head.data() + 12), labels = big_endian32(label_head.data() + 4);
     if (count > kMaxIdxSamples || labels > kMaxIdxSamples)
-      throw InputError(fmt::format("{} and {}: headers declare {} images and {} labels, more than the {} "
-                                   "trainbench reads; corrupt or foreign files?", images_path, labels_path, count,
-                                   labels, kMaxIdxSamples));
+      throw InputError(
+          fmt::format("{} and {}: headers declare {} images and {} labels, more than the {} "
+                      "trainbench reads; corrupt or foreign files?",
+                      images_path, labels_path, count, labels, kMaxIdxSamples));
     if (rows == expected_rows && cols == expected_cols) {
       image_limit = SizeLimit{16 + std::uint64_t(count * rows * cols), true,
                               fmt::format("for {} images of {}x{} (its header)", count, rows, cols)};
@@ -184,29 +199,33 @@ ImageSet read_idx(const std::string& images_path, const std::string& labels_path
   // Headers the parser refuses are read no further: it says what is wrong with them.
   if (!image_limit) {
     parse_idx(head, images_path, label_head, labels_path, expected_rows, expected_cols, classes);
-    throw InputError(fmt::format("{}, {}: not IDX files of {}x{} images", images_path, labels_path, expected_rows,
-                                 expected_cols));
+    throw InputError(
+        fmt::format("{}, {}: not IDX files of {}x{} images", images_path, labels_path, expected_rows, expected_cols));
   }
   return parse_idx(read_file_maybe_gzip(images_path, *image_limit), images_path,
-                   read_file_maybe_gzip(labels_path, *label_limit), labels_path, expected_rows, expected_cols,
-                   classes);
+                   read_file_maybe_gzip(labels_path, *label_limit), labels_path, expected_rows, expected_cols, classes);
 }
 
 void append_cifar10(const std::vector<std::uint8_t>& bytes, const std::string& name, ImageSet& into) {
   if (bytes.empty())
-    throw InputError(fmt::format("{}: empty file, expected whole {}-byte CIFAR-10 records (1 label + 3x32x32 "
-                                 "pixels); truncated download?", name, kCifarRecord));
+    throw InputError(
+        fmt::format("{}: empty file, expected whole {}-byte CIFAR-10 records (1 label + 3x32x32 "
+                    "pixels); truncated download?",
+                    name, kCifarRecord));
   if (bytes.size() % kCifarRecord != 0)
-    throw InputError(fmt::format("{}: {} bytes is not a whole number of {}-byte CIFAR-10 records "
-                                 "(1 label + 3x32x32 pixels){}", name, bytes.size(), kCifarRecord,
-                                 bytes.size() > std::size_t(kCifarRecord) ? "; truncated download?" : ""));
+    throw InputError(fmt::format(
+        "{}: {} bytes is not a whole number of {}-byte CIFAR-10 records "
+        "(1 label + 3x32x32 pixels){}",
+        name, bytes.size(), kCifarRecord, bytes.size() > std::size_t(kCifarRecord) ? "; truncated download?" : ""));
   const std::int64_t records = std::int64_t(bytes.size()) / kCifarRecord;
   // Every label is checked before `into` changes, so that a bad file leaves it as it was (count,
   // labels and pixels in step).
   for (std::int64_t r = 0; r < records; ++r)
     if (const std::uint8_t label = bytes[std::size_t(r * kCifarRecord)]; label >= 10)
-      throw InputError(fmt::format("{}: label {} of record {} is out of range [0, 10); is this the CIFAR-10 "
-                                   "binary version (not CIFAR-100)?", name, label, r));
+      throw InputError(
+          fmt::format("{}: label {} of record {} is out of range [0, 10); is this the CIFAR-10 "
+                      "binary version (not CIFAR-100)?",
+                      name, label, r));
   into.channels = 3;
   into.rows = into.cols = kCifarSide;
   into.pixels.reserve(into.pixels.size() + std::size_t(records * (kCifarRecord - 1)));
@@ -221,9 +240,9 @@ void append_cifar10(const std::vector<std::uint8_t>& bytes, const std::string& n
 ImageSet read_cifar10(const std::vector<std::string>& paths) {
   ImageSet set;
   for (const std::string& path : paths)
-    append_cifar10(read_file_maybe_gzip(path, SizeLimit{std::uint64_t(kMaxCifarRecords * kCifarRecord), false,
-                                                        fmt::format("for {} CIFAR-10 records, the whole dataset",
-                                                                    kMaxCifarRecords)}),
+    append_cifar10(read_file_maybe_gzip(
+                       path, SizeLimit{std::uint64_t(kMaxCifarRecords * kCifarRecord), false,
+                                       fmt::format("for {} CIFAR-10 records, the whole dataset", kMaxCifarRecords)}),
                    path, set);
   return set;
 }

@@ -49,8 +49,8 @@ ImageSet read_cifar10(const std::vector<std::string>& paths);
 // Parsers over bytes already in memory; `name` is used in error messages. The fuzz targets
 // call these.
 ImageSet parse_idx(const std::vector<std::uint8_t>& images, const std::string& images_name,
-                   const std::vector<std::uint8_t>& labels, const std::string& labels_name,
-                   std::int64_t expected_rows, std::int64_t expected_cols, std::int32_t classes);
+                   const std::vector<std::uint8_t>& labels, const std::string& labels_name, std::int64_t expected_rows,
+                   std::int64_t expected_cols, std::int32_t classes);
 void append_cifar10(const std::vector<std::uint8_t>& bytes, const std::string& name, ImageSet& into);
 
 }  // namespace tb::data

@@ -126,10 +126,10 @@ Splits make_splits(const std::string& dataset, const std::string& folder, const 
     val = std::make_shared<ImageSet>(read_cifar10({(fs::path(dir) / "test_batch.bin").string()}));
     s.source = dir;
   } else {
-    train = std::make_shared<ImageSet>(read_idx(idx_file(folder, "train-images-idx3-ubyte"),
-                                                idx_file(folder, "train-labels-idx1-ubyte"), 28, 28, 10));
-    val = std::make_shared<ImageSet>(read_idx(idx_file(folder, "t10k-images-idx3-ubyte"),
-                                              idx_file(folder, "t10k-labels-idx1-ubyte"), 28, 28, 10));
+    train = std::make_shared<ImageSet>(
+        read_idx(idx_file(folder, "train-images-idx3-ubyte"), idx_file(folder, "train-labels-idx1-ubyte"), 28, 28, 10));
+    val = std::make_shared<ImageSet>(
+        read_idx(idx_file(folder, "t10k-images-idx3-ubyte"), idx_file(folder, "t10k-labels-idx1-ubyte"), 28, 28, 10));
     s.source = folder;
   }
   if (train->sample_size() != product(in.sample_dims))

@@ -112,14 +112,14 @@ void gpu_bind_thread(int ordinal) { TB_CU(cudaSetDevice(ordinal)); }
 
 namespace {
 std::unique_ptr<Network> make_cuda_network(const ModelSpec& model, const NetworkOptions& o) {
-  auto network = std::make_unique<cuda::CudaNetwork>(
-      model, cuda::NetworkConfig{.batch = o.batch,
-                                 .optimizer = o.optimizer,
-                                 .seed = o.seed,
-                                 .device = o.device,
-                                 .precision = cuda::parse_precision(o.precision),
-                                 .cuda_graph = o.cuda_graph,
-                                 .layout = layout_of(o.layout)});
+  auto network =
+      std::make_unique<cuda::CudaNetwork>(model, cuda::NetworkConfig{.batch = o.batch,
+                                                                     .optimizer = o.optimizer,
+                                                                     .seed = o.seed,
+                                                                     .device = o.device,
+                                                                     .precision = cuda::parse_precision(o.precision),
+                                                                     .cuda_graph = o.cuda_graph,
+                                                                     .layout = layout_of(o.layout)});
   // The convolution plans' timing scratch is not the model's memory: drop it from the cache and
   // start the high-water mark at what the network holds.
   cuda::Allocator& a = cuda::device_allocator(o.device);

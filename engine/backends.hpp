@@ -25,7 +25,7 @@ struct NetworkOptions {
   int device = 0;                  // CUDA ordinal
   std::string precision = "fp32";  // fp32, tf32, fp16, bf16
   bool cuda_graph = false;
-  std::string layout = "auto";     // auto, nchw, nhwc
+  std::string layout = "auto";  // auto, nchw, nhwc
 };
 
 // A network of `model` planned for `options.batch` on `backend`. Throws tb::Error where this
@@ -46,7 +46,7 @@ std::string cpu_library_version();
 
 struct GpuDevice {
   int ordinal = 0;
-  std::string name, cc;  // cc: "9.0"
+  std::string name, cc;    // cc: "9.0"
   std::string pci_bus_id;  // "0000:65:00.0", as NVML finds the device
   int sms = 0;
   double memory_gib = 0;
@@ -82,8 +82,7 @@ struct MemoryPlanBytes {
   std::size_t arena = 0, fixed = 0, workspace = 0;
   std::size_t total() const { return arena + fixed + workspace; }
 };
-MemoryPlanBytes memory_plan(Backend backend, const ModelSpec& spec, i64 batch, const std::string& precision,
-                            bool adam);
+MemoryPlanBytes memory_plan(Backend backend, const ModelSpec& spec, i64 batch, const std::string& precision, bool adam);
 // The largest power of two up to `preferred` whose planned GPU memory fits `available` bytes (at
 // least 1).
 i64 gpu_batch_that_fits(const ModelSpec& spec, i64 preferred, const std::string& precision, bool adam,

@@ -11,10 +11,10 @@ ModelSpec lenet5() {
   int x = m.add("input", InputSpec{{3, 32, 32}}, {});
   x = m.add("conv1", Conv2dSpec{3, 6, 5}, {x});  // 6x28x28
   x = m.add("sigmoid1", SigmoidSpec{}, {x});
-  x = m.add("pool1", MaxPool2dSpec{2, 2}, {x});  // 6x14x14
+  x = m.add("pool1", MaxPool2dSpec{2, 2}, {x});   // 6x14x14
   x = m.add("conv2", Conv2dSpec{6, 16, 5}, {x});  // 16x10x10
   x = m.add("sigmoid2", SigmoidSpec{}, {x});
-  x = m.add("pool2", MaxPool2dSpec{2, 2}, {x});  // 16x5x5
+  x = m.add("pool2", MaxPool2dSpec{2, 2}, {x});     // 16x5x5
   x = m.add("conv3", Conv2dSpec{16, 120, 4}, {x});  // 120x2x2
   x = m.add("sigmoid3", SigmoidSpec{}, {x});
   x = m.add("fc4", LinearSpec{480, 84}, {x});

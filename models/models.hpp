@@ -19,7 +19,7 @@ struct Workload {
   i64 batch;            // default batch (sequences for the LSTM)
   OptimizerConfig optimizer;
   ModelSpec spec;
-  i64 lr_reference_batch = 0;  // > 0: optimizer.lr is for this batch, scaled linearly to others
+  i64 lr_reference_batch = 0;   // > 0: optimizer.lr is for this batch, scaled linearly to others
   i64 epochs = 1;               // default of the epochs/ benchmarks
   bool real_data_only = false;  // registered only where the dataset's files are found
   i64 warmup_steps = 2;         // default steps before timing the train/ benchmarks

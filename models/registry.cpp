@@ -40,10 +40,8 @@ const std::vector<Workload>& workloads() {
     std::set<std::pair<std::string, std::string>> seen;
     for (const Maker& m : sorted)
       for (Workload& w : m.make()) {
-        TB_CHECK(seen.insert({w.model, w.dataset}).second, "workload {}/{} is registered twice", w.model,
-                 w.dataset);
-        TB_CHECK(w.spec.name == w.model, "workload {}/{} builds a model named '{}'", w.model, w.dataset,
-                 w.spec.name);
+        TB_CHECK(seen.insert({w.model, w.dataset}).second, "workload {}/{} is registered twice", w.model, w.dataset);
+        TB_CHECK(w.spec.name == w.model, "workload {}/{} builds a model named '{}'", w.model, w.dataset, w.spec.name);
         out.push_back(std::move(w));
       }
     return out;
@@ -57,8 +55,8 @@ const Workload& workload(const std::string& model, const std::string& dataset) {
     if (w.model == model && w.dataset == dataset) return w;
     names.push_back(w.model + "/" + w.dataset);
   }
-  throw InputError(fmt::format("no workload {}/{}; the registered ones are {}", model, dataset,
-                               fmt::join(names, ", ")));
+  throw InputError(
+      fmt::format("no workload {}/{}; the registered ones are {}", model, dataset, fmt::join(names, ", ")));
 }
 
 std::vector<std::string> model_names() {

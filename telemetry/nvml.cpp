@@ -23,7 +23,7 @@ constexpr NvmlReturn kInsufficientSize = 7;  // NVML_ERROR_INSUFFICIENT_SIZE
 // Every other status (NVML_ERROR_NOT_SUPPORTED = 3, NO_PERMISSION = 4, GPU_IS_LOST = 15, ...)
 // means the same to a reading: the field is not available.
 
-constexpr int kClockSm = 1;        // nvmlClockType_t NVML_CLOCK_SM
+constexpr int kClockSm = 1;         // nvmlClockType_t NVML_CLOCK_SM
 constexpr int kTemperatureGpu = 0;  // nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU
 // NVML_VALUE_NOT_AVAILABLE, (-1) in an unsigned long long: usedGpuMemory that the caller may not
 // see (no permission, Windows WDDM).
@@ -131,8 +131,8 @@ std::unique_ptr<Nvml> Nvml::load(std::string* why, const std::string& library) {
     const char* error = dlerror();
     const std::string detail = error ? error : "";
     if (detail.empty() || detail.find("No such file") != std::string::npos)
-      return fail(fmt::format("{} not found (no NVIDIA driver on this machine): GPU rows have no NVML columns",
-                              library));
+      return fail(
+          fmt::format("{} not found (no NVIDIA driver on this machine): GPU rows have no NVML columns", library));
     return fail(fmt::format("{} could not be loaded ({}): GPU rows have no NVML columns", library, detail));
   }
 
@@ -174,9 +174,10 @@ std::unique_ptr<Nvml> Nvml::load(std::string* why, const std::string& library) {
   if (status != kSuccess) {
     const std::string error = api->error(status);
     dlclose(handle);
-    return fail(fmt::format("{}: nvmlInit_v2 failed: {} (is the NVIDIA driver loaded? nvidia-smi tells): GPU rows "
-                            "have no NVML columns",
-                            library, error));
+    return fail(
+        fmt::format("{}: nvmlInit_v2 failed: {} (is the NVIDIA driver loaded? nvidia-smi tells): GPU rows "
+                    "have no NVML columns",
+                    library, error));
   }
   return std::unique_ptr<Nvml>(new Nvml(std::move(api)));
 }
@@ -207,9 +208,10 @@ Device Nvml::device_by_pci_bus_id(const std::string& pci_bus_id) const {
   Device device = nullptr;
   const NvmlReturn status = api_->handle_by_pci_bus_id(pci_bus_id.c_str(), &device);
   if (status != kSuccess)
-    throw BackendError(fmt::format("NVML does not know the GPU at PCI bus id {}: {} [nvmlDeviceGetHandleByPciBusId_v2] "
-                                   "(pass the id cudaDeviceGetPCIBusId gives, one that nvidia-smi lists)",
-                                   pci_bus_id, api_->error(status)));
+    throw BackendError(
+        fmt::format("NVML does not know the GPU at PCI bus id {}: {} [nvmlDeviceGetHandleByPciBusId_v2] "
+                    "(pass the id cudaDeviceGetPCIBusId gives, one that nvidia-smi lists)",
+                    pci_bus_id, api_->error(status)));
   return device;
 }
 

@@ -133,8 +133,7 @@ std::string throttle_reason_names(std::uint64_t mask) {
   return names;
 }
 
-GpuSampler::GpuSampler(Nvml& nvml, std::vector<std::string> pci_bus_ids, unsigned pid,
-                       std::chrono::milliseconds period)
+GpuSampler::GpuSampler(Nvml& nvml, std::vector<std::string> pci_bus_ids, unsigned pid, std::chrono::milliseconds period)
     : nvml_(nvml), pid_(pid), period_(period) {
   TB_CHECK(period_.count() > 0, "GpuSampler: the sampling period is {} ms; give a positive one", period_.count());
   for (const std::string& id : pci_bus_ids) devices_.push_back(nvml_.device_by_pci_bus_id(id));

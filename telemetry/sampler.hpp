@@ -20,17 +20,17 @@ namespace tb::telemetry {
 // One run's GPU columns. Fields over several devices combine as written beside them; a field
 // stays empty when any device could not give it, so that no column is made up from part of the GPUs.
 struct GpuSummary {
-  int samples = 0;                         // sampling instants (each reads every device once)
-  std::optional<double> util_median;       // %: each device's median, averaged over devices
+  int samples = 0;                              // sampling instants (each reads every device once)
+  std::optional<double> util_median;            // %: each device's median, averaged over devices
   std::optional<std::uint64_t> mem_used_bytes;  // each device's maximum, summed over devices
-  bool mem_is_process = false;             // false when any device reported device-wide memory
-  std::optional<double> sm_clock_min_mhz;  // over all samples of all devices
+  bool mem_is_process = false;                  // false when any device reported device-wide memory
+  std::optional<double> sm_clock_min_mhz;       // over all samples of all devices
   std::optional<double> sm_clock_median_mhz;
-  std::optional<double> power_median_w;    // each device's median, summed over devices
-  std::optional<double> energy_j;          // counter at stop minus at start, summed over devices
-  std::optional<double> temp_max_c;        // over all samples of all devices
-  std::uint64_t throttle_mask = 0;         // reasons seen in any sample, GpuIdle removed
-  bool throttle_known = false;             // some sample reported its reasons
+  std::optional<double> power_median_w;  // each device's median, summed over devices
+  std::optional<double> energy_j;        // counter at stop minus at start, summed over devices
+  std::optional<double> temp_max_c;      // over all samples of all devices
+  std::uint64_t throttle_mask = 0;       // reasons seen in any sample, GpuIdle removed
+  bool throttle_known = false;           // some sample reported its reasons
 
   // The CSV counters, only those whose value is known: gpu_util, gpu_mem_used_bytes,
   // gpu_sm_clock_min_mhz, gpu_sm_clock_median_mhz, gpu_power_w, energy_j_per_sample

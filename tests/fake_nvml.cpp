@@ -227,14 +227,22 @@ int nvmlShutdown() {
 
 const char* nvmlErrorString(int status) {
   switch (status) {
-    case 0: return "Success";
-    case 1: return "Uninitialized";
-    case 2: return "Invalid Argument";
-    case 3: return "Not Supported";
-    case 6: return "Not Found";
-    case 9: return "Driver Not Loaded";
-    case 15: return "GPU is lost";
-    default: return "Unknown Error";
+    case 0:
+      return "Success";
+    case 1:
+      return "Uninitialized";
+    case 2:
+      return "Invalid Argument";
+    case 3:
+      return "Not Supported";
+    case 6:
+      return "Not Found";
+    case 9:
+      return "Driver Not Loaded";
+    case 15:
+      return "GPU is lost";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -259,8 +267,7 @@ int nvmlDeviceGetCount_v2(unsigned* count) {
 int nvmlDeviceGetHandleByIndex_v2(unsigned index, void** device) {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (const int status = enter(s, "nvmlDeviceGetHandleByIndex_v2", nullptr, nullptr); status != kSuccess)
-    return status;
+  if (const int status = enter(s, "nvmlDeviceGetHandleByIndex_v2", nullptr, nullptr); status != kSuccess) return status;
   if (index >= s.devices.size()) return kInvalidArgument;
   *device = &s.devices[index];
   return kSuccess;
@@ -350,8 +357,7 @@ int nvmlDeviceGetTotalEnergyConsumption(void* handle, unsigned long long* millij
   State& s = state();
   std::lock_guard lock(s.mutex);
   Device* d = nullptr;
-  if (const int status = enter(s, "nvmlDeviceGetTotalEnergyConsumption", handle, &d); status != kSuccess)
-    return status;
+  if (const int status = enter(s, "nvmlDeviceGetTotalEnergyConsumption", handle, &d); status != kSuccess) return status;
   *millijoules = d->energy_mj;
   d->energy_mj += d->energy_step_mj;
   return kSuccess;

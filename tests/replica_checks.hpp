@@ -16,7 +16,8 @@
 namespace tb::testing_support {
 
 // f(node, index, "node.parameter") for every canonical parameter of the model.
-inline void for_each_param(const ModelSpec& spec, i64 batch, const std::function<void(int, int, const std::string&)>& f) {
+inline void for_each_param(const ModelSpec& spec, i64 batch,
+                           const std::function<void(int, int, const std::string&)>& f) {
   const auto shapes = infer_shapes(spec, batch);
   for (std::size_t i = 1; i < spec.nodes.size(); ++i) {
     const auto params = node_params(spec.nodes[i].spec, shapes[spec.nodes[i].inputs[0]]);
@@ -34,7 +35,8 @@ inline double relative_difference(const std::vector<float>& a, const std::vector
 }
 
 inline void copy_params(const ModelSpec& spec, i64 batch, const Network& from, Network& to) {
-  for_each_param(spec, batch, [&](int node, int k, const std::string&) { to.write_param(node, k, from.read_param(node, k)); });
+  for_each_param(spec, batch,
+                 [&](int node, int k, const std::string&) { to.write_param(node, k, from.read_param(node, k)); });
 }
 
 // Every parameter of `replica` within `tol` (relative L2) of the whole-batch network's.

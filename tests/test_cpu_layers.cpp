@@ -61,8 +61,7 @@ testing::AssertionResult close(const Vec& got, const DVec& ref, double max_zero_
   std::size_t zeros = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     if (!std::isfinite(got[i]) || !std::isfinite(ref[i]))
-      return testing::AssertionFailure() << "non-finite value at " << i << ": " << got[i] << " vs reference "
-                                         << ref[i];
+      return testing::AssertionFailure() << "non-finite value at " << i << ": " << got[i] << " vs reference " << ref[i];
     zeros += ref[i] == 0.0;
   }
   if (double(zeros) > max_zero_fraction * double(ref.size()))
@@ -218,7 +217,8 @@ TEST_P(CpuLayersLinear, MatchesReference) {
   const bool image = p.in.sample_dims.size() == 3;
   const Dims& d = p.in.sample_dims;
   OpCase c = op_case(image ? image_op("linear", d[0], d[1], d[2], LinearSpec{I, p.out, p.bias})
-                          : vector_op("linear", p.in, LinearSpec{I, p.out, p.bias}), p.batch);
+                           : vector_op("linear", p.in, LinearSpec{I, p.out, p.bias}),
+                     p.batch);
   const i64 rows = p.batch * std::max<i64>(1, p.in.seq_len);
   c.input = uniform(rng, rows * I);
   c.params.push_back(uniform(rng, p.out * I, -0.5f, 0.5f));
@@ -262,9 +262,8 @@ struct ConvCase {
 };
 
 void PrintTo(const ConvCase& c, std::ostream* os) {
-  *os << "N" << c.N << " C" << c.C << " H" << c.H << " O" << c.O << " k" << c.kernel << " s" << c.stride
-      << " p" << c.pad
-      << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input") << (c.small ? " (direct loops)" : "");
+  *os << "N" << c.N << " C" << c.C << " H" << c.H << " O" << c.O << " k" << c.kernel << " s" << c.stride << " p"
+      << c.pad << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input") << (c.small ? " (direct loops)" : "");
 }
 
 class CpuLayersConv2d : public testing::TestWithParam<ConvCase> {};
@@ -304,21 +303,21 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
 // oneDNN blocks (16, 32) and that it cannot (3, 6), in both positions.
 INSTANTIATE_TEST_SUITE_P(
     Cases, CpuLayersConv2d,
-    testing::Values(ConvCase{2, 3, 12, 6, 5, 1, 0, true},     // LeNet's conv1
-                    ConvCase{2, 6, 10, 16, 5, 1, 0, true},    // LeNet's conv2
-                    ConvCase{2, 16, 8, 32, 3, 1, 1, false},   // ResNet 3x3
-                    ConvCase{2, 32, 6, 16, 1, 1, 0, false},   // ResNet 1x1 reduce
-                    ConvCase{2, 16, 9, 16, 3, 2, 1, false},   // strided 3x3, odd size
-                    ConvCase{2, 32, 8, 32, 1, 2, 0, true},    // strided 1x1 projection
-                    ConvCase{2, 3, 16, 16, 7, 2, 3, false},   // ResNet's stem
-                    ConvCase{3, 6, 7, 6, 3, 1, 1, true},      // neither side blocked
-                    ConvCase{2, 16, 9, 6, 7, 1, 3, true},     // blocked in, plain out
-                    ConvCase{2, 6, 8, 32, 3, 2, 0, false},    // plain in, blocked out, stride 2
-                    ConvCase{2, 64, 4, 256, 1, 1, 0, false},  // ResNet's widths: 1x1 expand
-                    ConvCase{2, 128, 5, 128, 3, 2, 1, false},  // strided 3x3 at width 128
-                    ConvCase{2, 256, 2, 64, 1, 1, 0, true},   // 1x1 reduce from 256
+    testing::Values(ConvCase{2, 3, 12, 6, 5, 1, 0, true},           // LeNet's conv1
+                    ConvCase{2, 6, 10, 16, 5, 1, 0, true},          // LeNet's conv2
+                    ConvCase{2, 16, 8, 32, 3, 1, 1, false},         // ResNet 3x3
+                    ConvCase{2, 32, 6, 16, 1, 1, 0, false},         // ResNet 1x1 reduce
+                    ConvCase{2, 16, 9, 16, 3, 2, 1, false},         // strided 3x3, odd size
+                    ConvCase{2, 32, 8, 32, 1, 2, 0, true},          // strided 1x1 projection
+                    ConvCase{2, 3, 16, 16, 7, 2, 3, false},         // ResNet's stem
+                    ConvCase{3, 6, 7, 6, 3, 1, 1, true},            // neither side blocked
+                    ConvCase{2, 16, 9, 6, 7, 1, 3, true},           // blocked in, plain out
+                    ConvCase{2, 6, 8, 32, 3, 2, 0, false},          // plain in, blocked out, stride 2
+                    ConvCase{2, 64, 4, 256, 1, 1, 0, false},        // ResNet's widths: 1x1 expand
+                    ConvCase{2, 128, 5, 128, 3, 2, 1, false},       // strided 3x3 at width 128
+                    ConvCase{2, 256, 2, 64, 1, 1, 0, true},         // 1x1 reduce from 256
                     ConvCase{2, 3, 16, 16, 7, 2, 3, false, false},  // stem on the model input
-                    ConvCase{2, 16, 6, 16, 3, 1, 1, true, false},  // blocked conv on the model input
+                    ConvCase{2, 16, 6, 16, 3, 1, 1, true, false},   // blocked conv on the model input
                     // Direct loops: rows of two 16-wide pieces overlapping (28 wide), of one (16),
                     // of three (35); output channels a multiple of the tiles' or not; padding.
                     ConvCase{2, 3, 32, 6, 5, 1, 0, true, false, true},   // LeNet's conv1 on the input
@@ -365,10 +364,10 @@ TEST_P(CpuLayersMaxPool, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersMaxPool,
-                         testing::Values(PoolCase{2, 6, 8, 2, 2, 0},     // LeNet's pools
-                                         PoolCase{2, 16, 10, 2, 2, 0},   // blocked
-                                         PoolCase{2, 16, 8, 3, 2, 1},    // ResNet's stem pool
-                                         PoolCase{3, 6, 9, 3, 2, 1},     // plain, odd size
+                         testing::Values(PoolCase{2, 6, 8, 2, 2, 0},    // LeNet's pools
+                                         PoolCase{2, 16, 10, 2, 2, 0},  // blocked
+                                         PoolCase{2, 16, 8, 3, 2, 1},   // ResNet's stem pool
+                                         PoolCase{3, 6, 9, 3, 2, 1},    // plain, odd size
                                          PoolCase{2, 3, 7, 3, 2, 1},
                                          PoolCase{2, 4, 16, 2, 2, 0, true},   // plain, as LeNet's pool1
                                          PoolCase{3, 3, 17, 2, 2, 0, true},   // plain, odd: a row and column unread
@@ -440,11 +439,10 @@ TEST_P(CpuLayersBatchNorm, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersBatchNorm,
-                         testing::Values(BnCase{2, 16, 4},   // blocked
-                                         BnCase{3, 6, 5},    // plain
-                                         BnCase{4, 32, 2},   // blocked, few values per channel
-                                         BnCase{2, 3, 7},
-                                         BnCase{2, 256, 3}),  // ResNet's widths
+                         testing::Values(BnCase{2, 16, 4},                     // blocked
+                                         BnCase{3, 6, 5},                      // plain
+                                         BnCase{4, 32, 2},                     // blocked, few values per channel
+                                         BnCase{2, 3, 7}, BnCase{2, 256, 3}),  // ResNet's widths
                          [](const testing::TestParamInfo<BnCase>& i) { return "case" + std::to_string(i.index); });
 
 // ---- ReLU and Sigmoid, on images (blocked and plain) and on rows of features ----
@@ -466,8 +464,8 @@ TEST_P(CpuLayersEltwise, MatchesReference) {
   std::mt19937 rng(43);
   const LayerSpec op = p.relu ? LayerSpec(ReLUSpec{}) : LayerSpec(SigmoidSpec{});
   const Dims& d = p.in.sample_dims;
-  OpCase c = op_case(d.size() == 3 ? image_op("eltwise", d[0], d[1], d[2], op) : vector_op("eltwise", p.in, op),
-                     p.batch);
+  OpCase c =
+      op_case(d.size() == 3 ? image_op("eltwise", d[0], d[1], d[2], op) : vector_op("eltwise", p.in, op), p.batch);
   const i64 n = p.batch * product(d);
   // ReLU: 70% positive, so that its output and gradient are mostly non-zero; sigmoid: across
   // its curved range.
@@ -488,20 +486,17 @@ TEST_P(CpuLayersEltwise, MatchesReference) {
   EXPECT_TRUE(close(r.dx, dx)) << "input gradient";
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersEltwise,
-                         testing::Values(EltwiseCase{true, InputSpec{{16, 5, 5}}, 2},
-                                         EltwiseCase{true, InputSpec{{6, 4, 4}}, 3},
-                                         EltwiseCase{true, InputSpec{{37}}, 4},
-                                         EltwiseCase{false, InputSpec{{16, 5, 5}}, 2},
-                                         EltwiseCase{false, InputSpec{{3, 6, 6}}, 2},
-                                         EltwiseCase{false, InputSpec{{37}}, 4},
-                                         // channels that leave padding in 8- and 16-wide blocks
-                                         EltwiseCase{false, InputSpec{{6, 5, 5}}, 3},
-                                         EltwiseCase{false, InputSpec{{120, 2, 2}}, 3},
-                                         EltwiseCase{true, InputSpec{{120, 2, 2}}, 2}),
-                         [](const testing::TestParamInfo<EltwiseCase>& i) {
-                           return std::string(i.param.relu ? "relu" : "sigmoid") + std::to_string(i.index);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CpuLayersEltwise,
+    testing::Values(EltwiseCase{true, InputSpec{{16, 5, 5}}, 2}, EltwiseCase{true, InputSpec{{6, 4, 4}}, 3},
+                    EltwiseCase{true, InputSpec{{37}}, 4}, EltwiseCase{false, InputSpec{{16, 5, 5}}, 2},
+                    EltwiseCase{false, InputSpec{{3, 6, 6}}, 2}, EltwiseCase{false, InputSpec{{37}}, 4},
+                    // channels that leave padding in 8- and 16-wide blocks
+                    EltwiseCase{false, InputSpec{{6, 5, 5}}, 3}, EltwiseCase{false, InputSpec{{120, 2, 2}}, 3},
+                    EltwiseCase{true, InputSpec{{120, 2, 2}}, 2}),
+    [](const testing::TestParamInfo<EltwiseCase>& i) {
+      return std::string(i.param.relu ? "relu" : "sigmoid") + std::to_string(i.index);
+    });
 
 // ---- LSTM: time-major (T, N, I) -> (T, N, H), zero initial state ----
 

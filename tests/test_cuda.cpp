@@ -8,24 +8,24 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <optional>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
-#include <map>
 #include <limits>
+#include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
-#include <thread>
 #include <vector>
 
 #include "engine/core/dataset.hpp"
@@ -173,8 +173,8 @@ TEST(CudaAllocator, ReusesAFreedBlockOfTheSameClass) {
 TEST(CudaAllocator, AccountsByKindWithTheBreakdownAtPeak) {
   SourceLog log;
   cuda::Allocator a(0, std::make_unique<HostMemory>(kMiB, log));
-  void* weights = a.allocate(3000, MemoryKind::Weights);          // 3072
-  void* grads = a.allocate(1000, MemoryKind::Gradients);          // 1024
+  void* weights = a.allocate(3000, MemoryKind::Weights);           // 3072
+  void* grads = a.allocate(1000, MemoryKind::Gradients);           // 1024
   void* activations = a.allocate(10000, MemoryKind::Activations);  // 10240
   cuda::MemoryStats s = a.stats();
   EXPECT_EQ(s.in_use, 3072u + 1024u + 10240u);
@@ -271,8 +271,8 @@ TEST(CudaAllocator, LoweringTheCapReturnsCachedBlocks) {
 TEST(CudaAllocator, FullDeviceEmptiesTheCacheAndRetries) {
   SourceLog log;
   cuda::Allocator a(0, std::make_unique<HostMemory>(4096, log));  // no cap: the device itself is full
-  a.release(a.allocate(2000, MemoryKind::Activations));            // 2048 cached
-  void* p = a.allocate(3000, MemoryKind::Weights);                 // 2048 + 3072 > 4096
+  a.release(a.allocate(2000, MemoryKind::Activations));           // 2048 cached
+  void* p = a.allocate(3000, MemoryKind::Weights);                // 2048 + 3072 > 4096
   EXPECT_EQ(log.refusals, 1) << "the first attempt is refused";
   EXPECT_EQ(log.give_backs, 1) << "then the cache goes back";
   EXPECT_EQ(log.obtains, 2) << "and the retry succeeds";
@@ -471,10 +471,14 @@ std::string why_not_runnable(Precision precision) {
 // every precision stores them exactly and only the backend's own arithmetic is compared.
 double tolerance(Precision p) {
   switch (p) {
-    case Precision::FP32: return 1e-4;
-    case Precision::TF32: return 5e-3;
-    case Precision::FP16: return 1e-2;
-    case Precision::BF16: return 5e-2;
+    case Precision::FP32:
+      return 1e-4;
+    case Precision::TF32:
+      return 5e-3;
+    case Precision::FP16:
+      return 1e-2;
+    case Precision::BF16:
+      return 5e-2;
   }
   return 0;
 }
@@ -485,7 +489,8 @@ constexpr double kElementSlack = 10;
 // fails unless the caller says that many zeros are expected.
 constexpr double kMaxZeroFraction = 0.5;
 
-testing::AssertionResult agree(const Vec& gpu, const Vec& cpu, double tol, double max_zero_fraction = kMaxZeroFraction) {
+testing::AssertionResult agree(const Vec& gpu, const Vec& cpu, double tol,
+                               double max_zero_fraction = kMaxZeroFraction) {
   if (gpu.size() != cpu.size())
     return testing::AssertionFailure() << "GPU gives " << gpu.size() << " values, CPU " << cpu.size();
   if (cpu.empty()) return testing::AssertionFailure() << "empty tensor";
@@ -647,8 +652,9 @@ void check_against_cpu(const LayerCase& c, Precision precision) {
   cpu->write_param(1, 0, eye(shapes[0][c.model.input().seq_len > 0 ? 2 : 1]));
   const std::vector<ParamSpec> op_params = params_of(c.model, shapes, op);
   for (std::size_t k = 0; k < op_params.size(); ++k)
-    cpu->write_param(op, int(k), op_params[k].name == "gamma" ? uniform(rng, op_params[k].count(), 0.5f, 1.5f)
-                                                              : uniform(rng, op_params[k].count(), -0.5f, 0.5f));
+    cpu->write_param(op, int(k),
+                     op_params[k].name == "gamma" ? uniform(rng, op_params[k].count(), 0.5f, 1.5f)
+                                                  : uniform(rng, op_params[k].count(), -0.5f, 0.5f));
 
   cuda::NetworkConfig config = gpu_config(c.batch, precision);
   config.layout = c.layout;
@@ -952,7 +958,8 @@ void check_one_step(const ModelSpec& model, i64 batch, bool shared = false,
   EXPECT_EQ(gpu.correct(), cpu->correct());
 
   std::vector<Vec> before;
-  for_each_param(model, batch, [&](int node, int k, const std::string&) { before.push_back(cpu->read_param(node, k)); });
+  for_each_param(model, batch,
+                 [&](int node, int k, const std::string&) { before.push_back(cpu->read_param(node, k)); });
   cpu->backward();
   gpu.backward();
   cpu->update();
@@ -984,7 +991,8 @@ ModelSpec resnet_blocks() {
     int y = conv_bn(name + ".a", x, in, width, 1, 1, true);
     y = conv_bn(name + ".b", y, width, width, 3, stride, true);
     y = conv_bn(name + ".c", y, width, 4 * width, 1, 1, false);
-    const int shortcut = stride != 1 || in != 4 * width ? conv_bn(name + ".proj", x, in, 4 * width, 1, stride, false) : x;
+    const int shortcut =
+        stride != 1 || in != 4 * width ? conv_bn(name + ".proj", x, in, 4 * width, 1, stride, false) : x;
     return m.add(name + ".relu", ReLUSpec{}, {m.add(name + ".add", AddSpec{}, {y, shortcut})});
   };
   int x = m.add("input", InputSpec{{3, 16, 16}}, {});
@@ -1206,13 +1214,15 @@ TEST_F(CudaGpu, NcclCollectivesOverEveryVisibleGpu) {
       comms[std::size_t(r)]->wait();
       EXPECT_DOUBLE_EQ(comms[std::size_t(r)]->max(double(r)), double(gpus - 1));
       ASSERT_EQ(cudaStreamSynchronize(streams[std::size_t(r)]), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(&results[std::size_t(r * kCount)], buf.get(), kCount * sizeof(float), cudaMemcpyDeviceToHost),
-                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpy(&results[std::size_t(r * kCount)], buf.get(), kCount * sizeof(float), cudaMemcpyDeviceToHost),
+          cudaSuccess);
     });
   for (auto& t : threads) t.join();
   const float mean_rank = float(gpus - 1) / 2;
   for (int r = 0; r < gpus; ++r)
-    for (i64 k = 0; k < kCount; k += 97) EXPECT_FLOAT_EQ(results[std::size_t(r * kCount + k)], mean_rank * 10 + float(k));
+    for (i64 k = 0; k < kCount; k += 97)
+      EXPECT_FLOAT_EQ(results[std::size_t(r * kCount + k)], mean_rank * 10 + float(k));
   comms.clear();
   for (cudaStream_t s : streams) cudaStreamDestroy(s);
 }

@@ -170,45 +170,69 @@ class BrokenFiles : public testing::Test {
 };
 
 TEST_F(BrokenFiles, ImageMagic) {
-  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3), 0x00000801), idx_labels({1, 2, 3})); },
-                     {images_path(), "magic number 0x00000801", "expected 0x00000803", "image file"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(3, 28, 28, pixels(3), 0x00000801), idx_labels({1, 2, 3}));
+      },
+      {images_path(), "magic number 0x00000801", "expected 0x00000803", "image file"});
 }
 
 TEST_F(BrokenFiles, LabelMagic) {
-  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 2, 3}, -1, 0x00000803)); },
-                     {labels_path(), "magic number 0x00000803", "expected 0x00000801", "label file"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 2, 3}, -1, 0x00000803));
+      },
+      {labels_path(), "magic number 0x00000803", "expected 0x00000801", "label file"});
 }
 
 TEST_F(BrokenFiles, WrongDimensions) {
-  expect_input_error([&] { parse(idx_images(3, 27, 28, random_bytes(3 * 27 * 28, 1)), idx_labels({1, 2, 3})); },
-                     {images_path(), "27x28", "expected 28x28"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(3, 27, 28, random_bytes(3 * 27 * 28, 1)), idx_labels({1, 2, 3}));
+      },
+      {images_path(), "27x28", "expected 28x28"});
 }
 
 TEST_F(BrokenFiles, TruncatedImages) {
   Bytes images = idx_images(3, 28, 28, pixels(3));
   images.resize(images.size() - 100);
-  expect_input_error([&] { parse(images, idx_labels({1, 2, 3})); },
-                     {images_path(), fmt::format("{} bytes", 16 + 3 * 784 - 100),
-                      fmt::format("expected {}", 16 + 3 * 784), "truncated"});
+  expect_input_error(
+      [&] {
+        parse(images, idx_labels({1, 2, 3}));
+      },
+      {images_path(), fmt::format("{} bytes", 16 + 3 * 784 - 100), fmt::format("expected {}", 16 + 3 * 784),
+       "truncated"});
 }
 
 TEST_F(BrokenFiles, ImageHeaderCut) {
-  expect_input_error([&] { parse(Bytes{0, 0, 8, 3, 0, 0}, idx_labels({1})); },
-                     {images_path(), "6 bytes", "too short", "16 bytes"});
+  expect_input_error(
+      [&] {
+        parse(Bytes{0, 0, 8, 3, 0, 0}, idx_labels({1}));
+      },
+      {images_path(), "6 bytes", "too short", "16 bytes"});
 }
 
 TEST_F(BrokenFiles, TruncatedLabels) {
-  expect_input_error([&] { parse(idx_images(5, 28, 28, pixels(5)), idx_labels({1, 2, 3}, 5)); },
-                     {labels_path(), "11 bytes", "expected 13", "truncated"});
-  expect_input_error([&] { parse(idx_images(1, 28, 28, pixels(1)), Bytes{0, 0, 8, 1}); },
-                     {labels_path(), "4 bytes", "too short", "8 bytes"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(5, 28, 28, pixels(5)), idx_labels({1, 2, 3}, 5));
+      },
+      {labels_path(), "11 bytes", "expected 13", "truncated"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(1, 28, 28, pixels(1)), Bytes{0, 0, 8, 1});
+      },
+      {labels_path(), "4 bytes", "too short", "8 bytes"});
 }
 
 TEST_F(BrokenFiles, TrailingBytes) {
   Bytes images = idx_images(3, 28, 28, pixels(3));
   images.insert(images.end(), 7, 0);
-  expect_input_error([&] { parse(images, idx_labels({1, 2, 3})); },
-                     {images_path(), fmt::format("expected {}", 16 + 3 * 784), "trailing bytes"});
+  expect_input_error(
+      [&] {
+        parse(images, idx_labels({1, 2, 3}));
+      },
+      {images_path(), fmt::format("expected {}", 16 + 3 * 784), "trailing bytes"});
   Bytes labels = idx_labels({1, 2, 3});
   labels.push_back(4);
   expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), labels); },
@@ -216,13 +240,19 @@ TEST_F(BrokenFiles, TrailingBytes) {
 }
 
 TEST_F(BrokenFiles, CountsDisagree) {
-  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 2})); },
-                     {images_path(), labels_path(), "3 images", "2 labels", "same split"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 2}));
+      },
+      {images_path(), labels_path(), "3 images", "2 labels", "same split"});
 }
 
 TEST_F(BrokenFiles, LabelOutOfRange) {
-  expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 10, 3})); },
-                     {labels_path(), "label 10 of sample 1", "[0, 10)"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(3, 28, 28, pixels(3)), idx_labels({1, 10, 3}));
+      },
+      {labels_path(), "label 10 of sample 1", "[0, 10)"});
 }
 
 TEST_F(BrokenFiles, CifarSizeNotRecords) {
@@ -735,8 +765,10 @@ TEST(Sine, TargetIsNextInput) {
             << "window " << n << " step " << t;
       for (i64 t = 0; t < T; ++t) ASSERT_LE(std::abs(b.input[std::size_t(t * N + n)]), 1.0f);
     }
-    if (step == 0) first = b;
-    else EXPECT_FALSE(b.input == first.input) << "training windows start at random points";
+    if (step == 0)
+      first = b;
+    else
+      EXPECT_FALSE(b.input == first.input) << "training windows start at random points";
   }
 }
 
@@ -795,7 +827,8 @@ TEST(Splits, Synthetic) {
     check_classification_batches(*s.validation, 32, 784, 3);
   }
   {
-    Splits s = make_splits("cifar10", "", models::workload("lenet5", "cifar10").spec, LoaderConfig{.batch = 16, .augment = true, .seed = 1});
+    Splits s = make_splits("cifar10", "", models::workload("lenet5", "cifar10").spec,
+                           LoaderConfig{.batch = 16, .augment = true, .seed = 1});
     EXPECT_EQ(s.source, "synthetic");
     check_classification_batches(*s.train, 16, 3 * 32 * 32, 3);
     check_classification_batches(*s.validation, 16, 3 * 32 * 32, 3);
@@ -820,7 +853,8 @@ TEST(Splits, FashionMnistFindsDebianFolder) {
   fs::create_directory(dir.file("fashion-mnist"));
   EXPECT_EQ(find_dataset("fashion-mnist", dir.path()), dir.file("fashion-mnist")) << "the data directory wins";
 
-  Splits s = make_splits("fashion-mnist", kDebianFashion, models::workload("mlp", "mnist").spec, LoaderConfig{.batch = 100, .seed = 1});
+  Splits s = make_splits("fashion-mnist", kDebianFashion, models::workload("mlp", "mnist").spec,
+                         LoaderConfig{.batch = 100, .seed = 1});
   EXPECT_EQ(s.source, kDebianFashion);
   EXPECT_EQ(s.train->source(), kDebianFashion);
   EXPECT_EQ(s.validation->source(), kDebianFashion);
@@ -854,10 +888,11 @@ TEST(Learns, MlpFashionMnistOneEpoch) {
   const EpochResult result = train_epochs(trainer, *s.validation, s.validation_steps, EpochOptions{.epochs = 1}, {});
   ASSERT_EQ(result.records.size(), 1u);
   const EpochRecord& r = result.records[0];
-  std::printf("mlp on %s, 1 epoch (%lld steps of %lld): train loss %.4f, validation loss %.4f, validation accuracy "
-              "%.2f%% (%.1f s)\n",
-              folder.c_str(), static_cast<long long>(r.steps), static_cast<long long>(w.batch), r.train_loss,
-              r.val_loss, 100 * r.val_acc, seconds_since(start));
+  std::printf(
+      "mlp on %s, 1 epoch (%lld steps of %lld): train loss %.4f, validation loss %.4f, validation accuracy "
+      "%.2f%% (%.1f s)\n",
+      folder.c_str(), static_cast<long long>(r.steps), static_cast<long long>(w.batch), r.train_loss, r.val_loss,
+      100 * r.val_acc, seconds_since(start));
   EXPECT_EQ(r.steps, 600);
   EXPECT_GE(r.val_acc, 0.80);
 }

@@ -441,8 +441,7 @@ TEST(ModelsMlpGradient, MatchesDoubleReference) {
     return DVec(v.begin(), v.end());
   };
   const DVec x(batch.input.begin(), batch.input.end());
-  const DVec w1 = param(0, 0), b1 = param(0, 1), w2 = param(1, 0), b2 = param(1, 1), w3 = param(2, 0),
-             b3 = param(2, 1);
+  const DVec w1 = param(0, 0), b1 = param(0, 1), w2 = param(1, 0), b2 = param(1, 1), w3 = param(2, 0), b3 = param(2, 1);
   DVec h1(N * H), r1(N * H), h2(N * H), r2(N * H), logits(N * K);
   ref::linear_forward(x.data(), w1.data(), b1.data(), h1.data(), N, I, H);
   ref::relu_forward(h1.data(), r1.data(), N * H);
@@ -458,8 +457,7 @@ TEST(ModelsMlpGradient, MatchesDoubleReference) {
   ref::relu_backward(r2.data(), dr2.data(), dh2.data(), N * H);
   ref::linear_backward(r1.data(), w2.data(), dh2.data(), dr1.data(), dw2.data(), db2.data(), N, H, H);
   ref::relu_backward(r1.data(), dr1.data(), dh1.data(), N * H);
-  ref::linear_backward(x.data(), w1.data(), dh1.data(), static_cast<double*>(nullptr), dw1.data(), db1.data(), N,
-                       I, H);
+  ref::linear_backward(x.data(), w1.data(), dh1.data(), static_cast<double*>(nullptr), dw1.data(), db1.data(), N, I, H);
 
   EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
   EXPECT_TRUE(close(net.read_output(fc[2]), logits)) << "logits";
@@ -662,10 +660,10 @@ TEST(ModelsWholeGradient, ResnetBlocks) {
     return m.add(name + ".relu", ReLUSpec{}, {m.add(name + ".add", AddSpec{}, {y, shortcut})});
   };
   int x = m.add("input", InputSpec{{3, 16, 16}}, {});
-  x = conv_bn("stem", x, 3, 16, 7, 2, true);                 // 16 x 8 x 8
-  x = m.add("stem.pool", MaxPool2dSpec{3, 2, 1}, {x});       // 16 x 4 x 4
-  x = bottleneck("block1", x, 16, 8, 2);                     // 32 x 2 x 2, projection
-  x = bottleneck("block2", x, 32, 8, 1);                     // 32 x 2 x 2, identity
+  x = conv_bn("stem", x, 3, 16, 7, 2, true);            // 16 x 8 x 8
+  x = m.add("stem.pool", MaxPool2dSpec{3, 2, 1}, {x});  // 16 x 4 x 4
+  x = bottleneck("block1", x, 16, 8, 2);                // 32 x 2 x 2, projection
+  x = bottleneck("block2", x, 32, 8, 1);                // 32 x 2 x 2, identity
   x = m.add("avgpool", GlobalAvgPoolSpec{}, {x});
   x = m.add("fc", LinearSpec{32, 10}, {x});
   m.add("loss", SoftmaxCrossEntropySpec{10}, {x});
@@ -679,7 +677,8 @@ TEST(Errors, OneFormatForEveryLibraryWithRelativeFiles) {
     fail_call(CallFailure::Backend, "cuDNN", "CUDNN_STATUS_BAD_PARAM", "cudnnSomething(x)", __FILE__, 42);
     ADD_FAILURE() << "did not throw";
   } catch (const BackendError& e) {
-    EXPECT_EQ(std::string(e.what()), "cuDNN failed: CUDNN_STATUS_BAD_PARAM (tests/test_models.cpp:42) [cudnnSomething(x)]");
+    EXPECT_EQ(std::string(e.what()),
+              "cuDNN failed: CUDNN_STATUS_BAD_PARAM (tests/test_models.cpp:42) [cudnnSomething(x)]");
   }
   EXPECT_THROW(fail_call(CallFailure::OutOfMemory, "CUDA", "cudaErrorMemoryAllocation", "cudaMalloc(p)", __FILE__, 1),
                OutOfMemory);

@@ -45,11 +45,12 @@ TEST(MpiDataParallel, RanksOnShardsMatchOneNetworkOnTheWholeBatch) {
   const int r = comm->rank(), n = comm->size();
   const i64 shard = 8, batch = shard * n, sample = 784;
   parallel::ReplicaNetwork replica(
-      std::make_unique<cpu::CpuNetwork>(spec, cpu::NetworkConfig{.batch = shard, .optimizer = sgd, .seed = 11 + std::uint64_t(r)}),
+      std::make_unique<cpu::CpuNetwork>(
+          spec, cpu::NetworkConfig{.batch = shard, .optimizer = sgd, .seed = 11 + std::uint64_t(r)}),
       std::move(comm), std::size_t(512) << 10);
   cpu::CpuNetwork whole(spec, cpu::NetworkConfig{.batch = batch, .optimizer = sgd, .seed = 11});
   testing_support::copy_params(spec, batch, replica, whole);  // rank 0's, broadcast
-  std::mt19937 rng(5);  // the same batches on every rank
+  std::mt19937 rng(5);                                        // the same batches on every rank
   std::normal_distribution<float> pixel(0.0f, 1.0f);
   std::uniform_int_distribution<int> label(0, 9);
   for (int step = 0; step < 4; ++step) {

@@ -109,7 +109,8 @@ std::unique_ptr<cpu::CpuNetwork> cpu_net(const ModelSpec& spec, i64 batch, Optim
 }
 
 TEST(Buckets, CoverEveryGradientExactlyOnceInBackwardOrder) {
-  for (const ModelSpec& spec : {models::workload("mlp", "mnist").spec, models::workload("lenet5", "cifar10").spec, models::workload("resnet152", "cifar10").spec}) {
+  for (const ModelSpec& spec : {models::workload("mlp", "mnist").spec, models::workload("lenet5", "cifar10").spec,
+                                models::workload("resnet152", "cifar10").spec}) {
     auto net = cpu_net(spec, 2, OptimizerConfig{});
     const auto segments = net->gradient_segments();
     for (std::size_t bytes : {std::size_t(1), std::size_t(64) << 10, parallel::kDefaultBucketBytes}) {
@@ -205,15 +206,16 @@ TEST(DataParallel, TwoReplicasOnHalfBatchesMatchOneOnTheWholeBatchLenetAdam) {
   OptimizerConfig adam;
   adam.kind = OptimizerConfig::Kind::Adam;
   adam.lr = 1e-3;
-  expect_halves_match_whole(models::workload("lenet5", "cifar10").spec, adam, 8, 3, std::size_t(4) << 10);  // several buckets
+  expect_halves_match_whole(models::workload("lenet5", "cifar10").spec, adam, 8, 3,
+                            std::size_t(4) << 10);  // several buckets
 }
 
 TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
   auto comms = thread_comms(2);
   std::vector<std::unique_ptr<parallel::ReplicaNetwork>> replicas(2);
   on_threads(2, [&](int r) {
-    replicas[std::size_t(r)] =
-        std::make_unique<parallel::ReplicaNetwork>(cpu_net(models::workload("mlp", "mnist").spec, 4, OptimizerConfig{}), std::move(comms[std::size_t(r)]));
+    replicas[std::size_t(r)] = std::make_unique<parallel::ReplicaNetwork>(
+        cpu_net(models::workload("mlp", "mnist").spec, 4, OptimizerConfig{}), std::move(comms[std::size_t(r)]));
   });
   on_threads(2, [&](int r) { replicas[std::size_t(r)]->check_weights_agree(); });  // broadcast made them equal
   std::vector<float> w = replicas[1]->read_param(1, 0);

@@ -118,7 +118,9 @@ TEST(Planner, SecondConsumerWritesAnEdgeThatTheFirstAddsInto) {
   const int s = m.add("sum", AddSpec{}, {a, b});
   std::vector<PlanStep> steps;
   for (int node : {a, b, s})
-    steps.push_back(PlanStep{.nodes = {node}, .inputs = m.nodes[std::size_t(node)].inputs, .bytes = kBytes,
+    steps.push_back(PlanStep{.nodes = {node},
+                             .inputs = m.nodes[std::size_t(node)].inputs,
+                             .bytes = kBytes,
                              .reads = BackwardReads::nothing(m.nodes[std::size_t(node)].inputs.size())});
   const MemoryPlan p = plan_memory(m, steps, {});
   check_plan(p);

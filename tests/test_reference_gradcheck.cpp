@@ -112,10 +112,8 @@ GradCheckResult check_gradient(Vec& param, const Vec& analytic, const std::funct
     const double numeric = (up - down) / (2 * kStep);
     ++result.checked;
     // Written as !(<=) so that a NaN on either side fails too.
-    if (!std::isfinite(numeric) ||
-        !(std::abs(analytic[e] - numeric) <= kAbsTol + kRelTol * std::abs(numeric))) {
-      failures << "element " << e << ": analytic " << analytic[e] << ", numeric " << numeric
-               << "\n";
+    if (!std::isfinite(numeric) || !(std::abs(analytic[e] - numeric) <= kAbsTol + kRelTol * std::abs(numeric))) {
+      failures << "element " << e << ": analytic " << analytic[e] << ", numeric " << numeric << "\n";
     }
   }
   result.failures = failures.str();
@@ -166,8 +164,7 @@ TEST(GradCheckHarness, RejectsGradientOffByOnePercent) {
 TEST(GradCheckHarness, RejectsNonFiniteGradient) {
   std::mt19937 rng(kSeed);
   CubicLoss f{uniform(rng, 10), uniform(rng, 10)};
-  for (double bad :
-       {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     Vec gradient = f.gradient();
     gradient[3] = bad;
     EXPECT_FALSE(check_gradient(f.p, gradient, std::ref(f), rng).failures.empty()) << bad;
@@ -226,8 +223,7 @@ TEST(LinearBackward, OptionalGradientsMayBeNull) {
   const Vec x = uniform(rng, N * I), w = uniform(rng, O * I), dy = uniform(rng, N * O);
   Vec dx(N * I), dw(O * I), db(O), dw_alone(O * I);
   linear_backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data(), N, I, O);
-  linear_backward<double>(x.data(), w.data(), dy.data(), nullptr, dw_alone.data(), nullptr, N, I,
-                          O);
+  linear_backward<double>(x.data(), w.data(), dy.data(), nullptr, dw_alone.data(), nullptr, N, I, O);
   EXPECT_EQ(dw, dw_alone);
 }
 
@@ -243,8 +239,7 @@ class ConvGradCheck : public ::testing::TestWithParam<ConvCase> {};
 
 TEST_P(ConvGradCheck, InputWeightAndBias) {
   const ConvCase& c = GetParam();
-  const ConvShape s{.N = 2, .C = 3, .H = c.H, .W = c.W, .O = 4,
-                    .kernel = c.kernel, .stride = c.stride, .pad = c.pad};
+  const ConvShape s{.N = 2, .C = 3, .H = c.H, .W = c.W, .O = 4, .kernel = c.kernel, .stride = c.stride, .pad = c.pad};
   const i64 k = s.kernel, y_size = s.N * s.O * s.out_h() * s.out_w();
   std::mt19937 rng(kSeed);
   Vec x = uniform(rng, s.N * s.C * s.H * s.W);  // (N, C, H, W)
@@ -263,15 +258,14 @@ TEST_P(ConvGradCheck, InputWeightAndBias) {
   expect_gradient_matches("b", b, db, loss, rng);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, ConvGradCheck,
-    ::testing::Values(ConvCase{"k3_s1_p1", 8, 8, 3, 1, 1}, ConvCase{"k3_s2_p1", 8, 8, 3, 2, 1},
-                      // The last row and column are read by no window: their dx must be 0.
-                      ConvCase{"k3_s2_p0_ragged", 8, 6, 3, 2, 0},
-                      ConvCase{"k1_s1_p0", 8, 8, 1, 1, 0}, ConvCase{"k5_s2_p2", 7, 8, 5, 2, 2}),
-    [](const ::testing::TestParamInfo<ConvCase>& case_info) {
-      return std::string(case_info.param.name);
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvGradCheck,
+                         ::testing::Values(ConvCase{"k3_s1_p1", 8, 8, 3, 1, 1}, ConvCase{"k3_s2_p1", 8, 8, 3, 2, 1},
+                                           // The last row and column are read by no window: their dx must be 0.
+                                           ConvCase{"k3_s2_p0_ragged", 8, 6, 3, 2, 0},
+                                           ConvCase{"k1_s1_p0", 8, 8, 1, 1, 0}, ConvCase{"k5_s2_p2", 7, 8, 5, 2, 2}),
+                         [](const ::testing::TestParamInfo<ConvCase>& case_info) {
+                           return std::string(case_info.param.name);
+                         });
 
 // An asymmetric kernel, so that a flipped (true convolution) kernel gives other numbers.
 TEST(Conv2dForward, HandComputedNoPadding) {
@@ -319,8 +313,7 @@ class MaxPoolGradCheck : public ::testing::TestWithParam<PoolCase> {};
 
 TEST_P(MaxPoolGradCheck, Input) {
   const PoolCase& c = GetParam();
-  const PoolShape s{
-      .N = 2, .C = 3, .H = c.H, .W = c.W, .kernel = c.kernel, .stride = c.stride, .pad = c.pad};
+  const PoolShape s{.N = 2, .C = 3, .H = c.H, .W = c.W, .kernel = c.kernel, .stride = c.stride, .pad = c.pad};
   const i64 y_size = s.N * s.C * s.out_h() * s.out_w();
   std::mt19937 rng(kSeed);
   Vec x = distinct(rng, s.N * s.C * s.H * s.W);  // (N, C, H, W)
@@ -336,8 +329,7 @@ TEST_P(MaxPoolGradCheck, Input) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MaxPoolGradCheck,
-                         ::testing::Values(PoolCase{"k2_s2_p0", 8, 8, 2, 2, 0},
-                                           PoolCase{"k3_s2_p1", 8, 8, 3, 2, 1},
+                         ::testing::Values(PoolCase{"k2_s2_p0", 8, 8, 2, 2, 0}, PoolCase{"k3_s2_p1", 8, 8, 3, 2, 1},
                                            PoolCase{"k3_s1_p1_overlapping", 7, 6, 3, 1, 1}),
                          [](const ::testing::TestParamInfo<PoolCase>& case_info) {
                            return std::string(case_info.param.name);
@@ -420,17 +412,16 @@ TEST(BatchNormGradCheck, InputGammaAndBeta) {
   Vec mean(C), var(C);                      // (C) each
   auto loss = [&] {
     Vec y(N * C * HW), unused_mean(C), unused_var(C);  // (N, C, HW), (C), (C)
-    batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(),
-                                    unused_mean.data(), unused_var.data(), nullptr, nullptr, N, C,
-                                    HW, eps, 0.1);
+    batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(), unused_mean.data(),
+                                    unused_var.data(), nullptr, nullptr, N, C, HW, eps, 0.1);
     return dot(y, r);
   };
   Vec y(N * C * HW);  // (N, C, HW)
-  batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
-                                  var.data(), nullptr, nullptr, N, C, HW, eps, 0.1);
+  batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(), nullptr,
+                                  nullptr, N, C, HW, eps, 0.1);
   Vec dx(x.size()), dgamma(C), dbeta(C);
-  batchnorm_backward(x.data(), gamma.data(), mean.data(), var.data(), r.data(), dx.data(),
-                     dgamma.data(), dbeta.data(), N, C, HW, eps);
+  batchnorm_backward(x.data(), gamma.data(), mean.data(), var.data(), r.data(), dx.data(), dgamma.data(), dbeta.data(),
+                     N, C, HW, eps);
   expect_gradient_matches("x", x, dx, loss, rng);
   expect_gradient_matches("gamma", gamma, dgamma, loss, rng);
   expect_gradient_matches("beta", beta, dbeta, loss, rng);
@@ -444,12 +435,11 @@ TEST(BatchNormForward, EachChannelHasMeanZeroVarianceOne) {
   Vec x = uniform(rng, N * C * HW);  // (N, C, HW)
   for (i64 n = 0; n < N; ++n)
     for (i64 c = 0; c < C; ++c)
-      for (i64 p = 0; p < HW; ++p)
-        x[(n * C + c) * HW + p] = 3.0 * (c + 1) * x[(n * C + c) * HW + p] + 10.0 * c;
+      for (i64 p = 0; p < HW; ++p) x[(n * C + c) * HW + p] = 3.0 * (c + 1) * x[(n * C + c) * HW + p] + 10.0 * c;
   const Vec gamma(C, 1.0), beta(C, 0.0);  // (C) each
   Vec y(x.size()), mean(C), var(C);       // (N, C, HW), (C), (C)
-  batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
-                                  var.data(), nullptr, nullptr, N, C, HW, 1e-5, 0.1);
+  batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(), nullptr,
+                                  nullptr, N, C, HW, 1e-5, 0.1);
   for (i64 c = 0; c < C; ++c) {
     double sum = 0.0, sq = 0.0;
     for (i64 n = 0; n < N; ++n)
@@ -471,9 +461,8 @@ TEST(BatchNormForward, HandComputedStatisticsAndRunningUpdate) {
   Vec y(8), mean(2), var(2);                          // (N, C, HW), (C), (C)
   Vec running_mean = {0.5, 0}, running_var = {2, 1};  // (C) each
   const double eps = 1e-5, momentum = 0.1;
-  batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
-                                  var.data(), running_mean.data(), running_var.data(), N, C, HW,
-                                  eps, momentum);
+  batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(),
+                                  running_mean.data(), running_var.data(), N, C, HW, eps, momentum);
   EXPECT_NEAR(mean[0], 2.5, kHandTol);
   EXPECT_NEAR(mean[1], 25, kHandTol);
   EXPECT_NEAR(var[0], 1.25, kHandTol);  // biased: (2.25 + 0.25 + 0.25 + 2.25) / 4
@@ -492,8 +481,8 @@ TEST(BatchNormForward, InferenceUsesRunningStatistics) {
   const Vec gamma = {2, 1}, beta = {0.5, 0};                  // (C) each
   const Vec running_mean = {1, -1}, running_var = {4, 0.25};  // (C) each
   Vec y(4);                                                   // (N, C, HW)
-  batchnorm_forward_infer(x.data(), gamma.data(), beta.data(), running_mean.data(),
-                          running_var.data(), y.data(), 2, 2, 1, 0.0);
+  batchnorm_forward_infer(x.data(), gamma.data(), beta.data(), running_mean.data(), running_var.data(), y.data(), 2, 2,
+                          1, 0.0);
   // Channel 0: 2 (x - 1) / 2 + 0.5; channel 1: (x + 1) / 0.5.
   EXPECT_EQ(y, (Vec{2.5, 0, -0.5, 12}));
 }
@@ -587,8 +576,8 @@ TEST(LstmGradCheck, InputAndAllWeights) {
   LstmCache<double> cache;
   lstm_forward(x.data(), wx.data(), wh.data(), bias.data(), h.data(), cache, s);
   Vec dx(x.size()), dwx(wx.size()), dwh(wh.size()), dbias(bias.size());
-  lstm_backward<double>(x.data(), wx.data(), wh.data(), h.data(), cache, r.data(), dx.data(),
-                        dwx.data(), dwh.data(), dbias.data(), s);
+  lstm_backward<double>(x.data(), wx.data(), wh.data(), h.data(), cache, r.data(), dx.data(), dwx.data(), dwh.data(),
+                        dbias.data(), s);
   expect_gradient_matches("x", x, dx, loss, rng);
   expect_gradient_matches("wx", wx, dwx, loss, rng);
   expect_gradient_matches("wh", wh, dwh, loss, rng);
@@ -596,8 +585,8 @@ TEST(LstmGradCheck, InputAndAllWeights) {
 
   // dx is optional and leaves the weight gradients unchanged.
   Vec dwx_alone(wx.size()), dwh_alone(wh.size()), dbias_alone(bias.size());
-  lstm_backward<double>(x.data(), wx.data(), wh.data(), h.data(), cache, r.data(), nullptr,
-                        dwx_alone.data(), dwh_alone.data(), dbias_alone.data(), s);
+  lstm_backward<double>(x.data(), wx.data(), wh.data(), h.data(), cache, r.data(), nullptr, dwx_alone.data(),
+                        dwh_alone.data(), dbias_alone.data(), s);
   EXPECT_EQ(dwx, dwx_alone);
   EXPECT_EQ(dwh, dwh_alone);
   EXPECT_EQ(dbias, dbias_alone);
@@ -680,8 +669,7 @@ TEST(SoftmaxCrossEntropy, HandComputed) {
   const std::vector<std::int32_t> labels = {1, 2};  // (N)
   // Row 0: -log(1/3) = log 3. Row 1: log(e + e^2 + e^3) - 3 = log(1 + e^-1 + e^-2).
   const double row0 = 1.0986122886681098, row1 = 0.40760596444438013;
-  EXPECT_NEAR(softmax_cross_entropy_forward(logits.data(), labels.data(), 2, 3), (row0 + row1) / 2,
-              kHandTol);
+  EXPECT_NEAR(softmax_cross_entropy_forward(logits.data(), labels.data(), 2, 3), (row0 + row1) / 2, kHandTol);
 
   Vec dlogits(6);  // (N, K)
   softmax_cross_entropy_backward(logits.data(), labels.data(), dlogits.data(), 2, 3);
@@ -692,8 +680,7 @@ TEST(SoftmaxCrossEntropy, HandComputed) {
                         std::exp(1.0) / sum / 2,
                         std::exp(2.0) / sum / 2,
                         (std::exp(3.0) / sum - 1) / 2};
-  for (std::size_t e = 0; e < expected.size(); ++e)
-    EXPECT_NEAR(dlogits[e], expected[e], kHandTol) << "element " << e;
+  for (std::size_t e = 0; e < expected.size(); ++e) EXPECT_NEAR(dlogits[e], expected[e], kHandTol) << "element " << e;
 }
 
 TEST(MseGradCheck, Prediction) {
@@ -741,12 +728,12 @@ TEST(NonFinite, ExtremeInputsStayFinite) {
   const Vec constant = {4, 4, 4, 4};  // (N=2, C=1, HW=2)
   const Vec gamma = {1}, beta = {0.5};
   Vec bn_y(4), mean(1), var(1), bn_dx(4), dgamma(1), dbeta(1);
-  batchnorm_forward_train<double>(constant.data(), gamma.data(), beta.data(), bn_y.data(),
-                                  mean.data(), var.data(), nullptr, nullptr, 2, 1, 2, 1e-5, 0.1);
+  batchnorm_forward_train<double>(constant.data(), gamma.data(), beta.data(), bn_y.data(), mean.data(), var.data(),
+                                  nullptr, nullptr, 2, 1, 2, 1e-5, 0.1);
   EXPECT_EQ(bn_y, (Vec{0.5, 0.5, 0.5, 0.5}));
   const Vec dy = {1, -2, 3, 0.5};
-  batchnorm_backward(constant.data(), gamma.data(), mean.data(), var.data(), dy.data(),
-                     bn_dx.data(), dgamma.data(), dbeta.data(), 2, 1, 2, 1e-5);
+  batchnorm_backward(constant.data(), gamma.data(), mean.data(), var.data(), dy.data(), bn_dx.data(), dgamma.data(),
+                     dbeta.data(), 2, 1, 2, 1e-5);
   EXPECT_TRUE(all_finite(bn_dx));
 }
 
@@ -794,9 +781,7 @@ TEST(Adam, HandComputedTwoSteps) {
   // corrections 1 - 0.81 = 0.19 and 1 - 0.998001 = 0.001999.
   EXPECT_NEAR(m[0], 0.02, kHandTol);
   EXPECT_NEAR(v[0], 0.00031225, kHandTol);
-  EXPECT_NEAR(param[0],
-              after_step1 - 0.01 * (0.02 / 0.19) / (std::sqrt(0.00031225 / 0.001999) + 1e-8),
-              kHandTol);
+  EXPECT_NEAR(param[0], after_step1 - 0.01 * (0.02 / 0.19) / (std::sqrt(0.00031225 / 0.001999) + 1e-8), kHandTol);
   EXPECT_EQ(param[1], 3.0);  // 0 / (0 + eps) leaves it alone
   EXPECT_EQ(m[1], 0.0);
   EXPECT_EQ(v[1], 0.0);

@@ -280,7 +280,7 @@ TEST(NvmlLegacy, V1ProcessListLayoutAndNoEnergy) {
 
 // One device's readings from columns of values (empty optionals where a vector is short).
 std::vector<Reading> series_of(std::vector<unsigned> util, std::vector<unsigned> clock, std::vector<double> power,
-                              std::vector<unsigned> temp, std::vector<std::uint64_t> mem) {
+                               std::vector<unsigned> temp, std::vector<std::uint64_t> mem) {
   std::size_t n = std::max({util.size(), clock.size(), power.size(), temp.size(), mem.size()});
   std::vector<Reading> out(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -298,7 +298,7 @@ std::vector<Reading> series_of(std::vector<unsigned> util, std::vector<unsigned>
 
 TEST(Summary, MediansMinimumAndMaximaOfOneDevice) {
   const GpuSummary s = summarise({series_of({10, 90, 50, 70}, {1800, 1000, 1500, 1200}, {300, 100, 200, 250},
-                                           {60, 75, 70, 65}, {100, 400, 300, 200})});
+                                            {60, 75, 70, 65}, {100, 400, 300, 200})});
   EXPECT_EQ(s.samples, 4);
   EXPECT_DOUBLE_EQ(*s.util_median, 60);  // (50 + 70) / 2
   EXPECT_DOUBLE_EQ(*s.sm_clock_min_mhz, 1000);
@@ -375,7 +375,8 @@ TEST(Summary, ThrottleReasonNames) {
   EXPECT_EQ(throttle_reason_names(0), "none");
   EXPECT_EQ(throttle_reason_names(0x1), "gpu_idle");
   EXPECT_EQ(throttle_reason_names(0x2 | 0x8 | 0x10), "applications_clocks_setting+hw_slowdown+sync_boost");
-  EXPECT_EQ(throttle_reason_names(0x20 | 0x80 | 0x100), "sw_thermal_slowdown+hw_power_brake_slowdown+display_clock_setting");
+  EXPECT_EQ(throttle_reason_names(0x20 | 0x80 | 0x100),
+            "sw_thermal_slowdown+hw_power_brake_slowdown+display_clock_setting");
   EXPECT_EQ(throttle_reason_names(0x4 | 0x1000 | 0x4000), "sw_power_cap+0x5000");
 }
 
@@ -385,8 +386,8 @@ TEST(Summary, TwoDevicesCombineAsDocumented) {
   b[1].mem_is_process = false;  // this device's pid was not listed once
   const GpuSummary s = summarise({a, b});
   EXPECT_EQ(s.samples, 3);
-  EXPECT_DOUBLE_EQ(*s.util_median, 60);           // mean of 40 and 80
-  EXPECT_EQ(s.mem_used_bytes, 300u + 1000u);      // sum of each device's maximum
+  EXPECT_DOUBLE_EQ(*s.util_median, 60);       // mean of 40 and 80
+  EXPECT_EQ(s.mem_used_bytes, 300u + 1000u);  // sum of each device's maximum
   EXPECT_FALSE(s.mem_is_process);
   EXPECT_DOUBLE_EQ(*s.power_median_w, 210 + 300);  // sum of medians
   EXPECT_DOUBLE_EQ(*s.sm_clock_min_mhz, 1100);     // over both devices

@@ -9,12 +9,14 @@ void throw_check(const char* expr, const char* file, int line, const std::string
   throw Error(fmt::format("{} ({} failed at {}:{})", msg, expr, source_file(file), line));
 }
 
-void fail_call(CallFailure kind, std::string_view library, std::string_view status, const char* call,
-               const char* file, int line) {
+void fail_call(CallFailure kind, std::string_view library, std::string_view status, const char* call, const char* file,
+               int line) {
   const std::string message = fmt::format("{} failed: {} ({}:{}) [{}]", library, status, source_file(file), line, call);
   if (kind == CallFailure::OutOfMemory)
-    throw OutOfMemory(fmt::format("{}; the device is out of memory (lower --batch, or raise --gpu_memory_limit if "
-                                  "it is set)", message));
+    throw OutOfMemory(
+        fmt::format("{}; the device is out of memory (lower --batch, or raise --gpu_memory_limit if "
+                    "it is set)",
+                    message));
   throw BackendError(message);
 }
 

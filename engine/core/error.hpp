@@ -68,17 +68,17 @@ struct MpiStatus {
 #define TB_CU(expr) ::tb::check_status((expr), #expr, __FILE__, __LINE__)
 #define TB_NCCL(expr) ::tb::check_status((expr), #expr, __FILE__, __LINE__)
 #define TB_MPI(expr) ::tb::check_status(::tb::MpiStatus{(expr)}, #expr, __FILE__, __LINE__)
-#define TB_DNNL(expr)                                      \
-  do {                                                     \
-    try {                                                  \
-      expr;                                                \
-    } catch (const ::dnnl::error& e_) {                    \
-      ::tb::check_status(e_, #expr, __FILE__, __LINE__);   \
-    }                                                      \
+#define TB_DNNL(expr)                                    \
+  do {                                                   \
+    try {                                                \
+      expr;                                              \
+    } catch (const ::dnnl::error& e_) {                  \
+      ::tb::check_status(e_, #expr, __FILE__, __LINE__); \
+    }                                                    \
   } while (0)
 
 // TB_CHECK(cond, "format", args...): throws tb::Error naming the condition and file:line.
-#define TB_CHECK(cond, ...)                                                       \
-  do {                                                                            \
+#define TB_CHECK(cond, ...)                                                              \
+  do {                                                                                   \
     if (!(cond)) ::tb::throw_check(#cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)

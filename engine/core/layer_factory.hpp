@@ -14,8 +14,7 @@
 namespace tb {
 
 template <class Context, class Inputs>
-auto make_backend_layer(Context& ctx, const LayerSpec& spec, const Inputs& in, const Dims& out,
-                        const char* backend) {
+auto make_backend_layer(Context& ctx, const LayerSpec& spec, const Inputs& in, const Dims& out, const char* backend) {
   if (auto* s = std::get_if<LinearSpec>(&spec)) return make_linear(ctx, *s, in, out);
   if (auto* s = std::get_if<Conv2dSpec>(&spec)) return make_conv2d(ctx, *s, in, out);
   if (auto* s = std::get_if<MaxPool2dSpec>(&spec)) return make_maxpool2d(ctx, *s, in, out);

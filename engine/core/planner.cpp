@@ -267,8 +267,8 @@ void check_plan(const MemoryPlan& plan) {
   const auto& blocks = plan.blocks;
   for (std::size_t a = 0; a < blocks.size(); ++a) {
     TB_CHECK(blocks[a].region.offset + blocks[a].region.bytes <= plan.arena_bytes,
-             "{} ends at byte {}, past the arena's {}", blocks[a].what, blocks[a].region.offset + blocks[a].region.bytes,
-             plan.arena_bytes);
+             "{} ends at byte {}, past the arena's {}", blocks[a].what,
+             blocks[a].region.offset + blocks[a].region.bytes, plan.arena_bytes);
     TB_CHECK(blocks[a].begin <= blocks[a].end, "{} ends (time {}) before it begins (time {})", blocks[a].what,
              blocks[a].end, blocks[a].begin);
     for (std::size_t b = a + 1; b < blocks.size(); ++b) {

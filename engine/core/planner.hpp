@@ -34,7 +34,7 @@ struct BackwardReads {
 
 // One layer as a backend runs it.
 struct PlanStep {
-  std::vector<int> nodes;  // model nodes it computes, in order; the last one's output is its output
+  std::vector<int> nodes;   // model nodes it computes, in order; the last one's output is its output
   std::vector<int> inputs;  // nodes whose outputs it reads, in order (node 0: the model input)
   std::size_t bytes = 0;    // its output value and that value's gradient; 0: none in the arena (a loss)
   BackwardReads reads = BackwardReads::all();
@@ -79,14 +79,14 @@ struct MemoryPlan {
     Region region;
     int begin = 0, end = 0;
     int hole_begin = 0, hole_end = -1;  // empty unless hole_begin <= hole_end
-    std::string what;  // "value of layer1.0.a.conv", ...
+    std::string what;                   // "value of layer1.0.a.conv", ...
     bool alive(int t) const { return begin <= t && t <= end && !(hole_begin <= t && t <= hole_end); }
     bool meets(const Block& other) const;  // alive at some same time
   };
   std::size_t arena_bytes = 0;
-  int steps = 0;                       // S
-  std::vector<Region> values, grads;   // by node; empty where the node has none in the arena
-  std::vector<int> value_block, grad_block;  // by node; -1 where none
+  int steps = 0;                                    // S
+  std::vector<Region> values, grads;                // by node; empty where the node has none in the arena
+  std::vector<int> value_block, grad_block;         // by node; -1 where none
   std::vector<std::vector<InputGrad>> input_grads;  // by step, by input position
   // By step: the steps whose outputs the network recomputes just before this step's backward.
   std::vector<std::vector<int>> recompute_before;

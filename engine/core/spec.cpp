@@ -26,9 +26,18 @@ std::string to_string(const Dims& dims) { return fmt::format("({})", fmt::join(d
 i64 ParamSpec::count() const { return product(shape); }
 
 const char* kind_name(const LayerSpec& spec) {
-  static constexpr const char* names[] = {"input",    "linear",  "conv2d",  "maxpool2d",
-                                          "avgpool",  "batchnorm", "relu", "sigmoid",
-                                          "lstm",     "add",     "softmax_cross_entropy", "mse"};
+  static constexpr const char* names[] = {"input",
+                                          "linear",
+                                          "conv2d",
+                                          "maxpool2d",
+                                          "avgpool",
+                                          "batchnorm",
+                                          "relu",
+                                          "sigmoid",
+                                          "lstm",
+                                          "add",
+                                          "softmax_cross_entropy",
+                                          "mse"};
   return names[spec.index()];
 }
 
@@ -38,15 +47,14 @@ bool is_loss(const LayerSpec& spec) {
 
 int ModelSpec::add(std::string node_name, LayerSpec spec, std::vector<int> inputs) {
   for (int in : inputs)
-    TB_CHECK(in >= 0 && in < static_cast<int>(nodes.size()), "{}: input {} is not an earlier node",
-             node_name, in);
+    TB_CHECK(in >= 0 && in < static_cast<int>(nodes.size()), "{}: input {} is not an earlier node", node_name, in);
   nodes.push_back(Node{std::move(node_name), std::move(spec), std::move(inputs)});
   return static_cast<int>(nodes.size()) - 1;
 }
 
 const InputSpec& ModelSpec::input() const {
-  TB_CHECK(!nodes.empty() && std::holds_alternative<InputSpec>(nodes[0].spec),
-           "model {}: node 0 must be the input", name);
+  TB_CHECK(!nodes.empty() && std::holds_alternative<InputSpec>(nodes[0].spec), "model {}: node 0 must be the input",
+           name);
   return std::get<InputSpec>(nodes[0].spec);
 }
 
@@ -55,18 +63,18 @@ namespace {
 i64 window_out(i64 size, i64 kernel, i64 stride, i64 pad) { return (size + 2 * pad - kernel) / stride + 1; }
 
 // Output shape of one node given its input shapes; `where` names the node for errors.
-Dims output_shape(const LayerSpec& spec, const std::vector<Dims>& in, i64 batch,
-                  const std::string& where) {
+Dims output_shape(const LayerSpec& spec, const std::vector<Dims>& in, i64 batch, const std::string& where) {
   auto need_rank = [&](const Dims& d, size_t rank) {
-    if (d.size() != rank)
-      throw Error(fmt::format("{}: expects a rank-{} input, got {}", where, rank, to_string(d)));
+    if (d.size() != rank) throw Error(fmt::format("{}: expects a rank-{} input, got {}", where, rank, to_string(d)));
   };
   return std::visit(
       Overloaded{
           [&](const InputSpec& s) {
             Dims d;
-            if (s.seq_len > 0) d = {s.seq_len, batch};
-            else d = {batch};
+            if (s.seq_len > 0)
+              d = {s.seq_len, batch};
+            else
+              d = {batch};
             d.insert(d.end(), s.sample_dims.begin(), s.sample_dims.end());
             return d;
           },
@@ -78,14 +86,12 @@ Dims output_shape(const LayerSpec& spec, const std::vector<Dims>& in, i64 batch,
               return d;
             }
             if (x.size() == 4 && x[1] * x[2] * x[3] == s.in_features) return Dims{x[0], s.out_features};
-            throw Error(fmt::format("{}: linear with {} inputs cannot take {}", where, s.in_features,
-                                    to_string(x)));
+            throw Error(fmt::format("{}: linear with {} inputs cannot take {}", where, s.in_features, to_string(x)));
           },
           [&](const Conv2dSpec& s) {
             need_rank(in[0], 4);
             if (in[0][1] != s.in_channels)
-              throw Error(fmt::format("{}: conv expects {} channels, got {}", where, s.in_channels,
-                                      to_string(in[0])));
+              throw Error(fmt::format("{}: conv expects {} channels, got {}", where, s.in_channels, to_string(in[0])));
             Dims d{in[0][0], s.out_channels, window_out(in[0][2], s.kernel, s.stride, s.padding),
                    window_out(in[0][3], s.kernel, s.stride, s.padding)};
             if (d[2] <= 0 || d[3] <= 0)
@@ -146,8 +152,8 @@ std::vector<Dims> infer_shapes(const ModelSpec& model, i64 batch) {
   for (const Node& node : model.nodes) {
     std::string where = fmt::format("{}/{}", model.name, node.name);
     if (node.inputs.size() != arity(node.spec))
-      throw Error(fmt::format("{}: {} takes {} inputs, has {}", where, kind_name(node.spec),
-                              arity(node.spec), node.inputs.size()));
+      throw Error(fmt::format("{}: {} takes {} inputs, has {}", where, kind_name(node.spec), arity(node.spec),
+                              node.inputs.size()));
     // A graph may end without a loss (its output gradient is then given, as layer tests do),
     // but a loss anywhere else would leave the nodes after it without a gradient.
     if (is_loss(node.spec) && &node != &model.nodes.back())

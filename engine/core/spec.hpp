@@ -48,9 +48,8 @@ struct SoftmaxCrossEntropySpec {
 };
 struct MSESpec {};
 
-using LayerSpec = std::variant<InputSpec, LinearSpec, Conv2dSpec, MaxPool2dSpec, GlobalAvgPoolSpec,
-                               BatchNormSpec, ReLUSpec, SigmoidSpec, LSTMSpec, AddSpec,
-                               SoftmaxCrossEntropySpec, MSESpec>;
+using LayerSpec = std::variant<InputSpec, LinearSpec, Conv2dSpec, MaxPool2dSpec, GlobalAvgPoolSpec, BatchNormSpec,
+                               ReLUSpec, SigmoidSpec, LSTMSpec, AddSpec, SoftmaxCrossEntropySpec, MSESpec>;
 
 const char* kind_name(const LayerSpec& spec);
 bool is_loss(const LayerSpec& spec);

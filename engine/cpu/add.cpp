@@ -54,8 +54,6 @@ class Add final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_add(Context& ctx, const Inputs& in, const Dims&) {
-  return std::make_unique<Add>(ctx, in);
-}
+std::unique_ptr<Layer> make_add(Context& ctx, const Inputs& in, const Dims&) { return std::make_unique<Add>(ctx, in); }
 
 }  // namespace tb::cpu

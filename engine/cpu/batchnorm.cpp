@@ -44,17 +44,23 @@ class BatchNorm final : public Layer {
   }
 
   void bind(Context& ctx, const Bindings& b) override {
-    fwd_.args = {{DNNL_ARG_SRC, b.inputs[0]}, {DNNL_ARG_DST, b.output},     {DNNL_ARG_SCALE, b.params[0]},
-                 {DNNL_ARG_SHIFT, b.params[1]}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_}};
+    fwd_.args = {{DNNL_ARG_SRC, b.inputs[0]},   {DNNL_ARG_DST, b.output}, {DNNL_ARG_SCALE, b.params[0]},
+                 {DNNL_ARG_SHIFT, b.params[1]}, {DNNL_ARG_MEAN, mean_},   {DNNL_ARG_VARIANCE, variance_}};
     // oneDNN computes the input gradient with the parameter gradients; where nobody needs it,
     // it goes to a buffer of the layer's own.
-    bwd_.args = {{DNNL_ARG_SRC, b.inputs[0]},  {DNNL_ARG_MEAN, mean_},
-                 {DNNL_ARG_VARIANCE, variance_}, {DNNL_ARG_DIFF_DST, b.doutput},
-                 {DNNL_ARG_SCALE, b.params[0]}, {DNNL_ARG_SHIFT, b.params[1]},
+    bwd_.args = {{DNNL_ARG_SRC, b.inputs[0]},
+                 {DNNL_ARG_MEAN, mean_},
+                 {DNNL_ARG_VARIANCE, variance_},
+                 {DNNL_ARG_DIFF_DST, b.doutput},
+                 {DNNL_ARG_SCALE, b.params[0]},
+                 {DNNL_ARG_SHIFT, b.params[1]},
                  {DNNL_ARG_DIFF_SRC, needs_dinput_ ? b.dinputs[0] : scratch_dsrc_},
-                 {DNNL_ARG_DIFF_SCALE, b.dparams[0]}, {DNNL_ARG_DIFF_SHIFT, b.dparams[1]}};
+                 {DNNL_ARG_DIFF_SCALE, b.dparams[0]},
+                 {DNNL_ARG_DIFF_SHIFT, b.dparams[1]}};
     const md stats({spec_.channels}, dt::f32, tag::a);
-    infer_.args = {{DNNL_ARG_SRC, b.inputs[0]}, {DNNL_ARG_DST, b.output}, {DNNL_ARG_SCALE, b.params[0]},
+    infer_.args = {{DNNL_ARG_SRC, b.inputs[0]},
+                   {DNNL_ARG_DST, b.output},
+                   {DNNL_ARG_SCALE, b.params[0]},
                    {DNNL_ARG_SHIFT, b.params[1]},
                    {DNNL_ARG_MEAN, dnnl::memory(stats, ctx.engine, running_mean_.data())},
                    {DNNL_ARG_VARIANCE, dnnl::memory(stats, ctx.engine, running_var_.data())}};

@@ -5,9 +5,7 @@
 
 #include <vector>
 
-namespace tb::cpu {
-
-}  // namespace tb::cpu
+namespace tb::cpu {}  // namespace tb::cpu
 
 namespace tb {
 void check_status(const dnnl::error& e, const char* expr, const char* file, int line) {

@@ -85,8 +85,7 @@ struct Step {
   }
   // Called at bind time, once the network has allocated the shared scratchpad.
   void bind_scratch(Context& ctx) {
-    if (scratch_desc.get_size() > 0)
-      args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_desc, ctx.engine, ctx.scratch);
+    if (scratch_desc.get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(scratch_desc, ctx.engine, ctx.scratch);
   }
   void run(Context& ctx) const;
   explicit operator bool() const { return static_cast<bool>(prim); }

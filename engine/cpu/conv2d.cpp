@@ -22,8 +22,8 @@ class Conv2d final : public WeightedLayer {
     const md dst_any(to_dnnl(out), dt::f32, s.out_channels <= 8 ? tag::aBcd8b : tag::any);
     const dnnl::memory::dims strides{s.stride, s.stride}, pad{s.padding, s.padding};
 
-    dnnl::convolution_forward::desc fwd_desc(prop::forward_training, algo::convolution_direct, src_any,
-                                             weights_any, bias_desc, dst_any, strides, pad, pad);
+    dnnl::convolution_forward::desc fwd_desc(prop::forward_training, algo::convolution_direct, src_any, weights_any,
+                                             bias_desc, dst_any, strides, pad, pad);
     dnnl::convolution_forward::primitive_desc fwd_pd;
     TB_DNNL(fwd_pd = dnnl::convolution_forward::primitive_desc(fwd_desc, ctx.attr, ctx.engine));
     set_forward(ctx, fwd_pd, dnnl::convolution_forward(fwd_pd), in[0].desc);
@@ -32,14 +32,14 @@ class Conv2d final : public WeightedLayer {
       // The same for an input gradient of at most 8 channels (LeNet-5's conv2: ONEDNN_VERBOSE
       // timed it at 0.61 ms in 16-wide blocks, 0.50 ms in 8-wide ones).
       const md dsrc_any(to_dnnl(in[0].shape), dt::f32, s.in_channels <= 8 ? tag::aBcd8b : tag::any);
-      dnnl::convolution_backward_data::desc d(algo::convolution_direct, dsrc_any, weights_any, dst_any,
-                                              strides, pad, pad);
+      dnnl::convolution_backward_data::desc d(algo::convolution_direct, dsrc_any, weights_any, dst_any, strides, pad,
+                                              pad);
       dnnl::convolution_backward_data::primitive_desc pd;
       TB_DNNL(pd = dnnl::convolution_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
       backward_.set_data(ctx, pd, dnnl::convolution_backward_data(pd));
     }
-    dnnl::convolution_backward_weights::desc w(algo::convolution_direct, src_any, weights_any, bias_desc,
-                                               dst_any, strides, pad, pad);
+    dnnl::convolution_backward_weights::desc w(algo::convolution_direct, src_any, weights_any, bias_desc, dst_any,
+                                               strides, pad, pad);
     dnnl::convolution_backward_weights::primitive_desc wpd;
     TB_DNNL(wpd = dnnl::convolution_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd));
     backward_.set_weights(ctx, wpd, dnnl::convolution_backward_weights(wpd));

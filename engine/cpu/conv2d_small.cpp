@@ -38,8 +38,16 @@ constexpr i64 kWeightChannels = 6, kColumns = 3;
 class SmallConv2d final : public Layer {
  public:
   SmallConv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out)
-      : N_(in[0].shape[0]), C_(s.in_channels), O_(s.out_channels), K_(s.kernel), P_(s.padding),
-        H_(in[0].shape[2]), W_(in[0].shape[3]), OH_(out[2]), OW_(out[3]), bias_(s.bias),
+      : N_(in[0].shape[0]),
+        C_(s.in_channels),
+        O_(s.out_channels),
+        K_(s.kernel),
+        P_(s.padding),
+        H_(in[0].shape[2]),
+        W_(in[0].shape[3]),
+        OH_(out[2]),
+        OW_(out[3]),
+        bias_(s.bias),
         input_(ctx, in[0].desc, plain_desc(to_dnnl(in[0].shape))) {
     // Start of each 16-wide piece of an output row, the last one ending at the row's end, and the
     // lanes of each that an earlier piece already covers (masked out of the weight gradient).
@@ -93,7 +101,8 @@ class SmallConv2d final : public Layer {
       float* yn = y_ + n * O_ * OH_ * OW_ + oh * OW_;
       for (i64 o0 = 0; o0 < O_; o0 += kForwardChannels) {
         const i64 oc = std::min(kForwardChannels, O_ - o0);
-        for (i64 p = 0; p < pieces; p += 2) forward_tile(xn, yn, o0, oc, pieces_[p], pieces_[std::min(p + 1, pieces - 1)]);
+        for (i64 p = 0; p < pieces; p += 2)
+          forward_tile(xn, yn, o0, oc, pieces_[p], pieces_[std::min(p + 1, pieces - 1)]);
       }
     }
   }
@@ -185,9 +194,15 @@ class SmallConv2d final : public Layer {
   void weight_tile(const float* x, i64 WP, const float* dy, i64 o0, i64 oc, vf* out, i64 taps) const {
     for (i64 kw = 0; kw < K_; kw += kColumns) {
       switch (std::min(kColumns, K_ - kw)) {
-        case 1: weight_columns<1>(x + kw, WP, dy, o0, oc, out + kw, taps); break;
-        case 2: weight_columns<2>(x + kw, WP, dy, o0, oc, out + kw, taps); break;
-        default: weight_columns<3>(x + kw, WP, dy, o0, oc, out + kw, taps); break;
+        case 1:
+          weight_columns<1>(x + kw, WP, dy, o0, oc, out + kw, taps);
+          break;
+        case 2:
+          weight_columns<2>(x + kw, WP, dy, o0, oc, out + kw, taps);
+          break;
+        default:
+          weight_columns<3>(x + kw, WP, dy, o0, oc, out + kw, taps);
+          break;
       }
     }
   }

@@ -40,8 +40,8 @@ void Relayout::bind_out(Context& ctx, const dnnl::memory& target) {
   reorder_ = Reorder(mem_, target);
 }
 
-void WeightedBackward::bind(Context& ctx, const dnnl::memory& src, const dnnl::memory& dsrc,
-                            const Bindings& b, bool bias) {
+void WeightedBackward::bind(Context& ctx, const dnnl::memory& src, const dnnl::memory& dsrc, const Bindings& b,
+                            bool bias) {
   weights_src_.bind_in(ctx, src);
   weights_ddst_.bind_in(ctx, b.doutput);
   dweights_.bind_out(ctx, b.dparams[0]);

@@ -59,8 +59,8 @@ class Layer {
   virtual i64 correct() const { return -1; }
 };
 
-std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec,
-                                  const std::vector<LayerInput>& inputs, const Dims& out_shape);
+std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec, const std::vector<LayerInput>& inputs,
+                                  const Dims& out_shape);
 
 // One factory per layer file (engine/cpu/<layer>.cpp).
 using Inputs = std::vector<LayerInput>;

@@ -115,8 +115,6 @@ std::unique_ptr<Layer> make_softmax_cross_entropy(Context& ctx, const SoftmaxCro
   return std::make_unique<SoftmaxCrossEntropy>(ctx, s, in);
 }
 
-std::unique_ptr<Layer> make_mse(Context& ctx, const Inputs& in) {
-  return std::make_unique<MeanSquaredError>(ctx, in);
-}
+std::unique_ptr<Layer> make_mse(Context& ctx, const Inputs& in) { return std::make_unique<MeanSquaredError>(ctx, in); }
 
 }  // namespace tb::cpu

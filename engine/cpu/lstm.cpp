@@ -1,6 +1,7 @@
 // LSTM on oneDNN's lstm primitives: one layer, one direction, zero initial state, time-major
-// (T, N, F) sequences. (Small LSTMs run as lstm_small.cpp's fused loop instead.) Parameters stay in the canonical ldigo/ldgo layouts; oneDNN's backward
-// wants the weights in its own layout, reordered from the parameters before each backward.
+// (T, N, F) sequences. (Small LSTMs run as lstm_small.cpp's fused loop instead.) Parameters stay in the canonical
+// ldigo/ldgo layouts; oneDNN's backward wants the weights in its own layout, reordered from the parameters before each
+// backward.
 #include "engine/cpu/layer.hpp"
 
 #include <cstring>
@@ -26,16 +27,15 @@ class Lstm final : public Layer {
     // h(-1)^T dgates(0) term (seen as a non-zero recurrent gradient for T = 1).
     const md state({1, 1, N, H}, dt::f32, tag::ldnc);
 
-    dnnl::lstm_forward::desc d(prop::forward_training, direction, src_, state, state, weights_layer,
-                               weights_iter, bias, dst, none, none);
+    dnnl::lstm_forward::desc d(prop::forward_training, direction, src_, state, state, weights_layer, weights_iter, bias,
+                               dst, none, none);
     TB_DNNL(fwd_pd_ = dnnl::lstm_forward::primitive_desc(d, ctx.attr, ctx.engine));
     fwd_.create(ctx, fwd_pd_, dnnl::lstm_forward(fwd_pd_));
     workspace_ = dnnl::memory(fwd_pd_.workspace_desc(), ctx.engine);
 
     const md any_wl({1, 1, I, 4, H}, dt::f32, tag::any), any_wi({1, 1, H, 4, H}, dt::f32, tag::any);
-    dnnl::lstm_backward::desc bd(prop::backward, direction, src_, state, state, any_wl, any_wi, bias, dst,
-                                 none, none, src_, state, state, weights_layer, weights_iter, bias, dst,
-                                 none, none);
+    dnnl::lstm_backward::desc bd(prop::backward, direction, src_, state, state, any_wl, any_wi, bias, dst, none, none,
+                                 src_, state, state, weights_layer, weights_iter, bias, dst, none, none);
     TB_DNNL(bwd_pd_ = dnnl::lstm_backward::primitive_desc(bd, ctx.attr, ctx.engine, fwd_pd_));
     bwd_.create(ctx, bwd_pd_, dnnl::lstm_backward(bwd_pd_));
     bwd_weights_layer_ = dnnl::memory(bwd_pd_.weights_layer_desc(), ctx.engine);
@@ -56,10 +56,14 @@ class Lstm final : public Layer {
   void bind(Context& ctx, const Bindings& b) override {
     dnnl::memory src(src_, ctx.engine, b.inputs[0].get_data_handle());
     dnnl::memory dsrc = needs_dinput_ ? dnnl::memory(src_, ctx.engine, b.dinputs[0].get_data_handle()) : scratch_dsrc_;
-    fwd_.args = {{DNNL_ARG_SRC_LAYER, src},       {DNNL_ARG_WEIGHTS_LAYER, b.params[0]},
-                 {DNNL_ARG_WEIGHTS_ITER, b.params[1]}, {DNNL_ARG_BIAS, b.params[2]},
-                 {DNNL_ARG_DST_LAYER, b.output},  {DNNL_ARG_WORKSPACE, workspace_},
-                 {DNNL_ARG_SRC_ITER, h0_},        {DNNL_ARG_SRC_ITER_C, c0_}};
+    fwd_.args = {{DNNL_ARG_SRC_LAYER, src},
+                 {DNNL_ARG_WEIGHTS_LAYER, b.params[0]},
+                 {DNNL_ARG_WEIGHTS_ITER, b.params[1]},
+                 {DNNL_ARG_BIAS, b.params[2]},
+                 {DNNL_ARG_DST_LAYER, b.output},
+                 {DNNL_ARG_WORKSPACE, workspace_},
+                 {DNNL_ARG_SRC_ITER, h0_},
+                 {DNNL_ARG_SRC_ITER_C, c0_}};
     bwd_.args = {{DNNL_ARG_SRC_LAYER, src},
                  {DNNL_ARG_WEIGHTS_LAYER, bwd_weights_layer_},
                  {DNNL_ARG_WEIGHTS_ITER, bwd_weights_iter_},

@@ -42,7 +42,11 @@ inline float activate(float x, float a) { return a / (1.0f + fast_exp(-a * x)) -
 class SmallLstm final : public Layer {
  public:
   SmallLstm(const LSTMSpec& s, const Inputs& in)
-      : T_(in[0].shape[0]), N_(in[0].shape[1]), I_(s.input_size), H_(s.hidden_size), G_(4 * s.hidden_size),
+      : T_(in[0].shape[0]),
+        N_(in[0].shape[1]),
+        I_(s.input_size),
+        H_(s.hidden_size),
+        G_(4 * s.hidden_size),
         needs_dinput_(in[0].needs_grad) {
     src_ = plain_view(in[0].desc, {T_, N_, I_});
     // Saved for backward: the gate activations and the cell state of every (t, n).

@@ -55,7 +55,8 @@ PlannedLayers plan_layers(Context& ctx, const ModelSpec& model, const std::vecto
     const Layer& layer = *p.layers[std::size_t(i)];
     p.out_desc[std::size_t(i)] = layer.output_desc();
     // In place only where both sides have one layout (the planner checks the sizes).
-    const bool same_layout = node.inputs[0] != 0 && p.out_desc[std::size_t(node.inputs[0])] == p.out_desc[std::size_t(i)];
+    const bool same_layout =
+        node.inputs[0] != 0 && p.out_desc[std::size_t(node.inputs[0])] == p.out_desc[std::size_t(i)];
     p.steps.push_back(PlanStep{.nodes = {i},
                                .inputs = node.inputs,
                                .bytes = has_loss && i == n - 1 ? 0 : p.out_desc[std::size_t(i)].get_size(),
@@ -88,7 +89,8 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
   PlannedLayers planned = plan_layers(ctx_, model_, shapes_);
   layers_ = std::move(planned.layers);
   const std::vector<md>& out_desc = planned.out_desc;
-  plan_ = plan_memory(model_, planned.steps, PlanOptions{.keep_all = config_.keep_values, .alignment = kArenaAlignment});
+  plan_ =
+      plan_memory(model_, planned.steps, PlanOptions{.keep_all = config_.keep_values, .alignment = kArenaAlignment});
   i64 param_floats = 0;
   for (int i = 1; i < n; ++i) {
     const Node& node = model_.nodes[i];
@@ -97,8 +99,8 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
       param_floats += align_up(padded_floats(d));
     }
     const auto expected = node_params(node.spec, shapes_[node.inputs[0]]);
-    TB_CHECK(expected.size() == slots_[i].size(), "{}: layer has {} parameters, spec {}", node.name,
-             slots_[i].size(), expected.size());
+    TB_CHECK(expected.size() == slots_[i].size(), "{}: layer has {} parameters, spec {}", node.name, slots_[i].size(),
+             expected.size());
   }
 
   // Allocate: the arena of values and gradients, the input, flat parameters, the scratchpad.
@@ -258,8 +260,8 @@ std::vector<float> CpuNetwork::read_grad(int node) const {
 void CpuNetwork::set_output_grad(const std::vector<float>& grad) {
   TB_CHECK(!has_loss_, "the gradient of a loss is computed, not given");
   const int last = int(layers_.size()) - 1;
-  TB_CHECK(i64(grad.size()) == product(shapes_[last]), "output gradient has {} values, expected {}",
-           grad.size(), product(shapes_[last]));
+  TB_CHECK(i64(grad.size()) == product(shapes_[last]), "output gradient has {} values, expected {}", grad.size(),
+           product(shapes_[last]));
   from_plain(ctx_, grad.data(), grads_[last]);
 }
 
@@ -279,8 +281,8 @@ std::vector<float> CpuNetwork::read_param_grad(int node, int index) const {
 
 void CpuNetwork::write_param(int node, int index, const std::vector<float>& value) {
   const ParamSlot& s = slot(node, index);
-  TB_CHECK(i64(value.size()) == elements(s.desc),
-           "parameter {} of node {}: {} values given", index, node, value.size());
+  TB_CHECK(i64(value.size()) == elements(s.desc), "parameter {} of node {}: {} values given", index, node,
+           value.size());
   from_plain(ctx_, value.data(), dnnl::memory(s.desc, ctx_.engine, params_.data() + s.offset));
 }
 

@@ -49,9 +49,7 @@ class CpuNetwork final : public Network {
   std::vector<FlatSegment> gradient_segments() override { return segments(grads_flat_.data()); }
   std::vector<FlatSegment> param_segments() override { return segments(params_.data()); }
   void set_backward_hook(std::function<void(int node)> hook) override { backward_hook_ = std::move(hook); }
-  std::uint64_t param_checksum() override {
-    return fnv1a(params_.data(), std::size_t(params_.size()) * sizeof(float));
-  }
+  std::uint64_t param_checksum() override { return fnv1a(params_.data(), std::size_t(params_.size()) * sizeof(float)); }
 
   // The arena of values and their gradients, as planned.
   const MemoryPlan& memory_plan() const { return plan_; }
@@ -80,9 +78,9 @@ class CpuNetwork final : public Network {
   NetworkConfig config_;
   std::vector<Dims> shapes_;
   mutable Context ctx_;
-  std::vector<std::unique_ptr<Layer>> layers_;  // by node; null for the input
-  std::vector<dnnl::memory> values_, grads_;    // by node
-  std::vector<std::vector<ParamSlot>> slots_;   // by node
+  std::vector<std::unique_ptr<Layer>> layers_;       // by node; null for the input
+  std::vector<dnnl::memory> values_, grads_;         // by node
+  std::vector<std::vector<ParamSlot>> slots_;        // by node
   std::vector<std::vector<Accumulate>> accumulate_;  // by consuming node
   MemoryPlan plan_;
   HostBuffer arena_, input_, params_, grads_flat_, scratch_;

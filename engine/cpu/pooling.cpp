@@ -21,8 +21,7 @@ using algo = dnnl::algorithm;
 
 class Pooling final : public Layer {
  public:
-  Pooling(Context& ctx, algo alg, i64 kernel_h, i64 kernel_w, i64 stride, i64 pad, const Inputs& in,
-          const Dims& out)
+  Pooling(Context& ctx, algo alg, i64 kernel_h, i64 kernel_w, i64 stride, i64 pad, const Inputs& in, const Dims& out)
       : needs_dinput_(in[0].needs_grad) {
     const md src = in[0].desc;
     md dst_any(to_dnnl(out), dt::f32, tag::any);
@@ -73,8 +72,14 @@ class Pooling final : public Layer {
 class PlainMaxPool final : public Layer {
  public:
   PlainMaxPool(const MaxPool2dSpec& s, const Inputs& in, const Dims& out)
-      : K_(s.kernel), planes_(in[0].shape[0] * in[0].shape[1]), H_(in[0].shape[2]), W_(in[0].shape[3]),
-        OH_(out[2]), OW_(out[3]), needs_dinput_(in[0].needs_grad), out_(out),
+      : K_(s.kernel),
+        planes_(in[0].shape[0] * in[0].shape[1]),
+        H_(in[0].shape[2]),
+        W_(in[0].shape[3]),
+        OH_(out[2]),
+        OW_(out[3]),
+        needs_dinput_(in[0].needs_grad),
+        out_(out),
         argmax_(std::size_t(planes_ * OH_ * OW_)) {}
 
   md output_desc() const override { return plain_desc(to_dnnl(out_)); }
@@ -161,8 +166,12 @@ class PlainMaxPool final : public Layer {
   }
 
   // Lanes 0, 2, .. 30 (even) or 1, 3, .. 31 (odd) of the 32 values in a then b.
-  static vf even(vf a, vf b) { return __builtin_shuffle(a, b, vi{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30}); }
-  static vf odd(vf a, vf b) { return __builtin_shuffle(a, b, vi{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}); }
+  static vf even(vf a, vf b) {
+    return __builtin_shuffle(a, b, vi{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30});
+  }
+  static vf odd(vf a, vf b) {
+    return __builtin_shuffle(a, b, vi{1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31});
+  }
 
   const i64 K_, planes_, H_, W_, OH_, OW_;
   const bool needs_dinput_;

@@ -33,8 +33,8 @@ class CudaMemory final : public MemorySource {
       return nullptr;
     }
     if (status != cudaSuccess)
-      throw BackendError(fmt::format("cudaMalloc of {} on device {} failed: {}", mib(bytes), device_,
-                                     cudaGetErrorString(status)));
+      throw BackendError(
+          fmt::format("cudaMalloc of {} on device {} failed: {}", mib(bytes), device_, cudaGetErrorString(status)));
     return p;
   }
   void give_back(void* ptr) override { cudaFree(ptr); }
@@ -47,13 +47,20 @@ class CudaMemory final : public MemorySource {
 
 const char* memory_kind_name(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::Weights: return "weights";
-    case MemoryKind::Gradients: return "gradients";
-    case MemoryKind::OptimizerState: return "optimizer_state";
-    case MemoryKind::Activations: return "activations";
-    case MemoryKind::Workspace: return "workspace";
-    case MemoryKind::Data: return "data";
-    case MemoryKind::Other: return "other";
+    case MemoryKind::Weights:
+      return "weights";
+    case MemoryKind::Gradients:
+      return "gradients";
+    case MemoryKind::OptimizerState:
+      return "optimizer_state";
+    case MemoryKind::Activations:
+      return "activations";
+    case MemoryKind::Workspace:
+      return "workspace";
+    case MemoryKind::Data:
+      return "data";
+    case MemoryKind::Other:
+      return "other";
   }
   return "?";
 }
@@ -97,18 +104,20 @@ void Allocator::empty_cache() {
 void* Allocator::obtain(std::size_t rounded, MemoryKind kind) {
   if (limit_ && stats_.reserved + rounded > limit_) drop_cache();
   if (limit_ && stats_.reserved + rounded > limit_)
-    throw OutOfMemory(fmt::format("GPU {}: {} more for {} would exceed the cap of {} (--gpu_memory_limit; {} in "
-                                  "use by this run): raise the cap or lower --batch",
-                                  device_, mib(rounded), memory_kind_name(kind), mib(limit_), mib(stats_.in_use)));
+    throw OutOfMemory(
+        fmt::format("GPU {}: {} more for {} would exceed the cap of {} (--gpu_memory_limit; {} in "
+                    "use by this run): raise the cap or lower --batch",
+                    device_, mib(rounded), memory_kind_name(kind), mib(limit_), mib(stats_.in_use)));
   void* p = source_->obtain(rounded);
   if (!p) {
     drop_cache();
     p = source_->obtain(rounded);
   }
   if (!p)
-    throw OutOfMemory(fmt::format("GPU {}: the device has no {} left for {} ({} in use by this run): lower --batch "
-                                  "or free the device",
-                                  device_, mib(rounded), memory_kind_name(kind), mib(stats_.in_use)));
+    throw OutOfMemory(
+        fmt::format("GPU {}: the device has no {} left for {} ({} in use by this run): lower --batch "
+                    "or free the device",
+                    device_, mib(rounded), memory_kind_name(kind), mib(stats_.in_use)));
   stats_.reserved += rounded;
   stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
   return p;

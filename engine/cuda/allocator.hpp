@@ -22,8 +22,8 @@ struct MemoryStats {
   std::size_t reserved = 0;  // bytes obtained from cudaMalloc (in use + cached)
   std::size_t peak_in_use = 0;
   std::size_t peak_reserved = 0;
-  std::array<std::size_t, kMemoryKinds> in_use_by_kind{};    // now
-  std::array<std::size_t, kMemoryKinds> peak_by_kind{};      // at the moment of peak_in_use
+  std::array<std::size_t, kMemoryKinds> in_use_by_kind{};  // now
+  std::array<std::size_t, kMemoryKinds> peak_by_kind{};    // at the moment of peak_in_use
 };
 
 // Where blocks come from: cudaMalloc/cudaFree on a device, or a fake in tests.
@@ -61,7 +61,7 @@ class Allocator {
 
  private:
   void* obtain(std::size_t rounded, MemoryKind kind);  // the cap checked; may empty the cache
-  void drop_cache();                                    // with the mutex held
+  void drop_cache();                                   // with the mutex held
   int device_;
   std::unique_ptr<MemorySource> source_;
   std::size_t limit_ = 0;
@@ -91,7 +91,9 @@ class DeviceBuffer {
 
   void* get() const { return ptr_; }
   template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   std::size_t bytes() const { return bytes_; }
   explicit operator bool() const { return ptr_ != nullptr; }
   void reset();

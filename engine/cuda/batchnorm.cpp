@@ -37,8 +37,8 @@ class BatchNorm final : public Layer {
     TB_CHECK(shape.size() == 2 || shape.size() == 4, "batchnorm: the input must be (N, C) or (N, C, H, W), got {}",
              to_string(shape));
     const Nchw x = as_nchw(shape);
-    TB_CHECK(x.c == s.channels, "batchnorm: the input {} has {} channels, the layer expects {}", to_string(shape),
-             x.c, s.channels);
+    TB_CHECK(x.c == s.channels, "batchnorm: the input {} has {} channels, the layer expects {}", to_string(shape), x.c,
+             s.channels);
     TB_CHECK(s.eps >= CUDNN_BN_MIN_EPSILON, "batchnorm: eps {} is below cuDNN's minimum {}", s.eps,
              CUDNN_BN_MIN_EPSILON);
     TB_CHECK(in.size() == (tail == Tail::AddRelu ? 2u : 1u), "batchnorm: {} inputs", in.size());
@@ -117,23 +117,22 @@ class BatchNorm final : public Layer {
 
   void forward(Context& ctx) override {
     if (!fused_api()) {
-      TB_CU(cudnnBatchNormalizationForwardTraining(ctx.cudnn, mode_, &kOne, &kZero, x_desc_, x_, x_desc_, y_,
-                                                   stats_desc_, gamma_, beta_, spec_.momentum, running_mean_.get(),
-                                                   running_var_.get(), spec_.eps, saved_mean_.get(),
-                                                   saved_inv_std_.get()));
+      TB_CU(cudnnBatchNormalizationForwardTraining(
+          ctx.cudnn, mode_, &kOne, &kZero, x_desc_, x_, x_desc_, y_, stats_desc_, gamma_, beta_, spec_.momentum,
+          running_mean_.get(), running_var_.get(), spec_.eps, saved_mean_.get(), saved_inv_std_.get()));
       if (tail_ != Tail::None) kernels::add_relu(ctx.dtype, y_, z_, count_, ctx.stream);
       return;
     }
     TB_CU(cudnnBatchNormalizationForwardTrainingEx(
-        ctx.cudnn, mode_, ops_, &kOne, &kZero, x_desc_, x_, z_ ? desc() : nullptr, z_, x_desc_, y_, stats_desc_,
-        gamma_, beta_, spec_.momentum, running_mean_.get(), running_var_.get(), spec_.eps, saved_mean_.get(),
+        ctx.cudnn, mode_, ops_, &kOne, &kZero, x_desc_, x_, z_ ? desc() : nullptr, z_, x_desc_, y_, stats_desc_, gamma_,
+        beta_, spec_.momentum, running_mean_.get(), running_var_.get(), spec_.eps, saved_mean_.get(),
         saved_inv_std_.get(), activation(), workspace_, workspace_bytes_, reserve_.get(), reserve_.bytes()));
   }
 
   void forward_eval(Context& ctx) override {
     TB_CU(cudnnBatchNormalizationForwardInference(ctx.cudnn, mode_, &kOne, &kZero, x_desc_, x_, x_desc_, y_,
-                                                  stats_desc_, gamma_, beta_, running_mean_.get(),
-                                                  running_var_.get(), spec_.eps));
+                                                  stats_desc_, gamma_, beta_, running_mean_.get(), running_var_.get(),
+                                                  spec_.eps));
     if (tail_ != Tail::None) kernels::add_relu(ctx.dtype, y_, z_, count_, ctx.stream);
   }
 
@@ -148,17 +147,17 @@ class BatchNorm final : public Layer {
         kernels::activation_backward(kernels::Activation::ReLU, ctx.dtype, y_, dy_, masked, count_, ctx.stream);
         dnorm = masked;
       }
-      TB_CU(cudnnBatchNormalizationBackward(ctx.cudnn, mode_, &kOne, &kZero, &kOne, &kZero, x_desc_, x_, x_desc_,
-                                            dnorm, x_desc_, dx_, stats_desc_, gamma_, dgamma_, dbeta_, spec_.eps,
+      TB_CU(cudnnBatchNormalizationBackward(ctx.cudnn, mode_, &kOne, &kZero, &kOne, &kZero, x_desc_, x_, x_desc_, dnorm,
+                                            x_desc_, dx_, stats_desc_, gamma_, dgamma_, dbeta_, spec_.eps,
                                             saved_mean_.get(), saved_inv_std_.get()));
       return;
     }
     const bool relu = tail_ != Tail::None;
     TB_CU(cudnnBatchNormalizationBackwardEx(
-        ctx.cudnn, mode_, ops_, &kOne, &kZero, &kOne, &kZero, x_desc_, x_, relu ? desc() : nullptr,
-        relu ? y_ : nullptr, x_desc_, dy_, dz_ ? desc() : nullptr, dz_, x_desc_, dx_, stats_desc_, gamma_, beta_,
-        dgamma_, dbeta_, spec_.eps, saved_mean_.get(), saved_inv_std_.get(), activation(), workspace_,
-        workspace_bytes_, reserve_.get(), reserve_.bytes()));
+        ctx.cudnn, mode_, ops_, &kOne, &kZero, &kOne, &kZero, x_desc_, x_, relu ? desc() : nullptr, relu ? y_ : nullptr,
+        x_desc_, dy_, dz_ ? desc() : nullptr, dz_, x_desc_, dx_, stats_desc_, gamma_, beta_, dgamma_, dbeta_, spec_.eps,
+        saved_mean_.get(), saved_inv_std_.get(), activation(), workspace_, workspace_bytes_, reserve_.get(),
+        reserve_.bytes()));
   }
 
   // Batch norm + ReLU (no add) makes its output again in backward (the planner lends its bytes to

@@ -3,9 +3,7 @@
 
 #include <algorithm>
 
-namespace tb::cuda {
-
-}  // namespace tb::cuda
+namespace tb::cuda {}  // namespace tb::cuda
 
 namespace tb {
 
@@ -37,9 +35,7 @@ cudnnDataType_t cudnn_type(DType t) {
   return t == DType::F16 ? CUDNN_DATA_HALF : t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
-cudaDataType_t blas_type(DType t) {
-  return t == DType::F16 ? CUDA_R_16F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
-}
+cudaDataType_t blas_type(DType t) { return t == DType::F16 ? CUDA_R_16F : t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 Context::Context(int device_index, Precision p, std::size_t cap)
     : device(device_index),

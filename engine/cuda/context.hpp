@@ -95,12 +95,14 @@ using RnnDataDesc = Descriptor<cudnnRNNDataDescriptor_t, cudnnCreateRNNDataDescr
 using DropoutDesc = Descriptor<cudnnDropoutDescriptor_t, cudnnCreateDropoutDescriptor, cudnnDestroyDropoutDescriptor>;
 
 // A tensor descriptor of n, c, h, w, stored NCHW or NHWC.
-class TensorDesc : public Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor> {
+class TensorDesc
+    : public Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor> {
  public:
   void set4d(cudnnDataType_t type, i64 n, i64 c, i64 h, i64 w, Layout layout = Layout::NCHW);
 };
 
-class FilterDesc : public Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor> {
+class FilterDesc
+    : public Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor> {
  public:
   void set4d(cudnnDataType_t type, i64 k, i64 c, i64 h, i64 w);
 };

@@ -113,16 +113,27 @@ class Conv2d final : public Layer {
     TB_CHECK(x_.c == s.in_channels, "conv2d: the input {} has {} channels, the layer expects {}", to_string(shape),
              x_.c, s.in_channels);
     const graph::Desc x = graph::tensor(kX, ctx.cudnn_dtype, {x_.n, x_.c, x_.h, x_.w}, layout_);
-    const graph::Desc w = graph::tensor(kW, ctx.cudnn_dtype, {s.out_channels, s.in_channels, s.kernel, s.kernel}, layout_);
+    const graph::Desc w =
+        graph::tensor(kW, ctx.cudnn_dtype, {s.out_channels, s.in_channels, s.kernel, s.kernel}, layout_);
     const graph::Desc y = graph::tensor(kY, ctx.cudnn_dtype, {y_.n, y_.c, y_.h, y_.w}, layout_);
     const graph::Desc conv = graph::convolution(s.stride, s.padding);
 
     const std::size_t e = ctx.elem_bytes();
     const std::size_t x_bytes = std::size_t(product(shape)) * e, y_bytes = std::size_t(product(out_shape)) * e,
                       w_bytes = std::size_t(s.out_channels * s.in_channels * s.kernel * s.kernel) * e;
-    const ShapeKey key{ctx.device,  ctx.cudnn_dtype, ctx.precision != Precision::FP32, layout_, ctx.workspace_cap,
-                       x_.n,        x_.c,            x_.h,                              x_.w,    s.out_channels,
-                       s.kernel,    s.stride,        s.padding};
+    const ShapeKey key{ctx.device,
+                       ctx.cudnn_dtype,
+                       ctx.precision != Precision::FP32,
+                       layout_,
+                       ctx.workspace_cap,
+                       x_.n,
+                       x_.c,
+                       x_.h,
+                       x_.w,
+                       s.out_channels,
+                       s.kernel,
+                       s.stride,
+                       s.padding};
     const std::string what = fmt::format("conv2d of {} (kernel {}, stride {}, padding {}, {})", to_string(shape),
                                          s.kernel, s.stride, s.padding, layout_ == Layout::NHWC ? "NHWC" : "NCHW");
     std::vector<ConvOp> ops{ConvOp::Forward, ConvOp::BackwardFilter};
@@ -159,8 +170,8 @@ class Conv2d final : public Layer {
           pass.plan = std::move(candidate);
           break;
         }
-        const graph::Desc pack = graph::variant_pack({kX, kW, kY}, {buffers->x.get(), buffers->w.get(), buffers->y.get()},
-                                                     buffers->workspace.get());
+        const graph::Desc pack = graph::variant_pack(
+            {kX, kW, kY}, {buffers->x.get(), buffers->w.get(), buffers->y.get()}, buffers->workspace.get());
         float ms = 0;
         try {
           ms = time_plan(ctx, candidate, pack);
@@ -173,9 +184,10 @@ class Conv2d final : public Layer {
           if (buffers) cache.choices[{key, op}] = i;
         }
       }
-      TB_CHECK(pass.plan, "{}: cuDNN has no {} plan within the workspace cap of {} bytes at this precision "
-               "({} configurations ranked); raise the cap", what, graph::op_name(op), ctx.workspace_cap,
-               configs.size());
+      TB_CHECK(pass.plan,
+               "{}: cuDNN has no {} plan within the workspace cap of {} bytes at this precision "
+               "({} configurations ranked); raise the cap",
+               what, graph::op_name(op), ctx.workspace_cap, configs.size());
       ctx.need_workspace(std::size_t(pass.plan.workspace));
     }
   }
@@ -191,8 +203,10 @@ class Conv2d final : public Layer {
     if (index != 0 || layout_ == Layout::NCHW) return slots.at(std::size_t(index));
     return from_channels_last(slots[0], filter_shape());
   }
-  void set_canonical(int index, const std::vector<float>& value, std::vector<std::vector<float>>& slots) const override {
-    slots.at(std::size_t(index)) = index == 0 && layout_ == Layout::NHWC ? to_channels_last(value, filter_shape()) : value;
+  void set_canonical(int index, const std::vector<float>& value,
+                     std::vector<std::vector<float>>& slots) const override {
+    slots.at(std::size_t(index)) =
+        index == 0 && layout_ == Layout::NHWC ? to_channels_last(value, filter_shape()) : value;
   }
   BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
 
@@ -221,16 +235,20 @@ class Conv2d final : public Layer {
   void forward(Context& ctx) override {
     run(ctx, ConvOp::Forward);
     if (!spec_.bias) return;
-    if (layout_ == Layout::NHWC) kernels::add_bias(ctx.dtype, y_ptr_, bias_, y_.n * y_.h * y_.w, y_.c, ctx.stream);
-    else kernels::add_channel_bias(ctx.dtype, y_ptr_, bias_, y_.n, y_.c, y_.h * y_.w, ctx.stream);
+    if (layout_ == Layout::NHWC)
+      kernels::add_bias(ctx.dtype, y_ptr_, bias_, y_.n * y_.h * y_.w, y_.c, ctx.stream);
+    else
+      kernels::add_channel_bias(ctx.dtype, y_ptr_, bias_, y_.n, y_.c, y_.h * y_.w, ctx.stream);
   }
 
   void backward(Context& ctx) override {
     run(ctx, ConvOp::BackwardFilter);
     if (spec_.bias) {
       // trainbench's own reduction in every precision: cuDNN's bias gradient refuses bf16.
-      if (layout_ == Layout::NHWC) kernels::bias_grad(ctx.dtype, dy_ptr_, dbias_, y_.n * y_.h * y_.w, y_.c, ctx.stream);
-      else kernels::channel_sum(ctx.dtype, dy_ptr_, dbias_, y_.n, y_.c, y_.h * y_.w, ctx.stream);
+      if (layout_ == Layout::NHWC)
+        kernels::bias_grad(ctx.dtype, dy_ptr_, dbias_, y_.n * y_.h * y_.w, y_.c, ctx.stream);
+      else
+        kernels::channel_sum(ctx.dtype, dy_ptr_, dbias_, y_.n, y_.c, y_.h * y_.w, ctx.stream);
     }
     if (needs_dinput_) run(ctx, ConvOp::BackwardData);
   }
@@ -255,13 +273,13 @@ class Conv2d final : public Layer {
   Nchw x_{}, y_{};
   Pass passes_[3];  // by ConvOp
 
-  const void* x_ptr_ = nullptr;   // (N, C, H, W) in the layout
-  void* dx_ptr_ = nullptr;        // null where the input needs no gradient
-  void* y_ptr_ = nullptr;         // (N, K, OH, OW)
+  const void* x_ptr_ = nullptr;  // (N, C, H, W) in the layout
+  void* dx_ptr_ = nullptr;       // null where the input needs no gradient
+  void* y_ptr_ = nullptr;        // (N, K, OH, OW)
   const void* dy_ptr_ = nullptr;
   const void* weight_ = nullptr;  // (K, C, kernel, kernel), KCRS or KRSC
   void* dweight_ = nullptr;
-  const void* bias_ = nullptr;    // (K)
+  const void* bias_ = nullptr;  // (K)
   void* dbias_ = nullptr;
 };
 

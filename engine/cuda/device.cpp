@@ -109,11 +109,14 @@ std::string precision_unsupported(const DeviceInfo& d, Precision p) {
   const int cc = d.cc_major * 10 + d.cc_minor;
   const std::string where = fmt::format("{} (compute capability {}.{})", d.name, d.cc_major, d.cc_minor);
   switch (p) {
-    case Precision::FP32: return {};
+    case Precision::FP32:
+      return {};
     case Precision::TF32:
-      return cc >= 80 ? std::string{} : fmt::format("{} has no TF32 tensor cores (needs compute capability 8.0)", where);
+      return cc >= 80 ? std::string{}
+                      : fmt::format("{} has no TF32 tensor cores (needs compute capability 8.0)", where);
     case Precision::FP16:
-      return cc >= 70 ? std::string{} : fmt::format("{} has no FP16 tensor cores (needs compute capability 7.0)", where);
+      return cc >= 70 ? std::string{}
+                      : fmt::format("{} has no FP16 tensor cores (needs compute capability 7.0)", where);
     case Precision::BF16:
       return cc >= 80 ? std::string{} : fmt::format("{} has no BF16 support (needs compute capability 8.0)", where);
   }
@@ -127,7 +130,10 @@ PeakRate peak_rate(const DeviceInfo& d, Precision p) {
     const std::size_t end = at + std::string_view(e.name).size();
     if (end < d.name.size() && d.name[end] != ' ' && d.name[end] != '-') continue;
     if (at > 0 && d.name[at - 1] != ' ' && d.name[at - 1] != '-') continue;  // "GH200" is not "H200"
-    const double t = p == Precision::FP32 ? e.fp32 : p == Precision::TF32 ? e.tf32 : p == Precision::FP16 ? e.fp16 : e.bf16;
+    const double t = p == Precision::FP32   ? e.fp32
+                     : p == Precision::TF32 ? e.tf32
+                     : p == Precision::FP16 ? e.fp16
+                                            : e.bf16;
     if (t > 0) return {t, e.source};
   }
   // Not in the table: the fp32 FMA rate from the SM count and the maximum clock. Tensor-core

@@ -17,8 +17,8 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
   int sms = 0;
   std::size_t memory_bytes = 0;
-  int clock_mhz = 0, memory_clock_mhz = 0;  // maximum clocks
-  std::string pci_bus_id;                    // "0000:65:00.0" (cudaDeviceGetPCIBusId)
+  int clock_mhz = 0, memory_clock_mhz = 0;                     // maximum clocks
+  std::string pci_bus_id;                                      // "0000:65:00.0" (cudaDeviceGetPCIBusId)
   std::string cuda_driver, cuda_runtime, cudnn, cublas, nccl;  // versions, "13.0" style
 };
 

@@ -34,9 +34,15 @@ struct Tag {
 template <class Fn>
 void dispatch(DType type, Fn&& fn) {
   switch (type) {
-    case DType::F32: fn(Tag<float>{}); return;
-    case DType::F16: fn(Tag<__half>{}); return;
-    case DType::BF16: fn(Tag<__nv_bfloat16>{}); return;
+    case DType::F32:
+      fn(Tag<float>{});
+      return;
+    case DType::F16:
+      fn(Tag<__half>{});
+      return;
+    case DType::BF16:
+      fn(Tag<__nv_bfloat16>{});
+      return;
   }
 }
 
@@ -47,11 +53,17 @@ __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162flo
 template <class T>
 __device__ T from_f32(float x);
 template <>
-__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 __device__ __forceinline__ i64 first_index() { return static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ i64 grid_stride() { return static_cast<i64>(gridDim.x) * blockDim.x; }
@@ -190,8 +202,8 @@ __device__ __forceinline__ bool beats(float value, i64 index, float best, i64 be
 // One warp per row (lanes read the row's classes coalesced), rows dealt to warps in a fixed
 // pattern and summed in a fixed order.
 template <class T>
-__global__ void xent_loss_kernel(const T* log_probs, const std::int32_t* labels, i64 rows, i64 classes,
-                                 float* loss, std::int32_t* correct) {
+__global__ void xent_loss_kernel(const T* log_probs, const std::int32_t* labels, i64 rows, i64 classes, float* loss,
+                                 std::int32_t* correct) {
   __shared__ float warp_loss[kReduceWarps];
   __shared__ std::int32_t warp_correct[kReduceWarps];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -276,8 +288,7 @@ __global__ void mse_loss_kernel(const T* pred, const float* target, i64 n, float
 template <class T>
 __global__ void mse_grad_kernel(const T* pred, const float* target, i64 n, const float* scale, T* dpred) {
   const float factor = 2.0f * *scale / static_cast<float>(n);
-  for (i64 i = first_index(); i < n; i += grid_stride())
-    dpred[i] = from_f32<T>((to_f32(pred[i]) - target[i]) * factor);
+  for (i64 i = first_index(); i < n; i += grid_stride()) dpred[i] = from_f32<T>((to_f32(pred[i]) - target[i]) * factor);
 }
 
 __global__ void init_step_state_kernel(StepState* state, float scale) {
@@ -310,8 +321,7 @@ __device__ __forceinline__ float gradient(const OptimizerArgs& args, i64 i, floa
 template <class T>
 __device__ __forceinline__ void store_param(const OptimizerArgs& args, i64 i, float p) {
   args.params[i] = p;
-  if (args.params_compute != nullptr && i < args.n_compute)
-    static_cast<T*>(args.params_compute)[i] = from_f32<T>(p);
+  if (args.params_compute != nullptr && i < args.n_compute) static_cast<T*>(args.params_compute)[i] = from_f32<T>(p);
 }
 
 template <class T>
@@ -401,8 +411,8 @@ void activation_forward(Activation f, DType type, const void* x, void* y, i64 n,
   if (n <= 0) return;
   dispatch(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    activation_forward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(x),
-                                                                         static_cast<T*>(y), n);
+    activation_forward_kernel<T>
+        <<<blocks_for(n), kThreads, 0, stream>>>(f, static_cast<const T*>(x), static_cast<T*>(y), n);
   });
   TB_CU(cudaGetLastError());
 }
@@ -454,8 +464,8 @@ void channel_sum(DType type, const void* dy, void* dbias, i64 n, i64 c, i64 hw, 
   if (c <= 0) return;
   dispatch(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    channel_sum_kernel<T><<<static_cast<unsigned>(c), kReduceThreads, 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<T*>(dbias), n, c, hw);
+    channel_sum_kernel<T><<<static_cast<unsigned>(c), kReduceThreads, 0, stream>>>(static_cast<const T*>(dy),
+                                                                                   static_cast<T*>(dbias), n, c, hw);
   });
   TB_CU(cudaGetLastError());
 }
@@ -476,8 +486,8 @@ void add_bias(DType type, void* y, const void* bias, i64 rows, i64 cols, cudaStr
   if (rows <= 0 || cols <= 0) return;
   dispatch(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    add_bias_kernel<T><<<blocks_for(rows * cols), kThreads, 0, stream>>>(static_cast<T*>(y),
-                                                                        static_cast<const T*>(bias), rows, cols);
+    add_bias_kernel<T>
+        <<<blocks_for(rows * cols), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias), rows, cols);
   });
   TB_CU(cudaGetLastError());
 }
@@ -499,14 +509,14 @@ void xent_loss(DType type, const void* log_probs, const std::int32_t* labels, i6
   if (rows <= 0 || classes <= 0) return;
   dispatch(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    xent_loss_kernel<T><<<1, kReduceThreads, 0, stream>>>(static_cast<const T*>(log_probs), labels, rows, classes,
-                                                          loss, correct);
+    xent_loss_kernel<T>
+        <<<1, kReduceThreads, 0, stream>>>(static_cast<const T*>(log_probs), labels, rows, classes, loss, correct);
   });
   TB_CU(cudaGetLastError());
 }
 
-void xent_grad(DType type, const void* log_probs, const std::int32_t* labels, i64 rows, i64 classes,
-               const float* scale, void* dlogits, cudaStream_t stream) {
+void xent_grad(DType type, const void* log_probs, const std::int32_t* labels, i64 rows, i64 classes, const float* scale,
+               void* dlogits, cudaStream_t stream) {
   if (rows <= 0 || classes <= 0) return;
   dispatch(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -530,8 +540,8 @@ void mse_grad(DType type, const void* pred, const float* target, i64 n, const fl
   if (n <= 0) return;
   dispatch(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    mse_grad_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(pred), target, n, scale,
-                                                               static_cast<T*>(dpred));
+    mse_grad_kernel<T>
+        <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(pred), target, n, scale, static_cast<T*>(dpred));
   });
   TB_CU(cudaGetLastError());
 }
@@ -546,8 +556,8 @@ void find_nonfinite(DType type, const void* grads, i64 n, const float* grads_f32
   if (n + n_f32 <= 0) return;
   dispatch(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    find_nonfinite_kernel<T><<<blocks_for(n + n_f32), kThreads, 0, stream>>>(static_cast<const T*>(grads), n,
-                                                                            grads_f32, n_f32, state);
+    find_nonfinite_kernel<T>
+        <<<blocks_for(n + n_f32), kThreads, 0, stream>>>(static_cast<const T*>(grads), n, grads_f32, n_f32, state);
   });
   TB_CU(cudaGetLastError());
 }

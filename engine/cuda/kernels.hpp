@@ -30,8 +30,7 @@ void accumulate(DType type, void* into, const void* from, i64 n, cudaStream_t st
 enum class Activation { ReLU, Sigmoid };
 void activation_forward(Activation f, DType type, const void* x, void* y, i64 n, cudaStream_t stream);
 // dx = dy * f'(x), with f' from y: ReLU (y > 0), Sigmoid y (1 - y).
-void activation_backward(Activation f, DType type, const void* y, const void* dy, void* dx, i64 n,
-                         cudaStream_t stream);
+void activation_backward(Activation f, DType type, const void* y, const void* dy, void* dx, i64 n, cudaStream_t stream);
 // y = relu(y + z) in place; z may be null (y = relu(y)).
 void add_relu(DType type, void* y, const void* z, i64 n, cudaStream_t stream);
 // The model input at the edge of a channels-last network: x (N, C, HW) fp32 to y (N, HW, C) in `type`.
@@ -54,11 +53,11 @@ void bias_grad(DType type, const void* dy, void* dbias, i64 rows, i64 cols, cuda
 // Softmax cross-entropy from log-probabilities (rows N, classes C; cuDNN's log-softmax output):
 // *loss = mean over rows of -log_probs[r, label[r]]; *correct = rows whose largest log-prob is
 // at the label (ties: the lowest index).
-void xent_loss(DType type, const void* log_probs, const std::int32_t* labels, i64 rows, i64 classes,
-               float* loss, std::int32_t* correct, cudaStream_t stream);
+void xent_loss(DType type, const void* log_probs, const std::int32_t* labels, i64 rows, i64 classes, float* loss,
+               std::int32_t* correct, cudaStream_t stream);
 // dlogits = (exp(log_probs) - onehot(label)) * (*scale) / rows.
-void xent_grad(DType type, const void* log_probs, const std::int32_t* labels, i64 rows, i64 classes,
-               const float* scale, void* dlogits, cudaStream_t stream);
+void xent_grad(DType type, const void* log_probs, const std::int32_t* labels, i64 rows, i64 classes, const float* scale,
+               void* dlogits, cudaStream_t stream);
 // *loss = mean over n of (pred - target)^2.
 void mse_loss(DType type, const void* pred, const float* target, i64 n, float* loss, cudaStream_t stream);
 // dpred = 2 (pred - target) * (*scale) / n.
@@ -68,11 +67,11 @@ void mse_grad(DType type, const void* pred, const float* target, i64 n, const fl
 // Device-resident state of dynamic loss scaling and of the optimizer's step count, so that a
 // step needs no value from the host (and can be replayed as a graph).
 struct StepState {
-  float scale;          // loss scale (1 and fixed without mixed precision)
-  std::int32_t good_steps;     // consecutive steps with finite gradients
+  float scale;                   // loss scale (1 and fixed without mixed precision)
+  std::int32_t good_steps;       // consecutive steps with finite gradients
   std::int32_t found_nonfinite;  // set by find_nonfinite, cleared by finish_step
-  std::int64_t steps;          // optimizer steps taken (skipped steps excluded)
-  std::int64_t skipped;        // steps skipped for non-finite gradients
+  std::int64_t steps;            // optimizer steps taken (skipped steps excluded)
+  std::int64_t skipped;          // steps skipped for non-finite gradients
 };
 void init_step_state(StepState* state, float scale, cudaStream_t stream);
 // Sets state->found_nonfinite if any of the gradients is inf or NaN.

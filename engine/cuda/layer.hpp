@@ -54,8 +54,8 @@ struct Bindings {
   void* doutput = nullptr;
   std::vector<void*> params, dparams;
   const DeviceTargets* targets = nullptr;
-  float* loss = nullptr;                 // losses: where the loss goes (device, one float)
-  std::int32_t* correct = nullptr;       // classification losses: correct predictions (device)
+  float* loss = nullptr;                      // losses: where the loss goes (device, one float)
+  std::int32_t* correct = nullptr;            // classification losses: correct predictions (device)
   const kernels::StepState* state = nullptr;  // losses: the loss scale to multiply gradients by
 };
 

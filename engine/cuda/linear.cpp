@@ -12,7 +12,10 @@ namespace {
 class Linear final : public Layer {
  public:
   Linear(const LinearSpec& s, const Inputs& in)
-      : k_(s.in_features), m_(s.out_features), rows_(product(in[0].shape) / s.in_features), bias_(s.bias),
+      : k_(s.in_features),
+        m_(s.out_features),
+        rows_(product(in[0].shape) / s.in_features),
+        bias_(s.bias),
         needs_dinput_(in[0].needs_grad) {}
 
   BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
@@ -71,7 +74,8 @@ std::unique_ptr<Layer> make_linear(Context& ctx, const LinearSpec& s, const Inpu
   const Dims& x = in.at(0).shape;
   TB_CHECK(ctx.layout == Layout::NCHW || x.size() != 4 || x[2] * x[3] == 1,
            "linear over a channels-last image {} would flatten it in (H, W, C) order; the network keeps such a "
-           "model in NCHW", to_string(x));
+           "model in NCHW",
+           to_string(x));
   return std::make_unique<Linear>(s, in);
 }
 

@@ -9,7 +9,9 @@ namespace {
 class SoftmaxCrossEntropy final : public Layer {
  public:
   SoftmaxCrossEntropy(Context& ctx, const SoftmaxCrossEntropySpec& s, const Inputs& in)
-      : rows_(in[0].shape[0]), classes_(s.classes), needs_dinput_(in[0].needs_grad),
+      : rows_(in[0].shape[0]),
+        classes_(s.classes),
+        needs_dinput_(in[0].needs_grad),
         log_probs_(ctx.allocator, std::size_t(rows_ * classes_) * ctx.elem_bytes(), MemoryKind::Activations) {
     desc_.set4d(ctx.cudnn_dtype, rows_, classes_, 1, 1);
   }
@@ -26,8 +28,8 @@ class SoftmaxCrossEntropy final : public Layer {
   BackwardReads backward_reads() const override { return BackwardReads::nothing(1); }
 
   void forward(Context& ctx) override {
-    TB_CU(cudnnSoftmaxForward(ctx.cudnn, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, desc_, logits_,
-                              &kZero, desc_, log_probs_.get()));
+    TB_CU(cudnnSoftmaxForward(ctx.cudnn, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, desc_, logits_, &kZero,
+                              desc_, log_probs_.get()));
     kernels::xent_loss(ctx.dtype, log_probs_.get(), labels_, rows_, classes_, loss_, correct_, ctx.stream);
   }
   void backward(Context& ctx) override {

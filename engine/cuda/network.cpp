@@ -14,7 +14,7 @@
 namespace tb::cuda {
 
 namespace {
-constexpr i64 kAlignElements = 64;  // 128 bytes in 16-bit storage, 256 in fp32
+constexpr i64 kAlignElements = 64;                               // 128 bytes in 16-bit storage, 256 in fp32
 constexpr std::size_t kCublasWorkspace = std::size_t(32) << 20;  // NVIDIA's advice for Hopper
 i64 align_up(i64 n) { return (n + kAlignElements - 1) / kAlignElements * kAlignElements; }
 
@@ -36,7 +36,9 @@ class PinnedBuffer {
     return *this;
   }
   template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
 
  private:
   void* ptr_ = nullptr;
@@ -86,7 +88,6 @@ struct LayerTimes {
 
 }  // namespace
 
-
 std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec, const Inputs& in, const Dims& out) {
   return make_backend_layer(ctx, spec, in, out, "cuda");
 }
@@ -106,8 +107,10 @@ std::vector<float> permute_channels(const std::vector<float>& from, const Nchw& 
     for (i64 c = 0; c < s.c; ++c)
       for (i64 p = 0; p < HW; ++p) {
         const std::size_t nchw = std::size_t((n * s.c + c) * HW + p), nhwc = std::size_t((n * HW + p) * s.c + c);
-        if (to_last) to[nhwc] = from[nchw];
-        else to[nchw] = from[nhwc];
+        if (to_last)
+          to[nhwc] = from[nchw];
+        else
+          to[nchw] = from[nhwc];
       }
   return to;
 }
@@ -148,16 +151,16 @@ struct CudaNetwork::Impl {
   bool has_loss = false, mixed = false;
   bool scaled = false;  // dynamic loss scaling: mixed precision with a loss
   i64 target_count = 0;
-  std::vector<LayerGroup> groups;               // by step
-  std::vector<std::unique_ptr<Layer>> layers;   // by step
-  std::vector<Layer*> layer_of;                 // by node; null for the input
-  std::vector<int> hook_after;                  // by step: the node to report to the backward hook, or -1
+  std::vector<LayerGroup> groups;              // by step
+  std::vector<std::unique_ptr<Layer>> layers;  // by step
+  std::vector<Layer*> layer_of;                // by node; null for the input
+  std::vector<int> hook_after;                 // by step: the node to report to the backward hook, or -1
   MemoryPlan plan;
-  std::vector<std::vector<Slot>> slots;         // by node
+  std::vector<std::vector<Slot>> slots;  // by node
   i64 n = 0, n_compute = 0;
   DeviceBuffer params32, params_compute, grads, grads32, first, second, state;
-  DeviceBuffer arena, input, labels, targets;   // input: the model input in the storage type and layout
-  std::vector<void*> values, value_grads;       // by node, into the arena (values[0]: input)
+  DeviceBuffer arena, input, labels, targets;       // input: the model input in the storage type and layout
+  std::vector<void*> values, value_grads;           // by node, into the arena (values[0]: input)
   std::vector<std::vector<Accumulate>> accumulate;  // by step
   DeviceBuffer workspace, cublas_workspace, result;
   DeviceBuffer backward_scale;  // the loss scale the last backward used, for reading gradients
@@ -165,11 +168,11 @@ struct CudaNetwork::Impl {
   DeviceTargets device_targets;
   Stream upload_stream;
   Upload uploads[2];
-  int last_set = 1;          // the upload buffer set_batch filled last
+  int last_set = 1;            // the upload buffer set_batch filled last
   bool batch_waiting = false;  // set_batch filled it and no pass has taken it yet
-  PinnedBuffer readback;     // loss (float), correct (int32)
+  PinnedBuffer readback;       // loss (float), correct (int32)
   Event batch_start, data_ready, forward_end, backward_end, step_end;
-  bool started = false;      // a step was started and not finished
+  bool started = false;  // a step was started and not finished
   cudaGraphExec_t graph = nullptr;
   DeviceBuffer pool_inputs, pool_targets;  // the resident dataset
   i64 pool_batches = 0;
@@ -209,8 +212,8 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
     for (int p : g.inputs) in.push_back(LayerInput{m.shapes[std::size_t(p)], p != 0});
     try {
       if (g.fused)
-        m.layers.push_back(make_batchnorm_add_relu(ctx, std::get<BatchNormSpec>(model.nodes[std::size_t(g.nodes[0])].spec),
-                                                   in, m.shapes[std::size_t(node)]));
+        m.layers.push_back(make_batchnorm_add_relu(
+            ctx, std::get<BatchNormSpec>(model.nodes[std::size_t(g.nodes[0])].spec), in, m.shapes[std::size_t(node)]));
       else
         m.layers.push_back(make_layer(ctx, model.nodes[std::size_t(node)].spec, in, m.shapes[std::size_t(node)]));
     } catch (...) {
@@ -225,8 +228,8 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
                  layer.dinput_over_doutput() == t.dinput_over_doutput &&
                  (!t.recompute_output || layer.recomputes_output());
     for (std::size_t j = 0; j < g.inputs.size(); ++j) agree = agree && r.reads_input(j) == t.reads.reads_input(j);
-    TB_CHECK(agree, "{}/{}: the layer's backward reads or in-place use differ from plan.hpp's layer_traits",
-             model.name, model.nodes[std::size_t(node)].name);
+    TB_CHECK(agree, "{}/{}: the layer's backward reads or in-place use differ from plan.hpp's layer_traits", model.name,
+             model.nodes[std::size_t(node)].name);
   }
   const std::vector<PlanStep> steps = plan_steps(model, m.groups, m.shapes, ctx.dtype);
   m.plan = plan_memory(model, steps, PlanOptions{.keep_all = config.keep_values, .alignment = 256});
@@ -283,8 +286,10 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
   m.input = DeviceBuffer(alloc, std::size_t(m.input_count()) * e, MemoryKind::Data);
   m.values[0] = m.input.get();
   for (int i = 1; i < count; ++i) {
-    if (!m.plan.values[std::size_t(i)].empty()) m.values[std::size_t(i)] = m.arena.as<char>() + m.plan.values[std::size_t(i)].offset;
-    if (!m.plan.grads[std::size_t(i)].empty()) m.value_grads[std::size_t(i)] = m.arena.as<char>() + m.plan.grads[std::size_t(i)].offset;
+    if (!m.plan.values[std::size_t(i)].empty())
+      m.values[std::size_t(i)] = m.arena.as<char>() + m.plan.values[std::size_t(i)].offset;
+    if (!m.plan.grads[std::size_t(i)].empty())
+      m.value_grads[std::size_t(i)] = m.arena.as<char>() + m.plan.grads[std::size_t(i)].offset;
   }
   for (Impl::Upload& u : m.uploads) {
     u.input = DeviceBuffer(alloc, std::size_t(m.input_count()) * 4, MemoryKind::Data);
@@ -329,7 +334,8 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
       } else {
         void* edge = m.arena.as<char>() + ig.edge.offset;
         b.dinputs.push_back(edge);
-        m.accumulate[s].push_back(Impl::Accumulate{edge, m.value_grads[std::size_t(p)], product(m.shapes[std::size_t(p)])});
+        m.accumulate[s].push_back(
+            Impl::Accumulate{edge, m.value_grads[std::size_t(p)], product(m.shapes[std::size_t(p)])});
       }
     }
     b.output = m.has_loss && node == count - 1 ? nullptr : m.values[std::size_t(node)];
@@ -388,7 +394,8 @@ CudaNetwork::~CudaNetwork() {
       << "step\tlayer\tkind\tforward_ms\tbackward_ms\n";
   for (std::size_t s = 0; s < m.groups.size(); ++s) {
     std::string kinds;
-    for (int node : m.groups[s].nodes) kinds += std::string(kinds.empty() ? "" : "+") + kind_name(m.model.nodes[std::size_t(node)].spec);
+    for (int node : m.groups[s].nodes)
+      kinds += std::string(kinds.empty() ? "" : "+") + kind_name(m.model.nodes[std::size_t(node)].spec);
     out << s << '\t' << m.model.nodes[std::size_t(m.groups[s].nodes.back())].name << '\t' << kinds << '\t'
         << m.timing.forward_s[s] * 1e3 / m.timing.steps << '\t' << m.timing.backward_s[s] * 1e3 / m.timing.steps
         << '\n';
@@ -418,8 +425,7 @@ void CudaNetwork::set_batch(const BatchView& batch) {
   const Impl::Upload& next = m.uploads[1 - m.last_set];
   upload_next([&](void* input, void* targets) {
     std::memcpy(next.staging_input.as<float>(), batch.input, input_bytes);
-    TB_CU(cudaMemcpyAsync(input, next.staging_input.as<float>(), input_bytes, cudaMemcpyHostToDevice,
-                          m.upload_stream));
+    TB_CU(cudaMemcpyAsync(input, next.staging_input.as<float>(), input_bytes, cudaMemcpyHostToDevice, m.upload_stream));
     if (!m.has_loss) return;
     const void* from = m.model.task == Task::Classification ? static_cast<const void*>(batch.labels)
                                                             : static_cast<const void*>(batch.targets);
@@ -436,8 +442,8 @@ void CudaNetwork::use_resident(i64 batch) {
   const std::size_t target_bytes = std::size_t(m.target_count) * 4;
   const i64 r = batch % m.pool_batches;
   upload_next([&](void* input, void* targets) {
-    TB_CU(cudaMemcpyAsync(input, m.pool_inputs.as<char>() + r * i64(input_bytes), input_bytes,
-                          cudaMemcpyDeviceToDevice, m.upload_stream));
+    TB_CU(cudaMemcpyAsync(input, m.pool_inputs.as<char>() + r * i64(input_bytes), input_bytes, cudaMemcpyDeviceToDevice,
+                          m.upload_stream));
     if (m.has_loss)
       TB_CU(cudaMemcpyAsync(targets, m.pool_targets.as<char>() + r * i64(target_bytes), target_bytes,
                             cudaMemcpyDeviceToDevice, m.upload_stream));
@@ -461,8 +467,8 @@ void CudaNetwork::take_batch() {
                             ctx.stream));
     if (m.has_loss) {
       void* to = m.labels ? m.labels.get() : m.targets.get();
-      TB_CU(cudaMemcpyAsync(to, u.targets.get(), std::size_t(m.target_count) * 4, cudaMemcpyDeviceToDevice,
-                            ctx.stream));
+      TB_CU(
+          cudaMemcpyAsync(to, u.targets.get(), std::size_t(m.target_count) * 4, cudaMemcpyDeviceToDevice, ctx.stream));
     }
     u.consumed.record(ctx.stream);
     u.used = true;
@@ -477,8 +483,10 @@ void CudaNetwork::enqueue_forward(bool training) {
   const bool timed = !m.timing.path.empty() && training && !m.config.cuda_graph;
   for (std::size_t s = 0; s < m.layers.size(); ++s) {
     if (timed) m.timing.forward[s]->record(ctx.stream);
-    if (training) m.layers[s]->forward(ctx);
-    else m.layers[s]->forward_eval(ctx);
+    if (training)
+      m.layers[s]->forward(ctx);
+    else
+      m.layers[s]->forward_eval(ctx);
     if (m.config.poison_dead)
       for (int b : m.plan.ending_at(m.plan.forward_time(int(s)))) {
         const Region& r = m.plan.blocks[std::size_t(b)].region;
@@ -505,8 +513,8 @@ float CudaNetwork::read_loss() {
   Impl& m = *impl_;
   Context& ctx = *ctx_;
   if (m.has_loss)
-    TB_CU(cudaMemcpyAsync(m.readback.as<float>(), m.result.get(), 2 * sizeof(float), cudaMemcpyDeviceToHost,
-                          ctx.stream));
+    TB_CU(
+        cudaMemcpyAsync(m.readback.as<float>(), m.result.get(), 2 * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
   TB_CU(cudaStreamSynchronize(ctx.stream));
   if (!m.has_loss) return 0.0f;
   m.correct = m.model.task == Task::Classification ? i64(m.readback.as<std::int32_t>()[1]) : -1;
@@ -527,7 +535,8 @@ void CudaNetwork::enqueue_backward() {
     if (timed) m.timing.backward[s + 1]->record(ctx.stream);
     for (int r : m.plan.recompute_before[s]) m.layers[std::size_t(r)]->recompute(ctx);
     m.layers[s]->backward(ctx);
-    for (const Impl::Accumulate& a : m.accumulate[s]) kernels::accumulate(ctx.dtype, a.into, a.from, a.count, ctx.stream);
+    for (const Impl::Accumulate& a : m.accumulate[s])
+      kernels::accumulate(ctx.dtype, a.into, a.from, a.count, ctx.stream);
     if (m.config.poison_dead)
       for (int b : m.plan.ending_at(m.plan.backward_time(int(s)))) {
         const Region& r = m.plan.blocks[std::size_t(b)].region;
@@ -540,7 +549,9 @@ void CudaNetwork::enqueue_backward() {
 }
 
 namespace {
-ElemType elem_type(DType t) { return t == DType::F16 ? ElemType::F16 : t == DType::BF16 ? ElemType::BF16 : ElemType::F32; }
+ElemType elem_type(DType t) {
+  return t == DType::F16 ? ElemType::F16 : t == DType::BF16 ? ElemType::BF16 : ElemType::F32;
+}
 }  // namespace
 
 std::vector<FlatSegment> CudaNetwork::gradient_segments() {
@@ -569,8 +580,8 @@ std::vector<FlatSegment> CudaNetwork::param_segments() {
     if (m.slots[i].empty()) continue;
     const Impl::Slot& first = m.slots[i].front();
     const Impl::Slot& last = m.slots[i].back();
-    out.push_back({m.params32.as<float>() + first.offset, ElemType::F32, last.offset + last.elements - first.offset,
-                   int(i)});
+    out.push_back(
+        {m.params32.as<float>() + first.offset, ElemType::F32, last.offset + last.elements - first.offset, int(i)});
   }
   return out;
 }
@@ -613,10 +624,12 @@ void CudaNetwork::enqueue_update() {
   a.eps = float(o.eps);
   a.state = m.step_state();
   if (m.mixed)
-    kernels::find_nonfinite(ctx.dtype, m.grads.get(), m.n_compute, m.grads32.as<float>(), m.n - m.n_compute,
-                            a.state, ctx.stream);
-  if (o.kind == OptimizerConfig::Kind::Adam) kernels::adam_step(a, ctx.stream);
-  else kernels::sgd_step(a, ctx.stream);
+    kernels::find_nonfinite(ctx.dtype, m.grads.get(), m.n_compute, m.grads32.as<float>(), m.n - m.n_compute, a.state,
+                            ctx.stream);
+  if (o.kind == OptimizerConfig::Kind::Adam)
+    kernels::adam_step(a, ctx.stream);
+  else
+    kernels::sgd_step(a, ctx.stream);
   kernels::finish_step(a.state, m.scaled, m.config.loss_scale_growth_interval, ctx.stream);
 }
 
@@ -766,7 +779,8 @@ const void* CudaNetwork::readable(int node, bool gradient) const {
   if (b >= 0 && m.plan.blocks[std::size_t(b)].end < m.clock)
     TB_CHECK(!m.config.poison_dead && m.plan.intact_at(b, m.clock),
              "{}/{}: its {} shares bytes with others after its last use in the step; build the network with "
-             "keep_values to read it", m.model.name, m.model.nodes[std::size_t(node)].name, what);
+             "keep_values to read it",
+             m.model.name, m.model.nodes[std::size_t(node)].name, what);
   return ptr;
 }
 
@@ -827,8 +841,9 @@ void CudaNetwork::write_param(int node, int index, const std::vector<float>& val
   const auto specs = node_params(m.model.nodes.at(std::size_t(node)).spec,
                                  m.shapes[std::size_t(m.model.nodes[std::size_t(node)].inputs.at(0))]);
   TB_CHECK(index >= 0 && index < int(specs.size()), "node {} has no parameter {}", node, index);
-  TB_CHECK(i64(value.size()) == specs[std::size_t(index)].count(), "parameter {} of node {}: {} values given, {} expected",
-           index, node, value.size(), specs[std::size_t(index)].count());
+  TB_CHECK(i64(value.size()) == specs[std::size_t(index)].count(),
+           "parameter {} of node {}: {} values given, {} expected", index, node, value.size(),
+           specs[std::size_t(index)].count());
   auto slots = read_slots(node, false);
   m.layer_of[std::size_t(node)]->set_canonical(index, value, slots);
   const std::size_t e = ctx_->elem_bytes();
@@ -847,8 +862,8 @@ void CudaNetwork::make_resident(Dataset& data, i64 batches) {
   TB_CHECK(batches > 0, "a resident dataset needs at least one batch");
   const std::size_t input_bytes = std::size_t(m.input_count()) * 4, target_bytes = std::size_t(m.target_count) * 4;
   m.pool_inputs = DeviceBuffer(ctx.allocator, input_bytes * std::size_t(batches), MemoryKind::Data);
-  m.pool_targets = DeviceBuffer(ctx.allocator, std::max<std::size_t>(target_bytes, 4) * std::size_t(batches),
-                                MemoryKind::Data);
+  m.pool_targets =
+      DeviceBuffer(ctx.allocator, std::max<std::size_t>(target_bytes, 4) * std::size_t(batches), MemoryKind::Data);
   for (i64 k = 0; k < batches; ++k) {
     const Batch& b = data.next();
     // On the network's stream (non-blocking: the legacy stream's copies are not ordered with

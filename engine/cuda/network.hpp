@@ -39,12 +39,12 @@ struct NetworkConfig {
 
 // Where the device memory of one network goes, in bytes.
 struct MemoryBreakdown {
-  std::size_t weights = 0;      // fp32 master plus the compute copy
+  std::size_t weights = 0;  // fp32 master plus the compute copy
   std::size_t gradients = 0;
   std::size_t optimizer_state = 0;
   std::size_t activations = 0;  // the arena of values and gradients, layers' saved state
   std::size_t workspace = 0;
-  std::size_t data = 0;         // the batch, and a resident dataset (--data_on_device)
+  std::size_t data = 0;  // the batch, and a resident dataset (--data_on_device)
 };
 
 class CudaNetwork final : public Network, public ResidentData, public MemoryReport {
@@ -106,7 +106,7 @@ class CudaNetwork final : public Network, public ResidentData, public MemoryRepo
  private:
   struct Impl;
   float read_loss();  // waits for the stream; the loss and correct count of the last forward
-  void take_batch();   // the main stream waits for the batch set last and converts it
+  void take_batch();  // the main stream waits for the batch set last and converts it
   // Starts filling the upload buffer for the next batch: `copy` enqueues its copies on the
   // upload stream into (input, targets).
   void upload_next(const std::function<void(void* input, void* targets)>& copy);

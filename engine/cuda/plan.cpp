@@ -19,10 +19,14 @@ Precision parse_precision(const std::string& name) {
 
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::FP32: return "fp32";
-    case Precision::TF32: return "tf32";
-    case Precision::FP16: return "fp16";
-    case Precision::BF16: return "bf16";
+    case Precision::FP32:
+      return "fp32";
+    case Precision::TF32:
+      return "tf32";
+    case Precision::FP16:
+      return "fp16";
+    case Precision::BF16:
+      return "bf16";
   }
   return "?";
 }
@@ -62,12 +66,14 @@ bool is(const ModelSpec& model, int node) {
 
 }  // namespace
 
-std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, const std::vector<Dims>& shapes, DType dtype,
-                                     std::size_t workspace_cap) {
+std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, const std::vector<Dims>& shapes,
+                                     DType dtype, std::size_t workspace_cap) {
   const int n = int(model.nodes.size());
   const auto consumers = consumers_of(model);
-  const auto only = [&](int node) { return consumers[std::size_t(node)].size() == 1 ? consumers[std::size_t(node)][0] : -1; };
-  auto fused_into = std::vector<int>(std::size_t(n), -1);  // absorbed node -> the ReLU whose layer computes it
+  const auto only = [&](int node) {
+    return consumers[std::size_t(node)].size() == 1 ? consumers[std::size_t(node)][0] : -1;
+  };
+  auto fused_into = std::vector<int>(std::size_t(n), -1);   // absorbed node -> the ReLU whose layer computes it
   auto fused_at = std::vector<LayerGroup>(std::size_t(n));  // by the ReLU node
   {
     for (int bn = 1; bn < n; ++bn) {
@@ -84,8 +90,8 @@ std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, cons
         const auto& add_inputs = model.nodes[std::size_t(next)].inputs;
         if (relu < 0 || !is<ReLUSpec>(model, relu) || add_inputs[0] == add_inputs[1]) continue;
         // The add's first input that is this batch norm's output fuses; the other is the shortcut.
-        if (add_inputs[0] != bn && !(add_inputs[1] == bn && !(is<BatchNormSpec>(model, add_inputs[0]) &&
-                                                               only(add_inputs[0]) == next)))
+        if (add_inputs[0] != bn &&
+            !(add_inputs[1] == bn && !(is<BatchNormSpec>(model, add_inputs[0]) && only(add_inputs[0]) == next)))
           continue;
         const int shortcut = add_inputs[0] == bn ? add_inputs[1] : add_inputs[0];
         if (fused_into[std::size_t(next)] >= 0 || fused_at[std::size_t(relu)].fused) continue;
@@ -99,8 +105,10 @@ std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, cons
   }
   std::vector<LayerGroup> groups;
   for (int i = 1; i < n; ++i) {
-    if (fused_at[std::size_t(i)].fused) groups.push_back(fused_at[std::size_t(i)]);
-    else if (fused_into[std::size_t(i)] < 0) groups.push_back(LayerGroup{{i}, model.nodes[std::size_t(i)].inputs, false});
+    if (fused_at[std::size_t(i)].fused)
+      groups.push_back(fused_at[std::size_t(i)]);
+    else if (fused_into[std::size_t(i)] < 0)
+      groups.push_back(LayerGroup{{i}, model.nodes[std::size_t(i)].inputs, false});
   }
   return groups;
 }
@@ -149,8 +157,8 @@ std::vector<PlanStep> plan_steps(const ModelSpec& model, const std::vector<Layer
 MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch, Precision precision, bool keep_all,
                                std::optional<Layout> layout) {
   const auto shapes = infer_shapes(model, batch);
-  const auto groups = group_layers(model, layout.value_or(choose_layout(model, precision)), shapes,
-                                   storage_type(precision));
+  const auto groups =
+      group_layers(model, layout.value_or(choose_layout(model, precision)), shapes, storage_type(precision));
   return plan_memory(model, plan_steps(model, groups, shapes, storage_type(precision)),
                      PlanOptions{.keep_all = keep_all, .alignment = 256});
 }

@@ -49,8 +49,8 @@ struct LayerGroup {
 // everything else is a layer of its own. In NCHW, batch norm + ReLU without an add sets its
 // masked gradient aside in the cuDNN workspace, so it fuses only where that fits the cap.
 inline constexpr std::size_t kDefaultWorkspaceCap = std::size_t(256) << 20;
-std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, const std::vector<Dims>& shapes, DType dtype,
-                                     std::size_t workspace_cap = kDefaultWorkspaceCap);
+std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, const std::vector<Dims>& shapes,
+                                     DType dtype, std::size_t workspace_cap = kDefaultWorkspaceCap);
 
 // What the layer of `group` reads in backward and whether it may run in place, by kind: the
 // contract every CUDA layer keeps (CudaNetwork checks its layers against it).

@@ -13,9 +13,7 @@ namespace {
 constexpr std::int64_t kChunk = 16384;
 }  // namespace
 
-const char* optimizer_name(OptimizerConfig::Kind kind) {
-  return kind == OptimizerConfig::Kind::Adam ? "adam" : "sgd";
-}
+const char* optimizer_name(OptimizerConfig::Kind kind) { return kind == OptimizerConfig::Kind::Adam ? "adam" : "sgd"; }
 
 Optimizer::Optimizer(const OptimizerConfig& config, std::int64_t n)
     : config_(config), n_(n), first_(n), second_(config.kind == OptimizerConfig::Kind::Adam ? n : 0) {}

@@ -77,8 +77,10 @@ class MpiComm final : public Communicator {
     check_usable();
     TB_CHECK(count >= 0, "mpi: all-reduce of {} elements", count);
     if (type != ElemType::F32)
-      throw Error(fmt::format("mpi: rank {} was asked to all-reduce 16-bit elements, but MPI replicas are fp32 "
-                              "(run CPU replicas in fp32, or use NCCL for mixed precision on GPUs)", rank_));
+      throw Error(
+          fmt::format("mpi: rank {} was asked to all-reduce 16-bit elements, but MPI replicas are fp32 "
+                      "(run CPU replicas in fp32, or use NCCL for mixed precision on GPUs)",
+                      rank_));
     auto* values = static_cast<float*>(data);
     for (i64 offset = 0; offset < count; offset += kMaxPiece) {
       MPI_Request request = MPI_REQUEST_NULL;
@@ -144,8 +146,10 @@ class MpiComm final : public Communicator {
 
   void check_usable() const {
     if (failed_)
-      throw Error(fmt::format("mpi: rank {} used a communicator whose earlier wait timed out; end the run "
-                              "(call abort) instead of communicating again", rank_));
+      throw Error(
+          fmt::format("mpi: rank {} used a communicator whose earlier wait timed out; end the run "
+                      "(call abort) instead of communicating again",
+                      rank_));
   }
 
   double reduce_one(double value, MPI_Op op, const char* what) {
@@ -168,8 +172,10 @@ class MpiComm final : public Communicator {
       if (done) return;
       if (std::chrono::steady_clock::now() > deadline) {
         failed_ = true;
-        throw Error(fmt::format("rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see its "
-                                "error above)", rank_, timeout_s_, what));
+        throw Error(
+            fmt::format("rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see its "
+                        "error above)",
+                        rank_, timeout_s_, what));
       }
       std::this_thread::sleep_for(kPollInterval);
     }

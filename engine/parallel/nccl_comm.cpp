@@ -31,9 +31,12 @@ namespace {
 
 ncclDataType_t nccl_type(ElemType type) {
   switch (type) {
-    case ElemType::F32: return ncclFloat;
-    case ElemType::F16: return ncclHalf;
-    case ElemType::BF16: return ncclBfloat16;
+    case ElemType::F32:
+      return ncclFloat;
+    case ElemType::F16:
+      return ncclHalf;
+    case ElemType::BF16:
+      return ncclBfloat16;
   }
   throw Error(fmt::format("nccl: unknown element type {}", int(type)));
 }
@@ -145,8 +148,10 @@ class NcclComm final : public Communicator {
  private:
   void check_usable() const {
     if (aborted_)
-      throw Error(fmt::format("nccl: rank {} used a communicator that was aborted (after a timeout, an NCCL "
-                              "error or abort()); end the run instead of communicating again", rank_));
+      throw Error(
+          fmt::format("nccl: rank {} used a communicator that was aborted (after a timeout, an NCCL "
+                      "error or abort()); end the run instead of communicating again",
+                      rank_));
   }
 
   void order_after_compute() {
@@ -187,14 +192,17 @@ class NcclComm final : public Communicator {
         const char* last = ncclGetLastError(comm_);  // before the abort frees comm_
         const std::string detail = last ? last : "";
         abort_comm();
-        throw Error(fmt::format("nccl: rank {} hit an NCCL error in {}: {}{}{}; the communicator was aborted "
-                                "(check the other ranks' errors and NCCL_DEBUG=WARN output)",
-                                rank_, what, ncclGetErrorString(async), detail.empty() ? "" : ": ", detail));
+        throw Error(
+            fmt::format("nccl: rank {} hit an NCCL error in {}: {}{}{}; the communicator was aborted "
+                        "(check the other ranks' errors and NCCL_DEBUG=WARN output)",
+                        rank_, what, ncclGetErrorString(async), detail.empty() ? "" : ": ", detail));
       }
       if (std::chrono::steady_clock::now() > deadline) {
         abort_comm();
-        throw Error(fmt::format("nccl: rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see "
-                                "its error above); the communicator was aborted", rank_, timeout_s_, what));
+        throw Error(
+            fmt::format("nccl: rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see "
+                        "its error above); the communicator was aborted",
+                        rank_, timeout_s_, what));
       }
       std::this_thread::sleep_for(kPollInterval);
     }
@@ -239,8 +247,7 @@ class NcclComm final : public Communicator {
 }  // namespace
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices,
-                                                           const std::vector<cudaStream_t>& streams,
-                                                           double timeout_s) {
+                                                           const std::vector<cudaStream_t>& streams, double timeout_s) {
   TB_CHECK(!devices.empty() && devices.size() == streams.size(),
            "nccl: {} devices and {} streams; pass one compute stream per device", devices.size(), streams.size());
   const int count = int(devices.size());

@@ -54,9 +54,7 @@ ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr
   net_->set_backward_hook([this](int node) { on_node_done(node); });
 }
 
-ReplicaNetwork::~ReplicaNetwork() {
-  net_->set_backward_hook({});
-}
+ReplicaNetwork::~ReplicaNetwork() { net_->set_backward_hook({}); }
 
 void ReplicaNetwork::set_backward_hook(std::function<void(int node)>) {
   throw Error("a replica's backward hook starts its all-reduces; it cannot be replaced");
@@ -123,9 +121,10 @@ void ReplicaNetwork::check_weights_agree() {
     const double v = double((hash >> (22 * piece)) & ((1u << 22) - 1));
     const double hi = comm_->max(v), lo = comm_->min(v);
     if (hi != lo)
-      throw CheckFailed(fmt::format("the {} replicas' weights differ after training (rank {}'s checksum {:016x}): "
-                                    "data-parallel replicas must stay identical",
-                                    comm_->size(), comm_->rank(), hash));
+      throw CheckFailed(
+          fmt::format("the {} replicas' weights differ after training (rank {}'s checksum {:016x}): "
+                      "data-parallel replicas must stay identical",
+                      comm_->size(), comm_->rank(), hash));
   }
 }
 

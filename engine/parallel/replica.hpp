@@ -33,9 +33,9 @@ inline constexpr std::size_t kDefaultBucketBytes = std::size_t(25) << 20;
 // Communication of the steps since construction (or reset_stats()).
 struct CommStats {
   i64 steps = 0;
-  double wait_s = 0;       // backward's end to the last bucket done: communication not hidden
-  double bytes = 0;        // gradient bytes all-reduced
-  i64 buckets_early = 0;   // buckets started while backward still had layers to run
+  double wait_s = 0;      // backward's end to the last bucket done: communication not hidden
+  double bytes = 0;       // gradient bytes all-reduced
+  i64 buckets_early = 0;  // buckets started while backward still had layers to run
   i64 buckets = 0;
 };
 
@@ -88,7 +88,7 @@ class ReplicaNetwork final : public Network {
   std::unique_ptr<Network> net_;
   std::unique_ptr<Communicator> comm_;
   std::vector<Bucket> buckets_;
-  std::size_t next_ = 0;  // the next bucket to start
+  std::size_t next_ = 0;      // the next bucket to start
   int first_param_node_ = 0;  // backward's last node with gradients
   CommStats stats_;
 };

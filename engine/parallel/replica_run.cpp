@@ -82,8 +82,10 @@ ReplicaRun::ReplicaRun(Mode mode, int local_replicas, const Bind& bind, const Fa
     : mode_(mode), replicas_(std::size_t(local_replicas)) {
   TB_CHECK(local_replicas >= 1, "a run needs a replica");
   if (spans_ranks(mode)) world_ = world_comm();
-  if (local_replicas > 1) pool_ = std::make_unique<Pool>(local_replicas, bind);
-  else if (bind) bind(0);
+  if (local_replicas > 1)
+    pool_ = std::make_unique<Pool>(local_replicas, bind);
+  else if (bind)
+    bind(0);
   std::vector<std::unique_ptr<Network>> nets(static_cast<std::size_t>(local_replicas));
   std::vector<std::unique_ptr<Dataset>> data(static_cast<std::size_t>(local_replicas));
   on_all([&](int k) { std::tie(nets[std::size_t(k)], data[std::size_t(k)]) = make(k); });
@@ -114,8 +116,10 @@ ReplicaRun::~ReplicaRun() {
 }
 
 void ReplicaRun::on_all(const std::function<void(int k)>& fn) {
-  if (pool_) pool_->run(fn);
-  else fn(0);
+  if (pool_)
+    pool_->run(fn);
+  else
+    fn(0);
 }
 
 void ReplicaRun::warm_up(i64 steps) {
@@ -162,9 +166,7 @@ void ReplicaRun::check(const std::function<void(Trainer&)>& loss_fell) {
                                       : failure);
 }
 
-CommStats ReplicaRun::comm_stats() const {
-  return replicas_[0].replica ? replicas_[0].replica->stats() : CommStats{};
-}
+CommStats ReplicaRun::comm_stats() const { return replicas_[0].replica ? replicas_[0].replica->stats() : CommStats{}; }
 
 int ReplicaRun::communicating_ranks() const {
   if (spans_ranks(mode_)) return world().size * int(replicas_.size());

@@ -32,8 +32,7 @@ void linear_forward(const T* x, const T* w, const T* b, T* y, i64 N, i64 I, i64 
 }
 
 template <class T>
-void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, i64 N, i64 I,
-                     i64 O) {
+void linear_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, i64 N, i64 I, i64 O) {
   if (dx) {
     for (i64 n = 0; n < N; ++n) {
       for (i64 i = 0; i < I; ++i) {
@@ -78,8 +77,7 @@ void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvShape& s
               for (i64 kw = 0; kw < k; ++kw) {
                 const i64 iw = ow * s.stride - s.pad + kw;
                 if (iw < 0 || iw >= s.W) continue;
-                sum += double(x[((n * s.C + c) * s.H + ih) * s.W + iw]) *
-                       double(w[((o * s.C + c) * k + kh) * k + kw]);
+                sum += double(x[((n * s.C + c) * s.H + ih) * s.W + iw]) * double(w[((o * s.C + c) * k + kh) * k + kw]);
               }
             }
           }
@@ -93,9 +91,7 @@ void conv2d_forward(const T* x, const T* w, const T* b, T* y, const ConvShape& s
 template <class T>
 void conv2d_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, T* db, const ConvShape& s) {
   const i64 OH = s.out_h(), OW = s.out_w(), k = s.kernel;
-  auto dy_at = [&](i64 n, i64 o, i64 oh, i64 ow) {
-    return double(dy[((n * s.O + o) * OH + oh) * OW + ow]);
-  };
+  auto dy_at = [&](i64 n, i64 o, i64 oh, i64 ow) { return double(dy[((n * s.O + o) * OH + oh) * OW + ow]); };
 
   if (dx) {
     for (i64 n = 0; n < s.N; ++n) {
@@ -191,8 +187,7 @@ void maxpool2d_forward(const T* x, T* y, const PoolShape& s) {
       for (i64 oh = 0; oh < OH; ++oh)
         for (i64 ow = 0; ow < OW; ++ow) {
           const i64 best = maxpool_argmax(x, s, n, c, oh, ow);
-          y[((n * s.C + c) * OH + oh) * OW + ow] =
-              best >= 0 ? x[best] : -std::numeric_limits<T>::infinity();
+          y[((n * s.C + c) * OH + oh) * OW + ow] = best >= 0 ? x[best] : -std::numeric_limits<T>::infinity();
         }
 }
 
@@ -232,9 +227,8 @@ void global_avgpool_backward(const T* dy, T* dx, i64 N, i64 C, i64 H, i64 W) {
 // ---- BatchNorm ----
 
 template <class T>
-void batchnorm_forward_train(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* var,
-                             T* running_mean, T* running_var, i64 N, i64 C, i64 HW, double eps,
-                             double momentum) {
+void batchnorm_forward_train(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* var, T* running_mean,
+                             T* running_var, i64 N, i64 C, i64 HW, double eps, double momentum) {
   const i64 count = N * HW;
   for (i64 c = 0; c < C; ++c) {
     double sum = 0.0;
@@ -267,8 +261,8 @@ void batchnorm_forward_train(const T* x, const T* gamma, const T* beta, T* y, T*
 }
 
 template <class T>
-void batchnorm_backward(const T* x, const T* gamma, const T* mean, const T* var, const T* dy, T* dx,
-                        T* dgamma, T* dbeta, i64 N, i64 C, i64 HW, double eps) {
+void batchnorm_backward(const T* x, const T* gamma, const T* mean, const T* var, const T* dy, T* dx, T* dgamma,
+                        T* dbeta, i64 N, i64 C, i64 HW, double eps) {
   const double count = double(N * HW);
   for (i64 c = 0; c < C; ++c) {
     const double mu = mean[c];
@@ -294,15 +288,14 @@ void batchnorm_backward(const T* x, const T* gamma, const T* mean, const T* var,
 }
 
 template <class T>
-void batchnorm_forward_infer(const T* x, const T* gamma, const T* beta, const T* running_mean,
-                             const T* running_var, T* y, i64 N, i64 C, i64 HW, double eps) {
+void batchnorm_forward_infer(const T* x, const T* gamma, const T* beta, const T* running_mean, const T* running_var,
+                             T* y, i64 N, i64 C, i64 HW, double eps) {
   for (i64 n = 0; n < N; ++n)
     for (i64 c = 0; c < C; ++c) {
       const double inv_std = 1.0 / std::sqrt(double(running_var[c]) + eps);
       for (i64 p = 0; p < HW; ++p) {
         const i64 at = (n * C + c) * HW + p;
-        y[at] = T(double(gamma[c]) * (double(x[at]) - double(running_mean[c])) * inv_std +
-                  double(beta[c]));
+        y[at] = T(double(gamma[c]) * (double(x[at]) - double(running_mean[c])) * inv_std + double(beta[c]));
       }
     }
 }
@@ -348,8 +341,7 @@ void add_backward(const T* dy, T* da, T* db, i64 n) {
 // ---- LSTM ----
 
 template <class T>
-void lstm_forward(const T* x, const T* wx, const T* wh, const T* bias, T* h, LstmCache<T>& cache,
-                  const LstmShape& s) {
+void lstm_forward(const T* x, const T* wx, const T* wh, const T* bias, T* h, LstmCache<T>& cache, const LstmShape& s) {
   const i64 G = kGates, N = s.N, I = s.I, Hd = s.Hd;
   cache.gates.assign(static_cast<std::size_t>(s.T * N * G * Hd), T(0));  // (T, N, G, Hd)
   cache.c.assign(static_cast<std::size_t>(s.T * N * Hd), T(0));          // (T, N, Hd)
@@ -362,11 +354,9 @@ void lstm_forward(const T* x, const T* wx, const T* wh, const T* bias, T* h, Lst
       for (i64 g = 0; g < G; ++g) {
         for (i64 j = 0; j < Hd; ++j) {
           double pre = bias[g * Hd + j];
-          for (i64 i = 0; i < I; ++i)
-            pre += double(x_t[n * I + i]) * double(wx[(i * G + g) * Hd + j]);
+          for (i64 i = 0; i < I; ++i) pre += double(x_t[n * I + i]) * double(wx[(i * G + g) * Hd + j]);
           if (h_prev)
-            for (i64 k = 0; k < Hd; ++k)
-              pre += double(h_prev[n * Hd + k]) * double(wh[(k * G + g) * Hd + j]);
+            for (i64 k = 0; k < Hd; ++k) pre += double(h_prev[n * Hd + k]) * double(wh[(k * G + g) * Hd + j]);
           gates_t[(n * G + g) * Hd + j] = T(g == kGateC ? std::tanh(pre) : sigmoid(pre));
         }
       }
@@ -382,8 +372,8 @@ void lstm_forward(const T* x, const T* wx, const T* wh, const T* bias, T* h, Lst
 }
 
 template <class T>
-void lstm_backward(const T* x, const T* wx, const T* wh, const T* h, const LstmCache<T>& cache,
-                   const T* dh, T* dx, T* dwx, T* dwh, T* dbias, const LstmShape& s) {
+void lstm_backward(const T* x, const T* wx, const T* wh, const T* h, const LstmCache<T>& cache, const T* dh, T* dx,
+                   T* dwx, T* dwh, T* dbias, const LstmShape& s) {
   const i64 G = kGates, N = s.N, I = s.I, Hd = s.Hd;
   // Parameter gradients sum over every time step, so they accumulate from zero in double.
   std::vector<double> dwx_sum(static_cast<std::size_t>(I * G * Hd), 0.0);   // (I, G, Hd)
@@ -425,19 +415,16 @@ void lstm_backward(const T* x, const T* wx, const T* wh, const T* h, const LstmC
         for (i64 j = 0; j < Hd; ++j) {
           const double d = dpre[(n * G + g) * Hd + j];
           dbias_sum[g * Hd + j] += d;
-          for (i64 i = 0; i < I; ++i)
-            dwx_sum[(i * G + g) * Hd + j] += double(x[(t * N + n) * I + i]) * d;
+          for (i64 i = 0; i < I; ++i) dwx_sum[(i * G + g) * Hd + j] += double(x[(t * N + n) * I + i]) * d;
           if (h_prev)
-            for (i64 k = 0; k < Hd; ++k)
-              dwh_sum[(k * G + g) * Hd + j] += double(h_prev[n * Hd + k]) * d;
+            for (i64 k = 0; k < Hd; ++k) dwh_sum[(k * G + g) * Hd + j] += double(h_prev[n * Hd + k]) * d;
         }
       }
       if (dx) {
         for (i64 i = 0; i < I; ++i) {
           double sum = 0.0;
           for (i64 g = 0; g < G; ++g)
-            for (i64 j = 0; j < Hd; ++j)
-              sum += double(wx[(i * G + g) * Hd + j]) * dpre[(n * G + g) * Hd + j];
+            for (i64 j = 0; j < Hd; ++j) sum += double(wx[(i * G + g) * Hd + j]) * dpre[(n * G + g) * Hd + j];
           dx[(t * N + n) * I + i] = T(sum);
         }
       }
@@ -446,8 +433,7 @@ void lstm_backward(const T* x, const T* wx, const T* wh, const T* h, const LstmC
         double sum = 0.0;
         if (t > 0)
           for (i64 g = 0; g < G; ++g)
-            for (i64 j = 0; j < Hd; ++j)
-              sum += double(wh[(k * G + g) * Hd + j]) * dpre[(n * G + g) * Hd + j];
+            for (i64 j = 0; j < Hd; ++j) sum += double(wh[(k * G + g) * Hd + j]) * dpre[(n * G + g) * Hd + j];
         dh_next[n * Hd + k] = sum;
       }
     }
@@ -476,8 +462,7 @@ T softmax_cross_entropy_forward(const T* logits, const std::int32_t* labels, i64
 }
 
 template <class T>
-void softmax_cross_entropy_backward(const T* logits, const std::int32_t* labels, T* dlogits, i64 N,
-                                    i64 K) {
+void softmax_cross_entropy_backward(const T* logits, const std::int32_t* labels, T* dlogits, i64 N, i64 K) {
   for (i64 n = 0; n < N; ++n) {
     const T* row = logits + n * K;
     double max_logit = row[0];
@@ -510,8 +495,7 @@ void mse_backward(const T* pred, const T* target, T* dpred, i64 n) {
 // ---- Optimizers ----
 
 template <class T>
-void sgd_momentum_update(T* param, const T* grad, T* velocity, i64 n, double lr, double momentum,
-                         double weight_decay) {
+void sgd_momentum_update(T* param, const T* grad, T* velocity, i64 n, double lr, double momentum, double weight_decay) {
   for (i64 e = 0; e < n; ++e) {
     const double g = double(grad[e]) + weight_decay * double(param[e]);
     const double v = momentum * double(velocity[e]) + g;
@@ -521,8 +505,8 @@ void sgd_momentum_update(T* param, const T* grad, T* velocity, i64 n, double lr,
 }
 
 template <class T>
-void adam_update(T* param, const T* grad, T* m, T* v, i64 n, double lr, double beta1, double beta2,
-                 double eps, std::int64_t step) {
+void adam_update(T* param, const T* grad, T* m, T* v, i64 n, double lr, double beta1, double beta2, double eps,
+                 std::int64_t step) {
   const double correction1 = 1.0 - std::pow(beta1, double(step));
   const double correction2 = 1.0 - std::pow(beta2, double(step));
   for (i64 e = 0; e < n; ++e) {
@@ -531,57 +515,47 @@ void adam_update(T* param, const T* grad, T* m, T* v, i64 n, double lr, double b
     const double v_new = beta2 * double(v[e]) + (1.0 - beta2) * g * g;
     m[e] = T(m_new);
     v[e] = T(v_new);
-    param[e] =
-        T(double(param[e]) - lr * (m_new / correction1) / (std::sqrt(v_new / correction2) + eps));
+    param[e] = T(double(param[e]) - lr * (m_new / correction1) / (std::sqrt(v_new / correction2) + eps));
   }
 }
 
 // ---- Explicit instantiations ----
 
-#define TB_REF_INSTANTIATE(Scalar)                                                                 \
-  template void linear_forward<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*, i64,  \
-                                       i64, i64);                                                  \
-  template void linear_backward<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*,      \
-                                        Scalar*, Scalar*, i64, i64, i64);                          \
-  template void conv2d_forward<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*,       \
-                                       const ConvShape&);                                          \
-  template void conv2d_backward<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*,      \
-                                        Scalar*, Scalar*, const ConvShape&);                       \
-  template void maxpool2d_forward<Scalar>(const Scalar*, Scalar*, const PoolShape&);               \
-  template void maxpool2d_backward<Scalar>(const Scalar*, const Scalar*, Scalar*,                  \
-                                           const PoolShape&);                                      \
-  template void global_avgpool_forward<Scalar>(const Scalar*, Scalar*, i64, i64, i64, i64);        \
-  template void global_avgpool_backward<Scalar>(const Scalar*, Scalar*, i64, i64, i64, i64);       \
-  template void batchnorm_forward_train<Scalar>(const Scalar*, const Scalar*, const Scalar*,       \
-                                                Scalar*, Scalar*, Scalar*, Scalar*, Scalar*, i64,  \
-                                                i64, i64, double, double);                         \
-  template void batchnorm_backward<Scalar>(const Scalar*, const Scalar*, const Scalar*,            \
-                                           const Scalar*, const Scalar*, Scalar*, Scalar*,         \
-                                           Scalar*, i64, i64, i64, double);                        \
-  template void batchnorm_forward_infer<Scalar>(const Scalar*, const Scalar*, const Scalar*,       \
-                                                const Scalar*, const Scalar*, Scalar*, i64, i64,   \
-                                                i64, double);                                      \
-  template void relu_forward<Scalar>(const Scalar*, Scalar*, i64);                                 \
-  template void relu_backward<Scalar>(const Scalar*, const Scalar*, Scalar*, i64);                 \
-  template void sigmoid_forward<Scalar>(const Scalar*, Scalar*, i64);                              \
-  template void sigmoid_backward<Scalar>(const Scalar*, const Scalar*, Scalar*, i64);              \
-  template void add_forward<Scalar>(const Scalar*, const Scalar*, Scalar*, i64);                   \
-  template void add_backward<Scalar>(const Scalar*, Scalar*, Scalar*, i64);                        \
-  template void lstm_forward<Scalar>(const Scalar*, const Scalar*, const Scalar*, const Scalar*,   \
-                                     Scalar*, LstmCache<Scalar>&, const LstmShape&);               \
-  template void lstm_backward<Scalar>(const Scalar*, const Scalar*, const Scalar*, const Scalar*,  \
-                                      const LstmCache<Scalar>&, const Scalar*, Scalar*, Scalar*,   \
-                                      Scalar*, Scalar*, const LstmShape&);                         \
-  template Scalar softmax_cross_entropy_forward<Scalar>(const Scalar*, const std::int32_t*, i64,   \
-                                                        i64);                                      \
-  template void softmax_cross_entropy_backward<Scalar>(const Scalar*, const std::int32_t*,         \
-                                                       Scalar*, i64, i64);                         \
-  template Scalar mse_forward<Scalar>(const Scalar*, const Scalar*, i64);                          \
-  template void mse_backward<Scalar>(const Scalar*, const Scalar*, Scalar*, i64);                  \
-  template void sgd_momentum_update<Scalar>(Scalar*, const Scalar*, Scalar*, i64, double, double,  \
-                                            double);                                               \
-  template void adam_update<Scalar>(Scalar*, const Scalar*, Scalar*, Scalar*, i64, double, double, \
-                                    double, double, std::int64_t);
+#define TB_REF_INSTANTIATE(Scalar)                                                                                    \
+  template void linear_forward<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*, i64, i64, i64);          \
+  template void linear_backward<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*, Scalar*, Scalar*, i64,  \
+                                        i64, i64);                                                                    \
+  template void conv2d_forward<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*, const ConvShape&);       \
+  template void conv2d_backward<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*, Scalar*, Scalar*,       \
+                                        const ConvShape&);                                                            \
+  template void maxpool2d_forward<Scalar>(const Scalar*, Scalar*, const PoolShape&);                                  \
+  template void maxpool2d_backward<Scalar>(const Scalar*, const Scalar*, Scalar*, const PoolShape&);                  \
+  template void global_avgpool_forward<Scalar>(const Scalar*, Scalar*, i64, i64, i64, i64);                           \
+  template void global_avgpool_backward<Scalar>(const Scalar*, Scalar*, i64, i64, i64, i64);                          \
+  template void batchnorm_forward_train<Scalar>(const Scalar*, const Scalar*, const Scalar*, Scalar*, Scalar*,        \
+                                                Scalar*, Scalar*, Scalar*, i64, i64, i64, double, double);            \
+  template void batchnorm_backward<Scalar>(const Scalar*, const Scalar*, const Scalar*, const Scalar*, const Scalar*, \
+                                           Scalar*, Scalar*, Scalar*, i64, i64, i64, double);                         \
+  template void batchnorm_forward_infer<Scalar>(const Scalar*, const Scalar*, const Scalar*, const Scalar*,           \
+                                                const Scalar*, Scalar*, i64, i64, i64, double);                       \
+  template void relu_forward<Scalar>(const Scalar*, Scalar*, i64);                                                    \
+  template void relu_backward<Scalar>(const Scalar*, const Scalar*, Scalar*, i64);                                    \
+  template void sigmoid_forward<Scalar>(const Scalar*, Scalar*, i64);                                                 \
+  template void sigmoid_backward<Scalar>(const Scalar*, const Scalar*, Scalar*, i64);                                 \
+  template void add_forward<Scalar>(const Scalar*, const Scalar*, Scalar*, i64);                                      \
+  template void add_backward<Scalar>(const Scalar*, Scalar*, Scalar*, i64);                                           \
+  template void lstm_forward<Scalar>(const Scalar*, const Scalar*, const Scalar*, const Scalar*, Scalar*,             \
+                                     LstmCache<Scalar>&, const LstmShape&);                                           \
+  template void lstm_backward<Scalar>(const Scalar*, const Scalar*, const Scalar*, const Scalar*,                     \
+                                      const LstmCache<Scalar>&, const Scalar*, Scalar*, Scalar*, Scalar*, Scalar*,    \
+                                      const LstmShape&);                                                              \
+  template Scalar softmax_cross_entropy_forward<Scalar>(const Scalar*, const std::int32_t*, i64, i64);                \
+  template void softmax_cross_entropy_backward<Scalar>(const Scalar*, const std::int32_t*, Scalar*, i64, i64);        \
+  template Scalar mse_forward<Scalar>(const Scalar*, const Scalar*, i64);                                             \
+  template void mse_backward<Scalar>(const Scalar*, const Scalar*, Scalar*, i64);                                     \
+  template void sgd_momentum_update<Scalar>(Scalar*, const Scalar*, Scalar*, i64, double, double, double);            \
+  template void adam_update<Scalar>(Scalar*, const Scalar*, Scalar*, Scalar*, i64, double, double, double, double,    \
+                                    std::int64_t);
 
 TB_REF_INSTANTIATE(float)
 TB_REF_INSTANTIATE(double)

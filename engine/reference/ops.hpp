@@ -25,9 +25,9 @@ void linear_forward(const T* x,  // (N, I)
                     i64 N, i64 I, i64 O);
 template <class T>
 void linear_backward(const T* x, const T* w, const T* dy,  // dy (N, O)
-                     T* dx,                                 // (N, I) or nullptr
-                     T* dw,                                 // (O, I)
-                     T* db,                                 // (O) or nullptr
+                     T* dx,                                // (N, I) or nullptr
+                     T* dw,                                // (O, I)
+                     T* db,                                // (O) or nullptr
                      i64 N, i64 I, i64 O);
 
 // ---- Conv2d, square kernel, cross-correlation as in every framework ----
@@ -45,8 +45,8 @@ void conv2d_forward(const T* x,  // (N, C, H, W)
                     T* y,        // (N, O, OH, OW)
                     const ConvShape& s);
 template <class T>
-void conv2d_backward(const T* x, const T* w, const T* dy, T* dx /* or nullptr */, T* dw,
-                     T* db /* or nullptr */, const ConvShape& s);
+void conv2d_backward(const T* x, const T* w, const T* dy, T* dx /* or nullptr */, T* dw, T* db /* or nullptr */,
+                     const ConvShape& s);
 
 // ---- MaxPool2d, square window; padding never wins the max; ties go to the first ----
 struct PoolShape {
@@ -71,16 +71,15 @@ void global_avgpool_backward(const T* dy, T* dx, i64 N, i64 C, i64 H, i64 W);
 // running_mean, running_var (C): updated in place as r = (1 - momentum) r + momentum * batch,
 // with the unbiased variance (as PyTorch does). Pass nullptr to skip the update.
 template <class T>
-void batchnorm_forward_train(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* var,
-                             T* running_mean, T* running_var, i64 N, i64 C, i64 HW, double eps,
-                             double momentum);
+void batchnorm_forward_train(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* var, T* running_mean,
+                             T* running_var, i64 N, i64 C, i64 HW, double eps, double momentum);
 template <class T>
-void batchnorm_backward(const T* x, const T* gamma, const T* mean, const T* var, const T* dy,
-                        T* dx, T* dgamma, T* dbeta, i64 N, i64 C, i64 HW, double eps);
+void batchnorm_backward(const T* x, const T* gamma, const T* mean, const T* var, const T* dy, T* dx, T* dgamma,
+                        T* dbeta, i64 N, i64 C, i64 HW, double eps);
 // Inference mode: normalise with the running statistics.
 template <class T>
-void batchnorm_forward_infer(const T* x, const T* gamma, const T* beta, const T* running_mean,
-                             const T* running_var, T* y, i64 N, i64 C, i64 HW, double eps);
+void batchnorm_forward_infer(const T* x, const T* gamma, const T* beta, const T* running_mean, const T* running_var,
+                             T* y, i64 N, i64 C, i64 HW, double eps);
 
 // ---- Elementwise activations; backward takes the forward output y ----
 template <class T>
@@ -111,8 +110,7 @@ struct LstmCache {
   std::vector<T> gates, c;
 };
 template <class T>
-void lstm_forward(const T* x, const T* wx, const T* wh, const T* bias, T* h, LstmCache<T>& cache,
-                  const LstmShape& s);
+void lstm_forward(const T* x, const T* wx, const T* wh, const T* bias, T* h, LstmCache<T>& cache, const LstmShape& s);
 template <class T>
 void lstm_backward(const T* x, const T* wx, const T* wh, const T* h, const LstmCache<T>& cache,
                    const T* dh,  // (T, N, Hd)
@@ -135,12 +133,11 @@ void mse_backward(const T* pred, const T* target, T* dpred, i64 n);
 // ---- Optimizers, one pass over flat buffers of n elements ----
 // SGD with momentum and weight decay (PyTorch's form): v = mu v + (g + wd p); p -= lr v.
 template <class T>
-void sgd_momentum_update(T* param, const T* grad, T* velocity, i64 n, double lr, double momentum,
-                         double weight_decay);
+void sgd_momentum_update(T* param, const T* grad, T* velocity, i64 n, double lr, double momentum, double weight_decay);
 // Adam (Kingma & Ba) with bias correction; step counts from 1.
 // m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
 template <class T>
-void adam_update(T* param, const T* grad, T* m, T* v, i64 n, double lr, double beta1, double beta2,
-                 double eps, std::int64_t step);
+void adam_update(T* param, const T* grad, T* m, T* v, i64 n, double lr, double beta1, double beta2, double eps,
+                 std::int64_t step);
 
 }  // namespace tb::ref

@@ -19,8 +19,10 @@ void check_finite(float loss, std::size_t step, const char* phase) {
 void Tally::add(float loss, i64 batch_correct, i64 batch_samples) {
   loss_sum += loss;
   ++steps;
-  if (batch_correct < 0) correct = -1;
-  else if (correct >= 0) correct += batch_correct;
+  if (batch_correct < 0)
+    correct = -1;
+  else if (correct >= 0)
+    correct += batch_correct;
   samples += batch_samples;
 }
 

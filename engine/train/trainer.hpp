@@ -11,11 +11,11 @@
 namespace tb {
 
 struct PhaseTimes {
-  double data_wait = 0;  // waiting for the loader's next batch
-  double data = 0;       // the wait plus copying the batch into the network
+  double data_wait = 0;                          // waiting for the loader's next batch
+  double data = 0;                               // the wait plus copying the batch into the network
   double forward = 0, backward = 0, update = 0;  // seconds, summed over steps
-  bool split = true;  // false once a step could not be split into phases (a CUDA graph)
-  double device = 0;  // the steps measured on the device clock (GPU backends)
+  bool split = true;                             // false once a step could not be split into phases (a CUDA graph)
+  double device = 0;                             // the steps measured on the device clock (GPU backends)
 };
 
 // Loss and accuracy summed over steps.
