@@ -12,6 +12,7 @@ TB_PACKAGES=(
   ocl-icd-opencl-dev opencl-c-headers
   libopenmpi-dev openmpi-bin
   python3 python3-pytest python3-matplotlib python3-numpy
+  clang-format-14
   dataset-fashion-mnist
 )
 
