@@ -7,6 +7,7 @@ import csv
 import gzip
 import os
 import resource
+import shutil
 import signal
 import struct
 import subprocess
@@ -44,9 +45,10 @@ def assert_usage_error(r, *needles):
 def test_full_disk_stops_the_run_naming_the_file_and_the_last_row(tmp_path):
     mount = tmp_path / "tiny"
     mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a 4 KiB tmpfs here (needs root and mount permission)")
+    if os.geteuid() != 0 or not shutil.which("mount") or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a 4 KiB tmpfs here (needs root, mount(8) and mount permission); "
+                    "test_a_failed_write_stops_the_run covers the same path with a file-size limit")
     try:
         out = mount / "f.csv"
         r = run(LSTM, f"--csv={out}", "--benchmark_repetitions=3", *FAST)
@@ -55,6 +57,28 @@ def test_full_disk_stops_the_run_naming_the_file_and_the_last_row(tmp_path):
         assert "the last row on disk is" in r.stderr and "The run stops here" in r.stderr
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_a_failed_write_stops_the_run_naming_the_file_and_the_last_row(tmp_path):
+    """The same path as a full disk, on any machine: a file-size limit (RLIMIT_FSIZE, SIGXFSZ
+    ignored) that leaves room for the header and one row, so that the second row's write fails."""
+    out = tmp_path / "f.csv"
+    probe = tmp_path / "probe.csv"
+    assert run(LSTM, f"--csv={probe}", *FAST).returncode == 0
+    header, row = probe.read_bytes().splitlines(keepends=True)[:2]
+    limit = len(header) + len(row) + 16  # the first row fits; the second cannot (rows differ by a few bytes)
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = run(LSTM, f"--csv={out}", "--benchmark_repetitions=3", *FAST, preexec_fn=limited)
+    assert r.returncode == 1, r.stderr
+    assert f"--csv={out}" in r.stderr and "File too large" in r.stderr, r.stderr
+    assert "the last row on disk is the one of train/lstm/sine/cpu:1/fp32/bs:20" in r.stderr, r.stderr
+    assert "The run stops here" in r.stderr
+    rows = read_rows(out)
+    assert rows[0][0] == "schema_version" and len(rows[1]) == header_width() and rows[1][15] == "ok"
 
 
 def test_cut_last_line_is_repaired_never_glued(tmp_path):
