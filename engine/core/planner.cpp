@@ -157,32 +157,29 @@ MemoryPlan plan_memory(const ModelSpec& model, const std::vector<PlanStep>& step
   for (int s = 0; s < S; ++s) {
     const PlanStep& step = steps[s];
     if (step.bytes == 0) continue;
-    int end = plan.forward_time(s);
+    // Its uses: the consumers' forwards (the last ends the forward life), and the backwards that
+    // read it (a consumer's, reading it as an input, or its own, reading its output).
+    int forward_end = plan.forward_time(s), first_backward = plan.last_time() + 1, last_backward = -1;
+    const auto read_in_backward = [&](int t) {
+      first_backward = std::min(first_backward, t);
+      last_backward = std::max(last_backward, t);
+    };
     for (int c : consumers[std::size_t(s)]) {
-      end = std::max(end, plan.forward_time(c));
+      forward_end = std::max(forward_end, plan.forward_time(c));
       for (std::size_t j = 0; j < steps[c].inputs.size(); ++j)
-        if (steps[c].inputs[j] == step.node() && steps[c].reads.reads_input(j))
-          end = std::max(end, plan.backward_time(c));
+        if (steps[c].inputs[j] == step.node() && steps[c].reads.reads_input(j)) read_in_backward(plan.backward_time(c));
     }
-    if (step.reads.output) end = std::max(end, plan.backward_time(s));
+    if (step.reads.output) read_in_backward(plan.backward_time(s));
+    int end = std::max(forward_end, last_backward);
     if (consumers[std::size_t(s)].empty() || options.keep_all) end = plan.last_time();
     // A recomputed value: alive in forward until its last forward use, then again from its
     // first backward use, recomputed there.
     int hole_begin = 0, hole_end = -1;
-    if (step.recompute_output && !options.keep_all && !consumers[std::size_t(s)].empty()) {
-      int forward_end = plan.forward_time(s), first_backward = plan.last_time() + 1;
-      for (int c : consumers[std::size_t(s)]) {
-        forward_end = std::max(forward_end, plan.forward_time(c));
-        for (std::size_t j = 0; j < steps[c].inputs.size(); ++j)
-          if (steps[c].inputs[j] == step.node() && steps[c].reads.reads_input(j))
-            first_backward = std::min(first_backward, plan.backward_time(c));
-      }
-      if (step.reads.output) first_backward = std::min(first_backward, plan.backward_time(s));
-      if (first_backward <= plan.last_time() && forward_end + 1 <= first_backward - 1) {
-        hole_begin = forward_end + 1;
-        hole_end = first_backward - 1;
-        plan.recompute_before[std::size_t(2 * S - first_backward)].push_back(s);
-      }
+    if (step.recompute_output && !options.keep_all && !consumers[std::size_t(s)].empty() &&
+        first_backward <= plan.last_time() && forward_end + 1 <= first_backward - 1) {
+      hole_begin = forward_end + 1;
+      hole_end = first_backward - 1;
+      plan.recompute_before[std::size_t(2 * S - first_backward)].push_back(s);
     }
     const std::string what = fmt::format("value of {}", model.nodes[std::size_t(step.node())].name);
     int block = -1;
