@@ -190,8 +190,8 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
       const std::string folder = data::find_dataset(w.dataset, dir);
       // Under a --data_dir given explicitly, a dataset it lacks is said once (its rows say
       // "synthetic" in data_source).
-      const bool readable = w.dataset == "mnist" || w.dataset == "fashion-mnist" || w.dataset == "cifar10";
-      if (!flags.data_dir.empty() && folder.empty() && readable && !w.real_data_only && noted.insert(w.dataset).second)
+      if (!flags.data_dir.empty() && folder.empty() && data::has_files(w.dataset) && !w.real_data_only &&
+          noted.insert(w.dataset).second)
         std::cerr << fmt::format("trainbench: note: no {}/ under --data_dir={}: its rows train on synthetic data\n",
                                  w.dataset, dir);
       if (w.real_data_only && folder.empty()) continue;

@@ -87,16 +87,15 @@ std::string data_dir(const std::string& flag) {
   return "data";
 }
 
+bool has_files(const std::string& name) { return name == "mnist" || name == "fashion-mnist" || name == "cifar10"; }
+
 std::string find_dataset(const std::string& name, const std::string& dir) {
+  if (!has_files(name)) return "";
   std::error_code ec;
   const fs::path folder = fs::path(dir) / name;
-  if (name == "mnist" || name == "fashion-mnist") {
-    if (fs::is_directory(folder, ec)) return folder.string();
-    if (name == "fashion-mnist" && has_idx(kDebianFashionMnist)) return kDebianFashionMnist;
-    return "";
-  }
-  if (name == "cifar10") return fs::is_directory(folder, ec) ? folder.string() : "";
-  return "";  // sine is generated; imagenet-shaped data is synthetic only
+  if (fs::is_directory(folder, ec)) return folder.string();
+  if (name == "fashion-mnist" && has_idx(kDebianFashionMnist)) return kDebianFashionMnist;
+  return "";
 }
 
 Splits make_splits(const std::string& dataset, const std::string& folder, const ModelSpec& model,

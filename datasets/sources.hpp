@@ -19,6 +19,9 @@ std::string data_dir(const std::string& flag);
 // when it has none. Fashion-MNIST is also found where Debian's dataset-fashion-mnist package
 // installs it (/usr/share/datasets/fashion-mnist).
 std::string find_dataset(const std::string& name, const std::string& dir);
+// Whether dataset `name` can be read from files (find_dataset looks for them); the others are
+// generated (the sine wave) or synthetic only (ImageNet-shaped images).
+bool has_files(const std::string& name);
 
 // Training and validation data of one workload, ready for the trainer.
 struct Splits {
