@@ -12,7 +12,10 @@
 namespace tb::bench {
 namespace {
 
-std::string accuracy(double v) { return v < 0 ? "" : number(v); }
+// The counter columns among `counters`, formatted, into `row` (aggregate: a mean, median, ... row).
+void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate) {
+  for (auto& [column, cell] : counter_cells(counters, aggregate)) row[column] = std::move(cell);
+}
 
 // The GPU a row ran on, or for a CPU row the machine's first GPU (empty without one).
 void add_gpu_context(Row& row, const BenchInfo& info, const MachineContext& machine) {
@@ -141,8 +144,7 @@ void Reporter::report_repetition(const BenchInfo& info, const Repetition& r) {
   row["status"] = r.failed ? "failed" : "ok";
   row["message"] = r.message;
   row["iterations"] = std::to_string(r.iterations);
-  if (!r.failed)
-    for (auto& [column, cell] : counter_cells(r.counters, false)) row[column] = std::move(cell);
+  if (!r.failed) add_counters(row, r.counters, false);
   csv_->write_row(row);
   ++written_early_[info.name];
 }
@@ -157,13 +159,14 @@ void Reporter::report_epoch(const BenchInfo& info, const EpochRecord& r) {
   row["run_type"] = "epoch";
   row["status"] = "ok";
   row["iterations"] = std::to_string(r.steps);
-  row["epoch"] = std::to_string(r.epoch);
-  row["train_loss"] = number(r.train_loss);
-  row["val_loss"] = number(r.val_loss);
-  row["train_acc"] = accuracy(r.train_acc);
-  row["val_acc"] = accuracy(r.val_acc);
-  row["elapsed_s"] = number(r.elapsed_s);
-  row["samples_per_s"] = number(double(r.steps * info.batch) / r.train_s);
+  const std::map<std::string, double> counters{{"epoch", double(r.epoch)},
+                                               {"train_loss", r.train_loss},
+                                               {"val_loss", r.val_loss},
+                                               {"train_acc", r.train_acc},
+                                               {"val_acc", r.val_acc},
+                                               {"elapsed_s", r.elapsed_s},
+                                               {"samples_per_s", double(r.steps * info.batch) / r.train_s}};
+  add_counters(row, counters, false);
   csv_->write_row(row);
 }
 
@@ -184,7 +187,7 @@ Row Reporter::csv_row(const Run& run) const {
   if (run.error_occurred) return row;
   std::map<std::string, double> counters;
   for (const auto& [name, counter] : run.counters) counters[name] = counter.value;
-  for (auto& [column, cell] : counter_cells(counters, aggregate)) row[column] = std::move(cell);
+  add_counters(row, counters, aggregate);
   return row;
 }
 
