@@ -144,6 +144,44 @@ TEST(Planner, RecomputedValueLendsItsBytesBetweenForwardAndBackward) {
   EXPECT_FALSE(p.intact_at(p.value_block[2], p.forward_time(3)));
 }
 
+// A value read after its last use: allowed while its bytes are intact and not poisoned, refused
+// once another block has them, or with poison_dead; a node without a block (-1) always readable.
+TEST(Planner, ReadingAValueAfterItsLifeNeedsItsBytesIntact) {
+  Chain c = chain(6, true);  // l0 .. l5, loss: each value is dead once the next layer ran
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  const auto refusal = [&](int block, int time, bool poisoned) -> std::string {
+    try {
+      p.check_readable(block, time, poisoned, "chain/l", "output");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(refusal(-1, p.last_time(), true), "");
+  // Every value at every time: readable exactly while alive, or dead with its bytes intact and
+  // not poisoned; the refusal names the node and the way out.
+  int dead_intact = 0, reused = 0;
+  for (int node = 1; node < int(c.model.nodes.size()) - 1; ++node) {
+    const int block = p.value_block[std::size_t(node)];
+    for (int t = 0; t <= p.last_time(); ++t) {
+      const bool alive = t <= p.blocks[std::size_t(block)].end;
+      const bool intact = alive || p.intact_at(block, t);
+      dead_intact += !alive && intact;
+      reused += !intact;
+      EXPECT_EQ(refusal(block, t, false).empty(), intact) << "node " << node << " at " << t;
+      EXPECT_EQ(refusal(block, t, true).empty(), alive) << "node " << node << " at " << t << ", poisoned";
+      if (!intact) {
+        EXPECT_NE(refusal(block, t, false).find("chain/l: its output shares bytes"), std::string::npos);
+      }
+      if (!alive) {
+        EXPECT_NE(refusal(block, t, true).find("keep_values"), std::string::npos);
+      }
+    }
+  }
+  EXPECT_GT(dead_intact, 0) << "some dead values keep their bytes for a while";
+  EXPECT_GT(reused, 0) << "a chain's values reuse each other's bytes";
+}
+
 TEST(Planner, CheckFindsTwoLiveBlocksSharingBytes) {
   Chain c = chain(3, true);
   MemoryPlan p = plan_memory(c.model, c.steps, {});

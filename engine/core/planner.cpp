@@ -48,20 +48,20 @@ std::size_t assign_offsets(std::vector<MemoryPlan::Block>& blocks) {
 }  // namespace
 
 bool MemoryPlan::Block::meets(const Block& other) const {
-  // Each block is at most two intervals: [begin, hole_begin - 1] and [hole_end + 1, end].
-  const auto lives = [](const Block& b) {
-    std::vector<std::pair<int, int>> out;
-    if (b.hole_begin > b.hole_end) {
-      out.emplace_back(b.begin, b.end);
-    } else {
-      out.emplace_back(b.begin, b.hole_begin - 1);
-      out.emplace_back(b.hole_end + 1, b.end);
-    }
-    return out;
+  // Each block is at most two intervals: [begin, hole_begin - 1] and [hole_end + 1, end]. A
+  // fixed array: offsets are assigned by testing every pair of blocks.
+  struct Lives {
+    int count;
+    std::pair<int, int> span[2];
   };
-  for (const auto& [a0, a1] : lives(*this))
-    for (const auto& [b0, b1] : lives(other))
-      if (a0 <= b1 && b0 <= a1) return true;
+  const auto lives = [](const Block& b) {
+    if (b.hole_begin > b.hole_end) return Lives{1, {{b.begin, b.end}, {}}};
+    return Lives{2, {{b.begin, b.hole_begin - 1}, {b.hole_end + 1, b.end}}};
+  };
+  const Lives mine = lives(*this), theirs = lives(other);
+  for (int i = 0; i < mine.count; ++i)
+    for (int j = 0; j < theirs.count; ++j)
+      if (mine.span[i].first <= theirs.span[j].second && theirs.span[j].first <= mine.span[i].second) return true;
   return false;
 }
 
@@ -82,6 +82,14 @@ bool MemoryPlan::intact_at(int block, int time) const {
   for (const Block& other : blocks)
     if (other.begin > mine.end && other.begin <= time && other.region.overlaps(mine.region)) return false;
   return true;
+}
+
+void MemoryPlan::check_readable(int block, int time, bool poisoned, const std::string& name, const char* what) const {
+  if (block < 0 || blocks.at(std::size_t(block)).end >= time) return;
+  TB_CHECK(!poisoned && intact_at(block, time),
+           "{}: its {} shares bytes with others after its last use in the step; build the network with keep_values "
+           "to read it",
+           name, what);
 }
 
 std::size_t MemoryPlan::peak_live_bytes() const {

@@ -104,6 +104,9 @@ struct MemoryPlan {
   // block born after its end overlaps it (reads of values after forward, of gradients after
   // backward, in tests).
   bool intact_at(int block, int time) const;
+  // Throws tb::CheckFailed naming `name`'s `what` ("model/node", "output") unless `block` (-1:
+  // none) can be read at `time`: alive, or past its life with its bytes intact and not poisoned.
+  void check_readable(int block, int time, bool poisoned, const std::string& name, const char* what) const;
   // Bytes alive at the busiest time: the arena can be no smaller.
   std::size_t peak_live_bytes() const;
 };

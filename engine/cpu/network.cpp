@@ -165,12 +165,8 @@ void CpuNetwork::poison(int time) {
 const dnnl::memory& CpuNetwork::readable(const std::vector<dnnl::memory>& mems, const std::vector<int>& blocks,
                                          int node, const char* what) const {
   TB_CHECK(node >= 0 && node < int(mems.size()) && mems[std::size_t(node)], "node {} has no {}", node, what);
-  const int b = blocks[std::size_t(node)];
-  if (b >= 0 && plan_.blocks[std::size_t(b)].end < clock_)
-    TB_CHECK(!config_.poison_dead && plan_.intact_at(b, clock_),
-             "{}/{}: its {} shares bytes with others after its last use in the step; build the network with "
-             "keep_values to read it",
-             model_.name, model_.nodes[std::size_t(node)].name, what);
+  plan_.check_readable(blocks[std::size_t(node)], clock_, config_.poison_dead,
+                       model_.name + "/" + model_.nodes[std::size_t(node)].name, what);
   return mems[std::size_t(node)];
 }
 

@@ -184,6 +184,15 @@ struct CudaNetwork::Impl {
   std::size_t target_bytes() const { return std::size_t(std::max<i64>(target_count, 1)) * 4; }
   kernels::StepState* step_state() const { return state.as<kernels::StepState>(); }
   bool images(int node) const { return shapes[std::size_t(node)].size() == 4; }
+  // With poison_dead, fills the blocks whose life ends at `time` with NaN (all-ones bytes, in
+  // every type), so that a read past the planned last use shows.
+  void poison(int time, cudaStream_t stream) const {
+    if (!config.poison_dead) return;
+    for (int b : plan.ending_at(time)) {
+      const Region& r = plan.blocks[std::size_t(b)].region;
+      TB_CU(cudaMemsetAsync(arena.as<char>() + r.offset, 0xff, r.bytes, stream));
+    }
+  }
 };
 
 CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
@@ -487,11 +496,7 @@ void CudaNetwork::enqueue_forward(bool training) {
       m.layers[s]->forward(ctx);
     else
       m.layers[s]->forward_eval(ctx);
-    if (m.config.poison_dead)
-      for (int b : m.plan.ending_at(m.plan.forward_time(int(s)))) {
-        const Region& r = m.plan.blocks[std::size_t(b)].region;
-        TB_CU(cudaMemsetAsync(m.arena.as<char>() + r.offset, 0xff, r.bytes, ctx.stream));  // NaN in every type
-      }
+    m.poison(m.plan.forward_time(int(s)), ctx.stream);
   }
   if (timed) m.timing.forward.back()->record(ctx.stream);
   m.clock = m.plan.steps;
@@ -537,11 +542,7 @@ void CudaNetwork::enqueue_backward() {
     m.layers[s]->backward(ctx);
     for (const Impl::Accumulate& a : m.accumulate[s])
       kernels::accumulate(ctx.dtype, a.into, a.from, a.count, ctx.stream);
-    if (m.config.poison_dead)
-      for (int b : m.plan.ending_at(m.plan.backward_time(int(s)))) {
-        const Region& r = m.plan.blocks[std::size_t(b)].region;
-        TB_CU(cudaMemsetAsync(m.arena.as<char>() + r.offset, 0xff, r.bytes, ctx.stream));
-      }
+    m.poison(m.plan.backward_time(int(s)), ctx.stream);
     if (m.backward_hook && m.hook_after[s] >= 0) m.backward_hook(m.hook_after[s]);
   }
   if (timed) m.timing.backward[0]->record(ctx.stream);
@@ -775,12 +776,9 @@ const void* CudaNetwork::readable(int node, bool gradient) const {
   const void* ptr = gradient ? m.value_grads[std::size_t(node)] : m.values[std::size_t(node)];
   TB_CHECK(ptr, "{}/{}: no {} is kept ({}, or fused into the layer after it)", m.model.name,
            m.model.nodes[std::size_t(node)].name, what, gradient ? "the input or the loss" : "the loss");
-  const int b = gradient ? m.plan.grad_block[std::size_t(node)] : m.plan.value_block[std::size_t(node)];
-  if (b >= 0 && m.plan.blocks[std::size_t(b)].end < m.clock)
-    TB_CHECK(!m.config.poison_dead && m.plan.intact_at(b, m.clock),
-             "{}/{}: its {} shares bytes with others after its last use in the step; build the network with "
-             "keep_values to read it",
-             m.model.name, m.model.nodes[std::size_t(node)].name, what);
+  m.plan.check_readable(gradient ? m.plan.grad_block[std::size_t(node)] : m.plan.value_block[std::size_t(node)],
+                        m.clock, m.config.poison_dead, m.model.name + "/" + m.model.nodes[std::size_t(node)].name,
+                        what);
   return ptr;
 }
 
