@@ -5,8 +5,6 @@
 
 #include <vector>
 
-namespace tb::cpu {}  // namespace tb::cpu
-
 namespace tb {
 void check_status(const dnnl::error& e, const char* expr, const char* file, int line) {
   fail_call(e.status == dnnl_out_of_memory ? CallFailure::OutOfMemory : CallFailure::Backend, "oneDNN",

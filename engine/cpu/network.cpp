@@ -79,7 +79,6 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
   const int n = int(model_.nodes.size());
   has_loss_ = is_loss(model_.nodes.back().spec);
   if (has_loss_) target_count_ = product(target_shape(model_, config_.batch));
-  layers_.resize(n);
   values_.resize(n);
   grads_.resize(n);
   slots_.resize(n);

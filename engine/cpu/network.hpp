@@ -52,7 +52,6 @@ class CpuNetwork final : public Network {
   std::uint64_t param_checksum() override { return fnv1a(params_.data(), std::size_t(params_.size()) * sizeof(float)); }
 
   // The arena of values and their gradients, as planned.
-  const MemoryPlan& memory_plan() const { return plan_; }
   std::int64_t activation_bytes() const { return i64(plan_.arena_bytes); }
   std::int64_t scratch_bytes() const { return i64(ctx_.scratch_bytes); }
 

@@ -3,8 +3,6 @@
 
 #include <algorithm>
 
-namespace tb::cuda {}  // namespace tb::cuda
-
 namespace tb {
 
 void check_status(cudaError_t status, const char* expr, const char* file, int line) {

@@ -135,7 +135,7 @@ class Conv2d final : public Layer {
                        s.stride,
                        s.padding};
     const std::string what = fmt::format("conv2d of {} (kernel {}, stride {}, padding {}, {})", to_string(shape),
-                                         s.kernel, s.stride, s.padding, layout_ == Layout::NHWC ? "NHWC" : "NCHW");
+                                         s.kernel, s.stride, s.padding, layout_name(layout_));
     std::vector<ConvOp> ops{ConvOp::Forward, ConvOp::BackwardFilter};
     if (needs_dinput_) ops.push_back(ConvOp::BackwardData);
 
@@ -181,7 +181,7 @@ class Conv2d final : public Layer {
         if (!pass.plan || ms < best_ms) {
           best_ms = ms;
           pass.plan = std::move(candidate);
-          if (buffers) cache.choices[{key, op}] = i;
+          cache.choices[{key, op}] = i;
         }
       }
       TB_CHECK(pass.plan,

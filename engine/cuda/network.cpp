@@ -411,8 +411,6 @@ CudaNetwork::~CudaNetwork() {
   }
 }
 
-const MemoryPlan& CudaNetwork::memory_plan() const { return impl_->plan; }
-
 void CudaNetwork::upload_next(const std::function<void(void* input, void* targets)>& copy) {
   Impl& m = *impl_;
   const int k = 1 - m.last_set;

@@ -100,8 +100,6 @@ class CudaNetwork final : public Network, public ResidentData, public MemoryRepo
   std::int64_t skipped_steps() const;
   float loss_scale() const;
   const Context& context() const { return *ctx_; }
-  const MemoryPlan& memory_plan() const;
-  Layout layout() const { return ctx_->layout; }
 
  private:
   struct Impl;

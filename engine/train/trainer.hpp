@@ -44,8 +44,6 @@ class Trainer {
   Tally evaluate(Dataset& data, i64 steps);
 
   const std::vector<float>& losses() const { return losses_; }
-  // A copy of the first batch trained on; losses().front() is its loss before any update.
-  const Batch& first_batch() const { return first_batch_; }
   const PhaseTimes& phases() const { return phases_; }
   // The last step measured on the device clock, negative on a backend without one.
   double last_device_seconds() const { return last_device_seconds_; }
@@ -63,7 +61,7 @@ class Trainer {
   std::unique_ptr<Dataset> data_;
   const Batch* staged_ = nullptr;  // fetched and set ahead for the next step (the dataset's buffer)
   std::vector<float> losses_;
-  Batch first_batch_;
+  Batch first_batch_;  // a copy of the first batch trained on; losses_.front() is its loss before any update
   PhaseTimes phases_;
   double last_device_seconds_ = -1;
   Tally tally_;
