@@ -38,9 +38,9 @@ MemoryPlanBytes memory_plan(Backend backend, const ModelSpec& spec, i64 batch, c
   }
   const cuda::Precision p = cuda::parse_precision(precision);
   const cuda::FixedBytes f = cuda::fixed_bytes(spec, batch, p, adam);
-  constexpr std::size_t kWorkspaces = (std::size_t(256) + 32) << 20;  // cuDNN's cap, cuBLAS's
   return MemoryPlanBytes{cuda::plan_network_memory(spec, batch, p).arena_bytes,
-                         f.weights + f.gradients + f.optimizer_state + f.data, kWorkspaces};
+                         f.weights + f.gradients + f.optimizer_state + f.data,
+                         cuda::kDefaultWorkspaceCap + cuda::kCublasWorkspaceBytes};
 }
 
 i64 gpu_batch_that_fits(const ModelSpec& spec, i64 preferred, const std::string& precision, bool adam,

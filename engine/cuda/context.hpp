@@ -110,4 +110,37 @@ class FilterDesc
 // Scaling factors cuDNN wants: float for every data type this backend uses.
 inline const float kOne = 1.0f, kZero = 0.0f;
 
+// A CUDA event (timing, ordering between streams), owned.
+class Event {
+ public:
+  Event() { TB_CU(cudaEventCreate(&event_)); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(cudaStream_t s) { TB_CU(cudaEventRecord(event_, s)); }
+  cudaEvent_t get() const { return event_; }
+  // Seconds from `earlier` to this event; both must have completed.
+  double since(const Event& earlier) const {
+    float ms = 0;
+    TB_CU(cudaEventElapsedTime(&ms, earlier.event_, event_));
+    return double(ms) * 1e-3;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// A non-blocking stream, owned (a network's uploads run on one).
+class Stream {
+ public:
+  Stream() { TB_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  operator cudaStream_t() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace tb::cuda

@@ -76,28 +76,16 @@ std::optional<SearchBuffers> search_buffers(Context& ctx, std::size_t x_bytes, s
 
 // Median milliseconds of kTimedRuns runs of `plan` after a warm-up run.
 float time_plan(Context& ctx, const graph::Plan& plan, const graph::Desc& pack) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  TB_CU(cudaEventCreate(&start));
-  TB_CU(cudaEventCreate(&stop));
+  Event start, stop;
   std::vector<float> ms;
-  try {
+  graph::execute(ctx.cudnn, plan, pack);
+  for (int r = 0; r < kTimedRuns; ++r) {
+    start.record(ctx.stream);
     graph::execute(ctx.cudnn, plan, pack);
-    for (int r = 0; r < kTimedRuns; ++r) {
-      TB_CU(cudaEventRecord(start, ctx.stream));
-      graph::execute(ctx.cudnn, plan, pack);
-      TB_CU(cudaEventRecord(stop, ctx.stream));
-      TB_CU(cudaEventSynchronize(stop));
-      float t = 0;
-      TB_CU(cudaEventElapsedTime(&t, start, stop));
-      ms.push_back(t);
-    }
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
+    stop.record(ctx.stream);
+    TB_CU(cudaEventSynchronize(stop.get()));
+    ms.push_back(float(stop.since(start) * 1e3));
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }

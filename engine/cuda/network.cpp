@@ -14,9 +14,7 @@
 namespace tb::cuda {
 
 namespace {
-constexpr i64 kAlignElements = 64;                               // 128 bytes in 16-bit storage, 256 in fp32
-constexpr std::size_t kCublasWorkspace = std::size_t(32) << 20;  // NVIDIA's advice for Hopper
-i64 align_up(i64 n) { return (n + kAlignElements - 1) / kAlignElements * kAlignElements; }
+i64 align_up(i64 n) { return (n + i64(kParamAlignElements) - 1) / i64(kParamAlignElements) * i64(kParamAlignElements); }
 
 // Pinned host memory for the uploads and the loss read-back, so that copies are asynchronous
 // and can be part of a captured graph.
@@ -43,38 +41,6 @@ class PinnedBuffer {
  private:
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
-};
-
-class Event {
- public:
-  Event() { TB_CU(cudaEventCreate(&event_)); }
-  ~Event() { cudaEventDestroy(event_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  void record(cudaStream_t s) { TB_CU(cudaEventRecord(event_, s)); }
-  cudaEvent_t get() const { return event_; }
-  // Seconds from `earlier` to this event; both must have completed.
-  double since(const Event& earlier) const {
-    float ms = 0;
-    TB_CU(cudaEventElapsedTime(&ms, earlier.event_, event_));
-    return double(ms) * 1e-3;
-  }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
-// A non-blocking stream of the network's own (the uploads').
-class Stream {
- public:
-  Stream() { TB_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  operator cudaStream_t() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
 };
 
 // Seconds per layer and direction, summed over the eager steps timed, written as a table when
@@ -240,8 +206,7 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
     TB_CHECK(agree, "{}/{}: the layer's backward reads or in-place use differ from plan.hpp's layer_traits", model.name,
              model.nodes[std::size_t(node)].name);
   }
-  const std::vector<PlanStep> steps = plan_steps(model, m.groups, m.shapes, ctx.dtype);
-  m.plan = plan_memory(model, steps, PlanOptions{.keep_all = config.keep_values, .alignment = 256});
+  m.plan = plan_arena(model, m.groups, m.shapes, ctx.dtype, config.keep_values);
 
   // Parameter slots: compute-type slots first, fp32 slots (batch norm) after them, so that the
   // optimizer sees two contiguous regions. Without mixed precision every slot is fp32 storage.
@@ -319,8 +284,8 @@ CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
   ctx.workspace = m.workspace.get();
   // cuBLAS gets its workspace from us too, so that it never allocates during a step (which
   // graph capture forbids) and the allocator sees it.
-  m.cublas_workspace = DeviceBuffer(alloc, kCublasWorkspace, MemoryKind::Workspace);
-  TB_CU(cublasSetWorkspace(ctx.cublas, m.cublas_workspace.get(), kCublasWorkspace));
+  m.cublas_workspace = DeviceBuffer(alloc, kCublasWorkspaceBytes, MemoryKind::Workspace);
+  TB_CU(cublasSetWorkspace(ctx.cublas, m.cublas_workspace.get(), kCublasWorkspaceBytes));
   m.readback = PinnedBuffer(2 * sizeof(float));
 
   // Bind: each input gradient goes to its producer's gradient or, where the planner says the

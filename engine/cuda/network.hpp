@@ -25,7 +25,7 @@ struct NetworkConfig {
   std::uint64_t seed = 1;
   int device = 0;
   Precision precision = Precision::FP32;
-  std::size_t workspace_cap = std::size_t(256) << 20;  // the most one cuDNN call may use
+  std::size_t workspace_cap = kDefaultWorkspaceCap;  // the most one cuDNN call may use
   bool cuda_graph = false;
   float initial_loss_scale = 65536.0f;  // mixed precision only
   std::int32_t loss_scale_growth_interval = 2000;

@@ -154,17 +154,21 @@ std::vector<PlanStep> plan_steps(const ModelSpec& model, const std::vector<Layer
   return steps;
 }
 
+MemoryPlan plan_arena(const ModelSpec& model, const std::vector<LayerGroup>& groups, const std::vector<Dims>& shapes,
+                      DType dtype, bool keep_all) {
+  return plan_memory(model, plan_steps(model, groups, shapes, dtype),
+                     PlanOptions{.keep_all = keep_all, .alignment = kArenaAlignment});
+}
+
 MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch, Precision precision, bool keep_all,
                                std::optional<Layout> layout) {
   const auto shapes = infer_shapes(model, batch);
   const auto groups =
       group_layers(model, layout.value_or(choose_layout(model, precision)), shapes, storage_type(precision));
-  return plan_memory(model, plan_steps(model, groups, shapes, storage_type(precision)),
-                     PlanOptions{.keep_all = keep_all, .alignment = 256});
+  return plan_arena(model, groups, shapes, storage_type(precision), keep_all);
 }
 
 FixedBytes fixed_bytes(const ModelSpec& model, i64 batch, Precision precision, bool adam) {
-  constexpr std::size_t kAlign = 64;  // elements per parameter slot, as CudaNetwork aligns them
   const auto shapes = infer_shapes(model, batch);
   const std::size_t e = dtype_bytes(storage_type(precision));
   const bool mixed = is_mixed(precision);
@@ -173,7 +177,8 @@ FixedBytes fixed_bytes(const ModelSpec& model, i64 batch, Precision precision, b
     const Node& node = model.nodes[i];
     const bool batch_norm = std::holds_alternative<BatchNormSpec>(node.spec);
     for (const ParamSpec& p : node_params(node.spec, shapes[std::size_t(node.inputs[0])])) {
-      const std::size_t n = (std::size_t(p.count()) + kAlign - 1) / kAlign * kAlign;
+      const std::size_t n =
+          (std::size_t(p.count()) + kParamAlignElements - 1) / kParamAlignElements * kParamAlignElements;
       (batch_norm && mixed ? fp32 : compute) += n;
     }
   }

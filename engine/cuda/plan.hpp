@@ -67,8 +67,18 @@ LayerTraits layer_traits(const ModelSpec& model, const LayerGroup& group);
 std::vector<PlanStep> plan_steps(const ModelSpec& model, const std::vector<LayerGroup>& groups,
                                  const std::vector<Dims>& shapes, DType dtype);
 
-// The arena of a network of `model` at `batch` in `precision`, planned exactly as CudaNetwork
-// plans it (alignment 256 bytes), without a GPU.
+// How a CUDA network lays out its memory: parameter slots rounded to 64 elements (128 bytes in
+// 16-bit storage, 256 in fp32), arena blocks to 256 bytes, and cuBLAS's workspace (NVIDIA's
+// advice for Hopper) beside the cuDNN workspace cap.
+inline constexpr std::size_t kParamAlignElements = 64;
+inline constexpr std::size_t kArenaAlignment = 256;
+inline constexpr std::size_t kCublasWorkspaceBytes = std::size_t(32) << 20;
+
+// The arena of the layers `groups`: their steps (plan_steps) planned with the network's alignment.
+MemoryPlan plan_arena(const ModelSpec& model, const std::vector<LayerGroup>& groups, const std::vector<Dims>& shapes,
+                      DType dtype, bool keep_all);
+// The arena of a network of `model` at `batch` in `precision` with the default workspace cap,
+// planned exactly as CudaNetwork plans it, without a GPU.
 MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch, Precision precision, bool keep_all = false,
                                std::optional<Layout> layout = std::nullopt);
 
