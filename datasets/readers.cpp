@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 
 #include <fmt/format.h>
 
@@ -20,10 +19,6 @@ constexpr std::int64_t kCifarSide = 32, kCifarRecord = 1 + 3 * kCifarSide * kCif
 std::uint32_t big_endian32(const std::uint8_t* p) {
   return (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | p[3];
 }
-
-}  // namespace
-
-namespace {
 
 // What a path is when it is not a regular file, for the message.
 std::string kind_of(const std::filesystem::file_status& s) {
@@ -65,16 +60,60 @@ gzFile open_regular(const std::string& path) {
   return f;
 }
 
+// Closes `f` and throws: the gzip stream of `path` is corrupt, in zlib's words.
+[[noreturn]] void corrupt_gzip(gzFile f, const std::string& path) {
+  int code = 0;
+  const std::string why = gzerror(f, &code);
+  gzclose(f);
+  throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
+}
+
+// What an IDX image file and its label file declare in their headers (16 and 8 bytes), checked:
+// the magic numbers, the image size the dataset has, as many labels as images.
+struct IdxHeader {
+  std::int64_t count = 0, rows = 0, cols = 0;
+};
+IdxHeader parse_idx_header(const std::vector<std::uint8_t>& images, const std::string& images_name,
+                           const std::vector<std::uint8_t>& labels, const std::string& labels_name,
+                           std::int64_t expected_rows, std::int64_t expected_cols) {
+  if (images.size() < 16)
+    throw InputError(
+        fmt::format("{}: {} bytes, too short for an IDX image header (16 bytes)", images_name, images.size()));
+  if (labels.size() < 8)
+    throw InputError(
+        fmt::format("{}: {} bytes, too short for an IDX label header (8 bytes)", labels_name, labels.size()));
+  const std::uint32_t image_magic = big_endian32(images.data()), label_magic = big_endian32(labels.data());
+  if (image_magic != 0x00000803)
+    throw InputError(
+        fmt::format("{}: magic number 0x{:08x}, expected 0x00000803 (IDX unsigned-byte images); "
+                    "is this an image file?",
+                    images_name, image_magic));
+  if (label_magic != 0x00000801)
+    throw InputError(
+        fmt::format("{}: magic number 0x{:08x}, expected 0x00000801 (IDX unsigned-byte labels); "
+                    "is this a label file?",
+                    labels_name, label_magic));
+  const IdxHeader h{big_endian32(images.data() + 4), big_endian32(images.data() + 8), big_endian32(images.data() + 12)};
+  if (h.rows != expected_rows || h.cols != expected_cols)
+    throw InputError(
+        fmt::format("{}: images are {}x{}, expected {}x{}", images_name, h.rows, h.cols, expected_rows, expected_cols));
+  const std::int64_t label_count = big_endian32(labels.data() + 4);
+  if (label_count != h.count)
+    throw InputError(
+        fmt::format("{} holds {} images but {} holds {} labels; the two files must come from "
+                    "the same split",
+                    images_name, h.count, labels_name, label_count));
+  return h;
+}
+
 }  // namespace
 
 std::vector<std::uint8_t> read_prefix(const std::string& path, std::uint64_t bytes) {
   gzFile f = open_regular(path);
   std::vector<std::uint8_t> out(bytes);
   const int n = gzread(f, out.data(), unsigned(bytes));
-  int code = 0;
-  const std::string why = n < 0 ? gzerror(f, &code) : "";
+  if (n < 0) corrupt_gzip(f, path);
   gzclose(f);
-  if (n < 0) throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
   out.resize(std::size_t(n));
   return out;
 }
@@ -97,12 +136,7 @@ std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path, const Si
   for (;;) {
     const int n = gzread(f, chunk, sizeof(chunk));
     if (n > 0 && out.size() + std::uint64_t(n) > limit.bytes) throw too_large(fmt::format("more than {}", limit.bytes));
-    if (n < 0) {
-      int code = 0;
-      const std::string why = gzerror(f, &code);
-      gzclose(f);
-      throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
-    }
+    if (n < 0) corrupt_gzip(f, path);
     if (n == 0) break;
     out.insert(out.end(), chunk, chunk + n);
   }
@@ -111,50 +145,26 @@ std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path, const Si
   // parsers as a shorter file.
   int code = 0;
   const std::string why = gzerror(f, &code);
+  if (code != Z_OK && code != Z_BUF_ERROR) corrupt_gzip(f, path);
   gzclose(f);
   if (code == Z_BUF_ERROR)
     throw InputError(
         fmt::format("{}: gzip stream ends early ({}) after {} decompressed bytes, expected the rest "
                     "of the stream; truncated download? download the file again",
                     path, why, out.size()));
-  if (code != Z_OK) throw InputError(fmt::format("{}: corrupt gzip stream ({}); download the file again", path, why));
   return out;
 }
 
 ImageSet parse_idx(const std::vector<std::uint8_t>& images, const std::string& images_name,
                    const std::vector<std::uint8_t>& labels, const std::string& labels_name, std::int64_t expected_rows,
                    std::int64_t expected_cols, std::int32_t classes) {
-  if (images.size() < 16)
-    throw InputError(
-        fmt::format("{}: {} bytes, too short for an IDX image header (16 bytes)", images_name, images.size()));
-  if (labels.size() < 8)
-    throw InputError(
-        fmt::format("{}: {} bytes, too short for an IDX label header (8 bytes)", labels_name, labels.size()));
-  const std::uint32_t image_magic = big_endian32(images.data()), label_magic = big_endian32(labels.data());
-  if (image_magic != 0x00000803)
-    throw InputError(
-        fmt::format("{}: magic number 0x{:08x}, expected 0x00000803 (IDX unsigned-byte images); "
-                    "is this an image file?",
-                    images_name, image_magic));
-  if (label_magic != 0x00000801)
-    throw InputError(
-        fmt::format("{}: magic number 0x{:08x}, expected 0x00000801 (IDX unsigned-byte labels); "
-                    "is this a label file?",
-                    labels_name, label_magic));
+  const IdxHeader h = parse_idx_header(images, images_name, labels, labels_name, expected_rows, expected_cols);
   ImageSet set;
-  set.count = big_endian32(images.data() + 4);
+  set.count = h.count;
   set.channels = 1;
-  set.rows = big_endian32(images.data() + 8);
-  set.cols = big_endian32(images.data() + 12);
-  if (set.rows != expected_rows || set.cols != expected_cols)
-    throw InputError(fmt::format("{}: images are {}x{}, expected {}x{}", images_name, set.rows, set.cols, expected_rows,
-                                 expected_cols));
-  const std::int64_t label_count = big_endian32(labels.data() + 4);
-  if (label_count != set.count)
-    throw InputError(
-        fmt::format("{} holds {} images but {} holds {} labels; the two files must come from "
-                    "the same split",
-                    images_name, set.count, labels_name, label_count));
+  set.rows = h.rows;
+  set.cols = h.cols;
+  const std::int64_t label_count = h.count;
   const std::uint64_t image_bytes = 16 + std::uint64_t(set.count) * std::uint64_t(set.sample_size());
   if (images.size() != image_bytes)
     throw InputError(fmt::format("{}: {} bytes, expected {} for {} images of {}x{} ({})", images_name, images.size(),
@@ -178,32 +188,20 @@ ImageSet parse_idx(const std::vector<std::uint8_t>& images, const std::string& i
 
 ImageSet read_idx(const std::string& images_path, const std::string& labels_path, std::int64_t expected_rows,
                   std::int64_t expected_cols, std::int32_t classes) {
-  // The headers first: they say how large the files may be, and nothing more is read.
-  const std::vector<std::uint8_t> head = read_prefix(images_path, 16), label_head = read_prefix(labels_path, 8);
-  std::optional<SizeLimit> image_limit, label_limit;
-  if (head.size() == 16 && label_head.size() == 8 && big_endian32(head.data()) == 0x00000803 &&
-      big_endian32(label_head.data()) == 0x00000801) {
-    const std::int64_t count = big_endian32(head.data() + 4), rows = big_endian32(head.data() + 8),
-                       cols = big_endian32(head.data() + 12), labels = big_endian32(label_head.data() + 4);
-    if (count > kMaxIdxSamples || labels > kMaxIdxSamples)
-      throw InputError(
-          fmt::format("{} and {}: headers declare {} images and {} labels, more than the {} "
-                      "trainbench reads; corrupt or foreign files?",
-                      images_path, labels_path, count, labels, kMaxIdxSamples));
-    if (rows == expected_rows && cols == expected_cols) {
-      image_limit = SizeLimit{16 + std::uint64_t(count * rows * cols), true,
-                              fmt::format("for {} images of {}x{} (its header)", count, rows, cols)};
-      label_limit = SizeLimit{8 + std::uint64_t(labels), true, fmt::format("for {} labels (its header)", labels)};
-    }
-  }
-  // Headers the parser refuses are read no further: it says what is wrong with them.
-  if (!image_limit) {
-    parse_idx(head, images_path, label_head, labels_path, expected_rows, expected_cols, classes);
+  // The headers first: they say how large the files may be, and nothing more is read (a header
+  // the parser refuses, nothing at all).
+  const IdxHeader h = parse_idx_header(read_prefix(images_path, 16), images_path, read_prefix(labels_path, 8),
+                                       labels_path, expected_rows, expected_cols);
+  if (h.count > kMaxIdxSamples)
     throw InputError(
-        fmt::format("{}, {}: not IDX files of {}x{} images", images_path, labels_path, expected_rows, expected_cols));
-  }
-  return parse_idx(read_file_maybe_gzip(images_path, *image_limit), images_path,
-                   read_file_maybe_gzip(labels_path, *label_limit), labels_path, expected_rows, expected_cols, classes);
+        fmt::format("{} and {}: headers declare {} images and as many labels, more than the {} "
+                    "trainbench reads; corrupt or foreign files?",
+                    images_path, labels_path, h.count, kMaxIdxSamples));
+  const SizeLimit image_limit{16 + std::uint64_t(h.count * h.rows * h.cols), true,
+                              fmt::format("for {} images of {}x{} (its header)", h.count, h.rows, h.cols)};
+  const SizeLimit label_limit{8 + std::uint64_t(h.count), true, fmt::format("for {} labels (its header)", h.count)};
+  return parse_idx(read_file_maybe_gzip(images_path, image_limit), images_path,
+                   read_file_maybe_gzip(labels_path, label_limit), labels_path, expected_rows, expected_cols, classes);
 }
 
 void append_cifar10(const std::vector<std::uint8_t>& bytes, const std::string& name, ImageSet& into) {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -39,7 +40,7 @@ std::string cifar_folder(const std::string& folder) {
 
 // Class c's fixed random pattern: 128 + N(0, 48^2) per pixel from a generator of its own (seeded
 // 12345 + c, as scripts/peers/pytorch_train.py draws them), the same for every split and seed.
-void class_pattern(i64 c, std::vector<float>& pattern) {
+void class_pattern(i64 c, std::span<float> pattern) {
   std::mt19937_64 rng(12345 + std::uint64_t(c));
   std::normal_distribution<float> normal(0.0f, 48.0f);
   for (float& p : pattern) p = 128.0f + normal(rng);
@@ -59,11 +60,8 @@ std::shared_ptr<ImageSet> synthetic_set(const Dims& sample_dims, i64 classes, i6
   const bool keep = classes * features <= kKeptPatternFloats;
   std::vector<float> patterns(std::size_t(keep ? classes * features : features));
   if (keep)
-    for (i64 c = 0; c < classes; ++c) {
-      auto one = std::vector<float>(std::size_t(features));
-      class_pattern(c, one);
-      std::copy(one.begin(), one.end(), patterns.begin() + c * features);
-    }
+    for (i64 c = 0; c < classes; ++c)
+      class_pattern(c, std::span(patterns).subspan(std::size_t(c * features), std::size_t(features)));
   std::normal_distribution<float> normal(0.0f, 48.0f);
   std::mt19937_64 rng(seed);
   set->pixels.resize(std::size_t(count * features));
