@@ -1,5 +1,5 @@
-// The table of the CSV's columns (columns.hpp), in schema version 3's order: version 2's
-// columns, then the NVML ones (telemetry/).
+// The table of the CSV's columns (columns.hpp), in schema version 4's order: version 2's
+// columns, then the NVML ones (telemetry/), then version 4's identity, load and link columns.
 #include "bench/columns.hpp"
 
 #include <algorithm>
@@ -43,17 +43,17 @@ const std::vector<Column>& columns() {
       {"iterations", I},
       {"warmup_steps", I},
       {"step_time_s", M},
-      {"samples_per_s", M, true},
+      {"samples_per_s", M, true, nullptr, true, "samples/s"},
       {"params", I},
       {"train_flops_per_sample", I},
-      {"model_tflops", M, true},
+      {"model_tflops", M, true, nullptr, true, "TFLOP/s"},
       {"peak_gflops", M},
-      {"utilisation", M, true},
+      {"utilisation", M, true, nullptr, true, "util %", 100},
       {"host_cpu_s_per_step", M},
-      {"host_cpu_util", M, true},
+      {"host_cpu_util", M, true, nullptr, true, "CPU cores"},
       {"peak_rss_bytes", M},
       {"loss_first", M},
-      {"loss_last", M, true},
+      {"loss_last", M, true, nullptr, true, "loss"},
       {"data_s_per_step", M},
       {"forward_s_per_step", M},
       {"backward_s_per_step", M},
@@ -62,10 +62,10 @@ const std::vector<Column>& columns() {
       {"loader_workers", I},
       {"epoch", M},
       {"train_loss", M},
-      {"val_loss", M, true},
+      {"val_loss", M, true, nullptr, true, "val loss"},
       {"train_acc", M, false, accuracy},
-      {"val_acc", M, true, accuracy},
-      {"elapsed_s", M, true},
+      {"val_acc", M, true, accuracy, true, "val acc %", 100},
+      {"elapsed_s", M, true, nullptr, true, "elapsed s"},
       {"target_acc", I},
       {"time_to_target_s", M, false, time_to_target},
       {"wall_step_time_s", M},
@@ -113,7 +113,7 @@ const std::vector<Column>& columns() {
       {"cublas_version", X},
       {"nccl_version", X},
       // Version 3: what nvidia-smi shows, sampled by NVML over the timed steps.
-      {"gpu_util", M, true},
+      {"gpu_util", M, true, nullptr, true, "GPU util %"},
       {"gpu_mem_used_bytes", M},
       {"gpu_sm_clock_min_mhz", M},
       {"gpu_sm_clock_median_mhz", M},
@@ -124,6 +124,19 @@ const std::vector<Column>& columns() {
       {"gpu_samples", M},
       {"host_cpu_util_per_job", M},
       {"cuda_driver_version", X},
+      // Version 4: what makes a row what it is (variant, shared device, measured or predicted),
+      // the machine's load and sgemm rate, and the link a prediction assumed.
+      {"variant", I},
+      {"load_avg_1m", M},
+      {"sgemm_gflops", X},
+      {"peak_spread", M},
+      {"shared_device", I},
+      {"measurement", I},
+      {"link", I},
+      {"link_busbw_gbps", M},
+      {"link_latency_us", M},
+      {"predicted_from", I},
+      {"peer_settings", I},
   };
   return all;
 }

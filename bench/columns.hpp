@@ -10,7 +10,7 @@
 
 namespace tb::bench {
 
-inline constexpr const char* kSchemaVersion = "3";
+inline constexpr const char* kSchemaVersion = "4";
 
 enum class ColumnKind { Identity, Counter, Context };
 
@@ -23,6 +23,10 @@ struct Column {
   // False for a value that means nothing averaged over repetitions (a bit mask): aggregate
   // rows leave it empty.
   bool aggregates = true;
+  // The console's header for it, with its unit, and the factor from the CSV's value (a ratio
+  // shown in percent: 100); empty: the CSV's name.
+  const char* console_name = "";
+  double console_scale = 1;
 };
 
 // Every column, in the CSV's order.

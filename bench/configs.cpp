@@ -8,6 +8,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "datasets/sources.hpp"
 #include "engine/core/error.hpp"
@@ -39,8 +40,13 @@ i64 gpu_batch(const models::Workload& w, const DeviceConfig& d, const std::strin
                              std::size_t(std::max(cap, 0.0)));
 }
 
+// Google Benchmark's `/arg:value` convention: the variant ends the name, so that runs with
+// different flags never share one.
 std::string benchmark_name(const BenchInfo& b) {
-  return fmt::format("{}/{}/{}/{}/{}/bs:{}", kind_name(b.kind), b.model, b.dataset, b.device, b.precision, b.batch);
+  std::string name =
+      fmt::format("{}/{}/{}/{}/{}/bs:{}", kind_name(b.kind), b.model, b.dataset, b.device, b.precision, b.batch);
+  if (!b.variant.empty()) name += "/" + b.variant;
+  return name;
 }
 
 int parse_count(const std::string& name, const std::string& text, const char* example) {
@@ -49,6 +55,41 @@ int parse_count(const std::string& name, const std::string& text, const char* ex
   if (ec != std::errc() || end != text.data() + text.size() || n < 1)
     throw InputError(fmt::format("--devices: '{}' needs a count >= 1, e.g. {}", name, example));
   return n;
+}
+
+// The device every --gpus entry names when the list repeats one (--gpus=0,0: replicas sharing
+// device 0), else -1. A list that repeats some ordinals but not all is refused.
+int shared_gpus_ordinal(const Flags& flags) {
+  std::vector<int> sorted = flags.gpus;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) return -1;
+  if (sorted.front() != sorted.back())
+    throw InputError(fmt::format(
+        "--gpus={}: an ordinal appears twice among others; list distinct devices (--gpus=0,1) for "
+        "gpu:N on N GPUs, or one device repeated (--gpus=0,0) for N replicas sharing it",
+        fmt::join(flags.gpus, ",")));
+  if (world().size > 1)
+    throw InputError(fmt::format(
+        "--gpus={}: replicas sharing one GPU run in one process; start trainbench without mpirun",
+        fmt::join(flags.gpus, ",")));
+  return sorted.front();
+}
+
+// gpu:all: gpu:N for every GPU the run may use (the --gpus entries, else the visible devices);
+// skipped, with the reason, where that is fewer than two.
+std::string resolve_gpu_all(DeviceConfig& d, const Flags& flags) {
+  const GpuInventory& inv = gpu_inventory();
+  const int n = !flags.gpus.empty() ? int(flags.gpus.size()) : int(inv.devices.size());
+  if (n >= 2) return fmt::format("gpu:{}", n);
+  d.backend = Backend::Cuda;
+  d.threads = 1;
+  d.skip_reason = !inv.unavailable.empty()
+                      ? fmt::format("gpu:all: {}", inv.unavailable)
+                      : fmt::format(
+                            "gpu:all: this machine has {} GPU, gpu:N needs two or more (--gpus=0,0 runs gpu:2 as "
+                            "two replicas on one GPU: a correctness check, not scaling)",
+                            n);
+  return "";
 }
 
 // gpu:N (N GPUs of this process, or under mpirun one GPU per rank) and gpu:1/jobs:K.
@@ -65,6 +106,15 @@ void gpu_config(DeviceConfig& d, const Flags& flags) {
   // Under mpirun, gpu:N (N > 1) is one GPU per rank; gpu:1 is rank 0's one-GPU baseline.
   const bool across_ranks = w.size > 1 && gpus > 1;
   const int local_gpus = across_ranks ? 1 : gpus;
+  // --gpus=0,0: gpu:N runs its N replicas on device 0 (shared_gpus_ordinal checked the list).
+  const int shared = shared_gpus_ordinal(flags);
+  if (shared >= 0 && !jobs && local_gpus > 1) {
+    d.shared_device = true;
+    if (local_gpus > int(flags.gpus.size()))
+      d.skip_reason = fmt::format(
+          "{} with --gpus={}: give one entry per replica sharing device {}, e.g. --gpus={}", name,
+          fmt::join(flags.gpus, ","), shared, fmt::join(std::vector<int>(std::size_t(local_gpus), shared), ","));
+  }
   std::vector<int> ordinals = flags.gpus;
   for (int k = int(ordinals.size()); k < std::max(local_gpus, w.local_rank + 1); ++k) ordinals.push_back(k);
   if (across_ranks) ordinals = {ordinals[std::size_t(w.local_rank)]};  // this rank's GPU
@@ -72,17 +122,23 @@ void gpu_config(DeviceConfig& d, const Flags& flags) {
   d.gpu_ordinal = ordinals[0];
   d.replicas = jobs ? jobs : local_gpus;
   d.gpu_ordinals = jobs ? std::vector<int>(std::size_t(jobs), ordinals[0]) : ordinals;
-  d.parallel = jobs ? Mode::Jobs : across_ranks ? Mode::NcclMpi : gpus > 1 ? Mode::NcclThreads : Mode::None;
+  d.parallel = jobs                ? Mode::Jobs
+               : across_ranks      ? Mode::NcclMpi
+               : d.shared_device   ? Mode::SharedDevice
+               : gpus > 1          ? Mode::NcclThreads
+                                   : Mode::None;
   const GpuInventory& inv = gpu_inventory();
   const int highest = *std::max_element(ordinals.begin(), ordinals.end());
-  if (!inv.unavailable.empty())
+  if (!d.skip_reason.empty())
+    return;
+  else if (!inv.unavailable.empty())
     d.skip_reason = fmt::format("{}: {}", name, inv.unavailable);
   else if (across_ranks && gpus != w.size)
     d.skip_reason = fmt::format(
         "{}: under mpirun -np {} the GPU configurations are gpu:1 (rank 0) and gpu:{} (one "
         "GPU per rank)",
         name, w.size, w.size);
-  else if (!across_ranks && gpus > int(inv.devices.size()))
+  else if (!across_ranks && !d.shared_device && gpus > int(inv.devices.size()))
     d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", name, gpus, inv.devices.size());
   else if (highest >= int(inv.devices.size()))
     d.skip_reason = fmt::format(
@@ -119,6 +175,12 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
       d.threads = parse_count(name, name.substr(4), "cpu:2");
       if (d.threads > cores)
         d.skip_reason = fmt::format("{} needs {} cores, this machine has {}", name, d.threads, cores);
+    } else if (name == "gpu:all") {
+      d.name = resolve_gpu_all(d, flags);
+      if (d.name.empty())
+        d.name = name;  // skipped: the reason says why
+      else
+        gpu_config(d, flags);
     } else if (name.rfind("gpu:", 0) == 0) {
       gpu_config(d, flags);
     } else if (name.rfind("mpi:", 0) == 0) {
@@ -131,7 +193,7 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
         d.skip_reason = fmt::format("{}: this job has {} ranks (mpi:{})", name, w.size, w.size);
     } else {
       throw InputError(
-          fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, gpu:N, gpu:1/jobs:K or mpi:N", name));
+          fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, gpu:N, gpu:all, gpu:1/jobs:K or mpi:N", name));
     }
     if (w.size > 1 && (d.parallel == Mode::Jobs || d.parallel == Mode::NcclThreads) && d.skip_reason.empty())
       d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", name);
@@ -140,12 +202,45 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
   return out;
 }
 
+namespace {
+// bf16 from compute capability 8.0 (Ampere), fp16 from 7.0 (Volta), else fp32.
+std::string fastest_gpu_precision(const DeviceConfig& d) {
+  for (const char* p : {"bf16", "fp16"})
+    if (gpu_precision_unsupported(d.gpu_ordinal, p).empty()) return p;
+  return "fp32";
+}
+}  // namespace
+
+std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload) {
+  std::vector<std::string> parts;
+  if (b.optimizer.kind != workload.kind) parts.push_back(fmt::format("optimizer:{}", optimizer_name(b.optimizer.kind)));
+  if (b.optimizer.lr != workload.lr) parts.push_back(fmt::format("lr:{:g}", b.optimizer.lr));
+  if (b.gpu()) {
+    if (b.data_on_device && b.kind == Kind::Train) parts.emplace_back("data_on_device");
+    if (b.cuda_graph) parts.emplace_back("cuda_graph");
+    if (b.gpu_memory_limit > 0) parts.push_back(fmt::format("gpu_memory_limit:{:g}", b.gpu_memory_limit));
+    if (b.gpu_layout != "auto") parts.push_back(fmt::format("gpu_layout:{}", b.gpu_layout));
+  }
+  if (b.loader.workers != 0) parts.push_back(fmt::format("loader_workers:{}", b.loader.workers));
+  if (b.loader.workers != 0 && b.loader.prefetch != 2) parts.push_back(fmt::format("prefetch:{}", b.loader.prefetch));
+  if (b.loader.augment) parts.emplace_back("augment");
+  if (b.shared_device) parts.emplace_back("shared_device");
+  return fmt::format("{}", fmt::join(parts, "/"));
+}
+
 std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& flags, const DeviceConfig& d) {
   std::vector<std::string> names = flags.precisions;
   // By default a GPU gets all four, unless it cannot run at all: then one skipped row says why.
   const bool gpu = d.backend == Backend::Cuda;
   if (names.empty() && gpu && d.skip_reason.empty()) names = {"fp32", "tf32", "fp16", "bf16"};
   if (names.empty()) names = {"fp32"};
+  // fastest: the quickest precision the device runs (fp32 on the CPU, where it is a duplicate).
+  std::vector<std::string> resolved;
+  for (const std::string& p : names) {
+    const std::string q = p != "fastest" ? p : gpu && d.skip_reason.empty() ? fastest_gpu_precision(d) : "fp32";
+    if (std::find(resolved.begin(), resolved.end(), q) == resolved.end()) resolved.push_back(q);
+  }
+  names = resolved;
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& p : names) {
     std::string reason;
@@ -214,6 +309,7 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
           b.parallel = d.parallel;
           b.replicas = d.replicas;
           b.gpu_ordinals = d.gpu_ordinals;
+          b.shared_device = d.shared_device;
           b.batch = flags.batch.value_or(b.gpu() ? gpu_batch(w, d, precision, flags) : w.batch);
           b.warmup_steps = b.kind == Kind::Train ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
           b.epochs = flags.epochs.value_or(w.epochs);
@@ -237,6 +333,7 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
           b.cost = model_cost(w.spec);
           b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
           b.skip_scope = d.skip_reason.empty() ? d.name + " " + precision : d.name;
+          b.variant = variant_of(b, w.optimizer_for(b.batch));
           b.name = benchmark_name(b);
           benchmarks.push_back(std::move(b));
         }

@@ -30,12 +30,16 @@ struct DeviceConfig {
   parallel::Mode parallel = parallel::Mode::None;
   int replicas = 1;               // replicas in this process
   std::vector<int> gpu_ordinals;  // one per local replica on GPUs
+  bool shared_device = false;     // gpu:N whose N replicas share one GPU (--gpus=0,0)
   std::string skip_reason;
 };
 
 // The static facts of one registered benchmark, also written into its CSV rows.
 struct BenchInfo {
-  std::string name;  // <kind>/<model>/<dataset>/<device>/<precision>/bs:<n>
+  std::string name;  // <kind>/<model>/<dataset>/<device>/<precision>/bs:<n>[/<variant>]
+  // Every flag that changes what the row measures and differs from its default, canonically
+  // (variant_of): part of the row's identity, so that differently configured runs never merge.
+  std::string variant;
   Kind kind = Kind::Train;
   std::string model, dataset, device, precision;
   std::string data_folder;  // real files, or empty for synthetic data
@@ -49,6 +53,7 @@ struct BenchInfo {
   parallel::Mode parallel = parallel::Mode::None;
   int replicas = 1;               // replicas in this process (threads)
   std::vector<int> gpu_ordinals;  // one per local replica on GPUs
+  bool shared_device = false;     // the replicas share one GPU: checks correctness, not scaling
   i64 batch = 0;                  // per replica
   i64 warmup_steps = 0;
   i64 epochs = 0;
@@ -63,6 +68,11 @@ struct BenchInfo {
 
   bool gpu() const { return backend == Backend::Cuda; }
 };
+
+// The canonical text of what differs from the defaults in `b` (flags already applied) against
+// its workload's defaults: "optimizer:adam/lr:0.001/data_on_device/...", "" for none. The order
+// is fixed (results/SCHEMA.md, `variant`).
+std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload_optimizer);
 
 // Parses --devices entries; throws tb::InputError on an unknown device. A configuration this
 // machine cannot run is returned with the reason in skip_reason.

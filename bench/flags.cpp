@@ -59,6 +59,12 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
                       *v, "1.7.1"));
   } else if (auto v = value("benchmark_filter")) {
     f.benchmark_filter = *v;
+  } else if (auto v = value("benchmark_format")) {
+    if (*v != "console" && *v != "json" && *v != "csv")
+      throw InputError(fmt::format("--benchmark_format: '{}' is not one of console, json, csv", *v));
+    f.benchmark_format = *v;
+  } else if (auto v = value("benchmark_color")) {
+    f.benchmark_color = *v;
   }
 }
 
@@ -115,18 +121,25 @@ Select them with Google Benchmark's flags, e.g.
 trainbench flags:
   --csv=FILE            append one row per run to FILE (created with a header; a file with
                         another header is refused); see results/SCHEMA.md
+  --summary=FILE        also write the table printed at the end of the run (samples/s per
+                        device configuration, speedup over cpu, scaling efficiency, memory,
+                        comm share) to FILE as Markdown
   --batch=N             batch size for every model (default: each model's own)
   --devices=LIST        device configurations to register, comma-separated: cpu (all cores),
-                        cpu:N (N threads), gpu:N (N GPUs), gpu:1/jobs:K, mpi:N (see below).
+                        cpu:N (N threads), gpu:N (N GPUs), gpu:all (every GPU, when two or
+                        more), gpu:1/jobs:K, mpi:N (see below).
                         Default: cpu, cpu:1, gpu:1 and gpu:2 ... gpu:N for N GPUs (a GPU
                         configuration is reported as skipped, with the reason, where it
                         cannot run); under mpirun -np N: cpu:T and gpu:1 (baselines run
                         by rank 0 alone), mpi:N and gpu:N
-  --precisions=LIST     fp32, tf32, fp16 (mixed, dynamic loss scaling), bf16 (mixed).
-                        Default: fp32 on the CPU, all four on GPUs. A precision a device
-                        cannot run is a skipped row with the reason
+  --precisions=LIST     fp32, tf32, fp16 (mixed, dynamic loss scaling), bf16 (mixed), and
+                        fastest (bf16 from compute capability 8.0, fp16 from 7.0; fp32 on the
+                        CPU). Default: fp32 on the CPU, all four on GPUs. A precision a
+                        device cannot run is a skipped row with the reason
   --gpus=LIST           CUDA device ordinals the gpu configurations use (default 0, 1, ...;
-                        CUDA_VISIBLE_DEVICES applies first)
+                        CUDA_VISIBLE_DEVICES applies first). One ordinal repeated (--gpus=0,0)
+                        runs gpu:N as N replicas sharing that GPU, all-reduced by a kernel: a
+                        check of the data-parallel path on one GPU, not a measure of scaling
   --gpu_memory_limit=X  cap on the device memory trainbench may use: bytes (8GiB, 512MiB,
                         1000000000) or a fraction of the device's memory (0.5). A benchmark
                         that needs more fails its row with an out-of-memory message
@@ -162,7 +175,9 @@ is N x --batch.
 
 Google Benchmark's flags work as usual: --benchmark_filter=REGEX, --benchmark_list_tests,
 --benchmark_repetitions=N, --benchmark_min_time=SECONDS, --benchmark_out=FILE with
---benchmark_out_format=json|console|csv, --benchmark_format=console|json.
+--benchmark_out_format=json|console|csv, --benchmark_format=console|json|csv (the format on
+stdout; json and csv carry the machine context), --benchmark_color=auto|true|false (colour
+only where stdout is a terminal, unless true).
 Any other flag is an error.
 )";
 }
@@ -187,6 +202,9 @@ Flags parse_flags(int& argc, char** argv) {
       f.json = true;
     } else if (arg == "--csv_header") {
       f.csv_header = true;
+    } else if (auto v = value_of("summary")) {
+      if (v->empty()) throw InputError("--summary: give a file name, e.g. --summary=results/summary.md");
+      f.summary = *v;
     } else if (auto v = value_of("csv")) {
       if (v->empty()) throw InputError("--csv: give a file name, e.g. --csv=results/run.csv");
       f.csv = *v;
@@ -215,8 +233,9 @@ Flags parse_flags(int& argc, char** argv) {
       f.precisions = split(*v);
       if (f.precisions.empty()) throw InputError("--precisions: give at least one, e.g. --precisions=fp32,fp16");
       for (const std::string& p : f.precisions)
-        if (p != "fp32" && p != "tf32" && p != "fp16" && p != "bf16")
-          throw InputError(fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16 or bf16", p));
+        if (p != "fp32" && p != "tf32" && p != "fp16" && p != "bf16" && p != "fastest")
+          throw InputError(
+              fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16, bf16 or fastest", p));
     } else if (auto v = value_of("gpus")) {
       for (const std::string& g : split(*v)) f.gpus.push_back(int(parse_int("gpus", g, 0, kMaxGpu)));
       if (f.gpus.empty()) throw InputError("--gpus: give at least one CUDA device ordinal, e.g. --gpus=0");

@@ -30,6 +30,9 @@ struct Flags {
   bool data_on_device = false;               // --data_on_device
   std::int64_t iterations = 20;              // --iterations: timed steps of each run under mpirun
   std::string benchmark_filter = ".";        // Google Benchmark's --benchmark_filter, seen in passing
+  std::string benchmark_format = "console";  // Google Benchmark's --benchmark_format, seen in passing
+  std::string benchmark_color = "auto";      // Google Benchmark's --benchmark_color, seen in passing
+  std::string summary;                       // --summary=FILE: the end-of-run table as Markdown
   bool help = false;
   bool list_models = false;  // --list_models
   bool json = false;         // --json (with --list_models)

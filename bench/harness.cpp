@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <set>
 
@@ -92,7 +93,24 @@ NetworkOptions network_options(const BenchInfo& info, int device) {
 }
 
 std::string rate_key(const BenchInfo& b, const std::string& precision) {
-  return fmt::format("{}/{}/{}/{}/{}", b.model, b.dataset, b.gpu() ? "gpu" : "cpu", precision, b.batch);
+  return fmt::format("{}/{}/{}/{}/{}/{}", b.model, b.dataset, b.gpu() ? "gpu" : "cpu", precision, b.batch, b.variant);
+}
+
+// The median of a one-device row's repetitions so far: the baseline of scaling efficiency.
+double median_rate(std::vector<double> rates) {
+  std::sort(rates.begin(), rates.end());
+  const std::size_t n = rates.size();
+  return n % 2 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
+}
+
+// The machine's 1-minute load average (/proc/loadavg); negative where it cannot be read.
+double load_average_1m() {
+  double load = -1;
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+    std::fclose(f);
+  }
+  return load;
 }
 
 // The run fails unless training lowered the loss of the first training batch: its loss at the
@@ -136,6 +154,7 @@ void timed_counters(benchmark::State& st, const Timed& t, const BenchInfo& info,
   c["model_tflops"] = tflops;
   c["peak_gflops"] = t.peak_gflops;
   c["utilisation"] = tflops * 1e3 / t.peak_gflops;
+  if (!info.gpu()) c["peak_spread"] = cpu_peak_spread(info.threads);
   c["host_cpu_s_per_step"] = t.cpu / t.steps / t.replicas;
   c["host_cpu_util"] = t.cpu / t.wall;
   c["peak_rss_bytes"] = double(peak_rss_bytes());
@@ -180,6 +199,16 @@ std::vector<int> distinct(std::vector<int> ordinals) {
 }
 
 std::string joined(const std::vector<std::string>& notes) { return fmt::format("{}", fmt::join(notes, "; ")); }
+
+// A CPU row above its sgemm peak says why that cannot be taken at face value.
+void note_utilisation(benchmark::State& st, const BenchInfo& info, std::vector<std::string>& notes) {
+  const double u = st.counters["utilisation"];
+  if (u <= 1) return;
+  notes.push_back(fmt::format(
+      "utilisation {:.2f} exceeds 1: the model's kernels ran faster than the sgemm peak measured at start-up ({:.1f} "
+      "GFLOP/s, spread {:.0f}%), so that peak was measured low (a busy machine?) or the FLOP count is high",
+      u, info.gpu() ? 0.0 : cpu_peak_gflops(info.threads), info.gpu() ? 0.0 : 100 * cpu_peak_spread(info.threads)));
+}
 
 }  // namespace
 
@@ -271,20 +300,22 @@ Harness::Session& Harness::train_session(const BenchInfo& info) {
 // choices) cost about what they save.
 std::string Harness::note_slower_than_fp32(const BenchInfo& info, double rate, double step_time_s) const {
   if (!info.gpu() || info.precision == "fp32") return "";
-  const auto it = single_rates_.find(rate_key(info, "fp32"));
-  if (it == single_rates_.end() || rate >= it->second) return "";
+  const auto found = single_rates_.find(rate_key(info, "fp32"));
+  if (found == single_rates_.end()) return "";
+  const double fp32 = median_rate(found->second);
+  if (rate >= fp32) return "";
   const double step_ms = step_time_s * 1e3;
   constexpr double kShortStepMs = 5;  // a step of small kernels: launches and memory set its pace
   if (step_ms < kShortStepMs)
     return fmt::format(
         "{:.2f}x fp32's samples/s in this run: a step of {:.3g} ms of small kernels is bound by "
         "launches and memory, not matrix work, so {} gains nothing from tensor cores{}",
-        rate / it->second, step_ms, info.precision,
+        rate / fp32, step_ms, info.precision,
         info.precision == "tf32" ? "" : " and pays for its casts and loss-scale checks");
   return fmt::format(
       "{:.2f}x fp32's samples/s in this run; TB_CUDA_LAYER_TIMES=<file> writes where each layer's "
       "time goes",
-      rate / it->second);
+      rate / fp32);
 }
 
 // One replica. On a GPU the step time is the device's (CUDA events from the batch upload to the
@@ -322,8 +353,9 @@ void Harness::run_train(benchmark::State& st, const BenchInfo& info) {
                        .peak_gflops = device_peak_gflops(info)},
                  info, trainer, p0);
   memory_counters(st, trainer.network());
+  note_utilisation(st, info, notes);
   const double rate = st.counters["samples_per_s"];
-  single_rates_[rate_key(info, info.precision)] = rate;
+  single_rates_[rate_key(info, info.precision)].push_back(rate);
   if (std::string note = note_slower_than_fp32(info, rate, step_time); !note.empty()) notes.insert(notes.begin(), note);
   pending_.repetition.message = joined(notes);
 }
@@ -379,7 +411,8 @@ void Harness::run_parallel(benchmark::State& st, const BenchInfo& info) {
   run.check(check_loss_fell);
   const int total = run.communicating_ranks();
   const double step_time = step_total / steps;
-  const int devices = info.parallel == Mode::Jobs ? 1 : total;
+  const bool one_gpu = info.parallel == Mode::Jobs || info.parallel == Mode::SharedDevice;
+  const int devices = one_gpu ? 1 : total;
   timed_counters(st,
                  Timed{.steps = steps,
                        .step_time = step_time,
@@ -405,10 +438,14 @@ void Harness::run_parallel(benchmark::State& st, const BenchInfo& info) {
     if (comm > 0) c["busbw_gbps"] = bytes / comm * 2.0 * (total - 1) / total * 1e-9;
     const double buckets = double(cs.buckets - c0.buckets);
     if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0.buckets_early) / buckets;
-    if (auto it = single_rates_.find(rate_key(info, info.precision)); it != single_rates_.end())
-      c["scaling_efficiency"] = samples_per_s / (total * it->second);
+    // Replicas sharing one GPU check the data-parallel path, they do not scale.
+    if (info.shared_device)
+      notes.insert(notes.begin(), fmt::format("{} replicas on one GPU: checks correctness, not scaling", total));
+    else if (auto it = single_rates_.find(rate_key(info, info.precision)); it != single_rates_.end())
+      c["scaling_efficiency"] = samples_per_s / (total * median_rate(it->second));
   }
   memory_counters(st, *run.replicas()[0].backend);
+  note_utilisation(st, info, notes);
   pending_.repetition.message = joined(notes);
 }
 
@@ -455,6 +492,19 @@ void Harness::run_epochs(benchmark::State& st, const BenchInfo& info) {
   }
 }
 
+// Another process busy on the CPU makes every figure of this row low: said once per benchmark,
+// when the load is above what this run itself has used (its most threads so far, plus one).
+void Harness::warn_if_loaded(const BenchInfo& info, double load) {
+  threads_used_ = std::max(threads_used_, info.threads + info.loader.workers);
+  constexpr double kSlack = 1.0;
+  if (load < 0 || load <= threads_used_ + kSlack || !warned_load_.insert(info.name).second) return;
+  if (world().rank == 0)
+    std::cerr << fmt::format(
+        "trainbench: warning: load average {:.1f} at the start of {}, where this run uses at most {} thread(s): "
+        "another process is using the CPU and this row's figures may be low (load_avg_1m in the CSV)\n",
+        load, info.name, threads_used_);
+}
+
 // A row that failed: its session goes (the next benchmark starts clean), the run goes on.
 void Harness::fail_row(benchmark::State& st, const std::string& message) {
   release_sessions();
@@ -481,6 +531,8 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
   }
   pending_.name = info.name;
   pending_.iterations = st.max_iterations;
+  const double load = load_average_1m();
+  warn_if_loaded(info, load);
   try {
     // Each row reports its own peak resident set, not an earlier row's (a ResNet-152 before it):
     // another benchmark's session goes first (a train/ row keeps its own across Google
@@ -494,6 +546,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
       run_parallel(st, info);
     else
       run_train(st, info);
+    if (load >= 0) st.counters["load_avg_1m"] = load;
     if (!pending_.repetition.message.empty()) st.SetLabel(pending_.repetition.message);
     Repetition r;
     for (const auto& [name, counter] : st.counters) r.counters[name] = counter.value;

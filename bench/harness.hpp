@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,10 @@ class Harness {
   std::unique_ptr<ParallelSession> parallel_;
   // The samples/s of each one-device row of this invocation, by what a multi-device row of the
   // same workload compares with: scaling efficiency comes from the same run.
-  std::map<std::string, double> single_rates_;
+  std::map<std::string, std::vector<double>> single_rates_;  // every repetition's: the median is the baseline
+  int threads_used_ = 0;                                       // the most this run has used so far
+  std::set<std::string> warned_load_;                          // benchmarks whose load was said
+  void warn_if_loaded(const BenchInfo& info, double load);
   std::unique_ptr<telemetry::Nvml> nvml_;
   std::string nvml_unavailable_;  // why nvml_ is null where GPU rows run
 };

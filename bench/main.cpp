@@ -1,6 +1,7 @@
 // The trainbench binary: parses flags, plans and registers the benchmarks (one Harness), runs
 // them under Google Benchmark and exits non-zero if any row failed.
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -16,6 +17,7 @@
 #include "bench/harness.hpp"
 #include "bench/listing.hpp"
 #include "bench/reporter.hpp"
+#include "bench/summary.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/parallel/world.hpp"
@@ -33,6 +35,12 @@ bool has_flag(int argc, char** argv, const char* name) {
   return false;
 }
 
+bool has_prefix(int argc, char** argv, const char* prefix) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]).rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
 // Ranks other than 0 of an MPI job run every benchmark (collectives need them) but report
 // nothing: rank 0 prints and writes the CSV.
 class SilentReporter : public benchmark::BenchmarkReporter {
@@ -44,6 +52,36 @@ class SilentReporter : public benchmark::BenchmarkReporter {
   }
   int failed = 0;
 };
+
+// The machine context of the CSV, in Google Benchmark's own JSON and console context too.
+void add_json_context(const tb::bench::MachineContext& m, const std::vector<tb::bench::BenchInfo>& benchmarks) {
+  const tb::bench::BenchInfo* first = benchmarks.empty() ? nullptr : &benchmarks.front();
+  tb::bench::BenchInfo none;
+  const tb::bench::Row row = tb::bench::identity_row(first ? *first : none, m);
+  for (const char* key : {"host", "os", "cpu_model", "cores", "compiler", "onednn", "benchmark_lib", "git_commit",
+                          "timestamp", "sgemm_gflops", "gpu_name", "gpu_cc", "gpu_memory_gib", "driver_version",
+                          "cuda_driver_version", "cuda_version", "cudnn_version", "cublas_version", "nccl_version"})
+    if (auto it = row.find(key); it != row.end() && !it->second.empty())
+      benchmark::AddCustomContext(std::string("trainbench_") + key, it->second);
+  benchmark::AddCustomContext("trainbench_schema_version", tb::bench::kSchemaVersion);
+}
+
+// The summary table after the last benchmark: on stdout (stderr where stdout carries JSON or
+// CSV), and as Markdown in --summary=FILE.
+void write_summary(const std::vector<tb::bench::Row>& rows, const tb::bench::Flags& flags) {
+  const std::string text = tb::bench::summary_table(rows, false);
+  if (text.empty()) return;
+  std::ostream& out = flags.benchmark_format == "console" ? std::cout : std::cerr;
+  out << "\nSummary\n" << text << std::flush;
+  if (flags.summary.empty()) return;
+  std::ofstream file(flags.summary);
+  file << tb::bench::summary_table(rows, true);
+  file.close();
+  if (!file)
+    std::cerr << fmt::format("trainbench: error: --summary={}: cannot write the summary there (the CSV holds every "
+                             "row)\n",
+                             flags.summary);
+}
 
 }  // namespace
 
@@ -73,6 +111,7 @@ int main(int argc, char** argv) {
       list_models(std::cout, flags);
     return 0;
   }
+  const bool json_out = has_prefix(argc, argv, "--benchmark_out=");  // before Initialize takes it away
   benchmark::Initialize(&argc, argv);
   if (argc > 1) {
     std::cerr << fmt::format("trainbench: error: unknown flag '{}' (see trainbench --help)\n", argv[1]);
@@ -104,7 +143,10 @@ int main(int argc, char** argv) {
   }
   machine.nvidia_driver = harness->nvidia_driver();
 
-  Reporter reporter(*harness, machine, csv.get());
+  // Google Benchmark prints its custom context on the console too: added only where JSON is written.
+  if (flags.benchmark_format != "console" || json_out)
+    add_json_context(machine, harness->benchmarks());
+  Reporter reporter(*harness, machine, csv.get(), display_options(flags));
   sink = &reporter;
   if (rank != 0) {
     SilentReporter silent;
@@ -125,6 +167,7 @@ int main(int argc, char** argv) {
   }
   benchmark::Shutdown();
   harness->release_sessions();
+  if (ran > 0 && !listing) write_summary(reporter.rows(), flags);
   if (ran == 0) {
     std::cerr << fmt::format(
         "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "

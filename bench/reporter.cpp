@@ -1,6 +1,10 @@
 // Console and CSV reporting of each run.
 #include "bench/reporter.hpp"
 
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -69,18 +73,107 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
           {"git_commit", machine.git_commit},
           {"timestamp", machine.timestamp}};
   row["ranks"] = std::to_string(parallel::world().size);
+  row["variant"] = info.variant;
+  row["measurement"] = "measured";
+  if (info.shared_device) row["shared_device"] = "1";
+  if (machine.sgemm_gflops > 0) row["sgemm_gflops"] = number(machine.sgemm_gflops);
   if (info.gpu()) {
     row["cuda_graph"] = std::to_string(int(info.cuda_graph));
     row["data_on_device"] = std::to_string(int(info.data_on_device));
   }
   add_gpu_context(row, info, machine);
-  if (!info.gpu() && info.skip_reason.empty()) row["peak_source"] = "oneDNN sgemm 1024^3 measured at start-up";
+  if (!info.gpu() && info.skip_reason.empty())
+    row["peak_source"] = "oneDNN sgemm 1024^3 measured at start-up (median of 5 rounds)";
   return row;
+}
+
+DisplayOptions display_options(const Flags& flags) {
+  DisplayOptions d;
+  d.format = flags.benchmark_format;
+  const std::string& c = flags.benchmark_color;
+  const bool forced = c == "true" || c == "yes" || c == "1" || c == "always";
+  const bool refused = c == "false" || c == "no" || c == "0" || c == "never";
+  const char* term = std::getenv("TERM");
+  const bool terminal = ::isatty(STDOUT_FILENO) && term && std::string(term) != "dumb" && !std::getenv("NO_COLOR");
+  d.colour = d.format == "console" && (forced || (!refused && terminal));
+  return d;
+}
+
+Reporter::Reporter(const Harness& harness, const MachineContext& machine, CsvWriter* csv, DisplayOptions display)
+    : harness_(harness), machine_(machine), csv_(csv), display_(std::move(display)) {
+  if (display_.format == "json") structured_ = std::make_unique<benchmark::JSONReporter>();
+  if (display_.format == "csv") structured_ = std::make_unique<benchmark::CSVReporter>();
+  for (const BenchInfo& b : harness_.benchmarks()) name_width_ = std::max(name_width_, b.name.size() + 8);
 }
 
 bool Reporter::ReportContext(const Context& context) {
   std::cerr << describe(machine_);
-  return ConsoleReporter::ReportContext(context);
+  if (structured_) {
+    structured_->SetOutputStream(&GetOutputStream());
+    structured_->SetErrorStream(&GetErrorStream());
+    return structured_->ReportContext(context);
+  }
+  PrintBasicContext(&GetErrorStream(), context);
+  return true;
+}
+
+void Reporter::Finalize() {
+  if (structured_) structured_->Finalize();
+}
+
+std::ostream& Reporter::notes_stream() { return structured_ ? GetErrorStream() : GetOutputStream(); }
+
+namespace {
+
+// A console cell: plain digits (no SI suffixes): whole numbers from 1000, else four significant
+// figures (scientific notation only below 0.001).
+std::string console_number(double v) {
+  if (std::abs(v) >= 1000) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.4g}", v);
+}
+
+constexpr const char* kGreen = "\033[32m";
+constexpr const char* kRed = "\033[31m";
+constexpr const char* kReset = "\033[0m";
+
+}  // namespace
+
+void Reporter::print_console(const std::vector<Run>& runs) {
+  std::ostream& out = GetOutputStream();
+  // The console columns these runs have: a new header where they differ from the last one's.
+  std::vector<const Column*> shown;
+  for (const Column& c : columns())
+    if (c.on_console && std::any_of(runs.begin(), runs.end(), [&](const Run& r) { return r.counters.count(c.name); }))
+      shown.push_back(&c);
+  auto header_of = [](const Column* c) { return std::string(*c->console_name ? c->console_name : c->name); };
+  std::string header = fmt::format("{:<{}} {:>12} {:>10}", "Benchmark", name_width_, "Time", "Iterations");
+  for (const Column* c : shown) header += fmt::format(" {:>{}}", header_of(c), std::max<std::size_t>(10, header_of(c).size()));
+  if (header != last_header_ && !shown.empty()) {
+    out << std::string(header.size(), '-') << "\n" << header << "\n" << std::string(header.size(), '-') << "\n";
+    last_header_ = header;
+  }
+  for (const Run& run : runs) {
+    const std::string name = run.benchmark_name();
+    const std::string colour_on = display_.colour ? (run.error_occurred ? kRed : kGreen) : "";
+    const std::string colour_off = display_.colour ? kReset : "";
+    if (run.error_occurred) {
+      out << fmt::format("{}{:<{}} FAILED: {}{}\n", colour_on, name, name_width_, run.error_message, colour_off);
+      continue;
+    }
+    std::string line = fmt::format("{}{:<{}}{} {:>9.4g} {:<2} {:>10}", colour_on, name, name_width_, colour_off,
+                                   run.GetAdjustedRealTime(), benchmark::GetTimeUnitString(run.time_unit),
+                                   run.iterations);
+    for (const Column* c : shown) {
+      const auto it = run.counters.find(c->name);
+      const std::size_t width = std::max<std::size_t>(10, header_of(c).size());
+      const bool blank = it == run.counters.end() || (c->format && c->format(it->second.value).empty());
+      line += fmt::format(" {:>{}}", blank ? "" : console_number(it->second.value * c->console_scale), width);
+    }
+    out << line;
+    if (!run.report_label.empty()) out << "  " << run.report_label;
+    out << "\n";
+  }
+  out << std::flush;
 }
 
 void Reporter::report_skipped(const Run& run) {
@@ -93,7 +186,7 @@ void Reporter::report_skipped(const Run& run) {
     reason.erase(0, scope.size() + 2);
   else if (reason.starts_with(scope + " "))
     reason.erase(0, scope.size() + 1);
-  if (std::ostream& out = GetOutputStream(); out) out << fmt::format("skipped {}: {}\n", scope, reason) << std::flush;
+  if (std::ostream& out = notes_stream(); out) out << fmt::format("skipped {}: {}\n", scope, reason) << std::flush;
 }
 
 void Reporter::ReportRuns(const std::vector<Run>& runs) {
@@ -101,14 +194,16 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
   for (const Run& r : runs) {
     if (r.error_occurred && is_skip(r.error_message)) {
       report_skipped(r);
-      continue;
+      if (!structured_) continue;
     }
-    Run kept = r;
-    for (auto it = kept.counters.begin(); it != kept.counters.end();)
-      it = shown_on_console(it->first) ? std::next(it) : kept.counters.erase(it);
-    shown.push_back(std::move(kept));
+    shown.push_back(r);
   }
-  if (!shown.empty()) ConsoleReporter::ReportRuns(shown);
+  if (!shown.empty()) {
+    if (structured_)
+      structured_->ReportRuns(shown);
+    else
+      print_console(shown);
+  }
   if (!GetOutputStream() && !stdout_closed_) {
     // SIGPIPE is ignored (defer_signals_during_writes): a reader that went away is said here.
     stdout_closed_ = true;
@@ -131,13 +226,17 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
     }
     const std::string& name = run.run_name.function_name;
     const bool early = run.run_type == Run::RT_Iteration && run.repetition_index < written_early_[name];
-    if (csv_ && !early) csv_->write_row(csv_row(run));
+    if (!early) keep(csv_row(run));
   }
   for (const Run& run : runs) written_early_.erase(run.run_name.function_name);
 }
 
+void Reporter::keep(const Row& row) {
+  rows_.push_back(row);
+  if (csv_) csv_->write_row(row);
+}
+
 void Reporter::report_repetition(const BenchInfo& info, const Repetition& r) {
-  if (!csv_) return;
   Row row = identity_row(info, machine_);
   row["run_type"] = "iteration";
   row["repetition"] = std::to_string(written_early_[info.name]);
@@ -145,16 +244,15 @@ void Reporter::report_repetition(const BenchInfo& info, const Repetition& r) {
   row["message"] = r.message;
   row["iterations"] = std::to_string(r.iterations);
   if (!r.failed) add_counters(row, r.counters, false);
-  csv_->write_row(row);
+  keep(row);
   ++written_early_[info.name];
 }
 
 void Reporter::report_epoch(const BenchInfo& info, const EpochRecord& r) {
-  std::cout << fmt::format("  {} epoch {}: train loss {:.4f}{}, val loss {:.4f}{}, {:.1f} s\n", info.name, r.epoch,
+  notes_stream() << fmt::format("  {} epoch {}: train loss {:.4f}{}, val loss {:.4f}{}, {:.1f} s\n", info.name, r.epoch,
                            r.train_loss, r.train_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.train_acc), r.val_loss,
                            r.val_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.val_acc), r.elapsed_s)
             << std::flush;
-  if (!csv_) return;
   Row row = identity_row(info, machine_);
   row["run_type"] = "epoch";
   row["status"] = "ok";
@@ -167,7 +265,7 @@ void Reporter::report_epoch(const BenchInfo& info, const EpochRecord& r) {
                                                {"elapsed_s", r.elapsed_s},
                                                {"samples_per_s", double(r.steps * info.batch) / r.train_s}};
   add_counters(row, counters, false);
-  csv_->write_row(row);
+  keep(row);
 }
 
 Row Reporter::csv_row(const Run& run) const {

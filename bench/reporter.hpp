@@ -7,22 +7,32 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 
 #include "bench/context.hpp"
 #include "bench/csv.hpp"
+#include "bench/flags.hpp"
 #include "bench/harness.hpp"
 #include "engine/train/epochs.hpp"
 
 namespace tb::bench {
 
-class Reporter : public benchmark::ConsoleReporter {
+// How the run is shown on stdout: Google Benchmark's --benchmark_format and whether colour is
+// wanted (--benchmark_color, and stdout being a terminal).
+struct DisplayOptions {
+  std::string format = "console";  // console, json, csv
+  bool colour = false;
+};
+DisplayOptions display_options(const Flags& flags);
+
+class Reporter : public benchmark::BenchmarkReporter {
  public:
-  Reporter(const Harness& harness, const MachineContext& machine, CsvWriter* csv)
-      : harness_(harness), machine_(machine), csv_(csv) {}
+  Reporter(const Harness& harness, const MachineContext& machine, CsvWriter* csv, DisplayOptions display);
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
+  void Finalize() override;
   // A row of an epochs/ benchmark, written as its epoch ends.
   void report_epoch(const BenchInfo& info, const EpochRecord& record);
   // A repetition's row, written as soon as the repetition is known to be final; ReportRuns then
@@ -30,18 +40,29 @@ class Reporter : public benchmark::ConsoleReporter {
   void report_repetition(const BenchInfo& info, const Repetition& repetition);
   int failed() const { return failed_; }
   int skipped() const { return skipped_; }
+  // Every row this run wrote or would write (ok, failed, skipped), for the summary.
+  const std::vector<Row>& rows() const { return rows_; }
 
  private:
   Row csv_row(const Run& run) const;
+  void keep(const Row& row);
   // Says once per configuration (device, or device and precision) that its benchmarks are skipped
   // and why, instead of an error line per benchmark.
   void report_skipped(const Run& run);
+  // The console table: a header with units once, then a line per run.
+  void print_console(const std::vector<Run>& runs);
+  std::ostream& notes_stream();  // skip lines: stdout on the console, stderr under json/csv
   const Harness& harness_;
   const MachineContext& machine_;
   CsvWriter* csv_;
+  DisplayOptions display_;
+  std::unique_ptr<benchmark::BenchmarkReporter> structured_;  // json or csv on stdout
+  std::size_t name_width_ = 10;
+  std::string last_header_;  // the console header printed last
   int failed_ = 0, skipped_ = 0;
   std::map<std::string, int> written_early_;  // benchmark -> iteration rows report_repetition wrote
   std::set<std::string> skipped_said_;        // configurations whose skip was printed
+  std::vector<Row> rows_;
   bool stdout_closed_ = false;
 };
 

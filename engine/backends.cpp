@@ -144,7 +144,8 @@ void gpu_bind_thread(int) { no_cuda(); }
 
 #endif
 
-double cpu_peak_gflops(int threads) { return cpu::measure_sgemm_gflops(threads); }
+double cpu_peak_gflops(int threads) { return cpu::measure_sgemm(threads).gflops; }
+double cpu_peak_spread(int threads) { return cpu::measure_sgemm(threads).spread; }
 std::string cpu_library_version() { return cpu::onednn_version(); }
 
 std::unique_ptr<Network> make_network(Backend backend, const ModelSpec& model, const NetworkOptions& o) {

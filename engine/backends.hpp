@@ -36,9 +36,11 @@ std::unique_ptr<Network> make_network(Backend backend, const ModelSpec& model, c
 // ---- the CPU ----
 
 // The fp32 GEMM rate of this machine with `threads` OpenMP threads, measured with the CPU
-// backend's library (oneDNN's sgemm on 1024^3 products for about a quarter of a second, the
-// median call); cached per thread count.
+// backend's library (oneDNN's sgemm on 1024^3 products: the median of five rounds of about 0.2 s,
+// outlying rounds measured again; cpu/peak.hpp); cached per thread count.
 double cpu_peak_gflops(int threads);
+// (max - min) / median of the rounds behind cpu_peak_gflops(threads).
+double cpu_peak_spread(int threads);
 // The version of the CPU backend's library, oneDNN ("2.6.3").
 std::string cpu_library_version();
 

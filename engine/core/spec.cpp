@@ -214,15 +214,21 @@ ModelCost model_cost(const ModelSpec& model) {
     const Dims in = node.inputs.empty() ? Dims{} : shapes[node.inputs[0]];
     for (const ParamSpec& p : node_params(node.spec, in)) cost.parameters += p.count();
     const Dims& out = shapes[i];
+    const bool fed_by_input =
+        !node.inputs.empty() && std::holds_alternative<InputSpec>(model.nodes[std::size_t(node.inputs[0])].spec);
+    double macs = 0, input_macs = 0;  // input_macs: the products with the layer's input
     if (auto* s = std::get_if<LinearSpec>(&node.spec)) {
-      cost.forward_macs_per_sample += double(product(out) / s->out_features) * s->in_features * s->out_features;
+      macs = input_macs = double(product(out) / s->out_features) * s->in_features * s->out_features;
     } else if (auto* s = std::get_if<Conv2dSpec>(&node.spec)) {
-      cost.forward_macs_per_sample += double(product(out)) * s->in_channels * s->kernel * s->kernel;
+      macs = input_macs = double(product(out)) * s->in_channels * s->kernel * s->kernel;
     } else if (auto* s = std::get_if<LSTMSpec>(&node.spec)) {
       // Per time step: 4 gates x (input + recurrent) matrix products.
-      double steps = double(product(out) / s->hidden_size);
-      cost.forward_macs_per_sample += steps * 4 * s->hidden_size * (s->input_size + s->hidden_size);
+      const double steps = double(product(out) / s->hidden_size);
+      macs = steps * 4 * s->hidden_size * (s->input_size + s->hidden_size);
+      input_macs = steps * 4 * s->hidden_size * s->input_size;
     }
+    cost.forward_macs_per_sample += macs;
+    if (fed_by_input) cost.input_layer_macs_per_sample += input_macs;
   }
   return cost;
 }

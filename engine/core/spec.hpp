@@ -98,9 +98,13 @@ struct ModelCost {
   // Multiply-accumulates of Linear, Conv2d and LSTM in one forward pass, per sample.
   // Everything else (activations, pooling, batch norm, losses) is not counted.
   double forward_macs_per_sample = 0;
+  // Of those, the products whose input is the model's input: their backward computes the
+  // weight gradient but no input gradient (nothing upstream needs one).
+  double input_layer_macs_per_sample = 0;
   double forward_flops_per_sample() const { return 2 * forward_macs_per_sample; }
-  // Training step = forward + backward (data + weight gradients) = 3 x forward.
-  double train_flops_per_sample() const { return 3 * forward_flops_per_sample(); }
+  // Training step = forward + weight gradients + input gradients of every layer but those fed
+  // by the model's input = 3 x forward - the input layers' input-gradient products.
+  double train_flops_per_sample() const { return 2 * (3 * forward_macs_per_sample - input_layer_macs_per_sample); }
 };
 ModelCost model_cost(const ModelSpec& model);
 

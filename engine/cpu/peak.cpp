@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -15,9 +16,22 @@
 
 namespace tb::cpu {
 
-double measure_sgemm_gflops(int threads) {
+namespace {
+
+constexpr int kRounds = 5;
+constexpr double kRoundSeconds = 0.2;
+constexpr double kOutlier = 0.15;  // a round 15% off the median is another process's doing
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+SgemmRate measure_sgemm(int threads) {
   static std::mutex mutex;
-  static std::map<int, double> cache;
+  static std::map<int, SgemmRate> cache;
   const std::lock_guard lock(mutex);
   if (auto it = cache.find(threads); it != cache.end()) return it->second;
   const int previous = omp_get_max_threads();
@@ -25,17 +39,33 @@ double measure_sgemm_gflops(int threads) {
   constexpr dnnl_dim_t n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), out(n * n, 0.0f);
   auto gemm = [&] { dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n); };
+  auto round = [&] {
+    std::vector<double> rates;
+    const double start = wall_seconds();
+    while (wall_seconds() - start < kRoundSeconds || rates.size() < 3) {
+      const double t0 = wall_seconds();
+      gemm();
+      rates.push_back(2.0 * n * n * n / (wall_seconds() - t0) * 1e-9);
+    }
+    return median(rates);
+  };
   gemm();  // warm-up: JIT and first touch
-  std::vector<double> rates;
-  const double start = wall_seconds();
-  while (wall_seconds() - start < 0.25 || rates.size() < 3) {
-    const double t0 = wall_seconds();
-    gemm();
-    rates.push_back(2.0 * n * n * n / (wall_seconds() - t0) * 1e-9);
+  std::vector<double> rounds;
+  for (int r = 0; r < kRounds; ++r) rounds.push_back(round());
+  SgemmRate rate;
+  for (int retry = 0; retry < kRounds; ++retry) {
+    const double mid = median(rounds);
+    auto off = std::find_if(rounds.begin(), rounds.end(), [&](double x) { return std::abs(x - mid) > kOutlier * mid; });
+    if (off == rounds.end()) break;
+    *off = round();
+    ++rate.dropped;
   }
-  std::sort(rates.begin(), rates.end());
   omp_set_num_threads(previous);
-  return cache[threads] = rates[rates.size() / 2];  // the median call
+  rate.gflops = median(rounds);
+  rate.spread = (*std::max_element(rounds.begin(), rounds.end()) - *std::min_element(rounds.begin(), rounds.end())) /
+                rate.gflops;
+  rate.rounds = int(rounds.size());
+  return cache[threads] = rate;
 }
 
 std::string onednn_version() {

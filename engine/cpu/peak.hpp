@@ -7,8 +7,17 @@
 namespace tb::cpu {
 
 // fp32 GEMM rate of this machine with `threads` OpenMP threads, measured with oneDNN's sgemm on
-// 1024^3 products for about a quarter of a second (the median call); cached per thread count.
-double measure_sgemm_gflops(int threads);
+// 1024^3 products: kRounds rounds of about 0.2 s each, each round's rate its median call; the
+// rate is the median round, the spread (max - min) / median over the rounds. A round more than
+// kOutlier away from the median (a burst of another process) is dropped and measured again,
+// at most kRounds more times. Cached per thread count.
+struct SgemmRate {
+  double gflops = 0;
+  double spread = 0;  // (max - min) / median of the kept rounds
+  int rounds = 0, dropped = 0;
+};
+SgemmRate measure_sgemm(int threads);
+inline double measure_sgemm_gflops(int threads) { return measure_sgemm(threads).gflops; }
 std::string onednn_version();  // "2.6.3"
 
 }  // namespace tb::cpu

@@ -92,6 +92,23 @@ __global__ void add_kernel(const T* a, const T* b, T* out, i64 n) {
   for (i64 i = first_index(); i < n; i += grid_stride()) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
 }
 
+// Replicas sharing one device: every buffer's element i becomes the mean over the buffers,
+// summed in fp32 in buffer order (the same result in every buffer, on every run).
+constexpr int kMaxSharedReplicas = 16;
+struct ReplicaBuffers {
+  void* data[kMaxSharedReplicas];
+};
+template <class T>
+__global__ void average_replicas_kernel(ReplicaBuffers buffers, int replicas, i64 n) {
+  const float inv = 1.0f / float(replicas);
+  for (i64 i = first_index(); i < n; i += grid_stride()) {
+    float sum = 0.0f;
+    for (int k = 0; k < replicas; ++k) sum += to_f32(static_cast<const T*>(buffers.data[k])[i]);
+    const T mean = from_f32<T>(sum * inv);
+    for (int k = 0; k < replicas; ++k) static_cast<T*>(buffers.data[k])[i] = mean;
+  }
+}
+
 __device__ __forceinline__ float relu(float x) { return x <= 0.0f ? 0.0f : x; }  // NaN stays NaN
 
 template <class T>
@@ -399,6 +416,19 @@ void add(DType type, const void* a, const void* b, void* out, i64 n, cudaStream_
     using T = typename decltype(tag)::type;
     add_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(a), static_cast<const T*>(b),
                                                           static_cast<T*>(out), n);
+  });
+  TB_CU(cudaGetLastError());
+}
+
+void average_replicas(DType type, void* const* buffers, int replicas, i64 n, cudaStream_t stream) {
+  TB_CHECK(replicas >= 1 && replicas <= kMaxSharedReplicas, "average_replicas: {} buffers; 1 to {} are supported",
+           replicas, kMaxSharedReplicas);
+  if (n <= 0) return;
+  ReplicaBuffers b{};
+  for (int k = 0; k < replicas; ++k) b.data[k] = buffers[k];
+  dispatch(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    average_replicas_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(b, replicas, n);
   });
   TB_CU(cudaGetLastError());
 }

@@ -21,6 +21,10 @@ namespace tb::cuda::kernels {
 void cast_from_f32(DType dst_type, const float* src, void* dst, i64 n, cudaStream_t stream);
 void cast_to_f32(DType src_type, const void* src, float* dst, i64 n, cudaStream_t stream);
 
+// Each of the `replicas` buffers (n elements of `type`, on one device) becomes their mean
+// (fp32 sums): the all-reduce of replicas sharing one GPU. At most 16 buffers.
+void average_replicas(DType type, void* const* buffers, int replicas, i64 n, cudaStream_t stream);
+
 // out[i] = a[i] + b[i]; out may alias a or b.
 void add(DType type, const void* a, const void* b, void* out, i64 n, cudaStream_t stream);
 // into[i] += from[i].

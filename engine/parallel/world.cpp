@@ -10,6 +10,7 @@
 
 #ifdef TB_HAVE_CUDA
 #include "engine/parallel/nccl_comm.hpp"
+#include "engine/parallel/shared_device_comm.hpp"
 #endif
 #ifdef TB_HAVE_MPI
 #include "engine/parallel/mpi_comm.hpp"
@@ -74,13 +75,17 @@ std::vector<std::unique_ptr<Communicator>> make_communicators(Mode mode, const s
     return comms;
   }
 #ifdef TB_HAVE_CUDA
-  if (mode == Mode::NcclThreads) {
+  if (mode == Mode::NcclThreads || mode == Mode::SharedDevice) {
     std::vector<int> devices;
     std::vector<cudaStream_t> streams;
     for (const Network* n : networks) {
       const CommEndpoint e = endpoint(*n);
       devices.push_back(e.device);
       streams.push_back(static_cast<cudaStream_t>(e.stream));
+    }
+    if (mode == Mode::SharedDevice) {
+      for (int d : devices) TB_CHECK(d == devices.at(0), "shared-device replicas on devices {} and {}", devices[0], d);
+      return make_shared_device_group(devices.at(0), streams);
     }
     return make_nccl_group(devices, streams);
   }

@@ -26,9 +26,10 @@ const World& world();
 std::unique_ptr<Communicator> world_comm();
 
 // How the replicas of one benchmark communicate: not at all, MPI ranks (a CPU replica each),
-// NCCL between this process's GPUs (a thread each), NCCL across MPI ranks (a GPU each), or
-// independent jobs sharing one GPU.
-enum class Mode { None, Mpi, NcclThreads, NcclMpi, Jobs };
+// NCCL between this process's GPUs (a thread each), NCCL across MPI ranks (a GPU each),
+// independent jobs sharing one GPU, or data-parallel replicas sharing one GPU (a thread each,
+// averaged by a kernel: a correctness check of gpu:N on one device, not scaling).
+enum class Mode { None, Mpi, NcclThreads, NcclMpi, Jobs, SharedDevice };
 // True where the replicas' steps span MPI ranks (the slowest rank sets the step).
 bool spans_ranks(Mode mode);
 

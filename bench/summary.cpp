@@ -1,0 +1,173 @@
+// The end-of-run summary (summary.hpp), built from the run's CSV rows so that it shows exactly
+// what the CSV holds: medians over repetitions, and predicted rows marked as such.
+#include "bench/summary.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace tb::bench {
+namespace {
+
+// Rows a summary line is made of: a workload (model, dataset, batch-independent), a precision
+// and a variant; the devices are its columns.
+struct LineKey {
+  std::string workload, precision;
+  bool operator<(const LineKey& o) const { return std::tie(workload, precision) < std::tie(o.workload, o.precision); }
+};
+
+struct Cell {
+  std::vector<double> rates, efficiencies, comm_shares;
+  double peak_bytes = 0;
+};
+
+std::string cell(const Row& row, const char* column) {
+  const auto it = row.find(column);
+  return it == row.end() ? "" : it->second;
+}
+
+double value(const Row& row, const char* column) {
+  const std::string v = cell(row, column);
+  return v.empty() ? -1 : std::strtod(v.c_str(), nullptr);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The column a row belongs to: its device, marked where it is not a measured scaling figure.
+std::string device_column(const Row& row) {
+  std::string device = cell(row, "device");
+  if (cell(row, "shared_device") == "1") device += " (one GPU)";
+  if (cell(row, "measurement") == "predicted") device += fmt::format(" (predicted, {})", cell(row, "link"));
+  return device;
+}
+
+bool multi_device(const std::string& column) {
+  const std::string device = column.substr(0, column.find(' '));
+  const auto colon = device.find(':');
+  if (device.rfind("cpu", 0) == 0 || colon == std::string::npos) return false;
+  if (device.find("/jobs:") != std::string::npos) return false;
+  return std::atoi(device.c_str() + colon + 1) > 1;
+}
+
+std::string rate_text(double v) { return v < 0 ? "" : v >= 1e4 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v); }
+
+using Table = std::vector<std::vector<std::string>>;
+
+std::string render(const Table& table, bool markdown) {
+  std::vector<std::size_t> widths(table.at(0).size(), 0);
+  for (const auto& line : table)
+    for (std::size_t i = 0; i < line.size(); ++i) widths[i] = std::max(widths[i], line[i].size());
+  std::string out;
+  for (std::size_t r = 0; r < table.size(); ++r) {
+    for (std::size_t i = 0; i < table[r].size(); ++i)
+      out += markdown ? fmt::format("| {} ", table[r][i])
+                 : i == 0  ? fmt::format("{:<{}}", table[r][i], widths[i])
+                           : fmt::format("  {:>{}}", table[r][i], widths[i]);
+    out += markdown ? "|\n" : "\n";
+    if (r == 0 && markdown) {
+      for (std::size_t i = 0; i < widths.size(); ++i) out += i < 2 ? "| --- " : "| ---: ";
+      out += "|\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string summary_table(const std::vector<Row>& rows, bool markdown) {
+  std::map<LineKey, std::map<std::string, Cell>> lines;
+  std::vector<std::string> devices;  // in the order rows came
+  std::vector<std::string> skipped;
+  std::set<std::string> skip_seen;
+  for (const Row& row : rows) {
+    if (cell(row, "kind") != "train") continue;
+    const std::string status = cell(row, "status");
+    if (status == "skipped") {
+      std::string why = cell(row, "message");
+      if (why.rfind("skipped: ", 0) == 0) why.erase(0, 9);
+      // "gpu:1: no CUDA device" is about the device; anything else about this precision on it.
+      const std::string device = cell(row, "device");
+      const std::string what = why.rfind(device, 0) == 0 ? why : fmt::format("{} {}: {}", device, cell(row, "precision"), why);
+      if (skip_seen.insert(cell(row, "device") + why).second) skipped.push_back(what);
+      continue;
+    }
+    if (status != "ok" || cell(row, "run_type") != "iteration") continue;
+    std::string variant = cell(row, "variant");
+    for (const char* hidden : {"shared_device", "predicted:"})
+      if (const auto at = variant.find(hidden); at != std::string::npos) variant.erase(at);
+    while (!variant.empty() && variant.back() == '/') variant.pop_back();
+    const LineKey key{fmt::format("{}/{}{}", cell(row, "model"), cell(row, "dataset"),
+                                  variant.empty() ? "" : " [" + variant + "]"),
+                      cell(row, "precision")};
+    const std::string column = device_column(row);
+    if (std::find(devices.begin(), devices.end(), column) == devices.end()) devices.push_back(column);
+    Cell& c = lines[key][column];
+    c.rates.push_back(value(row, "samples_per_s"));
+    if (double e = value(row, "scaling_efficiency"); e >= 0) c.efficiencies.push_back(e);
+    if (double s = value(row, "comm_share"); s >= 0) c.comm_shares.push_back(s);
+    c.peak_bytes = std::max({c.peak_bytes, value(row, "mem_peak_bytes"), value(row, "peak_rss_bytes")});
+  }
+  if (lines.empty() && skipped.empty()) return "";
+  std::string out = markdown ? "# trainbench summary\n\n" : "";
+  if (!lines.empty()) {
+    const bool has_cpu = std::find(devices.begin(), devices.end(), "cpu") != devices.end();
+    Table table{{"workload", "precision"}};
+    for (const auto& d : devices) table[0].push_back(d + " samples/s");
+    for (const auto& d : devices)
+      if (has_cpu && d != "cpu" && d.find("(one GPU)") == std::string::npos) table[0].push_back(d + " x cpu");
+    for (const auto& d : devices)
+      if (multi_device(d) && d.find("(one GPU)") == std::string::npos) table[0].push_back(d + " efficiency");
+    for (const auto& d : devices)
+      if (multi_device(d)) table[0].push_back(d + " comm share");
+    table[0].push_back("peak GiB");
+    for (const auto& [key, by_device] : lines) {
+      // A GPU precision is compared with the CPU's fp32, the only precision the CPU trains in.
+      double cpu_rate = -1;
+      for (const auto& [other, other_devices] : lines)
+        if (other.workload == key.workload && other.precision == "fp32")
+          if (auto it = other_devices.find("cpu"); it != other_devices.end()) cpu_rate = median(it->second.rates);
+      std::vector<std::string> line{key.workload, key.precision};
+      double peak = 0;
+      auto each = [&](auto&& include, auto&& text) {
+        for (const auto& d : devices) {
+          if (!include(d)) continue;
+          const auto it = by_device.find(d);
+          line.push_back(it == by_device.end() ? "" : text(it->second));
+        }
+      };
+      each([](const std::string&) { return true; }, [](const Cell& c) { return rate_text(median(c.rates)); });
+      each([&](const std::string& d) { return has_cpu && d != "cpu" && d.find("(one GPU)") == std::string::npos; },
+           [&](const Cell& c) { return cpu_rate > 0 ? fmt::format("{:.2f}x", median(c.rates) / cpu_rate) : ""; });
+      each([](const std::string& d) { return multi_device(d) && d.find("(one GPU)") == std::string::npos; },
+           [](const Cell& c) {
+             return c.efficiencies.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.efficiencies));
+           });
+      each([](const std::string& d) { return multi_device(d); },
+           [](const Cell& c) { return c.comm_shares.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.comm_shares)); });
+      for (const auto& [d, c] : by_device) peak = std::max(peak, c.peak_bytes);
+      line.push_back(peak > 0 ? fmt::format("{:.2f}", peak / double(1 << 30)) : "");
+      table.push_back(line);
+    }
+    out += render(table, markdown);
+    out += markdown ? "\n" : "";
+    out += "samples/s: median over repetitions; x cpu: over this machine's cpu fp32 row of the workload; "
+           "efficiency: samples/s / (N x the one-device row's); peak GiB: the largest of the line's rows (GPU: "
+           "device memory trainbench allocated; CPU: the process's resident set); (one GPU): N replicas sharing "
+           "one GPU, a correctness check, not scaling; (predicted, LINK): a model's prediction, not a measurement\n";
+  }
+  if (!skipped.empty()) {
+    out += markdown ? "\n## Skipped\n\n" : "skipped:\n";
+    for (const std::string& s : skipped) out += markdown ? fmt::format("- {}\n", s) : fmt::format("  {}\n", s);
+  }
+  return out;
+}
+
+}  // namespace tb::bench
