@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <map>
@@ -24,6 +25,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -36,7 +38,9 @@
 #include "engine/cuda/network.hpp"
 #include "engine/parallel/nccl_comm.hpp"
 #include "engine/parallel/replica.hpp"
+#include "engine/parallel/shared_device_comm.hpp"
 #include "models/models.hpp"
+#include "tests/large_batch.hpp"
 #include "tests/tensors.hpp"
 
 // Precisions by name in gtest's messages, rather than as bytes.
@@ -1192,6 +1196,9 @@ TEST_F(CudaGpu, MemoryCapRefusesAModelThatDoesNotFit) {
 // broadcast and a max, on device buffers ordered on each GPU's stream.
 TEST_F(CudaGpu, NcclCollectivesOverEveryVisibleGpu) {
   const int gpus = int(cuda::gpu_inventory().devices.size());
+  // On one GPU a mean over one rank is a copy: nothing to check here (NCCL's calls on one GPU
+  // are checked by NcclOneRank.TrainsLikeAPlainNetwork).
+  if (gpus < 2) GTEST_SKIP() << "needs two GPUs: a mean over one rank is trivially right";
   std::vector<int> devices;
   std::vector<cudaStream_t> streams(static_cast<std::size_t>(gpus));
   for (int d = 0; d < gpus; ++d) {
@@ -1283,6 +1290,159 @@ TEST_F(CudaGpu, TwoGpuReplicasOnHalfBatchesMatchTheCpuOnTheWholeBatch) {
     EXPECT_TRUE(agree(replicas[1]->read_param(node, k), cpu->read_param(node, k), 1e-3)) << name;
   });
 }
+
+// ---- gpu:N on one GPU ----
+
+// Runs fn(r) on n threads, each with device 0 current, and rethrows the first failure.
+void on_device_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        TB_CU(cudaSetDevice(0));
+        fn(r);
+      } catch (...) {
+        errors[std::size_t(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// How far each precision's replicas may drift from the large batch, relative to the size of the
+// large batch's own steps: fp32 and tf32 differ by summation order only (the same TF32 inputs on
+// both sides); fp16 and bf16 average 16-bit gradients, each rounded to 2^-11 and 2^-8 of itself,
+// which momentum carries over 4 steps. A sum in place of a mean is off by 100%.
+double large_batch_tolerance(Precision p) {
+  switch (p) {
+    case Precision::FP32:
+    case Precision::TF32:
+      return 1e-3;
+    case Precision::FP16:
+      return 2e-2;
+    case Precision::BF16:
+      return 5e-2;
+  }
+  return 0;
+}
+
+class SharedDevice : public testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = why_not_runnable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+// gpu:N's replicas sharing one GPU (--gpus=0,0), each on its shard, against one network of the
+// N*b samples on the same GPU in the same precision: DataParallel.EqualsLargeBatch on the device.
+TEST_P(SharedDevice, EqualsLargeBatch) {
+  const Precision precision = GetParam();
+  for (const auto& [name, dataset, replicas, shard] :
+       {std::tuple{"mlp", "mnist", 2, i64(8)}, std::tuple{"lenet5", "cifar10", 3, i64(4)},
+        std::tuple{"lstm", "sine", 2, i64(5)}}) {
+    SCOPED_TRACE(name);
+    const ModelSpec model = models::workload(name, dataset).spec;
+    const OptimizerConfig sgd{.kind = OptimizerConfig::Kind::SGD, .lr = 0.05, .momentum = 0.9};
+    testing_support::LargeBatch data(model, shard, replicas);
+    TB_CU(cudaSetDevice(0));
+    cuda::CudaNetwork whole(model, gpu_config(data.batch(), precision, sgd));
+    std::vector<std::unique_ptr<Network>> nets;
+    std::vector<cudaStream_t> streams;
+    for (int r = 0; r < replicas; ++r) {
+      auto net = std::make_unique<cuda::CudaNetwork>(model, gpu_config(shard, precision, sgd));
+      streams.push_back(net->context().stream);
+      nets.push_back(std::move(net));
+    }
+    auto comms = parallel::make_shared_device_group(0, streams);
+    std::vector<std::unique_ptr<parallel::ReplicaNetwork>> rep(static_cast<std::size_t>(replicas));
+    on_device_threads(replicas, [&](int r) {
+      rep[std::size_t(r)] =
+          std::make_unique<parallel::ReplicaNetwork>(std::move(nets[std::size_t(r)]), std::move(comms[std::size_t(r)]));
+    });
+    copy_params(model, data.batch(), *rep[0], whole);  // replica 0's weights, broadcast to all
+    std::vector<Vec> before;
+    for_each_param(model, data.batch(), [&](int node, int k, const std::string&) {
+      before.push_back(whole.read_param(node, k));
+    });
+    std::mt19937 rng(29);
+    for (int step = 0; step < 4; ++step) {
+      data.draw(rng);
+      StepTimes t;
+      whole.set_batch(data.whole());
+      whole.train_step(t);
+      on_device_threads(replicas, [&](int r) {
+        rep[std::size_t(r)]->set_batch(data.shard(r));
+        StepTimes rt;
+        rep[std::size_t(r)]->train_step(rt);
+      });
+    }
+    on_device_threads(replicas, [&](int r) { rep[std::size_t(r)]->check_weights_agree(); });
+    std::size_t i = 0;
+    for_each_param(model, data.batch(), [&](int node, int k, const std::string& param) {
+      EXPECT_TRUE(same_update(rep[std::size_t(replicas - 1)]->read_param(node, k), whole.read_param(node, k),
+                              before[i++], large_batch_tolerance(precision)))
+          << param;
+    });
+    EXPECT_EQ(rep[0]->stats().steps, 4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPrecisions, SharedDevice,
+                         testing::Values(Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16),
+                         [](const testing::TestParamInfo<Precision>& info) {
+                           return std::string(cuda::precision_name(info.param));
+                         });
+
+class NcclOneRank : public testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = why_not_runnable(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+// The data-parallel path over NCCL with one rank: every NCCL call of the real path (the
+// broadcast, each bucket's all-reduce on the communication stream, the waits, the weight check)
+// is issued on a one-GPU machine, where a mean over one rank is a copy, so the replica must take
+// exactly the steps of the same network without a communicator.
+TEST_P(NcclOneRank, TrainsLikeAPlainNetwork) {
+  const Precision precision = GetParam();
+  for (const auto& [name, dataset, batch] :
+       {std::tuple{"mlp", "mnist", i64(8)}, std::tuple{"lenet5", "cifar10", i64(4)},
+        std::tuple{"lstm", "sine", i64(4)}, std::tuple{"resnet152", "cifar10", i64(2)}}) {
+    SCOPED_TRACE(name);
+    const ModelSpec model = models::workload(name, dataset).spec;
+    const OptimizerConfig sgd{.kind = OptimizerConfig::Kind::SGD, .lr = 0.05, .momentum = 0.9};
+    TB_CU(cudaSetDevice(0));
+    cuda::NetworkConfig config = gpu_config(batch, precision, sgd);
+    config.keep_values = false;
+    cuda::CudaNetwork plain(model, config);
+    auto net = std::make_unique<cuda::CudaNetwork>(model, config);
+    cudaStream_t stream = net->context().stream;
+    parallel::ReplicaNetwork replica(std::move(net), std::move(parallel::make_nccl_group({0}, {stream}).at(0)),
+                                     std::size_t(1) << 20);
+    copy_params(model, batch, replica, plain);
+    testing_support::LargeBatch data(model, batch, 1);
+    std::mt19937 rng(31);
+    data.draw(rng);
+    StepTimes t;
+    plain.set_batch(data.whole());
+    replica.set_batch(data.whole());
+    const float plain_loss = plain.train_step(t), replica_loss = replica.train_step(t);
+    EXPECT_TRUE(std::isfinite(replica_loss));
+    EXPECT_EQ(replica_loss, plain_loss);
+    replica.check_weights_agree();
+    EXPECT_EQ(replica.param_checksum(), plain.param_checksum()) << "a one-rank mean must leave gradients as they are";
+    EXPECT_EQ(replica.stats().buckets, i64(replica.buckets().size()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPrecisions, NcclOneRank,
+                         testing::Values(Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16),
+                         [](const testing::TestParamInfo<Precision>& info) {
+                           return std::string(cuda::precision_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace tb

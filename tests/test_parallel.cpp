@@ -3,6 +3,8 @@
 // Everything here runs on the CPU backend, so it runs on every machine.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "engine/parallel/communicator.hpp"
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"
+#include "tests/large_batch.hpp"
 #include "tests/replica_checks.hpp"
 
 namespace tb {
@@ -144,70 +147,125 @@ TEST(Buckets, CoverEveryGradientExactlyOnceInBackwardOrder) {
   }
 }
 
-std::vector<float> random_vector(std::mt19937& rng, std::size_t n) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// Two replicas, each on half of every batch, against one network on the whole batch: with
-// mean losses, the mean of the halves' gradients is the whole batch's gradient, so the weights
-// agree after every step up to fp32 summation order (~1e-6 relative per step; 1e-4 after a few
-// steps leaves margin, while a missing or unaveraged bucket is off by O(1)).
-void expect_halves_match_whole(const ModelSpec& spec, OptimizerConfig opt, i64 batch, int steps,
-                               std::size_t bucket_bytes) {
-  const Dims in = infer_shapes(spec, batch)[0];
-  const i64 sample = product(in) / batch;
-  auto whole = cpu_net(spec, batch, opt);
-  std::vector<std::unique_ptr<parallel::ReplicaNetwork>> replicas(2);
-  auto comms = thread_comms(2);
-  on_threads(2, [&](int r) {
-    replicas[std::size_t(r)] = std::make_unique<parallel::ReplicaNetwork>(
-        cpu_net(spec, batch / 2, opt), std::move(comms[std::size_t(r)]), bucket_bytes);
-  });
-  // Same start: rank 0's weights were broadcast; the whole-batch network copies them.
-  testing_support::copy_params(spec, batch, *replicas[0], *whole);
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int> label(0, int(spec.classes) - 1);
-  for (int s = 0; s < steps; ++s) {
-    std::vector<float> x = random_vector(rng, std::size_t(batch * sample));
-    std::vector<std::int32_t> y(static_cast<std::size_t>(batch));
-    for (auto& v : y) v = label(rng);
-    StepTimes t;
-    whole->set_batch(BatchView{x.data(), y.data(), nullptr});
-    whole->train_step(t);
-    on_threads(2, [&](int r) {
-      const i64 half = batch / 2;
-      replicas[std::size_t(r)]->set_batch(BatchView{x.data() + r * half * sample, y.data() + r * half, nullptr});
-      StepTimes rt;
-      replicas[std::size_t(r)]->train_step(rt);
-    });
+// A communicator that sums where it should average (a missing division by N): the exact
+// reference below must catch it.
+class SumNotMean final : public Communicator {
+ public:
+  explicit SumNotMean(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string kind() const override { return "sum-not-mean"; }
+  void start_all_reduce_mean(void* data, i64 count, ElemType type) override {
+    inner_->start_all_reduce_mean(data, count, type);
+    pending_.emplace_back(static_cast<float*>(data), count);
   }
-  on_threads(2, [&](int r) { replicas[std::size_t(r)]->check_weights_agree(); });
-  testing_support::expect_params_match(spec, batch, *replicas[1], *whole, 1e-4, spec.name);
-  const parallel::CommStats& st = replicas[0]->stats();
-  EXPECT_EQ(st.steps, steps);
-  EXPECT_EQ(st.buckets, i64(replicas[0]->buckets().size()) * steps);
-  EXPECT_DOUBLE_EQ(st.bytes / steps, [&] {
-    double b = 0;
-    for (const auto& bucket : replicas[0]->buckets()) b += double(bucket.count) * 4;
-    return b;
-  }());
-}
+  void wait() override {
+    inner_->wait();
+    for (auto [data, count] : pending_)
+      for (i64 k = 0; k < count; ++k) data[k] *= float(size());
+    pending_.clear();
+  }
+  void broadcast(void* data, i64 count, ElemType type, int root) override { inner_->broadcast(data, count, type, root); }
+  void barrier() override { inner_->barrier(); }
+  double max(double value) override { return inner_->max(value); }
+  void abort(const std::string& reason) override { inner_->abort(reason); }
 
-TEST(DataParallel, TwoReplicasOnHalfBatchesMatchOneOnTheWholeBatchMlpSgd) {
+ private:
+  std::unique_ptr<Communicator> inner_;
+  std::vector<std::pair<float*, i64>> pending_;
+};
+
+// N replicas of batch b on their shards against one network on the N*b samples, k SGD steps:
+// with mean losses the mean of the shards' gradients is the whole batch's, so the weights agree
+// up to fp32 summation order (~1e-6 relative per step; 1e-4 after a few steps leaves margin,
+// while a missing division by N, a bucket averaged twice or overlapping shards are off by O(1)).
+// Returns the largest relative difference over the parameters.
+double large_batch_difference(const ModelSpec& spec, int replicas, i64 shard, int steps, std::size_t bucket_bytes,
+                              bool sum_not_mean = false) {
   OptimizerConfig sgd;
   sgd.lr = 0.05;
-  expect_halves_match_whole(models::workload("mlp", "mnist").spec, sgd, 16, 4, std::size_t(256) << 10);
+  testing_support::LargeBatch data(spec, shard, replicas);
+  auto whole = cpu_net(spec, data.batch(), sgd);
+  std::vector<std::unique_ptr<parallel::ReplicaNetwork>> nets(static_cast<std::size_t>(replicas));
+  auto comms = thread_comms(replicas);
+  on_threads(replicas, [&](int r) {
+    std::unique_ptr<Communicator> comm = std::move(comms[std::size_t(r)]);
+    if (sum_not_mean) comm = std::make_unique<SumNotMean>(std::move(comm));
+    nets[std::size_t(r)] =
+        std::make_unique<parallel::ReplicaNetwork>(cpu_net(spec, shard, sgd), std::move(comm), bucket_bytes);
+  });
+  testing_support::copy_params(spec, data.batch(), *nets[0], *whole);  // rank 0's, broadcast
+  std::mt19937 rng(3);
+  for (int s = 0; s < steps; ++s) {
+    data.draw(rng);
+    StepTimes t;
+    whole->set_batch(data.whole());
+    whole->train_step(t);
+    on_threads(replicas, [&](int r) {
+      nets[std::size_t(r)]->set_batch(data.shard(r));
+      StepTimes rt;
+      nets[std::size_t(r)]->train_step(rt);
+    });
+  }
+  on_threads(replicas, [&](int r) { nets[std::size_t(r)]->check_weights_agree(); });
+  const parallel::CommStats& st = nets[0]->stats();
+  EXPECT_EQ(st.steps, steps);
+  EXPECT_EQ(st.buckets, i64(nets[0]->buckets().size()) * steps);
+  double worst = 0;
+  testing_support::for_each_param(spec, data.batch(), [&](int node, int k, const std::string&) {
+    worst = std::max(worst, testing_support::relative_difference(nets[std::size_t(replicas - 1)]->read_param(node, k),
+                                                                 whole->read_param(node, k)));
+  });
+  return worst;
 }
 
-TEST(DataParallel, TwoReplicasOnHalfBatchesMatchOneOnTheWholeBatchLenetAdam) {
-  OptimizerConfig adam;
-  adam.kind = OptimizerConfig::Kind::Adam;
-  adam.lr = 1e-3;
-  expect_halves_match_whole(models::workload("lenet5", "cifar10").spec, adam, 8, 3,
-                            std::size_t(4) << 10);  // several buckets
+constexpr double kLargeBatchTolerance = 1e-4;
+
+TEST(DataParallel, EqualsLargeBatch) {
+  struct Case {
+    const char *model, *dataset;
+    int replicas;
+    i64 shard;
+    std::size_t bucket_bytes;
+  };
+  for (const Case& c : {Case{"mlp", "mnist", 2, 8, std::size_t(256) << 10}, Case{"mlp", "mnist", 3, 4, std::size_t(1)},
+                        Case{"lenet5", "cifar10", 2, 4, std::size_t(4) << 10},  // several buckets
+                        Case{"lenet5", "cifar10", 3, 3, parallel::kDefaultBucketBytes},
+                        Case{"lstm", "sine", 2, 5, std::size_t(64)}, Case{"lstm", "sine", 4, 3, std::size_t(1) << 20}}) {
+    SCOPED_TRACE(fmt::format("{} x{} shard {}", c.model, c.replicas, c.shard));
+    EXPECT_LT(large_batch_difference(models::workload(c.model, c.dataset).spec, c.replicas, c.shard, 4, c.bucket_bytes),
+              kLargeBatchTolerance);
+  }
+}
+
+TEST(DataParallel, EqualsLargeBatchCatchesASumInPlaceOfAMean) {
+  const double wrong =
+      large_batch_difference(models::workload("mlp", "mnist").spec, 2, 8, 4, std::size_t(256) << 10, true);
+  EXPECT_GT(wrong, 100 * kLargeBatchTolerance) << "the reference cannot tell a sum from a mean";
+}
+
+// Batch norm keeps statistics per replica by design, so ResNet-152 is checked for what data
+// parallelism promises it: every replica holds the same weights after training.
+TEST(DataParallel, ResNetReplicasStayIdentical) {
+  const ModelSpec spec = models::workload("resnet152", "cifar10").spec;
+  OptimizerConfig sgd;
+  sgd.lr = 0.01;
+  testing_support::LargeBatch data(spec, 2, 2);
+  std::vector<std::unique_ptr<parallel::ReplicaNetwork>> nets(2);
+  auto comms = thread_comms(2);
+  on_threads(2, [&](int r) {
+    nets[std::size_t(r)] =
+        std::make_unique<parallel::ReplicaNetwork>(cpu_net(spec, 2, sgd), std::move(comms[std::size_t(r)]));
+  });
+  std::mt19937 rng(9);
+  data.draw(rng);
+  on_threads(2, [&](int r) {
+    nets[std::size_t(r)]->set_batch(data.shard(r));
+    StepTimes t;
+    nets[std::size_t(r)]->train_step(t);
+  });
+  on_threads(2, [&](int r) { nets[std::size_t(r)]->check_weights_agree(); });
+  EXPECT_NE(nets[0]->read_param(1, 0), cpu_net(spec, 2, sgd)->read_param(1, 0)) << "training changed nothing";
 }
 
 TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {

@@ -3,7 +3,9 @@ flags, the GPU mode's device, precisions and benchmark names, and what it reads 
 trainbench binary (`--list_models --json`, `--csv_header`), here a fake one written by the
 test: the workloads come from its JSON, a model with no PyTorch definition is skipped with a
 note, and a missing, old or broken binary is refused in one line naming it and the fix; and
-bad flags or a CSV with another header answer in one line, the CSV untouched.
+bad flags or a CSV with another header answer in one line, the CSV untouched; a trainbench whose
+header lacks schema 4's columns is too old; the settings flags (--settings, --settings_out,
+--search_only) refuse what cannot run.
 
 fake_trainbench() and TODAY are also used by test_pytorch_train.py."""
 import copy
@@ -19,14 +21,17 @@ from conftest import SCRIPTS
 
 PEER = SCRIPTS / "peers" / "pytorch_train.py"
 
-# A short header: enough for the peer to write rows by column name.
+# A short header: enough for the peer to write rows by column name (schema 4's columns included).
 FAKE_HEADER = ("schema_version,benchmark,kind,model,dataset,device,precision,batch,optimizer,"
-               "framework,run_type,repetition,status,message,params,train_flops_per_sample")
+               "framework,run_type,repetition,status,message,params,train_flops_per_sample,"
+               "step_time_s,wall_step_time_s,samples_per_s,variant,load_avg_1m,measurement,"
+               "peer_settings")
 
 
 def workload(model, dataset, batch, input_shape, classes, params, forward_flops, optimizer,
-             **more) -> dict:
-    """One entry of `trainbench --list_models --json` (format 1)."""
+             input_flops=0, **more) -> dict:
+    """One entry of `trainbench --list_models --json` (format 1). Training FLOPs are 3 x the
+    forward's less input_flops, the input gradient of the layers fed by the model's input."""
     entry = {"model": model, "dataset": dataset,
              "task": "classification" if classes else "regression", "classes": classes,
              "input_shape": list(input_shape), "seq_len": 0, "batch": batch, "gpu_batch": batch,
@@ -35,7 +40,7 @@ def workload(model, dataset, batch, input_shape, classes, params, forward_flops,
                            "beta1": 0.9, "beta2": 0.999, "eps": 1e-08, "lr_reference_batch": 0,
                            **optimizer},
              "params": params, "forward_flops_per_sample": float(forward_flops),
-             "train_flops_per_sample": 3.0 * forward_flops}
+             "train_flops_per_sample": 3.0 * forward_flops - input_flops}
     entry.update(more)
     return entry
 
@@ -44,16 +49,16 @@ ADAM = {"kind": "adam", "lr": 0.001}
 RESNET_SGD = {"kind": "sgd", "lr": 0.1, "weight_decay": 0.0001, "lr_reference_batch": 256}
 # trainbench's workloads as models/ defines them today, with their counts (results/SCHEMA.md).
 TODAY = [
-    workload("mlp", "mnist", 100, [784], 10, 1796010, 3588000, ADAM, epochs=5),
-    workload("mlp", "fashion-mnist", 100, [784], 10, 1796010, 3588000, ADAM, epochs=5,
+    workload("mlp", "mnist", 100, [784], 10, 1796010, 3588000, ADAM, 1568000, epochs=5),
+    workload("mlp", "fashion-mnist", 100, [784], 10, 1796010, 3588000, ADAM, 1568000, epochs=5,
              real_data_only=True),
-    workload("lenet5", "cifar10", 100, [3, 32, 32], 10, 74966, 1513680, ADAM, epochs=5,
+    workload("lenet5", "cifar10", 100, [3, 32, 32], 10, 74966, 1513680, ADAM, 705600, epochs=5,
              warmup_steps=200),
-    workload("lstm", "sine", 20, [1], 0, 236, 14700, {"kind": "adam", "lr": 0.01}, seq_len=35,
+    workload("lstm", "sine", 20, [1], 0, 236, 14700, {"kind": "adam", "lr": 0.01}, 350, seq_len=35,
              epochs=20),
-    workload("resnet152", "cifar10", 128, [3, 32, 32], 10, 58164298, 469901312, RESNET_SGD),
+    workload("resnet152", "cifar10", 128, [3, 32, 32], 10, 58164298, 469901312, RESNET_SGD, 4816896),
     workload("resnet152", "imagenet", 8, [3, 224, 224], 1000, 60192808, 23027253248, RESNET_SGD,
-             gpu_batch=128),
+             236027904, gpu_batch=128),
 ]
 # A model trainbench might add that the peer has no PyTorch definition of.
 FIFTH = workload("toymodel", "blobs", 16, [8], 4, 40, 64, ADAM)
@@ -129,13 +134,62 @@ def test_an_unknown_precision_is_named():
 
 
 def test_gpu_names_carry_the_precision_and_the_gpu_batch(tmp_path):
-    # A filter that matches nothing lists every name it would have run.
+    # A filter that matches nothing lists every name it would have run. The peer's data is
+    # resident on the GPU: its rows carry trainbench's data_on_device variant.
     r = run("--device=cuda", "--filter=no-such-benchmark", "--trainbench", fake_trainbench(tmp_path))
     message = one_line(r)
     for precision in ("fp32", "tf32", "fp16", "bf16"):
-        assert f"train/resnet152/imagenet/gpu:1/{precision}/bs:128" in message
-        assert f"train/mlp/mnist/gpu:1/{precision}/bs:100" in message
+        assert f"train/resnet152/imagenet/gpu:1/{precision}/bs:128/data_on_device" in message
+        assert f"train/mlp/mnist/gpu:1/{precision}/bs:100/data_on_device" in message
     assert "/cpu" not in message
+
+
+@pytest.mark.parametrize("flags, variant", [
+    ([], ""),
+    (["--optimizer=adam"], ""),                      # the MLP's own optimizer and lr
+    (["--optimizer=sgd"], "/optimizer:sgd/lr:0.01"),
+    (["--lr=0.5"], "/lr:0.5"),
+    (["--optimizer=sgd", "--lr=0.001"], "/optimizer:sgd"),
+])
+def test_names_carry_trainbench_s_variant_of_the_same_flags(tmp_path, flags, variant):
+    """bench/configs.cpp variant_of: what differs from the workload's own optimizer and lr, so
+    that a peer row matches the trainbench row of the same flags."""
+    message = one_line(run("--threads=1", "--filter=no-such-benchmark", *flags,
+                           "--trainbench", fake_trainbench(tmp_path)))
+    device = "cpu" if len(os.sched_getaffinity(0)) == 1 else "cpu:1"
+    names = message.split(" they are ", 1)[1].split(", ")
+    assert f"train/mlp/mnist/{device}/fp32/bs:100{variant}" in names
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--settings=layout:nhwc"], "--settings: 'layout:nhwc': the layout is nchw or channels_last"),
+    (["--settings=threads:4", "--threads=2"], "threads:4 is more than --threads 2"),
+    (["--device=cuda", "--settings=threads:2"], "on a GPU only the layout"),
+    (["--search_only"], "--search_only: needs --settings search (the default) and --settings_out"),
+    (["--trial_time=0"], "--trial_time: 0.0 is not a number of seconds > 0"),
+    (["--trial"], "--trial: needs one --settings SETTING"),
+])
+def test_bad_settings_flags_answer_in_one_line(tmp_path, args, needle):
+    assert needle in one_line(run("--filter=lstm", *args, "--trainbench", fake_trainbench(tmp_path)))
+
+
+def test_a_settings_file_that_cannot_be_read_is_named(tmp_path):
+    binary = fake_trainbench(tmp_path)
+    missing = tmp_path / "no-settings.json"
+    assert f"--settings @{missing}: cannot read it" in one_line(
+        run("--filter=lstm", f"--settings=@{missing}", "--trainbench", binary))
+    other = tmp_path / "other.json"
+    other.write_text('{"format": 7}')
+    assert "not a settings file of format 1" in one_line(
+        run("--filter=lstm", f"--settings=@{other}", "--trainbench", binary))
+
+
+def test_a_trainbench_without_schema_4_columns_is_too_old(tmp_path):
+    v3 = FAKE_HEADER.replace(",variant,load_avg_1m,measurement,peer_settings", "")
+    binary = fake_trainbench(tmp_path, header=v3)
+    line = one_line(run("--filter=lstm", "--trainbench", binary))
+    assert "has no variant, load_avg_1m, measurement, peer_settings column(s)" in line
+    assert "older than schema 4" in line and "cmake --build build/release" in line
 
 
 def test_the_names_come_from_the_json(tmp_path):
