@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws the trainbench charts from one or more CSVs (results/SCHEMA.md), headless.
+"""Draws the trainbench charts and a report from one or more CSVs (results/SCHEMA.md), headless.
 
     scripts/plot.py results/*/*.csv --out charts/
     scripts/plot.py --latest results/*/*.csv --out charts/   # the newest rows per machine
@@ -8,7 +8,14 @@
 (a machine: host, CPU model and GPU, not the driver: see machine_of), so that a folder of many
 runs draws one series per machine instead of one per commit; the README's charts are drawn so.
 
+A row's configuration is its device, precision, batch and variant (the flags that change what
+it measures, results/SCHEMA.md schema 4; derived from cuda_graph/data_on_device in older
+rows): runs that differ in any of them are separate bars, labelled with the variant.
+
 Writes each chart as PNG and SVG into the --out folder:
+  headline            per model, samples/s of cpu / gpu:1 / gpu:N (or the CPU configurations of
+                      a machine without GPU rows), the speedup over cpu on each bar;
+                      predicted rows hatched beside the measured ones
   samples_per_s       samples/s per model and device configuration (log scale)
   speedup_vs_cpu      speedup of each configuration over the `cpu` row of the same machine
   scaling_efficiency  multi-GPU scaling efficiency against the number of devices (gpu:N rows)
@@ -17,6 +24,8 @@ Writes each chart as PNG and SVG into the --out folder:
   host_cpu_per_step   host CPU time per training step per benchmark
   energy_per_sample   GPU energy per trained sample per model and configuration (gpu:* rows of
                       schema_version 3); hatched bars and a note line name throttled runs
+and report.md and report.html (self-contained: the PNGs inlined) with the machines, a summary
+table, every chart with the question it answers, and what was skipped and why.
 A chart whose columns are absent or empty is skipped with a one-line note (and an old file of
 that chart in --out is removed, so the folder never mixes runs). Exit status 2 on bad input.
 See docs/scripts.md.
@@ -25,16 +34,23 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import re
 import statistics
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tbcsv  # noqa: E402  (the shared reader lives next to this script)
+# The shared reader and the tbplot package live next to this script; names of tbplot used by
+# callers of plot.py (its tests) stay importable from here.
+import tbcsv  # noqa: E402
+from tbplot import headline, report  # noqa: E402
+from tbplot.figures import (HATCH, LABEL_BOX, Figures, Skip, bar_panel_width,  # noqa: E402,F401
+                            config_labels, describe_machines, grouped_bars, log_scale,
+                            panels_of, si, status_markers, style_legend)
+from tbplot.model import (Config, Data, baseline_config, config_of,  # noqa: E402,F401
+                          config_sort_key, machine_of, newest_rows, panel_title,
+                          scaling_lines, speedups, spread)
 
 PROG = "plot.py"
 MATPLOTLIB_FIX = "install python3-matplotlib (apt) or pip install matplotlib"
@@ -45,348 +61,6 @@ MEMORY_PARTS = [("mem_weights_bytes", "weights"), ("mem_grads_bytes", "gradients
                 ("mem_optimizer_bytes", "optimizer state"),
                 ("mem_activations_bytes", "activations"), ("mem_workspace_bytes", "workspace"),
                 ("mem_data_bytes", "data"), ("mem_context_bytes", "CUDA context and libraries")]
-
-# Figure geometry, in inches and points.
-MAX_WIDTH = 18.0
-MIN_WIDTH = 9.0
-SUBTITLE_PT = 8.5
-LINE_IN = 0.19  # height of one subtitle line
-MAX_MACHINE_LINES = 6
-# Value labels sit on a white box so reference lines and grid lines never cross the digits.
-LABEL_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
-             "alpha": 0.85}
-# The hatch of bars whose GPU reported a throttle reason (gpu_throttle), so a slow run says why.
-HATCH = "////"
-
-
-class Skip(Exception):
-    """A chart that cannot be drawn from these rows; the message says why, in one line."""
-
-
-# ---- data ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True, order=True)
-class Config:
-    """What a benchmark ran, without the machine: the parts of its name."""
-    kind: str
-    model: str
-    dataset: str
-    device: str
-    precision: str
-    batch: str
-
-    @property
-    def panel(self) -> tuple[str, str, str]:
-        return (self.kind, self.model, self.dataset)
-
-
-def config_of(row) -> Config:
-    return Config(*(tbcsv.field_of(row, c)
-                    for c in ("kind", "model", "dataset", "device", "precision", "batch")))
-
-
-def batch_number(batch: str) -> float:
-    try:
-        return float(batch)
-    except ValueError:
-        return math.inf
-
-
-def config_sort_key(c: Config):
-    return (tbcsv.device_sort_key(c.device), c.precision, batch_number(c.batch), c.batch)
-
-
-def panel_title(panel: tuple[str, str, str]) -> str:
-    kind, model, dataset = panel
-    parts = ([kind] if kind not in ("train", "epochs") else []) + [model, dataset]
-    return " · ".join(p for p in parts if p)
-
-
-class Data:
-    """All rows of the input files, split into steady-state and per-epoch rows, with one
-    series per machine (host; host @ commit when a host appears at several commits, so that
-    runs of different builds are not pooled), and per framework where rows of a peer
-    framework (scripts/peers/) are given: "host · pytorch"."""
-
-    def __init__(self, tables: list[tbcsv.Table], latest: bool = False):
-        self.rows = tbcsv.all_rows(tables)
-        self.latest = latest
-        if latest:
-            self.rows = newest_rows(self.rows)
-        self.step_rows = [r for r in self.rows if not tbcsv.is_epoch_row(r)]
-        self.epoch_rows = [r for r in self.rows if tbcsv.is_epoch_row(r)]
-        commits: dict[str, set[str]] = {}
-        for r in self.rows:
-            if (r.get("framework", "") or "trainbench") == "trainbench":
-                commits.setdefault(r.get("host", "") or "?", set()).add(r.get("git_commit", ""))
-        self._split = set() if latest else {h for h, c in commits.items() if len(c) > 1}
-        # Hosts that name several machines (the same hostname on a CPU VM and a GPU machine)
-        # are told apart by their GPU, else their CPU model.
-        machines: dict[str, set] = {}
-        for r in self.rows:
-            machines.setdefault(r.get("host", "") or "?", set()).add(machine_of(r)[1:])
-        self._ambiguous = {h for h, m in machines.items() if len(m) > 1}
-        self.series = list(dict.fromkeys(self.series_of(r) for r in self.rows))
-
-    def series_of(self, row) -> str:
-        host = row.get("host", "") or "?"
-        if host in self._ambiguous:
-            _, cpu, gpu = machine_of(row)
-            host = f"{host} ({gpu or cpu})"
-        if host.split(" (")[0] in self._split:
-            host = f"{host} @ {(row.get('git_commit') or '?')[:12]}"
-        framework = row.get("framework", "") or "trainbench"
-        return host if framework == "trainbench" else f"{host} · {framework}"
-
-    def colour(self, series: str) -> str:
-        return f"C{self.series.index(series) % 10}"
-
-    def key(self, row):
-        return (self.series_of(row), config_of(row))
-
-
-def machine_of(row) -> tuple[str, str, str]:
-    """A machine's identity: host, CPU model and GPU name. Driver, CUDA and library versions
-    are left out on purpose: they change with an upgrade of the same machine, and
-    driver_version changed meaning in schema_version 3 (the CUDA driver API version 13.0
-    before, the NVIDIA driver 580.159.04 since; tbcsv moves the old value to
-    cuda_driver_version), so keying on them would split one machine into two series."""
-    return (row.get("host", "") or "?", row.get("cpu_model", "") or "", row.get("gpu_name", "") or "")
-
-
-def newest_rows(rows) -> list:
-    """Per benchmark configuration, machine and framework, the rows of the newest run that
-    measured it (the latest timestamp among rows not skipped): history stays in the files, the
-    charts show the present, and a machine that cannot run a configuration (a CPU-only
-    machine's GPU rows) shows nothing for it."""
-    def key(r):
-        return (machine_of(r), r.get("framework", "") or "trainbench", config_of(r))
-    newest: dict = {}
-    for r in rows:
-        if r.get("status") != "skipped":
-            newest[key(r)] = max(newest.get(key(r), ""), r.get("timestamp", "") or "")
-    return [r for r in rows if key(r) in newest and (r.get("timestamp", "") or "") == newest[key(r)]]
-
-
-def describe_machines(data: Data, rows) -> list[str]:
-    """One subtitle line per series: machine (host, cpu_model, cores, GPU context) and run
-    (git_commit, timestamp range) of the rows a chart shows."""
-    present = list(dict.fromkeys(c for r in rows for c in r))  # files may differ in columns
-    columns = [c for c in tbcsv.context_columns(present) if c not in tbcsv.MACHINE_COLUMNS]
-    by_series: dict[str, list] = {}
-    for r in rows:
-        by_series.setdefault(data.series_of(r), []).append(r)
-    lines = []
-    for series, rs in by_series.items():
-        machine = ", ".join(tbcsv.distinct(rs, "cpu_model")) or "cpu ?"
-        cores = ", ".join(tbcsv.distinct(rs, "cores"))
-        if cores:
-            machine += f", {cores} cores"
-        for c in columns:
-            values = tbcsv.distinct(rs, c)
-            if values:
-                machine += f", {c} {', '.join(values)}"
-        commit = ", ".join(tbcsv.distinct(rs, "git_commit")) or "?"
-        lines.append(f"{series}: {machine} · commit {commit} · {tbcsv.timestamp_range(rs)}")
-    if len(lines) > MAX_MACHINE_LINES:
-        rest = len(lines) - MAX_MACHINE_LINES + 1
-        lines = lines[:MAX_MACHINE_LINES - 1] + [f"… and {rest} more machines"]
-    return lines
-
-
-# ---- figure scaffolding --------------------------------------------------------------------
-
-class Figures:
-    """Builds figures with a header (title, machine lines, notes, legend) above a grid of
-    panels. The header has a fixed height in inches computed from its lines, and the panels
-    use constrained layout, so the header text never collides with the axes."""
-
-    def __init__(self, plt, data: Data):
-        self.plt = plt
-        self.data = data
-
-    def new(self, title: str, rows, notes: list[str], panel_widths: list[float],
-            panel_h: float, legend=None):
-        """A figure with one axes per entry of panel_widths (inches), packed into rows of
-        at most three; panels keep their width, so bars are equally wide in every panel."""
-        packed = pack_rows(panel_widths)
-        width = min(MAX_WIDTH, max(MIN_WIDTH, *(sum(r) for r in packed)))
-        chars = int(width * 72 / (0.58 * SUBTITLE_PT))  # DejaVu Sans is ~0.58 em wide
-        lines = [w for line in describe_machines(self.data, rows) + notes
-                 for w in textwrap.wrap(line, chars, subsequent_indent="    ")]
-        legend = legend or []
-        legend_cols, legend_rows = self._legend_shape(legend, width)
-        header_h = 0.5 + LINE_IN * len(lines) + 0.28 * legend_rows + 0.08
-        body_h = len(packed) * panel_h
-        fig = self.plt.figure(figsize=(width, header_h + body_h), layout="constrained")
-        head, body = fig.subfigures(2, 1, height_ratios=[header_h, body_h])
-        top = 1 - 0.12 / header_h
-        head.text(0.012, top, title, fontsize=13, fontweight="bold", va="top")
-        y = top - 0.38 / header_h
-        for line in lines:
-            head.text(0.012, y, line, fontsize=SUBTITLE_PT, va="top", color="0.25")
-            y -= LINE_IN / header_h
-        if legend:
-            handles, labels = zip(*legend)
-            head.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.005, 0.0),
-                        ncol=legend_cols, frameon=False, fontsize=8.5, handlelength=1.6,
-                        columnspacing=1.4, borderaxespad=0.2)
-        row_figs = body.subfigures(len(packed), 1) if len(packed) > 1 else [body]
-        axes = []
-        for row_fig, widths in zip(row_figs, packed):
-            # A filler column keeps a short row's panels at their own width.
-            filler = max(0.0, width - sum(widths))
-            ratios = widths + ([filler] if filler > 0.05 else [])
-            row_axes = row_fig.subplots(1, len(ratios), squeeze=False,
-                                        width_ratios=ratios)[0]
-            if len(ratios) > len(widths):
-                row_axes[-1].remove()
-            axes += list(row_axes[:len(widths)])
-        return fig, axes
-
-    @staticmethod
-    def _legend_shape(legend, width: float) -> tuple[int, int]:
-        if not legend:
-            return 1, 0
-        widths = [(len(label) * 0.55 * 8.5 + 40) / 72 for _, label in legend]
-        if sum(widths) <= width - 0.3:
-            return len(legend), 1
-        cols = max(1, min(len(legend), int((width - 0.3) / max(widths))))
-        return cols, math.ceil(len(legend) / cols)
-
-    @staticmethod
-    def patch(colour: str):
-        from matplotlib.patches import Patch
-        return Patch(color=colour)
-
-    def series_legend(self, series: list[str]):
-        return [(self.patch(self.data.colour(s)), s) for s in series]
-
-
-def pack_rows(widths: list[float]) -> list[list[float]]:
-    """Greedy rows of panel widths: at most three panels and MAX_WIDTH inches per row."""
-    rows: list[list[float]] = []
-    for w in widths:
-        if rows and len(rows[-1]) < 3 and sum(rows[-1]) + w <= MAX_WIDTH:
-            rows[-1].append(w)
-        else:
-            rows.append([w])
-    return rows
-
-
-def si(value: float) -> str:
-    """3 significant digits with a k/M/G suffix: bar labels stay short."""
-    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g}{suffix}"
-    return f"{value:.3g}"
-
-
-def log_scale(ax, axis: str, low: float, high: float) -> None:
-    """A log axis labelled with plain numbers (5k, 10k, 20k) instead of powers of ten;
-    1-2-5 ticks while the range is short enough for them not to crowd."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    subs = (1.0, 2.0, 5.0) if high / low < 1e4 else (1.0,)
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-    target.set_major_locator(LogLocator(base=10, subs=subs))
-    target.set_major_formatter(FuncFormatter(lambda v, _: si(v)))
-    target.set_minor_formatter(NullFormatter())
-
-
-def config_labels(configs: list[Config]) -> list[str]:
-    """Tick labels: the device, plus precision and batch only where they vary in the panel."""
-    vary_p = len({c.precision for c in configs}) > 1
-    vary_b = len({c.batch for c in configs}) > 1
-    out = []
-    for c in configs:
-        extra = " ".join(([c.precision] if vary_p else []) + ([f"bs:{c.batch}"] if vary_b else []))
-        out.append(c.device + (f"\n{extra}" if extra else ""))
-    return out
-
-
-def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], values: dict,
-                 markers: dict, label, log: bool, hatched=frozenset()) -> None:
-    """One group of bars per configuration, one bar per series. values[(s, c)] is
-    (center, low, high); markers[(s, c)] names a status (failed, skipped) drawn as text
-    where a series has rows but no value; the bars of the (s, c) in hatched are hatched."""
-    n = max(1, len(series))
-    width = 0.8 / n
-    tops = []
-    for i, s in enumerate(series):
-        for j, c in enumerate(configs):
-            x = j - 0.4 + width * (i + 0.5)
-            v = values.get((s, c))
-            if v is None:
-                if (s, c) in markers:
-                    ax.text(x, 0.03, markers[(s, c)], rotation=90, ha="center", va="bottom",
-                            fontsize=7, color=data.colour(s), transform=ax.get_xaxis_transform())
-                continue
-            center, lo, hi = v
-            if log and lo <= 0:
-                continue  # a zero has no place on a log axis; its label would mislead
-            if (s, c) in hatched:
-                ax.bar(x, center, width * 0.92, color=data.colour(s), hatch=HATCH,
-                       edgecolor="white", linewidth=0, zorder=2)
-            else:
-                ax.bar(x, center, width * 0.92, color=data.colour(s), zorder=2)
-            if hi > lo:
-                ax.errorbar(x, center, yerr=[[center - lo], [hi - center]], fmt="none",
-                            ecolor="0.15", elinewidth=0.8, capsize=2, zorder=3)
-            ax.annotate(label(center), (x, hi), xytext=(0, 4), textcoords="offset points",
-                        ha="center", va="bottom", fontsize=7, rotation=90 if n > 1 else 0,
-                        zorder=4, bbox=LABEL_BOX)
-            tops.append((lo, hi))
-    ax.set_xticks(range(len(configs)), config_labels(configs), fontsize=8)
-    ax.set_xlim(-0.6, len(configs) - 0.4)
-    ax.grid(axis="y", alpha=0.3, zorder=0)
-    if not tops:
-        return
-    low, high = min(t[0] for t in tops), max(t[1] for t in tops)
-    room = 4.0 if n > 1 else 2.2  # space above the highest bar for its label
-    if log:
-        log_scale(ax, "y", low / 3, high * room)
-        ax.set_ylim(low / 3, high * room)
-    else:
-        ax.set_ylim(0, high * (1 + (room - 1) / 4))
-
-
-def style_legend(ax, entries) -> None:
-    """A legend of line styles (label, linestyle, marker) in neutral grey, outside the axes
-    on the right so it can never hide a curve; the colours (machines) are in the header."""
-    from matplotlib.lines import Line2D
-    handles = [Line2D([], [], color="0.3", linestyle=ls, marker=m, markersize=4, label=label)
-               for label, ls, m in entries]
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-              borderaxespad=0, frameon=False)
-
-
-def bar_panel_width(configs, series) -> float:
-    """Inches for a bar panel: room for the y axis, then each group of bars."""
-    return 1.4 + len(configs) * (0.5 + 0.35 * len(series))
-
-
-def spread(sample: tbcsv.Sample) -> tuple[float, float, float]:
-    return sample.center, min(sample.values), max(sample.values)
-
-
-def status_markers(data: Data, rows, have: dict) -> dict:
-    """(series, config) -> 'failed'/'skipped' for configurations with no ok value."""
-    out = {}
-    for k, found in tbcsv.statuses(rows, data.key).items():
-        if k not in have and found - {"ok"}:
-            out[k] = "/".join(sorted(found - {"ok"}))
-    return out
-
-
-def panels_of(keys) -> dict:
-    """panel -> sorted configurations, over (series, config) keys; panels in the order the
-    keys come (trainbench's registration order), configurations cpu first, then by N."""
-    out: dict = {}
-    for _, c in keys:
-        out.setdefault(c.panel, set()).add(c)
-    return {p: sorted(cs, key=config_sort_key) for p, cs in out.items()}
-
 
 # ---- charts --------------------------------------------------------------------------------
 
@@ -412,34 +86,6 @@ def chart_samples_per_s(figs: Figures, data: Data):
         ax.set_ylabel("samples/s (log scale)", fontsize=8.5)
         ax.tick_params(axis="y", labelsize=8)
     return fig
-
-
-def baseline_config(c: Config, available) -> Config | None:
-    """The `cpu` configuration a speedup is taken against: same model, dataset, batch and
-    precision, or any cpu precision (fp32 first) when the precision has no cpu row."""
-    same = Config(c.kind, c.model, c.dataset, "cpu", c.precision, c.batch)
-    if same in available:
-        return same
-    others = sorted((a for a in available if a.panel == c.panel and a.device == "cpu"
-                     and a.batch == c.batch), key=lambda a: (a.precision != "fp32", a))
-    return others[0] if others else None
-
-
-def speedups(data: Data) -> dict:
-    """(series, config) -> samples/s over the machine's cpu samples/s, for non-cpu configs."""
-    got = tbcsv.samples(data.step_rows, data.key, "samples_per_s")
-    by_series: dict = {}
-    for (s, c), sample in got.items():
-        by_series.setdefault(s, {})[c] = sample.center
-    out = {}
-    for s, configs in by_series.items():
-        for c, value in configs.items():
-            if c.device == "cpu":
-                continue
-            base = baseline_config(c, configs)
-            if base is not None and configs[base] > 0 and value > 0:
-                out[(s, c)] = value / configs[base]
-    return out
 
 
 def chart_speedup(figs: Figures, data: Data):
@@ -473,38 +119,6 @@ def chart_speedup(figs: Figures, data: Data):
     return fig
 
 
-def scaling_lines(data: Data) -> dict:
-    """(series, panel, precision, batch label) -> {N: efficiency} from gpu:N rows.
-
-    efficiency(N) = samples/s on N devices / (N × samples/s on 1). Rows are matched on the
-    batch; when each N has a single batch (weak scaling written with the global batch) the
-    batches are matched by N instead."""
-    got = tbcsv.samples(data.step_rows, data.key, "samples_per_s")
-    groups: dict = {}
-    for (s, c), sample in got.items():
-        n = tbcsv.device_count(c.device)
-        if n is not None:
-            by_n = groups.setdefault((s, c.panel, c.precision), {})
-            by_n.setdefault(n, {})[c.batch] = sample.center
-    out = {}
-    for (s, panel, precision), by_n in groups.items():
-        if 1 not in by_n or len(by_n) < 2:
-            continue
-        if all(len(b) == 1 for b in by_n.values()):
-            batches = {n: next(iter(b)) for n, b in by_n.items()}
-            label = (f"bs:{batches[1]}" if len(set(batches.values())) == 1
-                     else "bs:" + "→".join(batches[n] for n in sorted(by_n)))
-            curves = {label: {n: next(iter(b.values())) for n, b in by_n.items()}}
-        else:
-            curves = {f"bs:{batch}": {n: b[batch] for n, b in by_n.items() if batch in b}
-                      for batch in by_n[1]}
-        for label, sps in curves.items():
-            if len(sps) >= 2 and sps[1] > 0:
-                out[(s, panel, precision, label)] = {n: v / (n * sps[1])
-                                                     for n, v in sorted(sps.items())}
-    return out
-
-
 def chart_scaling(figs: Figures, data: Data):
     """(c) scaling efficiency against the number of devices, from gpu:N rows."""
     lines = scaling_lines(data)
@@ -513,7 +127,7 @@ def chart_scaling(figs: Figures, data: Data):
     panels = list(dict.fromkeys(k[1] for k in lines))
     series = [s for s in data.series if any(k[0] == s for k in lines)]
     rows = [r for r in data.step_rows if tbcsv.device_count(config_of(r).device) is not None
-            and tbcsv.is_ok(r)]
+            and not config_of(r).shared_device and tbcsv.is_ok(r)]
     fig, axes = figs.new(
         "Multi-GPU scaling efficiency", rows,
         ["Efficiency = samples/s on N devices / (N × samples/s on 1 device), from the gpu:N "
@@ -878,10 +492,10 @@ def chart_energy(figs: Figures, data: Data):
     return fig
 
 
-CHARTS = [("samples_per_s", chart_samples_per_s), ("speedup_vs_cpu", chart_speedup),
-          ("scaling_efficiency", chart_scaling), ("time_to_accuracy", chart_time_to_accuracy),
-          ("peak_memory", chart_peak_memory), ("host_cpu_per_step", chart_host_cpu),
-          ("energy_per_sample", chart_energy)]
+CHARTS = [("headline", headline.chart_headline), ("samples_per_s", chart_samples_per_s),
+          ("speedup_vs_cpu", chart_speedup), ("scaling_efficiency", chart_scaling),
+          ("time_to_accuracy", chart_time_to_accuracy), ("peak_memory", chart_peak_memory),
+          ("host_cpu_per_step", chart_host_cpu), ("energy_per_sample", chart_energy)]
 
 
 # ---- main ----------------------------------------------------------------------------------
@@ -922,7 +536,9 @@ def write_svg(fig, path: Path) -> None:
     path.write_text(stable_clip_ids(buffer.getvalue()), encoding="utf-8")
 
 
-def write_charts(plt, data: Data, out: Path) -> list[str]:
+def write_charts(plt, data: Data, out: Path, skipped: dict | None = None) -> list[str]:
+    """Draws every chart into out; the names of those written, in order. A chart that cannot
+    be drawn is noted, its old files removed, and its reason put into skipped[name]."""
     out.mkdir(parents=True, exist_ok=True)
     figs = Figures(plt, data)
     written = []
@@ -931,6 +547,8 @@ def write_charts(plt, data: Data, out: Path) -> list[str]:
             fig = draw(figs, data)
         except Skip as why:
             print(f"skipped {name}: {why}")
+            if skipped is not None:
+                skipped[name] = str(why)
             for ext in ("png", "svg"):
                 stale = out / f"{name}.{ext}"
                 if stale.exists():
@@ -949,7 +567,8 @@ def write_charts(plt, data: Data, out: Path) -> list[str]:
 def parse_args(argv):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("csv", nargs="+", metavar="CSV", help="trainbench CSV files")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the PNG and SVG files")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="folder for the PNG and SVG files and report.md/report.html")
     p.add_argument("--latest", action="store_true",
                    help="per benchmark, only the newest run of each machine and framework")
     return p.parse_args(argv)
@@ -964,10 +583,13 @@ def main(argv=None) -> int:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise tbcsv.InputError(f"{out}: exists and is not a folder (--out)")
-        written = write_charts(plt, data, out)
+        skipped: dict[str, str] = {}
+        written = write_charts(plt, data, out, skipped)
         if not written:
             print(f"{PROG}: no chart could be drawn: no ok measurements in "
                   f"{', '.join(args.csv)}", file=sys.stderr)
+        for path in report.write_report(data, out, written, skipped):
+            print(f"wrote {path}")
         return 0
 
     return tbcsv.run_main(run, PROG)

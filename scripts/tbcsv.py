@@ -1,10 +1,12 @@
-"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1, 2 and 3).
+"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 to 4).
 
 Shared by scripts/plot.py and scripts/compare.py so that both accept and refuse the same
 files with the same messages. Columns are read by name and unknown columns are kept, so files
 written by later trainbench versions with extra columns (GPU, per-epoch, memory, comm) load
 unchanged, and files of different versions can be read together. The one column whose meaning
-changed between versions (driver_version, see _upgrade_row) is moved to its new name on read.
+changed between versions (driver_version, see _upgrade_row) is moved to its new name on read,
+and rows before version 4 get the row identity version 4 writes (variant, measurement; see
+_upgrade_identity), so a row's identity reads the same whatever version wrote it.
 Standard library only: compare.py must run without matplotlib.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 # Version 2 added the GPU context and measurement columns to version 1, version 3 appended the
 # NVML telemetry columns (GPU_TELEMETRY_COLUMNS) to version 2; all read the same way (by column
 # name), so files of any of them can be compared and plotted together.
-SCHEMA_VERSIONS = ("1", "2", "3")
+SCHEMA_VERSIONS = ("1", "2", "3", "4")
 
 # The columns version 3 appended, in header order (SCHEMA.md "GPU telemetry"): per-row
 # measurements sampled over the timed steps, then the CUDA driver API version that
@@ -27,6 +29,23 @@ GPU_TELEMETRY_COLUMNS = ("gpu_util", "gpu_mem_used_bytes", "gpu_sm_clock_min_mhz
                          "gpu_sm_clock_median_mhz", "gpu_power_w", "energy_j_per_sample",
                          "gpu_temp_max_c", "gpu_throttle", "gpu_samples", "host_cpu_util_per_job")
 SCHEMA_3_COLUMNS = GPU_TELEMETRY_COLUMNS + ("cuda_driver_version",)
+# The columns version 4 appended after cuda_driver_version, in header order: the row's variant
+# and measurement kind (identity), machine load and sgemm rate, and the link of data-parallel
+# and predicted rows.
+SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "sgemm_gflops", "peak_spread", "shared_device",
+                    "measurement", "link", "link_busbw_gbps", "link_latency_us",
+                    "predicted_from", "peer_settings")
+
+# The flags a variant names, in the fixed order trainbench writes them (`name:value`, or bare
+# `name` for on/off flags, joined by `/`). Rows of versions 1-3 record two of them as columns.
+VARIANT_FLAGS = ("optimizer", "lr", "data_on_device", "cuda_graph", "gpu_memory_limit",
+                 "gpu_layout", "loader_workers", "prefetch", "augment", "shared_device",
+                 "predicted")
+LEGACY_VARIANT_COLUMNS = ("data_on_device", "cuda_graph")
+# Flags that only a GPU row can carry: a GPU variant's speedup is taken over the CPU row
+# without them (the CPU has no CUDA graph), while optimizer or lr stay part of the match.
+GPU_ONLY_FLAGS = ("data_on_device", "cuda_graph", "gpu_memory_limit", "gpu_layout",
+                  "shared_device", "predicted")
 
 # Columns every row has; the scripts cannot interpret a row without them.
 REQUIRED_COLUMNS = ("schema_version", "benchmark", "run_type", "status")
@@ -43,7 +62,7 @@ MACHINE_COLUMNS = ("host", "cpu_model", "cores", "os", "compiler", "onednn", "be
 # gpu_clock_mhz, the maximum clock, is context: no suffix tells them apart).
 CONTEXT_KEYWORDS = ("gpu", "driver", "cuda", "cudnn", "cublas", "nccl", "mpi")
 # Run options that mention a keyword but describe the run, not the machine.
-RUN_OPTION_COLUMNS = ("cuda_graph", "data_on_device")
+RUN_OPTION_COLUMNS = ("cuda_graph", "data_on_device", "shared_device")
 MEASUREMENT_SUFFIXES = ("_s", "_bytes", "_per_step", "_util", "_flops", "_ratio", "_pct")
 
 
@@ -108,6 +127,7 @@ def _parse(path: str, f) -> Table:
                              f"(these scripts read versions {', '.join(SCHEMA_VERSIONS)})")
         if legacy_driver:
             _upgrade_row(row)
+        _upgrade_identity(row)
         table.rows.append(row)
     if not table.rows:
         raise InputError(f"{path}: empty CSV (a header but no rows)")
@@ -119,9 +139,35 @@ def _upgrade_row(row: dict[str, str]) -> None:
     cuda_driver_version and driver_version is left empty (not recorded then). Without this, a
     machine's v2 and v3 rows would show two "driver versions" (13.0 and 580.159.04) that are
     two different things, and compare.py would call the same driver a difference."""
-    if row["schema_version"] != "3":
+    if row["schema_version"] in ("1", "2"):
         row["cuda_driver_version"] = row["driver_version"]
         row["driver_version"] = ""
+
+
+def _upgrade_identity(row: dict[str, str]) -> None:
+    """Gives every row version 4's identity: a variant, a measurement kind, and a benchmark
+    name that ends with the variant. Before version 4 the variant is derived from the run
+    option columns (cuda_graph=1, data_on_device=1), so that a run with --data_on_device and
+    one without no longer merge into one bar or one comparison; an --optimizer that differs
+    from the model's default left no trace then and cannot be recovered."""
+    if row["schema_version"] in ("1", "2", "3") or "variant" not in row:
+        row["variant"] = "/".join(c for c in LEGACY_VARIANT_COLUMNS
+                                  if (row.get(c) or "").strip() == "1")
+    row["variant"] = written = row["variant"].strip()
+    row["measurement"] = (row.get("measurement") or "").strip() or "measured"
+    # A shared-device or predicted row must never pass for a plain one, even if a writer
+    # forgot its variant item.
+    missing = []
+    if (row.get("shared_device") or "").strip() == "1" and not is_shared_device(row["variant"]):
+        missing.append("shared_device")
+    if is_predicted(row) and not predicted_link(row["variant"]):
+        missing.append("predicted:" + ((row.get("link") or "").strip() or "unknown"))
+    if missing:
+        row["variant"] = "/".join(sorted(variant_items(row["variant"]) + missing,
+                                         key=variant_order))
+    name = row["benchmark"].removesuffix("/" + written) if written else row["benchmark"]
+    if row["variant"]:
+        row["benchmark"] = f"{name}/{row['variant']}"
 
 
 def read_tables(paths: list[str]) -> list[Table]:
@@ -188,6 +234,38 @@ def parse_name(benchmark: str) -> dict[str, str]:
     for key, part in zip(keys, parts):
         out[key] = part.removeprefix("bs:") if key == "batch" else part
     return out
+
+
+def variant_items(variant: str) -> list[str]:
+    """The flags of a variant: `data_on_device/cuda_graph` -> ['data_on_device', 'cuda_graph']."""
+    return [item for item in (variant or "").split("/") if item]
+
+
+def variant_order(item: str) -> tuple:
+    """Sort key of a variant item: trainbench's fixed order, unknown flags last by name."""
+    flag = item.partition(":")[0]
+    return (VARIANT_FLAGS.index(flag) if flag in VARIANT_FLAGS else len(VARIANT_FLAGS), item)
+
+
+def without_gpu_flags(variant: str) -> str:
+    """The variant with the GPU-only flags removed: the CPU row a GPU variant is compared with."""
+    return "/".join(i for i in variant_items(variant) if i.partition(":")[0] not in GPU_ONLY_FLAGS)
+
+
+def is_predicted(row: dict[str, str]) -> bool:
+    """A prediction of N-device scaling (schema 4, issue 24), never a measured figure."""
+    return row.get("measurement", "") == "predicted"
+
+
+def is_shared_device(variant: str) -> bool:
+    """N replicas on one GPU: a correctness check, never a scaling figure."""
+    return "shared_device" in variant_items(variant)
+
+
+def predicted_link(variant: str) -> str:
+    """`nvlink4` of a variant holding `predicted:nvlink4`, else ''."""
+    return next((i.partition(":")[2] for i in variant_items(variant)
+                 if i.startswith("predicted")), "")
 
 
 def field_of(row: dict[str, str], column: str) -> str:
@@ -279,6 +357,27 @@ def lower_is_better(column: str) -> bool:
     if column.endswith("_per_s"):
         return False
     return column.endswith(("_s", "_s_per_step", "_bytes")) or "loss" in column
+
+
+# ---- machine load --------------------------------------------------------------------------
+
+# How far load_avg_1m may exceed the machine's cores before a row counts as loaded.
+LOAD_SLACK = 0.5
+
+
+def loaded(row: dict[str, str]) -> bool:
+    """True when the machine was busier than its cores when the row started: load_avg_1m >
+    cores + 0.5 (threads + 0.5 where cores is missing).
+
+    Not load_avg_1m > threads + 0.5: the load average is a one-minute moving average, so at
+    the start of a cpu:1 row it still holds the threads of the cpu (all cores) row that ran
+    just before, and every cpu:1 row would be called loaded. trainbench's own earlier rows use
+    at most all cores, so a load above the cores means someone else's work was runnable."""
+    load = number(row, "load_avg_1m")
+    if load is None:
+        return False
+    cores = number(row, "cores") or number(row, "threads")
+    return cores is not None and load > cores + LOAD_SLACK
 
 
 # ---- machine context -----------------------------------------------------------------------

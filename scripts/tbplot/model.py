@@ -1,0 +1,240 @@
+"""What the charts and the report are drawn from: a row's configuration (its name's parts and
+its variant), the series (machine and framework) it belongs to, and the figures derived from
+the medians (speedup over the cpu row, scaling efficiency). No matplotlib here."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import tbcsv
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """What a benchmark ran, without the machine: the parts of its name and its variant (the
+    flags that change what it measures: results/SCHEMA.md, schema 4), so that a run with
+    --data_on_device or --optimizer=adam is never merged with one without."""
+    kind: str
+    model: str
+    dataset: str
+    device: str
+    precision: str
+    batch: str
+    variant: str = ""
+
+    @property
+    def panel(self) -> tuple[str, str, str]:
+        return (self.kind, self.model, self.dataset)
+
+    @property
+    def shared_device(self) -> bool:
+        return tbcsv.is_shared_device(self.variant)
+
+    @property
+    def predicted(self) -> bool:
+        return bool(tbcsv.predicted_link(self.variant))
+
+
+def config_of(row) -> Config:
+    return Config(*(tbcsv.field_of(row, c)
+                    for c in ("kind", "model", "dataset", "device", "precision", "batch")),
+                  (row.get("variant") or "").strip())
+
+
+def batch_number(batch: str) -> float:
+    try:
+        return float(batch)
+    except ValueError:
+        return math.inf
+
+
+def variant_sort_key(variant: str) -> tuple:
+    """Plain first, then measured variants by their flags, predicted ones last."""
+    items = tbcsv.variant_items(variant)
+    return (bool(tbcsv.predicted_link(variant)), len(items),
+            [tbcsv.variant_order(i) for i in items])
+
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+
+def precision_key(precision: str) -> tuple:
+    """fp32, tf32, fp16, bf16 (trainbench's order), then any other by name."""
+    return (PRECISIONS.index(precision) if precision in PRECISIONS else len(PRECISIONS),
+            precision)
+
+
+def config_sort_key(c: Config):
+    return (tbcsv.device_sort_key(c.device), variant_sort_key(c.variant),
+            precision_key(c.precision), batch_number(c.batch), c.batch)
+
+
+def variant_words(variant: str, device: str = "") -> list[str]:
+    """A variant as short lines for a label: `shared_device` says what it means (N replicas on
+    one GPU), `predicted:nvlink4` becomes `predicted (nvlink4)`, other flags stay as written."""
+    words = []
+    for item in tbcsv.variant_items(variant):
+        flag, _, value = item.partition(":")
+        if flag == "shared_device":
+            n = tbcsv.device_count(device)
+            words += [f"{n or 'N'} replicas", "on one GPU"]
+        elif flag == "predicted":
+            words.append(f"predicted ({value})")
+        else:
+            words.append(item)
+    return words
+
+
+def config_name(c: Config, sep: str = " ") -> str:
+    """The device configuration with its variant: `gpu:1 data_on_device cuda_graph`."""
+    return sep.join([c.device] + variant_words(c.variant, c.device))
+
+
+def panel_title(panel: tuple[str, str, str]) -> str:
+    kind, model, dataset = panel
+    parts = ([kind] if kind not in ("train", "epochs") else []) + [model, dataset]
+    return " · ".join(p for p in parts if p)
+
+
+class Data:
+    """All rows of the input files, split into steady-state and per-epoch rows, with one
+    series per machine (host; host @ commit when a host appears at several commits, so that
+    runs of different builds are not pooled), and per framework where rows of a peer
+    framework (scripts/peers/) are given: "host · pytorch". Predicted rows (schema 4,
+    measurement=predicted) are kept apart in predicted_rows: no measured chart draws them."""
+
+    def __init__(self, tables: list[tbcsv.Table], latest: bool = False):
+        self.rows = tbcsv.all_rows(tables)
+        self.latest = latest
+        if latest:
+            self.rows = newest_rows(self.rows)
+        measured = [r for r in self.rows if not tbcsv.is_predicted(r)]
+        self.predicted_rows = [r for r in self.rows if tbcsv.is_predicted(r)]
+        self.step_rows = [r for r in measured if not tbcsv.is_epoch_row(r)]
+        self.epoch_rows = [r for r in measured if tbcsv.is_epoch_row(r)]
+        commits: dict[str, set[str]] = {}
+        for r in self.rows:
+            if (r.get("framework", "") or "trainbench") == "trainbench":
+                commits.setdefault(r.get("host", "") or "?", set()).add(r.get("git_commit", ""))
+        self._split = set() if latest else {h for h, c in commits.items() if len(c) > 1}
+        # Hosts that name several machines (the same hostname on a CPU VM and a GPU machine)
+        # are told apart by their GPU, else their CPU model.
+        machines: dict[str, set] = {}
+        for r in self.rows:
+            machines.setdefault(r.get("host", "") or "?", set()).add(machine_of(r)[1:])
+        self._ambiguous = {h for h, m in machines.items() if len(m) > 1}
+        self.series = list(dict.fromkeys(self.series_of(r) for r in self.rows))
+
+    def series_of(self, row) -> str:
+        host = row.get("host", "") or "?"
+        if host in self._ambiguous:
+            _, cpu, gpu = machine_of(row)
+            host = f"{host} ({gpu or cpu})"
+        if host.split(" (")[0] in self._split:
+            host = f"{host} @ {(row.get('git_commit') or '?')[:12]}"
+        framework = row.get("framework", "") or "trainbench"
+        return host if framework == "trainbench" else f"{host} · {framework}"
+
+    def colour(self, series: str) -> str:
+        return f"C{self.series.index(series) % 10}"
+
+    def key(self, row):
+        return (self.series_of(row), config_of(row))
+
+
+def machine_of(row) -> tuple[str, str, str]:
+    """A machine's identity: host, CPU model and GPU name. Driver, CUDA and library versions
+    are left out on purpose: they change with an upgrade of the same machine, and
+    driver_version changed meaning in schema_version 3 (the CUDA driver API version 13.0
+    before, the NVIDIA driver 580.159.04 since; tbcsv moves the old value to
+    cuda_driver_version), so keying on them would split one machine into two series."""
+    return (row.get("host", "") or "?", row.get("cpu_model", "") or "", row.get("gpu_name", "") or "")
+
+
+def newest_rows(rows) -> list:
+    """Per benchmark configuration, machine and framework, the rows of the newest run that
+    measured it (the latest timestamp among rows not skipped): history stays in the files, the
+    charts show the present, and a machine that cannot run a configuration (a CPU-only
+    machine's GPU rows) shows nothing for it."""
+    def key(r):
+        return (machine_of(r), r.get("framework", "") or "trainbench", config_of(r))
+    newest: dict = {}
+    for r in rows:
+        if r.get("status") != "skipped":
+            newest[key(r)] = max(newest.get(key(r), ""), r.get("timestamp", "") or "")
+    return [r for r in rows if key(r) in newest and (r.get("timestamp", "") or "") == newest[key(r)]]
+
+
+def spread(sample: tbcsv.Sample) -> tuple[float, float, float]:
+    return sample.center, min(sample.values), max(sample.values)
+
+
+# ---- derived figures -----------------------------------------------------------------------
+
+def baseline_config(c: Config, available) -> Config | None:
+    """The `cpu` configuration a speedup is taken against: same model, dataset, batch,
+    precision and variant (without its GPU-only flags: a CUDA graph's speedup is over the
+    plain cpu row, an --optimizer=adam run's over the cpu row with adam), or any cpu precision
+    (fp32 first) when the precision has no cpu row."""
+    variant = tbcsv.without_gpu_flags(c.variant)
+    same = Config(c.kind, c.model, c.dataset, "cpu", c.precision, c.batch, variant)
+    if same in available:
+        return same
+    others = sorted((a for a in available if a.panel == c.panel and a.device == "cpu"
+                     and a.batch == c.batch and a.variant == variant),
+                    key=lambda a: (a.precision != "fp32", a))
+    return others[0] if others else None
+
+
+def speedups(data: Data, rows=None) -> dict:
+    """(series, config) -> samples/s over the machine's cpu samples/s, for non-cpu configs.
+    Shared-device rows (N replicas on one GPU) get none: they check correctness, and a
+    speedup bar would read as N GPUs' worth. `rows` adds rows to rate (predicted ones)."""
+    got = tbcsv.samples(data.step_rows, data.key, "samples_per_s")
+    extra = tbcsv.samples(rows or [], data.key, "samples_per_s")
+    by_series: dict = {}
+    for (s, c), sample in got.items():
+        by_series.setdefault(s, {})[c] = sample.center
+    out = {}
+    for (s, c), sample in list(got.items()) + list(extra.items()):
+        configs = by_series.get(s, {})
+        if c.device == "cpu" or c.shared_device:
+            continue
+        base = baseline_config(c, configs)
+        if base is not None and configs[base] > 0 and sample.center > 0:
+            out[(s, c)] = sample.center / configs[base]
+    return out
+
+
+def scaling_lines(data: Data) -> dict:
+    """(series, panel, precision, batch label) -> {N: efficiency} from gpu:N rows; the label
+    names the variant when there is one, and shared-device rows are never scaling.
+
+    efficiency(N) = samples/s on N devices / (N × samples/s on 1). Rows are matched on the
+    batch; when each N has a single batch (weak scaling written with the global batch) the
+    batches are matched by N instead."""
+    got = tbcsv.samples(data.step_rows, data.key, "samples_per_s")
+    groups: dict = {}
+    for (s, c), sample in got.items():
+        n = tbcsv.device_count(c.device)
+        if n is not None and not c.shared_device:
+            by_n = groups.setdefault((s, c.panel, c.precision, c.variant), {})
+            by_n.setdefault(n, {})[c.batch] = sample.center
+    out = {}
+    for (s, panel, precision, variant), by_n in groups.items():
+        if 1 not in by_n or len(by_n) < 2:
+            continue
+        if all(len(b) == 1 for b in by_n.values()):
+            batches = {n: next(iter(b)) for n, b in by_n.items()}
+            label = (f"bs:{batches[1]}" if len(set(batches.values())) == 1
+                     else "bs:" + "→".join(batches[n] for n in sorted(by_n)))
+            curves = {label: {n: next(iter(b.values())) for n, b in by_n.items()}}
+        else:
+            curves = {f"bs:{batch}": {n: b[batch] for n, b in by_n.items() if batch in b}
+                      for batch in by_n[1]}
+        for label, sps in curves.items():
+            if len(sps) >= 2 and sps[1] > 0:
+                name = " ".join([label] + variant_words(variant))
+                out[(s, panel, precision, name)] = {n: v / (n * sps[1])
+                                                    for n, v in sorted(sps.items())}
+    return out

@@ -1,0 +1,136 @@
+"""The report's summary table (issue 22): a line per machine, model, precision and batch, and
+per device configuration (device and variant) its samples/s, speedup over the same machine's
+cpu row, scaling efficiency over its one-device row (gpu:N, mpi:N), peak memory and
+communication share. Medians, as the charts use. Predicted rows get columns of their own, named
+so; shared-device rows (N replicas on one GPU) get no speedup and no scaling efficiency."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import tbcsv
+from tbplot.model import Config, config_name, config_sort_key, precision_key, speedups
+
+GIB = 2 ** 30
+# (metric title with its unit, formatter) in the order the table shows them.
+METRICS = ("samples/s", "speedup over cpu (x)", "scaling efficiency (%)", "peak memory (GiB)",
+           "comm share (%)")
+
+
+def fmt_rate(v: float) -> str:
+    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+
+FORMATS = {"samples/s": fmt_rate, "speedup over cpu (x)": lambda v: f"{v:.3g}",
+           "scaling efficiency (%)": lambda v: f"{100 * v:.0f}",
+           "peak memory (GiB)": lambda v: f"{v / GIB:.3g}",
+           "comm share (%)": lambda v: f"{100 * v:.1f}"}
+
+
+@dataclass
+class Line:
+    """One line of the table: who and what, and (metric, configuration) -> value."""
+    series: str
+    config: Config  # device, variant empty: the line's model, precision and batch
+    values: dict = field(default_factory=dict)
+
+
+@dataclass
+class Summary:
+    lines: list[Line]
+    columns: list[tuple[str, str]]  # (metric, configuration name), in table order
+    predicted: set  # configuration names that are predictions
+    several_series: bool
+
+
+def column_config(c: Config) -> Config:
+    """The configuration a column stands for: device and variant."""
+    return Config("", "", "", c.device, "", "", c.variant)
+
+
+def line_config(c: Config) -> Config:
+    return Config(c.kind, c.model, c.dataset, "", c.precision, c.batch, "")
+
+
+def parallel_count(device: str) -> int | None:
+    """N of gpu:N and mpi:N (N devices or ranks in data parallel), for N >= 2."""
+    kind, _, n = device.partition(":")
+    return int(n) if kind in ("gpu", "mpi") and n.isdigit() and int(n) >= 2 else None
+
+
+def one_device(c: Config, rows) -> Config:
+    """The row a gpu:N or mpi:N row's scaling is taken over: gpu:1, or cpu:T for mpi:N (one
+    rank with the threads each rank used), same variant without a predicted:<link> item."""
+    variant = "/".join(i for i in tbcsv.variant_items(c.variant) if not i.startswith("predicted"))
+    device = "gpu:1"
+    if c.device.startswith("mpi:"):
+        threads = tbcsv.distinct(rows, "threads")
+        device = f"cpu:{threads[0]}" if len(threads) == 1 else "cpu:1"
+    return Config(c.kind, c.model, c.dataset, device, c.precision, c.batch, variant)
+
+
+def efficiencies(data, rates: dict, rows: list) -> dict:
+    """(series, config) -> scaling efficiency: the rows' own scaling_efficiency (median)
+    where written, else samples/s / (N x samples/s of the one-device row)."""
+    written = tbcsv.samples(rows, data.key, "scaling_efficiency")
+    by_key: dict = {}
+    for r in rows:
+        by_key.setdefault(data.key(r), []).append(r)
+    out = {}
+    for (s, c), rate in rates.items():
+        n = parallel_count(c.device)
+        if n is None or c.shared_device:
+            continue
+        if (s, c) in written:
+            out[(s, c)] = written[(s, c)].center
+            continue
+        base = rates.get((s, one_device(c, by_key.get((s, c), []))))
+        if base:
+            out[(s, c)] = rate / (n * base)
+    return out
+
+
+def peak_memory(data, rows: list) -> dict:
+    """(series, config) -> peak bytes: the device's (mem_peak_bytes) on a GPU, the process's
+    resident set (peak_rss_bytes) on the CPU."""
+    device = tbcsv.samples(rows, data.key, "mem_peak_bytes")
+    rss = tbcsv.samples(rows, data.key, "peak_rss_bytes")
+    out = {k: v.center for k, v in rss.items() if not k[1].device.startswith("gpu")}
+    out.update({k: v.center for k, v in device.items() if k[1].device.startswith("gpu")})
+    return out
+
+
+def summarise(data) -> Summary:
+    rows = data.step_rows + data.predicted_rows
+    rates = {k: v.center for k, v in tbcsv.samples(rows, data.key, "samples_per_s").items()}
+    per_metric = {"samples/s": rates, "speedup over cpu (x)": speedups(data, data.predicted_rows),
+                  "scaling efficiency (%)": efficiencies(data, rates, rows),
+                  "peak memory (GiB)": peak_memory(data, rows),
+                  "comm share (%)": {k: v.center for k, v in
+                                     tbcsv.samples(rows, data.key, "comm_share").items()
+                                     if parallel_count(k[1].device)}}
+    lines: dict = {}
+    used: dict = {}
+    for metric in METRICS:
+        for (s, c), value in per_metric[metric].items():
+            if (s, c) not in rates:
+                continue
+            line = lines.setdefault((s, line_config(c)), Line(s, line_config(c)))
+            name = config_name(column_config(c)).strip()
+            line.values[(metric, name)] = value
+            used.setdefault(metric, {})[name] = column_config(c)
+    columns = [(metric, name) for metric in METRICS
+               for name, _ in sorted(used.get(metric, {}).items(),
+                                     key=lambda kv: config_sort_key(kv[1]))]
+    predicted = {name for got in used.values() for name, c in got.items() if c.predicted}
+    # Machines in input order, models in the order trainbench ran them.
+    series = {s: i for i, s in enumerate(data.series)}
+    panels = {p: i for i, p in enumerate(dict.fromkeys(data.key(r)[1].panel for r in rows))}
+    ordered = sorted(lines.values(), key=lambda ln: (
+        series.get(ln.series, 0), panels.get(ln.config.panel, 0),
+        precision_key(ln.config.precision), ln.config.batch))
+    return Summary(ordered, columns, predicted, len({ln.series for ln in ordered}) > 1)
+
+
+def cell(summary: Summary, line: Line, column: tuple[str, str]) -> str:
+    value = line.values.get(column)
+    return "" if value is None else FORMATS[column[0]](value)

@@ -1,0 +1,211 @@
+"""compare.py's --filters A B (issue 21): two device configurations or variants within one or
+more CSVs, matched by model, dataset, precision and batch; the header names what differs and
+warns about machines of different sgemm rates or under load; too few repetitions say how to
+get a verdict; predicted rows are never compared and shared-device rows only with their like."""
+import csv
+import re
+import statistics
+
+import pytest
+
+from conftest import ROOT, assert_one_line_error, data_file, rewrite_csv, run_script
+
+GPU = data_file("report_gpu_v4.csv")  # cpu, gpu:1, gpu:2 (+ shared), gpu:8 predicted
+PLAIN, GRAPH = data_file("h100_plain_v3.csv"), data_file("h100_cuda_graph_v3.csv")
+SGD, ADAM = data_file("optimizer_sgd_v4.csv"), data_file("optimizer_adam_v4.csv")
+
+
+def medians(path: str) -> dict:
+    """(benchmark as written, precision) -> median samples/s of the ok iteration rows."""
+    values: dict = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["status"] == "ok" and r["run_type"] == "iteration" and r["samples_per_s"]:
+                values.setdefault(r["benchmark"], []).append(float(r["samples_per_s"]))
+    return {k: statistics.median(v) for k, v in values.items()}
+
+
+def table(stdout: str) -> dict:
+    """benchmark -> NEW/BASE of the comparison table's lines."""
+    out = {}
+    for line in stdout.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if line.startswith(("train/", "epochs/")) and len(cells) >= 4:
+            out[cells[0]] = float(cells[3])
+    return out
+
+
+def edited(path: str, dst, **changes) -> str:
+    """A copy of a CSV with columns set on every row: changes[column] = value or f(row)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for column, value in changes.items():
+            r[column] = value(r) if callable(value) else value
+    with open(dst, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return str(dst)
+
+
+# ---- the syntax -----------------------------------------------------------------------------
+
+def test_cpu_against_gpu_within_one_file():
+    r = run_script("compare.py", GPU, "--filters", "cpu", "gpu:1")
+    assert r.returncode == 0, r.stderr
+    m = medians(GPU)
+    assert table(r.stdout) == {
+        "train/mlp/mnist/fp32/bs:100": pytest.approx(
+            m["train/mlp/mnist/gpu:1/fp32/bs:100"] / m["train/mlp/mnist/cpu/fp32/bs:100"],
+            abs=1e-3),
+        "train/resnet152/cifar10/fp32/bs:128": pytest.approx(
+            m["train/resnet152/cifar10/gpu:1/fp32/bs:128"]
+            / m["train/resnet152/cifar10/cpu/fp32/bs:128"], abs=1e-3)}
+    assert "BASE: " + GPU + " --filters 'cpu': cpu (plain)" in r.stdout
+    assert re.search(r"^device\s+cpu\s+gpu:1\s+differs$", r.stdout, re.M)
+    assert "only in NEW (2):" in r.stdout  # the bf16 rows have no cpu row
+
+
+def test_gpu_1_against_gpu_2_leaves_the_shared_device_rows_out():
+    r = run_script("compare.py", GPU, "--filters", "gpu:1", "gpu:2")
+    assert r.returncode == 0, r.stderr
+    m = medians(GPU)
+    got = table(r.stdout)
+    assert len(got) == 4  # two models x fp32, bf16
+    # gpu:2 is the data-parallel run alone, never pooled with the 2 replicas on one GPU.
+    assert got["train/mlp/mnist/fp32/bs:100"] == pytest.approx(
+        m["train/mlp/mnist/gpu:2/fp32/bs:100"] / m["train/mlp/mnist/gpu:1/fp32/bs:100"],
+        abs=1e-3)
+    shared = run_script("compare.py", GPU, "--filters", "gpu:2", "gpu:2/shared_device")
+    assert table(shared.stdout) == {"train/mlp/mnist/fp32/bs:100": pytest.approx(
+        m["train/mlp/mnist/gpu:2/fp32/bs:100/shared_device"]
+        / m["train/mlp/mnist/gpu:2/fp32/bs:100"], abs=1e-3)}
+
+
+def test_plain_against_a_variant_across_two_files():
+    r = run_script("compare.py", PLAIN, GRAPH, "--filters", "", "data_on_device/cuda_graph")
+    assert r.returncode == 0, r.stderr
+    plain, graph = medians(PLAIN), medians(GRAPH)  # version 3: names without the variant
+    name = "train/mlp/mnist/gpu:1/fp32/bs:100"
+    assert table(r.stdout) == {name: pytest.approx(graph[name] / plain[name], abs=1e-3)}
+    assert re.search(r"^variant\s+plain\s+data_on_device/cuda_graph\s+differs$", r.stdout, re.M)
+    # The flags in either order, or the same filter by another name, pick the same rows.
+    again = run_script("compare.py", PLAIN, GRAPH, "--filters", "plain",
+                       "cuda_graph/data_on_device")
+    assert table(again.stdout) == table(r.stdout)
+
+
+def test_files_of_two_configurations_point_at_filters(tmp_path):
+    cpu = rewrite_csv(GPU, tmp_path / "cpu.csv", keep_row=lambda row: row["device"] == "cpu")
+    gpu = rewrite_csv(GPU, tmp_path / "gpu.csv", keep_row=lambda row: row["device"] == "gpu:1")
+    r = run_script("compare.py", cpu, gpu)
+    assert_one_line_error(r, "no benchmark", "only in BASE: 2", "--filters 'cpu' 'gpu:1'")
+    r = run_script("compare.py", cpu, gpu, "--filters", "cpu", "gpu:1")
+    assert r.returncode == 0 and len(table(r.stdout)) == 2, r.stderr
+
+
+@pytest.mark.parametrize("filters, needle", [
+    (("gpu:x", "gpu:1"), "'gpu:x' is not a term a filter knows"),
+    (("cpu/gpu:1", "gpu:2"), "names two of device"),
+    (("gpu:1", "gpu:8/predicted:nvlink4"), "predicted rows are predictions"),
+    (("gpu:3", "gpu:1"), "--filters 'gpu:3' matches no row"),
+    (("gpu:1", "bf16"), "devices gpu:1, gpu:2: name one in the filter"),
+])
+def test_bad_filters_are_one_line_and_exit_2(filters, needle):
+    assert_one_line_error(run_script("compare.py", GPU, "--filters", *filters), needle)
+
+
+def test_one_file_without_filters_is_a_usage_error():
+    r = run_script("compare.py", GPU)
+    assert r.returncode == 2 and "--filters A B" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---- what the header says -----------------------------------------------------------------
+
+def test_the_header_names_every_flag_and_context_that_differs(tmp_path):
+    other = edited(GPU, tmp_path / "other.csv", git_commit="1234567",
+                   gpu_name="NVIDIA H200", optimizer="adam", load_avg_1m="0.6")
+    r = run_script("compare.py", GPU, other)
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("differs: "))
+    # The load differs too, but neither side was loaded: not a difference worth naming.
+    assert line == "differs: optimizer, git_commit, gpu_name"
+    assert re.search(r"^gpu_name\s+NVIDIA H100 80GB HBM3\s+NVIDIA H200\s+differs$", r.stdout,
+                     re.M)
+    r = run_script("compare.py", SGD, ADAM)
+    assert "differs: variant, optimizer\n" in r.stdout
+
+
+@pytest.mark.parametrize("factor, warned", [(1.3, True), (1.1, False)])
+def test_a_different_sgemm_rate_is_a_warning(tmp_path, factor, warned):
+    faster = edited(SGD, tmp_path / "faster.csv",
+                    sgemm_gflops=lambda row: f"{float(row['sgemm_gflops']) * factor:g}")
+    r = run_script("compare.py", SGD, faster)
+    assert r.returncode == 0, r.stderr
+    assert ("warning: sgemm_gflops differs by 30% (BASE 94.9, NEW 123.4 GFLOP/s" in r.stdout) \
+        == warned
+    assert bool(re.search(r"^sgemm_gflops .*differs by 30%$", r.stdout, re.M)) == warned
+
+
+@pytest.mark.parametrize("load, warned", [("3.2", True), ("2.4", False)])
+def test_a_loaded_side_is_a_warning(tmp_path, load, warned):
+    """2 cores: a row is loaded above 2.5 (cores + 0.5), not above threads + 0.5, which the
+    previous row's threads would trip: the load average lags a minute behind."""
+    busy = edited(ADAM, tmp_path / "busy.csv", load_avg_1m=load)
+    r = run_script("compare.py", SGD, busy)
+    assert r.returncode == 0, r.stderr
+    assert ("warning: NEW was loaded: 18 of 18 rows started with load_avg_1m above the "
+            f"machine's cores + 0.5 (up to {load} on 2 cores)" in r.stdout) == warned
+    assert "BASE was loaded" not in r.stdout
+
+
+# ---- verdicts -------------------------------------------------------------------------------
+
+def test_too_few_repetitions_say_how_to_get_a_verdict():
+    r = run_script("compare.py", PLAIN, GRAPH, "--filters", "", "data_on_device/cuda_graph")
+    lines = r.stdout.splitlines()
+    geomean = next(line for line in lines if line.startswith("geometric mean"))
+    assert geomean.endswith("- not a verdict, see below")
+    assert any(line.startswith("too few repetitions for a verdict: every one of these "
+                               "benchmarks has fewer than 4 on a side (n=3/3)")
+               and "--benchmark_repetitions=5" in line for line in lines)
+    # Mixed: 2 of the hand-made example's 4 benchmarks have 5 repetitions a side.
+    r = run_script("compare.py", data_file("compare_base.csv"), data_file("compare_new.csv"))
+    assert "too few repetitions for a verdict: 2 of 4 of these benchmarks" in r.stdout
+    assert "(n=3/3, median aggregate only)" in r.stdout
+    assert "not a verdict" not in r.stdout
+    # Enough everywhere: no advice.
+    r = run_script("compare.py", SGD, data_file("optimizer_adam_v4.csv"))
+    assert "too few repetitions" not in r.stdout and "--benchmark_repetitions" not in r.stdout
+
+
+def test_predicted_rows_never_enter_the_verdicts():
+    r = run_script("compare.py", GPU, GPU)
+    assert r.returncode == 0, r.stderr
+    assert not any("gpu:8" in name for name in table(r.stdout))
+    assert "predicted:nvlink4" not in r.stdout
+    # 2 models x 2 precisions x (gpu:1, gpu:2), 2 cpu rows and the shared-device one.
+    assert "over 11 benchmarks" in r.stdout
+    assert "note: 1 predicted rows of BASE left out" in r.stdout
+
+
+# ---- a peer framework (scripts/compare_pytorch.sh) -----------------------------------------
+
+def test_a_pytorch_file_still_matches_a_trainbench_file_by_name():
+    """compare_pytorch.sh compares the peer's file with trainbench's by name; both ran with the
+    data on the GPU (version 2 rows: data_on_device=1 on both sides, so the same variant)."""
+    runs = ROOT / "results" / "h100"
+    pt = runs / "trainbench-vs-pytorch-20261123T050007Z-pytorch.csv"
+    tb = runs / "trainbench-vs-pytorch-20261123T050007Z-trainbench.csv"
+    if not (pt.exists() and tb.exists()):
+        pytest.skip("results/h100 lacks the PyTorch comparison")
+    r = run_script("compare.py", pt, tb)
+    assert r.returncode == 0, r.stderr
+    assert len(table(r.stdout)) == 10 and all(
+        name.endswith("/data_on_device") for name in table(r.stdout))
+    # The same pairs through --filters, from the two files pooled.
+    r2 = run_script("compare.py", pt, tb, "--filters", "framework:pytorch/data_on_device",
+                    "framework:trainbench/data_on_device")
+    assert r2.returncode == 0, r2.stderr
+    assert sorted(table(r2.stdout).values()) == sorted(table(r.stdout).values())

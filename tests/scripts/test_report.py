@@ -1,0 +1,209 @@
+"""The headline chart and the report plot.py writes beside the charts (issue 22), and the
+predicted and shared-device rows of schema 4 (issue 24): on a fixture machine with cpu, gpu:1
+and gpu:2 rows (gpu:4 skipped, a gpu:8 prediction, a shared-device run) and on a CPU-only one."""
+import base64
+import csv
+import re
+import statistics
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import data_file, run_script
+
+GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
+SKIP_REASON = "skipped: gpu:4 needs 4 GPUs, this machine has 2"
+
+
+def plot(out: Path, *csvs):
+    r = run_script("plot.py", *csvs, "--out", out)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+def svg_text(path: Path) -> str:
+    return " ".join(t for t in ET.parse(path).getroot().itertext() if t.strip())
+
+
+def medians(path: str) -> dict:
+    """benchmark -> median samples/s of the ok iteration rows, read without the scripts."""
+    values: dict = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["status"] == "ok" and r["run_type"] == "iteration" and r["samples_per_s"]:
+                values.setdefault(r["benchmark"], []).append(float(r["samples_per_s"]))
+    return {k: statistics.median(v) for k, v in values.items()}
+
+
+def md_table(text: str, first_header: str) -> tuple[list[str], list[list[str]]]:
+    """The Markdown table whose header starts with first_header: headers and rows."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    split = lambda line: [c.strip() for c in line.strip("|").split(" | ")]  # noqa: E731
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(split(line))
+    return split(lines[start]), rows
+
+
+@pytest.fixture(scope="module")
+def gpu_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_report")
+    return out, plot(out, GPU)
+
+
+@pytest.fixture(scope="module")
+def cpu_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cpu_report")
+    return out, plot(out, CPU)
+
+
+# ---- the files ------------------------------------------------------------------------------
+
+def test_headline_and_report_are_written(gpu_report):
+    out, r = gpu_report
+    for name in ("headline.png", "headline.svg", "report.md", "report.html"):
+        assert (out / name).is_file(), name
+        assert f"wrote {out / name}" in r.stdout or name.endswith(".svg")
+    assert (out / "headline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_names_the_machine_configurations_and_skips(gpu_report):
+    out, _ = gpu_report
+    md = (out / "report.md").read_text()
+    title = md.splitlines()[0]
+    assert title == ("# trainbench report: fixture-host · Fixture Xeon 8480+ (test data, not a "
+                     "real run) · NVIDIA H100 80GB HBM3")
+    headers, _ = md_table(md, "model")
+    for device in ("cpu", "gpu:1", "gpu:2"):
+        assert f"samples/s: {device}" in headers
+    assert "## Skipped configurations" in md
+    skips = [line for line in md.splitlines() if SKIP_REASON in line]
+    assert skips == [f"- gpu:4 on fixture-host: {SKIP_REASON} (mlp · mnist fp32, resnet152 · "
+                     f"cifar10 fp32)"]  # once per configuration, not per row
+    for field in ("| git_commit | 0f1x7e5 |", "| sgemm_gflops | 1900.0 GFLOP/s (median) |",
+                  "| driver_version | 580.159.04 |", "| schema_version | 4 |"):
+        assert field in md, field
+
+
+def test_summary_numbers_are_the_medians_and_their_ratios(gpu_report):
+    out, _ = gpu_report
+    headers, rows = md_table((out / "report.md").read_text(), "model")
+    line = dict(zip(headers, next(r for r in rows if r[:2] == ["mlp · mnist", "fp32"])))
+    m = medians(GPU)
+    cpu, one, two = (m[f"train/mlp/mnist/{d}/fp32/bs:100"] for d in ("cpu", "gpu:1", "gpu:2"))
+    assert line["samples/s: cpu"] == f"{cpu:,.0f}"
+    assert line["samples/s: gpu:1"] == f"{one:,.0f}"
+    assert line["speedup over cpu (x): gpu:1"] == f"{one / cpu:.3g}"
+    assert line["speedup over cpu (x): gpu:2"] == f"{two / cpu:.3g}"
+    assert line["scaling efficiency (%): gpu:2"] == "71"  # the rows' scaling_efficiency
+    assert line["peak memory (GiB): gpu:1"] == f"{(4 * 4 * 1796010 + 6.4e7) / 2 ** 30:.3g}"
+    assert line["peak memory (GiB): cpu"] == f"{1.2e9 / 2 ** 30:.3g}"  # peak_rss_bytes
+    assert line["comm share (%): gpu:2"] == "14.5"
+    assert "scaling efficiency (%): gpu:1" not in headers  # one device: no scaling
+
+
+def test_html_is_self_contained_with_every_chart_inlined(gpu_report):
+    out, r = gpu_report
+    html = (out / "report.html").read_text()
+    charts = [line.split()[1] for line in r.stdout.splitlines()
+              if line.startswith("wrote ") and line.endswith(".svg")]
+    images = re.findall(r'<img src="([^"]*)"', html)
+    assert len(images) == len(charts) >= 6
+    for src in images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not re.search(r'(src|href)="(?!data:)', html)  # nothing fetched from elsewhere
+    assert "<script" not in html and "<link" not in html
+    assert "<title>trainbench report: fixture-host" in html
+    assert SKIP_REASON in html
+
+
+def test_each_chart_has_its_question(gpu_report):
+    out, _ = gpu_report
+    md = (out / "report.md").read_text()
+    for name in ("headline", "samples_per_s", "speedup_vs_cpu", "scaling_efficiency",
+                 "peak_memory", "host_cpu_per_step"):
+        block = md.split(f"### {name}\n\n", 1)[1].split("\n\n")
+        assert block[0].startswith("_") and "?" in block[0], (name, block[0])
+        assert block[1] == f"![{name}]({name}.png)"
+    assert "- time_to_accuracy: no epochs/ rows" in md  # the charts not drawn, and why
+
+
+# ---- the headline chart ---------------------------------------------------------------------
+
+def test_headline_bars_carry_the_speedup_over_cpu(gpu_report):
+    out, _ = gpu_report
+    text = svg_text(out / "headline.svg")
+    m = medians(GPU)
+    for model, batch in (("mlp/mnist", 100), ("resnet152/cifar10", 128)):
+        cpu = m[f"train/{model}/cpu/fp32/bs:{batch}"]
+        for device in ("gpu:1", "gpu:2"):
+            value = m[f"train/{model}/{device}/fp32/bs:{batch}"]
+            assert f"{value / cpu:.3g}×" in text, (model, device)
+    assert "1× (cpu)" in text
+    for legend in ("cpu", "gpu:1", "gpu:2"):
+        assert re.search(rf"(^| ){re.escape(legend)} ", text), legend
+
+
+def test_predicted_rows_are_hatched_and_named_never_measured(gpu_report, plot_mod, tbcsv_mod):
+    out, _ = gpu_report
+    text = svg_text(out / "headline.svg")
+    assert "gpu:8 predicted for nvlink4 (not measured)" in text
+    svg = (out / "headline.svg").read_text()
+    assert '<pattern id="h' in svg and svg.count('url(#h') >= 2  # the bar and its legend entry
+    assert "gpu:8" not in svg_text(out / "samples_per_s.svg")  # no measured chart has it
+    assert "gpu:8" not in svg_text(out / "scaling_efficiency.svg")
+    headers, rows = md_table((out / "report.md").read_text(), "model")
+    line = dict(zip(headers, next(r for r in rows if r[:2] == ["resnet152 · cifar10", "fp32"])))
+    predicted = medians(GPU)["train/resnet152/cifar10/gpu:8/fp32/bs:128/predicted:nvlink4"]
+    assert line["samples/s: gpu:8 predicted (nvlink4)"] == f"{predicted:,.0f}"
+    assert line["scaling efficiency (%): gpu:8 predicted (nvlink4)"] == "88"
+    data = plot_mod.Data([tbcsv_mod.read_table(GPU)])
+    assert len(data.predicted_rows) == 1 and not any(
+        tbcsv_mod.is_predicted(r) for r in data.step_rows)
+
+
+def test_shared_device_rows_are_never_scaling(gpu_report, plot_mod, tbcsv_mod):
+    out, _ = gpu_report
+    assert "Left out: the shared_device rows of gpu:2 on fixture-host (2 replicas on one GPU: " \
+           "correctness, not scaling)" in svg_text(out / "headline.svg")
+    assert "replicas" not in svg_text(out / "scaling_efficiency.svg")
+    assert "replicas" not in svg_text(out / "speedup_vs_cpu.svg")
+    data = plot_mod.Data([tbcsv_mod.read_table(GPU)])
+    assert not any(c.shared_device for _, c in plot_mod.speedups(data))
+    assert all("replicas" not in label for _, _, _, label in plot_mod.scaling_lines(data))
+    headers, _ = md_table((out / "report.md").read_text(), "model")
+    shared = [h for h in headers if "replicas on one GPU" in h]
+    assert shared == ["samples/s: gpu:2 2 replicas on one GPU",
+                      "peak memory (GiB): gpu:2 2 replicas on one GPU"]
+
+
+def test_a_cpu_only_machine_draws_its_cpu_configurations(cpu_report):
+    out, _ = cpu_report
+    text = svg_text(out / "headline.svg")
+    assert "No GPU rows for fixture-cpu-host: its CPU configurations are shown" in text
+    for device in ("cpu", "cpu:1", "mpi:2"):
+        assert re.search(rf"(^| ){re.escape(device)} ", text), device
+    md = (out / "report.md").read_text()
+    caption = md.split("### headline\n\n", 1)[1].split("\n\n")[0]
+    assert "No GPU rows for fixture-cpu-host: drawn with the CPU configurations it has (cpu, " \
+           "cpu:1, mpi:2)" in caption
+    headers, rows = md_table(md, "model")
+    line = dict(zip(headers, rows[0]))
+    assert line["scaling efficiency (%): mpi:2"] == "80" and line["comm share (%): mpi:2"] == "12.0"
+    assert "gpu:1 on fixture-cpu-host: skipped: gpu:1: no usable NVIDIA driver" in md
+
+
+def test_a_report_of_nothing_is_not_written_and_an_old_one_goes(tmp_path):
+    plot(tmp_path, CPU)
+    assert (tmp_path / "report.html").exists()
+    only_skipped = tmp_path / "skipped.csv"
+    lines = open(CPU).read().splitlines()
+    only_skipped.write_text("\n".join([lines[0]] + [x for x in lines if ",skipped," in x]) + "\n")
+    r = run_script("plot.py", only_skipped, "--out", tmp_path)
+    assert r.returncode == 0 and "no chart could be drawn" in r.stderr
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "report.md").exists()
