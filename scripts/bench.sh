@@ -1,24 +1,41 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds the release preset and runs the default benchmark set,
-# appending to a CSV under results/<machine>/, and draws its charts beside it (<csv>-charts/).
+# Installs what is missing, builds the release preset and runs the default benchmark set: every
+# model on cpu, gpu:1 and gpu:all (every GPU, when two or more), fp32 on the CPU and fp32 plus the
+# card's fastest precision on the GPU, in one invocation. Rows are appended to a CSV under
+# results/<machine>/; the summary table ends the run, and the charts and report.md/report.html
+# are drawn beside the CSV (<csv>-charts/). About 1-3 minutes on a 2-core CPU-only machine
+# (GPU configurations print one skip line each).
 # Extra arguments go to trainbench, e.g.
 #   scripts/bench.sh --benchmark_filter='train/mlp/' --benchmark_repetitions=3
-# Environment: TB_FILTER (default 'train/.*/cpu/'), TB_CSV (default results/<host>/<date>.csv).
+#   scripts/bench.sh --devices=cpu,cpu:1 --precisions=fp32
+# Environment: TB_FILTER (default 'train/'), TB_CSV (default results/<host>/<date>.csv),
+# TB_MACHINE (the results folder's name), TB_BIN (a prebuilt trainbench: no set-up, no build,
+# for GPU machines that reach no package registry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/deps.sh
-tb_install_deps
-
-cmake --preset release
-cmake --build --preset release -j "$(nproc)"
+if [ -n "${TB_BIN:-}" ]; then
+  [ -x "$TB_BIN" ] || { echo "bench.sh: TB_BIN=$TB_BIN is not an executable trainbench" >&2; exit 2; }
+  bin=$TB_BIN
+else
+  source scripts/deps.sh
+  tb_install_deps
+  cmake --preset release
+  cmake --build --preset release -j "$(nproc)"
+  bin=build/release/bench/trainbench
+fi
 
 machine=${TB_MACHINE:-$(hostname -s)}
 csv=${TB_CSV:-results/$machine/$(date -u +%Y%m%dT%H%M%SZ).csv}
 mkdir -p "$(dirname "$csv")"
+# The default set, unless the arguments name their own devices or precisions.
+defaults=()
+case " $* " in *" --devices="*) ;; *) defaults+=(--devices=cpu,gpu:1,gpu:all) ;; esac
+case " $* " in *" --precisions="*) ;; *) defaults+=(--precisions=fp32,fastest) ;; esac
 status=0
-build/release/bench/trainbench --benchmark_filter="${TB_FILTER:-train/.*/cpu/}" --csv="$csv" "$@" || status=$?
-echo "trainbench: results in $csv"
-# The charts of this run; the distribution's Python is the one with matplotlib.
+"$bin" --benchmark_filter="${TB_FILTER:-train/}" "${defaults[@]}" --csv="$csv" --summary="${csv%.csv}-summary.md" "$@" ||
+  status=$?
+echo "trainbench: results in $csv, summary in ${csv%.csv}-summary.md"
+# The charts and the report of this run; the distribution's Python is the one with matplotlib.
 python=python3
 [ -x /usr/bin/python3 ] && python=/usr/bin/python3
 "$python" scripts/plot.py "$csv" --out "${csv%.csv}-charts" || status=$?

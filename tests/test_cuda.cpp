@@ -1423,6 +1423,8 @@ TEST_P(NcclOneRank, TrainsLikeAPlainNetwork) {
     parallel::ReplicaNetwork replica(std::move(net), std::move(parallel::make_nccl_group({0}, {stream}).at(0)),
                                      std::size_t(1) << 20);
     copy_params(model, batch, replica, plain);
+    std::vector<Vec> before;
+    for_each_param(model, batch, [&](int node, int k, const std::string&) { before.push_back(plain.read_param(node, k)); });
     testing_support::LargeBatch data(model, batch, 1);
     std::mt19937 rng(31);
     data.draw(rng);
@@ -1431,9 +1433,16 @@ TEST_P(NcclOneRank, TrainsLikeAPlainNetwork) {
     replica.set_batch(data.whole());
     const float plain_loss = plain.train_step(t), replica_loss = replica.train_step(t);
     EXPECT_TRUE(std::isfinite(replica_loss));
-    EXPECT_EQ(replica_loss, plain_loss);
+    EXPECT_EQ(replica_loss, plain_loss) << "the same forward pass before any all-reduce";
     replica.check_weights_agree();
-    EXPECT_EQ(replica.param_checksum(), plain.param_checksum()) << "a one-rank mean must leave gradients as they are";
+    // A one-rank mean leaves the gradients as they are: the replica takes the plain network's
+    // step, up to the rounding of convolution algorithms each network picked by timing them.
+    std::size_t i = 0;
+    for_each_param(model, batch, [&](int node, int k, const std::string& param) {
+      EXPECT_TRUE(same_update(replica.read_param(node, k), plain.read_param(node, k), before[i++],
+                              large_batch_tolerance(precision)))
+          << param;
+    });
     EXPECT_EQ(replica.stats().buckets, i64(replica.buckets().size()));
   }
 }
