@@ -140,6 +140,12 @@ trainbench flags:
                         CUDA_VISIBLE_DEVICES applies first). One ordinal repeated (--gpus=0,0)
                         runs gpu:N as N replicas sharing that GPU, all-reduced by a kernel: a
                         check of the data-parallel path on one GPU, not a measure of scaling
+  --link=L[+L...]       the links predicted N-device rows assume: nvlink4, nvlink3, pcie4,
+                        pcie5, ib_ndr400, measured (the run's MPI world, swept at start-up) or
+                        BUSBW_GBPS[,LATENCY_US]. Default: nvlink4 for GPU rows, measured for
+                        CPU rows under mpirun (none otherwise). See docs/prediction.md
+  --timeline=on|off     record when each gradient bucket becomes ready in one-device rows, for
+                        predictions (default on; off measures the step without its marks)
   --gpu_memory_limit=X  cap on the device memory trainbench may use: bytes (8GiB, 512MiB,
                         1000000000) or a fraction of the device's memory (0.5). A benchmark
                         that needs more fails its row with an out-of-memory message
@@ -202,6 +208,17 @@ Flags parse_flags(int& argc, char** argv) {
       f.json = true;
     } else if (arg == "--csv_header") {
       f.csv_header = true;
+    } else if (auto v = value_of("link")) {
+      f.links.clear();
+      std::size_t start = 0;
+      while (start <= v->size()) {
+        const std::size_t plus = std::min(v->find('+', start), v->size());
+        f.links.push_back(v->substr(start, plus - start));  // checked by the harness (parse_link)
+        start = plus + 1;
+      }
+    } else if (auto v = value_of("timeline")) {
+      if (*v != "on" && *v != "off") throw InputError(fmt::format("--timeline: '{}' is not on or off", *v));
+      f.timeline = *v == "on";
     } else if (auto v = value_of("summary")) {
       if (v->empty()) throw InputError("--summary: give a file name, e.g. --summary=results/summary.md");
       f.summary = *v;

@@ -33,6 +33,8 @@ struct Flags {
   std::string benchmark_format = "console";  // Google Benchmark's --benchmark_format, seen in passing
   std::string benchmark_color = "auto";      // Google Benchmark's --benchmark_color, seen in passing
   std::string summary;                       // --summary=FILE: the end-of-run table as Markdown
+  std::vector<std::string> links;            // --link=A+B: links predictions assume (empty: per device)
+  bool timeline = true;                      // --timeline=off: no bucket timeline, no predictions
   bool help = false;
   bool list_models = false;  // --list_models
   bool json = false;         // --json (with --list_models)

@@ -23,6 +23,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
 #include "engine/parallel/replica_run.hpp"
+#include "engine/parallel/timeline.hpp"
 #include "engine/train/trainer.hpp"
 #include "telemetry/nvml.hpp"
 #include "telemetry/sampler.hpp"
@@ -213,6 +214,7 @@ void note_utilisation(benchmark::State& st, const BenchInfo& info, std::vector<s
 }  // namespace
 
 Harness::Harness(const Flags& flags, int cores) : flags_(flags), benchmarks_(plan_benchmarks(flags, cores)) {
+  for (const std::string& link : flags_.links) parallel::parse_link(link);  // a bad --link fails before measuring
   const bool gpu_runs = std::any_of(benchmarks_.begin(), benchmarks_.end(),
                                     [](const BenchInfo& b) { return b.gpu() && b.skip_reason.empty(); });
   if (!gpu_runs) return;
@@ -327,20 +329,24 @@ void Harness::run_train(benchmark::State& st, const BenchInfo& info) {
   Trainer& trainer = *train_session(info).trainer;
   std::vector<std::string> notes;
   const std::unique_ptr<telemetry::GpuSampler> sampler = sampler_for(info, notes);
+  // When each gradient bucket becomes ready, for predicted N-device rows (a CUDA graph replays
+  // backward without the hook that marks them).
+  std::unique_ptr<parallel::TimelineRecorder> timeline;
+  if (info.timeline && !info.cuda_graph) timeline = std::make_unique<parallel::TimelineRecorder>(trainer.network());
   const PhaseTimes p0 = trainer.phases();
   const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
   if (sampler) sampler->start();
-  if (info.gpu()) {
-    for (auto _ : st) {
-      trainer.step();
-      st.SetIterationTime(trainer.last_device_seconds());
-    }
-  } else {
-    for (auto _ : st) trainer.step();
+  for (auto _ : st) {
+    if (timeline) timeline->before_step();
+    trainer.step();
+    if (timeline) timeline->after_step();
+    if (info.gpu()) st.SetIterationTime(trainer.last_device_seconds());
   }
   const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
   const double steps = double(st.iterations());
   if (sampler) telemetry_counters(st, sampler->stop(), steps * double(info.batch), notes);
+  if (timeline) timelines_[info.name] = timeline->timeline();
+  timeline.reset();
   check_loss_fell(trainer);
   const PhaseTimes& p = trainer.phases();
   const double step_time = info.gpu() ? (p.device - p0.device) / steps : wall / steps;
@@ -503,6 +509,41 @@ void Harness::warn_if_loaded(const BenchInfo& info, double load) {
         "trainbench: warning: load average {:.1f} at the start of {}, where this run uses at most {} thread(s): "
         "another process is using the CPU and this row's figures may be low (load_avg_1m in the CSV)\n",
         load, info.name, threads_used_);
+}
+
+void Harness::measure_world_link() {
+  if (world().size < 2) return;
+  const std::unique_ptr<parallel::Communicator> comm = parallel::world_comm();
+  world_link_ = parallel::measure_link(*comm);
+}
+
+std::vector<PredictedRow> Harness::predictions(const BenchInfo& info, double samples_per_s) const {
+  const auto found = timelines_.find(info.name);
+  if (found == timelines_.end() || found->second.empty() || samples_per_s <= 0) return {};
+  std::vector<parallel::Link> links;
+  for (const std::string& name : flags_.links) {
+    const parallel::Link link = parallel::parse_link(name);
+    if (link.name != "measured") links.push_back(link);
+    else if (world_link_) links.push_back(*world_link_);
+  }
+  if (flags_.links.empty() && info.gpu()) links.push_back(parallel::parse_link("nvlink4"));
+  if (flags_.links.empty() && !info.gpu() && world_link_) links.push_back(*world_link_);
+  std::vector<PredictedRow> out;
+  for (const parallel::Link& link : links) {
+    // A measured link is this run's: its N. A preset: 2, 4 and 8, and this machine's GPUs beyond.
+    std::vector<int> counts{world().size};
+    if (link.name != "measured") {
+      counts = {2, 4, 8};
+      const int gpus = int(gpu_inventory().devices.size());
+      if (info.gpu() && gpus > 8) counts.push_back(gpus);
+    }
+    for (int n : counts)
+      out.push_back(PredictedRow{fmt::format("{}:{}", info.gpu() ? "gpu" : "mpi", n), link,
+                                 parallel::predict(found->second, double(info.batch) / samples_per_s,
+                                                   double(info.batch), n, link),
+                                 found->second});
+  }
+  return out;
 }
 
 // A row that failed: its session goes (the next benchmark starts clean), the run goes on.

@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
         if (b.skip_reason.empty()) thread_counts.insert(b.threads);
       machine.sgemm_gflops = tb::cpu_peak_gflops(machine.cores);
       for (int t : thread_counts) tb::cpu_peak_gflops(t);
+      harness->measure_world_link();  // under mpirun, on every rank
     }
   } catch (const tb::Error& e) {
     std::cerr << "trainbench: error: " << e.what() << "\n";

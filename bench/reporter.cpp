@@ -12,6 +12,7 @@
 #include "bench/columns.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/world.hpp"
+#include "engine/parallel/predict.hpp"
 
 namespace tb::bench {
 namespace {
@@ -229,6 +230,94 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
     if (!early) keep(csv_row(run));
   }
   for (const Run& run : runs) written_early_.erase(run.run_name.function_name);
+  report_predictions(runs);
+}
+
+namespace {
+
+std::string prediction_key(const BenchInfo& info, const std::string& device) {
+  return fmt::format("{}/{}/{}/{}/{}/{}", info.model, info.dataset, info.precision, info.batch, info.variant, device);
+}
+
+// The rate a benchmark's runs give: the median aggregate where there are repetitions.
+double run_rate(const std::vector<benchmark::BenchmarkReporter::Run>& runs, const std::string& name) {
+  double rate = -1;
+  for (const auto& r : runs) {
+    if (r.run_name.function_name != name || r.error_occurred) continue;
+    const auto it = r.counters.find("samples_per_s");
+    if (it == r.counters.end()) continue;
+    const bool median = r.run_type == benchmark::BenchmarkReporter::Run::RT_Aggregate && r.aggregate_name == "median";
+    if (median || r.run_type == benchmark::BenchmarkReporter::Run::RT_Iteration) rate = it->second.value;
+    if (median) break;
+  }
+  return rate;
+}
+
+}  // namespace
+
+void Reporter::report_predictions(const std::vector<Run>& runs) {
+  std::set<std::string> seen;
+  for (const Run& run : runs) {
+    const std::string& name = run.run_name.function_name;
+    const BenchInfo* info = harness_.find(name);
+    if (!info || !seen.insert(name).second || info->kind != Kind::Train || info->parallel != parallel::Mode::None)
+      continue;
+    if (const double rate = run_rate(runs, name); rate > 0) {
+      const std::vector<PredictedRow> predicted = harness_.predictions(*info, rate);
+      if (!predicted.empty() && !assumptions_said_) {
+        notes_stream() << fmt::format("  predictions assume: {}\n", parallel::kPredictionAssumptions);
+        assumptions_said_ = true;
+      }
+      for (const PredictedRow& p : predicted) {
+        Row row = identity_row(*info, machine_);
+        const std::string variant = info->variant.empty() ? "" : info->variant + "/";
+        row["benchmark"] = fmt::format("{}/{}/{}/{}/{}/bs:{}/{}predicted:{}", kind_name(info->kind), info->model,
+                                       info->dataset, p.device, info->precision, info->batch, variant, p.link.name);
+        row["device"] = p.device;
+        row["variant"] = variant + "predicted:" + p.link.name;
+        row["measurement"] = "predicted";
+        row["link"] = p.link.name;
+        row["predicted_from"] = info->name;
+        row["run_type"] = "iteration";
+        row["status"] = "ok";
+        row["iterations"] = std::to_string(p.timeline.steps);
+        row["message"] = fmt::format("predicted from {}'s timeline over {} ({}); assumes {}", info->name, p.link.name,
+                                     p.link.source, parallel::kPredictionAssumptions);
+        const parallel::Prediction& q = p.prediction;
+        add_counters(row,
+                     {{"samples_per_s", q.samples_per_s},
+                      {"step_time_s", q.step_s},
+                      {"scaling_efficiency", q.efficiency},
+                      {"comm_s_per_step", q.exposed_comm_s},
+                      {"comm_share", q.exposed_comm_s / q.step_s},
+                      {"allreduce_bytes_per_step", p.timeline.gradient_bytes()},
+                      {"replicas", double(q.devices)},
+                      {"link_busbw_gbps", p.link.busbw_gbps},
+                      {"link_latency_us", p.link.latency_us}},
+                     false);
+        keep(row);
+        predicted_[prediction_key(*info, p.device)] = q.samples_per_s;
+        notes_stream() << fmt::format(
+            "  predicted {} over {} ({:.3g} GB/s, {:.3g} us): {:.0f} samples/s, {:.0f}% efficiency, exposed "
+            "communication {:.3g} ms of {:.3g} ms per step\n",
+            p.device, p.link.name, p.link.busbw_gbps, p.link.latency_us, q.samples_per_s, 100 * q.efficiency,
+            q.exposed_comm_s * 1e3, q.comm_s * 1e3);
+      }
+    }
+  }
+  for (const Run& run : runs) {
+    const BenchInfo* info = harness_.find(run.run_name.function_name);
+    if (info && info->kind == Kind::Train && info->parallel != parallel::Mode::None && !info->shared_device &&
+        run.run_type == Run::RT_Iteration && !run.error_occurred && run.repetition_index <= 0)
+      compare_with_prediction(*info, run_rate(runs, info->name));
+  }
+}
+
+void Reporter::compare_with_prediction(const BenchInfo& info, double samples_per_s) {
+  const auto it = predicted_.find(prediction_key(info, info.device));
+  if (it == predicted_.end() || samples_per_s <= 0) return;
+  notes_stream() << fmt::format("  {}: measured {:.0f} samples/s, predicted {:.0f}: measured / predicted = {:.2f}\n",
+                                info.name, samples_per_s, it->second, samples_per_s / it->second);
 }
 
 void Reporter::keep(const Row& row) {

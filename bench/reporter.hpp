@@ -64,6 +64,12 @@ class Reporter : public benchmark::BenchmarkReporter {
   std::set<std::string> skipped_said_;        // configurations whose skip was printed
   std::vector<Row> rows_;
   bool stdout_closed_ = false;
+  // Predicted rows of each one-device train benchmark in `runs`, written and shown after it.
+  void report_predictions(const std::vector<Run>& runs);
+  // A measured multi-device row beside the prediction made for it in this run.
+  void compare_with_prediction(const BenchInfo& info, double samples_per_s);
+  std::map<std::string, double> predicted_;  // workload/precision/batch/variant/device -> samples/s
+  bool assumptions_said_ = false;
 };
 
 // The columns every row of a benchmark shares: its identity and the machine context.

@@ -80,6 +80,34 @@ std::string render(const Table& table, bool markdown) {
   return out;
 }
 
+// A line per one-device row and link, a pair of columns (samples/s, efficiency) per N.
+std::string render_predictions(const std::vector<const Row*>& rows, bool markdown) {
+  std::vector<std::string> counts;
+  std::map<std::pair<std::string, std::string>, std::map<std::string, const Row*>> lines;
+  for (const Row* r : rows) {
+    const std::string device = cell(*r, "device"), n = device.substr(device.find(':') + 1);
+    if (std::find(counts.begin(), counts.end(), n) == counts.end()) counts.push_back(n);
+    lines[{cell(*r, "predicted_from"), fmt::format("{} ({:.0f} GB/s)", cell(*r, "link"), value(*r, "link_busbw_gbps"))}]
+         [n] = r;
+  }
+  std::sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return std::atoi(a.c_str()) < std::atoi(b.c_str()); });
+  Table table{{"from", "link"}};
+  for (const auto& n : counts) {
+    table[0].push_back(fmt::format("N={} samples/s", n));
+    table[0].push_back(fmt::format("N={} efficiency", n));
+  }
+  for (const auto& [key, by_n] : lines) {
+    std::vector<std::string> line{key.first, key.second};
+    for (const auto& n : counts) {
+      const auto it = by_n.find(n);
+      line.push_back(it == by_n.end() ? "" : rate_text(value(*it->second, "samples_per_s")));
+      line.push_back(it == by_n.end() ? "" : fmt::format("{:.0f}%", 100 * value(*it->second, "scaling_efficiency")));
+    }
+    table.push_back(line);
+  }
+  return render(table, markdown);
+}
+
 }  // namespace
 
 std::string summary_table(const std::vector<Row>& rows, bool markdown) {
@@ -87,6 +115,7 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
   std::vector<std::string> devices;  // in the order rows came
   std::vector<std::string> skipped;
   std::set<std::string> skip_seen;
+  std::vector<const Row*> predicted;
   for (const Row& row : rows) {
     if (cell(row, "kind") != "train") continue;
     const std::string status = cell(row, "status");
@@ -100,6 +129,10 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
       continue;
     }
     if (status != "ok" || cell(row, "run_type") != "iteration") continue;
+    if (cell(row, "measurement") == "predicted") {
+      predicted.push_back(&row);
+      continue;
+    }
     std::string variant = cell(row, "variant");
     for (const char* hidden : {"shared_device", "predicted:"})
       if (const auto at = variant.find(hidden); at != std::string::npos) variant.erase(at);
@@ -115,7 +148,7 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
     if (double s = value(row, "comm_share"); s >= 0) c.comm_shares.push_back(s);
     c.peak_bytes = std::max({c.peak_bytes, value(row, "mem_peak_bytes"), value(row, "peak_rss_bytes")});
   }
-  if (lines.empty() && skipped.empty()) return "";
+  if (lines.empty() && skipped.empty() && predicted.empty()) return "";
   std::string out = markdown ? "# trainbench summary\n\n" : "";
   if (!lines.empty()) {
     const bool has_cpu = std::find(devices.begin(), devices.end(), "cpu") != devices.end();
@@ -161,7 +194,11 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
     out += "samples/s: median over repetitions; x cpu: over this machine's cpu fp32 row of the workload; "
            "efficiency: samples/s / (N x the one-device row's); peak GiB: the largest of the line's rows (GPU: "
            "device memory trainbench allocated; CPU: the process's resident set); (one GPU): N replicas sharing "
-           "one GPU, a correctness check, not scaling; (predicted, LINK): a model's prediction, not a measurement\n";
+           "one GPU, a correctness check, not scaling\n";
+  }
+  if (!predicted.empty()) {
+    out += markdown ? "\n## Predicted N-device scaling\n\n" : "\npredicted N-device scaling (not measured):\n";
+    out += render_predictions(predicted, markdown);
   }
   if (!skipped.empty()) {
     out += markdown ? "\n## Skipped\n\n" : "skipped:\n";
