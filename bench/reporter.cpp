@@ -95,7 +95,10 @@ DisplayOptions display_options(const Flags& flags) {
   const bool forced = c == "true" || c == "yes" || c == "1" || c == "always";
   const bool refused = c == "false" || c == "no" || c == "0" || c == "never";
   const char* term = std::getenv("TERM");
-  const bool terminal = ::isatty(STDOUT_FILENO) && term && std::string(term) != "dumb" && !std::getenv("NO_COLOR");
+  // Under mpirun a rank's stdout is a pseudo-terminal whatever the launcher's own stdout is, so
+  // a terminal there says nothing: no colour unless asked for.
+  const bool terminal = ::isatty(STDOUT_FILENO) && term && std::string(term) != "dumb" && !std::getenv("NO_COLOR") &&
+                        parallel::world().size == 1;
   d.colour = d.format == "console" && (forced || (!refused && terminal));
   return d;
 }

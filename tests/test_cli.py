@@ -347,7 +347,7 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     rows = read_csv(out)
     assert sum(line.startswith("schema_version,") for line in out.read_text().splitlines()) == 1
-    ok = {row["benchmark"]: row for row in rows if row["status"] == "ok"}
+    ok = {row["benchmark"]: row for row in rows if row["status"] == "ok" and row["measurement"] == "measured"}
     # Rank 0's rows only: the one-replica baseline (rank 0 alone), then the data-parallel run.
     assert list(ok) == ["train/mlp/mnist/cpu:1/fp32/bs:100", "train/mlp/mnist/mpi:2/fp32/bs:100"]
     row = ok["train/mlp/mnist/mpi:2/fp32/bs:100"]
@@ -359,7 +359,55 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert float(row["loss_last"]) < float(row["loss_first"])
     baseline = float(ok["train/mlp/mnist/cpu:1/fp32/bs:100"]["samples_per_s"])
     assert abs(float(row["scaling_efficiency"]) - float(row["samples_per_s"]) / (2 * baseline)) < 1e-3
-    assert r.stdout.count("train/mlp/mnist/mpi:2/fp32/bs:100") == 1  # printed once, by rank 0
+    # Printed once, by rank 0 (a second line compares it with its prediction).
+    assert sum(line.startswith("train/mlp/mnist/mpi:2/fp32/bs:100") for line in r.stdout.splitlines()) == 1
+
+
+def test_mpirun_predicts_mpi2_from_cpu1_and_the_measured_link_within_20_percent(tmp_path):
+    """Issue 24's check against the truth: in one invocation, the mpi:2 row predicted from the
+    cpu:1 row's bucket timeline and the MPI link swept at start-up, beside the measured mpi:2."""
+    out = tmp_path / "run.csv"
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")
+    # The MLP at its own batch; ResNet-152 at 32 per rank, to keep the test short.
+    stdout = ""
+    for model, extra in (("mlp/mnist", []), ("resnet152/cifar10", ["--batch=32"])):
+        r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY,
+                            f"--benchmark_filter=train/{model}/", "--devices=cpu:1,mpi:2", "--iterations=6",
+                            f"--csv={out}", *extra],
+                           capture_output=True, text=True, timeout=900, env=env)
+        assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+        stdout += r.stdout
+    rows = read_csv(out)
+    for model in ("mlp", "resnet152"):
+        measured = [row for row in rows if row["model"] == model and row["device"] == "mpi:2"
+                    and row["measurement"] == "measured" and row["status"] == "ok"]
+        predicted = [row for row in rows if row["model"] == model and row["device"] == "mpi:2"
+                     and row["measurement"] == "predicted"]
+        assert len(measured) == 1 and len(predicted) == 1, model
+        p = predicted[0]
+        assert p["link"] == "measured" and float(p["link_busbw_gbps"]) > 0
+        assert p["predicted_from"].startswith(f"train/{model}/") and "/cpu:1/" in p["predicted_from"]
+        assert p["benchmark"].endswith("/predicted:measured") and "assumes" in p["message"]
+        ratio = float(measured[0]["samples_per_s"]) / float(p["samples_per_s"])
+        assert 0.8 <= ratio <= 1.2, (model, ratio)
+        assert f"measured / predicted = {ratio:.2f}" in stdout
+
+
+def test_one_device_rows_predict_gpu_or_mpi_scaling_over_named_links(tmp_path):
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/lenet5/cifar10/cpu/", "--link=pcie5+100,5", f"--csv={out}", *FAST)
+    assert r.returncode == 0, r.stderr
+    predicted = [row for row in read_csv(out) if row["measurement"] == "predicted"]
+    assert {(row["device"], row["link"]) for row in predicted} == {
+        (f"mpi:{n}", link) for n in (2, 4, 8) for link in ("pcie5", "custom")}
+    for row in predicted:
+        assert 0 < float(row["scaling_efficiency"]) <= 1
+        assert float(row["allreduce_bytes_per_step"]) > 4 * 60000  # LeNet-5's gradients, once
+    assert "predictions assume" in r.stdout and "predicted N-device scaling" in r.stdout
+    off = run("--benchmark_list_tests", "--timeline=off", "--benchmark_filter=train/lenet5/cifar10/cpu/")
+    assert off.stdout.split() == ["train/lenet5/cifar10/cpu/fp32/bs:100/timeline:off"]
+    bad = run("--link=warp9", "--benchmark_filter=train/lenet5/cifar10/cpu/")
+    assert bad.returncode == 2 and "--link: 'warp9'" in bad.stderr
 
 
 # ---- The workloads as JSON, for other tools (scripts/peers/pytorch_train.py) ----

@@ -17,7 +17,9 @@
 #include "engine/core/error.hpp"
 #include "engine/cpu/network.hpp"
 #include "engine/parallel/communicator.hpp"
+#include "engine/parallel/predict.hpp"
 #include "engine/parallel/replica.hpp"
+#include "engine/parallel/timeline.hpp"
 #include "models/models.hpp"
 #include "tests/large_batch.hpp"
 #include "tests/replica_checks.hpp"
@@ -289,6 +291,101 @@ TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
     }
   });
   EXPECT_EQ(failures, 2) << "every rank sees the disagreement";
+}
+
+// ---- Predicted N-device scaling ----
+
+TEST(Predict, RingTimeFollowsTheBusBandwidthDefinition) {
+  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 10};
+  EXPECT_EQ(parallel::ring_all_reduce_s(1e9, 1, link), 0.0) << "one device has nothing to reduce";
+  // 2(N-1)/N x bytes / busbw + latency: N=2 sends the bytes once, N=8 1.75 times.
+  EXPECT_DOUBLE_EQ(parallel::ring_all_reduce_s(1e9, 2, link), 10e-6 + 1e9 / 100e9);
+  EXPECT_DOUBLE_EQ(parallel::ring_all_reduce_s(1e9, 8, link), 10e-6 + 1.75 * 1e9 / 100e9);
+}
+
+TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
+  // Two buckets of 1 GB ready at 10 ms and 30 ms of a 50 ms step; backward ends at 30 ms. Over
+  // 100 GB/s with no latency and N=2 each all-reduce takes 10 ms: the first runs 10-20 ms,
+  // hidden; the second 30-40 ms, 10 ms past backward's end.
+  parallel::StepTimeline t;
+  t.bucket_ready_s = {0.010, 0.030};
+  t.bucket_bytes = {1e9, 1e9};
+  t.backward_end_s = 0.030;
+  t.step_end_s = 0.045;
+  t.steps = 1;
+  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 0};
+  const parallel::Prediction p = parallel::predict(t, 0.050, 64, 2, link);
+  EXPECT_NEAR(p.comm_s, 0.020, 1e-12);
+  EXPECT_NEAR(p.exposed_comm_s, 0.010, 1e-12);
+  EXPECT_NEAR(p.step_s, 0.060, 1e-12);
+  EXPECT_NEAR(p.samples_per_s, 2 * 64 / 0.060, 1e-9);
+  EXPECT_NEAR(p.efficiency, 0.050 / 0.060, 1e-12);
+  // Ready together at the end: the two queue one after the other, all exposed.
+  t.bucket_ready_s = {0.030, 0.030};
+  EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, link).exposed_comm_s, 0.020, 1e-12);
+  // On cores shared with compute (MPI between CPU ranks) nothing hides: both are exposed.
+  t.bucket_ready_s = {0.010, 0.030};
+  parallel::Link host = link;
+  host.overlaps_compute = false;
+  EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, host).exposed_comm_s, 0.020, 1e-12);
+  // One device: the measured row itself.
+  const parallel::Prediction one = parallel::predict(t, 0.050, 64, 1, link);
+  EXPECT_EQ(one.step_s, 0.050);
+  EXPECT_EQ(one.efficiency, 1.0);
+}
+
+TEST(Predict, LinksByNameByFiguresAndRefused) {
+  EXPECT_EQ(parallel::parse_link("nvlink4").busbw_gbps, 370);
+  for (const parallel::Link& l : parallel::link_presets()) {
+    EXPECT_GT(l.busbw_gbps, 0) << l.name;
+    EXPECT_FALSE(l.source.empty()) << l.name;
+  }
+  const parallel::Link custom = parallel::parse_link("100,20");
+  EXPECT_EQ(custom.name, "custom");
+  EXPECT_EQ(custom.busbw_gbps, 100);
+  EXPECT_EQ(custom.latency_us, 20);
+  EXPECT_EQ(parallel::parse_link("12.5").latency_us, 0);
+  EXPECT_EQ(parallel::parse_link("measured").name, "measured");
+  for (const char* bad : {"", "nvlink9", "-1", "100,", "100,x", "0", "inf"})
+    EXPECT_THROW(parallel::parse_link(bad), InputError) << bad;
+}
+
+// The recorder sees the buckets ReplicaNetwork would plan, ready in backward order, each no
+// later than backward's end and the step's end.
+TEST(Timeline, RecordsEveryBucketInOrderOnTheCpu) {
+  const ModelSpec spec = models::workload("lenet5", "cifar10").spec;
+  auto net = cpu_net(spec, 8, OptimizerConfig{});
+  const std::size_t bucket_bytes = std::size_t(4) << 10;
+  const auto planned = parallel::plan_buckets(net->gradient_segments(), bucket_bytes);
+  testing_support::LargeBatch data(spec, 8, 1);
+  std::mt19937 rng(1);
+  {
+    parallel::TimelineRecorder recorder(*net, bucket_bytes);
+    for (int s = 0; s < 3; ++s) {
+      data.draw(rng);
+      net->set_batch(data.whole());
+      recorder.before_step();
+      StepTimes t;
+      net->train_step(t);
+      recorder.after_step();
+    }
+    const parallel::StepTimeline t = recorder.timeline();
+    EXPECT_EQ(t.steps, 3);
+    ASSERT_EQ(t.bucket_ready_s.size(), planned.size());
+    ASSERT_GT(planned.size(), 1u);
+    double bytes = 0;
+    for (const auto& b : planned) bytes += double(b.count) * 4;
+    EXPECT_DOUBLE_EQ(t.gradient_bytes(), bytes);
+    for (std::size_t k = 0; k < t.bucket_ready_s.size(); ++k) {
+      EXPECT_GT(t.bucket_ready_s[k], 0) << k;
+      if (k > 0) EXPECT_GE(t.bucket_ready_s[k], t.bucket_ready_s[k - 1]) << k;
+    }
+    EXPECT_DOUBLE_EQ(t.backward_end_s, t.bucket_ready_s.back());
+    EXPECT_LE(t.backward_end_s, t.step_end_s);
+  }
+  // The recorder took its hook away: training goes on without it.
+  StepTimes t;
+  net->train_step(t);
 }
 
 }  // namespace

@@ -85,7 +85,9 @@ Prediction predict(const StepTimeline& t, double step_s, double batch, int devic
   double done = 0;
   for (std::size_t k = 0; k < t.bucket_bytes.size(); ++k) {
     const double took = ring_all_reduce_s(t.bucket_bytes[k], devices, link);
-    done = std::max(done, t.bucket_ready_s[k]) + took;
+    // On cores shared with compute, nothing starts before backward has let go of them.
+    const double ready = link.overlaps_compute ? t.bucket_ready_s[k] : t.backward_end_s;
+    done = std::max(done, ready) + took;
     p.comm_s += took;
   }
   // The update waits for the last all-reduce; what backward did not hide lengthens the step.
@@ -122,7 +124,8 @@ Link measure_link(Communicator& comm) {
   return Link{.name = "measured",
               .busbw_gbps = 1.0 / slope * 1e-9,
               .latency_us = intercept * 1e6,
-              .source = fmt::format("{} all-reduce of {} ranks, 64 KiB to 16 MiB, measured at start-up", comm.kind(), n)};
+              .source = fmt::format("{} all-reduce of {} ranks, 64 KiB to 16 MiB, measured at start-up", comm.kind(), n),
+              .overlaps_compute = false};
 }
 
 }  // namespace tb::parallel
