@@ -6,15 +6,29 @@
 #   TB_COMPARE_DEVICE=gpu scripts/compare_pytorch.sh             # one GPU, four precisions
 #   TB_COMPARE_DEVICE=gpu TB_TRAINBENCH='/tmp/tb/run.sh trainbench' scripts/compare_pytorch.sh
 #
-# For each benchmark below and each of TB_ROUNDS rounds (default 3), runs trainbench and then
-# scripts/peers/pytorch_train.py (or the other way round: the order alternates every round,
-# so that neither always runs on a machine the other has just warmed or heated), each in a
-# process of its own, on all cores, on synthetic data of the same shape. Rows go to a fresh
-# pair of CSVs, results/<host>/trainbench-vs-pytorch-<UTC time>-{trainbench,pytorch}.csv
-# (one file per framework, as scripts/compare.py compares two files), the runs' output to
-# ...-log.txt beside them. Then prints scripts/compare.py's comparison (BASE = PyTorch, NEW =
-# trainbench) and the table of issue 7: samples/s of each side (median over the rounds), the
-# ratio trainbench/PyTorch, its target, whether it is met, and trainbench's utilisation.
+# First PyTorch's settings (issue 20): for each benchmark below, scripts/peers/pytorch_train.py
+# tries its grid of settings (CPU: intra-op threads, BLAS threads, OMP_WAIT_POLICY, and for
+# images the layout; GPU: the layout of images), a short timed trial each (TB_TRIAL_TIME
+# seconds, default 0.5), and writes the fastest with every trial's figure to
+# ...-pytorch-settings.json. Then for each benchmark and each of TB_ROUNDS rounds (default 5),
+# runs trainbench and then the peer under its chosen setting (or the other way round: the order
+# alternates every round, so that neither always runs on a machine the other has just warmed
+# or heated), each in a process of its own, on all cores, on synthetic data of the same shape,
+# TB_REPETITIONS repetitions per round (default 1). Rows go to a fresh pair of CSVs,
+# results/<host>/trainbench-vs-pytorch-<UTC time>-{trainbench,pytorch}.csv (one file per
+# framework, as scripts/compare.py compares two files), the runs' output to ...-log.txt beside
+# them.
+#
+# One clock on both sides: the comparison is of wall_step_time_s, the wall time of the timed
+# steps per step, host gaps between steps included, which both write with the same meaning
+# (on the CPU it equals step_time_s). On a GPU, scripts/compare.py also compares step_time_s,
+# the device time of a step from CUDA events around each step on both sides. It prints
+# scripts/compare.py's comparison (BASE = PyTorch, NEW = trainbench, one --filters pair per
+# variant; with 4 or more values a side, rounds x repetitions, its U test can call a difference
+# beyond noise at p < 0.05, with 3 or fewer it cannot), then the table of issue 7: samples/s of
+# each side on the wall clock (median over the rounds), the ratio trainbench/PyTorch, its
+# target, whether it is met, compare.py's noise verdict, trainbench's utilisation and the
+# setting PyTorch ran with.
 #
 # PyTorch and an optimised BLAS are optional for trainbench, so scripts/deps.sh leaves them
 # out; this script installs Debian's python3-torch when `import torch` fails and the OpenMP
@@ -23,16 +37,20 @@
 #
 # On a GPU (TB_COMPARE_DEVICE=gpu) both sides train on gpu:1 with the data resident on the
 # device (trainbench --data_on_device; the peer's pool on the GPU), in fp32, tf32, fp16 and bf16,
-# the convolutional models channels-last in PyTorch; the target is 1x (at least PyTorch's
-# samples/s). Nothing is installed there: the interpreter must already import torch with CUDA.
+# the convolutional models in the layout PyTorch's search found faster; the target is 1x (at
+# least PyTorch's samples/s). Nothing is installed there: the interpreter must already import
+# torch with CUDA.
 #
 # Environment: TB_COMPARE_DEVICE (cpu or gpu), TB_TRAINBENCH (the trainbench command, split on
 # spaces; default build/release/bench/trainbench; the peer asks it for the workloads and the CSV
 # header, so both sides train what one binary defines), TB_PYTHON (default /usr/bin/python3 on
-# the CPU, python3 on a GPU machine), TB_ROUNDS (3), TB_MIN_TIME (seconds of timed steps per run, 1),
-# TB_COMPARE_FILTER (a regular expression: only the benchmarks it matches), TB_MACHINE (default
-# `hostname -s`), TB_RESULTS_DIR (default results/$TB_MACHINE). About 5 minutes on a 2-core
-# machine.
+# the CPU, python3 on a GPU machine), TB_ROUNDS (5), TB_MIN_TIME (seconds of timed steps per run, 1),
+# TB_TRIAL_TIME (seconds of each settings trial, 0.5), TB_COMPARE_FILTER (a regular expression:
+# only the benchmarks it matches), TB_MACHINE (default `hostname -s`), TB_RESULTS_DIR (default
+# results/$TB_MACHINE), TB_REPETITIONS (1; on a GPU, where each run's start-up costs more than
+# its timing, TB_ROUNDS=1 TB_REPETITIONS=5 gives the same five values a side in a third of the
+# time, without the interleaving). On a 2-core machine about 7 minutes of settings search and 8
+# of rounds.
 # Exit status: 0, or 1 when a run failed (its benchmark then has no ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,15 +65,27 @@ fi
 python=${TB_PYTHON:-$([ "$device" = gpu ] && echo python3 || echo /usr/bin/python3)}
 read -r -a trainbench <<<"${TB_TRAINBENCH:-build/release/bench/trainbench}"
 peer=scripts/peers/pytorch_train.py
-rounds=${TB_ROUNDS:-3}
+# 5 rounds: scripts/compare.py's Mann-Whitney U test needs 4 or more repetitions a side before
+# even a complete separation reaches p < 0.05 (its smallest_p: 2/C(8,4) = 0.029 at 4, 0.008 at 5).
+rounds=${TB_ROUNDS:-5}
+repetitions=${TB_REPETITIONS:-1}
 min_time=${TB_MIN_TIME:-1}
-if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
-  echo "compare_pytorch.sh: error: TB_ROUNDS='$rounds' is not a whole number >= 1" >&2
-  exit 2
-fi
-if ! [[ $min_time =~ ^[0-9]+([.][0-9]+)?$ ]]; then
-  echo "compare_pytorch.sh: error: TB_MIN_TIME='$min_time' is not a number of seconds" >&2
-  exit 2
+trial_time=${TB_TRIAL_TIME:-0.5}
+for pair in "TB_ROUNDS=$rounds" "TB_REPETITIONS=$repetitions"; do
+  if ! [[ ${pair#*=} =~ ^[1-9][0-9]*$ ]]; then
+    echo "compare_pytorch.sh: error: ${pair%%=*}='${pair#*=}' is not a whole number >= 1" >&2
+    exit 2
+  fi
+done
+for pair in "TB_MIN_TIME=$min_time" "TB_TRIAL_TIME=$trial_time"; do
+  if ! [[ ${pair#*=} =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+    echo "compare_pytorch.sh: error: ${pair%%=*}='${pair#*=}' is not a number of seconds" >&2
+    exit 2
+  fi
+done
+if ((rounds * repetitions < 4)); then
+  echo "compare_pytorch.sh: note: TB_ROUNDS=$rounds x TB_REPETITIONS=$repetitions: with fewer than 4 values" \
+       "a side compare.py's U test cannot reach p < 0.05, it says only whether the ranges overlap" >&2
 fi
 
 # benchmark, optimizer, target (trainbench samples/s over PyTorch's, issue 7). SGD with
@@ -138,6 +168,7 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 prefix=$out_dir/trainbench-vs-pytorch-$stamp
 tb_csv=$prefix-trainbench.csv
 pt_csv=$prefix-pytorch.csv
+settings=$prefix-pytorch-settings.json
 log=$prefix-log.txt
 mkdir -p "$out_dir"
 threads=$(nproc)  # trainbench's `cpu` device: every core this process may use
@@ -155,66 +186,60 @@ if [ ${#trainbench[@]} -gt 1 ]; then
 fi
 failed=0
 
-# The newest peak_gflops trainbench wrote for a benchmark (the CPU's sgemm at the same thread
-# count; a GPU's datasheet peak of the precision), so that both sides' utilisation uses it.
-peak_gflops() {  # benchmark
-  [ -s "$tb_csv" ] || return 0
-  "$python" - "$tb_csv" "$1" <<'EOF'
-import csv, sys
-peak = ""
-with open(sys.argv[1], newline="") as f:
-    for row in csv.DictReader(f):
-        if row.get("status") == "ok" and row.get("peak_gflops") and row["benchmark"] == sys.argv[2]:
-            peak = row["peak_gflops"]
-print(peak)
-EOF
-}
+report=scripts/peers/pytorch_report.py  # reads the CSVs and the settings file back
 
-# samples/s of the newest row of a benchmark in a CSV, or why it has none.
-last_result() {
-  "$python" - "$1" "$2" <<'EOF'
-import csv, sys
-path, name = sys.argv[1:]
-last = None
-try:
-    with open(path, newline="") as f:
-        last = [r for r in csv.DictReader(f) if r["benchmark"] == name][-1:]
-except OSError:
-    pass
-if not last:
-    print("no row written")
-elif last[0]["status"] != "ok":
-    print(f"{last[0]['status']}: {last[0]['message']}")
-else:
-    print(f"{float(last[0]['samples_per_s']):.1f} samples/s")
-EOF
-}
-
+# Both tools append the variant of their flags to a name (.../optimizer:sgd, .../data_on_device):
+# the filters take a benchmark with whatever variant its flags give it.
 run_trainbench() {  # benchmark optimizer
   local status=0 where=(--devices=cpu)
   # On the GPU: the benchmark's precision, the data resident as the peer's.
   [ "$device" = gpu ] && where=(--devices=gpu:1 "--precisions=$(cut -d/ -f5 <<<"$1")" --data_on_device)
   # Google Benchmark names a manually timed GPU row .../manual_time: the filter allows it.
-  "${trainbench[@]}" --benchmark_filter="^$1(/manual_time)?\$" "${where[@]}" --optimizer="$2" \
-    --benchmark_min_time="$min_time" --benchmark_repetitions=1 --data_dir="$nodata" \
+  "${trainbench[@]}" --benchmark_filter="^$1(/.*)?\$" "${where[@]}" --optimizer="$2" \
+    --benchmark_min_time="$min_time" --benchmark_repetitions="$repetitions" --data_dir="$nodata" \
     --csv="$tb_csv" >>"$log" 2>&1 || status=$?
   [ $status -eq 0 ] || failed=1
-  echo "  trainbench  $(last_result "$tb_csv" "$1")$([ $status -eq 0 ] || echo " (exit status $status)")"
+  echo "  trainbench  $("$python" "$report" last "$tb_csv" "$1")$([ $status -eq 0 ] || echo " (exit status $status)")"
+}
+
+# The peer's flags for a benchmark: the cores (CPU) or its precision (GPU), its optimizer.
+peer_flags() {  # benchmark optimizer
+  if [ "$device" = gpu ]; then
+    echo --device=cuda "--precisions=$(cut -d/ -f5 <<<"$1")" --optimizer="$2"
+  else
+    echo --threads="$threads" --optimizer="$2"
+  fi
+}
+
+# The settings search: the peer's trials of its grid, the chosen setting into $settings.
+search_pytorch() {  # benchmark optimizer
+  local status=0 flags
+  read -r -a flags <<<"$(peer_flags "$1" "$2")"
+  "$python" "$peer" --trainbench="$peer_trainbench" --filter="^$1(/.*)?\$" "${flags[@]}" \
+    --search_only --settings_out="$settings" --trial_time="$trial_time" >>"$log" 2>&1 || status=$?
+  [ $status -eq 0 ] || failed=1
+  echo "  pytorch     $("$python" "$report" setting "$settings" "$1")$([ $status -eq 0 ] || echo " (exit status $status)")"
 }
 
 run_pytorch() {  # benchmark optimizer
-  local status=0 peak
-  local where=(--threads="$threads")
-  [ "$device" = gpu ] && where=(--device=cuda "--precisions=$(cut -d/ -f5 <<<"$1")")
-  peak=$(peak_gflops "$1")
-  "$python" "$peer" --trainbench="$peer_trainbench" --filter="^$1\$" "${where[@]}" --optimizer="$2" \
-    --min_time="$min_time" --repetitions=1 --csv="$pt_csv" ${peak:+--peak_gflops="$peak"} \
-    >>"$log" 2>&1 || status=$?
+  local status=0 peak flags
+  read -r -a flags <<<"$(peer_flags "$1" "$2")"
+  peak=$("$python" "$report" peak "$tb_csv" "$1")
+  "$python" "$peer" --trainbench="$peer_trainbench" --filter="^$1(/.*)?\$" "${flags[@]}" \
+    --settings="@$settings" --min_time="$min_time" --repetitions="$repetitions" --csv="$pt_csv" \
+    ${peak:+--peak_gflops="$peak"} >>"$log" 2>&1 || status=$?
   [ $status -eq 0 ] || failed=1
-  echo "  pytorch     $(last_result "$pt_csv" "$1")$([ $status -eq 0 ] || echo " (exit status $status)")"
+  echo "  pytorch     $("$python" "$report" last "$pt_csv" "$1")$([ $status -eq 0 ] || echo " (exit status $status)")"
 }
 
-echo "compare_pytorch.sh: $rounds round(s) on the $device ($([ "$device" = gpu ] && echo gpu:1 || echo "$threads thread(s)")), min time ${min_time}s; log in $log"
+echo "compare_pytorch.sh: PyTorch's settings search on the $device, a trial of ${trial_time}s per setting;" \
+     "trials in $settings and $log"
+for entry in "${benchmarks[@]}"; do
+  read -r name optimizer _ <<<"$entry"
+  echo "search: $name ($optimizer)"
+  search_pytorch "$name" "$optimizer"
+done
+echo "compare_pytorch.sh: $rounds round(s) of $repetitions repetition(s) on the $device ($([ "$device" = gpu ] && echo gpu:1 || echo "$threads thread(s)")), min time ${min_time}s; log in $log"
 for ((round = 1; round <= rounds; round++)); do
   for entry in "${benchmarks[@]}"; do
     read -r name optimizer _ <<<"$entry"
@@ -232,7 +257,25 @@ done
 # ---- the comparison --------------------------------------------------------------------------
 echo
 if [ -s "$tb_csv" ] && [ -s "$pt_csv" ]; then
-  "$python" scripts/compare.py "$pt_csv" "$tb_csv" || true
+  # One clock on both sides: the wall time per timed step (lower is better), host gaps
+  # included; on a GPU also the device time per step. compare.py keeps frameworks apart, so each
+  # is one side of --filters, once per variant the benchmarks' flags give.
+  metrics=(wall_step_time_s)
+  clock=()
+  if [ "$device" = gpu ]; then
+    metrics+=(step_time_s)
+    clock=(--device_clock)
+  fi
+  for metric in "${metrics[@]}"; do
+    if [ "$metric" = wall_step_time_s ]; then
+      echo "== wall clock: wall_step_time_s, the wall time of the timed steps per step on both sides"
+    else
+      echo "== device clock: step_time_s, CUDA events around each step on both sides"
+    fi
+    while IFS=$'\t' read -r side_pt side_tb; do
+      "$python" scripts/compare.py --metric="$metric" "$pt_csv" "$tb_csv" --filters "$side_pt" "$side_tb" || true
+    done < <("$python" "$report" filters "$pt_csv" "$tb_csv")
+  done
   # The CSV has no BLAS column; the peer prints the one torch loaded.
   grep -m1 "^pytorch_train.py: BLAS:" "$log" || true
   echo
@@ -241,42 +284,11 @@ if [ -s "$tb_csv" ] && [ -s "$pt_csv" ]; then
     read -r name _ target <<<"$entry"
     targets+=("$name=$target")
   done
-  "$python" - "$pt_csv" "$tb_csv" "${targets[@]}" <<'EOF'
-"""Issue 7's table: compare.py's ratio per benchmark against its target."""
-import sys
-sys.path.insert(0, "scripts")
-import compare  # noqa: E402
-import tbcsv  # noqa: E402
-
-pt, tb = tbcsv.read_table(sys.argv[1]), tbcsv.read_table(sys.argv[2])
-targets = dict(arg.rsplit("=", 1) for arg in sys.argv[3:])
-c = compare.compare(pt, tb, "samples_per_s", 0.05, lower_better=False)
-results = {r.benchmark: r for r in c.results}
-util = tbcsv.samples(tb.rows, compare.row_key, "utilisation")
-head = ["benchmark", "trainbench samples/s", "pytorch samples/s", "trainbench/pytorch",
-        "target", "met", "trainbench utilisation"]
-rows = []
-for name, target in targets.items():
-    r = results.get(name)
-    if r is None or r.ratio is None:
-        rows.append([name, "-", "-", "-", f"{float(target):g}x", "no result", "-"])
-        continue
-    u = util.get(name)
-    rows.append([name, f"{r.new.center:,.1f}", f"{r.base.center:,.1f}", f"{r.ratio:.2f}x",
-                 f"{float(target):g}x", "yes" if r.ratio >= float(target) else "no",
-                 f"{u.center:.3f}" if u else "-"])
-widths = [max(len(row[i]) for row in [head] + rows) for i in range(len(head))]
-for k, row in enumerate([head] + rows):
-    print("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths))))
-    if k == 0:
-        print("  ".join("-" * w for w in widths))
-print(f"\nmedians over {max((len(r.new.values) for r in results.values()), default=0)} round(s); "
-      f"trainbench/pytorch > 1: trainbench is faster")
-EOF
+  "$python" "$report" table "$pt_csv" "$tb_csv" "${clock[@]}" "${targets[@]}" || failed=1
 else
   echo "compare_pytorch.sh: no comparison: a side wrote no rows (see $log)"
   failed=1
 fi
 echo
-echo "compare_pytorch.sh: rows in $tb_csv and $pt_csv; the runs' output in $log"
+echo "compare_pytorch.sh: rows in $tb_csv and $pt_csv; PyTorch's settings in $settings; the runs' output in $log"
 exit $failed

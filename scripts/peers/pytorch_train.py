@@ -5,20 +5,37 @@
         [--device cpu|cuda] [--precisions LIST] [--batch N] [--optimizer sgd|adam] [--lr X]
         [--warmup_steps N] [--min_time S] [--repetitions R] [--csv FILE] [--peak_gflops X]
         [--blas auto|system|DIR] [--trainbench PATH]
+        [--settings search|SETTING|@FILE] [--settings_out FILE] [--search_only] [--trial_time S]
     /usr/bin/python3 scripts/peers/pytorch_train.py --list_models
 
+Settings (issue 20): PyTorch is timed with the settings that make it fastest on the workload,
+found by a search (settings_search.py): on the CPU intra-op threads {all, 1} x BLAS threads
+{all, 1} (not above the intra-op threads) x OMP_WAIT_POLICY {active, passive}, x layout {nchw,
+channels_last} for images; on a GPU the layout of images. Each setting gets a short timed trial (--trial_time, wall clock) in a
+child process of its own, the fastest is timed properly in another, and its rows name it in
+peer_settings (`layout:channels_last/threads:2/blas_threads:1/omp_wait:passive`). --settings
+SETTING times that one instead (fields left out take the defaults: NCHW, --threads threads, as
+many BLAS threads, libgomp's wait policy); --settings @FILE the ones an earlier search wrote
+with --settings_out FILE (benchmarks it lacks are searched); --search_only searches and times
+nothing.
+
 On a GPU (--device cuda: the row's device is gpu:1) PyTorch runs as its users run it for speed:
-eager, channels-last for the convolutional models, cudnn.benchmark on, the data resident on
-the GPU, fp32 (TF32 off everywhere), tf32 (TF32 on in convolutions and matmuls), fp16 (autocast
-with a GradScaler) and bf16 (autocast), steps timed with CUDA events, peak memory from
-torch.cuda.max_memory_allocated in mem_peak_bytes. ResNet-152 at 224x224 runs at batch 128 there,
-as trainbench's GPU rows do.
+eager, cudnn.benchmark on, the data resident on the GPU (so its rows carry trainbench's
+data_on_device variant), fp32 (TF32 off everywhere), tf32 (TF32 on in convolutions and
+matmuls), fp16 (autocast with a GradScaler) and bf16 (autocast), peak memory from
+torch.cuda.max_memory_allocated in mem_peak_bytes. Two clocks, as trainbench's: step_time_s
+(and samples_per_s) is device time, CUDA events recorded around each step (from before the
+batch is taken to the end of the optimizer update), summed; wall_step_time_s is the wall time
+of the timed steps, host gaps between steps included. ResNet-152 at 224x224 runs at batch 128
+there, as trainbench's GPU rows do.
 
 The framework baseline of issue 7: the same layer shapes, batch sizes, optimizer, fp32 and
 synthetic data of the same shape as trainbench, timed the way Google Benchmark times
 trainbench (whole steps, repeated until --min_time seconds), and reported under the same
-benchmark names (train/<model>/<dataset>/<device>/fp32/bs:<n>) in trainbench's CSV schema
-(results/SCHEMA.md), so scripts/compare.py and scripts/plot.py read both.
+benchmark names (train/<model>/<dataset>/<device>/fp32/bs:<n>[/<variant>]) in trainbench's CSV
+schema (results/SCHEMA.md, version 4), so scripts/compare.py and scripts/plot.py read both. The
+variant is trainbench's for the same flags (`optimizer:sgd`, `lr:0.01`, and `data_on_device` on
+a GPU), so that a row matches the trainbench row of the same flags.
 scripts/compare_pytorch.sh runs the two side by side.
 
 The trainbench binary (--trainbench, $TRAINBENCH, else build/release/bench/trainbench) is
@@ -40,19 +57,20 @@ trainbench's flags of the same names do (the kind, and the learning rate: sgd 0.
 trainbench was given trains the same way: scripts/compare_pytorch.sh passes both tools the
 same --optimizer.
 
-PyTorch is measured at its best as users run it: eager mode, default NCHW layout, oneDNN on
-(torch's default), the thread count set explicitly, denormals flushed, gradients freed with
-set_to_none, data generated beforehand into a pool of tensors (no loader cost). The script
-re-executes itself once with an environment that does not cripple it: no OPENBLAS_CORETYPE or
-OPENBLAS_L2_SIZE (a forced core type can select slow kernels), glibc malloc told to keep
-large buffers instead of unmapping and faulting them in again every step, and, where
-Debian's OpenMP build of OpenBLAS is installed, that BLAS (torch's Linear and LSTM layers
-call the BLAS; the reference BLAS Debian falls back to is an order of magnitude slower).
+PyTorch is measured at its best as users run it: eager mode, oneDNN on (torch's default), the
+searched settings, denormals flushed, gradients freed with set_to_none, data generated
+beforehand into a pool of tensors (no loader cost). The script re-executes itself once with an
+environment that does not cripple it: no OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE (a forced core
+type can select slow kernels: on an AVX-512 machine Haswell's are slower than the ones OpenBLAS
+picks), glibc malloc told to keep large buffers instead of unmapping and faulting them in
+again every step, and, where Debian's OpenMP build of OpenBLAS is installed, that BLAS (torch's
+Linear and LSTM layers call the BLAS; the reference BLAS Debian falls back to is an order of
+magnitude slower), and the setting's OPENBLAS_NUM_THREADS and OMP_WAIT_POLICY.
 
 Exit status: 0 (skipped benchmarks included), 1 when a row failed (loss not finite or not
 falling, or the PyTorch model's counts differ from trainbench's), 2 for bad flags, a filter
 that matches nothing, a CSV with another header, or no trainbench binary that answers
---list_models --json and --csv_header. Standard library and torch only.
+--list_models --json and --csv_header with schema 4's columns. Standard library and torch only.
 """
 from __future__ import annotations
 
@@ -73,12 +91,18 @@ import sysconfig
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import settings_search  # noqa: E402  (beside this file; standard library only)
+from settings_search import Setting  # noqa: E402
 
 PROG = "pytorch_train.py"
 ROOT = Path(__file__).resolve().parents[2]
-# The schema_version trainbench writes (bench/columns.hpp kSchemaVersion, results/SCHEMA.md): 3 since the
-# binary has --list_models --json, which this script needs.
-SCHEMA_VERSION = "3"
+# The schema_version trainbench writes (bench/columns.hpp kSchemaVersion, results/SCHEMA.md),
+# and the columns of version 4 this script fills: a trainbench without them is refused.
+SCHEMA_VERSION = "4"
+SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings")
 DEFAULT_TRAINBENCH = ROOT / "build" / "release" / "bench" / "trainbench"
 
 # Set in the re-executed process, so that it does not re-execute again.
@@ -241,7 +265,13 @@ def read_csv_header(binary: Path) -> list[str]:
     if not line.startswith("schema_version,"):
         raise InputError(f"{binary} --csv_header printed {line[:60]!r}, not trainbench's CSV header "
                          f"(schema_version,...): {how_to_get_trainbench('rebuild')}")
-    return line.split(",")
+    columns = line.split(",")
+    missing = [c for c in SCHEMA_4_COLUMNS if c not in columns]
+    if missing:
+        raise InputError(f"{binary} --csv_header has no {', '.join(missing)} column(s): a trainbench "
+                         f"older than schema {SCHEMA_VERSION}, which this script writes; "
+                         f"{how_to_get_trainbench('rebuild')}")
+    return columns
 
 
 def machine_cores() -> int:
@@ -283,8 +313,27 @@ def optimizer_of(w: Workload, batch: int, args) -> Optimizer:
     return replace(o, kind=kind, lr=lr)
 
 
-def benchmark_name(w: Workload, device: str, batch: int, precision: str = "fp32") -> str:
-    return f"train/{w.model}/{w.dataset}/{device}/{precision}/bs:{batch}"
+def variant_of(w: Workload, batch: int, args) -> str:
+    """trainbench's variant (bench/configs.cpp variant_of) for the flags this script shares
+    with it: the optimizer and learning rate where they differ from the workload's own, and on a
+    GPU data_on_device (this script's data is always resident there). The peer's own settings
+    are not part of it: they are in peer_settings."""
+    own = optimizer_of(w, batch, SimpleNamespace(optimizer=None, lr=None))
+    used = optimizer_of(w, batch, args)
+    parts = []
+    if used.kind != own.kind:
+        parts.append(f"optimizer:{used.kind}")
+    if used.lr != own.lr:
+        parts.append(f"lr:{used.lr:g}")
+    if args.device == "cuda":
+        parts.append("data_on_device")
+    return "/".join(parts)
+
+
+def benchmark_name(w: Workload, device: str, batch: int, precision: str = "fp32",
+                   variant: str = "") -> str:
+    name = f"train/{w.model}/{w.dataset}/{device}/{precision}/bs:{batch}"
+    return f"{name}/{variant}" if variant else name
 
 
 # ---- the CSV schema ------------------------------------------------------------------------
@@ -391,10 +440,18 @@ def tuned_environment(args) -> dict[str, str]:
         paths = [p for p in env.get("LD_LIBRARY_PATH", "").split(":") if p]
         env["LD_LIBRARY_PATH"] = ":".join([str(blas_dir)] + [p for p in paths if p != str(blas_dir)])
     # A BLAS with its own threads (OpenBLAS pthreads, BLIS) would otherwise use every core
-    # whatever --threads says.
-    env.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    # whatever --threads says; on the CPU the setting names the BLAS threads and wait policy.
+    if args.device == "cuda":
+        env.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    else:
+        env = settings_search.environment(cpu_setting(args), env)
     env[REEXEC_MARKER] = "1"
     return env
+
+
+def cpu_setting(args) -> Setting:
+    """The threads, BLAS threads and wait policy this process runs every benchmark with."""
+    return settings_search.resolved(args.setting, False, args.threads, False)
 
 
 def reexec_with_tuned_environment(args) -> None:
@@ -416,11 +473,11 @@ class Parser(argparse.ArgumentParser):
         raise InputError(message)
 
 
-def parse_args(argv: list[str]):
+def parser() -> Parser:
     p = Parser(prog=PROG, description=__doc__.split("\n\n")[1])
     p.add_argument("--filter", default=".", metavar="REGEX",
                    help="benchmarks to run, searched in train/<model>/<dataset>/<device>/fp32/"
-                        "bs:<n> (default: all)")
+                        "bs:<n>[/<variant>] (default: all)")
     p.add_argument("--threads", type=int, default=machine_cores(), metavar="N",
                    help="intra-op threads (default: all cores, device `cpu`; otherwise `cpu:N`)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -457,7 +514,28 @@ def parse_args(argv: list[str]):
     p.add_argument("--list_models", action="store_true",
                    help="print the PyTorch models' parameters and FLOPs as trainbench --list_models "
                         "does, and exit (status 1 where they differ from trainbench's)")
-    args = p.parse_args(argv)
+    settings_search.add_flags(p)
+    return p
+
+
+def check_settings_args(args) -> None:
+    try:
+        settings_search.check_flags(args)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def per_benchmark_processes(args) -> bool:
+    """Whether each benchmark runs in a child process of its own, under the setting searched or
+    read for it (this process then never loads torch)."""
+    if args.list_models or args.trial or not settings_search.per_benchmark(args):
+        return False
+    # A CPU run given more threads than cores writes skipped rows: nothing to search.
+    return args.device == "cuda" or args.threads <= machine_cores()
+
+
+def parse_args(argv: list[str]):
+    args = parser().parse_args(argv)
     for name in ("threads", "batch", "repetitions"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -483,6 +561,7 @@ def parse_args(argv: list[str]):
         args.filter_re = re.compile(args.filter)
     except re.error as e:
         raise InputError(f"--filter {args.filter!r}: not a regular expression ({e})") from None
+    check_settings_args(args)
     return args
 
 
@@ -501,8 +580,9 @@ def select_benchmarks(args) -> tuple[list[tuple[tuple[Workload, str], str]], lis
     """The (workload, precision) pairs whose names --filter matches, at --threads, that this
     script can run; and the names it matches that it cannot, each with the reason."""
     device = device_name(args.threads, machine_cores(), args.device == "cuda")
-    named = [((w, p), benchmark_name(w, device, batch_of(w, args), p)) for w in args.workloads
-             for p in args.precision_list]
+    named = [((w, p), benchmark_name(w, device, batch_of(w, args), p,
+                                     variant_of(w, batch_of(w, args), args)))
+             for w in args.workloads for p in args.precision_list]
     matched = [(wp, n) for wp, n in named if args.filter_re.search(n)]
     if not matched:
         raise InputError(f"no benchmark matches --filter {args.filter!r}; with --threads "
@@ -540,9 +620,15 @@ if __name__ == "__main__":
             if not ARGS.chosen:  # the filter matched only what this script cannot run
                 report_skipped(ARGS.skipped)
                 sys.exit(0)
+            if per_benchmark_processes(ARGS):
+                report_skipped(ARGS.skipped)
+                sys.exit(settings_search.run_each(Path(__file__).resolve(), ARGS, ARGS.chosen,
+                                                  lambda line: print(line, flush=True)))
         reexec_with_tuned_environment(ARGS)
     except InputError as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 import torch  # noqa: E402  (after the re-exec above, on purpose)
 from torch import nn  # noqa: E402
@@ -658,8 +744,9 @@ def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def count_model(w: Workload) -> tuple[int, int]:
-    """Parameters and forward multiply-accumulates per sample of the workload's model.
+def count_model(w: Workload) -> tuple[int, int, int]:
+    """Parameters, forward multiply-accumulates per sample of the workload's model, and of
+    those the products with the model's input (engine/core/spec.cpp model_cost).
 
     MACs of the Linear, Conv2d and LSTM layers come from the shapes that a forward pass of
     one sample gives each layer (pooling, batch norm, activations, adds and the loss are not
@@ -667,9 +754,11 @@ def count_model(w: Workload) -> tuple[int, int]:
     shapes without arithmetic, so counting ResNet-152 at 224x224 costs no compute."""
     with torch.random.fork_rng():  # building the copy must not move the training seed
         model = build_model(w).to("meta")
-    macs = []
+    example = example_input(w, 1).to("meta")
+    macs, input_macs = [], []
 
     def hook(module, inputs, output):
+        fed_by_input = inputs[0] is example
         if isinstance(module, nn.Linear):
             rows = output.numel() // module.out_features  # 1, or T for a sequence
             macs.append(rows * module.in_features * module.out_features)
@@ -681,24 +770,31 @@ def count_model(w: Workload) -> tuple[int, int]:
             steps = output[0].shape[0]
             i, h = module.input_size, module.hidden_size
             macs.append(module.num_layers * steps * 4 * h * (i + h))
+            if fed_by_input:  # only the input-to-gate products take the model's input
+                input_macs.append(steps * 4 * h * i)
+            return
+        if fed_by_input:
+            input_macs.append(macs[-1])
 
     for m in model.modules():
         if isinstance(m, (nn.Linear, nn.Conv2d, nn.LSTM)):
             m.register_forward_hook(hook)
     with torch.no_grad():
         try:
-            model.eval()(example_input(w, 1).to("meta"))
+            model.eval()(example)
         except RuntimeError as e:  # e.g. a layer that no longer fits trainbench's input shape
             raise CheckFailed(f"{w.model}: the PyTorch definition does not take trainbench's input "
                               f"{list(w.input_shape)} ({e})") from None
-    return parameter_count(model), sum(macs)
+    return parameter_count(model), sum(macs), sum(input_macs)
 
 
-def train_flops_per_sample(macs: int) -> int:
-    return 3 * 2 * macs  # forward FLOPs = 2 x MACs; backward ~ 2 x forward
+def train_flops_per_sample(macs: int, input_macs: int) -> int:
+    """Forward, weight gradients and input gradients of every layer but those fed by the
+    model's input (nothing upstream needs theirs): 2 x (3 x MACs - input layers' MACs)."""
+    return 2 * (3 * macs - input_macs)
 
 
-def count_mismatch(w: Workload, params: int, macs: int) -> str | None:
+def count_mismatch(w: Workload, params: int, macs: int, input_macs: int) -> str | None:
     """What differs between the PyTorch model's counts and trainbench's JSON, or None. FLOPs
     are compared to one part in 10^9: the JSON carries them as floating-point numbers, and any
     layer that drifted changes them far more."""
@@ -708,8 +804,9 @@ def count_mismatch(w: Workload, params: int, macs: int) -> str | None:
     if not math.isclose(2 * macs, w.forward_flops_per_sample, rel_tol=1e-9):
         drift.append(f"{2 * macs} forward FLOPs per sample in PyTorch, "
                      f"{w.forward_flops_per_sample:.17g} in trainbench")
-    if not math.isclose(train_flops_per_sample(macs), w.train_flops_per_sample, rel_tol=1e-9):
-        drift.append(f"{train_flops_per_sample(macs)} training FLOPs per sample in PyTorch, "
+    train = train_flops_per_sample(macs, input_macs)
+    if not math.isclose(train, w.train_flops_per_sample, rel_tol=1e-9):
+        drift.append(f"{train} training FLOPs per sample in PyTorch, "
                      f"{w.train_flops_per_sample:.17g} in trainbench")
     if not drift:
         return None
@@ -728,15 +825,15 @@ def list_models(args) -> int:
             print(f"{PROG}: {w.model}/{w.dataset} not listed: {skip_reason(w)}", file=sys.stderr)
             continue
         try:
-            params, macs = count_model(w)
+            params, macs, input_macs = count_model(w)
         except CheckFailed as e:
             print(f"{PROG}: {e}", file=sys.stderr)
             status = 1
             continue
         b = args.batch or w.batch
         print(f"{w.model:<10} {w.dataset:<9} {b:>6} {params:>12} "
-              f"{2 * macs * 1e-9:>16.6g} {train_flops_per_sample(macs) * b * 1e-9:>16.6g}")
-        mismatch = count_mismatch(w, params, macs)
+              f"{2 * macs * 1e-9:>16.6g} {train_flops_per_sample(macs, input_macs) * b * 1e-9:>16.6g}")
+        mismatch = count_mismatch(w, params, macs, input_macs)
         if mismatch:
             print(f"{PROG}: {mismatch}", file=sys.stderr)
             status = 1
@@ -798,8 +895,15 @@ class CheckFailed(Exception):
 @dataclass
 class Trial:
     steps: int
-    wall: float
-    cpu: float
+    wall: float                  # wall time of the steps, host gaps between them included
+    cpu: float                   # this process' CPU time over them
+    device: float | None = None  # GPU: the steps' device time, CUDA events around each step
+
+    @property
+    def time(self) -> float:
+        """The clock of step_time_s and samples_per_s: the device's on a GPU, as trainbench's
+        (Google Benchmark's manual time), else the wall's."""
+        return self.wall if self.device is None else self.device
 
 
 @dataclass
@@ -824,24 +928,29 @@ class Session:
         with torch.autocast("cuda", dtype=self.autocast):
             return self.loss_fn(self.model(x), y)
 
-    def steps(self, n: int) -> None:
-        """n training steps; the benchmark's very first one also records loss_first, the
-        loss of the first batch before any update (the check's reference)."""
+    def steps(self, n: int, events: list | None = None) -> None:
+        """n training steps, with a pair of CUDA events recorded around each where given; the
+        benchmark's very first one also records loss_first, the loss of the first batch before
+        any update (the check's reference)."""
         if n > 0 and self.loss_first is None:
-            self._run(1)
+            self._run(1, events)
             self.loss_first = float(self.last_loss)
             n -= 1
+            events = events[1:] if events else events
         if n > 0:
-            self._run(n)
+            self._run(n, events)
 
-    def _run(self, n: int) -> None:
+    def _run(self, n: int, events: list | None) -> None:
         # The loop holds nothing but PyTorch's own work: batches come from the pool, the
-        # loss stays a tensor until the run ends.
+        # loss stays a tensor until the run ends. A step's events span what trainbench's
+        # device time spans: taking the batch to the end of the update.
         model, loss_fn, opt, pool = self.model, self.loss_fn, self.optimizer, self.pool
         position, size = self.position, len(pool)
         loss = None
         scaler = self.scaler
-        for _ in range(n):
+        for i in range(n):
+            if events is not None:
+                events[i][0].record()
             x, y = pool[position]
             position = position + 1 if position + 1 < size else 0
             opt.zero_grad(set_to_none=True)
@@ -856,6 +965,8 @@ class Session:
                 scaler.scale(loss).backward()
                 scaler.step(opt)
                 scaler.update()
+            if events is not None:
+                events[i][1].record()
         self.position = position
         self.last_loss = loss
 
@@ -875,7 +986,10 @@ class Session:
         return last
 
 
-def make_session(w: Workload, batch: int, optimizer: Optimizer, args, precision: str = "fp32") -> Session:
+def make_session(w: Workload, batch: int, optimizer: Optimizer, args, precision: str = "fp32",
+                 layout: str | None = None) -> Session:
+    """The model, optimizer and data of a benchmark; images and the model in the layout named
+    (nchw when None, channels_last), on the CPU or the GPU."""
     if w.dataset == "sine":
         pool, loss_fn = sine_pool(w.seq_len, batch, args.seed), nn.MSELoss()
     elif w.task == "classification" and not w.seq_len:
@@ -887,14 +1001,15 @@ def make_session(w: Workload, batch: int, optimizer: Optimizer, args, precision:
     model = build_model(w)
     model.train()
     cuda = args.device == "cuda"
-    images = len(w.input_shape) == 3  # (C, H, W): channels-last on a GPU
+    memory_format = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     if cuda:
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
         model = model.cuda()
-        if images:
-            model = model.to(memory_format=torch.channels_last)
+    if layout == "channels_last":  # the 4-d weights and the images; nothing else changes
+        model = model.to(memory_format=memory_format)
+        pool = [(x.contiguous(memory_format=memory_format), y) for x, y in pool]
     params = [p for p in model.parameters() if p.requires_grad]
     # The same update as trainbench's (engine/optim/optimizer.cpp): weight decay added to the
     # gradient, SGD's momentum without dampening, Adam's bias-corrected moments.
@@ -906,36 +1021,39 @@ def make_session(w: Workload, batch: int, optimizer: Optimizer, args, precision:
         opt = torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
     if not cuda:
         return Session(model, loss_fn, opt, pool)
-    # The data resident on the GPU (as trainbench --data_on_device), images channels-last.
-    layout = torch.channels_last if images else torch.contiguous_format
-    pool = [(x.cuda().contiguous(memory_format=layout) if x.dim() == 4 else x.cuda(), y.cuda()) for x, y in pool]
+    # The data resident on the GPU (as trainbench --data_on_device), in the layout chosen.
+    pool = [(x.cuda().contiguous(memory_format=memory_format) if x.dim() == 4 else x.cuda(), y.cuda())
+            for x, y in pool]
     autocast = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
     return Session(model, loss_fn, opt, pool, autocast=autocast, scaler=scaler, cuda=True)
 
 
 def timed(session: Session, n: int) -> Trial:
-    """n steps; on a GPU their time is the device's, from CUDA events around them."""
-    if session.cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        cpu0 = time.process_time()
-        start.record()
+    """n steps: their wall time (on a GPU until the device has finished them) and on a GPU
+    also their device time, the sum of each step's CUDA events, as trainbench measures its
+    own (bench/harness.cpp run_train): the host's gaps between steps count in the wall time
+    only. The events are made before the clock starts."""
+    if not session.cuda:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
         session.steps(n)
-        end.record()
-        end.synchronize()
-        return Trial(n, start.elapsed_time(end) * 1e-3, time.process_time() - cpu0)
+        return Trial(n, time.perf_counter() - wall0, time.process_time() - cpu0)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(n)]
+    torch.cuda.synchronize()
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    session.steps(n)
+    session.steps(n, events)
+    torch.cuda.synchronize()
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    return Trial(n, wall, cpu)
+    device = sum(start.elapsed_time(end) for start, end in events) * 1e-3
+    return Trial(n, wall, cpu, device)
 
 
 def next_step_count(trial: Trial, min_time: float) -> int:
     """Google Benchmark's rule: grow the count towards 1.4 x min_time, by at most 10x after
     a run too short to predict from, and always by at least one step."""
-    multiplier = min_time * 1.4 / max(trial.wall, 1e-9)
-    if trial.wall / min_time <= 0.1:
+    multiplier = min_time * 1.4 / max(trial.time, 1e-9)
+    if trial.time / min_time <= 0.1:
         multiplier = min(10.0, multiplier)
     if multiplier <= 1.0:
         multiplier = 2.0
@@ -947,7 +1065,7 @@ def run_repetition(session: Session, steps: int, min_time: float) -> Trial:
     Benchmark (its earlier, shorter runs only size it)."""
     while True:
         trial = timed(session, steps)
-        if trial.wall >= min_time or steps >= 1_000_000_000:
+        if trial.time >= min_time or steps >= 1_000_000_000:
             return trial
         steps = next_step_count(trial, min_time)
 
@@ -1002,10 +1120,12 @@ def peak_rss_bytes() -> int:
 
 def iteration_values(trial: Trial, batch: int, flops: int, peak: float | None,
                      loss_first: float, loss_last: float) -> dict[str, float]:
-    samples_per_s = batch * trial.steps / trial.wall
+    """A repetition's measurements (results/SCHEMA.md): step_time_s and samples_per_s on the
+    device's clock on a GPU, wall_step_time_s on the wall's (the same on the CPU)."""
+    samples_per_s = batch * trial.steps / trial.time
     tflops = flops * samples_per_s * 1e-12
-    values = {"iterations": trial.steps, "step_time_s": trial.wall / trial.steps,
-              "samples_per_s": samples_per_s, "model_tflops": tflops,
+    values = {"iterations": trial.steps, "step_time_s": trial.time / trial.steps,
+              "wall_step_time_s": trial.wall / trial.steps, "samples_per_s": samples_per_s, "model_tflops": tflops,
               "host_cpu_s_per_step": trial.cpu / trial.steps,
               "host_cpu_util": trial.cpu / trial.wall, "peak_rss_bytes": peak_rss_bytes(),
               "loss_first": loss_first, "loss_last": loss_last}
@@ -1081,14 +1201,17 @@ def describe_blas() -> str:
     return path
 
 
-def report_environment(threads: int) -> None:
+def report_environment(args) -> None:
     unset = [n for n in CRIPPLING_VARIABLES if n not in os.environ]
     malloc = ", ".join(f"{n}={os.environ.get(n, '(unset)')}" for n in
                        ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"))
+    threads = args.threads if args.device == "cuda" else cpu_setting(args).threads
     print(f"{PROG}: torch {torch.__version__} (python {platform.python_version()}), oneDNN "
           f"{onednn_version()} (enabled: {torch.backends.mkldnn.enabled}), {threads} thread(s), "
-          f"inter-op 1", file=sys.stderr)
-    print(f"{PROG}: BLAS: {describe_blas()}", file=sys.stderr)
+          f"inter-op 1; settings {args.setting.text() or '(defaults)'}", file=sys.stderr)
+    print(f"{PROG}: BLAS: {describe_blas()}; OPENBLAS_NUM_THREADS="
+          f"{os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}, OMP_WAIT_POLICY="
+          f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')}", file=sys.stderr)
     print(f"{PROG}: {' and '.join(unset) or 'nothing'} unset"
           f"{'' if len(unset) == len(CRIPPLING_VARIABLES) else ' (the re-exec did not run?)'}; "
           f"{malloc}", file=sys.stderr)
@@ -1096,23 +1219,73 @@ def report_environment(threads: int) -> None:
 
 # ---- main ----------------------------------------------------------------------------------
 
-def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, context, writer) -> bool:
+def row_setting(w: Workload, args) -> Setting:
+    """The setting a workload runs with here: this process' one, resolved for its input."""
+    return settings_search.resolved(args.setting, settings_search.is_images(w), args.threads,
+                                    args.device == "cuda")
+
+
+def row_identity(w: Workload, precision: str, name: str, batch: int, args, context) -> dict[str, str]:
+    """The columns every row of a benchmark shares."""
     cuda = args.device == "cuda"
-    optimizer = optimizer_of(w, batch, args)
     identity = {"schema_version": SCHEMA_VERSION, "benchmark": name, "kind": "train", "model": w.model,
                 "dataset": w.dataset,
                 "data_source": "generated" if w.task == "regression" else "synthetic",
                 "device": device_name(args.threads, machine_cores(), cuda),
                 "threads": "1" if cuda else str(args.threads), "precision": precision, "batch": str(batch),
-                "optimizer": optimizer.kind, "framework": "pytorch",
+                "optimizer": optimizer_of(w, batch, args).kind, "framework": "pytorch",
                 "params": str(w.params), "train_flops_per_sample": number(w.train_flops_per_sample),
-                **context}
-    if cuda:
+                "warmup_steps": str(w.warmup_steps if args.warmup_steps is None else args.warmup_steps),
+                "variant": variant_of(w, batch, args), "measurement": "measured",
+                "peer_settings": row_setting(w, args).text(), **context}
+    if cuda and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         identity.update({"gpu_name": props.name, "gpu_cc": f"{props.major}.{props.minor}",
                          "data_on_device": "1", "cuda_graph": "0"})
-    warmup = w.warmup_steps if args.warmup_steps is None else args.warmup_steps
-    identity["warmup_steps"] = str(warmup)
+    return identity
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average now (load_avg_1m)."""
+    try:
+        return number(os.getloadavg()[0])
+    except OSError:
+        return ""
+
+
+def time_repetitions(session: Session, w: Workload, batch: int, args, emit) -> tuple[list, bool]:
+    """args.repetitions timed runs, a row each; the good ones' values, and whether one failed."""
+    ok_values: list[dict[str, float]] = []
+    failed = False
+    steps = 1
+    for rep in range(args.repetitions):
+        row = {"run_type": "iteration", "repetition": str(rep), "load_avg_1m": load_average()}
+        try:
+            trial = run_repetition(session, steps, args.min_time)
+            steps = trial.steps  # later repetitions start from the count found
+            loss_last = session.check()
+        except CheckFailed as e:
+            failed = True
+            emit({**row, "status": "failed", "message": str(e)}, f"FAILED: {e}")
+            continue
+        values = iteration_values(trial, batch, w.train_flops_per_sample, args.peak_gflops,
+                                  session.loss_first, loss_last)
+        if session.cuda:
+            values["mem_peak_bytes"] = torch.cuda.max_memory_allocated()
+            values["mem_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        ok_values.append(values)
+        util = f" utilisation {values['utilisation']:.3f}" if "utilisation" in values else ""
+        wall = (f" (wall {values['wall_step_time_s'] * 1e3:.2f})" if session.cuda else "")
+        emit({**row, "status": "ok", **formatted(values)},
+             f"{values['samples_per_s']:>12.1f} samples/s  {values['step_time_s'] * 1e3:9.2f} ms/step{wall} "
+             f"({trial.steps} steps) host_cpu_util {values['host_cpu_util']:.2f}{util} "
+             f"loss {loss_last:.4g}")
+    return ok_values, failed
+
+
+def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, context, writer) -> bool:
+    cuda = args.device == "cuda"
+    identity = row_identity(w, precision, name, batch, args, context)
 
     def emit(row: dict[str, str], shown: str) -> None:
         print(f"{name:<45} {shown}", flush=True)
@@ -1127,42 +1300,20 @@ def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, cont
         mismatch = count_mismatch(w, *count_model(w))
         if mismatch:
             raise CheckFailed(mismatch)
-        session = make_session(w, batch, optimizer, args, precision)
-        flops = w.train_flops_per_sample
-        session.steps(warmup)
+        session = make_session(w, batch, optimizer_of(w, batch, args), args, precision,
+                               row_setting(w, args).layout)
+        session.steps(int(identity["warmup_steps"]))
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        steps = 1
-        for rep in range(args.repetitions):
-            row = {"run_type": "iteration", "repetition": str(rep)}
-            try:
-                trial = run_repetition(session, steps, args.min_time)
-                steps = trial.steps  # later repetitions start from the count found
-                loss_last = session.check()
-            except CheckFailed as e:
-                failed = True
-                emit({**row, "status": "failed", "message": str(e)}, f"FAILED: {e}")
-                continue
-            values = iteration_values(trial, batch, flops, args.peak_gflops,
-                                      session.loss_first, loss_last)
-            if cuda:
-                values["mem_peak_bytes"] = torch.cuda.max_memory_allocated()
-                values["mem_reserved_bytes"] = torch.cuda.max_memory_reserved()
-            ok_values.append(values)
-            util = f" utilisation {values['utilisation']:.3f}" if "utilisation" in values else ""
-            emit({**row, "status": "ok", **formatted(values)},
-                 f"{values['samples_per_s']:>12.1f} samples/s  {values['step_time_s'] * 1e3:9.2f} ms/step "
-                 f"({trial.steps} steps) host_cpu_util {values['host_cpu_util']:.2f}{util} "
-                 f"loss {loss_last:.4g}")
-    except CheckFailed as e:  # before any step: counts that differ, no data for the workload
+        ok_values, failed = time_repetitions(session, w, batch, args, emit)
+    except (CheckFailed, RuntimeError, MemoryError) as e:
+        # Before any timed step: counts that differ, no data for the workload; or an error
+        # such as out of memory: this row fails, not the run.
         failed = True
-        emit({"run_type": "iteration", "repetition": "0", "status": "failed", "message": str(e)},
-             f"FAILED: {e}")
-    except (RuntimeError, MemoryError) as e:  # e.g. out of memory: this row fails, not the run
-        failed = True
-        emit({"run_type": "iteration", "repetition": "0", "status": "failed",
-              "message": f"{type(e).__name__}: {e}"[:500]}, f"FAILED: {e}")
+        message = str(e) if isinstance(e, CheckFailed) else f"{type(e).__name__}: {e}"[:500]
+        emit({"run_type": "iteration", "repetition": "0", "status": "failed", "message": message,
+              "load_avg_1m": load_average()}, f"FAILED: {e}")
     finally:
         session = None  # free the model before the next benchmark builds its own
         if cuda:
@@ -1174,8 +1325,42 @@ def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, cont
     return not failed
 
 
+def run_trial(w: Workload, precision: str, name: str, batch: int, args) -> bool:
+    """--trial (a child of the settings search): one short timed run under this process'
+    setting, the result on one line that settings_search.parse_trial_output reads. Wall-clock
+    samples/s, the clock the comparison uses; the loss must be finite, not yet falling."""
+    try:
+        session = make_session(w, batch, optimizer_of(w, batch, args), args, precision,
+                               row_setting(w, args).layout)
+        session.steps(w.warmup_steps if args.warmup_steps is None else args.warmup_steps)
+        trial = run_repetition(session, 1, args.min_time)
+        loss = float(session.last_loss)
+        if not math.isfinite(loss):
+            raise CheckFailed(f"loss is not finite: {loss}")
+    except (CheckFailed, RuntimeError, MemoryError) as e:
+        print(f"{name}: trial failed: {type(e).__name__}: {e}"[:500], file=sys.stderr)
+        return False
+    result = {"samples_per_s": batch * trial.steps / trial.wall, "steps": trial.steps,
+              "seconds": trial.wall}
+    print(settings_search.TRIAL_PREFIX + json.dumps(result), flush=True)
+    return True
+
+
+def write_skipped(args, writer, context) -> None:
+    """A CPU run given more threads than the machine has: a skipped row per benchmark."""
+    cores = machine_cores()
+    message = f"{device_name(args.threads, cores)} needs {args.threads} cores, this machine has {cores}"
+    for (w, precision), name in args.chosen:
+        print(f"{name:<45} skipped: {message}")
+        if writer:
+            identity = row_identity(w, precision, name, batch_of(w, args), args, context)
+            writer.write({**identity, "run_type": "iteration", "repetition": "0",
+                          "status": "skipped", "message": message})
+
+
 def main(args) -> int:
-    torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda"
+    torch.set_num_threads(args.threads if cuda else cpu_setting(args).threads)
     torch.set_num_interop_threads(1)  # one training stream: no inter-op parallelism to use
     # Denormal floats take a slow microcode path on x86 (up to ~100x per operation); PyTorch's
     # own CPU performance advice is to flush them, so its best run does.
@@ -1183,32 +1368,22 @@ def main(args) -> int:
     torch.autograd.set_detect_anomaly(False)
     if args.list_models:
         return list_models(args)
-    cores = machine_cores()
-    device = device_name(args.threads, cores, args.device == "cuda")
-    chosen = args.chosen
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if cuda and not torch.cuda.is_available():
         raise InputError("--device cuda: torch sees no usable GPU (torch.cuda.is_available() is False: no "
                          "driver, no device, or a CPU-only build of torch)")
-    report_environment(args.threads)
+    if args.trial:
+        return 0 if all(run_trial(w, p, name, batch_of(w, args), args)
+                        for (w, p), name in args.chosen) else 1
+    report_environment(args)
     print(f"{PROG}: workloads and CSV columns from {args.trainbench}", file=sys.stderr)
     report_skipped(args.skipped)
     writer = CsvWriter(args.csv, args.columns, args.write_header) if args.csv else None
     context = machine_context()
-    if args.threads > cores and args.device == "cpu":
-        for (w, _), name in chosen:
-            message = f"{device} needs {args.threads} cores, this machine has {cores}"
-            print(f"{name:<45} skipped: {message}")
-            if writer:
-                writer.write({"schema_version": SCHEMA_VERSION, "benchmark": name, "kind": "train",
-                              "model": w.model, "dataset": w.dataset, "device": device,
-                              "threads": str(args.threads), "precision": "fp32",
-                              "batch": str(batch_of(w, args)),
-                              "optimizer": optimizer_of(w, batch_of(w, args), args).kind,
-                              "framework": "pytorch", "run_type": "iteration", "repetition": "0",
-                              "status": "skipped", "message": message, **context})
+    if args.threads > machine_cores() and not cuda:
+        write_skipped(args, writer, context)
         return 0
     failures = 0
-    for (w, precision), name in chosen:
+    for (w, precision), name in args.chosen:
         failures += not run_benchmark(w, precision, name, batch_of(w, args), args, context, writer)
     if failures:
         print(f"{PROG}: {failures} benchmark(s) had failed rows; see the messages above", file=sys.stderr)

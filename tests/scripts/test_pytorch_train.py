@@ -4,8 +4,12 @@ models count the parameters and FLOPs trainbench counts (its --list_models again
 trainbench's readers take (trainbench's columns and benchmark names, the workload's optimizer,
 parameters and FLOPs from the JSON, one row per repetition and a median), a PyTorch definition
 that drifted from trainbench's fails its row naming both counts, a model without one is skipped
-while the others run, and --optimizer and --lr override as trainbench's do. (What the script
-does before it loads torch, test_pytorch_flags.py tests without it.)
+while the others run, and --optimizer and --lr override as trainbench's do. Issue 20: the settings
+search tries both layouts of an image model in child processes and times the fastest, naming it
+in peer_settings; rows carry both clocks (step_time_s, wall_step_time_s), and on a GPU the
+device time is the sum of CUDA events recorded around each step (checked here with stand-in
+events). (What the script does before it loads torch, test_pytorch_flags.py tests without it;
+the search's choice with stubbed timing, test_pytorch_settings.py.)
 
 Skipped, with the reason, where the distribution's Python cannot import torch (it is optional:
 scripts/compare_pytorch.sh installs it); the tests that ask the real trainbench skip where no
@@ -17,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -113,7 +118,8 @@ def test_list_models_counts_what_trainbench_counts(trainbench, trainbench_worklo
         w = trainbench_workloads[key]
         assert params == w["params"], key
         assert forward == f"{w['forward_flops_per_sample'] * 1e-9:.6g}", key
-        assert w["train_flops_per_sample"] == pytest.approx(3 * w["forward_flops_per_sample"], rel=1e-12)
+        # Training: 3 x forward, less the input gradient of the layers fed by the input.
+        assert 2 * w["forward_flops_per_sample"] < w["train_flops_per_sample"] < 3 * w["forward_flops_per_sample"]
     r = subprocess.run([str(trainbench), "--list_models"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     theirs = model_table(r.stdout)
@@ -121,12 +127,16 @@ def test_list_models_counts_what_trainbench_counts(trainbench, trainbench_worklo
         assert row == theirs[key], (key, row, theirs[key])
 
 
+ONE_THREAD = "threads:1/blas_threads:1/omp_wait:passive"  # a setting, so that nothing is searched
+
+
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory, trainbench):
     """mlp and lstm, one thread, two short repetitions, into a new CSV."""
     out = tmp_path_factory.mktemp("peer") / "pytorch.csv"
     r = run_peer("--filter", "train/(mlp/mnist|lstm)/", "--threads", 1, "--min_time", 0.05,
-                 "--repetitions", 2, "--peak_gflops", 100, "--csv", out, "--trainbench", trainbench)
+                 "--repetitions", 2, "--peak_gflops", 100, "--csv", out, "--trainbench", trainbench,
+                 "--settings", ONE_THREAD)
     assert r.returncode == 0, r.stdout + r.stderr
     with open(out, newline="") as f:
         header = next(csv.reader(f))
@@ -152,7 +162,11 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, tr
         assert [row["repetition"] for row in iterations] == ["0", "1"]
         assert [row["aggregate"] for row in medians] == ["median"]
         for row in mine:
-            assert row["schema_version"] == "3" and row["status"] == "ok", row
+            assert row["schema_version"] == "4" and row["status"] == "ok", row
+            assert row["measurement"] == "measured" and row["variant"] == ""
+            assert row["peer_settings"] == ONE_THREAD  # no layout: neither takes images
+            # The CPU has one clock: the wall's.
+            assert float(row["step_time_s"]) == pytest.approx(float(row["wall_step_time_s"]), rel=1e-9)
             assert row["kind"] == "train" and row["device"] == device and row["threads"] == "1"
             assert row["precision"] == "fp32" and row["batch"] == str(w["batch"])
             assert row["optimizer"] == w["optimizer"]["kind"]  # no --optimizer: the workload's
@@ -165,6 +179,7 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, tr
             if row["run_type"] == "iteration":  # a median of each column is not a product
                 assert float(row["samples_per_s"]) * float(row["step_time_s"]) == pytest.approx(
                     int(row["batch"]), rel=1e-4)
+                assert float(row["load_avg_1m"]) >= 0
             assert float(row["model_tflops"]) == pytest.approx(
                 float(row["train_flops_per_sample"]) * float(row["samples_per_s"]) * 1e-12, rel=1e-4)
             assert float(row["peak_gflops"]) == 100
@@ -176,16 +191,18 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, tr
             assert row["compiler"].startswith("python ") and " / torch " in row["compiler"]
             for column in ("host", "os", "cpu_model", "cores", "onednn", "git_commit", "timestamp"):
                 assert row[column], column
-    # What the run says about its environment: the re-exec cleared OpenBLAS' overrides.
+    # What the run says about its environment: the re-exec cleared OpenBLAS' overrides and
+    # put the setting's variables in force.
     assert "OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset" in r.stderr
     assert "BLAS:" in r.stderr
+    assert "OPENBLAS_NUM_THREADS=1, OMP_WAIT_POLICY=PASSIVE" in r.stderr
 
 
 def test_appending_keeps_one_header_and_optimizer_overrides(short_run, trainbench):
     _, out, header, rows = short_run
     before = out.read_text().splitlines()
     r = run_peer("--filter", "lstm", "--threads", 1, "--min_time", 0, "--optimizer", "sgd",
-                 "--csv", out, "--trainbench", trainbench)
+                 "--csv", out, "--trainbench", trainbench, "--settings", ONE_THREAD)
     assert r.returncode == 0, r.stderr
     lines = out.read_text().splitlines()
     assert lines[:len(before)] == before and len(lines) == len(before) + 1
@@ -193,6 +210,8 @@ def test_appending_keeps_one_header_and_optimizer_overrides(short_run, trainbenc
     with open(out, newline="") as f:
         last = list(csv.DictReader(f))[-1]
     assert last["benchmark"].startswith("train/lstm/") and last["optimizer"] == "sgd"
+    # trainbench's variant of the same flags ends the name and fills the column.
+    assert last["variant"] == "optimizer:sgd" and last["benchmark"].endswith("/bs:20/optimizer:sgd")
 
 
 def test_a_drifted_definition_fails_its_row_naming_both_counts(tmp_path):
@@ -201,7 +220,7 @@ def test_a_drifted_definition_fails_its_row_naming_both_counts(tmp_path):
     drifted[3]["forward_flops_per_sample"] = 14800.0   # lstm/sine; PyTorch's count is 14700
     out = tmp_path / "rows.csv"
     r = run_peer("--filter", "train/(mlp/mnist|lstm)/", "--threads", 1, "--min_time", 0,
-                 "--csv", out, "--trainbench", fake_trainbench(tmp_path, drifted))
+                 "--csv", out, "--trainbench", fake_trainbench(tmp_path, drifted), "--settings", ONE_THREAD)
     assert r.returncode == 1, r.stdout + r.stderr
     with open(out, newline="") as f:
         rows = {row["model"]: row for row in csv.DictReader(f)}
@@ -215,7 +234,8 @@ def test_a_drifted_definition_fails_its_row_naming_both_counts(tmp_path):
 def test_a_model_without_a_definition_is_skipped_while_the_others_run(tmp_path):
     out = tmp_path / "rows.csv"
     r = run_peer("--filter", "train/(toymodel|lstm)/", "--threads", 1, "--min_time", 0.05,
-                 "--csv", out, "--trainbench", fake_trainbench(tmp_path, TODAY + [FIFTH]))
+                 "--csv", out, "--trainbench", fake_trainbench(tmp_path, TODAY + [FIFTH]),
+                 "--settings", ONE_THREAD)
     assert r.returncode == 0, r.stdout + r.stderr
     skipped = [line for line in r.stderr.splitlines() if "toymodel" in line]
     assert len(skipped) == 1 and "no PyTorch definition of model 'toymodel'" in skipped[0], r.stderr
@@ -252,3 +272,124 @@ def test_the_optimizer_is_trainbench_s(peer_module, flags, model, dataset, batch
     j = entry["optimizer"]
     assert (o.momentum, o.weight_decay, o.beta1, o.beta2, o.eps) == (
         j["momentum"], j["weight_decay"], j["beta1"], j["beta2"], j["eps"])
+
+
+def read_settings(path: Path) -> dict:
+    return json.loads(path.read_text())["benchmarks"]
+
+
+def test_the_search_tries_both_layouts_in_child_processes(tmp_path):
+    """LeNet-5 on one thread, --search_only: four trials (two layouts x two wait policies),
+    each in a child process of its own that ran; the fastest is the choice."""
+    settings = tmp_path / "settings.json"
+    r = run_peer("--filter", "train/lenet5/", "--threads", 1, "--trial_time", 0.05, "--search_only",
+                 "--settings_out", settings, "--trainbench", fake_trainbench(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    [(name, entry)] = read_settings(settings).items()
+    trials = entry["trials"]
+    assert sorted(t["settings"] for t in trials) == sorted(
+        f"layout:{layout}/threads:1/blas_threads:1/omp_wait:{wait}"
+        for layout in ("nchw", "channels_last") for wait in ("active", "passive"))
+    assert all(t["samples_per_s"] > 0 and t["steps"] >= 1 and not t["error"] for t in trials), trials
+    fastest = max(trials, key=lambda t: t["samples_per_s"])["settings"]
+    assert entry["settings"] == fastest
+    assert f"chosen: {fastest}" in r.stdout and r.stdout.count("  trial layout:") == 4
+    assert r.stdout.strip().splitlines()[-1].startswith("  chosen:")  # nothing timed after it
+
+
+def test_the_searched_setting_is_timed_and_named_in_the_rows(tmp_path):
+    """The LSTM on one thread: its two settings tried, the fastest timed in a child that
+    writes the rows, which name it; run again from the settings file, nothing is searched."""
+    out, settings = tmp_path / "rows.csv", tmp_path / "settings.json"
+    binary = fake_trainbench(tmp_path)
+    r = run_peer("--filter", "train/lstm/", "--threads", 1, "--min_time", 0.05, "--trial_time", 0.05,
+                 "--csv", out, "--settings_out", settings, "--trainbench", binary)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [(name, entry)] = read_settings(settings).items()
+    assert len(entry["trials"]) == 2
+    assert entry["settings"] == max(entry["trials"], key=lambda t: t["samples_per_s"])["settings"]
+    again = run_peer("--filter", "train/lstm/", "--threads", 1, "--min_time", 0.05,
+                     f"--settings=@{settings}", "--csv", out, "--trainbench", binary)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "trial" not in again.stdout and f"{name}: {entry['settings']}, from {settings}" in again.stdout
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["benchmark"], row["status"], row["peer_settings"]) for row in rows] == [
+        (name, "ok", entry["settings"])] * 2
+
+
+def test_both_clocks_go_into_the_row(peer_module):
+    """On a GPU step_time_s and samples_per_s are the device's clock, wall_step_time_s the
+    wall's, host gaps included; on the CPU both are the wall's."""
+    gpu = peer_module.Trial(steps=10, wall=0.5, cpu=0.4, device=0.3)
+    v = peer_module.iteration_values(gpu, 100, 1e6, None, 2.0, 1.0)
+    assert v["step_time_s"] == pytest.approx(0.03) and v["wall_step_time_s"] == pytest.approx(0.05)
+    assert v["samples_per_s"] == pytest.approx(100 / 0.03)
+    assert v["host_cpu_util"] == pytest.approx(0.4 / 0.5)
+    cpu = peer_module.iteration_values(peer_module.Trial(10, 0.5, 0.4), 100, 1e6, None, 2.0, 1.0)
+    assert cpu["step_time_s"] == cpu["wall_step_time_s"] == pytest.approx(0.05)
+
+
+class FakeEvent:
+    """A stand-in for torch.cuda.Event: the host clock when recorded."""
+    made = []
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.at = None
+        FakeEvent.made.append(self)
+
+    def record(self):
+        assert self.at is None, "an event recorded twice"
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end):  # milliseconds, as torch's
+        return (end.at - self.at) * 1e3
+
+
+def stand_in_gpu_session(peer_module, monkeypatch):
+    """A tiny CPU model in a session marked cuda, with FakeEvent for torch.cuda.Event."""
+    torch = peer_module.torch
+    model = torch.nn.Linear(4, 2)
+    session = peer_module.Session(model, torch.nn.CrossEntropyLoss(),
+                                  torch.optim.SGD(model.parameters(), lr=0.1),
+                                  [(torch.randn(8, 4), torch.randint(0, 2, (8,)))], cuda=True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    FakeEvent.made = []
+    return session
+
+
+def test_gpu_steps_record_a_pair_of_events_each(peer_module, monkeypatch):
+    """timed() on a GPU session: a pair of events per step, each recorded once, the start
+    before the step's work and the end after it, the next step's start after that end."""
+    session = stand_in_gpu_session(peer_module, monkeypatch)
+    trial = peer_module.timed(session, 6)
+    assert trial.steps == 6 and len(FakeEvent.made) == 12
+    assert all(e.at is not None for e in FakeEvent.made)
+    times = [e.at for e in FakeEvent.made]
+    assert times == sorted(times)  # start_0 < end_0 <= start_1 < end_1 ...
+    assert trial.device == pytest.approx(sum(times[1::2]) - sum(times[0::2]), rel=1e-6)
+    assert trial.device <= trial.wall and trial.time == trial.device
+
+
+def test_gpu_device_time_is_summed_from_events_around_each_step(peer_module, monkeypatch):
+    """The device time is the sum of each step's events: a sleep between steps (a host gap)
+    counts only in the wall time."""
+    session = stand_in_gpu_session(peer_module, monkeypatch)
+    gap = 0.02
+    run = session._run
+
+    def with_host_gaps(n, events):
+        for i in range(n):
+            run(1, events[i:i + 1])
+            time.sleep(gap)
+    monkeypatch.setattr(session, "_run", with_host_gaps)
+    trial = peer_module.timed(session, 5)
+    assert trial.steps == 5 and len(FakeEvent.made) == 10
+    assert all(e.at is not None for e in FakeEvent.made)  # every step's pair recorded
+    starts, ends = FakeEvent.made[0::2], FakeEvent.made[1::2]
+    assert all(s.at < e.at for s, e in zip(starts, ends))
+    assert trial.device == pytest.approx(sum(e.at - s.at for s, e in zip(starts, ends)), rel=1e-6)
+    assert trial.wall >= trial.device + 5 * gap * 0.9  # the gaps: wall clock only
+    assert trial.time == trial.device
