@@ -35,8 +35,15 @@ status=0
 "$bin" --benchmark_filter="${TB_FILTER:-train/}" "${defaults[@]}" --csv="$csv" --summary="${csv%.csv}-summary.md" "$@" ||
   status=$?
 echo "trainbench: results in $csv, summary in ${csv%.csv}-summary.md"
-# The charts and the report of this run; the distribution's Python is the one with matplotlib.
-python=python3
-[ -x /usr/bin/python3 ] && python=/usr/bin/python3
-"$python" scripts/plot.py "$csv" --out "${csv%.csv}-charts" || status=$?
+# The charts and the report of this run, drawn by a Python that has matplotlib (Debian's here;
+# on a GPU image often the one on PATH).
+python=""
+for candidate in /usr/bin/python3 python3; do
+  if "$candidate" -c 'import matplotlib' 2>/dev/null; then python=$candidate; break; fi
+done
+if [ -n "$python" ]; then
+  "$python" scripts/plot.py "$csv" --out "${csv%.csv}-charts" || status=$?
+else
+  echo "bench.sh: no Python with matplotlib: no charts (install python3-matplotlib, or run scripts/plot.py elsewhere)" >&2
+fi
 exit $status
