@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/backends.hpp"
+#include "engine/parallel/replica.hpp"
 #include "models/models.hpp"
 
 namespace tb::bench {
@@ -32,9 +33,10 @@ const char* task_name(Task task) { return task == Task::Regression ? "regression
 // weights, gradients, optimizer state and batch buffers are counted from the parameters; on a
 // GPU the cuDNN workspace cap and cuBLAS's workspace come on top.
 void memory_plans(std::ostream& out, const Flags& flags) {
-  constexpr double GB = 1e9;
-  out << "\nMemory plan (GB; GPU rows at the workload's GPU batch, which trainbench lowers to what fits "
-         "the card; --batch sets both):\n"
+  constexpr double GB = double(1 << 30);  // GiB, as the charts and the summary print memory
+  out << "\nMemory plan (GiB; GPU rows at the workload's GPU batch, which trainbench lowers to what fits "
+         "the card; --batch sets both). On a GPU the CUDA context and the libraries' kernels come on top, "
+         "outside this plan: about 0.5-1 GiB, measured in each GPU row as mem_context_bytes:\n"
       << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9} {:>9} {:>9}\n", "model", "dataset", "dev", "precision",
                      "batch", "arena", "fixed", "total");
   for (const models::Workload& w : models::workloads()) {
@@ -55,15 +57,43 @@ void memory_plans(std::ostream& out, const Flags& flags) {
 
 }  // namespace
 
+// The fp32 gradients data parallelism all-reduces per step and the buckets they make: the rule
+// of plan_buckets (engine/parallel/replica.hpp) over the parameters in backward order, without
+// the padding between layers' buffers.
+struct GradientBuckets {
+  double bytes = 0;
+  int buckets = 0;
+};
+GradientBuckets gradient_buckets(const ModelSpec& spec) {
+  const auto shapes = infer_shapes(spec, 1);
+  GradientBuckets g;
+  double open = 0;  // bytes of the bucket being filled
+  for (std::size_t i = spec.nodes.size(); i-- > 1;) {
+    double node_bytes = 0;
+    for (const ParamSpec& p : node_params(spec.nodes[i].spec, shapes[std::size_t(spec.nodes[i].inputs.at(0))]))
+      node_bytes += double(p.count()) * sizeof(float);
+    if (node_bytes == 0) continue;
+    if (g.buckets == 0 || open >= double(parallel::kDefaultBucketBytes)) ++g.buckets, open = 0;
+    open += node_bytes;
+    g.bytes += node_bytes;
+  }
+  return g;
+}
+
 void list_models(std::ostream& out, const Flags& flags) {
-  out << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16} {:>16}\n", "model", "dataset", "batch", "params",
-                     "fwd GFLOP/sample", "train GFLOP/step");
+  out << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16} {:>16} {:>14} {:>8}\n", "model", "dataset", "batch", "params",
+                     "fwd GFLOP/sample", "train GFLOP/step", "gradient MiB", "buckets");
   for (const models::Workload& w : models::workloads()) {
     const ModelCost c = model_cost(w.spec);
     const i64 batch = flags.batch.value_or(w.batch);
-    out << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16.6g} {:>16.6g}\n", w.model, w.dataset, batch, c.parameters,
-                       c.forward_flops_per_sample() * 1e-9, c.train_flops_per_sample() * double(batch) * 1e-9);
+    const GradientBuckets g = gradient_buckets(w.spec);
+    out << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16.6g} {:>16.6g} {:>14.1f} {:>8}\n", w.model, w.dataset, batch,
+                       c.parameters, c.forward_flops_per_sample() * 1e-9,
+                       c.train_flops_per_sample() * double(batch) * 1e-9, g.bytes / double(1 << 20), g.buckets);
   }
+  out << fmt::format("gradient MiB and buckets: fp32 gradients all-reduced per data-parallel step, in buckets of {} MiB "
+                     "(16-bit precisions halve the weights' share)\n",
+                     parallel::kDefaultBucketBytes >> 20);
   memory_plans(out, flags);
 }
 
@@ -81,11 +111,13 @@ void list_models_json(std::ostream& out, const Flags& flags) {
     entries.push_back(fmt::format(
         R"(  {{"model": {}, "dataset": {}, "task": {}, "classes": {}, "input_shape": [{}], "seq_len": {}, )"
         R"("batch": {}, "gpu_batch": {}, "warmup_steps": {}, "epochs": {}, "real_data_only": {}, "optimizer": {}, )"
-        R"("params": {}, "forward_flops_per_sample": {}, "train_flops_per_sample": {}}})",
+        R"("params": {}, "forward_flops_per_sample": {}, "train_flops_per_sample": {}, "gradient_bytes": {}, )"
+        R"("gradient_buckets": {}}})",
         json_string(w.model), json_string(w.dataset), json_string(task_name(w.spec.task)), w.spec.classes,
         fmt::join(input.sample_dims, ", "), input.seq_len, flags.batch.value_or(w.batch),
         flags.batch.value_or(w.batch_on_gpu()), w.warmup_steps, w.epochs, w.real_data_only, optimizer, c.parameters,
-        c.forward_flops_per_sample(), c.train_flops_per_sample()));
+        c.forward_flops_per_sample(), c.train_flops_per_sample(), gradient_buckets(w.spec).bytes,
+        gradient_buckets(w.spec).buckets));
   }
   out << fmt::format("{{\"format\": 1,\n \"workloads\": [\n{}]}}\n", fmt::join(entries, ",\n"));
 }
