@@ -265,6 +265,12 @@ void Reporter::report_predictions(const std::vector<Run>& runs) {
     const BenchInfo* info = harness_.find(name);
     if (!info || !seen.insert(name).second || info->kind != Kind::Train || info->parallel != parallel::Mode::None)
       continue;
+    // With repetitions Google Benchmark reports the iterations, then the aggregates: predict
+    // once, from the median.
+    const bool has_median = std::any_of(runs.begin(), runs.end(), [&](const Run& r) {
+      return r.run_name.function_name == name && r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+    });
+    if (run.repetitions > 1 && !has_median) continue;
     if (const double rate = run_rate(runs, name); rate > 0) {
       const std::vector<PredictedRow> predicted = harness_.predictions(*info, rate);
       if (!predicted.empty() && !assumptions_said_) {

@@ -75,8 +75,10 @@ def last(path: str, name: str) -> str:
 def peak(path: str, name: str) -> str:
     """The newest peak_gflops of the benchmark's ok rows (the CPU's sgemm at the same thread
     count, a GPU's datasheet peak of the precision), so both sides' utilisation use it."""
+    # Repetitions' rows and their median only: a stddev or cv aggregate holds 0 or a ratio.
     values = [r["peak_gflops"] for r in rows_of(path, name)
-              if r.get("status") == "ok" and r.get("peak_gflops")]
+              if r.get("status") == "ok" and r.get("peak_gflops")
+              and (r.get("run_type") == "iteration" or r.get("aggregate") == "median")]
     return values[-1] if values else ""
 
 

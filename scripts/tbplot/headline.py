@@ -167,8 +167,12 @@ def legend_entries(figs, chosen: Selection, colours: dict) -> list:
     entries = [(figs.patch(colour), name) for name, colour in colours.items() if name in measured]
     predicted = sorted({(measured_config(c), tbcsv.predicted_link(c.variant))
                         for _, c in chosen.predicted}, key=lambda p: config_sort_key(p[0]))
-    for c, link in dict.fromkeys(predicted):
+    said = set()  # one entry per configuration and link, whatever the models and precisions
+    for c, link in predicted:
         name = config_name(c)
+        if (name, link) in said:
+            continue
+        said.add((name, link))
         entries.append((Patch(facecolor=colours[name], edgecolor="white", hatch=PREDICTED_HATCH,
                               linewidth=0), f"{name} predicted for {link} (not measured)"))
     return entries

@@ -198,3 +198,20 @@ def test_the_report_matches_a_benchmark_with_any_variant(tmp_path):
     settings.write_text(json.dumps({"format": 1, "benchmarks": {name + "/optimizer:sgd": {"settings": CHOSEN}}}))
     assert ask("setting", settings, name) == CHOSEN
     assert ask("setting", settings, "train/lstm/sine/cpu/fp32/bs:20").startswith("no setting chosen")
+
+
+def test_the_peak_comes_from_repetitions_or_their_median_never_a_stddev_row(tmp_path):
+    """On the H100 (2026-11-24) trainbench's last row of a benchmark with repetitions was its
+    stddev aggregate, whose peak_gflops is 0: the peer was handed --peak_gflops=0 and refused."""
+    report = SCRIPTS / "peers" / "pytorch_report.py"
+    rows = tmp_path / "rows.csv"
+    rows.write_text(f"{HEADER}\n" + "\n".join(
+        f"4,train/mlp/mnist/cpu/fp32/bs:100,,,,,,,100,,trainbench,{run_type},{aggregate},,ok,"
+        f",,0.01,10000,,{peak},0.01,,,,,measured,"
+        for run_type, aggregate, peak in (("iteration", "", "67000"), ("aggregate", "mean", "67000"),
+                                          ("aggregate", "median", "67000"), ("aggregate", "stddev", "0"),
+                                          ("aggregate", "cv", "0"))) + "\n")
+    r = subprocess.run([sys.executable, str(report), "peak", str(rows), "train/mlp/mnist/cpu/fp32/bs:100"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "67000"
