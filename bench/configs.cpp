@@ -304,8 +304,10 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
           b.threads = d.threads;
           b.backend = d.backend;
           b.gpu_ordinal = d.gpu_ordinal;
-          b.cuda_graph = flags.cuda_graph;
-          b.data_on_device = flags.data_on_device;
+          // Replicas run without them (a CUDA graph cannot hold the all-reduces' hook, and a
+          // resident dataset is not sharded): their rows say so, not that they applied.
+          b.cuda_graph = flags.cuda_graph && d.parallel == Mode::None;
+          b.data_on_device = flags.data_on_device && d.parallel == Mode::None;
           b.gpu_memory_limit = flags.gpu_memory_limit;
           b.parallel = d.parallel;
           b.replicas = d.replicas;

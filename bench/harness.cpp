@@ -452,6 +452,8 @@ void Harness::run_parallel(benchmark::State& st, const BenchInfo& info) {
   }
   memory_counters(st, *run.replicas()[0].backend);
   note_utilisation(st, info, notes);
+  if (info.gpu() && (flags_.cuda_graph || flags_.data_on_device))
+    notes.push_back("--cuda_graph and --data_on_device apply to one-device rows: these replicas ran without them");
   pending_.repetition.message = joined(notes);
 }
 

@@ -225,6 +225,16 @@ int MpiSession::size() const {
   return size;
 }
 
+std::pair<int, int> MpiSession::local_rank_and_size() const {
+  MPI_Comm node = MPI_COMM_NULL;
+  TB_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int rank = 0, size = 1;
+  TB_MPI(MPI_Comm_rank(node, &rank));
+  TB_MPI(MPI_Comm_size(node, &size));
+  TB_MPI(MPI_Comm_free(&node));
+  return {rank, size};
+}
+
 std::unique_ptr<Communicator> make_mpi_comm(double timeout_s) { return std::make_unique<MpiComm>(timeout_s); }
 
 }  // namespace tb::parallel

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "engine/parallel/communicator.hpp"
 
@@ -26,6 +27,9 @@ class MpiSession {
 
   int rank() const;  // in MPI_COMM_WORLD
   int size() const;
+  // This rank's index among the ranks of its node, and how many there are: from
+  // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), so that Open MPI, MPICH and srun agree.
+  std::pair<int, int> local_rank_and_size() const;
 
  private:
   bool initialised_here_ = false;

@@ -7,6 +7,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
+#include "engine/parallel/timeline.hpp"
 
 namespace tb::parallel {
 
@@ -52,6 +53,7 @@ ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr
   for (const FlatSegment& s : net_->param_segments()) comm_->broadcast(s.data, s.count, s.type, 0);
   net_->params_written();
   net_->set_backward_hook([this](int node) { on_node_done(node); });
+  if (const std::optional<CommEndpoint> e = net_->comm_endpoint()) device_clock_ = make_device_clock(e->device, e->stream);
 }
 
 ReplicaNetwork::~ReplicaNetwork() { net_->set_backward_hook({}); }
@@ -97,6 +99,7 @@ void ReplicaNetwork::backward() {
 
 float ReplicaNetwork::train_step(StepTimes& times) {
   try {
+    if (device_clock_) device_clock_->mark(0);
     const double t0 = wall_seconds();
     const float loss = net_->forward();
     const double t1 = wall_seconds();
@@ -105,7 +108,12 @@ float ReplicaNetwork::train_step(StepTimes& times) {
     const double t2 = wall_seconds();
     net_->update();
     const double t3 = wall_seconds();
-    times = StepTimes{.forward = t1 - t0, .backward = t2 - t1, .update = t3 - t2, .device = -1};
+    double device = -1;  // the step on the device clock, from forward to the update's end
+    if (device_clock_) {
+      device_clock_->mark(1);
+      device = device_clock_->read(2).at(0);
+    }
+    times = StepTimes{.forward = t1 - t0, .backward = t2 - t1, .update = t3 - t2, .device = device};
     return loss;
   } catch (const std::exception& e) {
     comm_->abort(e.what());

@@ -12,6 +12,8 @@
 
 namespace tb::parallel {
 
+class MarkClock;  // timeline.hpp
+
 // One all-reduce: a contiguous run of gradients of one type, from the segments of nodes
 // [first_node, last_node]. Ready once backward has run first_node (it runs last to first).
 struct Bucket {
@@ -87,6 +89,8 @@ class ReplicaNetwork final : public Network {
 
   std::unique_ptr<Network> net_;
   std::unique_ptr<Communicator> comm_;
+  // On a GPU: the step measured on the device, as a one-device row's is (CUDA events).
+  std::unique_ptr<MarkClock> device_clock_;
   std::vector<Bucket> buckets_;
   std::size_t next_ = 0;      // the next bucket to start
   int first_param_node_ = 0;  // backward's last node with gradients

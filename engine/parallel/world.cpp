@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <tuple>
 
 #include "engine/core/error.hpp"
 
@@ -42,8 +43,7 @@ void start_world() {
   g_mpi = std::make_unique<MpiSession>();
   g_world.rank = g_mpi->rank();
   g_world.size = g_mpi->size();
-  g_world.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", g_world.rank);
-  g_world.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", g_world.size);
+  std::tie(g_world.local_rank, g_world.local_size) = g_mpi->local_rank_and_size();
   // Finalised at exit, after main has released every benchmark's communicators.
   std::atexit([] { g_mpi.reset(); });
 #else

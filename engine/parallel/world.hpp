@@ -15,7 +15,7 @@ namespace tb::parallel {
 // This process in its MPI job: rank 0 of 1 without mpirun.
 struct World {
   int rank = 0, size = 1;
-  int local_rank = 0, local_size = 1;  // ranks on this node (Open MPI's environment)
+  int local_rank = 0, local_size = 1;  // ranks on this node (MPI_Comm_split_type: any MPI, srun)
 };
 // Starts MPI when launched by mpirun (a build without MPI says so and exits with status 2);
 // call first. MPI is finalised at exit.
