@@ -180,9 +180,10 @@ void memory_counters(benchmark::State& st, const Network& network) {
     for (const auto& [name, value] : report->memory_counters()) st.counters[name] = value;
 }
 
-// NVML's columns of the timed steps, and what a reader must know about them.
-void telemetry_counters(benchmark::State& st, const telemetry::GpuSummary& summary, double samples,
-                        std::vector<std::string>& notes) {
+// NVML's columns of the timed steps, and what a reader must know about them. Returns the CPU
+// seconds the sampling thread used, for the caller to leave out of the row's host CPU.
+double telemetry_counters(benchmark::State& st, const telemetry::GpuSummary& summary, double samples,
+                          std::vector<std::string>& notes) {
   for (const auto& [name, value] : summary.counters(samples)) st.counters[name] = value;
   if (summary.mem_used_bytes && !summary.mem_is_process)
     notes.push_back(
@@ -191,6 +192,7 @@ void telemetry_counters(benchmark::State& st, const telemetry::GpuSummary& summa
   if (summary.throttle_known && summary.throttle_mask != 0)
     notes.push_back(fmt::format("GPU clocks held back during the timed steps: {}",
                                 telemetry::throttle_reason_names(summary.throttle_mask)));
+  return summary.thread_cpu_s;
 }
 
 std::vector<int> distinct(std::vector<int> ordinals) {
@@ -334,17 +336,18 @@ void Harness::run_train(benchmark::State& st, const BenchInfo& info) {
   std::unique_ptr<parallel::TimelineRecorder> timeline;
   if (info.timeline && !info.cuda_graph) timeline = std::make_unique<parallel::TimelineRecorder>(trainer.network());
   const PhaseTimes p0 = trainer.phases();
+  if (sampler) sampler->start();  // its first reading before the timed window, its thread's CPU left out
   const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
-  if (sampler) sampler->start();
   for (auto _ : st) {
     if (timeline) timeline->before_step();
     trainer.step();
     if (timeline) timeline->after_step();
     if (info.gpu()) st.SetIterationTime(trainer.last_device_seconds());
   }
-  const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
+  const double wall = wall_seconds() - wall0;
+  double cpu = process_cpu_seconds() - cpu0;
   const double steps = double(st.iterations());
-  if (sampler) telemetry_counters(st, sampler->stop(), steps * double(info.batch), notes);
+  if (sampler) cpu -= telemetry_counters(st, sampler->stop(), steps * double(info.batch), notes);
   if (timeline) timelines_[info.name] = timeline->timeline();
   timeline.reset();
   check_loss_fell(trainer);
@@ -402,18 +405,19 @@ void Harness::run_parallel(benchmark::State& st, const BenchInfo& info) {
   const std::unique_ptr<telemetry::GpuSampler> sampler = sampler_for(info, notes);
   const PhaseTimes p0 = first.phases();
   const parallel::CommStats c0 = run.comm_stats();
-  const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
   if (sampler) sampler->start();
+  const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
   double step_total = 0;
   for (auto _ : st) {
     const double s = run.step();
     step_total += s;
     st.SetIterationTime(s);
   }
-  const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
+  const double wall = wall_seconds() - wall0;
+  double cpu = process_cpu_seconds() - cpu0;
   const double steps = double(st.iterations());
   // This process's GPUs trained its replicas' samples (under MPI, rank 0's GPU its own).
-  if (sampler) telemetry_counters(st, sampler->stop(), steps * double(info.batch) * info.replicas, notes);
+  if (sampler) cpu -= telemetry_counters(st, sampler->stop(), steps * double(info.batch) * info.replicas, notes);
   run.check(check_loss_fell);
   const int total = run.communicating_ranks();
   const double step_time = step_total / steps;
@@ -465,15 +469,18 @@ void Harness::run_epochs(benchmark::State& st, const BenchInfo& info) {
     Trainer& trainer = *session->trainer;
     std::vector<std::string> notes;
     const std::unique_ptr<telemetry::GpuSampler> sampler = sampler_for(info, notes);
-    const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
     if (sampler) sampler->start();
+    const double wall0 = wall_seconds(), cpu0 = process_cpu_seconds();
     const EpochResult result =
         train_epochs(trainer, *session->splits.validation, session->splits.validation_steps,
                      EpochOptions{.epochs = info.epochs, .target_accuracy = info.target_accuracy},
                      [&](const EpochRecord& r) { on_epoch_(info, r); });
-    const double wall = wall_seconds() - wall0, cpu = process_cpu_seconds() - cpu0;
+    const double wall = wall_seconds() - wall0;
+    double cpu = process_cpu_seconds() - cpu0;
     const EpochRecord& last = result.records.back();
-    if (sampler) telemetry_counters(st, sampler->stop(), double(last.steps * info.batch), notes);
+    // The energy of training and of the validation passes, over the samples of both.
+    const double validated = double(last.epoch * session->splits.validation_steps * info.batch);
+    if (sampler) cpu -= telemetry_counters(st, sampler->stop(), double(last.steps * info.batch) + validated, notes);
     check_loss_fell(trainer);
     const double steps = double(last.steps), train_cpu = cpu * last.train_s / wall;
     timed_counters(st,

@@ -44,14 +44,25 @@ struct ProcessInfoV1 {
   unsigned pid;
   unsigned long long used_gpu_memory;
 };
-// nvmlProcessInfo_v2_t, and nvmlProcessInfo_t that _v3 fills: the same layout, MIG ids added.
+// nvmlProcessInfo_v2_t: MIG ids added; what _v2 fills.
 struct ProcessInfoV2 {
   unsigned pid;
   unsigned long long used_gpu_memory;
   unsigned gpu_instance_id;
   unsigned compute_instance_id;
 };
-static_assert(sizeof(ProcessInfoV1) == 16 && sizeof(ProcessInfoV2) == 24, "NVML process info layouts");
+// nvmlProcessInfo_v3_t (nvmlProcessInfo_t of NVML 12.x headers, R535 drivers and later): what
+// _v3 fills, with the confidential-computing memory at the end. Read with the 24-byte layout, every
+// entry after the first would be misread (nvidia-ml-py reads _v3 with this layout too).
+struct ProcessInfoV3 {
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+  unsigned gpu_instance_id;
+  unsigned compute_instance_id;
+  unsigned long long used_gpu_cc_protected_memory;
+};
+static_assert(sizeof(ProcessInfoV1) == 16 && sizeof(ProcessInfoV2) == 24 && sizeof(ProcessInfoV3) == 32,
+              "NVML process info layouts");
 
 template <class Info>
 using ProcessesFn = NvmlReturn (*)(Device, unsigned* count, Info* infos);
@@ -108,7 +119,7 @@ struct Nvml::Api {
   // Newer, renamed or deprecated functions: null where this driver lacks them.
   NvmlReturn (*temperature)(Device, int sensor, unsigned* celsius) = nullptr;
   NvmlReturn (*energy)(Device, unsigned long long* millijoules) = nullptr;
-  ProcessesFn<ProcessInfoV2> processes_v3 = nullptr;
+  ProcessesFn<ProcessInfoV3> processes_v3 = nullptr;
   ProcessesFn<ProcessInfoV2> processes_v2 = nullptr;
   ProcessesFn<ProcessInfoV1> processes_v1 = nullptr;
   NvmlReturn (*clock_reasons)(Device, unsigned long long* reasons) = nullptr;

@@ -2,6 +2,8 @@
 // the ones GpuSummary's fields state.
 #include "telemetry/sampler.hpp"
 
+#include <ctime>
+
 #include <algorithm>
 #include <string_view>
 #include <utility>
@@ -161,7 +163,19 @@ void GpuSampler::sample() {
   }
 }
 
+namespace {
+double this_thread_cpu_seconds() {
+  timespec t{};
+  return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0 ? double(t.tv_sec) + double(t.tv_nsec) * 1e-9 : 0.0;
+}
+}  // namespace
+
 void GpuSampler::run() {
+  // The thread's own CPU, which the caller's process CPU time includes and leaves out again.
+  struct Account {
+    double& into;
+    ~Account() { into = this_thread_cpu_seconds(); }
+  } account{thread_cpu_s_};
   // A fixed schedule, so that slow NVML calls do not stretch the period; after a stall it starts
   // again from now rather than catching up in a burst.
   auto next = std::chrono::steady_clock::now() + period_;
@@ -185,6 +199,7 @@ void GpuSampler::start() {
   TB_CHECK(!thread_.joinable(), "GpuSampler::start: already sampling; call stop() before starting again");
   series_.assign(devices_.size(), {});
   stopping_ = false;  // no thread yet: nothing else reads it
+  thread_cpu_s_ = 0;
   sample();
   thread_ = std::thread(&GpuSampler::run, this);
 }
@@ -198,7 +213,9 @@ GpuSummary GpuSampler::stop() {
   wake_.notify_all();
   thread_.join();
   sample();
-  return summarise(series_);
+  GpuSummary summary = summarise(series_);
+  summary.thread_cpu_s = thread_cpu_s_;
+  return summary;
 }
 
 }  // namespace tb::telemetry

@@ -31,6 +31,7 @@ struct GpuSummary {
   std::optional<double> temp_max_c;      // over all samples of all devices
   std::uint64_t throttle_mask = 0;       // reasons seen in any sample, GpuIdle removed
   bool throttle_known = false;           // some sample reported its reasons
+  double thread_cpu_s = 0;               // CPU time the sampling thread used: the caller's to leave out
 
   // The CSV counters, only those whose value is known: gpu_util, gpu_mem_used_bytes,
   // gpu_sm_clock_min_mhz, gpu_sm_clock_median_mhz, gpu_power_w, energy_j_per_sample
@@ -77,6 +78,7 @@ class GpuSampler {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;  // under mutex_
+  double thread_cpu_s_ = 0;  // written by the thread as it ends, read after join
   std::thread thread_;
 };
 

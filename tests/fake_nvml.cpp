@@ -42,6 +42,13 @@ struct ProcessInfoV2 {
   unsigned long long used_gpu_memory;
   unsigned gpu_instance_id, compute_instance_id;
 };
+// What a driver of R535 and later writes from _v3 (nvmlProcessInfo_v3_t): 32 bytes an entry.
+struct ProcessInfoV3 {
+  unsigned pid;
+  unsigned long long used_gpu_memory;
+  unsigned gpu_instance_id, compute_instance_id;
+  unsigned long long used_gpu_cc_protected_memory;
+};
 
 // Values a function returns call after call; the last one repeats once the script runs out.
 struct Series {
@@ -365,7 +372,7 @@ int nvmlDeviceGetTotalEnergyConsumption(void* handle, unsigned long long* millij
 #endif
 
 #if FAKE_NVML_API >= 3
-int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, ProcessInfoV2* infos) {
+int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, ProcessInfoV3* infos) {
   return list_processes("nvmlDeviceGetComputeRunningProcesses_v3", handle, count, infos);
 }
 
