@@ -95,10 +95,17 @@ std::string resolve_gpu_all(DeviceConfig& d, const Flags& flags) {
 // gpu:N (N GPUs of this process, or under mpirun one GPU per rank) and gpu:1/jobs:K.
 void gpu_config(DeviceConfig& d, const Flags& flags) {
   const std::string& name = d.name;
-  const std::size_t jobs_at = name.find("/jobs:");
-  const int gpus =
-      parse_count(name, name.substr(4, jobs_at == std::string::npos ? std::string::npos : jobs_at - 4), "gpu:1");
-  const int jobs = jobs_at == std::string::npos ? 0 : parse_count(name, name.substr(jobs_at + 6), "gpu:1/jobs:2");
+  // gpu:1/jobs:K: K processes sharing the GPU (story 000); gpu:1/threads:K: K threads of this one.
+  const std::size_t slash = name.find('/');
+  const bool processes = name.find("/jobs:") != std::string::npos;
+  const int gpus = parse_count(name, name.substr(4, slash == std::string::npos ? std::string::npos : slash - 4), "gpu:1");
+  int jobs = 0;
+  if (slash != std::string::npos) {
+    const std::string kind = processes ? "/jobs:" : "/threads:";
+    if (name.compare(slash, kind.size(), kind) != 0)
+      throw InputError(fmt::format("--devices: '{}': use gpu:1/jobs:K (processes) or gpu:1/threads:K", name));
+    jobs = parse_count(name, name.substr(slash + kind.size()), processes ? "gpu:1/jobs:2" : "gpu:1/threads:2");
+  }
   if (jobs && gpus != 1) throw InputError(fmt::format("--devices: '{}': jobs share one GPU, e.g. gpu:1/jobs:2", name));
   const World& w = world();
   d.threads = 1;  // one host thread drives each GPU
@@ -122,7 +129,8 @@ void gpu_config(DeviceConfig& d, const Flags& flags) {
   d.gpu_ordinal = ordinals[0];
   d.replicas = jobs ? jobs : local_gpus;
   d.gpu_ordinals = jobs ? std::vector<int>(std::size_t(jobs), ordinals[0]) : ordinals;
-  d.parallel = jobs                ? Mode::Jobs
+  d.parallel = jobs && processes   ? Mode::Processes
+               : jobs              ? Mode::Jobs
                : across_ranks      ? Mode::NcclMpi
                : d.shared_device   ? Mode::SharedDevice
                : gpus > 1          ? Mode::NcclThreads
@@ -171,6 +179,12 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
     d.name = name;
     if (name == "cpu") {
       d.threads = cores;
+    } else if (name.rfind("cpu:", 0) == 0 && name.find("/jobs:") != std::string::npos) {
+      // cpu:T/jobs:K: K processes of T threads each, sharing this machine's cores.
+      const std::size_t slash = name.find('/');
+      d.threads = parse_count(name, name.substr(4, slash - 4), "cpu:1/jobs:2");
+      d.replicas = parse_count(name, name.substr(slash + 6), "cpu:1/jobs:2");
+      d.parallel = Mode::Processes;
     } else if (name.rfind("cpu:", 0) == 0) {
       d.threads = parse_count(name, name.substr(4), "cpu:2");
       if (d.threads > cores)
@@ -193,9 +207,12 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
         d.skip_reason = fmt::format("{}: this job has {} ranks (mpi:{})", name, w.size, w.size);
     } else {
       throw InputError(
-          fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, gpu:N, gpu:all, gpu:1/jobs:K or mpi:N", name));
+          fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, cpu:T/jobs:K, gpu:N, gpu:all, gpu:1/jobs:K, "
+                      "gpu:1/threads:K or mpi:N",
+                      name));
     }
-    if (w.size > 1 && (d.parallel == Mode::Jobs || d.parallel == Mode::NcclThreads) && d.skip_reason.empty())
+    if (w.size > 1 && (d.parallel == Mode::Jobs || d.parallel == Mode::NcclThreads || d.parallel == Mode::Processes) &&
+        d.skip_reason.empty())
       d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", name);
     out.push_back(d);
   }
@@ -306,8 +323,9 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
           b.gpu_ordinal = d.gpu_ordinal;
           // Replicas run without them (a CUDA graph cannot hold the all-reduces' hook, and a
           // resident dataset is not sharded): their rows say so, not that they applied.
-          b.cuda_graph = flags.cuda_graph && d.parallel == Mode::None;
-          b.data_on_device = flags.data_on_device && d.parallel == Mode::None;
+          const bool one_device = d.parallel == Mode::None || d.parallel == Mode::Processes;
+          b.cuda_graph = flags.cuda_graph && one_device;
+          b.data_on_device = flags.data_on_device && one_device;
           b.gpu_memory_limit = flags.gpu_memory_limit;
           b.parallel = d.parallel;
           b.replicas = d.replicas;

@@ -127,7 +127,8 @@ trainbench flags:
   --batch=N             batch size for every model (default: each model's own)
   --devices=LIST        device configurations to register, comma-separated: cpu (all cores),
                         cpu:N (N threads), gpu:N (N GPUs), gpu:all (every GPU, when two or
-                        more), gpu:1/jobs:K, mpi:N (see below).
+                        more), gpu:1/jobs:K (K processes sharing one GPU), gpu:1/threads:K
+                        (K threads of this process sharing it), cpu:T/jobs:K, mpi:N (see below).
                         Default: cpu, cpu:1, gpu:1 and gpu:2 ... gpu:N for N GPUs (a GPU
                         configuration is reported as skipped, with the reason, where it
                         cannot run); under mpirun -np N: cpu:T and gpu:1 (baselines run
@@ -156,7 +157,9 @@ trainbench flags:
                         batches are device-to-device copies, no host upload per step
 
 Data parallelism (train/ benchmarks): gpu:N (N GPUs of this machine, NCCL, one thread
-each), gpu:1/jobs:K (K independent jobs sharing one GPU), and under mpirun -np N: mpi:N (one
+each), gpu:1/jobs:K (K separate copies of trainbench sharing one GPU, each timed on its own
+and started together; gpu:1/threads:K runs them as threads of one process), and under
+mpirun -np N: mpi:N (one
 CPU replica per rank, MPI all-reduce) and gpu:N (one GPU per rank, NCCL). The global batch
 is N x --batch.
   --iterations=N        timed steps of every run under mpirun (default 20; all ranks must

@@ -18,6 +18,7 @@
 #include "bench/columns.hpp"
 #include "bench/context.hpp"
 #include "bench/csv.hpp"
+#include "bench/jobs.hpp"
 #include "datasets/sources.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
@@ -251,6 +252,7 @@ void Harness::register_benchmarks(EpochSink on_epoch, RepetitionSink on_repetiti
       registered->Iterations(1)->Unit(benchmark::kSecond);
     else
       registered->Unit(benchmark::kMillisecond);
+    if (b.parallel == Mode::Processes && b.kind == Kind::Train) registered->Iterations(1);  // the jobs time themselves
     const bool parallel = b.parallel != Mode::None;
     if ((b.gpu() || parallel) && b.kind == Kind::Train && b.skip_reason.empty()) registered->UseManualTime();
     // Every rank must run the same number of steps: no adaptive iteration count under MPI.
@@ -329,6 +331,7 @@ void Harness::run_train(benchmark::State& st, const BenchInfo& info) {
   omp_set_num_threads(info.threads);
   parallel_.reset();
   Trainer& trainer = *train_session(info).trainer;
+  job_rendezvous();  // a job of gpu:1/jobs:K times its steps when the others do
   std::vector<std::string> notes;
   const std::unique_ptr<telemetry::GpuSampler> sampler = sampler_for(info, notes);
   // When each gradient bucket becomes ready, for predicted N-device rows (a CUDA graph replays
@@ -459,6 +462,22 @@ void Harness::run_parallel(benchmark::State& st, const BenchInfo& info) {
   if (info.gpu() && (flags_.cuda_graph || flags_.data_on_device))
     notes.push_back("--cuda_graph and --data_on_device apply to one-device rows: these replicas ran without them");
   pending_.repetition.message = joined(notes);
+}
+
+// K separate processes, each the one-device benchmark on its own (bench/jobs.hpp).
+void Harness::run_processes(benchmark::State& st, const BenchInfo& info) {
+  release_sessions();  // the jobs need the device's memory, not this process
+  for (auto _ : st) {
+    const JobsResult jobs = run_job_processes(info, flags_);
+    st.SetIterationTime(jobs.step_s);
+    for (const auto& [name, value] : jobs.counters) st.counters[name] = value;
+    const double samples_per_s = jobs.counters.at("samples_per_s");
+    const double tflops = info.cost.train_flops_per_sample() * samples_per_s * 1e-12;
+    st.counters["model_tflops"] = tflops;
+    st.counters["peak_gflops"] = device_peak_gflops(info) * (info.gpu() ? 1 : info.replicas);
+    st.counters["utilisation"] = tflops * 1e3 / st.counters["peak_gflops"];
+    pending_.repetition.message = jobs.message;
+  }
 }
 
 void Harness::run_epochs(benchmark::State& st, const BenchInfo& info) {
@@ -592,6 +611,8 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     reset_peak_rss();
     if (info.kind == Kind::Epochs)
       run_epochs(st, info);
+    else if (info.parallel == Mode::Processes)
+      run_processes(st, info);
     else if (info.parallel != Mode::None)
       run_parallel(st, info);
     else

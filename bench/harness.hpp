@@ -91,6 +91,7 @@ class Harness {
   void run_train(benchmark::State& st, const BenchInfo& info);
   void run_parallel(benchmark::State& st, const BenchInfo& info);
   void run_epochs(benchmark::State& st, const BenchInfo& info);
+  void run_processes(benchmark::State& st, const BenchInfo& info);
   void fail_row(benchmark::State& st, const std::string& message);
 
   std::unique_ptr<Session> make_session(const BenchInfo& info);

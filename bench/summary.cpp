@@ -53,7 +53,7 @@ bool multi_device(const std::string& column) {
   const std::string device = column.substr(0, column.find(' '));
   const auto colon = device.find(':');
   if (device.rfind("cpu", 0) == 0 || colon == std::string::npos) return false;
-  if (device.find("/jobs:") != std::string::npos) return false;
+  if (column.find("/jobs:") != std::string::npos || column.find("/threads:") != std::string::npos) return false;
   return std::atoi(device.c_str() + colon + 1) > 1;
 }
 

@@ -225,9 +225,10 @@ def is_epoch_row(row: dict[str, str]) -> bool:
 def parse_name(benchmark: str) -> dict[str, str]:
     """Splits `<kind>/<model>/<dataset>/<device>/<precision>/bs:<batch>` into its parts
     (empty strings for parts a name lacks); used where a row's own columns are empty. The
-    device `gpu:1/jobs:K` (K jobs sharing a GPU) holds a slash of its own."""
+    devices `gpu:1/jobs:K` (K processes sharing a GPU), `gpu:1/threads:K` (K threads of one
+    process) and `cpu:T/jobs:K` hold a slash of their own."""
     parts = benchmark.split("/")
-    if len(parts) > 4 and parts[4].startswith("jobs:"):
+    if len(parts) > 4 and parts[4].startswith(("jobs:", "threads:")):
         parts[3:5] = [parts[3] + "/" + parts[4]]
     keys = ("kind", "model", "dataset", "device", "precision", "batch")
     out = dict.fromkeys(keys, "")

@@ -65,7 +65,7 @@ def parse_filter(text: str) -> Filter:
     for term in (t.strip() for t in text.split("/")):
         if not term or term == "plain":
             continue
-        if term.startswith("jobs:") and dims.get("device", "").startswith("gpu:"):
+        if term.startswith(("jobs:", "threads:")) and dims.get("device", "").startswith(("gpu:", "cpu:")):
             dims["device"] += "/" + term
             continue
         flag = term.partition(":")[0]

@@ -579,3 +579,31 @@ def test_repeated_gpu_ordinal_names_gpu_n_as_shared_device_replicas():
     assert r.stdout.split() == ["train/mlp/mnist/gpu:1/fp32/bs:100", "train/mlp/mnist/gpu:2/fp32/bs:100/shared_device"]
     short = run("--benchmark_list_tests", "--devices=gpu:4", "--gpus=0,0", "--benchmark_filter=train/mlp/mnist/")
     assert short.returncode == 0 and "/shared_device" in short.stdout
+
+
+def test_jobs_are_separate_processes_each_measured_on_its_own(tmp_path):
+    """Story 000: K separate programs sharing a device, each seen on its own. cpu:1/jobs:2 runs
+    the mechanism of gpu:1/jobs:K without a GPU: two copies of trainbench, timed together."""
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2", f"--csv={out}")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
+    assert row["status"] == "ok" and row["replicas"] == "2"
+    per_job = [float(x) for x in re.search(r"samples/s per job ([0-9., ]+);", row["message"]).group(1).split(",")]
+    assert len(per_job) == 2 and all(x > 0 for x in per_job)
+    assert float(row["samples_per_s"]) == pytest.approx(sum(per_job), rel=0.01)
+    assert 0 < float(row["host_cpu_util_per_job"]) <= 1.5
+    assert "2 processes" in row["message"]
+    # The in-process variant keeps its own name.
+    listed = run("--benchmark_list_tests", "--devices=gpu:1/threads:2,gpu:1/jobs:2", "--benchmark_filter=train/lstm/")
+    # (Google Benchmark names the jobs' row /iterations:1: the jobs time themselves, once.)
+    assert listed.stdout.split() == ["train/lstm/sine/gpu:1/threads:2/fp32/bs:20",
+                                     "train/lstm/sine/gpu:1/jobs:2/fp32/bs:20/iterations:1"]
+
+
+def test_a_job_that_fails_fails_the_row_with_its_own_message(tmp_path):
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2", "--lr=1e5", f"--csv={out}")
+    [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
+    assert row["status"] == "failed" and "job 0 of 2" in row["message"] and "loss" in row["message"]
+    assert r.returncode == 1

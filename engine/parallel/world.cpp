@@ -69,7 +69,7 @@ bool spans_ranks(Mode mode) { return mode == Mode::Mpi || mode == Mode::NcclMpi;
 std::vector<std::unique_ptr<Communicator>> make_communicators(Mode mode, const std::vector<Network*>& networks,
                                                               Communicator* world) {
   std::vector<std::unique_ptr<Communicator>> comms(networks.size());
-  if (mode == Mode::None || mode == Mode::Jobs) return comms;
+  if (mode == Mode::None || mode == Mode::Jobs || mode == Mode::Processes) return comms;
   if (mode == Mode::Mpi) {
     comms.at(0) = world_comm();
     return comms;

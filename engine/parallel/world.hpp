@@ -27,9 +27,11 @@ std::unique_ptr<Communicator> world_comm();
 
 // How the replicas of one benchmark communicate: not at all, MPI ranks (a CPU replica each),
 // NCCL between this process's GPUs (a thread each), NCCL across MPI ranks (a GPU each),
-// independent jobs sharing one GPU, or data-parallel replicas sharing one GPU (a thread each,
-// averaged by a kernel: a correctness check of gpu:N on one device, not scaling).
-enum class Mode { None, Mpi, NcclThreads, NcclMpi, Jobs, SharedDevice };
+// independent jobs as threads of this process sharing one GPU (Jobs: gpu:1/threads:K), or as
+// separate processes (Processes: gpu:1/jobs:K, run by the harness, not by replicas here), or
+// data-parallel replicas sharing one GPU (a thread each, averaged by a kernel: a correctness
+// check of gpu:N on one device, not scaling).
+enum class Mode { None, Mpi, NcclThreads, NcclMpi, Jobs, SharedDevice, Processes };
 // True where the replicas' steps span MPI ranks (the slowest rank sets the step).
 bool spans_ranks(Mode mode);
 

@@ -1,0 +1,216 @@
+// Jobs as processes (jobs.hpp): spawning, the start-together rendezvous, and combining rows.
+#include "bench/jobs.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bench/csv.hpp"
+#include "engine/core/error.hpp"
+
+extern char** environ;
+
+namespace tb::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kRendezvous = "TB_JOB_RENDEZVOUS";  // the folder the jobs meet in
+constexpr const char* kCount = "TB_JOB_COUNT";
+constexpr const char* kIndex = "TB_JOB_INDEX";
+constexpr double kJobMinTime = 2;  // seconds each job times: long against their start-up skew
+
+// The one-device benchmark each job runs: the row's own, on its device without "/jobs:K".
+std::string job_device(const BenchInfo& info) { return info.device.substr(0, info.device.find('/')); }
+
+std::vector<std::string> job_arguments(const BenchInfo& info, const Flags& flags, const fs::path& csv) {
+  std::vector<std::string> a{
+      fs::read_symlink("/proc/self/exe").string(),
+      "--devices=" + job_device(info),
+      "--precisions=" + info.precision,
+      fmt::format("--benchmark_filter=^train/{}/{}/{}/{}/bs:{}(/.*)?$", info.model, info.dataset, job_device(info),
+                  info.precision, info.batch),
+      "--csv=" + csv.string(),
+      "--timeline=off",
+      fmt::format("--benchmark_min_time={}", kJobMinTime),
+      fmt::format("--batch={}", info.batch),
+      fmt::format("--warmup_steps={}", info.warmup_steps),
+      fmt::format("--seed={}", flags.seed),
+      fmt::format("--loader_workers={}", flags.loader_workers),
+      fmt::format("--prefetch={}", flags.prefetch),
+      fmt::format("--gpu_layout={}", flags.gpu_layout)};
+  if (flags.optimizer) a.push_back("--optimizer=" + *flags.optimizer);
+  if (flags.lr) a.push_back(fmt::format("--lr={}", *flags.lr));
+  if (flags.augment) a.emplace_back("--augment");
+  if (!flags.data_dir.empty()) a.push_back("--data_dir=" + flags.data_dir);
+  if (info.gpu()) a.push_back(fmt::format("--gpus={}", info.gpu_ordinal));
+  if (flags.gpu_memory_limit > 1) a.push_back(fmt::format("--gpu_memory_limit={:.0f}", flags.gpu_memory_limit));
+  if (flags.gpu_memory_limit > 0 && flags.gpu_memory_limit <= 1)
+    a.push_back(fmt::format("--gpu_memory_limit={}", flags.gpu_memory_limit));
+  if (flags.cuda_graph) a.emplace_back("--cuda_graph");
+  if (flags.data_on_device) a.emplace_back("--data_on_device");
+  return a;
+}
+
+std::string tail_of(const fs::path& log) {
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  return all.size() > 600 ? "..." + all.substr(all.size() - 600) : all;
+}
+
+// The ok iteration row of a job's CSV, by column.
+std::map<std::string, std::string> job_row(const fs::path& csv) {
+  std::ifstream in(csv);
+  std::string line;
+  std::vector<std::string> header;
+  std::map<std::string, std::string> found;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> cells = csv_split(line);
+    if (header.empty()) {
+      header = cells;
+      continue;
+    }
+    std::map<std::string, std::string> row;
+    for (std::size_t k = 0; k < std::min(cells.size(), header.size()); ++k) row[header[k]] = cells[k];
+    if (row["run_type"] == "iteration" && row["status"] == "ok") found = row;
+    if (row["status"] == "failed") throw Error(fmt::format("failed: {}", row["message"]));
+  }
+  if (found.empty()) throw Error(fmt::format("{} holds no measured row", csv.string()));
+  return found;
+}
+
+double number_of(const std::map<std::string, std::string>& row, const std::string& column) {
+  const auto it = row.find(column);
+  return it == row.end() || it->second.empty() ? NAN : std::strtod(it->second.c_str(), nullptr);
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env, const fs::path& log) {
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_text(extra_env);
+  for (char** e = environ; *e; ++e) env_text.emplace_back(*e);
+  std::vector<char*> envp;
+  for (const std::string& s : env_text) envp.push_back(const_cast<char*>(s.c_str()));
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int status = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (status != 0)
+    throw Error(fmt::format("jobs: could not start {} ({}): {}", args[0], log.string(), std::strerror(status)));
+  return pid;
+}
+
+// The combined row: throughput, host CPU and device memory add up over the jobs; energy per
+// sample is the device's energy (each job read all of it over the same window) over every job's
+// samples; the rest are the jobs' mean.
+JobsResult combine(const std::vector<std::map<std::string, std::string>>& rows, const BenchInfo& info) {
+  JobsResult r;
+  auto& c = r.counters;
+  std::vector<std::string> rates, cpus;
+  double inverse_energy = 0;
+  for (const auto& row : rows) {
+    c["samples_per_s"] += number_of(row, "samples_per_s");
+    c["host_cpu_util"] += number_of(row, "host_cpu_util");
+    if (double m = number_of(row, "gpu_mem_used_bytes"); !std::isnan(m)) c["gpu_mem_used_bytes"] += m;
+    if (double e = number_of(row, "energy_j_per_sample"); e > 0) inverse_energy += 1 / e;
+    for (const char* mean : {"step_time_s", "wall_step_time_s", "host_cpu_s_per_step", "data_s_per_step"})
+      c[mean] += number_of(row, mean) / double(rows.size());
+    for (const char* largest : {"mem_peak_bytes", "peak_rss_bytes", "gpu_util", "gpu_temp_max_c"})
+      if (double v = number_of(row, largest); !std::isnan(v)) c[largest] = std::max(c[largest], v);
+    rates.push_back(fmt::format("{:.0f}", number_of(row, "samples_per_s")));
+    cpus.push_back(fmt::format("{:.0f}%", 100 * number_of(row, "host_cpu_util")));
+  }
+  if (inverse_energy > 0) c["energy_j_per_sample"] = 1 / inverse_energy;
+  c["host_cpu_util_per_job"] = c["host_cpu_util"] / double(rows.size());
+  c["replicas"] = double(rows.size());
+  c["loss_first"] = number_of(rows[0], "loss_first");
+  c["loss_last"] = number_of(rows[0], "loss_last");
+  r.step_s = c["step_time_s"];
+  r.message = fmt::format(
+      "{} processes{}, each timed on its own: samples/s per job {}; host CPU per job {} (what top shows for "
+      "each)",
+      rows.size(), info.gpu() ? " on one GPU, each with its own CUDA context" : "", fmt::join(rates, ", "),
+      fmt::join(cpus, ", "));
+  return r;
+}
+
+}  // namespace
+
+JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
+  char pattern[] = "/tmp/trainbench-jobs-XXXXXX";
+  TB_CHECK(::mkdtemp(pattern), "jobs: cannot make a folder under /tmp: {}", std::strerror(errno));
+  const fs::path dir = pattern;
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  const int k = info.replicas;
+  std::vector<pid_t> pids;
+  for (int j = 0; j < k; ++j)
+    pids.push_back(spawn(job_arguments(info, flags, dir / fmt::format("job{}.csv", j)),
+                         {fmt::format("{}={}", kRendezvous, dir.string()), fmt::format("{}={}", kCount, k),
+                          fmt::format("{}={}", kIndex, j)},
+                         dir / fmt::format("job{}.log", j)));
+  std::vector<int> statuses(pids.size());
+  for (std::size_t j = 0; j < pids.size(); ++j) waitpid(pids[j], &statuses[j], 0);
+  std::vector<std::map<std::string, std::string>> rows;
+  for (int j = 0; j < k; ++j) {
+    try {
+      if (!WIFEXITED(statuses[std::size_t(j)]) || WEXITSTATUS(statuses[std::size_t(j)]) != 0)
+        throw Error(fmt::format("exit status {}", WIFEXITED(statuses[std::size_t(j)])
+                                                      ? WEXITSTATUS(statuses[std::size_t(j)])
+                                                      : 128 + WTERMSIG(statuses[std::size_t(j)])));
+      rows.push_back(job_row(dir / fmt::format("job{}.csv", j)));
+    } catch (const Error& e) {
+      throw Error(fmt::format("job {} of {}: {}; its output ends: {}", j, k, e.what(),
+                              tail_of(dir / fmt::format("job{}.log", j))));
+    }
+  }
+  return combine(rows, info);
+}
+
+void job_rendezvous() {
+  static bool met = false;
+  const char* dir = std::getenv(kRendezvous);
+  if (met || !dir) return;
+  met = true;
+  const int count = std::atoi(std::getenv(kCount) ? std::getenv(kCount) : "1");
+  const std::string index = std::getenv(kIndex) ? std::getenv(kIndex) : "0";
+  std::ofstream(fs::path(dir) / ("ready." + index)).put('\n');
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  for (;;) {
+    int ready = 0;
+    for (const auto& entry : fs::directory_iterator(dir)) ready += entry.path().filename().string().rfind("ready.", 0) == 0;
+    if (ready >= count) return;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error(fmt::format("job {}: {} of {} jobs ready after 10 minutes; the others never got to their timed steps",
+                              index, ready, count));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace tb::bench
