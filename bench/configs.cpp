@@ -235,7 +235,9 @@ std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload) {
   if (b.gpu()) {
     if (b.data_on_device && b.kind == Kind::Train) parts.emplace_back("data_on_device");
     if (b.cuda_graph) parts.emplace_back("cuda_graph");
-    if (b.gpu_memory_limit > 0) parts.push_back(fmt::format("gpu_memory_limit:{:g}", b.gpu_memory_limit));
+    if (b.gpu_memory_limit > 1) parts.push_back(fmt::format("gpu_memory_limit:{:.0f}", b.gpu_memory_limit));  // bytes
+    if (b.gpu_memory_limit > 0 && b.gpu_memory_limit <= 1)
+      parts.push_back(fmt::format("gpu_memory_limit:{:g}", b.gpu_memory_limit));  // a fraction
     if (b.gpu_layout != "auto") parts.push_back(fmt::format("gpu_layout:{}", b.gpu_layout));
   }
   if (b.loader.workers != 0) parts.push_back(fmt::format("loader_workers:{}", b.loader.workers));

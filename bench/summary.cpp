@@ -146,7 +146,9 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
     c.rates.push_back(value(row, "samples_per_s"));
     if (double e = value(row, "scaling_efficiency"); e >= 0) c.efficiencies.push_back(e);
     if (double s = value(row, "comm_share"); s >= 0) c.comm_shares.push_back(s);
-    c.peak_bytes = std::max({c.peak_bytes, value(row, "mem_peak_bytes"), value(row, "peak_rss_bytes")});
+    // A GPU row's device memory; a CPU row's resident set.
+    const double device_bytes = value(row, "mem_peak_bytes");
+    c.peak_bytes = std::max(c.peak_bytes, device_bytes > 0 ? device_bytes : value(row, "peak_rss_bytes"));
   }
   if (lines.empty() && skipped.empty() && predicted.empty()) return "";
   std::string out = markdown ? "# trainbench summary\n\n" : "";

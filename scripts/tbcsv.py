@@ -40,7 +40,7 @@ SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "sgemm_gflops", "peak_spread", "sh
 # `name` for on/off flags, joined by `/`). Rows of versions 1-3 record two of them as columns.
 VARIANT_FLAGS = ("optimizer", "lr", "data_on_device", "cuda_graph", "gpu_memory_limit",
                  "gpu_layout", "loader_workers", "prefetch", "augment", "shared_device",
-                 "predicted")
+                 "timeline", "predicted")
 LEGACY_VARIANT_COLUMNS = ("data_on_device", "cuda_graph")
 # Flags that only a GPU row can carry: a GPU variant's speedup is taken over the CPU row
 # without them (the CPU has no CUDA graph), while optimizer or lr stay part of the match.

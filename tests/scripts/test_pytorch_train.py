@@ -97,7 +97,8 @@ def model_table(stdout: str) -> dict:
     rows = {}
     for line in stdout.splitlines()[1:]:
         cells = line.split()
-        if len(cells) == 6:
+        # trainbench's table adds gradient MiB and buckets after the six columns both print.
+        if len(cells) in (6, 8) and cells[3].isdigit():
             rows[(cells[0], cells[1])] = (int(cells[3]), cells[4], cells[5])
         elif not cells:
             break  # trainbench's memory plans follow its table

@@ -1,0 +1,123 @@
+"""scripts/check_readme.py: the README's figures match the result files they are quoted from; a
+copy with one figure changed, or with a marker naming a file that does not exist, fails and
+names it; and the rounding rule that decides a match."""
+import re
+from pathlib import Path
+
+import pytest
+
+import check_readme
+from conftest import ROOT, run_script
+
+README = ROOT / "README.md"
+
+
+def figures():
+    found, _ = check_readme.check(README, ROOT)
+    return found
+
+
+def altered(shown: str) -> str:
+    """shown with its last digit moved by 5: a different figure at any rounding."""
+    digits = [i for i, c in enumerate(shown) if c.isdigit()]
+    assert digits, shown
+    i = digits[-1]
+    return shown[:i] + str((int(shown[i]) + 5) % 10) + shown[i + 1:]
+
+
+def check_copy(text: str, tmp_path: Path):
+    copy = tmp_path / "README.md"
+    copy.write_text(text, encoding="utf-8")
+    return run_script("check_readme.py", copy, "--root", ROOT)
+
+
+def test_the_readme_matches_its_files():
+    r = run_script("check_readme.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"all \d+ figures in README.md match their files", r.stdout), r.stdout
+
+
+def test_every_results_section_figure_is_marked():
+    """The Results section holds markers, and they cover tables and paragraphs alike."""
+    kinds = {f.label[0] for f in figures()}
+    assert kinds == {"[", '"'}, kinds
+    assert len(figures()) >= 50
+
+
+def candidate(kind: str):
+    """A figure of one kind ("[": a table cell, '"': in a paragraph) that one edit of its README
+    line changes alone: a unique label, shown once on its line."""
+    found = figures()
+    lines = README.read_text(encoding="utf-8").splitlines(keepends=True)
+    for f in found:
+        line = lines[f.shown_line - 1]
+        has_digits = any(c.isdigit() for c in f.shown or "")
+        if (f.label[0] == kind and has_digits and line.count(f.shown) == 1
+                and sum(g.label == f.label for g in found) == 1):
+            return f, lines
+    raise AssertionError(f"no figure of kind {kind} to change")
+
+
+@pytest.mark.parametrize("kind", ["[", '"'])
+def test_a_changed_figure_fails_naming_it(kind, tmp_path):
+    figure, lines = candidate(kind)
+    changed = altered(figure.shown)
+    lines[figure.shown_line - 1] = lines[figure.shown_line - 1].replace(figure.shown, changed)
+    r = check_copy("".join(lines), tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert f"figure {figure.label}: the README shows {changed!r}" in r.stdout, r.stdout
+
+
+def test_a_changed_copied_table_cell_fails_naming_it(tmp_path):
+    """A cell of the table copied from a summary file, its row and column named."""
+    label = "[resnet152/imagenet fp32 | gpu:1 samples/s]"
+    figure = next(f for f in figures() if f.label == label)
+    text = README.read_text(encoding="utf-8")
+    text = text.replace(f"| {figure.shown} |", f"| {altered(figure.shown)} |", 1)
+    r = check_copy(text, tmp_path)
+    assert r.returncode == 1 and f"figure {label}: the README shows" in r.stdout, r.stdout
+
+
+def test_a_marker_naming_a_missing_file_fails_naming_the_file(tmp_path):
+    text = README.read_text(encoding="utf-8")
+    m = re.search(r'^(<!-- figures )?(\w+) = "(results/[^"]+\.csv)"', text, re.M)
+    assert m, "no marker names a CSV file"
+    missing = "results/h100/no-such-file.csv"
+    r = check_copy(text.replace(f'"{m.group(3)}"', f'"{missing}"'), tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert f"{missing}: no such file" in r.stdout, r.stdout
+
+
+def test_a_figure_whose_text_left_the_paragraph_fails(tmp_path):
+    figure, lines = candidate('"')
+    lines[figure.shown_line - 1] = "A sentence that says something else.\n"
+    r = check_copy("".join(lines), tmp_path)
+    assert r.returncode == 1, r.stdout
+    message = f"figure {figure.label}: the paragraph after the marker does not contain this text"
+    assert message in r.stdout, r.stdout
+
+
+def test_a_broken_link_fails(tmp_path):
+    text = README.read_text(encoding="utf-8") + "\n[gone](results/h100/gone.csv)\n"
+    r = check_copy(text, tmp_path)
+    assert r.returncode == 1 and "link to results/h100/gone.csv" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("shown,value,ok", [
+    ("3,167", 3167.29, True), ("3,168", 3167.29, False), ("100%", 99.9949, True),
+    ("99.9%", 99.8648, True), ("99.9%", 99.84, False), ("1.04x", 1.04136, True),
+    ("342k", 341950.0, True), ("343k", 341950.0, False), ("0.14", 0.141788, True),
+    ("187.00x", 187.0, True), ("none", "none", True), ("none", "sw_power_cap", False),
+    ("", "", True), ("", 12475.0, False), ("12475", "", False),
+])
+def test_a_shown_figure_matches_within_its_rounding(shown, value, ok):
+    assert check_readme.matches(shown, value) is ok
+
+
+def test_expressions_allow_arithmetic_and_the_functions_only(tmp_path):
+    evaluate = check_readme.Evaluator(check_readme.Sources(tmp_path))
+    assert evaluate("100 * (1 - 3 / 4)") == 25
+    assert evaluate('"a/" + "b"') == "a/b"
+    for bad in ("__import__('os')", "open('x')", "(1).real", "[1, 2]"):
+        with pytest.raises(check_readme.FigureError):
+            evaluate(bad)
