@@ -75,7 +75,10 @@ TEST(ModelsSpec, Mlp) {
   EXPECT_EQ(c.parameters, 1'796'010);
   EXPECT_EQ(c.forward_macs_per_sample, 784.0 * 1000 + 1000.0 * 1000 + 1000.0 * 10);  // 1,794,000
   EXPECT_EQ(c.forward_flops_per_sample(), 2 * c.forward_macs_per_sample);
-  EXPECT_EQ(c.train_flops_per_sample(), 6 * c.forward_macs_per_sample);
+  // Training: forward, weight gradients, and input gradients of fc2 and fc3 only (fc1's input
+  // is the model's: no gradient for it): 2 x (3 x 1,794,000 - 784,000) = 9,196,000.
+  EXPECT_EQ(c.input_layer_macs_per_sample, 784.0 * 1000);
+  EXPECT_EQ(c.train_flops_per_sample(), 9'196'000.0);
 }
 
 TEST(ModelsSpec, Lenet5) {
@@ -98,6 +101,8 @@ TEST(ModelsSpec, Lenet5) {
   // MACs: conv1 6*28*28 outputs x 3*5*5 = 352,800; conv2 16*10*10 x 6*5*5 = 240,000;
   // conv3 120*2*2 x 16*4*4 = 122,880; fc4 480*84 = 40,320; fc5 84*10 = 840; total 756,840.
   EXPECT_EQ(c.forward_macs_per_sample, 756'840.0);
+  EXPECT_EQ(c.input_layer_macs_per_sample, 352'800.0);  // conv1's input gradient is never computed
+  EXPECT_EQ(c.train_flops_per_sample(), 2 * (3 * 756'840.0 - 352'800.0));
 }
 
 TEST(ModelsSpec, Lstm) {
