@@ -64,14 +64,14 @@ int shared_gpus_ordinal(const Flags& flags) {
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) return -1;
   if (sorted.front() != sorted.back())
-    throw InputError(fmt::format(
-        "--gpus={}: an ordinal appears twice among others; list distinct devices (--gpus=0,1) for "
-        "gpu:N on N GPUs, or one device repeated (--gpus=0,0) for N replicas sharing it",
-        fmt::join(flags.gpus, ",")));
+    throw InputError(
+        fmt::format("--gpus={}: an ordinal appears twice among others; list distinct devices (--gpus=0,1) for "
+                    "gpu:N on N GPUs, or one device repeated (--gpus=0,0) for N replicas sharing it",
+                    fmt::join(flags.gpus, ",")));
   if (world().size > 1)
-    throw InputError(fmt::format(
-        "--gpus={}: replicas sharing one GPU run in one process; start trainbench without mpirun",
-        fmt::join(flags.gpus, ",")));
+    throw InputError(
+        fmt::format("--gpus={}: replicas sharing one GPU run in one process; start trainbench without mpirun",
+                    fmt::join(flags.gpus, ",")));
   return sorted.front();
 }
 
@@ -98,7 +98,8 @@ void gpu_config(DeviceConfig& d, const Flags& flags) {
   // gpu:1/jobs:K: K processes sharing the GPU (story 000); gpu:1/threads:K: K threads of this one.
   const std::size_t slash = name.find('/');
   const bool processes = name.find("/jobs:") != std::string::npos;
-  const int gpus = parse_count(name, name.substr(4, slash == std::string::npos ? std::string::npos : slash - 4), "gpu:1");
+  const int gpus =
+      parse_count(name, name.substr(4, slash == std::string::npos ? std::string::npos : slash - 4), "gpu:1");
   int jobs = 0;
   if (slash != std::string::npos) {
     const std::string kind = processes ? "/jobs:" : "/threads:";
@@ -118,9 +119,9 @@ void gpu_config(DeviceConfig& d, const Flags& flags) {
   if (shared >= 0 && !jobs && local_gpus > 1) {
     d.shared_device = true;
     if (local_gpus > int(flags.gpus.size()))
-      d.skip_reason = fmt::format(
-          "{} with --gpus={}: give one entry per replica sharing device {}, e.g. --gpus={}", name,
-          fmt::join(flags.gpus, ","), shared, fmt::join(std::vector<int>(std::size_t(local_gpus), shared), ","));
+      d.skip_reason = fmt::format("{} with --gpus={}: give one entry per replica sharing device {}, e.g. --gpus={}",
+                                  name, fmt::join(flags.gpus, ","), shared,
+                                  fmt::join(std::vector<int>(std::size_t(local_gpus), shared), ","));
   }
   std::vector<int> ordinals = flags.gpus;
   for (int k = int(ordinals.size()); k < std::max(local_gpus, w.local_rank + 1); ++k) ordinals.push_back(k);
@@ -129,12 +130,12 @@ void gpu_config(DeviceConfig& d, const Flags& flags) {
   d.gpu_ordinal = ordinals[0];
   d.replicas = jobs ? jobs : local_gpus;
   d.gpu_ordinals = jobs ? std::vector<int>(std::size_t(jobs), ordinals[0]) : ordinals;
-  d.parallel = jobs && processes   ? Mode::Processes
-               : jobs              ? Mode::Jobs
-               : across_ranks      ? Mode::NcclMpi
-               : d.shared_device   ? Mode::SharedDevice
-               : gpus > 1          ? Mode::NcclThreads
-                                   : Mode::None;
+  d.parallel = jobs && processes ? Mode::Processes
+               : jobs            ? Mode::Jobs
+               : across_ranks    ? Mode::NcclMpi
+               : d.shared_device ? Mode::SharedDevice
+               : gpus > 1        ? Mode::NcclThreads
+                                 : Mode::None;
   const GpuInventory& inv = gpu_inventory();
   const int highest = *std::max_element(ordinals.begin(), ordinals.end());
   if (!d.skip_reason.empty())

@@ -551,8 +551,10 @@ std::vector<PredictedRow> Harness::predictions(const BenchInfo& info, double sam
   std::vector<parallel::Link> links;
   for (const std::string& name : flags_.links) {
     const parallel::Link link = parallel::parse_link(name);
-    if (link.name != "measured") links.push_back(link);
-    else if (world_link_) links.push_back(*world_link_);
+    if (link.name != "measured")
+      links.push_back(link);
+    else if (world_link_)
+      links.push_back(*world_link_);
   }
   if (flags_.links.empty() && info.gpu()) links.push_back(parallel::parse_link("nvlink4"));
   if (flags_.links.empty() && !info.gpu() && world_link_) links.push_back(*world_link_);
@@ -566,10 +568,10 @@ std::vector<PredictedRow> Harness::predictions(const BenchInfo& info, double sam
       if (info.gpu() && gpus > 8) counts.push_back(gpus);
     }
     for (int n : counts)
-      out.push_back(PredictedRow{fmt::format("{}:{}", info.gpu() ? "gpu" : "mpi", n), link,
-                                 parallel::predict(found->second, double(info.batch) / samples_per_s,
-                                                   double(info.batch), n, link),
-                                 found->second});
+      out.push_back(PredictedRow{
+          fmt::format("{}:{}", info.gpu() ? "gpu" : "mpi", n), link,
+          parallel::predict(found->second, double(info.batch) / samples_per_s, double(info.batch), n, link),
+          found->second});
   }
   return out;
 }

@@ -113,8 +113,8 @@ class Harness {
   // The samples/s of each one-device row of this invocation, by what a multi-device row of the
   // same workload compares with: scaling efficiency comes from the same run.
   std::map<std::string, std::vector<double>> single_rates_;  // every repetition's: the median is the baseline
-  int threads_used_ = 0;                                       // the most this run has used so far
-  std::set<std::string> warned_load_;                          // benchmarks whose load was said
+  int threads_used_ = 0;                                     // the most this run has used so far
+  std::set<std::string> warned_load_;                        // benchmarks whose load was said
   void warn_if_loaded(const BenchInfo& info, double load);
   std::map<std::string, parallel::StepTimeline> timelines_;  // by benchmark: its last timed steps
   std::optional<parallel::Link> world_link_;

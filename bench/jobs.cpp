@@ -38,21 +38,20 @@ constexpr double kJobMinTime = 2;  // seconds each job times: long against their
 std::string job_device(const BenchInfo& info) { return info.device.substr(0, info.device.find('/')); }
 
 std::vector<std::string> job_arguments(const BenchInfo& info, const Flags& flags, const fs::path& csv) {
-  std::vector<std::string> a{
-      fs::read_symlink("/proc/self/exe").string(),
-      "--devices=" + job_device(info),
-      "--precisions=" + info.precision,
-      fmt::format("--benchmark_filter=^train/{}/{}/{}/{}/bs:{}(/.*)?$", info.model, info.dataset, job_device(info),
-                  info.precision, info.batch),
-      "--csv=" + csv.string(),
-      "--timeline=off",
-      fmt::format("--benchmark_min_time={}", kJobMinTime),
-      fmt::format("--batch={}", info.batch),
-      fmt::format("--warmup_steps={}", info.warmup_steps),
-      fmt::format("--seed={}", flags.seed),
-      fmt::format("--loader_workers={}", flags.loader_workers),
-      fmt::format("--prefetch={}", flags.prefetch),
-      fmt::format("--gpu_layout={}", flags.gpu_layout)};
+  std::vector<std::string> a{fs::read_symlink("/proc/self/exe").string(),
+                             "--devices=" + job_device(info),
+                             "--precisions=" + info.precision,
+                             fmt::format("--benchmark_filter=^train/{}/{}/{}/{}/bs:{}(/.*)?$", info.model, info.dataset,
+                                         job_device(info), info.precision, info.batch),
+                             "--csv=" + csv.string(),
+                             "--timeline=off",
+                             fmt::format("--benchmark_min_time={}", kJobMinTime),
+                             fmt::format("--batch={}", info.batch),
+                             fmt::format("--warmup_steps={}", info.warmup_steps),
+                             fmt::format("--seed={}", flags.seed),
+                             fmt::format("--loader_workers={}", flags.loader_workers),
+                             fmt::format("--prefetch={}", flags.prefetch),
+                             fmt::format("--gpu_layout={}", flags.gpu_layout)};
   if (flags.optimizer) a.push_back("--optimizer=" + *flags.optimizer);
   if (flags.lr) a.push_back(fmt::format("--lr={}", *flags.lr));
   if (flags.augment) a.emplace_back("--augment");
@@ -204,7 +203,8 @@ void job_rendezvous() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   for (;;) {
     int ready = 0;
-    for (const auto& entry : fs::directory_iterator(dir)) ready += entry.path().filename().string().rfind("ready.", 0) == 0;
+    for (const auto& entry : fs::directory_iterator(dir))
+      ready += entry.path().filename().string().rfind("ready.", 0) == 0;
     if (ready >= count) return;
     if (std::chrono::steady_clock::now() > deadline)
       throw Error(fmt::format("job {}: {} of {} jobs ready after 10 minutes; the others never got to their timed steps",

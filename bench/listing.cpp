@@ -91,9 +91,10 @@ void list_models(std::ostream& out, const Flags& flags) {
                        c.parameters, c.forward_flops_per_sample() * 1e-9,
                        c.train_flops_per_sample() * double(batch) * 1e-9, g.bytes / double(1 << 20), g.buckets);
   }
-  out << fmt::format("gradient MiB and buckets: fp32 gradients all-reduced per data-parallel step, in buckets of {} MiB "
-                     "(16-bit precisions halve the weights' share)\n",
-                     parallel::kDefaultBucketBytes >> 20);
+  out << fmt::format(
+      "gradient MiB and buckets: fp32 gradients all-reduced per data-parallel step, in buckets of {} MiB "
+      "(16-bit precisions halve the weights' share)\n",
+      parallel::kDefaultBucketBytes >> 20);
   memory_plans(out, flags);
 }
 

@@ -78,9 +78,10 @@ void write_summary(const std::vector<tb::bench::Row>& rows, const tb::bench::Fla
   file << tb::bench::summary_table(rows, true);
   file.close();
   if (!file)
-    std::cerr << fmt::format("trainbench: error: --summary={}: cannot write the summary there (the CSV holds every "
-                             "row)\n",
-                             flags.summary);
+    std::cerr << fmt::format(
+        "trainbench: error: --summary={}: cannot write the summary there (the CSV holds every "
+        "row)\n",
+        flags.summary);
 }
 
 }  // namespace
@@ -145,8 +146,7 @@ int main(int argc, char** argv) {
   machine.nvidia_driver = harness->nvidia_driver();
 
   // Google Benchmark prints its custom context on the console too: added only where JSON is written.
-  if (flags.benchmark_format != "console" || json_out)
-    add_json_context(machine, harness->benchmarks());
+  if (flags.benchmark_format != "console" || json_out) add_json_context(machine, harness->benchmarks());
   Reporter reporter(*harness, machine, csv.get(), display_options(flags));
   sink = &reporter;
   if (rank != 0) {

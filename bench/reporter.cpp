@@ -11,8 +11,8 @@
 
 #include "bench/columns.hpp"
 #include "engine/backends.hpp"
-#include "engine/parallel/world.hpp"
 #include "engine/parallel/predict.hpp"
+#include "engine/parallel/world.hpp"
 
 namespace tb::bench {
 namespace {
@@ -151,7 +151,8 @@ void Reporter::print_console(const std::vector<Run>& runs) {
       shown.push_back(&c);
   auto header_of = [](const Column* c) { return std::string(*c->console_name ? c->console_name : c->name); };
   std::string header = fmt::format("{:<{}} {:>12} {:>10}", "Benchmark", name_width_, "Time", "Iterations");
-  for (const Column* c : shown) header += fmt::format(" {:>{}}", header_of(c), std::max<std::size_t>(10, header_of(c).size()));
+  for (const Column* c : shown)
+    header += fmt::format(" {:>{}}", header_of(c), std::max<std::size_t>(10, header_of(c).size()));
   if (header != last_header_ && !shown.empty()) {
     out << std::string(header.size(), '-') << "\n" << header << "\n" << std::string(header.size(), '-') << "\n";
     last_header_ = header;
@@ -164,9 +165,9 @@ void Reporter::print_console(const std::vector<Run>& runs) {
       out << fmt::format("{}{:<{}} FAILED: {}{}\n", colour_on, name, name_width_, run.error_message, colour_off);
       continue;
     }
-    std::string line = fmt::format("{}{:<{}}{} {:>9.4g} {:<2} {:>10}", colour_on, name, name_width_, colour_off,
-                                   run.GetAdjustedRealTime(), benchmark::GetTimeUnitString(run.time_unit),
-                                   run.iterations);
+    std::string line =
+        fmt::format("{}{:<{}}{} {:>9.4g} {:<2} {:>10}", colour_on, name, name_width_, colour_off,
+                    run.GetAdjustedRealTime(), benchmark::GetTimeUnitString(run.time_unit), run.iterations);
     for (const Column* c : shown) {
       const auto it = run.counters.find(c->name);
       const std::size_t width = std::max<std::size_t>(10, header_of(c).size());
@@ -348,9 +349,9 @@ void Reporter::report_repetition(const BenchInfo& info, const Repetition& r) {
 
 void Reporter::report_epoch(const BenchInfo& info, const EpochRecord& r) {
   notes_stream() << fmt::format("  {} epoch {}: train loss {:.4f}{}, val loss {:.4f}{}, {:.1f} s\n", info.name, r.epoch,
-                           r.train_loss, r.train_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.train_acc), r.val_loss,
-                           r.val_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.val_acc), r.elapsed_s)
-            << std::flush;
+                                r.train_loss, r.train_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.train_acc),
+                                r.val_loss, r.val_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.val_acc), r.elapsed_s)
+                 << std::flush;
   Row row = identity_row(info, machine_);
   row["run_type"] = "epoch";
   row["status"] = "ok";

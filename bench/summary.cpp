@@ -69,8 +69,8 @@ std::string render(const Table& table, bool markdown) {
   for (std::size_t r = 0; r < table.size(); ++r) {
     for (std::size_t i = 0; i < table[r].size(); ++i)
       out += markdown ? fmt::format("| {} ", table[r][i])
-                 : i == 0  ? fmt::format("{:<{}}", table[r][i], widths[i])
-                           : fmt::format("  {:>{}}", table[r][i], widths[i]);
+             : i == 0 ? fmt::format("{:<{}}", table[r][i], widths[i])
+                      : fmt::format("  {:>{}}", table[r][i], widths[i]);
     out += markdown ? "|\n" : "\n";
     if (r == 0 && markdown) {
       for (std::size_t i = 0; i < widths.size(); ++i) out += i < 2 ? "| --- " : "| ---: ";
@@ -90,7 +90,8 @@ std::string render_predictions(const std::vector<const Row*>& rows, bool markdow
     lines[{cell(*r, "predicted_from"), fmt::format("{} ({:.0f} GB/s)", cell(*r, "link"), value(*r, "link_busbw_gbps"))}]
          [n] = r;
   }
-  std::sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return std::atoi(a.c_str()) < std::atoi(b.c_str()); });
+  std::sort(counts.begin(), counts.end(),
+            [](const auto& a, const auto& b) { return std::atoi(a.c_str()) < std::atoi(b.c_str()); });
   Table table{{"from", "link"}};
   for (const auto& n : counts) {
     table[0].push_back(fmt::format("N={} samples/s", n));
@@ -124,7 +125,8 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
       if (why.rfind("skipped: ", 0) == 0) why.erase(0, 9);
       // "gpu:1: no CUDA device" is about the device; anything else about this precision on it.
       const std::string device = cell(row, "device");
-      const std::string what = why.rfind(device, 0) == 0 ? why : fmt::format("{} {}: {}", device, cell(row, "precision"), why);
+      const std::string what =
+          why.rfind(device, 0) == 0 ? why : fmt::format("{} {}: {}", device, cell(row, "precision"), why);
       if (skip_seen.insert(cell(row, "device") + why).second) skipped.push_back(what);
       continue;
     }
@@ -137,9 +139,9 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
     for (const char* hidden : {"shared_device", "predicted:"})
       if (const auto at = variant.find(hidden); at != std::string::npos) variant.erase(at);
     while (!variant.empty() && variant.back() == '/') variant.pop_back();
-    const LineKey key{fmt::format("{}/{}{}", cell(row, "model"), cell(row, "dataset"),
-                                  variant.empty() ? "" : " [" + variant + "]"),
-                      cell(row, "precision")};
+    const LineKey key{
+        fmt::format("{}/{}{}", cell(row, "model"), cell(row, "dataset"), variant.empty() ? "" : " [" + variant + "]"),
+        cell(row, "precision")};
     const std::string column = device_column(row);
     if (std::find(devices.begin(), devices.end(), column) == devices.end()) devices.push_back(column);
     Cell& c = lines[key][column];
@@ -186,17 +188,20 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
              return c.efficiencies.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.efficiencies));
            });
       each([](const std::string& d) { return multi_device(d); },
-           [](const Cell& c) { return c.comm_shares.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.comm_shares)); });
+           [](const Cell& c) {
+             return c.comm_shares.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.comm_shares));
+           });
       for (const auto& [d, c] : by_device) peak = std::max(peak, c.peak_bytes);
       line.push_back(peak > 0 ? fmt::format("{:.2f}", peak / double(1 << 30)) : "");
       table.push_back(line);
     }
     out += render(table, markdown);
     out += markdown ? "\n" : "";
-    out += "samples/s: median over repetitions; x cpu: over this machine's cpu fp32 row of the workload; "
-           "efficiency: samples/s / (N x the one-device row's); peak GiB: the largest of the line's rows (GPU: "
-           "device memory trainbench allocated; CPU: the process's resident set); (one GPU): N replicas sharing "
-           "one GPU, a correctness check, not scaling\n";
+    out +=
+        "samples/s: median over repetitions; x cpu: over this machine's cpu fp32 row of the workload; "
+        "efficiency: samples/s / (N x the one-device row's); peak GiB: the largest of the line's rows (GPU: "
+        "device memory trainbench allocated; CPU: the process's resident set); (one GPU): N replicas sharing "
+        "one GPU, a correctness check, not scaling\n";
   }
   if (!predicted.empty()) {
     out += markdown ? "\n## Predicted N-device scaling\n\n" : "\npredicted N-device scaling (not measured):\n";

@@ -77,7 +77,7 @@ class GpuSampler {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;  // under mutex_
+  bool stopping_ = false;    // under mutex_
   double thread_cpu_s_ = 0;  // written by the thread as it ends, read after join
   std::thread thread_;
 };

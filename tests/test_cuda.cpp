@@ -1364,9 +1364,8 @@ TEST_P(SharedDevice, EqualsLargeBatch) {
     });
     copy_params(model, data.batch(), *rep[0], whole);  // replica 0's weights, broadcast to all
     std::vector<Vec> before;
-    for_each_param(model, data.batch(), [&](int node, int k, const std::string&) {
-      before.push_back(whole.read_param(node, k));
-    });
+    for_each_param(model, data.batch(),
+                   [&](int node, int k, const std::string&) { before.push_back(whole.read_param(node, k)); });
     std::mt19937 rng(29);
     for (int step = 0; step < 4; ++step) {
       data.draw(rng);
@@ -1410,8 +1409,8 @@ class NcclOneRank : public testing::TestWithParam<Precision> {
 TEST_P(NcclOneRank, TrainsLikeAPlainNetwork) {
   const Precision precision = GetParam();
   for (const auto& [name, dataset, batch] :
-       {std::tuple{"mlp", "mnist", i64(8)}, std::tuple{"lenet5", "cifar10", i64(4)},
-        std::tuple{"lstm", "sine", i64(4)}, std::tuple{"resnet152", "cifar10", i64(2)}}) {
+       {std::tuple{"mlp", "mnist", i64(8)}, std::tuple{"lenet5", "cifar10", i64(4)}, std::tuple{"lstm", "sine", i64(4)},
+        std::tuple{"resnet152", "cifar10", i64(2)}}) {
     SCOPED_TRACE(name);
     const ModelSpec model = models::workload(name, dataset).spec;
     const OptimizerConfig sgd{.kind = OptimizerConfig::Kind::SGD, .lr = 0.05, .momentum = 0.9};
@@ -1425,7 +1424,8 @@ TEST_P(NcclOneRank, TrainsLikeAPlainNetwork) {
                                      std::size_t(1) << 20);
     copy_params(model, batch, replica, plain);
     std::vector<Vec> before;
-    for_each_param(model, batch, [&](int node, int k, const std::string&) { before.push_back(plain.read_param(node, k)); });
+    for_each_param(model, batch,
+                   [&](int node, int k, const std::string&) { before.push_back(plain.read_param(node, k)); });
     testing_support::LargeBatch data(model, batch, 1);
     std::mt19937 rng(31);
     data.draw(rng);

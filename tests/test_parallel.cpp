@@ -167,7 +167,9 @@ class SumNotMean final : public Communicator {
       for (i64 k = 0; k < count; ++k) data[k] *= float(size());
     pending_.clear();
   }
-  void broadcast(void* data, i64 count, ElemType type, int root) override { inner_->broadcast(data, count, type, root); }
+  void broadcast(void* data, i64 count, ElemType type, int root) override {
+    inner_->broadcast(data, count, type, root);
+  }
   void barrier() override { inner_->barrier(); }
   double max(double value) override { return inner_->max(value); }
   void abort(const std::string& reason) override { inner_->abort(reason); }
@@ -230,10 +232,11 @@ TEST(DataParallel, EqualsLargeBatch) {
     i64 shard;
     std::size_t bucket_bytes;
   };
-  for (const Case& c : {Case{"mlp", "mnist", 2, 8, std::size_t(256) << 10}, Case{"mlp", "mnist", 3, 4, std::size_t(1)},
-                        Case{"lenet5", "cifar10", 2, 4, std::size_t(4) << 10},  // several buckets
-                        Case{"lenet5", "cifar10", 3, 3, parallel::kDefaultBucketBytes},
-                        Case{"lstm", "sine", 2, 5, std::size_t(64)}, Case{"lstm", "sine", 4, 3, std::size_t(1) << 20}}) {
+  for (const Case& c :
+       {Case{"mlp", "mnist", 2, 8, std::size_t(256) << 10}, Case{"mlp", "mnist", 3, 4, std::size_t(1)},
+        Case{"lenet5", "cifar10", 2, 4, std::size_t(4) << 10},  // several buckets
+        Case{"lenet5", "cifar10", 3, 3, parallel::kDefaultBucketBytes}, Case{"lstm", "sine", 2, 5, std::size_t(64)},
+        Case{"lstm", "sine", 4, 3, std::size_t(1) << 20}}) {
     SCOPED_TRACE(fmt::format("{} x{} shard {}", c.model, c.replicas, c.shard));
     EXPECT_LT(large_batch_difference(models::workload(c.model, c.dataset).spec, c.replicas, c.shard, 4, c.bucket_bytes),
               kLargeBatchTolerance);

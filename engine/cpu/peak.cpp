@@ -62,8 +62,8 @@ SgemmRate measure_sgemm(int threads) {
   }
   omp_set_num_threads(previous);
   rate.gflops = median(rounds);
-  rate.spread = (*std::max_element(rounds.begin(), rounds.end()) - *std::min_element(rounds.begin(), rounds.end())) /
-                rate.gflops;
+  rate.spread =
+      (*std::max_element(rounds.begin(), rounds.end()) - *std::min_element(rounds.begin(), rounds.end())) / rate.gflops;
   rate.rounds = int(rounds.size());
   return cache[threads] = rate;
 }

@@ -63,10 +63,7 @@ Link parse_link(const std::string& text) {
     throw InputError(fmt::format(
         "--link: '{}' is neither a preset ({}measured) nor BUSBW_GBPS[,LATENCY_US] (e.g. --link=100,20)", text, names));
   }
-  return Link{.name = "custom",
-              .busbw_gbps = busbw,
-              .latency_us = latency,
-              .source = fmt::format("--link={}", text)};
+  return Link{.name = "custom", .busbw_gbps = busbw, .latency_us = latency, .source = fmt::format("--link={}", text)};
 }
 
 double ring_all_reduce_s(double bytes, int n, const Link& link) {
@@ -121,11 +118,12 @@ Link measure_link(Communicator& comm) {
   double sxy = 0, sxx = 0;
   for (std::size_t k = 0; k < x.size(); ++k) sxy += (x[k] - mx) * (y[k] - my), sxx += (x[k] - mx) * (x[k] - mx);
   const double slope = std::max(sxy / sxx, 1e-15), intercept = std::max(0.0, my - slope * mx);
-  return Link{.name = "measured",
-              .busbw_gbps = 1.0 / slope * 1e-9,
-              .latency_us = intercept * 1e6,
-              .source = fmt::format("{} all-reduce of {} ranks, 64 KiB to 16 MiB, measured at start-up", comm.kind(), n),
-              .overlaps_compute = false};
+  return Link{
+      .name = "measured",
+      .busbw_gbps = 1.0 / slope * 1e-9,
+      .latency_us = intercept * 1e6,
+      .source = fmt::format("{} all-reduce of {} ranks, 64 KiB to 16 MiB, measured at start-up", comm.kind(), n),
+      .overlaps_compute = false};
 }
 
 }  // namespace tb::parallel

@@ -54,9 +54,9 @@ const std::vector<Link>& link_presets();
 Link parse_link(const std::string& text);
 
 class Communicator;
-// The link of `comm` measured as nccl-tests defines it (host buffers: overlaps_compute false): all-reduces of host buffers from 64 KiB
-// to 16 MiB, each size's median time (the slowest rank's), fitted as latency + 2(N-1)/N x bytes
-// / busbw. A collective: every rank calls it.
+// The link of `comm` measured as nccl-tests defines it (host buffers: overlaps_compute false): all-reduces of host
+// buffers from 64 KiB to 16 MiB, each size's median time (the slowest rank's), fitted as latency + 2(N-1)/N x bytes /
+// busbw. A collective: every rank calls it.
 Link measure_link(Communicator& comm);
 
 // The seconds one all-reduce of `bytes` takes among n devices over `link`.

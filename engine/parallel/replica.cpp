@@ -53,7 +53,8 @@ ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr
   for (const FlatSegment& s : net_->param_segments()) comm_->broadcast(s.data, s.count, s.type, 0);
   net_->params_written();
   net_->set_backward_hook([this](int node) { on_node_done(node); });
-  if (const std::optional<CommEndpoint> e = net_->comm_endpoint()) device_clock_ = make_device_clock(e->device, e->stream);
+  if (const std::optional<CommEndpoint> e = net_->comm_endpoint())
+    device_clock_ = make_device_clock(e->device, e->stream);
 }
 
 ReplicaNetwork::~ReplicaNetwork() { net_->set_backward_hook({}); }

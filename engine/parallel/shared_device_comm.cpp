@@ -99,9 +99,10 @@ class Group {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
     while (!failed_ && !calls_[seq].issued)
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout)
-        fail_locked(fmt::format("shared-device collective {} still waits for a replica after {:g} s (a replica "
-                                "stopped or issued fewer collectives)",
-                                seq, timeout_s_));
+        fail_locked(
+            fmt::format("shared-device collective {} still waits for a replica after {:g} s (a replica "
+                        "stopped or issued fewer collectives)",
+                        seq, timeout_s_));
     check_alive();
     Call& c = calls_[seq];
     const cudaEvent_t done = c.done;
