@@ -2,14 +2,33 @@
 # Sets TB_HAVE_CUDA and TB_HAVE_MPI, and enables the CUDA language when the backend is built.
 set(TB_HAVE_CUDA OFF)
 option(TB_REQUIRE_CUDA "Fail the configuration unless the CUDA backend can be built (CI)" OFF)
+# A toolkit root holding cuDNN and NCCL too, laid out like /usr/local/cuda: scripts/deps.sh exports
+# it (build/cuda-wheels/toolkit, from PyPI's NVIDIA wheels) where a driver but no toolkit is found.
+set(TB_CUDA_ROOT "$ENV{TB_CUDA_ROOT}" CACHE PATH "CUDA toolkit root with cuDNN and NCCL (default: where NVIDIA installs them)")
+if(NOT TB_CUDA_ROOT AND NOT "$ENV{TB_CUDA_ROOT}" STREQUAL "")
+  set(TB_CUDA_ROOT "$ENV{TB_CUDA_ROOT}" CACHE PATH "CUDA toolkit root with cuDNN and NCCL" FORCE)
+endif()
 if(TB_CUDA)
+  if(TB_CUDA_ROOT)
+    set(CMAKE_CUDA_COMPILER ${TB_CUDA_ROOT}/bin/nvcc)
+    set(CUDAToolkit_ROOT ${TB_CUDA_ROOT})
   # The toolkit's standard location, for shells whose PATH lacks /usr/local/cuda/bin.
-  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+  elseif(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
   include(CheckLanguage)
   check_language(CUDA)
-  find_package(CUDAToolkit QUIET)
+  # Debian 12's CMake 3.25.1 marks CUDA::nvToolsExt deprecated without checking that it exists, and
+  # fails where the toolkit has no libnvToolsExt (CUDA 13); it does so only for projects requiring
+  # 3.25, so the search runs as if this one required less (policies stay those of 3.25).
+  if(CMAKE_VERSION VERSION_LESS 3.25.2)
+    set(TB_MINIMUM_REQUIRED ${CMAKE_MINIMUM_REQUIRED_VERSION})
+    set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
+    find_package(CUDAToolkit QUIET)
+    set(CMAKE_MINIMUM_REQUIRED_VERSION ${TB_MINIMUM_REQUIRED})
+  else()
+    find_package(CUDAToolkit QUIET)
+  endif()
   find_path(TB_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include /usr/local/cuda/include)
   find_library(TB_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64)
   find_path(TB_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include /usr/local/cuda/include)

@@ -159,7 +159,7 @@ def test_a_driver_seen_only_by_ldconfig_counts(tmp_path):
     r = run_cuda(tmp_path, "tb_driver_cuda_version; tb_setup_cuda", libcuda=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "unknown"
-    assert "an NVIDIA driver is present but says no CUDA version" in r.stdout
+    assert "an NVIDIA driver is present but its CUDA version could not be read" in r.stdout
     assert "building without the CUDA backend" in r.stdout
 
 
