@@ -6,8 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -169,14 +172,35 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
   } cleanup{dir};
   const int k = info.replicas;
   std::vector<pid_t> pids;
-  for (int j = 0; j < k; ++j)
-    pids.push_back(spawn(job_arguments(info, flags, dir / fmt::format("job{}.csv", j)),
-                         {fmt::format("{}={}", kRendezvous, dir.string()), fmt::format("{}={}", kCount, k),
-                          fmt::format("{}={}", kIndex, j)},
-                         dir / fmt::format("job{}.log", j)));
+  try {
+    for (int j = 0; j < k; ++j)
+      pids.push_back(spawn(job_arguments(info, flags, dir / fmt::format("job{}.csv", j)),
+                           {fmt::format("{}={}", kRendezvous, dir.string()), fmt::format("{}={}", kCount, k),
+                            fmt::format("{}={}", kIndex, j)},
+                           dir / fmt::format("job{}.log", j)));
+  } catch (...) {
+    for (pid_t pid : pids) ::kill(pid, SIGTERM), waitpid(pid, nullptr, 0);  // the ones started
+    throw;
+  }
+  // In the order they end: a job that fails tells the others, which may be waiting for it at
+  // the rendezvous, to stop (an abort file) instead of waiting out its deadline.
   std::vector<int> statuses(pids.size());
-  for (std::size_t j = 0; j < pids.size(); ++j) waitpid(pids[j], &statuses[j], 0);
+  for (std::size_t left = pids.size(); left > 0; --left) {
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, 0);
+    const auto it = std::find(pids.begin(), pids.end(), done);
+    if (it == pids.end()) {
+      ++left;  // not one of ours (a loader, say): keep waiting for ours
+      if (done < 0 && errno == ECHILD) break;
+      continue;
+    }
+    statuses[std::size_t(it - pids.begin())] = status;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) std::ofstream(dir / "abort").put('\n');
+  }
   std::vector<std::map<std::string, std::string>> rows;
+  // A job that failed on its own comes first (in job order), then those it stopped.
+  std::vector<std::string> failures;
+  std::size_t own_failures = 0;
   for (int j = 0; j < k; ++j) {
     try {
       if (!WIFEXITED(statuses[std::size_t(j)]) || WEXITSTATUS(statuses[std::size_t(j)]) != 0)
@@ -185,10 +209,13 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
                                                       : 128 + WTERMSIG(statuses[std::size_t(j)])));
       rows.push_back(job_row(dir / fmt::format("job{}.csv", j)));
     } catch (const Error& e) {
-      throw Error(fmt::format("job {} of {}: {}; its output ends: {}", j, k, e.what(),
-                              tail_of(dir / fmt::format("job{}.log", j))));
+      const std::string log = tail_of(dir / fmt::format("job{}.log", j));
+      const std::string why = fmt::format("job {} of {}: {}; its output ends: {}", j, k, e.what(), log);
+      const bool stopped = log.find("another job failed") != std::string::npos;
+      failures.insert(stopped ? failures.end() : failures.begin() + std::ptrdiff_t(own_failures++), why);
     }
   }
+  if (!failures.empty()) throw Error(failures.front());
   return combine(rows, info);
 }
 
@@ -206,6 +233,8 @@ void job_rendezvous() {
     for (const auto& entry : fs::directory_iterator(dir))
       ready += entry.path().filename().string().rfind("ready.", 0) == 0;
     if (ready >= count) return;
+    if (fs::exists(fs::path(dir) / "abort"))
+      throw Error(fmt::format("job {}: another job failed before its timed steps (its row says why)", index));
     if (std::chrono::steady_clock::now() > deadline)
       throw Error(fmt::format("job {}: {} of {} jobs ready after 10 minutes; the others never got to their timed steps",
                               index, ready, count));
