@@ -43,6 +43,7 @@
 #include "tests/large_batch.hpp"
 #include "tests/replica_checks.hpp"
 #include "tests/tensors.hpp"
+#include "tests/threads.hpp"
 
 // Precisions by name in gtest's messages, rather than as bytes.
 namespace tb::cuda {
@@ -1296,20 +1297,10 @@ TEST_F(CudaGpu, TwoGpuReplicasOnHalfBatchesMatchTheCpuOnTheWholeBatch) {
 
 // Runs fn(r) on n threads, each with device 0 current, and rethrows the first failure.
 void on_device_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        TB_CU(cudaSetDevice(0));
-        fn(r);
-      } catch (...) {
-        errors[std::size_t(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  testing_support::on_threads(n, [&](int r) {
+    TB_CU(cudaSetDevice(0));
+    fn(r);
+  });
 }
 
 // How far each precision's replicas may drift from the large batch, relative to the size of the

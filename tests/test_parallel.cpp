@@ -23,28 +23,14 @@
 #include "models/models.hpp"
 #include "tests/large_batch.hpp"
 #include "tests/replica_checks.hpp"
+#include "tests/threads.hpp"
 
 namespace tb {
 namespace {
 
 using parallel::Communicator;
 
-// Runs fn(rank) on `n` threads and rethrows the first failure.
-void on_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[std::size_t(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using testing_support::on_threads;
 
 std::vector<std::unique_ptr<Communicator>> thread_comms(int n, double timeout_s = 60) {
   auto group = parallel::make_thread_group(n, timeout_s);
@@ -299,7 +285,7 @@ TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
 // ---- Predicted N-device scaling ----
 
 TEST(Predict, RingTimeFollowsTheBusBandwidthDefinition) {
-  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 10};
+  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 10, .source = "a test"};
   EXPECT_EQ(parallel::ring_all_reduce_s(1e9, 1, link), 0.0) << "one device has nothing to reduce";
   // 2(N-1)/N x bytes / busbw + latency: N=2 sends the bytes once, N=8 1.75 times.
   EXPECT_DOUBLE_EQ(parallel::ring_all_reduce_s(1e9, 2, link), 10e-6 + 1e9 / 100e9);
@@ -316,7 +302,7 @@ TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
   t.backward_end_s = 0.030;
   t.step_end_s = 0.045;
   t.steps = 1;
-  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 0};
+  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
   const parallel::Prediction p = parallel::predict(t, 0.050, 64, 2, link);
   EXPECT_NEAR(p.comm_s, 0.020, 1e-12);
   EXPECT_NEAR(p.exposed_comm_s, 0.010, 1e-12);
@@ -381,7 +367,9 @@ TEST(Timeline, RecordsEveryBucketInOrderOnTheCpu) {
     EXPECT_DOUBLE_EQ(t.gradient_bytes(), bytes);
     for (std::size_t k = 0; k < t.bucket_ready_s.size(); ++k) {
       EXPECT_GT(t.bucket_ready_s[k], 0) << k;
-      if (k > 0) EXPECT_GE(t.bucket_ready_s[k], t.bucket_ready_s[k - 1]) << k;
+      if (k > 0) {
+        EXPECT_GE(t.bucket_ready_s[k], t.bucket_ready_s[k - 1]) << k;
+      }
     }
     EXPECT_DOUBLE_EQ(t.backward_end_s, t.bucket_ready_s.back());
     EXPECT_LE(t.backward_end_s, t.step_end_s);
