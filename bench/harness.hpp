@@ -1,8 +1,9 @@
-// The benchmarks of one run under Google Benchmark, owned by main: it registers them, runs each
-// body (a training session kept across Google Benchmark's invocations so that warm-up happens
-// once, replicas for data parallelism, whole runs of epochs), makes the checks every run makes
-// and fills the counters of its row. It reaches the engines only through engine/backends.hpp,
-// the capabilities of engine/core/network.hpp and engine/parallel.
+// The benchmarks of one run under Google Benchmark, owned by main: it registers them and, for
+// each call of a benchmark's body, hands the benchmark's run (bench/run.hpp: prepare, warm up,
+// timed steps, counters, report) Google Benchmark's state, then keeps the repetition it
+// reported, or the failure that ended it, for the CSV. Between rows it holds what one row needs
+// of another: the baselines of scaling efficiency, the timelines predictions are made from, and
+// NVML.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 
 #include "bench/configs.hpp"
 #include "bench/flags.hpp"
+#include "bench/run.hpp"
 #include "engine/parallel/predict.hpp"
 #include "engine/train/epochs.hpp"
 
@@ -46,7 +48,6 @@ struct PredictedRow {
   parallel::StepTimeline timeline;
 };
 
-using EpochSink = std::function<void(const BenchInfo&, const EpochRecord&)>;
 // Receives each repetition of a benchmark run with several, once it is known to be final (when
 // the next one starts), so that an interrupted run keeps every repetition it finished.
 using RepetitionSink = std::function<void(const BenchInfo&, const Repetition&)>;
@@ -77,8 +78,6 @@ class Harness {
   std::vector<PredictedRow> predictions(const BenchInfo& info, double samples_per_s) const;
 
  private:
-  struct Session;
-  struct ParallelSession;
   // The last call of a benchmark's body, which Google Benchmark may still discard (a call that
   // sized the iteration count) or keep (the last call of a repetition).
   struct Pending {
@@ -88,34 +87,19 @@ class Harness {
   };
 
   void run_benchmark(benchmark::State& st, const BenchInfo& info);
-  void run_train(benchmark::State& st, const BenchInfo& info);
-  void run_parallel(benchmark::State& st, const BenchInfo& info);
-  void run_epochs(benchmark::State& st, const BenchInfo& info);
-  void run_processes(benchmark::State& st, const BenchInfo& info);
   void fail_row(benchmark::State& st, const std::string& message);
-
-  std::unique_ptr<Session> make_session(const BenchInfo& info);
-  Session& train_session(const BenchInfo& info);
-  ParallelSession& parallel_session(const BenchInfo& info);
-  void prepare_gpus(const BenchInfo& info);
-  // NVML's sampler over the row's GPUs; null for a CPU row or without NVML (a note says why).
-  std::unique_ptr<telemetry::GpuSampler> sampler_for(const BenchInfo& info, std::vector<std::string>& notes);
-  // A GPU precision slower than fp32 in this run says so, and why (empty otherwise).
-  std::string note_slower_than_fp32(const BenchInfo& info, double samples_per_s, double step_time_s) const;
+  void warn_if_loaded(const BenchInfo& info, double load);
 
   Flags flags_;
   std::vector<BenchInfo> benchmarks_;
   EpochSink on_epoch_;
   RepetitionSink on_repetition_;
   Pending pending_;
-  std::unique_ptr<Session> session_;
-  std::unique_ptr<ParallelSession> parallel_;
-  // The samples/s of each one-device row of this invocation, by what a multi-device row of the
-  // same workload compares with: scaling efficiency comes from the same run.
-  std::map<std::string, std::vector<double>> single_rates_;  // every repetition's: the median is the baseline
+  // The benchmark now running, kept across Google Benchmark's calls of it.
+  std::unique_ptr<BenchmarkRun> run_;
+  Baselines baselines_;
   int threads_used_ = 0;                                     // the most this run has used so far
   std::set<std::string> warned_load_;                        // benchmarks whose load was said
-  void warn_if_loaded(const BenchInfo& info, double load);
   std::map<std::string, parallel::StepTimeline> timelines_;  // by benchmark: its last timed steps
   std::optional<parallel::Link> world_link_;
   std::unique_ptr<telemetry::Nvml> nvml_;

@@ -1,0 +1,199 @@
+// What every kind of run shares (run.hpp): the walk through the stages, the timed window with
+// NVML's sampler, and the counters of the timed steps.
+#include "bench/run.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bench/median.hpp"
+#include "engine/backends.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/timer.hpp"
+#include "engine/train/trainer.hpp"
+#include "telemetry/nvml.hpp"
+#include "telemetry/sampler.hpp"
+
+namespace tb::bench {
+
+namespace {
+
+std::string rate_key(const BenchInfo& b, const std::string& precision) {
+  return fmt::format("{}/{}/{}/{}/{}/{}", b.model, b.dataset, b.gpu() ? "gpu" : "cpu", precision, b.batch, b.variant);
+}
+
+std::vector<int> distinct(std::vector<int> ordinals) {
+  std::sort(ordinals.begin(), ordinals.end());
+  ordinals.erase(std::unique(ordinals.begin(), ordinals.end()), ordinals.end());
+  return ordinals;
+}
+
+RowDevices row_devices(const BenchInfo& info) {
+  RowDevices d;
+  if (!info.gpu()) {
+    d.peak_gflops = cpu_peak_gflops(info.threads);
+    d.peak_spread = cpu_peak_spread(info.threads);
+    return d;
+  }
+  d.peak_gflops = gpu_peak(info.gpu_ordinal, info.precision).gflops;
+  for (int ordinal : distinct(info.gpu_ordinals))
+    d.buses.push_back(gpu_inventory().devices.at(std::size_t(ordinal)).pci_bus_id);
+  return d;
+}
+
+// NVML's sampler over the row's GPUs; null for a CPU row or without NVML (a note says why).
+std::unique_ptr<telemetry::GpuSampler> sampler_for(const std::vector<std::string>& buses, telemetry::Nvml* nvml,
+                                                   std::vector<std::string>& notes) {
+  if (buses.empty() || !nvml) return nullptr;
+  try {
+    return std::make_unique<telemetry::GpuSampler>(*nvml, buses, unsigned(::getpid()));
+  } catch (const Error& e) {
+    notes.push_back(fmt::format("no NVML columns: {}", e.what()));
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+void Baselines::add(const BenchInfo& info, double samples_per_s) {
+  rates_[rate_key(info, info.precision)].push_back(samples_per_s);
+}
+
+double Baselines::median(const BenchInfo& info, const std::string& precision) const {
+  const auto found = rates_.find(rate_key(info, precision));
+  return found == rates_.end() ? 0 : bench::median(found->second);
+}
+
+std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env) {
+  if (info.kind == Kind::Epochs) return make_epochs_run(info, env);
+  if (info.parallel == parallel::Mode::Processes) return make_jobs_run(info, env);
+  if (info.parallel != parallel::Mode::None) return make_replicas_run(info, env);
+  return make_train_run(info, env);
+}
+
+std::string BenchmarkRun::walk(benchmark::State& st) {
+  omp_set_num_threads(info_.threads);
+  notes_.clear();
+  if (!prepared_) {
+    devices_ = row_devices(info_);
+    prepare();
+    warm_up();
+    prepared_ = true;
+  }
+  const Window window = timed_steps(st);
+  counters(st, window);
+  return fmt::format("{}", fmt::join(notes_, "; "));
+}
+
+void BenchmarkRun::prepare_gpus() const {
+  if (!info_.gpu()) return;
+  for (int ordinal : distinct(info_.gpu_ordinals)) gpu_prepare(ordinal, info_.gpu_memory_limit);
+}
+
+std::unique_ptr<Network> BenchmarkRun::make_network(int device) const {
+  return tb::make_network(info_.backend, info_.spec,
+                          NetworkOptions{.batch = info_.batch,
+                                         .optimizer = info_.optimizer,
+                                         .seed = info_.seed,
+                                         .device = device,
+                                         .precision = info_.precision,
+                                         .cuda_graph = info_.cuda_graph,
+                                         .layout = info_.gpu_layout});
+}
+
+// Counters of the timed steps: throughput, utilisation, host CPU, losses, phases.
+void BenchmarkRun::timed_counters(benchmark::State& st, const Window& w, const Timed& t, const Trainer& trainer,
+                                  const PhaseTimes& p0) const {
+  const double samples_per_s = t.samples_per_step / w.step_time;
+  const double tflops = info_.cost.train_flops_per_sample() * samples_per_s * 1e-12;
+  const PhaseTimes& p = trainer.phases();
+  auto& c = st.counters;
+  c["samples_per_s"] = samples_per_s;
+  c["step_time_s"] = w.step_time;
+  c["wall_step_time_s"] = w.wall / w.steps;
+  c["model_tflops"] = tflops;
+  c["peak_gflops"] = t.peak_gflops;
+  c["utilisation"] = tflops * 1e3 / t.peak_gflops;
+  if (!info_.gpu()) c["peak_spread"] = devices_.peak_spread;
+  c["host_cpu_s_per_step"] = w.cpu / w.steps / t.replicas;
+  c["host_cpu_util"] = w.cpu / w.wall;
+  c["peak_rss_bytes"] = double(peak_rss_bytes());
+  c["loss_first"] = trainer.losses().front();
+  c["loss_last"] = trainer.losses().back();
+  c["data_s_per_step"] = (p.data - p0.data) / w.steps;
+  c["data_wait_s_per_step"] = (p.data_wait - p0.data_wait) / w.steps;
+  if (p.split) {  // a step replayed as one CUDA graph has no phases
+    c["forward_s_per_step"] = (p.forward - p0.forward) / w.steps;
+    c["backward_s_per_step"] = (p.backward - p0.backward) / w.steps;
+    c["update_s_per_step"] = (p.update - p0.update) / w.steps;
+  }
+}
+
+// A CPU row above its sgemm peak says why that cannot be taken at face value.
+void BenchmarkRun::note_utilisation(benchmark::State& st) {
+  const double u = st.counters["utilisation"];
+  if (u <= 1) return;
+  note(fmt::format(
+      "utilisation {:.2f} exceeds 1: the model's kernels ran faster than the sgemm peak measured at start-up ({:.1f} "
+      "GFLOP/s, spread {:.0f}%), so that peak was measured low (a busy machine?) or the FLOP count is high",
+      u, info_.gpu() ? 0.0 : devices_.peak_gflops, 100 * devices_.peak_spread));
+}
+
+// The same samples before and after, so a falling loss is not an artefact of easier batches: the
+// loss of the first training batch at the first step (before any update) against a
+// training-mode forward on it now (no update).
+void check_loss_fell(Trainer& trainer) {
+  const float before = trainer.losses().front(), after = trainer.first_batch_loss();
+  if (after < before) return;
+  // A loss well above where it started diverged; one about where it started sits on a plateau.
+  constexpr float kRose = 1.05f;
+  if (!(after <= before * kRose))
+    throw CheckFailed(
+        fmt::format("loss rose: {:.5g} on the first batch before training, {:.5g} after {} steps "
+                    "(training diverged: lower the learning rate with --lr)",
+                    before, after, trainer.losses().size()));
+  throw CheckFailed(
+      fmt::format("loss did not fall: {:.5g} on the first batch before training, {:.5g} after {} "
+                  "steps (a model still on its initial plateau needs more steps: raise "
+                  "--warmup_steps)",
+                  before, after, trainer.losses().size()));
+}
+
+void memory_counters(benchmark::State& st, const Network& network) {
+  if (const MemoryReport* report = network.memory_report())
+    for (const auto& [name, value] : report->memory_counters()) st.counters[name] = value;
+}
+
+TimedWindow::TimedWindow(BenchmarkRun& run)
+    : run_(run), sampler_(sampler_for(run.devices_.buses, run.env_.nvml, run.notes_)) {}
+
+TimedWindow::~TimedWindow() = default;
+
+void TimedWindow::open() {
+  if (sampler_) sampler_->start();
+  wall0_ = wall_seconds();
+  cpu0_ = process_cpu_seconds();
+}
+
+Window TimedWindow::close(benchmark::State& st, double samples) {
+  Window w{.steps = double(st.iterations()), .wall = wall_seconds() - wall0_, .cpu = process_cpu_seconds() - cpu0_};
+  if (!sampler_) return w;
+  const telemetry::GpuSummary summary = sampler_->stop();
+  w.cpu -= summary.thread_cpu_s;
+  for (const auto& [name, value] : summary.counters(samples)) st.counters[name] = value;
+  if (summary.mem_used_bytes && !summary.mem_is_process)
+    run_.note(
+        "gpu_mem_used_bytes is the whole device's: NVML does not list this process (a container's "
+        "PID namespace?)");
+  if (summary.throttle_known && summary.throttle_mask != 0)
+    run_.note(fmt::format("GPU clocks held back during the timed steps: {}",
+                          telemetry::throttle_reason_names(summary.throttle_mask)));
+  return w;
+}
+
+}  // namespace tb::bench

@@ -1,0 +1,154 @@
+// One benchmark's run as one object that walks its stages in order: prepare (the GPUs, the
+// networks, the data), warm up, the timed steps, the counters of its row, and the report (the
+// row's notes). The harness keeps a run across Google Benchmark's calls of its benchmark, so
+// preparing and warming up happen once, and each call walks the timed steps, the counters and
+// the report. Four kinds, one file each: one replica (run_train.cpp), replicas of data
+// parallelism and jobs as processes (run_parallel.cpp), and a whole run of epochs
+// (run_epochs.cpp).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/configs.hpp"
+#include "bench/flags.hpp"
+#include "engine/parallel/timeline.hpp"
+#include "engine/train/epochs.hpp"
+
+namespace benchmark {
+class State;
+}
+
+namespace tb {
+class Trainer;
+struct PhaseTimes;
+}  // namespace tb
+
+namespace tb::telemetry {
+class Nvml;
+class GpuSampler;
+}  // namespace tb::telemetry
+
+namespace tb::bench {
+
+using EpochSink = std::function<void(const BenchInfo&, const EpochRecord&)>;
+
+// The samples/s of the one-device rows run so far, every repetition's, by what a row of the
+// same workload compares with: scaling efficiency and the precision notes come from the same run.
+class Baselines {
+ public:
+  void add(const BenchInfo& info, double samples_per_s);
+  // The median of one-device rows of `info`'s workload, batch and variant in `precision`, on its
+  // kind of device; 0 where none ran yet.
+  double median(const BenchInfo& info, const std::string& precision) const;
+
+ private:
+  std::map<std::string, std::vector<double>> rates_;
+};
+
+// What a run takes from the harness that owns it, which outlives it.
+struct RunEnv {
+  const Flags* flags = nullptr;
+  telemetry::Nvml* nvml = nullptr;  // null without NVML
+  Baselines* baselines = nullptr;
+  std::map<std::string, parallel::StepTimeline>* timelines = nullptr;  // by benchmark: its last timed steps
+  const EpochSink* on_epoch = nullptr;
+};
+
+// What the timed steps of one repetition measured, for the counters.
+struct Window {
+  double steps = 0;
+  double step_time = 0;  // seconds per step on the row's clock (the device's on a GPU)
+  double wall = 0;       // seconds, the whole window
+  double cpu = 0;        // this process's CPU seconds in the window, NVML's sampling left out
+};
+
+// What the engine says of the row's devices, asked once, when the run is prepared.
+struct RowDevices {
+  double peak_gflops = 0;          // of one device: the datasheet's on a GPU, sgemm's on the CPU
+  double peak_spread = 0;          // the CPU's: (max - min) / median of sgemm's rounds
+  std::vector<std::string> buses;  // the GPUs' PCI bus ids, each once, for NVML
+};
+
+class BenchmarkRun {
+ public:
+  BenchmarkRun(const BenchInfo& info, RunEnv env) : info_(info), env_(env) {}
+  virtual ~BenchmarkRun() = default;
+  BenchmarkRun(const BenchmarkRun&) = delete;
+  BenchmarkRun& operator=(const BenchmarkRun&) = delete;
+
+  const std::string& name() const { return info_.name; }
+  // One call of Google Benchmark: prepare and warm up (the first call only), the timed steps,
+  // the counters and the report. Returns the row's message; throws to fail the row.
+  std::string walk(benchmark::State& st);
+  // False for a run that starts afresh every call (a run of epochs trains from scratch).
+  virtual bool kept_across_calls() const { return true; }
+
+ protected:
+  virtual void prepare() {}
+  virtual void warm_up() {}
+  virtual Window timed_steps(benchmark::State& st) = 0;
+  virtual void counters(benchmark::State& st, const Window& window) = 0;
+
+  // Shared by the kinds of run:
+  struct Timed {                  // the figures timed_counters derives a row's counters from
+    double samples_per_step = 0;  // the global batch
+    double peak_gflops = 0;       // of every device the step used
+    double replicas = 1;          // for host CPU per replica
+  };
+  void prepare_gpus() const;
+  // A network of the row's model on `device` (a CUDA ordinal; ignored on the CPU).
+  std::unique_ptr<Network> make_network(int device) const;
+  void timed_counters(benchmark::State& st, const Window& w, const Timed& t, const Trainer& trainer,
+                      const PhaseTimes& p0) const;
+  void note_utilisation(benchmark::State& st);
+  void note(std::string text) { notes_.push_back(std::move(text)); }
+  void note_first(std::string text) { notes_.insert(notes_.begin(), std::move(text)); }
+
+  const BenchInfo& info_;
+  RunEnv env_;
+  RowDevices devices_;
+
+ private:
+  bool prepared_ = false;
+  std::vector<std::string> notes_;  // this call's: the report
+  friend class TimedWindow;
+};
+
+// The run of `info`'s benchmark: its kind chosen by the benchmark's kind and parallel mode.
+std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env);
+
+// The kinds, each in a file of its own.
+std::unique_ptr<BenchmarkRun> make_train_run(const BenchInfo& info, RunEnv env);
+std::unique_ptr<BenchmarkRun> make_replicas_run(const BenchInfo& info, RunEnv env);
+std::unique_ptr<BenchmarkRun> make_jobs_run(const BenchInfo& info, RunEnv env);
+std::unique_ptr<BenchmarkRun> make_epochs_run(const BenchInfo& info, RunEnv env);
+
+// The row fails unless training lowered the loss of the first training batch (tb::CheckFailed).
+void check_loss_fell(Trainer& trainer);
+// The mem_* columns, the loss scale and skipped steps, where the network reports them.
+void memory_counters(benchmark::State& st, const Network& network);
+
+// The timed window of one repetition: the wall clock, this process's CPU time and, on a GPU row
+// with NVML, the sampler over the row's GPUs, whose first reading comes before the window opens
+// and whose thread's CPU time is left out of the process's.
+class TimedWindow {
+ public:
+  explicit TimedWindow(BenchmarkRun& run);
+  ~TimedWindow();
+  TimedWindow(const TimedWindow&) = delete;
+  TimedWindow& operator=(const TimedWindow&) = delete;
+  void open();
+  // Closes the window; NVML's columns, for `samples` trained in it, go to the row.
+  Window close(benchmark::State& st, double samples);
+
+ private:
+  BenchmarkRun& run_;
+  std::unique_ptr<telemetry::GpuSampler> sampler_;
+  double wall0_ = 0, cpu0_ = 0;
+};
+
+}  // namespace tb::bench

@@ -1,0 +1,82 @@
+// The run of an epochs/ benchmark: whole epochs from scratch in Google Benchmark's one iteration,
+// each epoch reported as it ends, with the time to the target accuracy. Every call trains a new
+// network, so the network is built inside the iteration and the run is not kept across calls.
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "bench/run.hpp"
+#include "datasets/sources.hpp"
+#include "engine/core/error.hpp"
+#include "engine/train/trainer.hpp"
+
+namespace tb::bench {
+
+namespace {
+
+class EpochsRun final : public BenchmarkRun {
+ public:
+  using BenchmarkRun::BenchmarkRun;
+  bool kept_across_calls() const override { return false; }
+
+ private:
+  Window timed_steps(benchmark::State& st) override {
+    for (auto _ : st) {  // one iteration: the whole run of epochs
+      build();
+      TimedWindow window(*this);
+      window.open();
+      result_ = train_epochs(*trainer_, *splits_.validation, splits_.validation_steps,
+                             EpochOptions{.epochs = info_.epochs, .target_accuracy = info_.target_accuracy},
+                             [&](const EpochRecord& r) { (*env_.on_epoch)(info_, r); });
+      const EpochRecord& last = result_.records.back();
+      // The energy of training and of the validation passes, over the samples of both.
+      const double validated = double(last.epoch * splits_.validation_steps * info_.batch);
+      window_ = window.close(st, double(last.steps * info_.batch) + validated);
+    }
+    // The timed steps are the training of every epoch, validation left out (its CPU time too).
+    const EpochRecord& last = result_.records.back();
+    const double steps = double(last.steps);
+    return Window{.steps = steps,
+                  .step_time = last.train_s / steps,
+                  .wall = last.train_s,
+                  .cpu = window_.cpu * last.train_s / window_.wall};
+  }
+
+  void counters(benchmark::State& st, const Window& w) override {
+    check_loss_fell(*trainer_);
+    timed_counters(st, w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops},
+                   *trainer_, PhaseTimes{});
+    memory_counters(st, trainer_->network());
+    const EpochRecord& last = result_.records.back();
+    auto& c = st.counters;
+    c["epoch"] = double(last.epoch);
+    c["train_loss"] = last.train_loss;
+    c["val_loss"] = last.val_loss;
+    c["train_acc"] = last.train_acc;
+    c["val_acc"] = last.val_acc;
+    c["elapsed_s"] = last.elapsed_s;
+    c["time_to_target_s"] = result_.time_to_target_s;
+    if (info_.target_accuracy > 0 && result_.time_to_target_s < 0)
+      throw CheckFailed(fmt::format("validation accuracy {:.4f} after {} epochs never reached the target {:.4f}",
+                                    last.val_acc, last.epoch, info_.target_accuracy));
+  }
+
+  void build() {
+    prepare_gpus();
+    std::unique_ptr<Network> network = make_network(info_.gpu_ordinal);
+    splits_ = data::make_splits(info_.dataset, info_.data_folder, info_.spec, info_.loader);
+    trainer_ = std::make_unique<Trainer>(std::move(network), std::move(splits_.train));
+  }
+
+  data::Splits splits_;
+  std::unique_ptr<Trainer> trainer_;
+  EpochResult result_;
+  Window window_;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchmarkRun> make_epochs_run(const BenchInfo& info, RunEnv env) {
+  return std::make_unique<EpochsRun>(info, env);
+}
+
+}  // namespace tb::bench

@@ -1,0 +1,147 @@
+// Runs of several replicas: data parallelism in this process (one thread per GPU or CPU replica,
+// and ranks under mpirun), replicas on threads stepping independently (threads:K), and jobs as
+// separate processes (jobs:K, bench/jobs.hpp).
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "bench/jobs.hpp"
+#include "bench/run.hpp"
+#include "datasets/sources.hpp"
+#include "engine/backends.hpp"
+#include "engine/parallel/replica_run.hpp"
+#include "engine/train/trainer.hpp"
+
+namespace tb::bench {
+
+namespace {
+
+using parallel::Mode;
+
+// The step is the slowest replica's (on every rank), the samples are the global batch's, and the
+// communication of one replica is reported.
+class ReplicasRun final : public BenchmarkRun {
+ public:
+  using BenchmarkRun::BenchmarkRun;
+
+ private:
+  void prepare() override {
+    prepare_gpus();
+    const int rank = parallel::world().rank;
+    auto bind = [this](int k) {
+      if (info_.gpu()) gpu_bind_thread(info_.gpu_ordinals.at(std::size_t(k)));
+    };
+    auto make = [this, rank](int k) {
+      const int replica = rank * info_.replicas + k;  // a different shard of the data each
+      data::LoaderConfig loader = info_.loader;
+      loader.seed = info_.loader.seed + 7919 * std::uint64_t(replica);
+      std::unique_ptr<Network> net = make_network(info_.gpu() ? info_.gpu_ordinals.at(std::size_t(k)) : 0);
+      auto splits = data::make_splits(info_.dataset, info_.data_folder, info_.spec, loader);
+      return std::make_pair(std::move(net), std::move(splits.train));
+    };
+    run_ = std::make_unique<parallel::ReplicaRun>(info_.parallel, info_.replicas, bind, make);
+  }
+
+  void warm_up() override { run_->warm_up(info_.warmup_steps); }
+
+  Window timed_steps(benchmark::State& st) override {
+    TimedWindow window(*this);
+    p0_ = first().phases();
+    c0_ = run_->comm_stats();
+    window.open();
+    double step_total = 0;
+    for (auto _ : st) {
+      const double s = run_->step();
+      step_total += s;
+      st.SetIterationTime(s);
+    }
+    // This process's GPUs trained its replicas' samples (under MPI, rank 0's GPU its own).
+    Window w = window.close(st, double(st.iterations()) * double(info_.batch) * info_.replicas);
+    w.step_time = step_total / w.steps;
+    return w;
+  }
+
+  void counters(benchmark::State& st, const Window& w) override {
+    run_->check(check_loss_fell);
+    const int total = run_->communicating_ranks();
+    const bool one_gpu = info_.parallel == Mode::Jobs || info_.parallel == Mode::SharedDevice;
+    timed_counters(st, w,
+                   Timed{.samples_per_step = double(info_.batch) * total,
+                         .peak_gflops = devices_.peak_gflops * (one_gpu ? 1 : total),
+                         .replicas = double(info_.replicas)},
+                   first(), p0_);
+    st.counters["replicas"] = total;
+    if (info_.parallel == Mode::Jobs)
+      st.counters["host_cpu_util_per_job"] = w.cpu / w.wall / info_.replicas;  // what `top` shows for one job's process
+    else
+      communication_counters(st, w, total);
+    memory_counters(st, *run_->replicas()[0].backend);
+    note_utilisation(st);
+    if (info_.gpu() && (env_.flags->cuda_graph || env_.flags->data_on_device))
+      note("--cuda_graph and --data_on_device apply to one-device rows: these replicas ran without them");
+  }
+
+  void communication_counters(benchmark::State& st, const Window& w, int total) {
+    auto& c = st.counters;
+    const parallel::CommStats cs = run_->comm_stats();
+    const double comm = (cs.wait_s - c0_.wait_s) / w.steps, bytes = (cs.bytes - c0_.bytes) / w.steps;
+    c["comm_s_per_step"] = comm;
+    c["comm_share"] = comm / w.step_time;
+    c["allreduce_bytes_per_step"] = bytes;
+    // nccl-tests' bus bandwidth over the communication not hidden by backward: an upper bound
+    // on the links' rate where buckets overlapped (results/SCHEMA.md).
+    if (comm > 0) c["busbw_gbps"] = bytes / comm * 2.0 * (total - 1) / total * 1e-9;
+    const double buckets = double(cs.buckets - c0_.buckets);
+    if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0_.buckets_early) / buckets;
+    // Replicas sharing one GPU check the data-parallel path, they do not scale.
+    if (info_.shared_device) {
+      note_first(fmt::format("{} replicas on one GPU: checks correctness, not scaling", total));
+    } else if (const double baseline = env_.baselines->median(info_, info_.precision); baseline > 0) {
+      c["scaling_efficiency"] = c["samples_per_s"] / (total * baseline);
+    }
+  }
+
+  Trainer& first() { return *run_->replicas()[0].trainer; }
+
+  std::unique_ptr<parallel::ReplicaRun> run_;
+  PhaseTimes p0_;
+  parallel::CommStats c0_;
+};
+
+// K separate processes, each the one-device benchmark on its own, which time themselves.
+class JobsRun final : public BenchmarkRun {
+ public:
+  using BenchmarkRun::BenchmarkRun;
+
+ private:
+  Window timed_steps(benchmark::State& st) override {
+    for (auto _ : st) {
+      jobs_ = run_job_processes(info_, *env_.flags);
+      st.SetIterationTime(jobs_.step_s);
+    }
+    return Window{.steps = double(st.iterations()), .step_time = jobs_.step_s};
+  }
+
+  void counters(benchmark::State& st, const Window&) override {
+    for (const auto& [name, value] : jobs_.counters) st.counters[name] = value;
+    const double samples_per_s = jobs_.counters.at("samples_per_s");
+    const double tflops = info_.cost.train_flops_per_sample() * samples_per_s * 1e-12;
+    st.counters["model_tflops"] = tflops;
+    st.counters["peak_gflops"] = devices_.peak_gflops * (info_.gpu() ? 1 : info_.replicas);
+    st.counters["utilisation"] = tflops * 1e3 / st.counters["peak_gflops"];
+    if (!jobs_.message.empty()) note(jobs_.message);
+  }
+
+  JobsResult jobs_;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchmarkRun> make_replicas_run(const BenchInfo& info, RunEnv env) {
+  return std::make_unique<ReplicasRun>(info, env);
+}
+
+std::unique_ptr<BenchmarkRun> make_jobs_run(const BenchInfo& info, RunEnv env) {
+  return std::make_unique<JobsRun>(info, env);
+}
+
+}  // namespace tb::bench
