@@ -103,169 +103,221 @@ std::size_t MemoryPlan::peak_live_bytes() const {
   return peak;
 }
 
-MemoryPlan plan_memory(const ModelSpec& model, const std::vector<PlanStep>& steps, const PlanOptions& options) {
-  const int n = int(model.nodes.size());
-  const int S = int(steps.size());
-  MemoryPlan plan;
-  plan.steps = S;
-  plan.node_step.assign(std::size_t(n), -1);
-  plan.values.resize(std::size_t(n));
-  plan.grads.resize(std::size_t(n));
-  plan.value_block.assign(std::size_t(n), -1);
-  plan.grad_block.assign(std::size_t(n), -1);
-  plan.input_grads.resize(std::size_t(S));
-  plan.recompute_before.resize(std::size_t(S));
-  const auto name = [&](int node) { return fmt::format("{}/{}", model.name, model.nodes[std::size_t(node)].name); };
+namespace {
+
+// plan_memory's stages, in order: which step computes each node, who consumes each output, the
+// values' blocks, the gradients' blocks (last step first), then the offsets.
+class Planner {
+ public:
+  Planner(const ModelSpec& model, const std::vector<PlanStep>& steps, const PlanOptions& options)
+      : model_(model), steps_(steps), options_(options), n_(int(model.nodes.size())), S_(int(steps.size())) {
+    plan_.steps = S_;
+    plan_.node_step.assign(std::size_t(n_), -1);
+    plan_.values.resize(std::size_t(n_));
+    plan_.grads.resize(std::size_t(n_));
+    plan_.value_block.assign(std::size_t(n_), -1);
+    plan_.grad_block.assign(std::size_t(n_), -1);
+    plan_.input_grads.resize(std::size_t(S_));
+    plan_.recompute_before.resize(std::size_t(S_));
+    edge_block_.resize(std::size_t(S_));
+    for (int s = 0; s < S_; ++s) edge_block_[std::size_t(s)].assign(steps[s].inputs.size(), -1);
+  }
+
+  MemoryPlan run() {
+    assign_steps();
+    find_consumers();
+    for (int s = 0; s < S_; ++s) place_value(s);
+    // Gradients, last step first, so that a layer writing its input gradient over its output
+    // gradient finds that block made.
+    for (int s = S_ - 1; s >= 0; --s) place_gradients(s);
+    assign_regions();
+    return std::move(plan_);
+  }
+
+ private:
+  std::string name(int node) const { return fmt::format("{}/{}", model_.name, model_.nodes[std::size_t(node)].name); }
+  const std::string& node_name(int node) const { return model_.nodes[std::size_t(node)].name; }
+  int step_of(int node) const { return plan_.node_step[std::size_t(node)]; }
+  const std::vector<int>& consumers(int s) const { return consumers_[std::size_t(s)]; }
 
   // Which step computes each node, and that every input is computed before it is read.
-  std::vector<char> absorbed(std::size_t(n), 0);  // computed inside a fused step, never stored
-  for (int s = 0; s < S; ++s) {
-    TB_CHECK(!steps[s].nodes.empty(), "{}: plan step {} computes no node", model.name, s);
-    for (int node : steps[s].nodes) {
-      TB_CHECK(node > 0 && node < n, "{}: plan step {} names node {}, which is not a layer", model.name, s, node);
-      TB_CHECK(plan.node_step[std::size_t(node)] < 0, "{}: computed by two plan steps", name(node));
-      plan.node_step[std::size_t(node)] = s;
-      if (node != steps[s].node()) absorbed[std::size_t(node)] = 1;
+  void assign_steps() {
+    std::vector<char> absorbed(std::size_t(n_), 0);  // computed inside a fused step, never stored
+    for (int s = 0; s < S_; ++s) {
+      TB_CHECK(!steps_[s].nodes.empty(), "{}: plan step {} computes no node", model_.name, s);
+      for (int node : steps_[s].nodes) {
+        TB_CHECK(node > 0 && node < n_, "{}: plan step {} names node {}, which is not a layer", model_.name, s, node);
+        TB_CHECK(step_of(node) < 0, "{}: computed by two plan steps", name(node));
+        plan_.node_step[std::size_t(node)] = s;
+        if (node != steps_[s].node()) absorbed[std::size_t(node)] = 1;
+      }
+      for (int p : steps_[s].inputs) {
+        TB_CHECK(p >= 0 && p < n_, "{}: plan step {} reads node {}", model_.name, s, p);
+        TB_CHECK(p == 0 || (step_of(p) >= 0 && step_of(p) < s), "{}: read by {} before it is computed", name(p),
+                 name(steps_[s].node()));
+        TB_CHECK(!absorbed[std::size_t(p)], "{}: fused into a later layer, but {} reads it", name(p),
+                 name(steps_[s].node()));
+      }
     }
-    for (int p : steps[s].inputs) {
-      TB_CHECK(p >= 0 && p < n, "{}: plan step {} reads node {}", model.name, s, p);
-      TB_CHECK(p == 0 || (plan.node_step[std::size_t(p)] >= 0 && plan.node_step[std::size_t(p)] < s),
-               "{}: read by {} before it is computed", name(p), name(steps[s].node()));
-      TB_CHECK(!absorbed[std::size_t(p)], "{}: fused into a later layer, but {} reads it", name(p),
-               name(steps[s].node()));
-    }
+    for (int node = 1; node < n_; ++node) TB_CHECK(step_of(node) >= 0, "{}: no plan step computes it", name(node));
   }
-  for (int node = 1; node < n; ++node)
-    TB_CHECK(plan.node_step[std::size_t(node)] >= 0, "{}: no plan step computes it", name(node));
 
   // Consumers of each step's output, and the last of them (the first to run in backward).
-  auto consumers = std::vector<std::vector<int>>(std::size_t(S));
-  for (int c = 0; c < S; ++c)
-    for (int p : steps[c].inputs)
-      if (p != 0) {
-        const int ps = plan.node_step[std::size_t(p)];
-        if (consumers[std::size_t(ps)].empty() || consumers[std::size_t(ps)].back() != c)
-          consumers[std::size_t(ps)].push_back(c);
-      }
-  for (int s = 0; s + 1 < S; ++s)
-    TB_CHECK(!consumers[std::size_t(s)].empty(), "{}: output is never used", name(steps[s].node()));
+  void find_consumers() {
+    consumers_.assign(std::size_t(S_), {});
+    for (int c = 0; c < S_; ++c)
+      for (int p : steps_[c].inputs)
+        if (p != 0) {
+          std::vector<int>& of = consumers_[std::size_t(step_of(p))];
+          if (of.empty() || of.back() != c) of.push_back(c);
+        }
+    for (int s = 0; s + 1 < S_; ++s)
+      TB_CHECK(!consumers(s).empty(), "{}: output is never used", name(steps_[s].node()));
+  }
 
-  const std::size_t align = std::max<std::size_t>(options.alignment, 1);
-  auto add_block = [&](std::size_t bytes, int begin, int end, std::string what) {
+  int add_block(std::size_t bytes, int begin, int end, std::string what) {
     MemoryPlan::Block block;
-    block.region = Region{0, align_up(bytes, align)};
+    block.region = Region{0, align_up(bytes, std::max<std::size_t>(options_.alignment, 1))};
     block.begin = begin;
     block.end = end;
     block.what = std::move(what);
-    plan.blocks.push_back(std::move(block));
-    return int(plan.blocks.size()) - 1;
-  };
+    plan_.blocks.push_back(std::move(block));
+    return int(plan_.blocks.size()) - 1;
+  }
 
-  // Values, with a layer that may write over its input taking that input's block.
-  for (int s = 0; s < S; ++s) {
-    const PlanStep& step = steps[s];
-    if (step.bytes == 0) continue;
-    // Its uses: the consumers' forwards (the last ends the forward life), and the backwards that
-    // read it (a consumer's, reading it as an input, or its own, reading its output).
-    int forward_end = plan.forward_time(s), first_backward = plan.last_time() + 1, last_backward = -1;
+  // The life of step s's value: its forward uses (the last ends the forward life), and the
+  // backwards that read it (a consumer's, reading it as an input, or its own, reading its output).
+  struct ValueLife {
+    int forward_end = 0, first_backward = 0, end = 0;
+    int hole_begin = 0, hole_end = -1;  // a recomputed value's gap, empty where none
+  };
+  ValueLife value_life(int s) const {
+    const PlanStep& step = steps_[s];
+    ValueLife life{plan_.forward_time(s), plan_.last_time() + 1};
+    int last_backward = -1;
     const auto read_in_backward = [&](int t) {
-      first_backward = std::min(first_backward, t);
+      life.first_backward = std::min(life.first_backward, t);
       last_backward = std::max(last_backward, t);
     };
-    for (int c : consumers[std::size_t(s)]) {
-      forward_end = std::max(forward_end, plan.forward_time(c));
-      for (std::size_t j = 0; j < steps[c].inputs.size(); ++j)
-        if (steps[c].inputs[j] == step.node() && steps[c].reads.reads_input(j)) read_in_backward(plan.backward_time(c));
+    for (int c : consumers(s)) {
+      life.forward_end = std::max(life.forward_end, plan_.forward_time(c));
+      for (std::size_t j = 0; j < steps_[c].inputs.size(); ++j)
+        if (steps_[c].inputs[j] == step.node() && steps_[c].reads.reads_input(j))
+          read_in_backward(plan_.backward_time(c));
     }
-    if (step.reads.output) read_in_backward(plan.backward_time(s));
-    int end = std::max(forward_end, last_backward);
-    if (consumers[std::size_t(s)].empty() || options.keep_all) end = plan.last_time();
+    if (step.reads.output) read_in_backward(plan_.backward_time(s));
+    life.end = std::max(life.forward_end, last_backward);
+    if (consumers(s).empty() || options_.keep_all) life.end = plan_.last_time();
     // A recomputed value: alive in forward until its last forward use, then again from its
     // first backward use, recomputed there.
-    int hole_begin = 0, hole_end = -1;
-    if (step.recompute_output && !options.keep_all && !consumers[std::size_t(s)].empty() &&
-        first_backward <= plan.last_time() && forward_end + 1 <= first_backward - 1) {
-      hole_begin = forward_end + 1;
-      hole_end = first_backward - 1;
-      plan.recompute_before[std::size_t(2 * S - first_backward)].push_back(s);
+    if (step.recompute_output && !options_.keep_all && !consumers(s).empty() &&
+        life.first_backward <= plan_.last_time() && life.forward_end + 1 <= life.first_backward - 1) {
+      life.hole_begin = life.forward_end + 1;
+      life.hole_end = life.first_backward - 1;
     }
-    const std::string what = fmt::format("value of {}", model.nodes[std::size_t(step.node())].name);
+    return life;
+  }
+
+  // Values, with a layer that may write over its input taking that input's block.
+  void place_value(int s) {
+    const PlanStep& step = steps_[s];
+    if (step.bytes == 0) return;
+    const ValueLife life = value_life(s);
+    if (life.hole_begin <= life.hole_end)
+      plan_.recompute_before[std::size_t(2 * S_ - life.first_backward)].push_back(s);
+    const std::string what = fmt::format("value of {}", node_name(step.node()));
     int block = -1;
     const int p = step.inputs.empty() ? 0 : step.inputs[0];
-    if (step.output_over_input && !options.keep_all && p != 0 && !step.reads.reads_input(0) && hole_end < hole_begin) {
-      const int pb = plan.value_block[std::size_t(p)];
-      const int ps = plan.node_step[std::size_t(p)];
+    if (step.output_over_input && !options_.keep_all && p != 0 && !step.reads.reads_input(0) &&
+        life.hole_end < life.hole_begin) {
+      const int pb = plan_.value_block[std::size_t(p)];
       // p's last use is this step's forward: nothing reads it afterwards.
-      if (pb >= 0 && steps[ps].bytes == step.bytes && plan.blocks[pb].end == plan.forward_time(s) &&
-          plan.blocks[pb].hole_end < plan.blocks[pb].hole_begin) {
+      if (pb >= 0 && steps_[step_of(p)].bytes == step.bytes && plan_.blocks[pb].end == plan_.forward_time(s) &&
+          plan_.blocks[pb].hole_end < plan_.blocks[pb].hole_begin) {
         block = pb;
-        plan.blocks[pb].end = end;
-        plan.blocks[pb].what += ", then " + what;
+        plan_.blocks[pb].end = life.end;
+        plan_.blocks[pb].what += ", then " + what;
       }
     }
     if (block < 0) {
-      block = add_block(step.bytes, plan.forward_time(s), end, what);
-      plan.blocks[std::size_t(block)].hole_begin = hole_begin;
-      plan.blocks[std::size_t(block)].hole_end = hole_end;
+      block = add_block(step.bytes, plan_.forward_time(s), life.end, what);
+      plan_.blocks[std::size_t(block)].hole_begin = life.hole_begin;
+      plan_.blocks[std::size_t(block)].hole_end = life.hole_end;
     }
-    plan.value_block[std::size_t(step.node())] = block;
+    plan_.value_block[std::size_t(step.node())] = block;
   }
 
-  auto edge_block = std::vector<std::vector<int>>(std::size_t(S));
-  for (int s = 0; s < S; ++s) edge_block[std::size_t(s)].assign(steps[s].inputs.size(), -1);
-  // Gradients, last step first, so that a layer writing its input gradient over its output
-  // gradient finds that block made.
-  for (int s = S - 1; s >= 0; --s) {
-    const PlanStep& step = steps[s];
-    plan.input_grads[std::size_t(s)].resize(step.inputs.size());
+  // Step s's output gradient, then where each input gradient goes: its producer's gradient
+  // (direct), or an edge block added into it after the step.
+  void place_gradients(int s) {
+    const PlanStep& step = steps_[s];
+    plan_.input_grads[std::size_t(s)].resize(step.inputs.size());
     if (step.bytes > 0) {
-      const std::string what = fmt::format("gradient of {}", model.nodes[std::size_t(step.node())].name);
-      const int begin = consumers[std::size_t(s)].empty() ? plan.forward_time(S - 1)  // given after forward
-                                                          : plan.backward_time(consumers[std::size_t(s)].back());
-      const int end = options.keep_all ? plan.last_time() : plan.backward_time(s);
-      if (plan.grad_block[std::size_t(step.node())] < 0)
-        plan.grad_block[std::size_t(step.node())] = add_block(step.bytes, begin, end, what);
+      const std::string what = fmt::format("gradient of {}", node_name(step.node()));
+      const int begin = consumers(s).empty() ? plan_.forward_time(S_ - 1)  // given after forward
+                                             : plan_.backward_time(consumers(s).back());
+      const int end = options_.keep_all ? plan_.last_time() : plan_.backward_time(s);
+      if (plan_.grad_block[std::size_t(step.node())] < 0)
+        plan_.grad_block[std::size_t(step.node())] = add_block(step.bytes, begin, end, what);
     }
     for (std::size_t j = 0; j < step.inputs.size(); ++j) {
       const int p = step.inputs[j];
       if (p == 0) continue;  // the model input: no gradient
-      const int ps = plan.node_step[std::size_t(p)];
-      TB_CHECK(steps[ps].bytes > 0, "{}: reads {}, which keeps no value", name(step.node()), name(p));
+      const int ps = step_of(p);
+      TB_CHECK(steps_[ps].bytes > 0, "{}: reads {}, which keeps no value", name(step.node()), name(p));
       const bool first_use = std::find(step.inputs.begin(), step.inputs.begin() + j, p) == step.inputs.begin() + j;
-      InputGrad& g = plan.input_grads[std::size_t(s)][j];
-      g.direct = consumers[std::size_t(ps)].back() == s && first_use;
-      if (!g.direct) {
-        edge_block[std::size_t(s)][j] =
-            add_block(steps[ps].bytes, plan.backward_time(s), plan.backward_time(s),
-                      fmt::format("edge gradient {} -> {}", model.nodes[std::size_t(p)].name,
-                                  model.nodes[std::size_t(step.node())].name));
-        continue;
-      }
-      // In place: the input's gradient takes the output gradient's block, which dies here.
-      if (j == 0 && step.dinput_over_doutput && !options.keep_all && steps[ps].bytes == step.bytes &&
-          plan.grad_block[std::size_t(p)] < 0) {
-        const int gb = plan.grad_block[std::size_t(step.node())];
-        if (gb >= 0 && plan.blocks[gb].end == plan.backward_time(s)) {
-          plan.blocks[gb].end = plan.backward_time(ps);
-          plan.blocks[gb].what += fmt::format(", then gradient of {}", model.nodes[std::size_t(p)].name);
-          plan.grad_block[std::size_t(p)] = gb;
-        }
-      }
+      InputGrad& g = plan_.input_grads[std::size_t(s)][j];
+      g.direct = consumers(ps).back() == s && first_use;
+      if (!g.direct)
+        edge_block_[std::size_t(s)][j] =
+            add_block(steps_[ps].bytes, plan_.backward_time(s), plan_.backward_time(s),
+                      fmt::format("edge gradient {} -> {}", node_name(p), node_name(step.node())));
+      else if (j == 0)
+        reuse_output_gradient(s, p);
     }
   }
 
-  plan.arena_bytes = assign_offsets(plan.blocks);
-  for (int node = 0; node < n; ++node) {
-    if (plan.value_block[std::size_t(node)] >= 0)
-      plan.values[std::size_t(node)] = plan.blocks[std::size_t(plan.value_block[std::size_t(node)])].region;
-    if (plan.grad_block[std::size_t(node)] >= 0)
-      plan.grads[std::size_t(node)] = plan.blocks[std::size_t(plan.grad_block[std::size_t(node)])].region;
+  // In place: the input's gradient takes the output gradient's block, which dies here.
+  void reuse_output_gradient(int s, int p) {
+    const PlanStep& step = steps_[s];
+    const int ps = step_of(p);
+    if (!step.dinput_over_doutput || options_.keep_all || steps_[ps].bytes != step.bytes ||
+        plan_.grad_block[std::size_t(p)] >= 0)
+      return;
+    const int gb = plan_.grad_block[std::size_t(step.node())];
+    if (gb < 0 || plan_.blocks[gb].end != plan_.backward_time(s)) return;
+    plan_.blocks[gb].end = plan_.backward_time(ps);
+    plan_.blocks[gb].what += fmt::format(", then gradient of {}", node_name(p));
+    plan_.grad_block[std::size_t(p)] = gb;
   }
-  for (int s = 0; s < S; ++s)
-    for (std::size_t j = 0; j < steps[s].inputs.size(); ++j)
-      if (const int e = edge_block[std::size_t(s)][j]; e >= 0)
-        plan.input_grads[std::size_t(s)][j].edge = plan.blocks[std::size_t(e)].region;
-  return plan;
+
+  void assign_regions() {
+    plan_.arena_bytes = assign_offsets(plan_.blocks);
+    for (int node = 0; node < n_; ++node) {
+      if (const int b = plan_.value_block[std::size_t(node)]; b >= 0)
+        plan_.values[std::size_t(node)] = plan_.blocks[std::size_t(b)].region;
+      if (const int b = plan_.grad_block[std::size_t(node)]; b >= 0)
+        plan_.grads[std::size_t(node)] = plan_.blocks[std::size_t(b)].region;
+    }
+    for (int s = 0; s < S_; ++s)
+      for (std::size_t j = 0; j < steps_[s].inputs.size(); ++j)
+        if (const int e = edge_block_[std::size_t(s)][j]; e >= 0)
+          plan_.input_grads[std::size_t(s)][j].edge = plan_.blocks[std::size_t(e)].region;
+  }
+
+  const ModelSpec& model_;
+  const std::vector<PlanStep>& steps_;
+  const PlanOptions& options_;
+  const int n_, S_;  // nodes, steps
+  MemoryPlan plan_;
+  std::vector<std::vector<int>> consumers_;   // by step
+  std::vector<std::vector<int>> edge_block_;  // by step and input: its edge gradient's block, or -1
+};
+
+}  // namespace
+
+MemoryPlan plan_memory(const ModelSpec& model, const std::vector<PlanStep>& steps, const PlanOptions& options) {
+  return Planner(model, steps, options).run();
 }
 
 void check_plan(const MemoryPlan& plan) {

@@ -43,14 +43,21 @@ struct ShapeKey {
 // The chosen configuration's index among engine_configs()'s (deterministic for one graph on
 // one device), and the median milliseconds measured for it. Only measured choices are kept: a
 // heuristic pick under a memory cap would otherwise stick for the rest of the process.
+using ChoiceKey = std::pair<ShapeKey, ConvOp>;
 struct AlgoCache {
   std::mutex mutex;
-  std::map<std::pair<ShapeKey, ConvOp>, std::size_t> choices;
+  std::map<ChoiceKey, std::size_t> choices;
 };
 AlgoCache& algo_cache() {
   static AlgoCache cache;
   return cache;
 }
+
+// What a search for a layer's plans needs to know of it: its tensors' bytes, and its name for errors.
+struct Search {
+  std::size_t x_bytes, w_bytes, y_bytes;
+  std::string what;
+};
 
 // Scratch tensors for timing candidates, from the allocator like all device memory; they go back
 // to its cache when the search is over. Filled with a non-zero pattern: kernels can run faster
@@ -107,23 +114,11 @@ class Conv2d final : public Layer {
     const graph::Desc conv = graph::convolution(s.stride, s.padding);
 
     const std::size_t e = ctx.elem_bytes();
-    const std::size_t x_bytes = std::size_t(product(shape)) * e, y_bytes = std::size_t(product(out_shape)) * e,
-                      w_bytes = std::size_t(s.out_channels * s.in_channels * s.kernel * s.kernel) * e;
-    const ShapeKey key{ctx.device,
-                       ctx.cudnn_dtype,
-                       ctx.precision != Precision::FP32,
-                       layout_,
-                       ctx.workspace_cap,
-                       x_.n,
-                       x_.c,
-                       x_.h,
-                       x_.w,
-                       s.out_channels,
-                       s.kernel,
-                       s.stride,
-                       s.padding};
-    const std::string what = fmt::format("conv2d of {} (kernel {}, stride {}, padding {}, {})", to_string(shape),
-                                         s.kernel, s.stride, s.padding, layout_name(layout_));
+    const Search search{std::size_t(product(shape)) * e,
+                        std::size_t(s.out_channels * s.in_channels * s.kernel * s.kernel) * e,
+                        std::size_t(product(out_shape)) * e,
+                        fmt::format("conv2d of {} (kernel {}, stride {}, padding {}, {})", to_string(shape), s.kernel,
+                                    s.stride, s.padding, layout_name(layout_))};
     std::vector<ConvOp> ops{ConvOp::Forward, ConvOp::BackwardFilter};
     if (needs_dinput_) ops.push_back(ConvOp::BackwardData);
 
@@ -135,47 +130,20 @@ class Conv2d final : public Layer {
     for (ConvOp op : ops) {
       Pass& pass = passes_[int(op)];
       pass.graph = graph::conv_graph(ctx.cudnn, op, x, w, y, conv);
-      std::vector<graph::Desc> configs = graph::engine_configs(pass.graph.graph, key.tensor_cores);
-      const auto cached = cache.choices.find({key, op});
-      if (cached != cache.choices.end() && cached->second < configs.size()) {
-        pass.plan = graph::make_plan(ctx.cudnn, configs[cached->second]);
-        if (pass.plan && std::size_t(pass.plan.workspace) <= ctx.workspace_cap) {
-          ctx.need_workspace(std::size_t(pass.plan.workspace));
-          continue;
+      const std::vector<graph::Desc> configs =
+          graph::engine_configs(pass.graph.graph, ctx.precision != Precision::FP32);
+      const ChoiceKey choice{shape_key(ctx), op};
+      if (!use_cached(ctx, cache, choice, configs, pass)) {
+        if (!allocated) {
+          buffers = search_buffers(ctx, search.x_bytes, search.w_bytes, search.y_bytes);
+          allocated = true;
         }
-      }
-      if (!allocated) {
-        buffers = search_buffers(ctx, x_bytes, w_bytes, y_bytes);
-        allocated = true;
-      }
-      float best_ms = 0;
-      std::size_t tried = 0;
-      for (std::size_t i = 0; i < configs.size() && tried < kCandidates; ++i) {
-        graph::Plan candidate = graph::make_plan(ctx.cudnn, configs[i]);
-        if (!candidate || std::size_t(candidate.workspace) > ctx.workspace_cap) continue;
-        ++tried;
-        if (!buffers) {  // no memory to time with: the first plan cuDNN ranks that fits
-          pass.plan = std::move(candidate);
-          break;
-        }
-        const graph::Desc pack = graph::variant_pack(
-            {kX, kW, kY}, {buffers->x.get(), buffers->w.get(), buffers->y.get()}, buffers->workspace.get());
-        float ms = 0;
-        try {
-          ms = time_plan(ctx, candidate, pack);
-        } catch (const BackendError&) {
-          continue;  // a plan that finalizes but does not run: not a candidate
-        }
-        if (!pass.plan || ms < best_ms) {
-          best_ms = ms;
-          pass.plan = std::move(candidate);
-          cache.choices[{key, op}] = i;
-        }
+        time_candidates(ctx, configs, buffers, pass, cache.choices, choice);
       }
       TB_CHECK(pass.plan,
                "{}: cuDNN has no {} plan within the workspace cap of {} bytes at this precision "
                "({} configurations ranked); raise the cap",
-               what, graph::op_name(op), ctx.workspace_cap, configs.size());
+               search.what, graph::op_name(op), ctx.workspace_cap, configs.size());
       ctx.need_workspace(std::size_t(pass.plan.workspace));
     }
   }
@@ -247,6 +215,65 @@ class Conv2d final : public Layer {
     graph::Plan plan;
     graph::Desc pack;
   };
+
+  ShapeKey shape_key(const Context& ctx) const {
+    return ShapeKey{ctx.device,
+                    ctx.cudnn_dtype,
+                    ctx.precision != Precision::FP32,
+                    layout_,
+                    ctx.workspace_cap,
+                    x_.n,
+                    x_.c,
+                    x_.h,
+                    x_.w,
+                    spec_.out_channels,
+                    spec_.kernel,
+                    spec_.stride,
+                    spec_.padding};
+  }
+
+  // The configuration measured fastest for this shape earlier in the process, where it still
+  // makes a plan within the workspace cap.
+  static bool use_cached(Context& ctx, const AlgoCache& cache, const ChoiceKey& choice,
+                         const std::vector<graph::Desc>& configs, Pass& pass) {
+    const auto cached = cache.choices.find(choice);
+    if (cached == cache.choices.end() || cached->second >= configs.size()) return false;
+    pass.plan = graph::make_plan(ctx.cudnn, configs[cached->second]);
+    if (pass.plan && std::size_t(pass.plan.workspace) <= ctx.workspace_cap) return true;
+    pass.plan = graph::Plan{};  // the search below starts from none
+    return false;
+  }
+
+  // Times up to kCandidates of cuDNN's ranked configurations that fit the workspace cap and keeps
+  // the fastest (remembered in `choices`); without buffers to time with, the first that fits.
+  static void time_candidates(Context& ctx, const std::vector<graph::Desc>& configs,
+                              const std::optional<SearchBuffers>& buffers, Pass& pass,
+                              std::map<ChoiceKey, std::size_t>& choices, const ChoiceKey& choice) {
+    float best_ms = 0;
+    std::size_t tried = 0;
+    for (std::size_t i = 0; i < configs.size() && tried < kCandidates; ++i) {
+      graph::Plan candidate = graph::make_plan(ctx.cudnn, configs[i]);
+      if (!candidate || std::size_t(candidate.workspace) > ctx.workspace_cap) continue;
+      ++tried;
+      if (!buffers) {  // no memory to time with: the first plan cuDNN ranks that fits
+        pass.plan = std::move(candidate);
+        return;
+      }
+      const graph::Desc pack = graph::variant_pack({kX, kW, kY}, {buffers->x.get(), buffers->w.get(), buffers->y.get()},
+                                                   buffers->workspace.get());
+      float ms = 0;
+      try {
+        ms = time_plan(ctx, candidate, pack);
+      } catch (const BackendError&) {
+        continue;  // a plan that finalizes but does not run: not a candidate
+      }
+      if (!pass.plan || ms < best_ms) {
+        best_ms = ms;
+        pass.plan = std::move(candidate);
+        choices[choice] = i;
+      }
+    }
+  }
 
   void run(Context& ctx, ConvOp op) {
     Pass& p = passes_[int(op)];

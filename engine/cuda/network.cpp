@@ -146,6 +146,19 @@ struct CudaNetwork::Impl {
   int clock = 0;  // plan time at the end of the last pass: forward S, backward 2S
   LayerTimes timing;
 
+  // The stages of construction, in the order the constructor runs them.
+  void describe(const ModelSpec& spec, const NetworkConfig& cfg);  // shapes and per-node tables
+  void make_layers(Context& ctx);
+  void check_layer_traits(const LayerGroup& g, const Layer& layer) const;
+  void place_parameters();
+  void place_backward_hooks();
+  void allocate(Context& ctx);
+  void allocate_io(Context& ctx);
+  void bind_layers(Context& ctx);
+  void bind_parameters(Bindings& b, const std::vector<Slot>& owned, std::size_t elem_bytes) const;
+  void zero_state(Context& ctx);
+  void time_layers_if_asked();
+
   i64 input_count() const { return product(shapes[0]); }
   std::size_t target_bytes() const { return std::size_t(std::max<i64>(target_count, 1)) * 4; }
   kernels::StepState* step_state() const { return state.as<kernels::StepState>(); }
@@ -161,199 +174,234 @@ struct CudaNetwork::Impl {
   }
 };
 
+void CudaNetwork::Impl::describe(const ModelSpec& spec, const NetworkConfig& cfg) {
+  model = spec;
+  config = cfg;
+  shapes = infer_shapes(spec, cfg.batch);
+  mixed = is_mixed(cfg.precision);
+  has_loss = is_loss(spec.nodes.back().spec);
+  if (has_loss) target_count = product(target_shape(spec, cfg.batch));
+  const std::size_t count = spec.nodes.size();
+  layer_of.assign(count, nullptr);
+  slots.resize(count);
+  values.assign(count, nullptr);
+  value_grads.assign(count, nullptr);
+}
+
+void CudaNetwork::Impl::make_layers(Context& ctx) {
+  groups = group_layers(model, ctx.layout, shapes, ctx.dtype, config.workspace_cap);
+  for (const LayerGroup& g : groups) {
+    const int node = g.nodes.back();
+    Inputs in;
+    for (int p : g.inputs) in.push_back(LayerInput{shapes[std::size_t(p)], p != 0});
+    try {
+      if (g.fused)
+        layers.push_back(make_batchnorm_add_relu(
+            ctx, std::get<BatchNormSpec>(model.nodes[std::size_t(g.nodes[0])].spec), in, shapes[std::size_t(node)]));
+      else
+        layers.push_back(make_layer(ctx, model.nodes[std::size_t(node)].spec, in, shapes[std::size_t(node)]));
+    } catch (...) {
+      rethrow_for_node(model, node);
+    }
+    for (int covered : g.nodes) layer_of[std::size_t(covered)] = layers.back().get();
+    check_layer_traits(g, *layers.back());
+  }
+}
+
+// The layer keeps the contract the GPU-free plan assumed for it.
+void CudaNetwork::Impl::check_layer_traits(const LayerGroup& g, const Layer& layer) const {
+  const LayerTraits t = layer_traits(model, g);  // recompute_output: what the layer can do
+  const BackwardReads r = layer.backward_reads();
+  bool agree = r.output == t.reads.output && layer.output_over_input() == t.output_over_input &&
+               layer.dinput_over_doutput() == t.dinput_over_doutput &&
+               (!t.recompute_output || layer.recomputes_output());
+  for (std::size_t j = 0; j < g.inputs.size(); ++j) agree = agree && r.reads_input(j) == t.reads.reads_input(j);
+  TB_CHECK(agree, "{}/{}: the layer's backward reads or in-place use differ from plan.hpp's layer_traits", model.name,
+           model.nodes[std::size_t(g.nodes.back())].name);
+}
+
+// Parameter slots: compute-type slots first, fp32 slots (batch norm) after them, so that the
+// optimizer sees two contiguous regions. Without mixed precision every slot is fp32 storage.
+// A fused layer's parameters are its batch norm's (the first node of its group).
+void CudaNetwork::Impl::place_parameters() {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t s = 0; s < groups.size(); ++s) {
+      const int owner = groups[s].nodes.front();
+      const auto declared = layers[s]->param_slots();
+      if (pass == 0) slots[std::size_t(owner)].resize(declared.size());
+      for (std::size_t k = 0; k < declared.size(); ++k) {
+        const bool fp32 = mixed && declared[k].fp32;
+        if (fp32 != (pass == 1)) continue;
+        slots[std::size_t(owner)][k] = Slot{n, declared[k].elements, fp32};
+        n += align_up(declared[k].elements);
+      }
+    }
+    if (pass == 0) n_compute = n;
+  }
+}
+
+// The backward hook hears of a node once every node with parameters at or after it has its
+// gradients (fused layers finish their batch norm after nodes with higher indices).
+void CudaNetwork::Impl::place_backward_hooks() {
+  const int count = int(model.nodes.size());
+  std::vector<int> param_nodes;
+  for (int i = 1; i < count; ++i)
+    if (!slots[std::size_t(i)].empty()) param_nodes.push_back(i);
+  std::vector<char> done(std::size_t(count), 0);
+  std::size_t frontier = param_nodes.size();  // param_nodes[frontier..] are done
+  hook_after.assign(groups.size(), -1);
+  for (std::size_t s = groups.size(); s-- > 0;) {
+    for (int node : groups[s].nodes) done[std::size_t(node)] = 1;
+    const std::size_t before = frontier;
+    while (frontier > 0 && done[std::size_t(param_nodes[frontier - 1])]) --frontier;
+    if (frontier < before) hook_after[s] = param_nodes[frontier];
+  }
+}
+
+// Everything once, through the device's caching allocator.
+void CudaNetwork::Impl::allocate(Context& ctx) {
+  Allocator& alloc = ctx.allocator;
+  const std::size_t e = ctx.elem_bytes();
+  params32 = DeviceBuffer(alloc, std::size_t(n) * 4, MemoryKind::Weights);
+  grads = DeviceBuffer(alloc, std::size_t(n_compute) * e, MemoryKind::Gradients);
+  if (mixed) {
+    params_compute = DeviceBuffer(alloc, std::size_t(n_compute) * e, MemoryKind::Weights);
+    grads32 = DeviceBuffer(alloc, std::size_t(n - n_compute) * 4, MemoryKind::Gradients);
+  }
+  first = DeviceBuffer(alloc, std::size_t(n) * 4, MemoryKind::OptimizerState);
+  if (config.optimizer.kind == OptimizerConfig::Kind::Adam)
+    second = DeviceBuffer(alloc, std::size_t(n) * 4, MemoryKind::OptimizerState);
+  state = DeviceBuffer(alloc, sizeof(kernels::StepState), MemoryKind::OptimizerState);
+
+  arena = DeviceBuffer(alloc, std::max<std::size_t>(plan.arena_bytes, 1), MemoryKind::Activations);
+  input = DeviceBuffer(alloc, std::size_t(input_count()) * e, MemoryKind::Data);
+  values[0] = input.get();
+  for (std::size_t i = 1; i < model.nodes.size(); ++i) {
+    if (!plan.values[i].empty()) values[i] = arena.as<char>() + plan.values[i].offset;
+    if (!plan.grads[i].empty()) value_grads[i] = arena.as<char>() + plan.grads[i].offset;
+  }
+  allocate_io(ctx);
+}
+
+// The batch's buffers (two uploads in flight), the loss's, and the libraries' workspaces.
+void CudaNetwork::Impl::allocate_io(Context& ctx) {
+  Allocator& alloc = ctx.allocator;
+  for (Upload& u : uploads) {
+    u.input = DeviceBuffer(alloc, std::size_t(input_count()) * 4, MemoryKind::Data);
+    u.targets = DeviceBuffer(alloc, target_bytes(), MemoryKind::Data);
+    u.staging_input = PinnedBuffer(std::size_t(input_count()) * 4);
+    u.staging_targets = PinnedBuffer(target_bytes());
+  }
+  if (has_loss) {
+    if (model.task == Task::Classification)
+      labels = DeviceBuffer(alloc, std::size_t(target_count) * 4, MemoryKind::Data);
+    else
+      targets = DeviceBuffer(alloc, std::size_t(target_count) * 4, MemoryKind::Data);
+  }
+  device_targets = DeviceTargets{labels.as<std::int32_t>(), targets.as<float>()};
+  result = DeviceBuffer(alloc, 2 * sizeof(float), MemoryKind::Other);
+  backward_scale = DeviceBuffer(alloc, sizeof(float), MemoryKind::Other);
+  if (ctx.workspace_bytes > 0) workspace = DeviceBuffer(alloc, ctx.workspace_bytes, MemoryKind::Workspace);
+  ctx.workspace = workspace.get();
+  // cuBLAS gets its workspace from us too, so that it never allocates during a step (which
+  // graph capture forbids) and the allocator sees it.
+  cublas_workspace = DeviceBuffer(alloc, kCublasWorkspaceBytes, MemoryKind::Workspace);
+  TB_CU(cublasSetWorkspace(ctx.cublas, cublas_workspace.get(), kCublasWorkspaceBytes));
+  readback = PinnedBuffer(2 * sizeof(float));
+}
+
+// Each input gradient goes to its producer's gradient or, where the planner says the layer is
+// not the one to write it, to an edge region added into it after the layer.
+void CudaNetwork::Impl::bind_layers(Context& ctx) {
+  accumulate.resize(groups.size());
+  for (std::size_t s = 0; s < groups.size(); ++s) {
+    const LayerGroup& g = groups[s];
+    const int node = g.nodes.back();
+    Bindings b;
+    for (std::size_t j = 0; j < g.inputs.size(); ++j) {
+      const int p = g.inputs[j];
+      b.inputs.push_back(values[std::size_t(p)]);
+      const InputGrad& ig = plan.input_grads[s][j];
+      if (p == 0) {
+        b.dinputs.push_back(nullptr);
+      } else if (ig.direct) {
+        b.dinputs.push_back(value_grads[std::size_t(p)]);
+      } else {
+        void* edge = arena.as<char>() + ig.edge.offset;
+        b.dinputs.push_back(edge);
+        accumulate[s].push_back(Accumulate{edge, value_grads[std::size_t(p)], product(shapes[std::size_t(p)])});
+      }
+    }
+    b.output = has_loss && node == int(model.nodes.size()) - 1 ? nullptr : values[std::size_t(node)];
+    b.doutput = value_grads[std::size_t(node)];
+    bind_parameters(b, slots[std::size_t(g.nodes.front())], ctx.elem_bytes());
+    b.targets = &device_targets;
+    b.loss = result.as<float>();
+    b.correct = reinterpret_cast<std::int32_t*>(result.as<float>() + 1);
+    b.state = step_state();
+    try {
+      layers[s]->bind(ctx, b);
+    } catch (...) {
+      rethrow_for_node(model, node);
+    }
+  }
+}
+
+void CudaNetwork::Impl::bind_parameters(Bindings& b, const std::vector<Slot>& owned, std::size_t elem_bytes) const {
+  char* params_c = static_cast<char*>(mixed ? params_compute.get() : params32.get());
+  char* grads_c = static_cast<char*>(grads.get());
+  for (const Slot& slot : owned) {
+    if (slot.fp32) {
+      b.params.push_back(params32.as<float>() + slot.offset);
+      b.dparams.push_back(grads32.as<float>() + (slot.offset - n_compute));
+    } else {
+      b.params.push_back(params_c + slot.offset * i64(elem_bytes));
+      b.dparams.push_back(grads_c + slot.offset * i64(elem_bytes));
+    }
+  }
+}
+
+// Zero state and gradients (and the padding between slots), before parameters are initialised
+// in canonical layouts. Only a loss scales its gradient; a gradient given with set_output_grad
+// is unscaled.
+void CudaNetwork::Impl::zero_state(Context& ctx) {
+  for (DeviceBuffer* buf : {&first, &second, &grads, &grads32, &params32, &params_compute})
+    if (*buf) TB_CU(cudaMemsetAsync(buf->get(), 0, buf->bytes(), ctx.stream));
+  scaled = mixed && has_loss;
+  kernels::init_step_state(step_state(), scaled ? config.initial_loss_scale : 1.0f, ctx.stream);
+  TB_CU(cudaStreamSynchronize(ctx.stream));
+}
+
+void CudaNetwork::Impl::time_layers_if_asked() {
+  const char* path = std::getenv("TB_CUDA_LAYER_TIMES");
+  if (!path || !*path) return;
+  timing.path = path;
+  for (std::size_t s = 0; s <= groups.size(); ++s) {
+    timing.forward.push_back(std::make_unique<Event>());
+    timing.backward.push_back(std::make_unique<Event>());
+  }
+  timing.forward_s.assign(groups.size(), 0.0);
+  timing.backward_s.assign(groups.size(), 0.0);
+}
+
 CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
     : ctx_(std::make_unique<Context>(config.device, config.precision, config.workspace_cap)),
       impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   Context& ctx = *ctx_;
-  m.model = model;
-  m.config = config;
-  m.shapes = infer_shapes(model, config.batch);
-  m.mixed = is_mixed(config.precision);
-  const int count = int(model.nodes.size());
-  m.has_loss = is_loss(model.nodes.back().spec);
-  if (m.has_loss) m.target_count = product(target_shape(model, config.batch));
-  m.layer_of.assign(std::size_t(count), nullptr);
-  m.slots.resize(std::size_t(count));
-  m.values.assign(std::size_t(count), nullptr);
-  m.value_grads.assign(std::size_t(count), nullptr);
-
+  m.describe(model, config);
   // The layout and the layers (plan.hpp: the same decisions plan_network_memory makes).
   ctx.layout = config.layout.value_or(choose_layout(model, config.precision));
-  m.groups = group_layers(model, ctx.layout, m.shapes, ctx.dtype, config.workspace_cap);
-  for (const LayerGroup& g : m.groups) {
-    const int node = g.nodes.back();
-    Inputs in;
-    for (int p : g.inputs) in.push_back(LayerInput{m.shapes[std::size_t(p)], p != 0});
-    try {
-      if (g.fused)
-        m.layers.push_back(make_batchnorm_add_relu(
-            ctx, std::get<BatchNormSpec>(model.nodes[std::size_t(g.nodes[0])].spec), in, m.shapes[std::size_t(node)]));
-      else
-        m.layers.push_back(make_layer(ctx, model.nodes[std::size_t(node)].spec, in, m.shapes[std::size_t(node)]));
-    } catch (...) {
-      rethrow_for_node(model, node);
-    }
-    for (int covered : g.nodes) m.layer_of[std::size_t(covered)] = m.layers.back().get();
-    // The layer keeps the contract the GPU-free plan assumed for it.
-    const Layer& layer = *m.layers.back();
-    const LayerTraits t = layer_traits(model, g);  // recompute_output: what the layer can do
-    const BackwardReads r = layer.backward_reads();
-    bool agree = r.output == t.reads.output && layer.output_over_input() == t.output_over_input &&
-                 layer.dinput_over_doutput() == t.dinput_over_doutput &&
-                 (!t.recompute_output || layer.recomputes_output());
-    for (std::size_t j = 0; j < g.inputs.size(); ++j) agree = agree && r.reads_input(j) == t.reads.reads_input(j);
-    TB_CHECK(agree, "{}/{}: the layer's backward reads or in-place use differ from plan.hpp's layer_traits", model.name,
-             model.nodes[std::size_t(node)].name);
-  }
+  m.make_layers(ctx);
   m.plan = plan_arena(model, m.groups, m.shapes, ctx.dtype, config.keep_values);
-
-  // Parameter slots: compute-type slots first, fp32 slots (batch norm) after them, so that the
-  // optimizer sees two contiguous regions. Without mixed precision every slot is fp32 storage.
-  // A fused layer's parameters are its batch norm's (the first node of its group).
-  for (int pass = 0; pass < 2; ++pass) {
-    for (std::size_t s = 0; s < m.groups.size(); ++s) {
-      const int owner = m.groups[s].nodes.front();
-      const auto declared = m.layers[s]->param_slots();
-      if (pass == 0) m.slots[std::size_t(owner)].resize(declared.size());
-      for (std::size_t k = 0; k < declared.size(); ++k) {
-        const bool fp32 = m.mixed && declared[k].fp32;
-        if (fp32 != (pass == 1)) continue;
-        m.slots[std::size_t(owner)][k] = Impl::Slot{m.n, declared[k].elements, fp32};
-        m.n += align_up(declared[k].elements);
-      }
-    }
-    if (pass == 0) m.n_compute = m.n;
-  }
-  // The backward hook hears of a node once every node with parameters at or after it has its
-  // gradients (fused layers finish their batch norm after nodes with higher indices).
-  {
-    std::vector<int> param_nodes;
-    for (int i = 1; i < count; ++i)
-      if (!m.slots[std::size_t(i)].empty()) param_nodes.push_back(i);
-    std::vector<char> done(std::size_t(count), 0);
-    std::size_t frontier = param_nodes.size();  // param_nodes[frontier..] are done
-    m.hook_after.assign(m.groups.size(), -1);
-    for (std::size_t s = m.groups.size(); s-- > 0;) {
-      for (int node : m.groups[s].nodes) done[std::size_t(node)] = 1;
-      const std::size_t before = frontier;
-      while (frontier > 0 && done[std::size_t(param_nodes[frontier - 1])]) --frontier;
-      if (frontier < before) m.hook_after[s] = param_nodes[frontier];
-    }
-  }
-
-  // Allocate everything once, through the device's caching allocator.
-  Allocator& alloc = ctx.allocator;
-  const std::size_t e = ctx.elem_bytes();
-  m.params32 = DeviceBuffer(alloc, std::size_t(m.n) * 4, MemoryKind::Weights);
-  m.grads = DeviceBuffer(alloc, std::size_t(m.n_compute) * e, MemoryKind::Gradients);
-  if (m.mixed) {
-    m.params_compute = DeviceBuffer(alloc, std::size_t(m.n_compute) * e, MemoryKind::Weights);
-    m.grads32 = DeviceBuffer(alloc, std::size_t(m.n - m.n_compute) * 4, MemoryKind::Gradients);
-  }
-  m.first = DeviceBuffer(alloc, std::size_t(m.n) * 4, MemoryKind::OptimizerState);
-  if (config.optimizer.kind == OptimizerConfig::Kind::Adam)
-    m.second = DeviceBuffer(alloc, std::size_t(m.n) * 4, MemoryKind::OptimizerState);
-  m.state = DeviceBuffer(alloc, sizeof(kernels::StepState), MemoryKind::OptimizerState);
-
-  m.arena = DeviceBuffer(alloc, std::max<std::size_t>(m.plan.arena_bytes, 1), MemoryKind::Activations);
-  m.input = DeviceBuffer(alloc, std::size_t(m.input_count()) * e, MemoryKind::Data);
-  m.values[0] = m.input.get();
-  for (int i = 1; i < count; ++i) {
-    if (!m.plan.values[std::size_t(i)].empty())
-      m.values[std::size_t(i)] = m.arena.as<char>() + m.plan.values[std::size_t(i)].offset;
-    if (!m.plan.grads[std::size_t(i)].empty())
-      m.value_grads[std::size_t(i)] = m.arena.as<char>() + m.plan.grads[std::size_t(i)].offset;
-  }
-  for (Impl::Upload& u : m.uploads) {
-    u.input = DeviceBuffer(alloc, std::size_t(m.input_count()) * 4, MemoryKind::Data);
-    u.targets = DeviceBuffer(alloc, m.target_bytes(), MemoryKind::Data);
-    u.staging_input = PinnedBuffer(std::size_t(m.input_count()) * 4);
-    u.staging_targets = PinnedBuffer(m.target_bytes());
-  }
-  if (m.has_loss) {
-    if (model.task == Task::Classification)
-      m.labels = DeviceBuffer(alloc, std::size_t(m.target_count) * 4, MemoryKind::Data);
-    else
-      m.targets = DeviceBuffer(alloc, std::size_t(m.target_count) * 4, MemoryKind::Data);
-  }
-  m.device_targets = DeviceTargets{m.labels.as<std::int32_t>(), m.targets.as<float>()};
-  m.result = DeviceBuffer(alloc, 2 * sizeof(float), MemoryKind::Other);
-  m.backward_scale = DeviceBuffer(alloc, sizeof(float), MemoryKind::Other);
-  if (ctx.workspace_bytes > 0) m.workspace = DeviceBuffer(alloc, ctx.workspace_bytes, MemoryKind::Workspace);
-  ctx.workspace = m.workspace.get();
-  // cuBLAS gets its workspace from us too, so that it never allocates during a step (which
-  // graph capture forbids) and the allocator sees it.
-  m.cublas_workspace = DeviceBuffer(alloc, kCublasWorkspaceBytes, MemoryKind::Workspace);
-  TB_CU(cublasSetWorkspace(ctx.cublas, m.cublas_workspace.get(), kCublasWorkspaceBytes));
-  m.readback = PinnedBuffer(2 * sizeof(float));
-
-  // Bind: each input gradient goes to its producer's gradient or, where the planner says the
-  // layer is not the one to write it, to an edge region added into it after the layer.
-  char* params_c = static_cast<char*>(m.mixed ? m.params_compute.get() : m.params32.get());
-  char* grads_c = static_cast<char*>(m.grads.get());
-  m.accumulate.resize(m.groups.size());
-  for (std::size_t s = 0; s < m.groups.size(); ++s) {
-    const LayerGroup& g = m.groups[s];
-    const int node = g.nodes.back();
-    Bindings b;
-    for (std::size_t j = 0; j < g.inputs.size(); ++j) {
-      const int p = g.inputs[j];
-      b.inputs.push_back(m.values[std::size_t(p)]);
-      const InputGrad& ig = m.plan.input_grads[s][j];
-      if (p == 0) {
-        b.dinputs.push_back(nullptr);
-      } else if (ig.direct) {
-        b.dinputs.push_back(m.value_grads[std::size_t(p)]);
-      } else {
-        void* edge = m.arena.as<char>() + ig.edge.offset;
-        b.dinputs.push_back(edge);
-        m.accumulate[s].push_back(
-            Impl::Accumulate{edge, m.value_grads[std::size_t(p)], product(m.shapes[std::size_t(p)])});
-      }
-    }
-    b.output = m.has_loss && node == count - 1 ? nullptr : m.values[std::size_t(node)];
-    b.doutput = m.value_grads[std::size_t(node)];
-    for (const Impl::Slot& slot : m.slots[std::size_t(g.nodes.front())]) {
-      if (slot.fp32) {
-        b.params.push_back(m.params32.as<float>() + slot.offset);
-        b.dparams.push_back(m.grads32.as<float>() + (slot.offset - m.n_compute));
-      } else {
-        b.params.push_back(params_c + slot.offset * i64(e));
-        b.dparams.push_back(grads_c + slot.offset * i64(e));
-      }
-    }
-    b.targets = &m.device_targets;
-    b.loss = m.result.as<float>();
-    b.correct = reinterpret_cast<std::int32_t*>(m.result.as<float>() + 1);
-    b.state = m.step_state();
-    try {
-      m.layers[s]->bind(ctx, b);
-    } catch (...) {
-      rethrow_for_node(model, node);
-    }
-  }
-
-  // Zero state and gradients (and the padding between slots), then initialise parameters in
-  // canonical layouts. Only a loss scales its gradient; a gradient given with set_output_grad
-  // is unscaled.
-  for (DeviceBuffer* buf : {&m.first, &m.second, &m.grads, &m.grads32, &m.params32, &m.params_compute})
-    if (*buf) TB_CU(cudaMemsetAsync(buf->get(), 0, buf->bytes(), ctx.stream));
-  m.scaled = m.mixed && m.has_loss;
-  kernels::init_step_state(m.step_state(), m.scaled ? config.initial_loss_scale : 1.0f, ctx.stream);
-  TB_CU(cudaStreamSynchronize(ctx.stream));
+  m.place_parameters();
+  m.place_backward_hooks();
+  m.allocate(ctx);
+  m.bind_layers(ctx);
+  m.zero_state(ctx);
   n_params_ = m.n;
   initialize_parameters(*this, model, m.shapes, config.seed);
-
-  if (const char* path = std::getenv("TB_CUDA_LAYER_TIMES"); path && *path) {
-    m.timing.path = path;
-    for (std::size_t s = 0; s <= m.groups.size(); ++s) {
-      m.timing.forward.push_back(std::make_unique<Event>());
-      m.timing.backward.push_back(std::make_unique<Event>());
-    }
-    m.timing.forward_s.assign(m.groups.size(), 0.0);
-    m.timing.backward_s.assign(m.groups.size(), 0.0);
-  }
+  m.time_layers_if_asked();
 }
 
 CudaNetwork::~CudaNetwork() {
