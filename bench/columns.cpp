@@ -17,12 +17,9 @@ std::string throttle(double mask) { return telemetry::throttle_reason_names(std:
 
 constexpr ColumnKind I = ColumnKind::Identity, M = ColumnKind::Counter, X = ColumnKind::Context;
 
-}  // namespace
-
-std::string number(double value) { return fmt::format("{:.6g}", value); }
-
-const std::vector<Column>& columns() {
-  static const std::vector<Column> all{
+// Schema version 2's columns: what the row is, and what its timed steps and epochs measured.
+std::vector<Column> run_columns() {
+  return {
       {"schema_version", I},
       {"benchmark", I},
       {"kind", I},
@@ -69,6 +66,12 @@ const std::vector<Column>& columns() {
       {"target_acc", I},
       {"time_to_target_s", M, false, time_to_target},
       {"wall_step_time_s", M},
+  };
+}
+
+// Version 2's columns of memory, data parallelism and the machine.
+std::vector<Column> machine_columns() {
+  return {
       {"cuda_graph", I},
       {"data_on_device", I},
       {"mem_peak_bytes", M},
@@ -112,7 +115,12 @@ const std::vector<Column>& columns() {
       {"cudnn_version", X},
       {"cublas_version", X},
       {"nccl_version", X},
-      // Version 3: what nvidia-smi shows, sampled by NVML over the timed steps.
+  };
+}
+
+// Version 3: what nvidia-smi shows, sampled by NVML over the timed steps.
+std::vector<Column> nvml_columns() {
+  return {
       {"gpu_util", M, true, nullptr, true, "GPU util %"},
       {"gpu_mem_used_bytes", M},
       {"gpu_sm_clock_min_mhz", M},
@@ -124,20 +132,30 @@ const std::vector<Column>& columns() {
       {"gpu_samples", M},
       {"host_cpu_util_per_job", M},
       {"cuda_driver_version", X},
-      // Version 4: what makes a row what it is (variant, shared device, measured or predicted),
-      // the machine's load and sgemm rate, and the link a prediction assumed.
-      {"variant", I},
-      {"load_avg_1m", M},
-      {"sgemm_gflops", X},
-      {"peak_spread", M},
-      {"shared_device", I},
-      {"measurement", I},
-      {"link", I},
-      {"link_busbw_gbps", M},
-      {"link_latency_us", M},
-      {"predicted_from", I},
-      {"peer_settings", I},
   };
+}
+
+// Version 4: what makes a row what it is (variant, shared device, measured or predicted), the
+// machine's load and sgemm rate, and the link a prediction assumed.
+std::vector<Column> identity_columns() {
+  return {
+      {"variant", I},         {"load_avg_1m", M},    {"sgemm_gflops", X},  {"peak_spread", M},
+      {"shared_device", I},   {"measurement", I},    {"link", I},          {"link_busbw_gbps", M},
+      {"link_latency_us", M}, {"predicted_from", I}, {"peer_settings", I},
+  };
+}
+
+}  // namespace
+
+std::string number(double value) { return fmt::format("{:.6g}", value); }
+
+const std::vector<Column>& columns() {
+  static const std::vector<Column> all = [] {
+    std::vector<Column> out;
+    for (const auto& part : {run_columns(), machine_columns(), nvml_columns(), identity_columns()})
+      out.insert(out.end(), part.begin(), part.end());
+    return out;
+  }();
   return all;
 }
 

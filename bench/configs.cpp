@@ -274,22 +274,22 @@ std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& 
   return out;
 }
 
-std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
-  std::vector<BenchInfo> benchmarks;
-  const std::string dir = data::data_dir(flags.data_dir);
-  // A folder given explicitly must be there: a typo would otherwise measure synthetic data.
-  if (!flags.data_dir.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::exists(dir, ec))
-      throw InputError(
-          fmt::format("--data_dir={}: no such folder (leave the flag out to train on synthetic data, "
-                      "or give the folder that holds mnist/, fashion-mnist/, cifar10/)",
-                      dir));
-    if (!std::filesystem::is_directory(dir, ec)) throw InputError(fmt::format("--data_dir={}: is not a folder", dir));
-  }
-  const auto devices = device_configs(flags, cores);
-  std::set<std::string> noted;  // datasets absent under --data_dir, said once
-  // A cap in bytes above a GPU's memory is a typo (1e30, inf are refused while parsing).
+namespace {
+
+// A folder given explicitly must be there: a typo would otherwise measure synthetic data.
+void check_data_dir(const Flags& flags, const std::string& dir) {
+  if (flags.data_dir.empty()) return;
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec))
+    throw InputError(
+        fmt::format("--data_dir={}: no such folder (leave the flag out to train on synthetic data, "
+                    "or give the folder that holds mnist/, fashion-mnist/, cifar10/)",
+                    dir));
+  if (!std::filesystem::is_directory(dir, ec)) throw InputError(fmt::format("--data_dir={}: is not a folder", dir));
+}
+
+// A cap in bytes above a GPU's memory is a typo (1e30, inf are refused while parsing).
+void check_gpu_memory_limit(const Flags& flags, const std::vector<DeviceConfig>& devices) {
   for (const DeviceConfig& d : devices) {
     const GpuInventory& inv = gpu_inventory();
     if (d.backend != Backend::Cuda || !d.skip_reason.empty() || flags.gpu_memory_limit <= 1) continue;
@@ -301,6 +301,71 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
                         "at most that, or a fraction (0.5)",
                         flags.gpu_memory_limit, ordinal, inv.devices[std::size_t(ordinal)].memory_gib));
   }
+}
+
+// The benchmark of workload `w` (its data in `folder`, empty for synthetic) on device
+// configuration `d` in `precision`, everything the flags change applied.
+BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string& folder, const DeviceConfig& d,
+                         const std::string& precision, const std::string& precision_skip, const Flags& flags) {
+  BenchInfo b;
+  b.kind = kind;
+  b.model = w.model;
+  b.dataset = w.dataset;
+  b.data_folder = folder;
+  b.data_source = w.spec.task == Task::Regression ? "generated" : folder.empty() ? "synthetic" : folder;
+  b.device = d.name;
+  b.precision = precision;
+  b.threads = d.threads;
+  b.backend = d.backend;
+  b.gpu_ordinal = d.gpu_ordinal;
+  // Replicas run without them (a CUDA graph cannot hold the all-reduces' hook, and a resident
+  // dataset is not sharded): their rows say so, not that they applied.
+  const bool one_device = d.parallel == Mode::None || d.parallel == Mode::Processes;
+  b.cuda_graph = flags.cuda_graph && one_device;
+  b.data_on_device = flags.data_on_device && one_device;
+  b.gpu_memory_limit = flags.gpu_memory_limit;
+  b.parallel = d.parallel;
+  b.replicas = d.replicas;
+  b.gpu_ordinals = d.gpu_ordinals;
+  b.shared_device = d.shared_device;
+  b.timeline = flags.timeline;
+  b.batch = flags.batch.value_or(b.gpu() ? gpu_batch(w, d, precision, flags) : w.batch);
+  b.warmup_steps = b.kind == Kind::Train ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
+  b.epochs = flags.epochs.value_or(w.epochs);
+  b.target_accuracy = flags.target_accuracy;
+  b.loader = data::LoaderConfig{.batch = b.batch,
+                                .workers = flags.loader_workers,
+                                .prefetch = flags.prefetch,
+                                .shuffle = true,
+                                .augment = flags.augment && w.dataset == "cifar10",
+                                .seed = flags.seed};
+  b.optimizer = w.optimizer_for(b.batch);
+  if (flags.optimizer) {
+    const bool adam = *flags.optimizer == "adam";
+    b.optimizer.kind = adam ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
+    if (!flags.lr) b.optimizer.lr = adam ? 1e-3 : 0.01;
+  }
+  if (flags.lr) b.optimizer.lr = *flags.lr;
+  b.seed = flags.seed;
+  b.gpu_layout = flags.gpu_layout;
+  b.spec = w.spec;
+  b.cost = model_cost(w.spec);
+  b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
+  b.skip_scope = d.skip_reason.empty() ? d.name + " " + precision : d.name;
+  b.variant = variant_of(b, w.optimizer_for(b.batch));
+  b.name = benchmark_name(b);
+  return b;
+}
+
+}  // namespace
+
+std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
+  std::vector<BenchInfo> benchmarks;
+  const std::string dir = data::data_dir(flags.data_dir);
+  check_data_dir(flags, dir);
+  const auto devices = device_configs(flags, cores);
+  check_gpu_memory_limit(flags, devices);
+  std::set<std::string> noted;  // datasets absent under --data_dir, said once
   for (const Kind kind : {Kind::Train, Kind::Epochs}) {
     for (const models::Workload& w : models::workloads()) {
       const std::string folder = data::find_dataset(w.dataset, dir);
@@ -311,58 +376,9 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
         std::cerr << fmt::format("trainbench: note: no {}/ under --data_dir={}: its rows train on synthetic data\n",
                                  w.dataset, dir);
       if (w.real_data_only && folder.empty()) continue;
-      for (const DeviceConfig& d : devices) {
-        for (const auto& [precision, precision_skip] : device_precisions(flags, d)) {
-          BenchInfo b;
-          b.kind = kind;
-          b.model = w.model;
-          b.dataset = w.dataset;
-          b.data_folder = folder;
-          b.data_source = w.spec.task == Task::Regression ? "generated" : folder.empty() ? "synthetic" : folder;
-          b.device = d.name;
-          b.precision = precision;
-          b.threads = d.threads;
-          b.backend = d.backend;
-          b.gpu_ordinal = d.gpu_ordinal;
-          // Replicas run without them (a CUDA graph cannot hold the all-reduces' hook, and a
-          // resident dataset is not sharded): their rows say so, not that they applied.
-          const bool one_device = d.parallel == Mode::None || d.parallel == Mode::Processes;
-          b.cuda_graph = flags.cuda_graph && one_device;
-          b.data_on_device = flags.data_on_device && one_device;
-          b.gpu_memory_limit = flags.gpu_memory_limit;
-          b.parallel = d.parallel;
-          b.replicas = d.replicas;
-          b.gpu_ordinals = d.gpu_ordinals;
-          b.shared_device = d.shared_device;
-          b.timeline = flags.timeline;
-          b.batch = flags.batch.value_or(b.gpu() ? gpu_batch(w, d, precision, flags) : w.batch);
-          b.warmup_steps = b.kind == Kind::Train ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
-          b.epochs = flags.epochs.value_or(w.epochs);
-          b.target_accuracy = flags.target_accuracy;
-          b.loader = data::LoaderConfig{.batch = b.batch,
-                                        .workers = flags.loader_workers,
-                                        .prefetch = flags.prefetch,
-                                        .shuffle = true,
-                                        .augment = flags.augment && w.dataset == "cifar10",
-                                        .seed = flags.seed};
-          b.optimizer = w.optimizer_for(b.batch);
-          if (flags.optimizer) {
-            const bool adam = *flags.optimizer == "adam";
-            b.optimizer.kind = adam ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
-            if (!flags.lr) b.optimizer.lr = adam ? 1e-3 : 0.01;
-          }
-          if (flags.lr) b.optimizer.lr = *flags.lr;
-          b.seed = flags.seed;
-          b.gpu_layout = flags.gpu_layout;
-          b.spec = w.spec;
-          b.cost = model_cost(w.spec);
-          b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
-          b.skip_scope = d.skip_reason.empty() ? d.name + " " + precision : d.name;
-          b.variant = variant_of(b, w.optimizer_for(b.batch));
-          b.name = benchmark_name(b);
-          benchmarks.push_back(std::move(b));
-        }
-      }
+      for (const DeviceConfig& d : devices)
+        for (const auto& [precision, precision_skip] : device_precisions(flags, d))
+          benchmarks.push_back(make_benchmark(kind, w, folder, d, precision, precision_skip, flags));
     }
   }
   return benchmarks;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -108,7 +109,10 @@ double parse_memory(const std::string& flag, const std::string& v) {
 
 }  // namespace
 
-std::string usage() {
+namespace {
+
+// What the benchmarks are called and the flags that choose and shape them.
+const char* usage_benchmarks() {
   return R"(trainbench: deep-learning training benchmarks (Google Benchmark harness)
 
 Benchmarks are named train/<model>/<dataset>/<device>/<precision>/bs:<batch> (steady-state
@@ -155,7 +159,12 @@ trainbench flags:
                         compute and the convolutions suit them, else NCHW), nchw or nhwc
   --data_on_device      keep the training data on the GPU (up to one epoch, at most 2 GiB):
                         batches are device-to-device copies, no host upload per step
+)";
+}
 
+// The flags of data parallelism and training, and Google Benchmark's.
+const char* usage_training() {
+  return R"(
 Data parallelism (train/ benchmarks): gpu:N (N GPUs of this machine, NCCL, one thread
 each), gpu:1/jobs:K (K separate copies of trainbench sharing one GPU, each timed on its own
 and started together; gpu:1/threads:K runs them as threads of one process), and under
@@ -191,98 +200,143 @@ Any other flag is an error.
 )";
 }
 
+}  // namespace
+
+std::string usage() { return std::string(usage_benchmarks()) + usage_training(); }
+
+namespace {
+
+void parse_links(Flags& f, const std::string& v) {
+  f.links.clear();
+  std::size_t start = 0;
+  while (start <= v.size()) {
+    const std::size_t plus = std::min(v.find('+', start), v.size());
+    f.links.push_back(v.substr(start, plus - start));  // checked by the harness (parse_link)
+    start = plus + 1;
+  }
+}
+
+void parse_precisions(Flags& f, const std::string& v) {
+  f.precisions = split(v);
+  if (f.precisions.empty()) throw InputError("--precisions: give at least one, e.g. --precisions=fp32,fp16");
+  for (const std::string& p : f.precisions)
+    if (p != "fp32" && p != "tf32" && p != "fp16" && p != "bf16" && p != "fastest")
+      throw InputError(fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16, bf16 or fastest", p));
+}
+
+// A file-name flag refuses an empty value, with an example of one.
+std::function<void(Flags&, const std::string&)> file_flag(std::string Flags::*field, const char* name,
+                                                          const char* example) {
+  return [=](Flags& f, const std::string& v) {
+    if (v.empty()) throw InputError(fmt::format("--{}: give {}", name, example));
+    f.*field = v;
+  };
+}
+
+using Setter = std::function<void(Flags&, const std::string&)>;
+
+// The flags that take a value (--name=VALUE), each with what it checks and sets.
+const std::vector<std::pair<const char*, Setter>>& valued_flags() {
+  static const std::vector<std::pair<const char*, Setter>> all{
+      {"link", parse_links},
+      {"timeline",
+       [](Flags& f, const std::string& v) {
+         if (v != "on" && v != "off") throw InputError(fmt::format("--timeline: '{}' is not on or off", v));
+         f.timeline = v == "on";
+       }},
+      {"summary", file_flag(&Flags::summary, "summary", "a file name, e.g. --summary=results/summary.md")},
+      {"csv", file_flag(&Flags::csv, "csv", "a file name, e.g. --csv=results/run.csv")},
+      {"batch", [](Flags& f, const std::string& v) { f.batch = parse_int("batch", v, 1, kMaxBatch); }},
+      {"devices",
+       [](Flags& f, const std::string& v) {
+         f.devices = split(v);
+         if (f.devices.empty()) throw InputError("--devices: give at least one, e.g. --devices=cpu,cpu:1");
+       }},
+      {"warmup_steps",
+       [](Flags& f, const std::string& v) { f.warmup_steps = parse_int("warmup_steps", v, 0, kMaxSteps); }},
+      {"optimizer",
+       [](Flags& f, const std::string& v) {
+         if (v != "sgd" && v != "adam") throw InputError(fmt::format("--optimizer: '{}' is not one of sgd, adam", v));
+         f.optimizer = v;
+       }},
+      {"lr",
+       [](Flags& f, const std::string& v) {
+         f.lr = parse_positive("lr", v, 1e6, "the largest learning rate trainbench takes (any step would diverge)");
+       }},
+      {"seed", [](Flags& f, const std::string& v) { f.seed = std::uint64_t(parse_int("seed", v, 0, kMaxSeed)); }},
+      {"data_dir", file_flag(&Flags::data_dir, "data_dir", "a folder, e.g. --data_dir=data")},
+      {"loader_workers",
+       [](Flags& f, const std::string& v) { f.loader_workers = int(parse_int("loader_workers", v, 0, kMaxThreads)); }},
+      {"prefetch", [](Flags& f, const std::string& v) { f.prefetch = int(parse_int("prefetch", v, 1, kMaxThreads)); }},
+      {"precisions", parse_precisions},
+      {"gpus",
+       [](Flags& f, const std::string& v) {
+         for (const std::string& g : split(v)) f.gpus.push_back(int(parse_int("gpus", g, 0, kMaxGpu)));
+         if (f.gpus.empty()) throw InputError("--gpus: give at least one CUDA device ordinal, e.g. --gpus=0");
+       }},
+      {"gpu_memory_limit",
+       [](Flags& f, const std::string& v) { f.gpu_memory_limit = parse_memory("gpu_memory_limit", v); }},
+      {"iterations", [](Flags& f, const std::string& v) { f.iterations = parse_int("iterations", v, 1, kMaxSteps); }},
+      {"gpu_layout",
+       [](Flags& f, const std::string& v) {
+         if (v != "auto" && v != "nchw" && v != "nhwc")
+           throw InputError(fmt::format("--gpu_layout: unknown layout '{}'; use auto, nchw or nhwc", v));
+         f.gpu_layout = v;
+       }},
+      {"epochs", [](Flags& f, const std::string& v) { f.epochs = parse_int("epochs", v, 1, kMaxEpochs); }},
+      {"target_accuracy",
+       [](Flags& f, const std::string& v) {
+         f.target_accuracy =
+             parse_positive("target_accuracy", v, 1, "the highest accuracy (a fraction in (0, 1], e.g. 0.85)");
+       }},
+  };
+  return all;
+}
+
+// The flags that take no value.
+const std::vector<std::pair<const char*, bool Flags::*>>& switch_flags() {
+  static const std::vector<std::pair<const char*, bool Flags::*>> all{
+      {"--help", &Flags::help},
+      {"-h", &Flags::help},
+      {"--list_models", &Flags::list_models},
+      {"--json", &Flags::json},
+      {"--csv_header", &Flags::csv_header},
+      {"--cuda_graph", &Flags::cuda_graph},
+      {"--data_on_device", &Flags::data_on_device},
+      {"--augment", &Flags::augment},
+  };
+  return all;
+}
+
+// Sets what `arg` says, if it is one of trainbench's own flags; false for any other.
+bool parse_own_flag(const std::string& arg, Flags& f) {
+  for (const auto& [name, field] : switch_flags())
+    if (arg == name) {
+      f.*field = true;
+      return true;
+    }
+  for (const auto& [name, set] : valued_flags()) {
+    const std::string prefix = fmt::format("--{}=", name);
+    if (arg.rfind(prefix, 0) == 0) {
+      set(f, arg.substr(prefix.size()));
+      return true;
+    }
+    if (arg == fmt::format("--{}", name))
+      throw InputError(fmt::format("--{} needs a value: --{}=VALUE (see --help)", name, name));
+  }
+  return false;
+}
+
+}  // namespace
+
 Flags parse_flags(int& argc, char** argv) {
   Flags f;
   int out = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    auto value_of = [&](const char* name) -> std::optional<std::string> {
-      const std::string prefix = fmt::format("--{}=", name);
-      if (arg.rfind(prefix, 0) == 0) return arg.substr(prefix.size());
-      if (arg == fmt::format("--{}", name))
-        throw InputError(fmt::format("--{} needs a value: --{}=VALUE (see --help)", name, name));
-      return std::nullopt;
-    };
-    if (arg == "--help" || arg == "-h") {
-      f.help = true;
-    } else if (arg == "--list_models") {
-      f.list_models = true;
-    } else if (arg == "--json") {
-      f.json = true;
-    } else if (arg == "--csv_header") {
-      f.csv_header = true;
-    } else if (auto v = value_of("link")) {
-      f.links.clear();
-      std::size_t start = 0;
-      while (start <= v->size()) {
-        const std::size_t plus = std::min(v->find('+', start), v->size());
-        f.links.push_back(v->substr(start, plus - start));  // checked by the harness (parse_link)
-        start = plus + 1;
-      }
-    } else if (auto v = value_of("timeline")) {
-      if (*v != "on" && *v != "off") throw InputError(fmt::format("--timeline: '{}' is not on or off", *v));
-      f.timeline = *v == "on";
-    } else if (auto v = value_of("summary")) {
-      if (v->empty()) throw InputError("--summary: give a file name, e.g. --summary=results/summary.md");
-      f.summary = *v;
-    } else if (auto v = value_of("csv")) {
-      if (v->empty()) throw InputError("--csv: give a file name, e.g. --csv=results/run.csv");
-      f.csv = *v;
-    } else if (auto v = value_of("batch")) {
-      f.batch = parse_int("batch", *v, 1, kMaxBatch);
-    } else if (auto v = value_of("devices")) {
-      f.devices = split(*v);
-      if (f.devices.empty()) throw InputError("--devices: give at least one, e.g. --devices=cpu,cpu:1");
-    } else if (auto v = value_of("warmup_steps")) {
-      f.warmup_steps = parse_int("warmup_steps", *v, 0, kMaxSteps);
-    } else if (auto v = value_of("optimizer")) {
-      if (*v != "sgd" && *v != "adam") throw InputError(fmt::format("--optimizer: '{}' is not one of sgd, adam", *v));
-      f.optimizer = *v;
-    } else if (auto v = value_of("lr")) {
-      f.lr = parse_positive("lr", *v, 1e6, "the largest learning rate trainbench takes (any step would diverge)");
-    } else if (auto v = value_of("seed")) {
-      f.seed = std::uint64_t(parse_int("seed", *v, 0, kMaxSeed));
-    } else if (auto v = value_of("data_dir")) {
-      if (v->empty()) throw InputError("--data_dir: give a folder, e.g. --data_dir=data");
-      f.data_dir = *v;
-    } else if (auto v = value_of("loader_workers")) {
-      f.loader_workers = int(parse_int("loader_workers", *v, 0, kMaxThreads));
-    } else if (auto v = value_of("prefetch")) {
-      f.prefetch = int(parse_int("prefetch", *v, 1, kMaxThreads));
-    } else if (auto v = value_of("precisions")) {
-      f.precisions = split(*v);
-      if (f.precisions.empty()) throw InputError("--precisions: give at least one, e.g. --precisions=fp32,fp16");
-      for (const std::string& p : f.precisions)
-        if (p != "fp32" && p != "tf32" && p != "fp16" && p != "bf16" && p != "fastest")
-          throw InputError(
-              fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16, bf16 or fastest", p));
-    } else if (auto v = value_of("gpus")) {
-      for (const std::string& g : split(*v)) f.gpus.push_back(int(parse_int("gpus", g, 0, kMaxGpu)));
-      if (f.gpus.empty()) throw InputError("--gpus: give at least one CUDA device ordinal, e.g. --gpus=0");
-    } else if (auto v = value_of("gpu_memory_limit")) {
-      f.gpu_memory_limit = parse_memory("gpu_memory_limit", *v);
-    } else if (auto v = value_of("iterations")) {
-      f.iterations = parse_int("iterations", *v, 1, kMaxSteps);
-    } else if (auto v = value_of("gpu_layout")) {
-      if (*v != "auto" && *v != "nchw" && *v != "nhwc")
-        throw InputError(fmt::format("--gpu_layout: unknown layout '{}'; use auto, nchw or nhwc", *v));
-      f.gpu_layout = *v;
-    } else if (arg == "--cuda_graph") {
-      f.cuda_graph = true;
-    } else if (arg == "--data_on_device") {
-      f.data_on_device = true;
-    } else if (arg == "--augment") {
-      f.augment = true;
-    } else if (auto v = value_of("epochs")) {
-      f.epochs = parse_int("epochs", *v, 1, kMaxEpochs);
-    } else if (auto v = value_of("target_accuracy")) {
-      f.target_accuracy =
-          parse_positive("target_accuracy", *v, 1, "the highest accuracy (a fraction in (0, 1], e.g. 0.85)");
-    } else {
-      check_benchmark_flag(arg, f);
-      argv[out++] = argv[i];
-      continue;
-    }
+    if (parse_own_flag(arg, f)) continue;
+    check_benchmark_flag(arg, f);
+    argv[out++] = argv[i];
   }
   argc = out;
   if (f.json && !f.list_models)

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include <benchmark/benchmark.h>
@@ -84,6 +85,79 @@ void write_summary(const std::vector<tb::bench::Row>& rows, const tb::bench::Fla
         flags.summary);
 }
 
+// --help, --csv_header and --list_models answer without running anything.
+std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
+  using namespace tb::bench;
+  if (flags.help) {
+    std::cout << usage();
+    return 0;
+  }
+  if (flags.csv_header) {
+    std::cout << fmt::format("{}\n", fmt::join(csv_columns(), ","));
+    return 0;
+  }
+  if (!flags.list_models) return std::nullopt;
+  if (flags.json)
+    list_models_json(std::cout, flags);
+  else
+    list_models(std::cout, flags);
+  return 0;
+}
+
+// What a run is made of before its first benchmark: the harness with its benchmarks
+// registered, the CSV, and the CPU's sgemm peak for every thread count a row uses.
+struct Setup {
+  tb::bench::MachineContext machine;
+  std::unique_ptr<tb::bench::Harness> harness;
+  std::unique_ptr<tb::bench::CsvWriter> csv;
+  tb::bench::Reporter* sink = nullptr;  // the reporter, before anything runs
+};
+
+// Throws tb::Error on flags that cannot apply or a CSV that cannot be written.
+void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
+  using namespace tb::bench;
+  run.harness = std::make_unique<Harness>(flags, run.machine.cores);
+  Reporter*& sink = run.sink;
+  run.harness->register_benchmarks(
+      [&sink](const BenchInfo& info, const tb::EpochRecord& r) { sink->report_epoch(info, r); },
+      [&sink](const BenchInfo& info, const Repetition& r) { sink->report_repetition(info, r); });
+  if (!flags.csv.empty() && !listing && rank == 0) run.csv = std::make_unique<CsvWriter>(flags.csv);
+  if (listing) return;
+  std::set<int> thread_counts;
+  for (const BenchInfo& b : run.harness->benchmarks())
+    if (b.skip_reason.empty()) thread_counts.insert(b.threads);
+  run.machine.sgemm_gflops = tb::cpu_peak_gflops(run.machine.cores);
+  for (int t : thread_counts) tb::cpu_peak_gflops(t);
+  run.harness->measure_world_link();  // under mpirun, on every rank
+}
+
+// The end of a run on rank 0: the summary, then what was skipped or failed; the exit status.
+int finish(const Setup& run, const tb::bench::Reporter& reporter, const tb::bench::Flags& flags, std::size_t ran,
+           bool listing) {
+  using namespace tb::bench;
+  if (ran > 0 && !listing) write_summary(reporter.rows(), flags);
+  if (ran == 0) {
+    std::cerr << fmt::format(
+        "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
+        "<train|epochs>/<model>/<dataset>/<device>/<precision>/bs:<n> with models {}; list them with "
+        "--benchmark_list_tests\n",
+        flags.benchmark_filter, fmt::join(tb::models::model_names(), ", "));
+    return kUsageError;
+  }
+  const auto in_csv = [&](const char* what) { return run.csv ? fmt::format("{} {}", what, flags.csv) : std::string(); };
+  if (reporter.skipped() > 0)
+    std::cerr << fmt::format(
+        "trainbench: {} benchmark(s) skipped: this machine cannot run their configurations (the "
+        "'skipped' lines above say why{})\n",
+        reporter.skipped(), in_csv("; so does the message column of"));
+  if (reporter.failed() > 0) {
+    std::cerr << fmt::format("trainbench: {} run(s) failed; see the messages above{}\n", reporter.failed(),
+                             in_csv(" and the status column of"));
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,21 +171,7 @@ int main(int argc, char** argv) {
     std::cerr << "trainbench: error: " << e.what() << "\n";
     return kUsageError;
   }
-  if (flags.help) {
-    std::cout << usage();
-    return 0;
-  }
-  if (flags.csv_header) {
-    std::cout << fmt::format("{}\n", fmt::join(csv_columns(), ","));
-    return 0;
-  }
-  if (flags.list_models) {
-    if (flags.json)
-      list_models_json(std::cout, flags);
-    else
-      list_models(std::cout, flags);
-    return 0;
-  }
+  if (const std::optional<int> answered = answer_without_running(flags)) return *answered;
   const bool json_out = has_prefix(argc, argv, "--benchmark_out=");  // before Initialize takes it away
   benchmark::Initialize(&argc, argv);
   if (argc > 1) {
@@ -120,40 +180,24 @@ int main(int argc, char** argv) {
   }
   const bool listing = has_flag(argc, argv, "--benchmark_list_tests");
   const int rank = tb::parallel::world().rank;
-
-  MachineContext machine = read_machine_context();
-  std::unique_ptr<Harness> harness;
-  std::unique_ptr<CsvWriter> csv;
-  Reporter* sink = nullptr;  // the reporter below, before anything runs
+  Setup run{.machine = read_machine_context()};
   try {
-    harness = std::make_unique<Harness>(flags, machine.cores);
-    harness->register_benchmarks(
-        [&sink](const BenchInfo& info, const tb::EpochRecord& r) { sink->report_epoch(info, r); },
-        [&sink](const BenchInfo& info, const Repetition& r) { sink->report_repetition(info, r); });
-    if (!flags.csv.empty() && !listing && rank == 0) csv = std::make_unique<CsvWriter>(flags.csv);
-    if (!listing) {
-      std::set<int> thread_counts;
-      for (const BenchInfo& b : harness->benchmarks())
-        if (b.skip_reason.empty()) thread_counts.insert(b.threads);
-      machine.sgemm_gflops = tb::cpu_peak_gflops(machine.cores);
-      for (int t : thread_counts) tb::cpu_peak_gflops(t);
-      harness->measure_world_link();  // under mpirun, on every rank
-    }
+    set_up(run, flags, listing, rank);
   } catch (const tb::Error& e) {
     std::cerr << "trainbench: error: " << e.what() << "\n";
     return kUsageError;
   }
-  machine.nvidia_driver = harness->nvidia_driver();
-
+  Harness& harness = *run.harness;
+  run.machine.nvidia_driver = harness.nvidia_driver();
   // Google Benchmark prints its custom context on the console too: added only where JSON is written.
-  if (flags.benchmark_format != "console" || json_out) add_json_context(machine, harness->benchmarks());
-  Reporter reporter(*harness, machine, csv.get(), display_options(flags));
-  sink = &reporter;
+  if (flags.benchmark_format != "console" || json_out) add_json_context(run.machine, harness.benchmarks());
+  Reporter reporter(harness, run.machine, run.csv.get(), display_options(flags));
+  run.sink = &reporter;
   if (rank != 0) {
     SilentReporter silent;
     benchmark::RunSpecifiedBenchmarks(&silent);
     benchmark::Shutdown();
-    harness->release_sessions();
+    harness.release_sessions();
     return silent.failed > 0 ? 1 : 0;
   }
   std::size_t ran = 0;
@@ -163,29 +207,10 @@ int main(int argc, char** argv) {
     // Rows that cannot be written are hours lost: stop, and say what is on disk.
     std::cout << std::flush;
     std::cerr << "trainbench: error: " << e.what() << "\n";
-    harness->release_sessions();
+    harness.release_sessions();
     return 1;
   }
   benchmark::Shutdown();
-  harness->release_sessions();
-  if (ran > 0 && !listing) write_summary(reporter.rows(), flags);
-  if (ran == 0) {
-    std::cerr << fmt::format(
-        "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
-        "<train|epochs>/<model>/<dataset>/<device>/<precision>/bs:<n> with models {}; list them with "
-        "--benchmark_list_tests\n",
-        flags.benchmark_filter, fmt::join(tb::models::model_names(), ", "));
-    return kUsageError;
-  }
-  if (reporter.skipped() > 0)
-    std::cerr << fmt::format(
-        "trainbench: {} benchmark(s) skipped: this machine cannot run their configurations (the "
-        "'skipped' lines above say why{})\n",
-        reporter.skipped(), csv ? fmt::format("; so does the message column of {}", flags.csv) : "");
-  if (reporter.failed() > 0) {
-    std::cerr << fmt::format("trainbench: {} run(s) failed; see the messages above{}\n", reporter.failed(),
-                             csv ? fmt::format(" and the status column of {}", flags.csv) : "");
-    return 1;
-  }
-  return 0;
+  harness.release_sessions();
+  return finish(run, reporter, flags, ran, listing);
 }

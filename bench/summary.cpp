@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "bench/median.hpp"
+
 namespace tb::bench {
 namespace {
 
@@ -32,13 +34,6 @@ std::string cell(const Row& row, const char* column) {
 double value(const Row& row, const char* column) {
   const std::string v = cell(row, column);
   return v.empty() ? -1 : std::strtod(v.c_str(), nullptr);
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // The column a row belongs to: its device, marked where it is not a measured scaling figure.
@@ -109,32 +104,25 @@ std::string render_predictions(const std::vector<const Row*>& rows, bool markdow
   return render(table, markdown);
 }
 
-}  // namespace
-
-std::string summary_table(const std::vector<Row>& rows, bool markdown) {
-  std::map<LineKey, std::map<std::string, Cell>> lines;
-  std::vector<std::string> devices;  // in the order rows came
-  std::vector<std::string> skipped;
+// What a summary is made of, collected from the rows in the order they came.
+struct Collected {
+  std::map<LineKey, std::map<std::string, Cell>> lines;  // measured rows, by line and device column
+  std::vector<std::string> devices;                      // the device columns, in the order rows came
+  std::vector<std::string> skipped;                      // each reason once
   std::set<std::string> skip_seen;
   std::vector<const Row*> predicted;
-  for (const Row& row : rows) {
-    if (cell(row, "kind") != "train") continue;
-    const std::string status = cell(row, "status");
-    if (status == "skipped") {
-      std::string why = cell(row, "message");
-      if (why.rfind("skipped: ", 0) == 0) why.erase(0, 9);
-      // "gpu:1: no CUDA device" is about the device; anything else about this precision on it.
-      const std::string device = cell(row, "device");
-      const std::string what =
-          why.rfind(device, 0) == 0 ? why : fmt::format("{} {}: {}", device, cell(row, "precision"), why);
-      if (skip_seen.insert(cell(row, "device") + why).second) skipped.push_back(what);
-      continue;
-    }
-    if (status != "ok" || cell(row, "run_type") != "iteration") continue;
-    if (cell(row, "measurement") == "predicted") {
-      predicted.push_back(&row);
-      continue;
-    }
+
+  void add_skipped(const Row& row) {
+    std::string why = cell(row, "message");
+    if (why.rfind("skipped: ", 0) == 0) why.erase(0, 9);
+    // "gpu:1: no CUDA device" is about the device; anything else about this precision on it.
+    const std::string device = cell(row, "device");
+    const std::string what =
+        why.rfind(device, 0) == 0 ? why : fmt::format("{} {}: {}", device, cell(row, "precision"), why);
+    if (skip_seen.insert(cell(row, "device") + why).second) skipped.push_back(what);
+  }
+
+  void add_measured(const Row& row) {
     std::string variant = cell(row, "variant");
     for (const char* hidden : {"shared_device", "predicted:"})
       if (const auto at = variant.find(hidden); at != std::string::npos) variant.erase(at);
@@ -152,50 +140,96 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
     const double device_bytes = value(row, "mem_peak_bytes");
     c.peak_bytes = std::max(c.peak_bytes, device_bytes > 0 ? device_bytes : value(row, "peak_rss_bytes"));
   }
-  if (lines.empty() && skipped.empty() && predicted.empty()) return "";
-  std::string out = markdown ? "# trainbench summary\n\n" : "";
-  if (!lines.empty()) {
-    const bool has_cpu = std::find(devices.begin(), devices.end(), "cpu") != devices.end();
+
+  void add(const Row& row) {
+    if (cell(row, "kind") != "train") return;
+    const std::string status = cell(row, "status");
+    if (status == "skipped")
+      add_skipped(row);
+    else if (status != "ok" || cell(row, "run_type") != "iteration")
+      return;
+    else if (cell(row, "measurement") == "predicted")
+      predicted.push_back(&row);
+    else
+      add_measured(row);
+  }
+};
+
+bool one_gpu(const std::string& column) { return column.find("(one GPU)") != std::string::npos; }
+
+// The measured table: per line, samples/s of each device column, then x cpu, efficiency and
+// comm share where they apply, then peak memory.
+class MeasuredTable {
+ public:
+  explicit MeasuredTable(const Collected& c)
+      : c_(c), has_cpu_(std::find(c.devices.begin(), c.devices.end(), "cpu") != c.devices.end()) {}
+
+  Table table() const {
     Table table{{"workload", "precision"}};
-    for (const auto& d : devices) table[0].push_back(d + " samples/s");
-    for (const auto& d : devices)
-      if (has_cpu && d != "cpu" && d.find("(one GPU)") == std::string::npos) table[0].push_back(d + " x cpu");
-    for (const auto& d : devices)
-      if (multi_device(d) && d.find("(one GPU)") == std::string::npos) table[0].push_back(d + " efficiency");
-    for (const auto& d : devices)
+    for (const auto& d : c_.devices) table[0].push_back(d + " samples/s");
+    for (const auto& d : c_.devices)
+      if (has_speedup(d)) table[0].push_back(d + " x cpu");
+    for (const auto& d : c_.devices)
+      if (has_efficiency(d)) table[0].push_back(d + " efficiency");
+    for (const auto& d : c_.devices)
       if (multi_device(d)) table[0].push_back(d + " comm share");
     table[0].push_back("peak GiB");
-    for (const auto& [key, by_device] : lines) {
-      // A GPU precision is compared with the CPU's fp32, the only precision the CPU trains in.
-      double cpu_rate = -1;
-      for (const auto& [other, other_devices] : lines)
-        if (other.workload == key.workload && other.precision == "fp32")
-          if (auto it = other_devices.find("cpu"); it != other_devices.end()) cpu_rate = median(it->second.rates);
-      std::vector<std::string> line{key.workload, key.precision};
-      double peak = 0;
-      auto each = [&](auto&& include, auto&& text) {
-        for (const auto& d : devices) {
-          if (!include(d)) continue;
-          const auto it = by_device.find(d);
-          line.push_back(it == by_device.end() ? "" : text(it->second));
-        }
-      };
-      each([](const std::string&) { return true; }, [](const Cell& c) { return rate_text(median(c.rates)); });
-      each([&](const std::string& d) { return has_cpu && d != "cpu" && d.find("(one GPU)") == std::string::npos; },
-           [&](const Cell& c) { return cpu_rate > 0 ? fmt::format("{:.2f}x", median(c.rates) / cpu_rate) : ""; });
-      each([](const std::string& d) { return multi_device(d) && d.find("(one GPU)") == std::string::npos; },
-           [](const Cell& c) {
-             return c.efficiencies.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.efficiencies));
-           });
-      each([](const std::string& d) { return multi_device(d); },
-           [](const Cell& c) {
-             return c.comm_shares.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.comm_shares));
-           });
-      for (const auto& [d, c] : by_device) peak = std::max(peak, c.peak_bytes);
-      line.push_back(peak > 0 ? fmt::format("{:.2f}", peak / double(1 << 30)) : "");
-      table.push_back(line);
-    }
-    out += render(table, markdown);
+    for (const auto& [key, by_device] : c_.lines) table.push_back(line(key, by_device));
+    return table;
+  }
+
+ private:
+  bool has_speedup(const std::string& d) const { return has_cpu_ && d != "cpu" && !one_gpu(d); }
+  static bool has_efficiency(const std::string& d) { return multi_device(d) && !one_gpu(d); }
+
+  // A GPU precision is compared with the CPU's fp32, the only precision the CPU trains in.
+  double cpu_rate(const LineKey& key) const {
+    double rate = -1;
+    for (const auto& [other, other_devices] : c_.lines)
+      if (other.workload == key.workload && other.precision == "fp32")
+        if (auto it = other_devices.find("cpu"); it != other_devices.end()) rate = median(it->second.rates);
+    return rate;
+  }
+
+  std::vector<std::string> line(const LineKey& key, const std::map<std::string, Cell>& by_device) const {
+    const double cpu = cpu_rate(key);
+    std::vector<std::string> line{key.workload, key.precision};
+    auto each = [&](auto&& include, auto&& text) {
+      for (const auto& d : c_.devices) {
+        if (!include(d)) continue;
+        const auto it = by_device.find(d);
+        line.push_back(it == by_device.end() ? "" : text(it->second));
+      }
+    };
+    each([](const std::string&) { return true; }, [](const Cell& c) { return rate_text(median(c.rates)); });
+    each([&](const std::string& d) { return has_speedup(d); },
+         [&](const Cell& c) { return cpu > 0 ? fmt::format("{:.2f}x", median(c.rates) / cpu) : ""; });
+    each([](const std::string& d) { return has_efficiency(d); },
+         [](const Cell& c) {
+           return c.efficiencies.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.efficiencies));
+         });
+    each(
+        [](const std::string& d) { return multi_device(d); },
+        [](const Cell& c) { return c.comm_shares.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.comm_shares)); });
+    double peak = 0;
+    for (const auto& [d, c] : by_device) peak = std::max(peak, c.peak_bytes);
+    line.push_back(peak > 0 ? fmt::format("{:.2f}", peak / double(1 << 30)) : "");
+    return line;
+  }
+
+  const Collected& c_;
+  bool has_cpu_;
+};
+
+}  // namespace
+
+std::string summary_table(const std::vector<Row>& rows, bool markdown) {
+  Collected c;
+  for (const Row& row : rows) c.add(row);
+  if (c.lines.empty() && c.skipped.empty() && c.predicted.empty()) return "";
+  std::string out = markdown ? "# trainbench summary\n\n" : "";
+  if (!c.lines.empty()) {
+    out += render(MeasuredTable(c).table(), markdown);
     out += markdown ? "\n" : "";
     out +=
         "samples/s: median over repetitions; x cpu: over this machine's cpu fp32 row of the workload; "
@@ -203,13 +237,13 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
         "device memory trainbench allocated; CPU: the process's resident set); (one GPU): N replicas sharing "
         "one GPU, a correctness check, not scaling\n";
   }
-  if (!predicted.empty()) {
+  if (!c.predicted.empty()) {
     out += markdown ? "\n## Predicted N-device scaling\n\n" : "\npredicted N-device scaling (not measured):\n";
-    out += render_predictions(predicted, markdown);
+    out += render_predictions(c.predicted, markdown);
   }
-  if (!skipped.empty()) {
+  if (!c.skipped.empty()) {
     out += markdown ? "\n## Skipped\n\n" : "skipped:\n";
-    for (const std::string& s : skipped) out += markdown ? fmt::format("- {}\n", s) : fmt::format("  {}\n", s);
+    for (const std::string& s : c.skipped) out += markdown ? fmt::format("- {}\n", s) : fmt::format("  {}\n", s);
   }
   return out;
 }
