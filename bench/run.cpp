@@ -190,6 +190,11 @@ Window TimedWindow::close(benchmark::State& st, double samples) {
     run_.note(
         "gpu_mem_used_bytes is the whole device's: NVML does not list this process (a container's "
         "PID namespace?)");
+  // A short row's median of 1 s averages reaches back before its timed steps.
+  if (summary.power_median_w && !summary.power_instant)
+    run_.note(
+        "gpu_power_w from nvmlDeviceGetPowerUsage, which this driver averages over the last second (no "
+        "instantaneous power field): a row of a few seconds includes power drawn before its timed steps");
   if (summary.throttle_known && summary.throttle_mask != 0)
     run_.note(fmt::format("GPU clocks held back during the timed steps: {}",
                           telemetry::throttle_reason_names(summary.throttle_mask)));

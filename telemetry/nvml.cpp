@@ -67,6 +67,52 @@ static_assert(sizeof(ProcessInfoV1) == 16 && sizeof(ProcessInfoV2) == 24 && size
 template <class Info>
 using ProcessesFn = NvmlReturn (*)(Device, unsigned* count, Info* infos);
 
+// nvmlFieldValue_t, for nvmlDeviceGetFieldValues: 40 bytes, the value a C union whose member
+// valueType names.
+struct FieldValue {
+  unsigned field_id;
+  unsigned scope_id;
+  long long timestamp_us;
+  long long latency_us;
+  int value_type;     // nvmlValueType_t
+  NvmlReturn status;  // this field's own status
+  union {
+    double d;
+    unsigned ui;
+    unsigned long ul;
+    unsigned long long ull;
+    long long sll;
+    int si;
+    unsigned short us;
+  } value;
+};
+static_assert(sizeof(FieldValue) == 40, "nvmlFieldValue_t layout");
+// NVML_FI_DEV_POWER_INSTANT: the board's power now, in milliwatts, on every architecture (NVML
+// 12.x headers); nvmlDeviceGetPowerUsage averages over 1 s on Ampere and newer (GA100 aside).
+constexpr unsigned kFieldPowerInstant = 186;
+
+// A field's value as a number, whatever type NVML gave it in; empty for an unknown type.
+std::optional<double> field_number(const FieldValue& v) {
+  switch (v.value_type) {
+    case 0:
+      return v.value.d;  // NVML_VALUE_TYPE_DOUBLE
+    case 1:
+      return double(v.value.ui);  // UNSIGNED_INT
+    case 2:
+      return double(v.value.ul);  // UNSIGNED_LONG
+    case 3:
+      return double(v.value.ull);  // UNSIGNED_LONG_LONG
+    case 4:
+      return double(v.value.sll);  // SIGNED_LONG_LONG
+    case 5:
+      return double(v.value.si);  // SIGNED_INT
+    case 6:
+      return double(v.value.us);  // UNSIGNED_SHORT
+    default:
+      return std::nullopt;
+  }
+}
+
 // dlsym's void* as the function pointer type it is (POSIX guarantees the conversion works).
 template <class Fn>
 bool resolve(void* library, const char* name, Fn* fn) {
@@ -123,6 +169,7 @@ struct Nvml::Api {
   ProcessesFn<ProcessInfoV2> processes_v2 = nullptr;
   ProcessesFn<ProcessInfoV1> processes_v1 = nullptr;
   NvmlReturn (*clock_reasons)(Device, unsigned long long* reasons) = nullptr;
+  NvmlReturn (*field_values)(Device, int count, FieldValue* values) = nullptr;
 
   std::string error(NvmlReturn status) const {
     const char* text = error_string(status);
@@ -180,6 +227,7 @@ std::unique_ptr<Nvml> Nvml::load(std::string* why, const std::string& library) {
   // bits kept their values.
   if (!resolve(handle, "nvmlDeviceGetCurrentClocksEventReasons", &api->clock_reasons))
     resolve(handle, "nvmlDeviceGetCurrentClocksThrottleReasons", &api->clock_reasons);
+  resolve(handle, "nvmlDeviceGetFieldValues", &api->field_values);  // R450 and later
 
   const NvmlReturn status = api->init();
   if (status != kSuccess) {
@@ -243,6 +291,14 @@ std::optional<std::uint64_t> Nvml::process_memory(Device device, unsigned pid) c
   return std::nullopt;
 }
 
+std::optional<double> Nvml::instant_power_mw(Device device) const {
+  if (!api_->field_values) return std::nullopt;
+  FieldValue value{};
+  value.field_id = kFieldPowerInstant;
+  if (api_->field_values(device, 1, &value) != kSuccess || value.status != kSuccess) return std::nullopt;
+  return field_number(value);
+}
+
 Reading Nvml::read(Device device, unsigned pid) const {
   Reading reading;
   Utilization utilization{};
@@ -260,8 +316,12 @@ Reading Nvml::read(Device device, unsigned pid) const {
 
   unsigned mhz = 0;
   if (api_->clock(device, kClockSm, &mhz) == kSuccess) reading.sm_clock_mhz = mhz;
-  unsigned milliwatts = 0;
-  if (api_->power(device, &milliwatts) == kSuccess) reading.power_w = milliwatts / 1000.0;
+  if (const auto milliwatts = instant_power_mw(device)) {
+    reading.power_w = *milliwatts / 1000.0;
+    reading.power_instant = true;
+  } else if (unsigned averaged = 0; api_->power(device, &averaged) == kSuccess) {
+    reading.power_w = averaged / 1000.0;
+  }
   unsigned long long millijoules = 0;
   if (api_->energy && api_->energy(device, &millijoules) == kSuccess) reading.energy_mj = millijoules;
   unsigned celsius = 0;

@@ -20,6 +20,10 @@ struct Reading {
   bool mem_is_process = false;
   std::optional<unsigned> sm_clock_mhz;
   std::optional<double> power_w;
+  // True when power_w is the board's power at the reading (NVML_FI_DEV_POWER_INSTANT); false
+  // when the driver lacks that field and power_w is nvmlDeviceGetPowerUsage's, which Ampere and
+  // newer GPUs average over the last second.
+  bool power_instant = false;
   std::optional<std::uint64_t> energy_mj;  // the board's counter since the driver loaded
   std::optional<unsigned> temp_c;
   std::optional<std::uint64_t> clock_reasons;  // nvmlClocksEventReason* bits (throttle_reason_names)
@@ -59,6 +63,7 @@ class Nvml {
   struct Api;
   explicit Nvml(std::unique_ptr<Api> api);
   std::optional<std::uint64_t> process_memory(Device device, unsigned pid) const;
+  std::optional<double> instant_power_mw(Device device) const;  // empty where the driver lacks the field
 
   std::unique_ptr<Api> api_;
 };

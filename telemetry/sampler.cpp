@@ -52,6 +52,7 @@ GpuSummary summarise(const std::vector<std::vector<Reading>>& series) {
 
   // A device missing a quantity in every sample empties the combined column (see GpuSummary).
   bool util_all = true, mem_all = true, power_all = true, energy_all = true, mem_is_process = true;
+  bool power_instant = true;
   double util_sum = 0, power_sum = 0, energy_sum_j = 0;
   std::uint64_t mem_sum = 0;
   std::vector<double> clocks;
@@ -65,7 +66,10 @@ GpuSummary summarise(const std::vector<std::vector<Reading>>& series) {
         if (!reading.mem_is_process) mem_is_process = false;
       }
       if (reading.sm_clock_mhz) clocks.push_back(*reading.sm_clock_mhz);
-      if (reading.power_w) power.push_back(*reading.power_w);
+      if (reading.power_w) {
+        power.push_back(*reading.power_w);
+        power_instant = power_instant && reading.power_instant;
+      }
       if (reading.temp_c) summary.temp_max_c = std::max(summary.temp_max_c.value_or(0), double(*reading.temp_c));
       if (reading.clock_reasons) {
         summary.throttle_mask |= *reading.clock_reasons;
@@ -89,7 +93,10 @@ GpuSummary summarise(const std::vector<std::vector<Reading>>& series) {
   }
   const double devices = double(series.size());
   if (util_all) summary.util_median = util_sum / devices;
-  if (power_all) summary.power_median_w = power_sum;
+  if (power_all) {
+    summary.power_median_w = power_sum;
+    summary.power_instant = power_instant;
+  }
   if (energy_all) summary.energy_j = energy_sum_j;
   if (mem_all) {
     summary.mem_used_bytes = mem_sum;

@@ -27,6 +27,7 @@ struct GpuSummary {
   std::optional<double> sm_clock_min_mhz;       // over all samples of all devices
   std::optional<double> sm_clock_median_mhz;
   std::optional<double> power_median_w;  // each device's median, summed over devices
+  bool power_instant = false;            // every power reading was the board's power at the time
   std::optional<double> energy_j;        // counter at stop minus at start, summed over devices
   std::optional<double> temp_max_c;      // over all samples of all devices
   std::uint64_t throttle_mask = 0;       // reasons seen in any sample, GpuIdle removed

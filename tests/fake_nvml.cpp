@@ -22,6 +22,7 @@ namespace {
 constexpr int kSuccess = 0;
 constexpr int kUninitialized = 1;
 constexpr int kInvalidArgument = 2;
+constexpr int kNotSupported = 3;
 constexpr int kNotFound = 6;
 constexpr int kInsufficientSize = 7;
 constexpr int kClockSm = 1;
@@ -372,6 +373,39 @@ int nvmlDeviceGetTotalEnergyConsumption(void* handle, unsigned long long* millij
 #endif
 
 #if FAKE_NVML_API >= 3
+// nvmlFieldValue_t, 40 bytes.
+struct FieldValue {
+  unsigned field_id, scope_id;
+  long long timestamp_us, latency_us;
+  int value_type, status;
+  unsigned long long value;  // the union, written as UNSIGNED_INT or UNSIGNED_LONG_LONG below
+};
+static_assert(sizeof(FieldValue) == 40, "nvmlFieldValue_t layout");
+
+// NVML_FI_DEV_POWER_INSTANT (186) from the "power_instant_mw" series, given as an unsigned int
+// (NVML_VALUE_TYPE_UNSIGNED_INT, as drivers report power); without that series the field reports
+// NOT_SUPPORTED, as a driver of an older GPU may. Any other field: NOT_SUPPORTED.
+int nvmlDeviceGetFieldValues(void* handle, int count, FieldValue* values) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  Device* d = nullptr;
+  if (const int status = enter(s, "nvmlDeviceGetFieldValues", handle, &d); status != kSuccess) return status;
+  for (int i = 0; i < count; ++i) {
+    FieldValue& v = values[i];
+    const auto series = d->series.find("power_instant_mw");
+    if (v.field_id != 186 || series == d->series.end()) {
+      v.status = kNotSupported;
+      continue;
+    }
+    v.status = kSuccess;
+    v.value_type = 1;
+    v.value = 0;
+    const auto mw = static_cast<unsigned>(series->second.take());
+    std::memcpy(&v.value, &mw, sizeof mw);  // uiVal, the union's first four bytes
+  }
+  return kSuccess;
+}
+
 int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, ProcessInfoV3* infos) {
   return list_processes("nvmlDeviceGetComputeRunningProcesses_v3", handle, count, infos);
 }

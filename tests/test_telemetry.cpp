@@ -158,6 +158,9 @@ TEST(NvmlRead, ReadsEveryQuantityInItsUnit) {
   EXPECT_EQ(r.sm_clock_mhz, 1980u);
   ASSERT_TRUE(r.power_w);
   EXPECT_DOUBLE_EQ(*r.power_w, 312.5);  // milliwatts from NVML
+  // This fake GPU has no instantaneous power field: the averaged call stands in, and says so.
+  EXPECT_FALSE(r.power_instant);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetFieldValues"), 1);
   EXPECT_EQ(r.temp_c, 71u);
   EXPECT_EQ(r.clock_reasons, 0x5u);
   EXPECT_EQ(r.energy_mj, 123456789u);
@@ -168,6 +171,37 @@ TEST(NvmlRead, ReadsEveryQuantityInItsUnit) {
   EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses_v2"), 0);
   EXPECT_EQ(fake.calls("nvmlDeviceGetCurrentClocksEventReasons"), 1);
   EXPECT_EQ(fake.calls("nvmlDeviceGetCurrentClocksThrottleReasons"), 0);
+}
+
+// nvmlDeviceGetPowerUsage averages over a second on Ampere and newer; the instantaneous field is
+// read first wherever the driver has it, and the average is not asked for then.
+TEST(NvmlRead, InstantaneousPowerWhereTheDriverHasIt) {
+  FakeNvml fake(TB_FAKE_NVML);
+  fake.series(0, "power_instant_mw", {180250, 410000});
+  fake.series(0, "power_mw", {312500});
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  const Device device = nvml->device_by_index(0);
+  const Reading first = nvml->read(device, kPid), second = nvml->read(device, kPid);
+  ASSERT_TRUE(first.power_w && second.power_w);
+  EXPECT_DOUBLE_EQ(*first.power_w, 180.25);
+  EXPECT_DOUBLE_EQ(*second.power_w, 410);
+  EXPECT_TRUE(first.power_instant && second.power_instant);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetPowerUsage"), 0);
+}
+
+// A failing field call (a driver without the field, or an error) falls back to the average.
+TEST(NvmlRead, FailingPowerFieldFallsBackToTheAverage) {
+  FakeNvml fake(TB_FAKE_NVML);
+  fake.series(0, "power_instant_mw", {180000});
+  fake.series(0, "power_mw", {312500});
+  fake.fail("nvmlDeviceGetFieldValues", 3);  // NVML_ERROR_NOT_SUPPORTED
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  const Reading r = nvml->read(nvml->device_by_index(0), kPid);
+  ASSERT_TRUE(r.power_w);
+  EXPECT_DOUBLE_EQ(*r.power_w, 312.5);
+  EXPECT_FALSE(r.power_instant);
 }
 
 TEST(NvmlRead, PidAbsentFallsBackToDeviceMemory) {
@@ -256,6 +290,8 @@ TEST(NvmlLegacy, V2ProcessListAndThrottleReasonsName) {
   EXPECT_EQ(r.mem_used_bytes, 5ULL << 30);
   EXPECT_TRUE(r.mem_is_process);
   EXPECT_EQ(r.clock_reasons, 0x40u);
+  EXPECT_FALSE(r.power_instant) << "this driver has no nvmlDeviceGetFieldValues";
+  EXPECT_TRUE(r.power_w);
   EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses_v2"), 1);
   EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses"), 0);
 }
@@ -317,6 +353,18 @@ TEST(Summary, MediansMinimumAndMaximaOfOneDevice) {
   EXPECT_DOUBLE_EQ(c.at("gpu_samples"), 4);
   EXPECT_EQ(c.count("energy_j_per_sample"), 0u) << "no energy readings";
   EXPECT_EQ(c.count("gpu_throttle"), 0u) << "no clock reasons read";
+}
+
+// The summary's power is instantaneous only where every reading of every device was.
+TEST(Summary, PowerIsInstantaneousOnlyWhereEveryReadingWas) {
+  std::vector<Reading> a = series_of({}, {}, {100, 200}, {}, {}), b = series_of({}, {}, {300, 300}, {}, {});
+  for (Reading& r : a) r.power_instant = true;
+  for (Reading& r : b) r.power_instant = true;
+  EXPECT_TRUE(summarise({a, b}).power_instant);
+  b[1].power_instant = false;
+  const GpuSummary mixed = summarise({a, b});
+  EXPECT_FALSE(mixed.power_instant);
+  EXPECT_DOUBLE_EQ(*mixed.power_median_w, 150 + 300);
 }
 
 TEST(Summary, OddCountMedianIsTheMiddleValue) {
