@@ -44,10 +44,10 @@ input shape, sequence length, classes, batch and GPU batch, warm-up, optimizer, 
 and FLOPs, and `trainbench --csv_header` the CSV columns. This script only adds a PyTorch
 definition of each model (BUILDERS in torchpeer/models.py, keyed by model name), so a model
 added to trainbench is measured here once it has one; until then its benchmarks are skipped
-with one line on stderr. Workloads trainbench runs on real data only are skipped too (this script generates
-synthetic data). Before a row is timed, the PyTorch model's parameters and its own count of
-FLOPs (on the meta device) must equal trainbench's, or the row fails naming both counts:
-a definition that drifted from trainbench's gives no comparison.
+with one line on stderr. Workloads trainbench runs on real data only are skipped too (this
+script generates synthetic data). Before a row is timed, the PyTorch model's parameters and
+its own count of FLOPs (on the meta device) must equal trainbench's, or the row fails naming
+both counts: a definition that drifted from trainbench's gives no comparison.
 
 Optimizer: without --optimizer or --lr, each workload's own (kind, learning rate scaled with
 the batch where trainbench scales it, momentum, weight decay, Adam's betas and eps), as a
