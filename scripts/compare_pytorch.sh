@@ -55,66 +55,73 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-device=${TB_COMPARE_DEVICE:-cpu}
-if [ "$device" != cpu ] && [ "$device" != gpu ]; then
-  echo "compare_pytorch.sh: error: TB_COMPARE_DEVICE='$device': use cpu or gpu" >&2
-  exit 2
-fi
-# The distribution's interpreter on the CPU (Debian's torch is installed for it); on a GPU
-# machine the one on PATH, whose torch has CUDA.
-python=${TB_PYTHON:-$([ "$device" = gpu ] && echo python3 || echo /usr/bin/python3)}
-read -r -a trainbench <<<"${TB_TRAINBENCH:-build/release/bench/trainbench}"
-peer=scripts/peers/pytorch_train.py
-# 5 rounds: scripts/compare.py's Mann-Whitney U test needs 4 or more repetitions a side before
-# even a complete separation reaches p < 0.05 (its smallest_p: 2/C(8,4) = 0.029 at 4, 0.008 at 5).
-rounds=${TB_ROUNDS:-5}
-repetitions=${TB_REPETITIONS:-1}
-min_time=${TB_MIN_TIME:-1}
-trial_time=${TB_TRIAL_TIME:-0.5}
-for pair in "TB_ROUNDS=$rounds" "TB_REPETITIONS=$repetitions"; do
-  if ! [[ ${pair#*=} =~ ^[1-9][0-9]*$ ]]; then
-    echo "compare_pytorch.sh: error: ${pair%%=*}='${pair#*=}' is not a whole number >= 1" >&2
+# ---- what to run -----------------------------------------------------------------------------
+# The environment variables into globals (device, python, trainbench, peer, rounds, repetitions,
+# min_time, trial_time), each checked: a bad one exits 2 before anything runs.
+read_environment() {
+  local pair
+  device=${TB_COMPARE_DEVICE:-cpu}
+  if [ "$device" != cpu ] && [ "$device" != gpu ]; then
+    echo "compare_pytorch.sh: error: TB_COMPARE_DEVICE='$device': use cpu or gpu" >&2
     exit 2
   fi
-done
-for pair in "TB_MIN_TIME=$min_time" "TB_TRIAL_TIME=$trial_time"; do
-  if ! [[ ${pair#*=} =~ ^[0-9]+([.][0-9]+)?$ ]]; then
-    echo "compare_pytorch.sh: error: ${pair%%=*}='${pair#*=}' is not a number of seconds" >&2
-    exit 2
-  fi
-done
-if ((rounds * repetitions < 4)); then
-  echo "compare_pytorch.sh: note: TB_ROUNDS=$rounds x TB_REPETITIONS=$repetitions: with fewer than 4 values" \
-       "a side compare.py's U test cannot reach p < 0.05, it says only whether the ranges overlap" >&2
-fi
-
-# benchmark, optimizer, target (trainbench samples/s over PyTorch's, issue 7). SGD with
-# momentum everywhere but LeNet-5: with SGD its stacked sigmoids stay on their initial plateau
-# past the 200 warm-up steps in both frameworks, so the loss check fails both rows; its own
-# optimizer, Adam, learns, and the update of 75k parameters is a small part of its step.
-if [ "$device" = cpu ]; then
-  benchmarks=(
-    "train/mlp/mnist/cpu/fp32/bs:100 sgd 1.5"
-    "train/lenet5/cifar10/cpu/fp32/bs:100 adam 2"
-    "train/lstm/sine/cpu/fp32/bs:20 sgd 10"
-    "train/resnet152/cifar10/cpu/fp32/bs:128 sgd 1.5"
-    "train/resnet152/imagenet/cpu/fp32/bs:8 sgd 1.2"
-  )
-else
-  # Issue 16: ResNet-152 at 224 at or above PyTorch channels-last in every precision, and
-  # everything ahead of PyTorch staying ahead.
-  benchmarks=()
-  for p in fp32 tf32 fp16 bf16; do
-    benchmarks+=("train/resnet152/imagenet/gpu:1/$p/bs:128 sgd 1"
-                 "train/resnet152/cifar10/gpu:1/$p/bs:128 sgd 1"
-                 "train/mlp/mnist/gpu:1/$p/bs:100 sgd 1"
-                 "train/lenet5/cifar10/gpu:1/$p/bs:100 adam 1"
-                 "train/lstm/sine/gpu:1/$p/bs:20 sgd 1")
+  # The distribution's interpreter on the CPU (Debian's torch is installed for it); on a GPU
+  # machine the one on PATH, whose torch has CUDA.
+  python=${TB_PYTHON:-$([ "$device" = gpu ] && echo python3 || echo /usr/bin/python3)}
+  read -r -a trainbench <<<"${TB_TRAINBENCH:-build/release/bench/trainbench}"
+  peer=scripts/peers/pytorch_train.py
+  # 5 rounds: scripts/compare.py's Mann-Whitney U test needs 4 or more repetitions a side before
+  # even a complete separation reaches p < 0.05 (its smallest_p: 2/C(8,4) = 0.029 at 4, 0.008 at 5).
+  rounds=${TB_ROUNDS:-5}
+  repetitions=${TB_REPETITIONS:-1}
+  min_time=${TB_MIN_TIME:-1}
+  trial_time=${TB_TRIAL_TIME:-0.5}
+  for pair in "TB_ROUNDS=$rounds" "TB_REPETITIONS=$repetitions"; do
+    if ! [[ ${pair#*=} =~ ^[1-9][0-9]*$ ]]; then
+      echo "compare_pytorch.sh: error: ${pair%%=*}='${pair#*=}' is not a whole number >= 1" >&2
+      exit 2
+    fi
   done
-fi
+  for pair in "TB_MIN_TIME=$min_time" "TB_TRIAL_TIME=$trial_time"; do
+    if ! [[ ${pair#*=} =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+      echo "compare_pytorch.sh: error: ${pair%%=*}='${pair#*=}' is not a number of seconds" >&2
+      exit 2
+    fi
+  done
+  if ((rounds * repetitions < 4)); then
+    echo "compare_pytorch.sh: note: TB_ROUNDS=$rounds x TB_REPETITIONS=$repetitions: with fewer than 4 values" \
+         "a side compare.py's U test cannot reach p < 0.05, it says only whether the ranges overlap" >&2
+  fi
+}
 
-if [ -n "${TB_COMPARE_FILTER:-}" ]; then
-  chosen=()
+# The global benchmarks: "benchmark optimizer target" (trainbench samples/s over PyTorch's, issue
+# 7) for the device, those TB_COMPARE_FILTER matches. SGD with momentum everywhere but LeNet-5:
+# with SGD its stacked sigmoids stay on their initial plateau past the 200 warm-up steps in both
+# frameworks, so the loss check fails both rows; its own optimizer, Adam, learns, and the update
+# of 75k parameters is a small part of its step.
+choose_benchmarks() {
+  local p entry chosen=()
+  if [ "$device" = cpu ]; then
+    benchmarks=(
+      "train/mlp/mnist/cpu/fp32/bs:100 sgd 1.5"
+      "train/lenet5/cifar10/cpu/fp32/bs:100 adam 2"
+      "train/lstm/sine/cpu/fp32/bs:20 sgd 10"
+      "train/resnet152/cifar10/cpu/fp32/bs:128 sgd 1.5"
+      "train/resnet152/imagenet/cpu/fp32/bs:8 sgd 1.2"
+    )
+  else
+    # Issue 16: ResNet-152 at 224 at or above PyTorch channels-last in every precision, and
+    # everything ahead of PyTorch staying ahead.
+    benchmarks=()
+    for p in fp32 tf32 fp16 bf16; do
+      benchmarks+=("train/resnet152/imagenet/gpu:1/$p/bs:128 sgd 1"
+                   "train/resnet152/cifar10/gpu:1/$p/bs:128 sgd 1"
+                   "train/mlp/mnist/gpu:1/$p/bs:100 sgd 1"
+                   "train/lenet5/cifar10/gpu:1/$p/bs:100 adam 1"
+                   "train/lstm/sine/gpu:1/$p/bs:20 sgd 1")
+    done
+  fi
+  [ -n "${TB_COMPARE_FILTER:-}" ] || return 0
   for entry in "${benchmarks[@]}"; do
     if [[ ${entry%% *} =~ $TB_COMPARE_FILTER ]]; then chosen+=("$entry"); fi
   done
@@ -124,69 +131,76 @@ if [ -n "${TB_COMPARE_FILTER:-}" ]; then
     exit 2
   fi
   benchmarks=("${chosen[@]}")
-fi
+}
 
 # ---- what the comparison needs ---------------------------------------------------------------
-# shellcheck source=scripts/deps.sh
-source scripts/deps.sh  # tb_install_deps: dpkg checks, apt-get through sudo unless root
-if [ -z "${TB_TRAINBENCH:-}" ] && [ ! -x "${trainbench[0]}" ]; then
-  echo "compare_pytorch.sh: ${trainbench[0]} is missing: building the release preset"
-  tb_install_deps
-  cmake --preset release
-  cmake --build --preset release -j "$(nproc)"
-fi
-extra=()
-if [ "$device" = gpu ]; then
-  if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo "compare_pytorch.sh: error: $python cannot import torch with a usable GPU (nothing is installed" \
-         "on a GPU machine; set TB_PYTHON to an interpreter whose torch has CUDA)" >&2
+# trainbench built, torch importable (installed on the CPU), the OpenMP OpenBLAS on the CPU.
+ensure_tools() {
+  local extra=()
+  # shellcheck source=scripts/deps.sh
+  source scripts/deps.sh  # tb_install_deps: dpkg checks, apt-get through sudo unless root
+  if [ -z "${TB_TRAINBENCH:-}" ] && [ ! -x "${trainbench[0]}" ]; then
+    echo "compare_pytorch.sh: ${trainbench[0]} is missing: building the release preset"
+    tb_install_deps
+    cmake --preset release
+    cmake --build --preset release -j "$(nproc)"
+  fi
+  if [ "$device" = gpu ]; then
+    if ! "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+      echo "compare_pytorch.sh: error: $python cannot import torch with a usable GPU (nothing is installed" \
+           "on a GPU machine; set TB_PYTHON to an interpreter whose torch has CUDA)" >&2
+      exit 2
+    fi
+  elif ! "$python" -c 'import torch' 2>/dev/null; then
+    echo "compare_pytorch.sh: PyTorch is not importable by $python: installing Debian's python3-torch"
+    extra+=(python3-torch)
+  fi
+  if [ "$device" = cpu ] && ! dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "install ok installed"; then
+    echo "compare_pytorch.sh: installing libopenblas0-openmp, the BLAS PyTorch's Linear and LSTM layers" \
+         "will call (it also becomes the system's default libblas.so.3)"
+    extra+=(libopenblas0-openmp)
+  fi
+  if [ ${#extra[@]} -gt 0 ]; then
+    # shellcheck disable=SC2034  # read by tb_install_deps
+    TB_PACKAGES=("${extra[@]}")
+    tb_install_deps
+  fi
+  if ! "$python" -c 'import torch' >/dev/null; then
+    echo "compare_pytorch.sh: error: $python still cannot import torch (see the error above)" >&2
     exit 2
   fi
-elif ! "$python" -c 'import torch' 2>/dev/null; then
-  echo "compare_pytorch.sh: PyTorch is not importable by $python: installing Debian's python3-torch"
-  extra+=(python3-torch)
-fi
-if [ "$device" = cpu ] && ! dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "install ok installed"; then
-  echo "compare_pytorch.sh: installing libopenblas0-openmp, the BLAS PyTorch's Linear and LSTM layers" \
-       "will call (it also becomes the system's default libblas.so.3)"
-  extra+=(libopenblas0-openmp)
-fi
-if [ ${#extra[@]} -gt 0 ]; then
-  # shellcheck disable=SC2034  # read by tb_install_deps
-  TB_PACKAGES=("${extra[@]}")
-  tb_install_deps
-fi
-if ! "$python" -c 'import torch' >/dev/null; then
-  echo "compare_pytorch.sh: error: $python still cannot import torch (see the error above)" >&2
-  exit 2
-fi
+}
 
 # ---- the runs --------------------------------------------------------------------------------
-machine=${TB_MACHINE:-$(hostname -s)}
-out_dir=${TB_RESULTS_DIR:-results/$machine}
-stamp=$(date -u +%Y%m%dT%H%M%SZ)
-prefix=$out_dir/trainbench-vs-pytorch-$stamp
-tb_csv=$prefix-trainbench.csv
-pt_csv=$prefix-pytorch.csv
-settings=$prefix-pytorch-settings.json
-log=$prefix-log.txt
-mkdir -p "$out_dir"
-threads=$(nproc)  # trainbench's `cpu` device: every core this process may use
-# Both sides on synthetic data: an empty data folder keeps trainbench off any real files.
-nodata=$(mktemp -d)
-tools=$(mktemp -d)
-trap 'rm -rf "$nodata" "$tools"' EXIT
-# The peer takes trainbench as one path (--trainbench): a command of several words (a bundle's
-# run.sh and its argument) goes behind a wrapper that runs it.
-peer_trainbench=${trainbench[0]}
-if [ ${#trainbench[@]} -gt 1 ]; then
-  peer_trainbench=$tools/trainbench
-  printf '#!/usr/bin/env bash\nexec %s"$@"\n' "$(printf '%q ' "${trainbench[@]}")" >"$peer_trainbench"
-  chmod +x "$peer_trainbench"
-fi
-failed=0
-
-report=scripts/peers/pytorch_report.py  # reads the CSVs and the settings file back
+# The globals the runs share: the files of this comparison, the cores, an empty data folder,
+# the trainbench path the peer is given, and whether a run failed.
+prepare_runs() {
+  local machine out_dir stamp prefix
+  machine=${TB_MACHINE:-$(hostname -s)}
+  out_dir=${TB_RESULTS_DIR:-results/$machine}
+  stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  prefix=$out_dir/trainbench-vs-pytorch-$stamp
+  tb_csv=$prefix-trainbench.csv
+  pt_csv=$prefix-pytorch.csv
+  settings=$prefix-pytorch-settings.json
+  log=$prefix-log.txt
+  mkdir -p "$out_dir"
+  threads=$(nproc)  # trainbench's `cpu` device: every core this process may use
+  # Both sides on synthetic data: an empty data folder keeps trainbench off any real files.
+  nodata=$(mktemp -d)
+  tools=$(mktemp -d)
+  trap 'rm -rf "$nodata" "$tools"' EXIT
+  # The peer takes trainbench as one path (--trainbench): a command of several words (a bundle's
+  # run.sh and its argument) goes behind a wrapper that runs it.
+  peer_trainbench=${trainbench[0]}
+  if [ ${#trainbench[@]} -gt 1 ]; then
+    peer_trainbench=$tools/trainbench
+    printf '#!/usr/bin/env bash\nexec %s"$@"\n' "$(printf '%q ' "${trainbench[@]}")" >"$peer_trainbench"
+    chmod +x "$peer_trainbench"
+  fi
+  failed=0
+  report=scripts/peers/pytorch_report.py  # reads the CSVs and the settings file back
+}
 
 # Both tools append the variant of their flags to a name (.../optimizer:sgd, .../data_on_device):
 # the filters take a benchmark with whatever variant its flags give it.
@@ -232,19 +246,26 @@ run_pytorch() {  # benchmark optimizer
   echo "  pytorch     $("$python" "$report" last "$pt_csv" "$1")$([ $status -eq 0 ] || echo " (exit status $status)")"
 }
 
-echo "compare_pytorch.sh: PyTorch's settings search on the $device, a trial of ${trial_time}s per setting;" \
-     "trials in $settings and $log"
-for entry in "${benchmarks[@]}"; do
-  read -r name optimizer _ <<<"$entry"
-  echo "search: $name ($optimizer)"
-  search_pytorch "$name" "$optimizer"
-done
-echo "compare_pytorch.sh: $rounds round(s) of $repetitions repetition(s) on the $device ($([ "$device" = gpu ] && echo gpu:1 || echo "$threads thread(s)")), min time ${min_time}s; log in $log"
-for ((round = 1; round <= rounds; round++)); do
+# Every benchmark's setting first, so that each round's peer runs read them from $settings.
+search_settings() {
+  local entry name optimizer
+  echo "compare_pytorch.sh: PyTorch's settings search on the $device, a trial of ${trial_time}s per setting;" \
+       "trials in $settings and $log"
   for entry in "${benchmarks[@]}"; do
     read -r name optimizer _ <<<"$entry"
-    echo "round $round/$rounds: $name ($optimizer)"
-    if ((round % 2)); then
+    echo "search: $name ($optimizer)"
+    search_pytorch "$name" "$optimizer"
+  done
+}
+
+# One round: each benchmark on both sides, trainbench first in odd rounds, the peer first in
+# even ones.
+run_round() {  # round
+  local entry name optimizer
+  for entry in "${benchmarks[@]}"; do
+    read -r name optimizer _ <<<"$entry"
+    echo "round $1/$rounds: $name ($optimizer)"
+    if (($1 % 2)); then
       run_trainbench "$name" "$optimizer"
       run_pytorch "$name" "$optimizer"
     else
@@ -252,20 +273,23 @@ for ((round = 1; round <= rounds; round++)); do
       run_trainbench "$name" "$optimizer"
     fi
   done
-done
+}
+
+run_rounds() {
+  local round
+  echo "compare_pytorch.sh: $rounds round(s) of $repetitions repetition(s) on the $device ($([ "$device" = gpu ] && echo gpu:1 || echo "$threads thread(s)")), min time ${min_time}s; log in $log"
+  for ((round = 1; round <= rounds; round++)); do
+    run_round "$round"
+  done
+}
 
 # ---- the comparison --------------------------------------------------------------------------
-echo
-if [ -s "$tb_csv" ] && [ -s "$pt_csv" ]; then
-  # One clock on both sides: the wall time per timed step (lower is better), host gaps
-  # included; on a GPU also the device time per step. compare.py keeps frameworks apart, so each
-  # is one side of --filters, once per variant the benchmarks' flags give.
-  metrics=(wall_step_time_s)
-  clock=()
-  if [ "$device" = gpu ]; then
-    metrics+=(step_time_s)
-    clock=(--device_clock)
-  fi
+# One clock on both sides: the wall time per timed step (lower is better), host gaps included;
+# on a GPU also the device time per step. compare.py keeps frameworks apart, so each is one
+# side of --filters, once per variant the benchmarks' flags give.
+compare_clocks() {
+  local metric side_pt side_tb metrics=(wall_step_time_s)
+  [ "$device" = cpu ] || metrics+=(step_time_s)
   for metric in "${metrics[@]}"; do
     if [ "$metric" = wall_step_time_s ]; then
       echo "== wall clock: wall_step_time_s, the wall time of the timed steps per step on both sides"
@@ -276,19 +300,44 @@ if [ -s "$tb_csv" ] && [ -s "$pt_csv" ]; then
       "$python" scripts/compare.py --metric="$metric" "$pt_csv" "$tb_csv" --filters "$side_pt" "$side_tb" || true
     done < <("$python" "$report" filters "$pt_csv" "$tb_csv")
   done
+}
+
+# The table of issue 7: each side's samples/s, the ratio against its target, and the verdict.
+final_table() {
+  local entry name target clock=() targets=()
+  [ "$device" = cpu ] || clock=(--device_clock)
   # The CSV has no BLAS column; the peer prints the one torch loaded.
   grep -m1 "^pytorch_train.py: BLAS:" "$log" || true
   echo
-  targets=()
   for entry in "${benchmarks[@]}"; do
     read -r name _ target <<<"$entry"
     targets+=("$name=$target")
   done
   "$python" "$report" table "$pt_csv" "$tb_csv" "${clock[@]}" "${targets[@]}" || failed=1
-else
-  echo "compare_pytorch.sh: no comparison: a side wrote no rows (see $log)"
-  failed=1
-fi
-echo
-echo "compare_pytorch.sh: rows in $tb_csv and $pt_csv; PyTorch's settings in $settings; the runs' output in $log"
-exit $failed
+}
+
+compare_sides() {
+  echo
+  if [ -s "$tb_csv" ] && [ -s "$pt_csv" ]; then
+    compare_clocks
+    final_table
+  else
+    echo "compare_pytorch.sh: no comparison: a side wrote no rows (see $log)"
+    failed=1
+  fi
+  echo
+  echo "compare_pytorch.sh: rows in $tb_csv and $pt_csv; PyTorch's settings in $settings; the runs' output in $log"
+}
+
+main() {
+  read_environment
+  choose_benchmarks
+  ensure_tools
+  prepare_runs
+  search_settings
+  run_rounds
+  compare_sides
+  exit "$failed"
+}
+
+main "$@"

@@ -5,7 +5,8 @@ test: the workloads come from its JSON, a model with no PyTorch definition is sk
 note, and a missing, old or broken binary is refused in one line naming it and the fix; and
 bad flags or a CSV with another header answer in one line, the CSV untouched; a trainbench whose
 header lacks schema 4's columns is too old; the settings flags (--settings, --settings_out,
---search_only) refuse what cannot run.
+--search_only) refuse what cannot run; the parts the script runs before its re-exec do not
+load torch.
 
 fake_trainbench() and TODAY are also used by test_pytorch_train.py."""
 import copy
@@ -287,3 +288,20 @@ def test_malformed_json_names_the_binary(tmp_path):
         binary = fake_trainbench(folder, listing=listing)
         line = one_line(run("--trainbench", binary))
         assert f"{binary} --list_models --json" in line and why in line, line
+
+
+def test_the_parts_before_the_re_exec_do_not_load_torch():
+    """The entry point and the parts it runs before its re-exec (flags, trainbench's answers,
+    the environment, the CSV, the settings search) import without torch: torch must load only
+    in the re-executed process, under the environment the re-exec put in force."""
+    code = ("import importlib.util, sys\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "import settings_search, torchpeer.cli, torchpeer.csvout, torchpeer.environment\n"
+            "import torchpeer.trainbench, torchpeer.workloads\n"
+            "spec = importlib.util.spec_from_file_location('entry', sys.argv[2])\n"
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    r = subprocess.run([sys.executable, "-c", code, str(PEER.parent), str(PEER)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout

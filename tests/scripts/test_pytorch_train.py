@@ -16,7 +16,6 @@ scripts/compare_pytorch.sh installs it); the tests that ask the real trainbench 
 build answers --list_models --json. Runs on one thread to stay short on shared machines."""
 import copy
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -31,6 +30,10 @@ from conftest import ROOT, SCRIPTS
 from test_pytorch_flags import FIFTH, TODAY, fake_trainbench
 
 PEER = SCRIPTS / "peers" / "pytorch_train.py"
+sys.path.insert(0, str(SCRIPTS / "peers"))
+# The peer's parts without torch; those with torch are imported by the peer fixture below.
+from torchpeer.csvout import iteration_values  # noqa: E402
+from torchpeer.workloads import optimizer_of, workload_from_json  # noqa: E402
 PYTORCH_MODELS = {"mlp", "lenet5", "lstm", "resnet152"}  # the models the peer defines
 
 
@@ -246,13 +249,12 @@ def test_a_model_without_a_definition_is_skipped_while_the_others_run(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def peer_module():
-    """The script as a module (its flags, environment and runs sit under __main__)."""
-    spec = importlib.util.spec_from_file_location("pytorch_train", PEER)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+def peer():
+    """The peer's parts that import torch, imported here rather than at the top: a Python
+    without torch must reach this file's skip, not fail to collect it."""
+    import torch
+    from torchpeer import session, timing
+    return SimpleNamespace(torch=torch, session=session, timing=timing)
 
 
 @pytest.mark.parametrize("flags, model, dataset, batch, kind, lr", [
@@ -264,10 +266,10 @@ def peer_module():
     ({"lr": 0.5}, "resnet152", "cifar10", 128, "sgd", 0.5),       # --lr alone: not scaled
     ({"optimizer": "sgd", "lr": 0.2}, "lstm", "sine", 20, "sgd", 0.2),
 ])
-def test_the_optimizer_is_trainbench_s(peer_module, flags, model, dataset, batch, kind, lr):
+def test_the_optimizer_is_trainbench_s(flags, model, dataset, batch, kind, lr):
     entry = next(w for w in TODAY if (w["model"], w["dataset"]) == (model, dataset))
-    w = peer_module.workload_from_json(entry, 0)
-    o = peer_module.optimizer_of(w, batch, SimpleNamespace(**{"optimizer": None, "lr": None, **flags}))
+    w = workload_from_json(entry, 0)
+    o = optimizer_of(w, batch, SimpleNamespace(**{"optimizer": None, "lr": None, **flags}))
     assert (o.kind, o.lr) == (kind, pytest.approx(lr))
     # What --optimizer does not reset stays the workload's, as in trainbench.
     j = entry["optimizer"]
@@ -319,15 +321,15 @@ def test_the_searched_setting_is_timed_and_named_in_the_rows(tmp_path):
         (name, "ok", entry["settings"])] * 2
 
 
-def test_both_clocks_go_into_the_row(peer_module):
+def test_both_clocks_go_into_the_row(peer):
     """On a GPU step_time_s and samples_per_s are the device's clock, wall_step_time_s the
     wall's, host gaps included; on the CPU both are the wall's."""
-    gpu = peer_module.Trial(steps=10, wall=0.5, cpu=0.4, device=0.3)
-    v = peer_module.iteration_values(gpu, 100, 1e6, None, 2.0, 1.0)
+    gpu = peer.timing.Trial(steps=10, wall=0.5, cpu=0.4, device=0.3)
+    v = iteration_values(gpu, 100, 1e6, None, 2.0, 1.0)
     assert v["step_time_s"] == pytest.approx(0.03) and v["wall_step_time_s"] == pytest.approx(0.05)
     assert v["samples_per_s"] == pytest.approx(100 / 0.03)
     assert v["host_cpu_util"] == pytest.approx(0.4 / 0.5)
-    cpu = peer_module.iteration_values(peer_module.Trial(10, 0.5, 0.4), 100, 1e6, None, 2.0, 1.0)
+    cpu = iteration_values(peer.timing.Trial(10, 0.5, 0.4), 100, 1e6, None, 2.0, 1.0)
     assert cpu["step_time_s"] == cpu["wall_step_time_s"] == pytest.approx(0.05)
 
 
@@ -348,24 +350,24 @@ class FakeEvent:
         return (end.at - self.at) * 1e3
 
 
-def stand_in_gpu_session(peer_module, monkeypatch):
+def stand_in_gpu_session(peer, monkeypatch):
     """A tiny CPU model in a session marked cuda, with FakeEvent for torch.cuda.Event."""
-    torch = peer_module.torch
+    torch = peer.torch
     model = torch.nn.Linear(4, 2)
-    session = peer_module.Session(model, torch.nn.CrossEntropyLoss(),
-                                  torch.optim.SGD(model.parameters(), lr=0.1),
-                                  [(torch.randn(8, 4), torch.randint(0, 2, (8,)))], cuda=True)
+    session = peer.session.Session(model, torch.nn.CrossEntropyLoss(),
+                                   torch.optim.SGD(model.parameters(), lr=0.1),
+                                   [(torch.randn(8, 4), torch.randint(0, 2, (8,)))], cuda=True)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     FakeEvent.made = []
     return session
 
 
-def test_gpu_steps_record_a_pair_of_events_each(peer_module, monkeypatch):
+def test_gpu_steps_record_a_pair_of_events_each(peer, monkeypatch):
     """timed() on a GPU session: a pair of events per step, each recorded once, the start
     before the step's work and the end after it, the next step's start after that end."""
-    session = stand_in_gpu_session(peer_module, monkeypatch)
-    trial = peer_module.timed(session, 6)
+    session = stand_in_gpu_session(peer, monkeypatch)
+    trial = peer.timing.timed(session, 6)
     assert trial.steps == 6 and len(FakeEvent.made) == 12
     assert all(e.at is not None for e in FakeEvent.made)
     times = [e.at for e in FakeEvent.made]
@@ -374,10 +376,10 @@ def test_gpu_steps_record_a_pair_of_events_each(peer_module, monkeypatch):
     assert trial.device <= trial.wall and trial.time == trial.device
 
 
-def test_gpu_device_time_is_summed_from_events_around_each_step(peer_module, monkeypatch):
+def test_gpu_device_time_is_summed_from_events_around_each_step(peer, monkeypatch):
     """The device time is the sum of each step's events: a sleep between steps (a host gap)
     counts only in the wall time."""
-    session = stand_in_gpu_session(peer_module, monkeypatch)
+    session = stand_in_gpu_session(peer, monkeypatch)
     gap = 0.02
     run = session._run
 
@@ -386,7 +388,7 @@ def test_gpu_device_time_is_summed_from_events_around_each_step(peer_module, mon
             run(1, events[i:i + 1])
             time.sleep(gap)
     monkeypatch.setattr(session, "_run", with_host_gaps)
-    trial = peer_module.timed(session, 5)
+    trial = peer.timing.timed(session, 5)
     assert trial.steps == 5 and len(FakeEvent.made) == 10
     assert all(e.at is not None for e in FakeEvent.made)  # every step's pair recorded
     starts, ends = FakeEvent.made[0::2], FakeEvent.made[1::2]

@@ -1,0 +1,81 @@
+"""Asking the trainbench binary what to train and what to write: `--list_models --json` for
+the workloads, `--csv_header` for the columns. An InputError naming the binary and the fix
+where it cannot answer. Standard library only."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from torchpeer import PROG, ROOT, InputError
+from torchpeer.workloads import Workload, json_fields, workload_from_json
+
+# The schema_version trainbench writes (bench/columns.hpp kSchemaVersion, results/SCHEMA.md),
+# and the columns of version 4 the peer fills: a trainbench without them is refused.
+SCHEMA_VERSION = "4"
+SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings")
+DEFAULT_TRAINBENCH = ROOT / "build" / "release" / "bench" / "trainbench"
+JSON_FORMAT = 1  # the "format" of trainbench --list_models --json that the peer reads
+
+
+def how_to_get_trainbench(verb: str) -> str:
+    return (f"{verb} it with `cmake --build build/release` (or scripts/bench.sh, which also runs "
+            f"it), or give another with --trainbench PATH or $TRAINBENCH")
+
+
+def ask_trainbench(binary: Path, *flags: str) -> str:
+    """What `binary flags` prints; an InputError naming the binary and the fix when it cannot
+    answer."""
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        raise InputError(f"{binary}: no trainbench binary there (this script reads its workloads "
+                         f"and CSV columns from it): {how_to_get_trainbench('build')}")
+    command = " ".join([str(binary), *flags])
+    try:
+        r = subprocess.run([str(binary), *flags], capture_output=True, text=True,
+                           errors="replace", timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise InputError(f"{command}: cannot run it ({e}): {how_to_get_trainbench('rebuild')}") from None
+    if r.returncode != 0:
+        said = ([line for line in r.stderr.splitlines() if line.strip()] or ["no message"])[-1]
+        raise InputError(f"{command} exited with status {r.returncode} ({said.strip()[:200]}), as "
+                         f"a trainbench older than that flag does: {how_to_get_trainbench('rebuild')}")
+    return r.stdout
+
+
+def read_workloads(binary: Path) -> list[Workload]:
+    """trainbench --list_models --json: every workload trainbench defines, in its order."""
+    out = ask_trainbench(binary, "--list_models", "--json")
+    command = f"{binary} --list_models --json"
+    if not out.lstrip().startswith("{"):
+        first = (out.strip().splitlines() or [""])[0]
+        raise InputError(f"{command} printed no JSON (its first line: {first[:60]!r}): a trainbench "
+                         f"older than --json; {how_to_get_trainbench('rebuild')}")
+    try:
+        doc = json.loads(out)
+        fmt = json_fields(doc, "the JSON", format=int)["format"]
+        if fmt != JSON_FORMAT:
+            raise ValueError(f"format {fmt}, and this script reads format {JSON_FORMAT}")
+        entries = doc.get("workloads")
+        if not isinstance(entries, list) or not entries:
+            raise ValueError("no list of workloads")
+        return [workload_from_json(entry, i) for i, entry in enumerate(entries)]
+    except ValueError as e:  # json.JSONDecodeError is one
+        raise InputError(f"{command}: not the workload list this script reads ({e}); "
+                         f"{how_to_get_trainbench('rebuild')}, or update {PROG}") from None
+
+
+def read_csv_header(binary: Path) -> list[str]:
+    """trainbench --csv_header: the columns trainbench writes, in its order."""
+    out = ask_trainbench(binary, "--csv_header")
+    line = (out.strip().splitlines() or [""])[0]
+    if not line.startswith("schema_version,"):
+        raise InputError(f"{binary} --csv_header printed {line[:60]!r}, not trainbench's CSV header "
+                         f"(schema_version,...): {how_to_get_trainbench('rebuild')}")
+    columns = line.split(",")
+    missing = [c for c in SCHEMA_4_COLUMNS if c not in columns]
+    if missing:
+        raise InputError(f"{binary} --csv_header has no {', '.join(missing)} column(s): a trainbench "
+                         f"older than schema {SCHEMA_VERSION}, which this script writes; "
+                         f"{how_to_get_trainbench('rebuild')}")
+    return columns
