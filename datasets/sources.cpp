@@ -39,7 +39,7 @@ std::string cifar_folder(const std::string& folder) {
 }
 
 // Class c's fixed random pattern: 128 + N(0, 48^2) per pixel from a generator of its own (seeded
-// 12345 + c, as scripts/peers/pytorch_train.py draws them), the same for every split and seed.
+// 12345 + c, as scripts/peers/torchpeer/data.py draws them), the same for every split and seed.
 void class_pattern(i64 c, std::span<float> pattern) {
   std::mt19937_64 rng(12345 + std::uint64_t(c));
   std::normal_distribution<float> normal(0.0f, 48.0f);

@@ -484,19 +484,31 @@ struct ReferenceRun {
 
 // Runs forward and backward of a graph ending in a loss, node by node, on the plain-loop ops in
 // double, with the given parameters. Gradients of tensors read by several nodes are summed.
-ReferenceRun run_reference(const ModelSpec& m, i64 batch, const std::vector<std::vector<DVec>>& params,
-                           const Batch& data) {
-  const auto shapes = infer_shapes(m, batch);
-  const int n = int(m.nodes.size());
-  ReferenceRun r;
-  r.out.resize(n);
-  r.dparams.resize(n);
-  std::vector<DVec> mean(n), var(n);
-  std::vector<ref::LstmCache<double>> lstm(n);
-  r.out[0].assign(data.input.begin(), data.input.end());
-  constexpr double* none = nullptr;
+// The reference's forward and backward of a whole model, node by node, in double.
+class ReferenceRunner {
+ public:
+  ReferenceRunner(const ModelSpec& m, i64 batch, const std::vector<std::vector<DVec>>& params, const Batch& data)
+      : m(m), shapes(infer_shapes(m, batch)), params(params), data(data), n(int(m.nodes.size())) {
+    r.out.resize(n);
+    r.dparams.resize(n);
+    mean.resize(n);
+    var.resize(n);
+    lstm.resize(n);
+    r.out[0].assign(data.input.begin(), data.input.end());
+  }
 
-  for (int i = 1; i < n; ++i) {
+  ReferenceRun run() {
+    for (int i = 1; i < n; ++i) forward(i);
+    grad.resize(n);
+    for (int i = 0; i < n; ++i) grad[i].assign(r.out[i].size(), 0.0);
+    for (int i = n - 1; i >= 1; --i) backward(i);
+    return std::move(r);
+  }
+
+ private:
+  static constexpr double* none = nullptr;
+
+  void forward(int i) {
     const Node& node = m.nodes[i];
     const DVec& x = r.out[node.inputs[0]];
     const Dims& in = shapes[node.inputs[0]];
@@ -536,9 +548,7 @@ ReferenceRun run_reference(const ModelSpec& m, i64 batch, const std::vector<std:
     }
   }
 
-  std::vector<DVec> grad(n);
-  for (int i = 0; i < n; ++i) grad[i].assign(r.out[i].size(), 0.0);
-  for (int i = n - 1; i >= 1; --i) {
+  void backward(int i) {
     const Node& node = m.nodes[i];
     const DVec& x = r.out[node.inputs[0]];
     const Dims& in = shapes[node.inputs[0]];
@@ -583,7 +593,20 @@ ReferenceRun run_reference(const ModelSpec& m, i64 batch, const std::vector<std:
     DVec& into = grad[node.inputs[0]];
     for (std::size_t k = 0; k < dx.size(); ++k) into[k] += dx[k];
   }
-  return r;
+
+  const ModelSpec& m;
+  const std::vector<Dims> shapes;
+  const std::vector<std::vector<DVec>>& params;
+  const Batch& data;
+  const int n;
+  ReferenceRun r;
+  std::vector<DVec> mean, var, grad;
+  std::vector<ref::LstmCache<double>> lstm;
+};
+
+ReferenceRun run_reference(const ModelSpec& m, i64 batch, const std::vector<std::vector<DVec>>& params,
+                           const Batch& data) {
+  return ReferenceRunner(m, batch, params, data).run();
 }
 
 // One training batch through the CPU network and through run_reference with the network's own
