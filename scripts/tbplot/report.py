@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 
 import tbcsv
-from tbplot import headline
+from tbplot.charts import headline
 from tbplot.model import config_name, config_of, machine_of, panel_title
 from tbplot.summary import METRICS, Summary, cell, summarise
 
