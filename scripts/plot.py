@@ -76,7 +76,7 @@ def write_charts(plt, data: Data, out: Path, skipped: dict | None = None) -> lis
     out.mkdir(parents=True, exist_ok=True)
     figs = Figures(plt, data)
     written = []
-    for name, draw in CHARTS:
+    for name, draw, _ in CHARTS:
         try:
             fig = draw(figs, data)
         except Skip as why:

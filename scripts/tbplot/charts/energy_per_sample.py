@@ -7,6 +7,8 @@ import tbcsv
 from tbplot.figures import HATCH, Figures, Skip, bar_panel_width, grouped_bars, panels_of
 from tbplot.model import Data, config_of, config_sort_key, panel_title, spread
 
+QUESTION = "How much GPU energy does one trained sample cost, and did a GPU throttle?"
+
 
 def is_gpu_row(row) -> bool:
     return tbcsv.field_of(row, "device").startswith("gpu")

@@ -7,6 +7,8 @@ from tbplot.figures import Figures, Skip
 from tbplot.hbars import HBar, benchmark_key, grouped_hbars
 from tbplot.model import Data, spread
 
+QUESTION = "How much host CPU time does one training step cost?"
+
 
 def chart_host_cpu(figs: Figures, data: Data):
     """(f) host CPU time per training step per benchmark (process CPU time, all threads)."""

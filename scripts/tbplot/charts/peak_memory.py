@@ -7,6 +7,8 @@ from tbplot.figures import Figures, Skip
 from tbplot.hbars import HBar, benchmark_key, grouped_hbars
 from tbplot.model import Data
 
+QUESTION = "How much memory does each benchmark need, and for what?"
+
 RSS = "peak RSS (no breakdown)"
 DEVICE_PEAK = "device peak (no breakdown)"
 MEMORY_PARTS = [("mem_weights_bytes", "weights"), ("mem_grads_bytes", "gradients"),

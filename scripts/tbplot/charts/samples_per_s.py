@@ -8,6 +8,9 @@ from tbplot.figures import (Figures, Skip, bar_panel_width, grouped_bars, panels
                             status_markers)
 from tbplot.model import Data, panel_title, spread
 
+QUESTION = ("How many samples per second does each benchmark train, per machine and device "
+            "configuration?")
+
 
 def chart_samples_per_s(figs: Figures, data: Data):
     """(a) samples/s per model and device configuration, one panel per model and dataset."""

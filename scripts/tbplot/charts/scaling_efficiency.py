@@ -6,6 +6,8 @@ import tbcsv
 from tbplot.figures import LABEL_BOX, Figures, Skip, style_legend
 from tbplot.model import Data, config_of, panel_title, scaling_lines
 
+QUESTION = "How close to N times one device do N devices get (gpu:N)?"
+
 
 def chart_scaling(figs: Figures, data: Data):
     """(c) scaling efficiency against the number of devices, from gpu:N rows."""

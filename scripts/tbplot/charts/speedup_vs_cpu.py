@@ -6,6 +6,9 @@ import tbcsv
 from tbplot.figures import Figures, Skip, bar_panel_width, grouped_bars, panels_of
 from tbplot.model import Data, panel_title, speedups
 
+QUESTION = ("How much faster than the same machine's cpu row (all cores) is each "
+            "configuration?")
+
 
 def chart_speedup(figs: Figures, data: Data):
     """(b) speedup of every configuration over the `cpu` row of the same machine."""

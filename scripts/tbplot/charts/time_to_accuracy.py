@@ -8,6 +8,8 @@ import tbcsv
 from tbplot.figures import Figures, Skip, config_labels, log_scale, panels_of, style_legend
 from tbplot.model import Data, panel_title
 
+QUESTION = "How long does each configuration take to reach a validation accuracy?"
+
 
 def accuracy_curves(data: Data) -> dict:
     """(series, config) -> [(elapsed_s, val_acc)] per epoch, medians over repetitions."""
