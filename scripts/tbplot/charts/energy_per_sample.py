@@ -57,6 +57,37 @@ def listed(items: list[str], most: int = 6) -> str:
     return "; ".join(shown)
 
 
+def throttle_notes(data: Data, got: dict, gpu_rows, throttled: dict) -> list[str]:
+    """The note naming each throttled benchmark with its reasons and in how many of its rows;
+    none when no GPU reported a throttle reason."""
+    if not throttled:
+        return []
+    by_benchmark = []
+    for (s, c), (reasons, total) in sorted(throttled.items(), key=lambda kv: (
+            data.series.index(kv[0][0]), kv[0][1].panel, config_sort_key(kv[0][1]))):
+        name = next(r["benchmark"] for r in gpu_rows if data.key(r) == (s, c))
+        rows_word = ("repetitions" if got[(s, c)].source == "iterations"
+                     else "median aggregate rows")
+        why = ", ".join(f"{reason} in {n} of {total} {rows_word}"
+                        for reason, n in sorted(reasons.items()))
+        by_benchmark.append(f"{name} on {s}: {why}")
+    return ["Throttled (hatched bars; gpu_throttle): " + listed(by_benchmark)]
+
+
+def lacking_notes(data: Data, got: dict, gpu_rows) -> list[str]:
+    """The note counting, per series, the configurations whose ok GPU rows have no value:
+    files before schema_version 3, or no NVML. None when every one has."""
+    lacking: dict[str, set] = {}
+    for r in gpu_rows:
+        if tbcsv.is_ok(r) and data.key(r) not in got:
+            lacking.setdefault(data.series_of(r), set()).add(config_of(r))
+    if not lacking:
+        return []
+    return ["No energy_j_per_sample (rows before schema_version 3, or NVML not loaded), not "
+            "drawn: " + listed([f"{s} ({len(cs)} configuration{'s' * (len(cs) != 1)})"
+                                for s, cs in lacking.items()])]
+
+
 def chart_energy(figs: Figures, data: Data):
     """(g) GPU energy per trained sample per model and configuration, gpu:* rows only."""
     gpu_rows = [r for r in data.step_rows if is_gpu_row(r)]
@@ -72,27 +103,7 @@ def chart_energy(figs: Figures, data: Data):
     notes = ["Energy per sample = the GPU's energy counter (NVML) over the timed steps, summed "
              "over the row's GPUs / samples trained (gpu:1/jobs:K: the K jobs together). Bars: "
              "median over ok repetitions (or the median aggregate row); whiskers: min–max."]
-    if throttled:
-        by_benchmark = []
-        for (s, c), (reasons, total) in sorted(throttled.items(), key=lambda kv: (
-                data.series.index(kv[0][0]), kv[0][1].panel, config_sort_key(kv[0][1]))):
-            name = next(r["benchmark"] for r in gpu_rows if data.key(r) == (s, c))
-            rows_word = ("repetitions" if got[(s, c)].source == "iterations"
-                         else "median aggregate rows")
-            why = ", ".join(f"{reason} in {n} of {total} {rows_word}"
-                            for reason, n in sorted(reasons.items()))
-            by_benchmark.append(f"{name} on {s}: {why}")
-        notes.append("Throttled (hatched bars; gpu_throttle): " + listed(by_benchmark))
-    # GPU rows measured without the column: files before schema_version 3, or no NVML.
-    lacking: dict[str, set] = {}
-    for r in gpu_rows:
-        if tbcsv.is_ok(r) and data.key(r) not in got:
-            lacking.setdefault(data.series_of(r), set()).add(config_of(r))
-    if lacking:
-        notes.append("No energy_j_per_sample (rows before schema_version 3, or NVML not "
-                     "loaded), not drawn: " + listed([f"{s} ({len(cs)} configuration"
-                                                       f"{'s' * (len(cs) != 1)})"
-                                                       for s, cs in lacking.items()]))
+    notes += throttle_notes(data, got, gpu_rows, throttled) + lacking_notes(data, got, gpu_rows)
     legend = figs.series_legend(series) if len(series) > 1 else []
     if throttled:
         from matplotlib.patches import Patch
