@@ -13,25 +13,13 @@ import html
 from pathlib import Path
 
 import tbcsv
-from tbplot import headline
+from tbplot.charts import CHARTS
 from tbplot.model import config_name, config_of, machine_of, panel_title
 from tbplot.summary import METRICS, Summary, cell, summarise
 
 REPORT_FILES = ("report.md", "report.html")
+CAPTIONS = {chart.name: chart.caption for chart in CHARTS}
 
-# The question each chart answers, one line under it in the report.
-CAPTIONS = {
-    "samples_per_s": "How many samples per second does each benchmark train, per machine and "
-                     "device configuration?",
-    "speedup_vs_cpu": "How much faster than the same machine's cpu row (all cores) is each "
-                      "configuration?",
-    "scaling_efficiency": "How close to N times one device do N devices get (gpu:N)?",
-    "time_to_accuracy": "How long does each configuration take to reach a validation accuracy?",
-    "peak_memory": "How much memory does each benchmark need, and for what?",
-    "host_cpu_per_step": "How much host CPU time does one training step cost?",
-    "energy_per_sample": "How much GPU energy does one trained sample cost, and did a GPU "
-                         "throttle?",
-}
 VERSION_COLUMNS = ("schema_version", "framework")
 
 
@@ -132,7 +120,7 @@ def blocks(data, out: Path, written: list[str], skipped: dict) -> list[tuple]:
         doc.append(("p", "No ok row has a samples_per_s value."))
     doc.append(("h2", "Charts"))
     for name in written:
-        caption = headline.caption(data) if name == "headline" else CAPTIONS.get(name, name)
+        caption = CAPTIONS[name](data)
         doc += [("h3", name), ("caption", caption), ("img", out / f"{name}.png", caption)]
     sections = [("Charts not drawn", [f"{name}: {why}" for name, why in skipped.items()]),
                 ("Skipped configurations", status_lists(data, "skipped")),

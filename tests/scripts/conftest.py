@@ -78,10 +78,5 @@ def compare_mod():
 
 
 @pytest.fixture(scope="session")
-def plot_mod():
-    return importlib.import_module("plot")
-
-
-@pytest.fixture(scope="session")
 def tbcsv_mod():
     return importlib.import_module("tbcsv")

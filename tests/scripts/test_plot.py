@@ -14,6 +14,11 @@ import pytest
 
 from conftest import (BAD_INPUTS, FIXTURES, SCRIPTS, assert_one_line_error, bad_path, data_file,
                       load_generator, rewrite_csv, run_script)
+from tbplot.charts.energy_per_sample import energy_per_sample, energy_unit, throttling
+from tbplot.charts.time_to_accuracy import accuracy_curves
+from tbplot.figures import describe_machines
+from tbplot.model import Data, config_of, machine_of, newest_rows, scaling_lines, speedups, spread
+from tbplot.svg import stable_clip_ids
 
 ALL_CHARTS = ["headline", "samples_per_s", "speedup_vs_cpu", "scaling_efficiency",
               "time_to_accuracy", "peak_memory", "host_cpu_per_step", "energy_per_sample"]
@@ -153,13 +158,13 @@ def test_a_chart_whose_column_is_absent_is_skipped_with_a_note(tmp_path, drop, m
     assert len(notes) == 1, r.stdout
 
 
-def test_aggregate_only_files_plot_the_median_rows(tmp_path, plot_mod, tbcsv_mod):
+def test_aggregate_only_files_plot_the_median_rows(tmp_path, tbcsv_mod):
     plot(tmp_path, data_file("aggregates_only.csv"))
     assert "samples_per_s" in charts_in(tmp_path)
-    data = plot_mod.Data([tbcsv_mod.read_table(data_file("aggregates_only.csv"))])
+    data = Data([tbcsv_mod.read_table(data_file("aggregates_only.csv"))])
     medians = [r for r in data.rows if r["aggregate"] == "median"
                and r["benchmark"] == "train/mlp/mnist/cpu:1/fp32/bs:100"]
-    ratio = plot_mod.speedups(data)[("vm", plot_mod.config_of(medians[0]))]
+    ratio = speedups(data)[("vm", config_of(medians[0]))]
     cpu = [r for r in data.rows if r["aggregate"] == "median"
            and r["benchmark"] == "train/mlp/mnist/cpu/fp32/bs:100"]
     want = float(medians[0]["samples_per_s"]) / float(cpu[0]["samples_per_s"])
@@ -194,11 +199,11 @@ def test_output_is_reproducible(tmp_path):
         assert not different and not errors
 
 
-def test_clip_ids_are_numbered_in_order_of_use(plot_mod):
+def test_clip_ids_are_numbered_in_order_of_use():
     svg = ('<g clip-path="url(#p0123456789)"/><g clip-path="url(#pabcdefabcd)"/>'
            '<g clip-path="url(#p0123456789)"/><defs><clipPath id="p0123456789"><rect/></clipPath>'
            '<clipPath id="pabcdefabcd"><rect/></clipPath><pattern id="h0123456789"/></defs>')
-    assert plot_mod.stable_clip_ids(svg) == (
+    assert stable_clip_ids(svg) == (
         '<g clip-path="url(#clip1)"/><g clip-path="url(#clip2)"/>'
         '<g clip-path="url(#clip1)"/><defs><clipPath id="clip1"><rect/></clipPath>'
         '<clipPath id="clip2"><rect/></clipPath><pattern id="h0123456789"/></defs>')
@@ -214,10 +219,10 @@ def medians_by_benchmark(rows, column="samples_per_s"):
     return {k: statistics.median(v) for k, v in values.items()}
 
 
-def test_speedup_is_over_the_cpu_row_of_the_same_machine(plot_mod, tbcsv_mod):
-    data = plot_mod.Data([tbcsv_mod.read_table(p) for p in TWO_MACHINES])
+def test_speedup_is_over_the_cpu_row_of_the_same_machine(tbcsv_mod):
+    data = Data([tbcsv_mod.read_table(p) for p in TWO_MACHINES])
     medians = medians_by_benchmark(data.rows)
-    got = {(s, c.model, c.device): v for (s, c), v in plot_mod.speedups(data).items()}
+    got = {(s, c.model, c.device): v for (s, c), v in speedups(data).items()}
     want = medians[("ws-alpha", "train/lenet5/cifar10/cpu:4/fp32/bs:100")] / \
         medians[("ws-alpha", "train/lenet5/cifar10/cpu/fp32/bs:100")]
     assert got[("ws-alpha", "lenet5", "cpu:4")] == pytest.approx(want)
@@ -226,10 +231,10 @@ def test_speedup_is_over_the_cpu_row_of_the_same_machine(plot_mod, tbcsv_mod):
     assert len(got) == 9  # vm: 3 models x cpu:1; ws-alpha: 3 x (cpu:1, cpu:4)
 
 
-def test_scaling_efficiency_is_throughput_over_n_times_one_device(plot_mod, tbcsv_mod):
-    data = plot_mod.Data([tbcsv_mod.read_table(GPU)])
+def test_scaling_efficiency_is_throughput_over_n_times_one_device(tbcsv_mod):
+    data = Data([tbcsv_mod.read_table(GPU)])
     medians = medians_by_benchmark(data.rows)
-    lines = plot_mod.scaling_lines(data)
+    lines = scaling_lines(data)
     key = ("gpu-node", ("train", "resnet152", "cifar10"), "fp32", "bs:128")
     assert set(lines) == {key, ("gpu-node", ("train", "mlp", "mnist"), "fp32", "bs:100")}
     one = medians[("gpu-node", "train/resnet152/cifar10/gpu:1/fp32/bs:128")]
@@ -239,10 +244,10 @@ def test_scaling_efficiency_is_throughput_over_n_times_one_device(plot_mod, tbcs
     assert 0.8 < lines[key][4] < 0.9  # the fixture scales at 85%
 
 
-def test_time_to_accuracy_uses_the_epoch_rows(plot_mod, tbcsv_mod):
-    data = plot_mod.Data([tbcsv_mod.read_table(GPU)])
+def test_time_to_accuracy_uses_the_epoch_rows(tbcsv_mod):
+    data = Data([tbcsv_mod.read_table(GPU)])
     assert len(data.epoch_rows) == 48 and all(r["kind"] != "epochs" for r in data.step_rows)
-    curves = plot_mod.accuracy_curves(data)
+    curves = accuracy_curves(data)
     assert {c.device for _, c in curves} == {"cpu", "gpu:1", "gpu:2"}
     for points in curves.values():
         assert len(points) == 8
@@ -316,16 +321,16 @@ def latest_rows():
     ]
 
 
-def test_latest_keeps_each_machines_newest_measured_rows(plot_mod):
-    kept = plot_mod.newest_rows(latest_rows())
+def test_latest_keeps_each_machines_newest_measured_rows():
+    kept = newest_rows(latest_rows())
     assert [r["samples_per_s"] for r in kept] == ["2", "3", "4"]  # the older run and the skip go
 
 
-def test_latest_names_machines_that_share_a_hostname_by_their_gpu_or_cpu(plot_mod):
+def test_latest_names_machines_that_share_a_hostname_by_their_gpu_or_cpu():
     class Table:
         rows = latest_rows()
 
-    data = plot_mod.Data([Table()], latest=True)
+    data = Data([Table()], latest=True)
     assert data.series == ["vm (AMD EPYC)", "vm (NVIDIA H100)", "vm (NVIDIA H100) · pytorch"]
 
 
@@ -367,26 +372,25 @@ def test_energy_per_sample_is_drawn_from_a_v3_file(energy_chart):
     assert "gpu_power_w" not in text and "gpu_sm_clock_min_mhz" not in text
 
 
-def test_energy_values_are_the_medians_of_the_gpu_rows(plot_mod, tbcsv_mod):
-    data = plot_mod.Data([tbcsv_mod.read_table(GPU_V3)])
-    got = plot_mod.energy_per_sample(data)
+def test_energy_values_are_the_medians_of_the_gpu_rows(tbcsv_mod):
+    data = Data([tbcsv_mod.read_table(GPU_V3)])
+    got = energy_per_sample(data)
     want = energy_repetitions(GPU_V3)
     assert len(want) == 8 and not any("/cpu/" in b for b in want)  # the cpu row has none
-    names = {c: r["benchmark"] for r in data.rows for c in [plot_mod.config_of(r)]}
+    names = {c: r["benchmark"] for r in data.rows for c in [config_of(r)]}
     assert {names[c] for _, c in got} == set(want)
     for (series, config), sample in got.items():
         values = want[names[config]]
         assert series == "h100-node"
         assert sample.center == pytest.approx(statistics.median(values))
-        assert plot_mod.spread(sample)[1:] == (pytest.approx(min(values)),
-                                               pytest.approx(max(values)))
+        assert spread(sample)[1:] == (pytest.approx(min(values)), pytest.approx(max(values)))
     jobs = next(s for (_, c), s in got.items() if c.device == "gpu:1/jobs:2")
     assert len(jobs.values) == 3
 
 
-def test_a_throttled_repetition_is_hatched_and_named(plot_mod, tbcsv_mod, energy_chart):
-    data = plot_mod.Data([tbcsv_mod.read_table(GPU_V3)])
-    throttled = plot_mod.throttling(data, plot_mod.energy_per_sample(data))
+def test_a_throttled_repetition_is_hatched_and_named(tbcsv_mod, energy_chart):
+    data = Data([tbcsv_mod.read_table(GPU_V3)])
+    throttled = throttling(data, energy_per_sample(data))
     assert [(s, c.model, c.device, c.precision) for s, c in throttled] == \
         [("h100-node", "resnet152", "gpu:1", "fp32")]
     assert list(throttled.values()) == [({"sw_power_cap+sw_thermal_slowdown": 1}, 3)]
@@ -421,25 +425,25 @@ def test_energy_is_skipped_with_a_note_for_v2_files_and_its_old_chart_removed(tm
 
 @pytest.mark.parametrize("smallest, unit", [(2.5, "J"), (0.1, "J"), (0.0999, "mJ"),
                                             (2.7e-4, "mJ"), (9e-5, "µJ")])
-def test_energy_unit_keeps_the_smallest_bar_readable(plot_mod, smallest, unit):
-    factor, name = plot_mod.energy_unit(smallest)
+def test_energy_unit_keeps_the_smallest_bar_readable(smallest, unit):
+    factor, name = energy_unit(smallest)
     assert name == unit
     assert smallest / factor >= 0.1 or unit == "µJ"
 
 
-def test_v2_and_v3_rows_of_one_machine_are_one_machine(plot_mod, tbcsv_mod, tmp_path):
+def test_v2_and_v3_rows_of_one_machine_are_one_machine(tbcsv_mod, tmp_path):
     """driver_version changed meaning in v3 (13.0 -> 580.159.04); the machine must not split."""
     v2, v3 = tbcsv_mod.read_table(GPU_V2), tbcsv_mod.read_table(GPU_V3)
-    assert plot_mod.machine_of(v2.rows[0]) == plot_mod.machine_of(v3.rows[0])
+    assert machine_of(v2.rows[0]) == machine_of(v3.rows[0])
     # Two commits are two series (builds are never pooled), named by commit, not by driver.
-    assert plot_mod.Data([v2, v3]).series == ["h100-node @ d4e5f60", "h100-node @ e5f6a7b"]
+    assert Data([v2, v3]).series == ["h100-node @ d4e5f60", "h100-node @ e5f6a7b"]
     # --latest: resnet152 measured only by the v2 run still belongs to the same machine.
     no_resnet = rewrite_csv(GPU_V3, tmp_path / "v3.csv",
                             keep_row=lambda row: "resnet152" not in row["benchmark"])
-    data = plot_mod.Data([v2, tbcsv_mod.read_table(no_resnet)], latest=True)
+    data = Data([v2, tbcsv_mod.read_table(no_resnet)], latest=True)
     assert data.series == ["h100-node"]
     assert {r["schema_version"] for r in data.rows} == {"2", "3"}
-    line, = plot_mod.describe_machines(data, data.rows)
+    line, = describe_machines(data, data.rows)
     assert "driver_version 580.159.04" in line and "cuda_driver_version 13.0" in line
     assert not re.search(r"(?<!cuda_)driver_version 13\.0", line), line
 

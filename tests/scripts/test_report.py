@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import data_file, run_script
+from tbplot.model import Data, scaling_lines, speedups
 
 GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
 SKIP_REASON = "skipped: gpu:4 needs 4 GPUs, this machine has 2"
@@ -149,7 +150,7 @@ def test_headline_bars_carry_the_speedup_over_cpu(gpu_report):
         assert re.search(rf"(^| ){re.escape(legend)} ", text), legend
 
 
-def test_predicted_rows_are_hatched_and_named_never_measured(gpu_report, plot_mod, tbcsv_mod):
+def test_predicted_rows_are_hatched_and_named_never_measured(gpu_report, tbcsv_mod):
     out, _ = gpu_report
     text = svg_text(out / "headline.svg")
     assert "gpu:8 predicted for nvlink4 (not measured)" in text
@@ -162,20 +163,20 @@ def test_predicted_rows_are_hatched_and_named_never_measured(gpu_report, plot_mo
     predicted = medians(GPU)["train/resnet152/cifar10/gpu:8/fp32/bs:128/predicted:nvlink4"]
     assert line["samples/s: gpu:8 predicted (nvlink4)"] == f"{predicted:,.0f}"
     assert line["scaling efficiency (%): gpu:8 predicted (nvlink4)"] == "88"
-    data = plot_mod.Data([tbcsv_mod.read_table(GPU)])
+    data = Data([tbcsv_mod.read_table(GPU)])
     assert len(data.predicted_rows) == 1 and not any(
         tbcsv_mod.is_predicted(r) for r in data.step_rows)
 
 
-def test_shared_device_rows_are_never_scaling(gpu_report, plot_mod, tbcsv_mod):
+def test_shared_device_rows_are_never_scaling(gpu_report, tbcsv_mod):
     out, _ = gpu_report
     assert "Left out: the shared_device rows of gpu:2 on fixture-host (2 replicas on one GPU: " \
            "correctness, not scaling)" in svg_text(out / "headline.svg")
     assert "replicas" not in svg_text(out / "scaling_efficiency.svg")
     assert "replicas" not in svg_text(out / "speedup_vs_cpu.svg")
-    data = plot_mod.Data([tbcsv_mod.read_table(GPU)])
-    assert not any(c.shared_device for _, c in plot_mod.speedups(data))
-    assert all("replicas" not in label for _, _, _, label in plot_mod.scaling_lines(data))
+    data = Data([tbcsv_mod.read_table(GPU)])
+    assert not any(c.shared_device for _, c in speedups(data))
+    assert all("replicas" not in label for _, _, _, label in scaling_lines(data))
     headers, _ = md_table((out / "report.md").read_text(), "model")
     shared = [h for h in headers if "replicas on one GPU" in h]
     assert shared == ["samples/s: gpu:2 2 replicas on one GPU",

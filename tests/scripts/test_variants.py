@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, data_file, run_script
+from tbplot.figures import si
+from tbplot.model import Data
 
 SGD, ADAM = data_file("optimizer_sgd_v4.csv"), data_file("optimizer_adam_v4.csv")
 MERGED = data_file("h100_data_on_device_v3.csv")
@@ -29,9 +31,9 @@ def raw_medians(paths, key) -> dict:
     return {k: statistics.median(v) for k, v in values.items()}
 
 
-def bars(plot_mod, tbcsv_mod, *paths) -> dict:
+def bars(tbcsv_mod, *paths) -> dict:
     """(model, device, precision, variant, framework) -> the median samples/s plot.py draws."""
-    data = plot_mod.Data([tbcsv_mod.read_table(p) for p in paths])
+    data = Data([tbcsv_mod.read_table(p) for p in paths])
     got = tbcsv_mod.samples(data.step_rows, data.key, "samples_per_s")
     return {(c.model, c.device, c.precision, c.variant, s.split(" · ")[-1]): v.center
             for (s, c), v in got.items()}
@@ -87,8 +89,8 @@ def test_versions_1_to_4_are_read_together(tbcsv_mod):
 
 # ---- issue 21's cases -----------------------------------------------------------------------
 
-def test_an_optimizer_variant_is_a_bar_of_its_own(plot_mod, tbcsv_mod, tmp_path):
-    got = bars(plot_mod, tbcsv_mod, SGD, ADAM)
+def test_an_optimizer_variant_is_a_bar_of_its_own(tbcsv_mod, tmp_path):
+    got = bars(tbcsv_mod, SGD, ADAM)
     want = raw_medians([SGD, ADAM], lambda r: r["optimizer"] if r["model"] == "mlp" else None)
     assert got[("mlp", "cpu", "fp32", "", "vm")] == pytest.approx(want["sgd"])
     assert got[("mlp", "cpu", "fp32", "optimizer:adam", "vm")] == pytest.approx(want["adam"])
@@ -96,7 +98,7 @@ def test_an_optimizer_variant_is_a_bar_of_its_own(plot_mod, tbcsv_mod, tmp_path)
     assert r.returncode == 0, r.stderr
     words = svg_words(tmp_path / "samples_per_s.svg")
     assert "optimizer:adam" in words  # the second bar's tick label names its variant
-    assert plot_mod.si(want["sgd"]) in words and plot_mod.si(want["adam"]) in words
+    assert si(want["sgd"]) in words and si(want["adam"]) in words
 
 
 def test_an_optimizer_variant_is_unmatched_in_compare():
@@ -109,8 +111,8 @@ def test_an_optimizer_variant_is_unmatched_in_compare():
     assert "differs: variant, optimizer" in r.stdout
 
 
-def test_data_on_device_rows_of_a_v3_file_are_two_bars(plot_mod, tbcsv_mod, tmp_path):
-    got = bars(plot_mod, tbcsv_mod, MERGED)
+def test_data_on_device_rows_of_a_v3_file_are_two_bars(tbcsv_mod, tmp_path):
+    got = bars(tbcsv_mod, MERGED)
     want = raw_medians([MERGED], lambda r: r["data_on_device"])
     assert got == {("mlp", "gpu:1", "fp32", "", "h100-node"): pytest.approx(want["0"]),
                    ("mlp", "gpu:1", "fp32", "data_on_device", "h100-node"):
@@ -119,10 +121,10 @@ def test_data_on_device_rows_of_a_v3_file_are_two_bars(plot_mod, tbcsv_mod, tmp_
     r = run_script("plot.py", MERGED, "--out", tmp_path)
     assert r.returncode == 0, r.stderr
     words = svg_words(tmp_path / "samples_per_s.svg")
-    assert plot_mod.si(want["0"]) in words and plot_mod.si(want["1"]) in words
+    assert si(want["0"]) in words and si(want["1"]) in words
     pooled = raw_medians([MERGED], lambda r: "both runs")["both runs"]
     assert 420e3 < pooled < 440e3
-    assert plot_mod.si(pooled) not in words  # not the 431k of the two runs pooled
+    assert si(pooled) not in words  # not the 431k of the two runs pooled
     assert "data_on_device" in words
 
 
@@ -137,11 +139,11 @@ def test_a_plain_run_and_a_cuda_graph_run_are_unmatched_in_compare():
     assert "--filters '' 'data_on_device/cuda_graph'" in r.stdout
 
 
-def test_the_committed_h100_results_keep_their_variants_apart(plot_mod, tbcsv_mod, tmp_path):
+def test_the_committed_h100_results_keep_their_variants_apart(tbcsv_mod, tmp_path):
     paths = sorted(str(p) for p in (ROOT / "results" / "h100").glob("*.csv"))
     if not paths:
         pytest.skip("results/h100 holds no CSV")
-    got = bars(plot_mod, tbcsv_mod, *paths)
+    got = bars(tbcsv_mod, *paths)
     plain = got[("mlp", "gpu:1", "fp32", "", "vm @ 3ea1e586d172")]
     resident = got[("mlp", "gpu:1", "fp32", "data_on_device", "vm @ 3ea1e586d172")]
     assert 500e3 < plain < 540e3 and 330e3 < resident < 350e3
@@ -150,4 +152,4 @@ def test_the_committed_h100_results_keep_their_variants_apart(plot_mod, tbcsv_mo
     r = run_script("plot.py", *paths, "--out", tmp_path)
     assert r.returncode == 0, r.stderr
     words = svg_words(tmp_path / "samples_per_s.svg")
-    assert plot_mod.si(plain) in words and plot_mod.si(resident) in words
+    assert si(plain) in words and si(resident) in words
