@@ -208,3 +208,19 @@ def test_a_report_of_nothing_is_not_written_and_an_old_one_goes(tmp_path):
     r = run_script("plot.py", only_skipped, "--out", tmp_path)
     assert r.returncode == 0 and "no chart could be drawn" in r.stderr
     assert not (tmp_path / "report.html").exists() and not (tmp_path / "report.md").exists()
+
+
+def test_headline_is_the_same_whatever_the_hash_seed(tmp_path):
+    """Predicted entries for two links (nvlink4 and pcie5 in the H100 timeline run) are ordered
+    by configuration and link, not by a set's iteration order: the same input draws the same
+    headline under any PYTHONHASHSEED."""
+    import os
+    source = Path(__file__).resolve().parents[2] / "results/h100/resnet224-timeline-20261124.csv"
+    drawn = []
+    for seed in ("0", "1", "2", "3"):
+        out = tmp_path / seed
+        r = run_script("plot.py", source, "--out", out, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert r.returncode == 0, r.stderr
+        drawn.append((out / "headline.svg").read_bytes())
+    assert "predicted for pcie5" in svg_text(tmp_path / "0" / "headline.svg")
+    assert all(d == drawn[0] for d in drawn[1:])

@@ -166,7 +166,8 @@ def legend_entries(figs, chosen: Selection, colours: dict) -> list:
                 if k not in chosen.predicted for c in [k[1]]}
     entries = [(figs.patch(colour), name) for name, colour in colours.items() if name in measured]
     predicted = sorted({(measured_config(c), tbcsv.predicted_link(c.variant))
-                        for _, c in chosen.predicted}, key=lambda p: config_sort_key(p[0]))
+                        for _, c in chosen.predicted},
+                       key=lambda p: (config_sort_key(p[0]), p[1]))  # the link too: no set order
     said = set()  # one entry per configuration and link, whatever the models and precisions
     for c, link in predicted:
         name = config_name(c)
