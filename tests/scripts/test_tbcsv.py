@@ -75,16 +75,17 @@ def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
 
 def source_columns() -> tuple[str, list[str]]:
     """kSchemaVersion and the CSV's column names as bench/ spells them: the table of
-    bench/columns.cpp (`{"name", kind...}` entries), or before it, csv_columns()'s list of
-    names in bench/csv.cpp."""
+    bench/columns.cpp (`{"name", kind...}` entries of its groups), or before it,
+    csv_columns()'s list of names in bench/csv.cpp."""
     bench = ROOT / "bench"
     headers = " ".join(p.read_text() for p in sorted(bench.glob("*.hpp")))
     version = re.search(r'kSchemaVersion\s*=\s*"([^"]*)"', headers)
     table = bench / "columns.cpp"
     if table.exists():
-        body = re.search(r"columns\s*\(\s*\)\s*\{.*?\{(.*?)\n\s*\}\s*;", table.read_text(), re.S)
-        names = re.findall(r'\{\s*"([^"\\]*)"\s*,', re.sub(r"//[^\n]*", "", body.group(1))) \
-            if body else []
+        # Every `{"name", I|M|X...}` entry, in the order of the file: columns() joins its groups
+        # (run, machine, NVML, identity) in the order they are written.
+        names = re.findall(r'\{\s*"([^"\\]*)"\s*,\s*[IMX]\b',
+                           re.sub(r"//[^\n]*", "", table.read_text()))
     else:
         body = re.search(r"csv_columns\s*\(\s*\)\s*\{.*?\{(.*?)\}\s*;",
                          (bench / "csv.cpp").read_text(), re.S)
