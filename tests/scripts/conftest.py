@@ -3,6 +3,7 @@ and fixtures are, running a script as a user would, and importing it as a module
 import csv
 import importlib
 import importlib.util
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,13 @@ def compare_mod():
 @pytest.fixture(scope="session")
 def tbcsv_mod():
     return importlib.import_module("tbcsv")
+
+
+def medians(path: str) -> dict:
+    """benchmark -> median samples/s of the ok iteration rows, read without the scripts."""
+    values: dict = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["status"] == "ok" and r["run_type"] == "iteration" and r["samples_per_s"]:
+                values.setdefault(r["benchmark"], []).append(float(r["samples_per_s"]))
+    return {k: statistics.median(v) for k, v in values.items()}

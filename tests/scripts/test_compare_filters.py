@@ -4,25 +4,14 @@ warns about machines of different sgemm rates or under load; too few repetitions
 get a verdict; predicted rows are never compared and shared-device rows only with their like."""
 import csv
 import re
-import statistics
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, data_file, rewrite_csv, run_script
+from conftest import ROOT, assert_one_line_error, data_file, medians, rewrite_csv, run_script
 
 GPU = data_file("report_gpu_v4.csv")  # cpu, gpu:1, gpu:2 (+ shared), gpu:8 predicted
 PLAIN, GRAPH = data_file("h100_plain_v3.csv"), data_file("h100_cuda_graph_v3.csv")
 SGD, ADAM = data_file("optimizer_sgd_v4.csv"), data_file("optimizer_adam_v4.csv")
-
-
-def medians(path: str) -> dict:
-    """(benchmark as written, precision) -> median samples/s of the ok iteration rows."""
-    values: dict = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["status"] == "ok" and r["run_type"] == "iteration" and r["samples_per_s"]:
-                values.setdefault(r["benchmark"], []).append(float(r["samples_per_s"]))
-    return {k: statistics.median(v) for k, v in values.items()}
 
 
 def table(stdout: str) -> dict:

@@ -2,15 +2,13 @@
 predicted and shared-device rows of schema 4 (issue 24): on a fixture machine with cpu, gpu:1
 and gpu:2 rows (gpu:4 skipped, a gpu:8 prediction, a shared-device run) and on a CPU-only one."""
 import base64
-import csv
 import re
-import statistics
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from conftest import data_file, run_script
+from conftest import data_file, medians, run_script
 from tbplot.model import Data, scaling_lines, speedups
 
 GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
@@ -25,16 +23,6 @@ def plot(out: Path, *csvs):
 
 def svg_text(path: Path) -> str:
     return " ".join(t for t in ET.parse(path).getroot().itertext() if t.strip())
-
-
-def medians(path: str) -> dict:
-    """benchmark -> median samples/s of the ok iteration rows, read without the scripts."""
-    values: dict = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r["status"] == "ok" and r["run_type"] == "iteration" and r["samples_per_s"]:
-                values.setdefault(r["benchmark"], []).append(float(r["samples_per_s"]))
-    return {k: statistics.median(v) for k, v in values.items()}
 
 
 def md_table(text: str, first_header: str) -> tuple[list[str], list[list[str]]]:
