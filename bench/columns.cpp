@@ -1,5 +1,6 @@
-// The table of the CSV's columns (columns.hpp), in schema version 4's order: version 2's
-// columns, then the NVML ones (telemetry/), then version 4's identity, load and link columns.
+// The table of the CSV's columns (columns.hpp), in schema version 5's order: version 2's
+// columns, then the NVML ones (telemetry/), then version 4's identity, load and link columns,
+// then version 5's device clock, prediction band, jobs window and nodes.
 #include "bench/columns.hpp"
 
 #include <algorithm>
@@ -145,6 +146,23 @@ std::vector<Column> identity_columns() {
   };
 }
 
+// Version 5: every samples_per_s is on the wall clock, the device clock has columns of its own;
+// a prediction's band and the term that dominates it; the window jobs ran in together; the
+// hosts of the ranks.
+std::vector<Column> wall_clock_columns() {
+  return {
+      {"device_step_time_s", M},
+      {"device_samples_per_s", M},
+      {"samples_per_s_low", M},
+      {"samples_per_s_high", M},
+      {"dominant_term", I},
+      {"jobs_window_s", M},
+      {"nodes", I},
+      {"rank_hosts", I},
+      {"emulated_nodes", I},
+  };
+}
+
 }  // namespace
 
 std::string number(double value) { return fmt::format("{:.6g}", value); }
@@ -152,7 +170,8 @@ std::string number(double value) { return fmt::format("{:.6g}", value); }
 const std::vector<Column>& columns() {
   static const std::vector<Column> all = [] {
     std::vector<Column> out;
-    for (const auto& part : {run_columns(), machine_columns(), nvml_columns(), identity_columns()})
+    for (const auto& part :
+         {run_columns(), machine_columns(), nvml_columns(), identity_columns(), wall_clock_columns()})
       out.insert(out.end(), part.begin(), part.end());
     return out;
   }();

@@ -10,7 +10,7 @@
 
 namespace tb::bench {
 
-inline constexpr const char* kSchemaVersion = "4";
+inline constexpr const char* kSchemaVersion = "5";
 
 enum class ColumnKind { Identity, Counter, Context };
 

@@ -186,6 +186,11 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
       d.threads = parse_count(name, name.substr(4, slash - 4), "cpu:1/jobs:2");
       d.replicas = parse_count(name, name.substr(slash + 6), "cpu:1/jobs:2");
       d.parallel = Mode::Processes;
+      // Checked before any process starts: a typo (jobs:100000) must not start them.
+      if (d.threads * std::int64_t(d.replicas) > cores)
+        d.skip_reason =
+            fmt::format("{}: {} jobs of {} thread(s) need {} cores, this machine has {}: at most {} such jobs", name,
+                        d.replicas, d.threads, d.threads * std::int64_t(d.replicas), cores, cores / d.threads);
     } else if (name.rfind("cpu:", 0) == 0) {
       d.threads = parse_count(name, name.substr(4), "cpu:2");
       if (d.threads > cores)
@@ -303,6 +308,23 @@ void check_gpu_memory_limit(const Flags& flags, const std::vector<DeviceConfig>&
   }
 }
 
+// gpu:1/jobs:K: empty where K jobs' planned memory, each beside its own CUDA context, fits the
+// device's free memory now, before any job starts; else the reason, with how many fit.
+std::string jobs_memory_skip(const BenchInfo& b) {
+  constexpr double kContext = double(1 << 30);  // a CUDA context with cuDNN's and cuBLAS's kernels
+  const double plan =
+      double(memory_plan(Backend::Cuda, b.spec, b.batch, b.precision, b.optimizer.kind == OptimizerConfig::Kind::Adam)
+                 .total());
+  const double free_bytes = double(gpu_free_bytes(b.gpu_ordinal)), gib = double(1 << 30);
+  const double need = double(b.replicas) * (plan + kContext);
+  if (need <= free_bytes) return "";
+  return fmt::format(
+      "{}: {} jobs of {:.2f} GiB planned (bs {}, {}) and about 1 GiB of CUDA context each need {:.1f} GiB, GPU {} has "
+      "{:.1f} GiB free: at most {} such jobs",
+      b.device, b.replicas, plan / gib, b.batch, b.precision, need / gib, b.gpu_ordinal, free_bytes / gib,
+      int(free_bytes / (plan + kContext)));
+}
+
 // The benchmark of workload `w` (its data in `folder`, empty for synthetic) on device
 // configuration `d` in `precision`, everything the flags change applied.
 BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string& folder, const DeviceConfig& d,
@@ -351,6 +373,8 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.spec = w.spec;
   b.cost = model_cost(w.spec);
   b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
+  if (b.skip_reason.empty() && b.gpu() && b.parallel == Mode::Processes && kind == Kind::Train)
+    b.skip_reason = jobs_memory_skip(b);
   b.skip_scope = d.skip_reason.empty() ? d.name + " " + precision : d.name;
   b.variant = variant_of(b, w.optimizer_for(b.batch));
   b.name = benchmark_name(b);

@@ -12,6 +12,7 @@
 
 #include "bench/columns.hpp"
 #include "bench/csv.hpp"
+#include "bench/jobs.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
@@ -70,9 +71,10 @@ void Harness::register_benchmarks(EpochSink on_epoch, RepetitionSink on_repetiti
       registered->Iterations(1)->Unit(benchmark::kSecond);
     else
       registered->Unit(benchmark::kMillisecond);
-    if (b.parallel == Mode::Processes && b.kind == Kind::Train) registered->Iterations(1);  // the jobs time themselves
-    const bool parallel = b.parallel != Mode::None;
-    if ((b.gpu() || parallel) && b.kind == Kind::Train && b.skip_reason.empty()) registered->UseManualTime();
+    // Jobs time themselves: a jobs row once per repetition (its time the jobs' step: manual
+    // time), each job one agreed window (jobs.hpp).
+    if (b.kind == Kind::Train && (b.parallel == Mode::Processes || in_job())) registered->Iterations(1);
+    if (b.kind == Kind::Train && b.parallel == Mode::Processes && b.skip_reason.empty()) registered->UseManualTime();
     // Every rank must run the same number of steps: no adaptive iteration count under MPI.
     if (world().size > 1 && b.kind == Kind::Train) registered->Iterations(flags_.iterations);
   }
@@ -111,7 +113,9 @@ std::vector<PredictedRow> Harness::predictions(const BenchInfo& info, double sam
   if (flags_.links.empty() && info.gpu()) links.push_back(parallel::parse_link("nvlink4"));
   if (flags_.links.empty() && !info.gpu() && world_link_) links.push_back(*world_link_);
   std::vector<PredictedRow> out;
-  for (const parallel::Link& link : links) {
+  for (parallel::Link link : links) {
+    // CPU ranks all-reduce on the cores backward computes on: nothing hides, whatever the link.
+    if (!info.gpu()) link.overlaps_compute = false;
     // A measured link is this run's: its N. A preset: 2, 4 and 8, and this machine's GPUs beyond.
     std::vector<int> counts{world().size};
     if (link.name != "measured") {

@@ -1,4 +1,5 @@
-// Jobs as processes (jobs.hpp): spawning, the start-together rendezvous, and combining rows.
+// Jobs as processes (jobs.hpp): spawning, the window every job agrees on, and combining what the
+// jobs did inside it.
 #include "bench/jobs.hpp"
 
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -24,6 +26,7 @@
 
 #include "bench/csv.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/timer.hpp"
 
 extern char** environ;
 
@@ -35,7 +38,9 @@ namespace fs = std::filesystem;
 constexpr const char* kRendezvous = "TB_JOB_RENDEZVOUS";  // the folder the jobs meet in
 constexpr const char* kCount = "TB_JOB_COUNT";
 constexpr const char* kIndex = "TB_JOB_INDEX";
-constexpr double kJobMinTime = 2;  // seconds each job times: long against their start-up skew
+constexpr double kWindowSeconds = 2;  // the timed window every job runs in
+// From the last job ready to the window's start: time for every job to see the others ready.
+constexpr double kStartMargin = 0.05;
 
 // The one-device benchmark each job runs: the row's own, on its device without "/jobs:K".
 std::string job_device(const BenchInfo& info) { return info.device.substr(0, info.device.find('/')); }
@@ -48,7 +53,6 @@ std::vector<std::string> job_arguments(const BenchInfo& info, const Flags& flags
                                          job_device(info), info.precision, info.batch),
                              "--csv=" + csv.string(),
                              "--timeline=off",
-                             fmt::format("--benchmark_min_time={}", kJobMinTime),
                              fmt::format("--batch={}", info.batch),
                              fmt::format("--warmup_steps={}", info.warmup_steps),
                              fmt::format("--seed={}", flags.seed),
@@ -123,41 +127,106 @@ pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>
   return pid;
 }
 
-// The combined row: throughput, host CPU and device memory add up over the jobs; energy per
-// sample is the device's energy (each job read all of it over the same window) over every job's
-// samples; the rest are the jobs' mean.
-JobsResult combine(const std::vector<std::map<std::string, std::string>>& rows, const BenchInfo& info) {
+// When the steps of job `index`'s window ran (record_job_steps's file).
+JobSteps job_steps(const fs::path& dir, int index, double samples_per_step) {
+  const fs::path file = dir / fmt::format("steps.0.{}", index);
+  std::ifstream in(file);
+  JobSteps steps;
+  steps.samples_per_step = samples_per_step;
+  if (!(in >> steps.first_start)) throw Error(fmt::format("{} holds no step times", file.string()));
+  for (double end = 0; in >> end;) steps.ends.push_back(end);
+  if (steps.ends.empty()) throw Error(fmt::format("{} holds no step times", file.string()));
+  return steps;
+}
+
+// The combined row: samples/s is what every job completed inside the window in which all were
+// running, over its length; host CPU and device memory add up over the jobs; energy per sample is
+// the device's energy (each job read all of it over about the same window) over every job's
+// samples; the rest are the jobs' mean or largest.
+JobsResult combine(const std::vector<std::map<std::string, std::string>>& rows, const CommonWindow& window,
+                   const BenchInfo& info) {
   JobsResult r;
   auto& c = r.counters;
-  std::vector<std::string> rates, cpus;
+  std::vector<std::string> rates, own, cpus;
   double inverse_energy = 0;
-  for (const auto& row : rows) {
-    c["samples_per_s"] += number_of(row, "samples_per_s");
+  for (std::size_t j = 0; j < rows.size(); ++j) {
+    const auto& row = rows[j];
     c["host_cpu_util"] += number_of(row, "host_cpu_util");
     if (double m = number_of(row, "gpu_mem_used_bytes"); !std::isnan(m)) c["gpu_mem_used_bytes"] += m;
     if (double e = number_of(row, "energy_j_per_sample"); e > 0) inverse_energy += 1 / e;
-    for (const char* mean : {"step_time_s", "wall_step_time_s", "host_cpu_s_per_step", "data_s_per_step"})
+    for (const char* mean : {"host_cpu_s_per_step", "data_s_per_step"})
       c[mean] += number_of(row, mean) / double(rows.size());
     for (const char* largest : {"mem_peak_bytes", "peak_rss_bytes", "gpu_util", "gpu_temp_max_c"})
       if (double v = number_of(row, largest); !std::isnan(v)) c[largest] = std::max(c[largest], v);
-    rates.push_back(fmt::format("{:.0f}", number_of(row, "samples_per_s")));
+    rates.push_back(fmt::format("{:.0f}", window.samples[j] / window.length()));
+    own.push_back(fmt::format("{:.0f}", number_of(row, "samples_per_s")));
     cpus.push_back(fmt::format("{:.0f}%", 100 * number_of(row, "host_cpu_util")));
   }
+  const double k = double(rows.size());
+  c["samples_per_s"] = window.samples_per_s();
+  // The step of K replicas of `batch` at that rate (results/SCHEMA.md: batch x replicas / step).
+  c["step_time_s"] = c["wall_step_time_s"] = double(info.batch) * k / c["samples_per_s"];
+  c["jobs_window_s"] = window.length();
   if (inverse_energy > 0) c["energy_j_per_sample"] = 1 / inverse_energy;
-  c["host_cpu_util_per_job"] = c["host_cpu_util"] / double(rows.size());
-  c["replicas"] = double(rows.size());
+  c["host_cpu_util_per_job"] = c["host_cpu_util"] / k;
+  c["replicas"] = k;
   c["loss_first"] = number_of(rows[0], "loss_first");
   c["loss_last"] = number_of(rows[0], "loss_last");
   r.step_s = c["step_time_s"];
   r.message = fmt::format(
-      "{} processes{}, each timed on its own: samples/s per job {}; host CPU per job {} (what top shows for "
-      "each)",
-      rows.size(), info.gpu() ? " on one GPU, each with its own CUDA context" : "", fmt::join(rates, ", "),
-      fmt::join(cpus, ", "));
+      "{} processes{}, timed on one window of {:.3g} s in which every job ran: samples/s per job in it {} (over "
+      "each job's own steps {}); host CPU per job {} (what top shows for each)",
+      rows.size(), info.gpu() ? " on one GPU, each with its own CUDA context" : "", window.length(),
+      fmt::join(rates, ", "), fmt::join(own, ", "), fmt::join(cpus, ", "));
   return r;
 }
 
+// Writes `text` to `path` whole or not at all (another process may be reading the folder).
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path partial = path.string() + ".partial";
+  {
+    std::ofstream out(partial);
+    out << text;
+    if (!out.flush()) throw Error(fmt::format("jobs: cannot write {}", partial.string()));
+  }
+  fs::rename(partial, path);
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
 }  // namespace
+
+double CommonWindow::total_samples() const { return std::accumulate(samples.begin(), samples.end(), 0.0); }
+
+CommonWindow common_window(const std::vector<JobSteps>& jobs) {
+  TB_CHECK(!jobs.empty(), "jobs: no job to combine");
+  CommonWindow w;
+  w.start = -INFINITY;
+  w.end = INFINITY;
+  for (const JobSteps& j : jobs) {
+    TB_CHECK(!j.ends.empty(), "jobs: a job recorded no step");
+    w.start = std::max(w.start, j.first_start);
+    w.end = std::min(w.end, j.ends.back());
+  }
+  if (!(w.end > w.start))
+    throw Error(fmt::format(
+        "jobs: the jobs' timed steps did not overlap (the last to start began {:.3f} s after the first to finish "
+        "ended): no window in which all ran",
+        w.start - w.end));
+  for (const JobSteps& j : jobs) {
+    double samples = 0, step_start = j.first_start;
+    for (double step_end : j.ends) {
+      const double inside = std::min(step_end, w.end) - std::max(step_start, w.start);
+      if (inside > 0 && step_end > step_start) samples += j.samples_per_step * inside / (step_end - step_start);
+      step_start = step_end;
+    }
+    w.samples.push_back(samples);
+  }
+  return w;
+}
 
 JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
   char pattern[] = "/tmp/trainbench-jobs-XXXXXX";
@@ -198,6 +267,7 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) std::ofstream(dir / "abort").put('\n');
   }
   std::vector<std::map<std::string, std::string>> rows;
+  std::vector<JobSteps> steps;
   // A job that failed on its own comes first (in job order), then those it stopped.
   std::vector<std::string> failures;
   std::size_t own_failures = 0;
@@ -208,6 +278,7 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
                                                       ? WEXITSTATUS(statuses[std::size_t(j)])
                                                       : 128 + WTERMSIG(statuses[std::size_t(j)])));
       rows.push_back(job_row(dir / fmt::format("job{}.csv", j)));
+      steps.push_back(job_steps(dir, j, double(info.batch)));
     } catch (const Error& e) {
       const std::string log = tail_of(dir / fmt::format("job{}.log", j));
       const std::string why = fmt::format("job {} of {}: {}; its output ends: {}", j, k, e.what(), log);
@@ -216,30 +287,49 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
     }
   }
   if (!failures.empty()) throw Error(failures.front());
-  return combine(rows, info);
+  return combine(rows, common_window(steps), info);
 }
 
-void job_rendezvous() {
-  static bool met = false;
-  const char* dir = std::getenv(kRendezvous);
-  if (met || !dir) return;
-  met = true;
-  const int count = std::atoi(std::getenv(kCount) ? std::getenv(kCount) : "1");
-  const std::string index = std::getenv(kIndex) ? std::getenv(kIndex) : "0";
-  std::ofstream(fs::path(dir) / ("ready." + index)).put('\n');
+bool in_job() { return std::getenv(kRendezvous) != nullptr; }
+
+JobWindow job_window() {
+  static int calls = 0;
+  const char* folder = std::getenv(kRendezvous);
+  TB_CHECK(folder, "job_window outside a job");
+  const fs::path dir = folder;
+  const int count = env_int(kCount, 1), index = env_int(kIndex, 0), call = calls++;
+  write_atomically(dir / fmt::format("ready.{}.{}", call, index), fmt::format("{:.9f}\n", wall_seconds()));
+  const std::string prefix = fmt::format("ready.{}.", call);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   for (;;) {
-    int ready = 0;
-    for (const auto& entry : fs::directory_iterator(dir))
-      ready += entry.path().filename().string().rfind("ready.", 0) == 0;
-    if (ready >= count) return;
-    if (fs::exists(fs::path(dir) / "abort"))
+    std::vector<fs::path> ready;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && name.find(".partial") == std::string::npos) ready.push_back(entry.path());
+    }
+    if (int(ready.size()) >= count) {
+      double last = 0;
+      for (const fs::path& p : ready) {
+        double t = 0;
+        std::ifstream(p) >> t;
+        last = std::max(last, t);
+      }
+      return JobWindow{.start = last + kStartMargin, .end = last + kStartMargin + kWindowSeconds, .call = call};
+    }
+    if (fs::exists(dir / "abort"))
       throw Error(fmt::format("job {}: another job failed before its timed steps (its row says why)", index));
     if (std::chrono::steady_clock::now() > deadline)
       throw Error(fmt::format("job {}: {} of {} jobs ready after 10 minutes; the others never got to their timed steps",
-                              index, ready, count));
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                              index, ready.size(), count));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+void record_job_steps(const JobWindow& window, double first_start, const std::vector<double>& ends) {
+  std::string text = fmt::format("{:.9f}\n", first_start);
+  for (double end : ends) text += fmt::format("{:.9f}\n", end);
+  write_atomically(fs::path(std::getenv(kRendezvous)) / fmt::format("steps.{}.{}", window.call, env_int(kIndex, 0)),
+                   text);
 }
 
 }  // namespace tb::bench

@@ -1,11 +1,17 @@
 // The trainbench binary: parses flags, plans and registers the benchmarks (one Harness), runs
 // them under Google Benchmark and exits non-zero if any row failed.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -85,6 +91,59 @@ void write_summary(const std::vector<tb::bench::Row>& rows, const tb::bench::Fla
         flags.summary);
 }
 
+// The edits that turn `a` into `b` (Levenshtein).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The `count` benchmark names closest to a filter that matched none, its anchors left out: by the
+// edits from the filter to the name's start as long as the filter (a filter that stops short of
+// the variant is 0 away), then to the whole name.
+std::vector<std::string> nearest_names(std::string filter, const std::vector<tb::bench::BenchInfo>& benchmarks,
+                                       std::size_t count) {
+  if (!filter.empty() && filter.front() == '^') filter.erase(0, 1);
+  if (!filter.empty() && filter.back() == '$') filter.pop_back();
+  std::vector<std::tuple<std::size_t, std::size_t, std::string>> by_distance;
+  for (const tb::bench::BenchInfo& b : benchmarks)
+    by_distance.emplace_back(edit_distance(filter, b.name.substr(0, filter.size())), edit_distance(filter, b.name),
+                             b.name);
+  std::sort(by_distance.begin(), by_distance.end());
+  std::vector<std::string> out;
+  for (const auto& [start, whole, name] : by_distance)
+    if (out.size() < count) out.push_back(name);
+  return out;
+}
+
+// --summary=FILE must be writable before anything is measured: a run of hours that cannot leave
+// its table behind is refused now.
+void check_summary_file(const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path file(path);
+  if (fs::is_directory(file, ec))
+    throw tb::InputError(fmt::format("--summary={}: is a folder; give a file name (e.g. {}/summary.md)", path, path));
+  const fs::path folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  if (!fs::is_directory(folder, ec))
+    throw tb::InputError(fmt::format("--summary={}: the folder {} does not exist; create it or give another file", path,
+                                     folder.string()));
+  const bool exists = fs::exists(file, ec);
+  if (::access(exists ? path.c_str() : folder.c_str(), W_OK) != 0)
+    throw tb::InputError(fmt::format("--summary={}: {} cannot be written here ({}); give a file you may write", path,
+                                     exists ? "the file" : "a file in " + folder.string(), std::strerror(errno)));
+}
+
 // --help, --csv_header and --list_models answer without running anything.
 std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
   using namespace tb::bench;
@@ -121,6 +180,7 @@ void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
   run.harness->register_benchmarks(
       [&sink](const BenchInfo& info, const tb::EpochRecord& r) { sink->report_epoch(info, r); },
       [&sink](const BenchInfo& info, const Repetition& r) { sink->report_repetition(info, r); });
+  if (!listing && rank == 0) check_summary_file(flags.summary);
   if (!flags.csv.empty() && !listing && rank == 0) run.csv = std::make_unique<CsvWriter>(flags.csv);
   if (listing) return;
   std::set<int> thread_counts;
@@ -139,9 +199,12 @@ int finish(const Setup& run, const tb::bench::Reporter& reporter, const tb::benc
   if (ran == 0) {
     std::cerr << fmt::format(
         "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
-        "<train|epochs>/<model>/<dataset>/<device>/<precision>/bs:<n> with models {}; list them with "
-        "--benchmark_list_tests\n",
-        flags.benchmark_filter, fmt::join(tb::models::model_names(), ", "));
+        "<train|epochs>/<model>/<dataset>/<device>/<precision>/bs:<n>[/<variant>], models {}; the variant ends "
+        "the name where a flag that changes what is measured differs from its default (/optimizer:sgd/lr:0.01, "
+        "/data_on_device/cuda_graph, /timeline:off), so a filter ending in bs:<n>$ misses it. Nearest names with "
+        "these flags: {}. List them all with --benchmark_list_tests and the same flags\n",
+        flags.benchmark_filter, fmt::join(tb::models::model_names(), ", "),
+        fmt::join(nearest_names(flags.benchmark_filter, run.harness->benchmarks(), 3), ", "));
     return kUsageError;
   }
   const auto in_csv = [&](const char* what) { return run.csv ? fmt::format("{} {}", what, flags.csv) : std::string(); };

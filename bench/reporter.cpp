@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -117,8 +118,30 @@ bool Reporter::ReportContext(const Context& context) {
     structured_->SetErrorStream(&GetErrorStream());
     return structured_->ReportContext(context);
   }
-  PrintBasicContext(&GetErrorStream(), context);
+  print_basic_context(GetErrorStream(), context);
   return true;
+}
+
+// Google Benchmark's context (date, CPU caches, load), where a Google Benchmark built without
+// NDEBUG (Debian's libbenchmark) adds "Library was built as DEBUG. Timings may be affected.":
+// true of its own loop's bookkeeping, and of no figure here, which trainbench times itself (the
+// wall clock of the timed steps, handed to Google Benchmark as manual time). Said so instead.
+void Reporter::print_basic_context(std::ostream& out, const Context& context) {
+  std::ostringstream theirs;
+  PrintBasicContext(&theirs, context);
+  std::istringstream lines(theirs.str());
+  bool debug = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("Library was built as DEBUG") != std::string::npos) {
+      debug = true;
+      continue;
+    }
+    out << line << "\n";
+  }
+  if (debug)
+    out << "Note: this Google Benchmark library is a debug build (its own warning: \"timings may be affected\"). "
+           "That touches its bookkeeping around the timed loop, not the steps: every figure trainbench prints or "
+           "writes comes from trainbench's own wall clock of the timed steps.\n";
 }
 
 void Reporter::Finalize() {
@@ -134,6 +157,24 @@ namespace {
 std::string console_number(double v) {
   if (std::abs(v) >= 1000) return fmt::format("{:.0f}", v);
   return fmt::format("{:.4g}", v);
+}
+
+// A run's name as trainbench names its benchmark, with the aggregate: Google Benchmark's own
+// suffixes (/manual_time: every train row hands it trainbench's wall clock; /iterations:1) say
+// nothing to a reader.
+std::string display_name(const benchmark::BenchmarkReporter::Run& run) {
+  const std::string& name = run.run_name.function_name;
+  return run.run_type == benchmark::BenchmarkReporter::Run::RT_Aggregate ? name + "_" + run.aggregate_name : name;
+}
+
+// The Time column: a train row's step as trainbench timed it (step_time_s: the wall clock of the
+// timed steps), in the row's unit; Google Benchmark's own time elsewhere (a run of epochs).
+double shown_time(const benchmark::BenchmarkReporter::Run& run) {
+  const auto step = run.counters.find("step_time_s");
+  if (step == run.counters.end() || run.run_name.function_name.rfind("train/", 0) != 0 ||
+      run.aggregate_unit == benchmark::kPercentage)  // cv: a ratio, not a time
+    return run.GetAdjustedRealTime();
+  return step->second.value * benchmark::GetTimeUnitMultiplier(run.time_unit);
 }
 
 constexpr const char* kGreen = "\033[32m";
@@ -158,16 +199,15 @@ void Reporter::print_console(const std::vector<Run>& runs) {
     last_header_ = header;
   }
   for (const Run& run : runs) {
-    const std::string name = run.benchmark_name();
+    const std::string name = display_name(run);
     const std::string colour_on = display_.colour ? (run.error_occurred ? kRed : kGreen) : "";
     const std::string colour_off = display_.colour ? kReset : "";
     if (run.error_occurred) {
       out << fmt::format("{}{:<{}} FAILED: {}{}\n", colour_on, name, name_width_, run.error_message, colour_off);
       continue;
     }
-    std::string line =
-        fmt::format("{}{:<{}}{} {:>9.4g} {:<2} {:>10}", colour_on, name, name_width_, colour_off,
-                    run.GetAdjustedRealTime(), benchmark::GetTimeUnitString(run.time_unit), run.iterations);
+    std::string line = fmt::format("{}{:<{}}{} {:>9.4g} {:<2} {:>10}", colour_on, name, name_width_, colour_off,
+                                   shown_time(run), benchmark::GetTimeUnitString(run.time_unit), run.iterations);
     for (const Column* c : shown) {
       const auto it = run.counters.find(c->name);
       const std::size_t width = std::max<std::size_t>(10, header_of(c).size());
@@ -306,7 +346,7 @@ void Reporter::report_predictions(const std::vector<Run>& runs) {
                       {"link_latency_us", p.link.latency_us}},
                      false);
         keep(row);
-        predicted_[prediction_key(*info, p.device)] = q.samples_per_s;
+        predicted_[prediction_key(*info, p.device)].push_back(Made{info->name, info->threads, p.link, q.samples_per_s});
         notes_stream() << fmt::format(
             "  predicted {} over {} ({:.3g} GB/s, {:.3g} us): {:.0f} samples/s, {:.0f}% efficiency, exposed "
             "communication {:.3g} ms of {:.3g} ms per step\n",
@@ -323,11 +363,18 @@ void Reporter::report_predictions(const std::vector<Run>& runs) {
   }
 }
 
+// Each prediction of the measured row's device made from a row of its per-replica threads (mpi:2
+// of one thread per rank from cpu:1, not from cpu), named with the row and the link it assumed.
 void Reporter::compare_with_prediction(const BenchInfo& info, double samples_per_s) {
   const auto it = predicted_.find(prediction_key(info, info.device));
   if (it == predicted_.end() || samples_per_s <= 0) return;
-  notes_stream() << fmt::format("  {}: measured {:.0f} samples/s, predicted {:.0f}: measured / predicted = {:.2f}\n",
-                                info.name, samples_per_s, it->second, samples_per_s / it->second);
+  for (const Made& made : it->second)
+    if (made.threads == info.threads)
+      notes_stream() << fmt::format(
+          "  {}: measured {:.0f} samples/s; predicted {:.0f} from {} over {} ({:.3g} GB/s, {:.3g} us): measured / "
+          "predicted = {:.2f}\n",
+          info.name, samples_per_s, made.samples_per_s, made.from, made.link.name, made.link.busbw_gbps,
+          made.link.latency_us, samples_per_s / made.samples_per_s);
 }
 
 void Reporter::keep(const Row& row) {

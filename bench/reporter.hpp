@@ -52,6 +52,7 @@ class Reporter : public benchmark::BenchmarkReporter {
   // The console table: a header with units once, then a line per run.
   void print_console(const std::vector<Run>& runs);
   std::ostream& notes_stream();  // skip lines: stdout on the console, stderr under json/csv
+  static void print_basic_context(std::ostream& out, const Context& context);
   const Harness& harness_;
   const MachineContext& machine_;
   CsvWriter* csv_;
@@ -68,7 +69,15 @@ class Reporter : public benchmark::BenchmarkReporter {
   void report_predictions(const std::vector<Run>& runs);
   // A measured multi-device row beside the prediction made for it in this run.
   void compare_with_prediction(const BenchInfo& info, double samples_per_s);
-  std::map<std::string, double> predicted_;  // workload/precision/batch/variant/device -> samples/s
+  // The predictions made so far, by workload/precision/batch/variant/device: each with the row it
+  // was made from and the link it assumed.
+  struct Made {
+    std::string from;
+    int threads = 0;  // of the row it was made from
+    parallel::Link link;
+    double samples_per_s = 0;
+  };
+  std::map<std::string, std::vector<Made>> predicted_;
   bool assumptions_said_ = false;
 };
 

@@ -109,13 +109,17 @@ std::unique_ptr<Network> BenchmarkRun::make_network(int device) const {
 // Counters of the timed steps: throughput, utilisation, host CPU, losses, phases.
 void BenchmarkRun::timed_counters(benchmark::State& st, const Window& w, const Timed& t, const Trainer& trainer,
                                   const PhaseTimes& p0) const {
-  const double samples_per_s = t.samples_per_step / w.step_time;
+  const double samples_per_s = t.samples_per_step / w.step_time();
   const double tflops = info_.cost.train_flops_per_sample() * samples_per_s * 1e-12;
   const PhaseTimes& p = trainer.phases();
   auto& c = st.counters;
   c["samples_per_s"] = samples_per_s;
-  c["step_time_s"] = w.step_time;
-  c["wall_step_time_s"] = w.wall / w.steps;
+  c["step_time_s"] = w.step_time();
+  c["wall_step_time_s"] = w.step_time();
+  if (w.device_step_time > 0) {
+    c["device_step_time_s"] = w.device_step_time;
+    c["device_samples_per_s"] = t.samples_per_step / w.device_step_time;
+  }
   c["model_tflops"] = tflops;
   c["peak_gflops"] = t.peak_gflops;
   c["utilisation"] = tflops * 1e3 / t.peak_gflops;
@@ -180,8 +184,8 @@ void TimedWindow::open() {
   cpu0_ = process_cpu_seconds();
 }
 
-Window TimedWindow::close(benchmark::State& st, double samples) {
-  Window w{.steps = double(st.iterations()), .wall = wall_seconds() - wall0_, .cpu = process_cpu_seconds() - cpu0_};
+Window TimedWindow::close(benchmark::State& st, double steps, double samples) {
+  Window w{.steps = steps, .wall = wall_seconds() - wall0_, .cpu = process_cpu_seconds() - cpu0_};
   if (!sampler_) return w;
   const telemetry::GpuSummary summary = sampler_->stop();
   w.cpu -= summary.thread_cpu_s;

@@ -58,12 +58,15 @@ struct RunEnv {
   const EpochSink* on_epoch = nullptr;
 };
 
-// What the timed steps of one repetition measured, for the counters.
+// What the timed steps of one repetition measured, for the counters. Every rate a row reports
+// is on the wall clock (what a training job experiences); the device clock has columns of its
+// own.
 struct Window {
   double steps = 0;
-  double step_time = 0;  // seconds per step on the row's clock (the device's on a GPU)
-  double wall = 0;       // seconds, the whole window
-  double cpu = 0;        // this process's CPU seconds in the window, NVML's sampling left out
+  double wall = 0;               // seconds, the whole window (the slowest rank's under MPI)
+  double cpu = 0;                // this process's CPU seconds in the window, NVML's sampling left out
+  double device_step_time = -1;  // seconds per step on the device clock (CUDA events); < 0: none
+  double step_time() const { return wall / steps; }
 };
 
 // What the engine says of the row's devices, asked once, when the run is prepared.
@@ -142,8 +145,9 @@ class TimedWindow {
   TimedWindow(const TimedWindow&) = delete;
   TimedWindow& operator=(const TimedWindow&) = delete;
   void open();
-  // Closes the window; NVML's columns, for `samples` trained in it, go to the row.
-  Window close(benchmark::State& st, double samples);
+  // Closes the window over `steps` steps; NVML's columns, for `samples` trained in it, go to the
+  // row.
+  Window close(benchmark::State& st, double steps, double samples);
 
  private:
   BenchmarkRun& run_;

@@ -30,15 +30,12 @@ class EpochsRun final : public BenchmarkRun {
       const EpochRecord& last = result_.records.back();
       // The energy of training and of the validation passes, over the samples of both.
       const double validated = double(last.epoch * splits_.validation_steps * info_.batch);
-      window_ = window.close(st, double(last.steps * info_.batch) + validated);
+      window_ = window.close(st, double(st.iterations()), double(last.steps * info_.batch) + validated);
     }
     // The timed steps are the training of every epoch, validation left out (its CPU time too).
     const EpochRecord& last = result_.records.back();
     const double steps = double(last.steps);
-    return Window{.steps = steps,
-                  .step_time = last.train_s / steps,
-                  .wall = last.train_s,
-                  .cpu = window_.cpu * last.train_s / window_.wall};
+    return Window{.steps = steps, .wall = last.train_s, .cpu = window_.cpu * last.train_s / window_.wall};
   }
 
   void counters(benchmark::State& st, const Window& w) override {

@@ -48,15 +48,14 @@ class ReplicasRun final : public BenchmarkRun {
     p0_ = first().phases();
     c0_ = run_->comm_stats();
     window.open();
-    double step_total = 0;
-    for (auto _ : st) {
-      const double s = run_->step();
-      step_total += s;
-      st.SetIterationTime(s);
-    }
+    double device_total = 0;
+    for (auto _ : st) device_total += run_->step().device;
     // This process's GPUs trained its replicas' samples (under MPI, rank 0's GPU its own).
-    Window w = window.close(st, double(st.iterations()) * double(info_.batch) * info_.replicas);
-    w.step_time = step_total / w.steps;
+    Window w =
+        window.close(st, double(st.iterations()), double(st.iterations()) * double(info_.batch) * info_.replicas);
+    // The step is the slowest rank's: its wall clock over the window, and its device time.
+    w.wall = run_->slowest(w.wall);
+    if (info_.gpu()) w.device_step_time = run_->slowest(device_total) / w.steps;
     return w;
   }
 
@@ -85,7 +84,7 @@ class ReplicasRun final : public BenchmarkRun {
     const parallel::CommStats cs = run_->comm_stats();
     const double comm = (cs.wait_s - c0_.wait_s) / w.steps, bytes = (cs.bytes - c0_.bytes) / w.steps;
     c["comm_s_per_step"] = comm;
-    c["comm_share"] = comm / w.step_time;
+    c["comm_share"] = comm / w.step_time();
     c["allreduce_bytes_per_step"] = bytes;
     // nccl-tests' bus bandwidth over the communication not hidden by backward: an upper bound
     // on the links' rate where buckets overlapped (results/SCHEMA.md).
@@ -118,7 +117,7 @@ class JobsRun final : public BenchmarkRun {
       jobs_ = run_job_processes(info_, *env_.flags);
       st.SetIterationTime(jobs_.step_s);
     }
-    return Window{.steps = double(st.iterations()), .step_time = jobs_.step_s};
+    return Window{.steps = double(st.iterations()), .wall = jobs_.step_s * double(st.iterations())};
   }
 
   void counters(benchmark::State& st, const Window&) override {

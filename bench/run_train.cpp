@@ -1,7 +1,10 @@
 // One replica's run of a train/ benchmark: a network and its data, warmed up once and kept
-// across Google Benchmark's calls. On a GPU the step time is the device's (CUDA events from the
-// batch upload to the end of the update), which Google Benchmark also reports (manual time);
-// wall_step_time_s adds the host's share between steps.
+// across Google Benchmark's calls. Its step is the wall clock (host gaps included; a GPU step
+// ends when the device is done: the step reads its loss back); on a GPU the device clock (CUDA
+// events from the batch upload to the end of the update) has columns of its own.
+#include <chrono>
+#include <thread>
+
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -10,6 +13,7 @@
 #include "datasets/sources.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/timer.hpp"
 #include "engine/parallel/timeline.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -73,7 +77,7 @@ class TrainRun final : public BenchmarkRun {
   }
 
   Window timed_steps(benchmark::State& st) override {
-    job_rendezvous();  // a job of gpu:1/jobs:K times its steps when the others do
+    if (in_job()) return job_steps(st);
     TimedWindow window(*this);
     // When each gradient bucket becomes ready, for predicted N-device rows (a CUDA graph replays
     // backward without the hook that marks them).
@@ -86,13 +90,39 @@ class TrainRun final : public BenchmarkRun {
       if (timeline) timeline->before_step();
       trainer_->step();
       if (timeline) timeline->after_step();
-      if (info_.gpu()) st.SetIterationTime(trainer_->last_device_seconds());
     }
-    Window w = window.close(st, double(st.iterations()) * double(info_.batch));
+    Window w = window.close(st, double(st.iterations()), double(st.iterations()) * double(info_.batch));
     if (timeline) (*env_.timelines)[info_.name] = timeline->timeline();
-    const PhaseTimes& p = trainer_->phases();
-    w.step_time = info_.gpu() ? (p.device - p0_.device) / w.steps : w.wall / w.steps;
+    add_device_clock(w);
     return w;
+  }
+
+  // A job of gpu:1/jobs:K (bench/jobs.hpp): its steps run in the window every job agreed on,
+  // and when each ended goes to the process that started the jobs.
+  Window job_steps(benchmark::State& st) {
+    TimedWindow window(*this);
+    p0_ = trainer_->phases();
+    std::vector<double> ends;
+    double first_start = 0;
+    JobWindow agreed;
+    for (auto _ : st) {  // one iteration: a job's benchmark runs its window once per repetition
+      agreed = job_window();
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::max(0.0, agreed.start - wall_seconds())));
+      window.open();
+      first_start = wall_seconds();
+      do {
+        trainer_->step();
+        ends.push_back(wall_seconds());
+      } while (ends.back() < agreed.end);
+    }
+    record_job_steps(agreed, first_start, ends);
+    Window w = window.close(st, double(ends.size()), double(ends.size()) * double(info_.batch));
+    add_device_clock(w);
+    return w;
+  }
+
+  void add_device_clock(Window& w) const {
+    if (info_.gpu()) w.device_step_time = (trainer_->phases().device - p0_.device) / w.steps;
   }
 
   void counters(benchmark::State& st, const Window& w) override {
@@ -103,7 +133,7 @@ class TrainRun final : public BenchmarkRun {
     note_utilisation(st);
     const double rate = st.counters["samples_per_s"];
     env_.baselines->add(info_, rate);
-    if (std::string slower = note_slower_than_fp32(rate, w.step_time); !slower.empty()) note_first(slower);
+    if (std::string slower = note_slower_than_fp32(rate, w.step_time()); !slower.empty()) note_first(slower);
   }
 
   // A precision meant to be faster than fp32 that was not, in this invocation, says so and why

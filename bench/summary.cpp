@@ -8,6 +8,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bench/median.hpp"
 
@@ -23,6 +24,7 @@ struct LineKey {
 
 struct Cell {
   std::vector<double> rates, efficiencies, comm_shares;
+  std::set<std::string> batches;
   double peak_bytes = 0;
 };
 
@@ -134,6 +136,7 @@ struct Collected {
     if (std::find(devices.begin(), devices.end(), column) == devices.end()) devices.push_back(column);
     Cell& c = lines[key][column];
     c.rates.push_back(value(row, "samples_per_s"));
+    c.batches.insert(cell(row, "batch"));
     if (double e = value(row, "scaling_efficiency"); e >= 0) c.efficiencies.push_back(e);
     if (double s = value(row, "comm_share"); s >= 0) c.comm_shares.push_back(s);
     // A GPU row's device memory; a CPU row's resident set.
@@ -182,17 +185,33 @@ class MeasuredTable {
   bool has_speedup(const std::string& d) const { return has_cpu_ && d != "cpu" && !one_gpu(d); }
   static bool has_efficiency(const std::string& d) { return multi_device(d) && !one_gpu(d); }
 
-  // A GPU precision is compared with the CPU's fp32, the only precision the CPU trains in.
-  double cpu_rate(const LineKey& key) const {
-    double rate = -1;
+  // The cpu row a line's speedups are over: of the line's precision where the CPU ran it, else
+  // fp32, the only precision the CPU trains in.
+  struct CpuBaseline {
+    const Cell* cell = nullptr;
+    std::string precision;
+  };
+  CpuBaseline cpu_baseline(const LineKey& key) const {
+    CpuBaseline found;
     for (const auto& [other, other_devices] : c_.lines)
-      if (other.workload == key.workload && other.precision == "fp32")
-        if (auto it = other_devices.find("cpu"); it != other_devices.end()) rate = median(it->second.rates);
-    return rate;
+      if (other.workload == key.workload && (other.precision == key.precision || other.precision == "fp32"))
+        if (auto it = other_devices.find("cpu"); it != other_devices.end())
+          if (!found.cell || other.precision == key.precision) found = {&it->second, other.precision};
+    return found;
+  }
+
+  // "187.00x (bf16 vs fp32, bs 128 vs 8)": what differs between the pair, said beside the ratio.
+  static std::string speedup_text(const Cell& c, const LineKey& key, const CpuBaseline& cpu) {
+    std::vector<std::string> differs;
+    if (cpu.precision != key.precision) differs.push_back(fmt::format("{} vs {}", key.precision, cpu.precision));
+    if (c.batches != cpu.cell->batches)
+      differs.push_back(fmt::format("bs {} vs {}", fmt::join(c.batches, "+"), fmt::join(cpu.cell->batches, "+")));
+    const std::string ratio = fmt::format("{:.2f}x", median(c.rates) / median(cpu.cell->rates));
+    return differs.empty() ? ratio : fmt::format("{} ({})", ratio, fmt::join(differs, ", "));
   }
 
   std::vector<std::string> line(const LineKey& key, const std::map<std::string, Cell>& by_device) const {
-    const double cpu = cpu_rate(key);
+    const CpuBaseline cpu = cpu_baseline(key);
     std::vector<std::string> line{key.workload, key.precision};
     auto each = [&](auto&& include, auto&& text) {
       for (const auto& d : c_.devices) {
@@ -203,7 +222,7 @@ class MeasuredTable {
     };
     each([](const std::string&) { return true; }, [](const Cell& c) { return rate_text(median(c.rates)); });
     each([&](const std::string& d) { return has_speedup(d); },
-         [&](const Cell& c) { return cpu > 0 ? fmt::format("{:.2f}x", median(c.rates) / cpu) : ""; });
+         [&](const Cell& c) { return cpu.cell ? speedup_text(c, key, cpu) : ""; });
     each([](const std::string& d) { return has_efficiency(d); },
          [](const Cell& c) {
            return c.efficiencies.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.efficiencies));
@@ -232,7 +251,9 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
     out += render(MeasuredTable(c).table(), markdown);
     out += markdown ? "\n" : "";
     out +=
-        "samples/s: median over repetitions; x cpu: over this machine's cpu fp32 row of the workload; "
+        "samples/s: median over repetitions, on the wall clock (host gaps included, every device); x cpu: over "
+        "this machine's cpu row of the workload in the same precision, else fp32, with what differs between the "
+        "two in brackets (precision, batch); "
         "efficiency: samples/s / (N x the one-device row's); peak GiB: the largest of the line's rows (GPU: "
         "device memory trainbench allocated; CPU: the process's resident set); (one GPU): N replicas sharing "
         "one GPU, a correctness check, not scaling\n";

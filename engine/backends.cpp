@@ -110,6 +110,8 @@ void gpu_prepare(int ordinal, double limit) {
 
 void gpu_bind_thread(int ordinal) { TB_CU(cudaSetDevice(ordinal)); }
 
+std::size_t gpu_free_bytes(int ordinal) { return device(ordinal).memory_bytes - cuda::device_memory_used(ordinal); }
+
 namespace {
 std::unique_ptr<Network> make_cuda_network(const ModelSpec& model, const NetworkOptions& o) {
   auto network =
@@ -141,6 +143,7 @@ std::string gpu_precision_unsupported(int, const std::string&) { no_cuda(); }
 GpuPeak gpu_peak(int, const std::string&) { no_cuda(); }
 void gpu_prepare(int, double) { no_cuda(); }
 void gpu_bind_thread(int) { no_cuda(); }
+std::size_t gpu_free_bytes(int) { no_cuda(); }
 
 #endif
 

@@ -70,6 +70,8 @@ struct GpuPeak {
 };
 GpuPeak gpu_peak(int ordinal, const std::string& precision);
 
+// Device memory no one holds on the device now (cudaMemGetInfo's free bytes).
+std::size_t gpu_free_bytes(int ordinal);
 // Empties the device's allocator cache, caps it at `limit` (bytes above 1, a fraction of the
 // device's memory up to 1, 0: no cap) and starts a new high-water mark.
 void gpu_prepare(int ordinal, double limit);

@@ -128,18 +128,18 @@ void ReplicaRun::warm_up(i64 steps) {
   });
 }
 
-double ReplicaRun::step() {
-  std::vector<double> seconds(replicas_.size());
+ReplicaRun::StepSeconds ReplicaRun::step() {
+  std::vector<double> device(replicas_.size());
+  const double t0 = wall_seconds();
   on_all([&](int k) {
     Trainer& t = *replicas_[std::size_t(k)].trainer;
-    const double t0 = wall_seconds();
     t.step();
-    const double device = t.last_device_seconds();
-    seconds[std::size_t(k)] = device >= 0 ? device : wall_seconds() - t0;
+    device[std::size_t(k)] = t.last_device_seconds();
   });
-  const double slowest = *std::max_element(seconds.begin(), seconds.end());
-  return world_ ? world_->max(slowest) : slowest;
+  return StepSeconds{.wall = wall_seconds() - t0, .device = *std::max_element(device.begin(), device.end())};
 }
+
+double ReplicaRun::slowest(double local) const { return world_ ? world_->max(local) : local; }
 
 void ReplicaRun::check(const std::function<void(Trainer&)>& loss_fell) {
   std::vector<std::string> failures(replicas_.size());

@@ -34,9 +34,17 @@ class ReplicaRun {
   ReplicaRun(const ReplicaRun&) = delete;
   ReplicaRun& operator=(const ReplicaRun&) = delete;
 
-  // One step on every replica; returns the slowest replica's step time (device time on a
-  // GPU), the slowest over every rank under MPI, so that every rank returns the same.
-  double step();
+  // One step on every replica of this process: the wall clock of the step (host gaps
+  // included: the replicas step together) and the slowest local replica's device time
+  // (negative without a device clock). No collective: a caller takes the slowest rank's figures
+  // once, over a window of steps (slowest()), so that the timing adds no round trip to a step.
+  struct StepSeconds {
+    double wall = 0;
+    double device = -1;
+  };
+  StepSeconds step();
+  // The largest `local` over every rank (a collective under MPI; `local` itself elsewhere).
+  double slowest(double local) const;
   void warm_up(i64 steps);
   // A collective: throws tb::CheckFailed on every rank unless `loss_fell` passed on every
   // replica and every replica's weights agree.
