@@ -24,9 +24,10 @@ eager, cudnn.benchmark on, the data resident on the GPU (so its rows carry train
 data_on_device variant), fp32 (TF32 off everywhere), tf32 (TF32 on in convolutions and
 matmuls), fp16 (autocast with a GradScaler) and bf16 (autocast), peak memory from
 torch.cuda.max_memory_allocated in mem_peak_bytes. Two clocks, as trainbench's: step_time_s
-(and samples_per_s) is device time, CUDA events recorded around each step (from before the
-batch is taken to the end of the optimizer update), summed; wall_step_time_s is the wall time
-of the timed steps, host gaps between steps included. ResNet-152 at 224x224 runs at batch 128
+(and samples_per_s, wall_step_time_s) is the wall time of the timed steps, host gaps between
+steps included; device_step_time_s (and device_samples_per_s) is device time, CUDA events
+recorded around each step (from before the batch is taken to the end of the optimizer update),
+summed. ResNet-152 at 224x224 runs at batch 128
 there, as trainbench's GPU rows do.
 
 The framework baseline of issue 7: the same layer shapes, batch sizes, optimizer, fp32 and

@@ -22,11 +22,12 @@ from conftest import SCRIPTS
 
 PEER = SCRIPTS / "peers" / "pytorch_train.py"
 
-# A short header: enough for the peer to write rows by column name (schema 4's columns included).
+# A short header: enough for the peer to write rows by column name (schema 4's and 5's columns
+# included).
 FAKE_HEADER = ("schema_version,benchmark,kind,model,dataset,device,precision,batch,optimizer,"
                "framework,run_type,repetition,status,message,params,train_flops_per_sample,"
                "step_time_s,wall_step_time_s,samples_per_s,variant,load_avg_1m,measurement,"
-               "peer_settings")
+               "peer_settings,device_step_time_s,device_samples_per_s")
 
 
 def workload(model, dataset, batch, input_shape, classes, params, forward_flops, optimizer,

@@ -166,11 +166,12 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, tr
         assert [row["repetition"] for row in iterations] == ["0", "1"]
         assert [row["aggregate"] for row in medians] == ["median"]
         for row in mine:
-            assert row["schema_version"] == "4" and row["status"] == "ok", row
+            assert row["schema_version"] == "5" and row["status"] == "ok", row
             assert row["measurement"] == "measured" and row["variant"] == ""
             assert row["peer_settings"] == ONE_THREAD  # no layout: neither takes images
-            # The CPU has one clock: the wall's.
+            # The CPU has one clock: the wall's, and no device columns.
             assert float(row["step_time_s"]) == pytest.approx(float(row["wall_step_time_s"]), rel=1e-9)
+            assert row["device_step_time_s"] == row["device_samples_per_s"] == ""
             assert row["kind"] == "train" and row["device"] == device and row["threads"] == "1"
             assert row["precision"] == "fp32" and row["batch"] == str(w["batch"])
             assert row["optimizer"] == w["optimizer"]["kind"]  # no --optimizer: the workload's

@@ -63,15 +63,19 @@ def peak_rss_bytes() -> int:
 
 def iteration_values(trial: Trial, batch: int, flops: int, peak: float | None,
                      loss_first: float, loss_last: float) -> dict[str, float]:
-    """A repetition's measurements (results/SCHEMA.md): step_time_s and samples_per_s on the
-    device's clock on a GPU, wall_step_time_s on the wall's (the same on the CPU)."""
-    samples_per_s = batch * trial.steps / trial.time
+    """A repetition's measurements (results/SCHEMA.md, version 5): step_time_s and samples_per_s
+    on the wall clock, as trainbench's; on a GPU the device clock (CUDA events) in
+    device_step_time_s and device_samples_per_s."""
+    samples_per_s = batch * trial.steps / trial.wall
     tflops = flops * samples_per_s * 1e-12
-    values = {"iterations": trial.steps, "step_time_s": trial.time / trial.steps,
+    values = {"iterations": trial.steps, "step_time_s": trial.wall / trial.steps,
               "wall_step_time_s": trial.wall / trial.steps, "samples_per_s": samples_per_s, "model_tflops": tflops,
               "host_cpu_s_per_step": trial.cpu / trial.steps,
               "host_cpu_util": trial.cpu / trial.wall, "peak_rss_bytes": peak_rss_bytes(),
               "loss_first": loss_first, "loss_last": loss_last}
+    if trial.device is not None:
+        values["device_step_time_s"] = trial.device / trial.steps
+        values["device_samples_per_s"] = batch * trial.steps / trial.device
     if peak:
         values["peak_gflops"] = peak
         values["utilisation"] = tflops * 1e3 / peak

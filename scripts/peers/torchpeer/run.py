@@ -70,7 +70,7 @@ def time_repetitions(session: Session, w: Workload, batch: int, args, emit) -> t
             values["mem_reserved_bytes"] = torch.cuda.max_memory_reserved()
         ok_values.append(values)
         util = f" utilisation {values['utilisation']:.3f}" if "utilisation" in values else ""
-        wall = (f" (wall {values['wall_step_time_s'] * 1e3:.2f})" if session.cuda else "")
+        wall = (f" (device {values['device_step_time_s'] * 1e3:.2f})" if session.cuda else "")
         emit({**row, "status": "ok", **formatted(values)},
              f"{values['samples_per_s']:>12.1f} samples/s  {values['step_time_s'] * 1e3:9.2f} ms/step{wall} "
              f"({trial.steps} steps) host_cpu_util {values['host_cpu_util']:.2f}{util} "

@@ -18,11 +18,6 @@ class Trial:
     cpu: float                   # this process' CPU time over them
     device: float | None = None  # GPU: the steps' device time, CUDA events around each step
 
-    @property
-    def time(self) -> float:
-        """The clock of step_time_s and samples_per_s: the device's on a GPU, as trainbench's
-        (Google Benchmark's manual time), else the wall's."""
-        return self.wall if self.device is None else self.device
 
 
 def timed(session: Session, n: int) -> Trial:
@@ -48,8 +43,8 @@ def timed(session: Session, n: int) -> Trial:
 def next_step_count(trial: Trial, min_time: float) -> int:
     """Google Benchmark's rule: grow the count towards 1.4 x min_time, by at most 10x after
     a run too short to predict from, and always by at least one step."""
-    multiplier = min_time * 1.4 / max(trial.time, 1e-9)
-    if trial.time / min_time <= 0.1:
+    multiplier = min_time * 1.4 / max(trial.wall, 1e-9)
+    if trial.wall / min_time <= 0.1:
         multiplier = min(10.0, multiplier)
     if multiplier <= 1.0:
         multiplier = 2.0
@@ -61,6 +56,6 @@ def run_repetition(session: Session, steps: int, min_time: float) -> Trial:
     Benchmark (its earlier, shorter runs only size it)."""
     while True:
         trial = timed(session, steps)
-        if trial.time >= min_time or steps >= 1_000_000_000:
+        if trial.wall >= min_time or steps >= 1_000_000_000:
             return trial
         steps = next_step_count(trial, min_time)

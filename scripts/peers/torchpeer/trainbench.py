@@ -12,9 +12,10 @@ from torchpeer import PROG, ROOT, InputError
 from torchpeer.workloads import Workload, json_fields, workload_from_json
 
 # The schema_version trainbench writes (bench/columns.hpp kSchemaVersion, results/SCHEMA.md),
-# and the columns of version 4 the peer fills: a trainbench without them is refused.
-SCHEMA_VERSION = "4"
-SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings")
+# and the columns of versions 4 and 5 the peer fills: a trainbench without them is refused.
+SCHEMA_VERSION = "5"
+SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings", "device_step_time_s",
+                    "device_samples_per_s")
 DEFAULT_TRAINBENCH = ROOT / "build" / "release" / "bench" / "trainbench"
 JSON_FORMAT = 1  # the "format" of trainbench --list_models --json that the peer reads
 
