@@ -250,6 +250,7 @@ std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload) {
   if (b.loader.workers != 0 && b.loader.prefetch != 2) parts.push_back(fmt::format("prefetch:{}", b.loader.prefetch));
   if (b.loader.augment) parts.emplace_back("augment");
   if (b.shared_device) parts.emplace_back("shared_device");
+  if (b.emulated_nodes) parts.emplace_back("emulated_nodes");
   if (!b.timeline) parts.emplace_back("timeline:off");
   return fmt::format("{}", fmt::join(parts, "/"));
 }
@@ -350,6 +351,7 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.replicas = d.replicas;
   b.gpu_ordinals = d.gpu_ordinals;
   b.shared_device = d.shared_device;
+  b.emulated_nodes = world().emulated_nodes && parallel::spans_ranks(d.parallel);
   b.timeline = flags.timeline;
   b.batch = flags.batch.value_or(b.gpu() ? gpu_batch(w, d, precision, flags) : w.batch);
   b.warmup_steps = b.kind == Kind::Train ? flags.warmup_steps.value_or(w.warmup_steps) : 0;

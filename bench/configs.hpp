@@ -54,6 +54,7 @@ struct BenchInfo {
   int replicas = 1;               // replicas in this process (threads)
   std::vector<int> gpu_ordinals;  // one per local replica on GPUs
   bool shared_device = false;     // the replicas share one GPU: checks correctness, not scaling
+  bool emulated_nodes = false;    // ranks of emulated nodes on one machine (world.hpp)
   bool timeline = true;           // one-device train rows record their bucket timeline
   i64 batch = 0;                  // per replica
   i64 warmup_steps = 0;

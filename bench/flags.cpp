@@ -9,6 +9,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 
@@ -50,7 +51,9 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
   };
   if (auto v = value("benchmark_repetitions")) {
     parse_int("benchmark_repetitions", *v, 1, kMaxRepetitions);
+    f.benchmark_repetitions = *v;
   } else if (auto v = value("benchmark_min_time")) {
+    f.benchmark_min_time = *v;
     char* end = nullptr;
     const double x = std::strtod(v->c_str(), &end);
     if (v->empty() || *end != '\0' || !std::isfinite(x) || x < 0)
@@ -342,6 +345,40 @@ Flags parse_flags(int& argc, char** argv) {
   if (f.json && !f.list_models)
     throw InputError("--json goes with --list_models (trainbench --list_models --json); results go to --csv=FILE");
   return f;
+}
+
+std::string shaping_flags(const Flags& f) {
+  const auto join = [](const auto& values) { return fmt::format("{}", fmt::join(values, ",")); };
+  const auto opt = [](const auto& value) { return value ? fmt::format("{}", *value) : std::string("default"); };
+  const std::vector<std::pair<const char*, std::string>> shaping{
+      {"devices", join(f.devices)},
+      {"precisions", join(f.precisions)},
+      {"batch", opt(f.batch)},
+      {"warmup_steps", opt(f.warmup_steps)},
+      {"optimizer", opt(f.optimizer)},
+      {"lr", opt(f.lr)},
+      {"seed", std::to_string(f.seed)},
+      {"data_dir", f.data_dir},
+      {"loader_workers", std::to_string(f.loader_workers)},
+      {"prefetch", std::to_string(f.prefetch)},
+      {"augment", std::to_string(int(f.augment))},
+      {"epochs", opt(f.epochs)},
+      {"target_accuracy", fmt::format("{}", f.target_accuracy)},
+      {"gpus", join(f.gpus)},
+      {"gpu_memory_limit", fmt::format("{}", f.gpu_memory_limit)},
+      {"cuda_graph", std::to_string(int(f.cuda_graph))},
+      {"gpu_layout", f.gpu_layout},
+      {"data_on_device", std::to_string(int(f.data_on_device))},
+      {"iterations", std::to_string(f.iterations)},
+      {"link", fmt::format("{}", fmt::join(f.links, "+"))},
+      {"timeline", f.timeline ? "on" : "off"},
+      {"benchmark_filter", f.benchmark_filter},
+      {"benchmark_repetitions", f.benchmark_repetitions},
+      {"benchmark_min_time", f.benchmark_min_time},
+  };
+  std::string text;
+  for (const auto& [name, value] : shaping) text += fmt::format("--{}={}\n", name, value);
+  return text;
 }
 
 }  // namespace tb::bench

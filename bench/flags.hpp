@@ -32,6 +32,8 @@ struct Flags {
   std::string benchmark_filter = ".";        // Google Benchmark's --benchmark_filter, seen in passing
   std::string benchmark_format = "console";  // Google Benchmark's --benchmark_format, seen in passing
   std::string benchmark_color = "auto";      // Google Benchmark's --benchmark_color, seen in passing
+  std::string benchmark_repetitions = "1";   // Google Benchmark's --benchmark_repetitions, seen in passing
+  std::string benchmark_min_time;            // Google Benchmark's --benchmark_min_time, seen in passing
   std::string summary;                       // --summary=FILE: the end-of-run table as Markdown
   std::vector<std::string> links;            // --link=A+B: links predictions assume (empty: per device)
   bool timeline = true;                      // --timeline=off: no bucket timeline, no predictions
@@ -44,6 +46,9 @@ struct Flags {
 // Removes trainbench's flags from argv (leaving argv[0] and everything else in order) and
 // returns them. Throws tb::InputError naming the flag and an example on a bad value.
 Flags parse_flags(int& argc, char** argv);
+// Every flag that shapes what a run measures, as `--name=value` lines in a fixed order (the
+// defaults spelt out), so that the ranks of an MPI job can check they measure the same run.
+std::string shaping_flags(const Flags& flags);
 std::string usage();
 
 }  // namespace tb::bench

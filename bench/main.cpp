@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include <benchmark/benchmark.h>
@@ -144,6 +145,31 @@ void check_summary_file(const std::string& path) {
                                      exists ? "the file" : "a file in " + folder.string(), std::strerror(errno)));
 }
 
+// Under mpirun every rank must measure the same run: a rank started with other flags (mpirun -np 1
+// trainbench --batch=50 : -np 1 trainbench --batch=100) would make one row of two runs. Every
+// rank compares every rank's shaping flags; each that differs is named, and every rank stops.
+std::string ranks_disagree(const tb::bench::Flags& flags) {
+  const std::vector<std::string> texts = tb::parallel::all_ranks(tb::bench::shaping_flags(flags));
+  const auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  const std::vector<std::string> first = lines(texts.at(0));
+  std::vector<std::string> differ;
+  for (std::size_t r = 1; r < texts.size(); ++r) {
+    const std::vector<std::string> other = lines(texts[r]);
+    for (std::size_t k = 0; k < std::min(first.size(), other.size()); ++k)
+      if (first[k] != other[k]) differ.push_back(fmt::format("rank 0 has {}, rank {} has {}", first[k], r, other[k]));
+  }
+  if (differ.empty()) return "";
+  return fmt::format(
+      "the ranks of this MPI job were started with different flags ({}): one row would be made of different runs. "
+      "Start every rank with the same flags",
+      fmt::join(differ, "; "));
+}
+
 // --help, --csv_header and --list_models answer without running anything.
 std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
   using namespace tb::bench;
@@ -235,6 +261,10 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   if (const std::optional<int> answered = answer_without_running(flags)) return *answered;
+  if (const std::string disagree = ranks_disagree(flags); !disagree.empty()) {
+    if (tb::parallel::world().rank == 0) std::cerr << "trainbench: error: " << disagree << "\n";
+    return kUsageError;
+  }
   const bool json_out = has_prefix(argc, argv, "--benchmark_out=");  // before Initialize takes it away
   benchmark::Initialize(&argc, argv);
   if (argc > 1) {

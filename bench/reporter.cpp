@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bench/columns.hpp"
 #include "engine/backends.hpp"
@@ -74,7 +76,13 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
           {"benchmark_lib", machine.benchmark_lib},
           {"git_commit", machine.git_commit},
           {"timestamp", machine.timestamp}};
-  row["ranks"] = std::to_string(parallel::world().size);
+  const parallel::World& world = parallel::world();
+  row["ranks"] = std::to_string(world.size);
+  if (world.size > 1) {
+    row["nodes"] = std::to_string(world.nodes);
+    row["rank_hosts"] = fmt::format("{}", fmt::join(world.rank_hosts, ";"));
+  }
+  if (info.emulated_nodes) row["emulated_nodes"] = "1";
   row["variant"] = info.variant;
   row["measurement"] = "measured";
   if (info.shared_device) row["shared_device"] = "1";
@@ -279,8 +287,13 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
 
 namespace {
 
+// A prediction and the measured row it is for share this key: the workload, precision, batch,
+// the variant but for emulated_nodes (where the ranks ran, not what they ran) and the device.
 std::string prediction_key(const BenchInfo& info, const std::string& device) {
-  return fmt::format("{}/{}/{}/{}/{}/{}", info.model, info.dataset, info.precision, info.batch, info.variant, device);
+  std::string variant = info.variant;
+  for (const char* where : {"/emulated_nodes", "emulated_nodes"})
+    if (const auto at = variant.find(where); at != std::string::npos) variant.erase(at, std::strlen(where));
+  return fmt::format("{}/{}/{}/{}/{}/{}", info.model, info.dataset, info.precision, info.batch, variant, device);
 }
 
 // The rate a benchmark's runs give: the median aggregate where there are repetitions.

@@ -91,12 +91,26 @@ class ReplicasRun final : public BenchmarkRun {
     if (comm > 0) c["busbw_gbps"] = bytes / comm * 2.0 * (total - 1) / total * 1e-9;
     const double buckets = double(cs.buckets - c0_.buckets);
     if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0_.buckets_early) / buckets;
+    note_what_it_checks(total);
     // Replicas sharing one GPU check the data-parallel path, they do not scale.
-    if (info_.shared_device) {
-      note_first(fmt::format("{} replicas on one GPU: checks correctness, not scaling", total));
-    } else if (const double baseline = env_.baselines->median(info_, info_.precision); baseline > 0) {
-      c["scaling_efficiency"] = c["samples_per_s"] / (total * baseline);
-    }
+    const bool one_gpu = info_.shared_device || (info_.emulated_nodes && info_.gpu());
+    const double baseline = env_.baselines->median(info_, info_.precision);
+    if (!one_gpu && baseline > 0) c["scaling_efficiency"] = c["samples_per_s"] / (total * baseline);
+  }
+
+  // Rows that are not what they look like say so first.
+  void note_what_it_checks(int total) {
+    if (info_.shared_device) note_first(fmt::format("{} replicas on one GPU: checks correctness, not scaling", total));
+    if (info_.emulated_nodes && info_.gpu())
+      note_first(fmt::format(
+          "{} ranks as emulated nodes sharing one GPU over NCCL's socket transport: checks the multi-node path, not "
+          "scaling",
+          total));
+    if (info_.emulated_nodes && !info_.gpu())
+      note_first(fmt::format(
+          "{} ranks as emulated nodes of one machine ({} host names, talking over a real TCP stack): the multi-node "
+          "path, on cores the ranks share",
+          total, parallel::world().nodes));
   }
 
   Trainer& first() { return *run_->replicas()[0].trainer; }

@@ -353,6 +353,9 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert list(ok) == ["train/mlp/mnist/cpu:1/fp32/bs:100", "train/mlp/mnist/mpi:2/fp32/bs:100"]
     row = ok["train/mlp/mnist/mpi:2/fp32/bs:100"]
     assert (row["ranks"], row["replicas"], row["iterations"]) == ("2", "2", "4")
+    # Both ranks on this machine: one node, each rank's host and rank on it.
+    host = row["host"]
+    assert (row["nodes"], row["rank_hosts"], row["emulated_nodes"]) == ("1", f"{host}:0;{host}:1", "")
     assert float(row["allreduce_bytes_per_step"]) >= 4 * 1796010  # every gradient, once
     assert float(row["comm_s_per_step"]) > 0 and 0 < float(row["comm_share"]) < 1
     # The global batch: 2 x 100 samples per step.
@@ -362,6 +365,23 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert abs(float(row["scaling_efficiency"]) - float(row["samples_per_s"]) / (2 * baseline)) < 1e-3
     # Printed once, by rank 0 (a second line compares it with its prediction).
     assert sum(line.startswith("train/mlp/mnist/mpi:2/fp32/bs:100") for line in r.stdout.splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_ranks_started_with_different_flags_stop_before_measuring_naming_the_flags(tmp_path):
+    """Tried as a new user would: two ranks with different batches once wrote one ok mpi:2 row
+    of no real run."""
+    out = tmp_path / "run.csv"
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")
+    common = ["--benchmark_filter=train/mlp/mnist/", "--devices=cpu:1,mpi:2", "--iterations=2", f"--csv={out}"]
+    r = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "1", BINARY, "--batch=50", *common,
+                        ":", "-np", "1", BINARY, "--batch=100", "--lr=0.05", *common],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode != 0
+    assert "started with different flags" in r.stderr
+    assert "rank 0 has --batch=50, rank 1 has --batch=100" in r.stderr
+    assert "rank 0 has --lr=default, rank 1 has --lr=0.05" in r.stderr
+    assert not out.exists()  # nothing measured, nothing written
 
 
 def test_mpirun_predicts_mpi2_from_cpu1_and_the_measured_link_within_20_percent(tmp_path):

@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -233,6 +235,21 @@ std::pair<int, int> MpiSession::local_rank_and_size() const {
   TB_MPI(MPI_Comm_size(node, &size));
   TB_MPI(MPI_Comm_free(&node));
   return {rank, size};
+}
+
+std::vector<std::string> MpiSession::all_gather(const std::string& mine) const {
+  const int n = size(), length = int(mine.size());
+  std::vector<int> lengths(static_cast<std::size_t>(n)), offsets(static_cast<std::size_t>(n));
+  TB_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  int total = 0;
+  for (int r = 0; r < n; ++r) offsets[std::size_t(r)] = std::exchange(total, total + lengths[std::size_t(r)]);
+  std::string all(std::size_t(total), '\0');
+  TB_MPI(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                        MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r)
+    out.push_back(all.substr(std::size_t(offsets[std::size_t(r)]), std::size_t(lengths[std::size_t(r)])));
+  return out;
 }
 
 std::unique_ptr<Communicator> make_mpi_comm(double timeout_s) { return std::make_unique<MpiComm>(timeout_s); }

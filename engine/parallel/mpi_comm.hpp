@@ -4,7 +4,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/parallel/communicator.hpp"
 
@@ -30,6 +32,8 @@ class MpiSession {
   // This rank's index among the ranks of its node, and how many there are: from
   // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), so that Open MPI, MPICH and srun agree.
   std::pair<int, int> local_rank_and_size() const;
+  // Every rank's `mine`, in rank order (a collective).
+  std::vector<std::string> all_gather(const std::string& mine) const;
 
  private:
   bool initialised_here_ = false;

@@ -2,10 +2,16 @@
 // found it (TB_HAVE_MPI), NCCL with the CUDA backend (TB_HAVE_CUDA).
 #include "engine/parallel/world.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <tuple>
+
+#include <fmt/format.h>
 
 #include "engine/core/error.hpp"
 
@@ -44,6 +50,13 @@ void start_world() {
   g_world.rank = g_mpi->rank();
   g_world.size = g_mpi->size();
   std::tie(g_world.local_rank, g_world.local_size) = g_mpi->local_rank_and_size();
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
+  g_world.rank_hosts = g_mpi->all_gather(fmt::format("{}:{}", host, g_world.local_rank));
+  std::set<std::string> hosts;
+  for (const std::string& h : g_world.rank_hosts) hosts.insert(h.substr(0, h.rfind(':')));
+  g_world.nodes = int(hosts.size());
+  g_world.emulated_nodes = env_int("TB_EMULATED_NODES", 0) > 1;
   // Finalised at exit, after main has released every benchmark's communicators.
   std::atexit([] { g_mpi.reset(); });
 #else
@@ -56,6 +69,13 @@ void start_world() {
 }
 
 const World& world() { return g_world; }
+
+std::vector<std::string> all_ranks(const std::string& mine) {
+#ifdef TB_HAVE_MPI
+  if (g_mpi) return g_mpi->all_gather(mine);
+#endif
+  return {mine};
+}
 
 std::unique_ptr<Communicator> world_comm() {
 #ifdef TB_HAVE_MPI

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/core/network.hpp"
@@ -16,11 +17,19 @@ namespace tb::parallel {
 struct World {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // ranks on this node (MPI_Comm_split_type: any MPI, srun)
+  // Per rank, in rank order: its host's name and its rank on that host ("node1:0").
+  std::vector<std::string> rank_hosts;
+  int nodes = 1;  // distinct host names among the ranks
+  // The ranks are emulated nodes of one machine (scripts/emulate_nodes.sh sets
+  // TB_EMULATED_NODES): network namespaces, or NCCL_HOSTIDs of ranks sharing one GPU.
+  bool emulated_nodes = false;
 };
 // Starts MPI when launched by mpirun (a build without MPI says so and exits with status 2);
 // call first. MPI is finalised at exit.
 void start_world();
 const World& world();
+// Every rank's `mine`, in rank order: a collective under mpirun, {mine} without.
+std::vector<std::string> all_ranks(const std::string& mine);
 // A new communicator over every rank, for a harness's own agreement and timing. Throws
 // tb::Error outside mpirun.
 std::unique_ptr<Communicator> world_comm();
