@@ -2,7 +2,7 @@
 """Compares two trainbench CSVs (results/SCHEMA.md), or two configurations within CSVs.
 
     scripts/compare.py BASE.csv NEW.csv [--metric COLUMN] [--format text|markdown]
-                       [--fail-if-slower PCT] [--alpha 0.05]
+                       [--fail-if-slower PCT] [--alpha 0.05] [--correction bh|holm|none]
     scripts/compare.py CSV [CSV...] --filters A B [options]   # e.g. --filters cpu gpu:1
 
 The files may be of different schema versions (1 to 4): columns are matched by name. A row's
@@ -12,17 +12,30 @@ with --cuda_graph never matches a plain one. With two files, benchmarks are matc
 with --filters A B, side A is the rows of all CSVs that match filter A, side B those matching
 B, matched by model, dataset, batch and what the filters leave free (tbfilters.py has the
 syntax). For every benchmark on both sides it prints the median of the metric on each side,
-the ratio NEW/BASE and whether the difference is beyond run-to-run noise (a two-sided
-Mann-Whitney U test over the repetitions, or when there are too few repetitions for that test
-to ever reach the significance level, whether the two ranges overlap, with how to get a real
-verdict), then the geometric mean of the ratios, after a header that shows what differs between
-the sides (machine, GPU, commit, flags, sgemm rate, load) and warns when the sgemm rates differ
-by more than 15% or a side ran on a loaded machine. Predicted rows (measurement=predicted) are
+the ratio NEW/BASE and the noise verdict, after a header that shows what differs between the
+sides (machine, GPU, commit, flags, sgemm rate, load) and warns when the sgemm rates differ by
+more than 15% or a side ran on a loaded machine. Predicted rows (measurement=predicted) are
 never compared.
 
-Exit status: 0, or 1 when --fail-if-slower is given and some benchmark is worse than BASE by
-more than PCT percent, or 2 on bad input or nothing to compare (one line on stderr). Standard
-library only; see docs/scripts.md.
+The verdict: a two-sided Mann-Whitney U test (SciPy's, as Google Benchmark's compare.py uses)
+over each benchmark's repetitions, its p adjusted across all the benchmarks tested
+(--correction: Benjamini-Hochberg by default, which keeps false verdicts to a share alpha of the
+verdicts; Holm, which keeps the chance of any false verdict below alpha; or none) and held to
+alpha. "beyond noise" (adjusted p < alpha) is the only verdict: only there does the change say
+"better" or "worse"; "within noise" says "~". A benchmark with too few repetitions for the test
+ever to go below alpha (all of one side above all of the other gives p = 2 / C(n1 + n2, n1):
+0.1 at 3 against 3), or with median aggregates only, is "too few repetitions": not tested, not
+counted, its change "~", and the summary says how to get a verdict.
+
+The geometric mean of all the ratios is printed as a summary, never as a verdict ("~"): it mixes
+the ratios within noise and those untested with the rest, and no test was run on it. The
+geometric mean of the benchmarks beyond noise follows on its own line, "better" or "worse" when
+all of them moved that way and "mixed" when they did not.
+
+Exit status: 0, or 1 when --fail-if-slower is given and a benchmark beyond noise is worse than
+BASE by more than PCT percent (worse by more without a verdict: a warning on stderr), or 2 on
+bad input, nothing to compare or no SciPy (one line on stderr). Needs SciPy (python3-scipy);
+see docs/scripts.md.
 """
 from __future__ import annotations
 
@@ -39,74 +52,38 @@ import tbfilters  # noqa: E402
 
 PROG = "compare.py"
 
-# Exact U distributions are enumerated up to this many values per side; beyond that (or with
-# ties) the normal approximation is accurate and much cheaper.
-EXACT_MAX_PER_SIDE = 25
+
+# ---- the noise verdict ---------------------------------------------------------------------
+
+NO_SCIPY = "needs SciPy for its U test: apt-get install python3-scipy (or pip install scipy)"
+
+BEYOND, WITHIN, TOO_FEW = "beyond noise", "within noise", "too few repetitions"
+
+# --correction: how the p of the benchmarks' tests are adjusted before they are held to alpha.
+CORRECTIONS = {
+    "bh": "Benjamini-Hochberg correction (false discovery rate)",
+    "holm": "Holm correction (family-wise)",
+    "none": "no correction",
+}
+DEFAULT_CORRECTION = "bh"
 
 
-# ---- Mann-Whitney U ------------------------------------------------------------------------
-
-def midranks(values: list[float]) -> tuple[list[float], list[int]]:
-    """1-based ranks with ties given their average rank, and the sizes of the tie groups."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    ties = []
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        ties.append(j - i + 1)
-        i = j + 1
-    return ranks, ties
+def scipy_mannwhitneyu():
+    """scipy.stats.mannwhitneyu, or an InputError (exit 2) naming the package to install."""
+    try:
+        from scipy.stats import mannwhitneyu
+    except ImportError:
+        raise tbcsv.InputError(NO_SCIPY) from None
+    return mannwhitneyu
 
 
-def u_distribution(n1: int, n2: int) -> list[int]:
-    """counts[u] = number of orderings of n1 + n2 distinct values whose U (pairs with the
-    first sample's value above the second's) equals u.
-
-    Recurrence on the largest value: from the first sample it beats all j values of the
-    second (U grows by j), from the second it beats none."""
-    prev = [[1] for _ in range(n2 + 1)]  # no first-sample values: U is 0
-    for i in range(1, n1 + 1):
-        cur = [[1]]  # no second-sample values: U is 0
-        for j in range(1, n2 + 1):
-            poly = [0] * (i * j + 1)
-            for u, c in enumerate(prev[j]):
-                poly[u + j] += c
-            for u, c in enumerate(cur[j - 1]):
-                poly[u] += c
-            cur.append(poly)
-        prev = cur
-    return prev[n2]
-
-
-def mann_whitney_u(a: list[float], b: list[float]) -> tuple[float, float]:
-    """U statistic of `a` and the two-sided p-value of the Mann-Whitney U test.
-
-    Exact when there are no ties and both samples are small; otherwise the normal
-    approximation with the tie correction of the variance and a continuity correction."""
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
-        raise ValueError("both samples need at least one value")
-    ranks, ties = midranks(list(a) + list(b))
-    u1 = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
-    if max(ties) == 1 and max(n1, n2) <= EXACT_MAX_PER_SIDE:
-        counts = u_distribution(n1, n2)
-        total = sum(counts)
-        k = round(u1)
-        lower = sum(counts[:k + 1]) / total
-        upper = sum(counts[k:]) / total
-        return u1, min(1.0, 2 * min(lower, upper))
-    n = n1 + n2
-    tie_term = sum(t ** 3 - t for t in ties) / (n * (n - 1))
-    variance = n1 * n2 / 12 * ((n + 1) - tie_term)
-    if variance <= 0:
-        return u1, 1.0  # every value is the same: nothing to tell apart
-    z = max(0.0, abs(u1 - n1 * n2 / 2) - 0.5) / math.sqrt(variance)
-    return u1, min(1.0, math.erfc(z / math.sqrt(2)))
+def mann_whitney(base: list[float], new: list[float]) -> tuple[float, float]:
+    """(U of BASE, two-sided p) of SciPy's Mann-Whitney U test, called as Google Benchmark's
+    compare.py calls it (method auto: exact for small samples without ties)."""
+    result = scipy_mannwhitneyu()(base, new, alternative="two-sided")
+    p = float(result.pvalue)
+    # Every value the same on both sides: nothing to tell apart (some versions give nan).
+    return float(result.statistic), 1.0 if math.isnan(p) else p
 
 
 def smallest_p(n1: int, n2: int) -> float:
@@ -115,26 +92,91 @@ def smallest_p(n1: int, n2: int) -> float:
     return min(1.0, 2 / math.comb(n1 + n2, n1))
 
 
+def repetitions_for(alpha: float) -> int:
+    """The fewest repetitions a side (the same on both) whose smallest p is below alpha."""
+    n = 1
+    while smallest_p(n, n) >= alpha:
+        n += 1
+    return n
+
+
+def adjust(p_values: list[float], correction: str) -> list[float]:
+    """Each test's p after the correction across all m tests, in the order given.
+
+    holm: the k-th smallest p times (m - k + 1), never below the one before it; below alpha,
+    the chance of any false verdict is at most alpha. bh (Benjamini-Hochberg): the k-th
+    smallest p times m / k, never above the one after it; below alpha, false verdicts are on
+    average at most a share alpha of the verdicts (for independent or positively related
+    tests, as benchmarks of one machine are)."""
+    m = len(p_values)
+    if correction == "none":
+        return list(p_values)
+    order = sorted(range(m), key=p_values.__getitem__)
+    out = [1.0] * m
+    if correction == "holm":
+        running = 0.0
+        for k, i in enumerate(order):
+            running = max(running, (m - k) * p_values[i])
+            out[i] = min(1.0, running)
+    else:
+        running = 1.0
+        for k in reversed(range(m)):
+            running = min(running, m / (k + 1) * p_values[order[k]])
+            out[order[k]] = running
+    return out
+
+
 @dataclass
 class NoiseVerdict:
-    beyond: bool | None  # None: not tested
-    text: str
+    """One benchmark's noise test: TOO_FEW where it cannot reach alpha (never tested), else
+    BEYOND or WITHIN once decide() has held its adjusted p to alpha."""
+    kind: str
+    n1: int  # repetitions of BASE and NEW; 0: a median aggregate only
+    n2: int
+    p: float | None = None  # the raw two-sided p
+    p_adjusted: float | None = None
+    u_base: float | None = None  # U of BASE's repetitions: which side tends larger
+    adjusted_shown: bool = True  # False with --correction none: the two p are one
+
+    @property
+    def beyond(self) -> bool:
+        return self.kind == BEYOND
+
+    @property
+    def counted(self) -> bool:
+        return self.kind != TOO_FEW
+
+    @property
+    def text(self) -> str:
+        if self.kind == TOO_FEW:
+            if 0 in (self.n1, self.n2):
+                return f"{TOO_FEW} (median aggregate only)"
+            return (f"{TOO_FEW} (n={self.n1}/{self.n2}: p cannot go below "
+                    f"{smallest_p(self.n1, self.n2):.2g})")
+        adjusted = f", adjusted {self.p_adjusted:.3g}" if self.adjusted_shown else ""
+        return f"{self.kind} (U test p={self.p:.3g}{adjusted}, n={self.n1}/{self.n2})"
 
 
 def noise_test(base: tbcsv.Sample, new: tbcsv.Sample, alpha: float) -> NoiseVerdict:
+    """The U test of one benchmark, before the correction across benchmarks (decide)."""
     n1, n2 = base.repetitions, new.repetitions
-    if n1 < 2 or n2 < 2:
-        why = "median aggregate only" if 0 in (n1, n2) else f"n={n1}/{n2}"
-        return NoiseVerdict(None, f"untested ({why})")
-    if smallest_p(n1, n2) > alpha:
-        # With 3 vs 3 repetitions even complete separation gives p = 0.1: the test cannot
-        # say anything at alpha 0.05, so say whether the ranges are apart instead.
-        apart = max(base.values) < min(new.values) or max(new.values) < min(base.values)
-        words = "ranges do not overlap" if apart else "ranges overlap"
-        return NoiseVerdict(apart, f"{words} (U test underpowered at n={n1}/{n2})")
-    _, p = mann_whitney_u(base.values, new.values)
-    words = "beyond noise" if p < alpha else "within noise"
-    return NoiseVerdict(p < alpha, f"{words} (U test p={p:.3g}, n={n1}/{n2})")
+    if n1 == 0 or n2 == 0 or smallest_p(n1, n2) >= alpha:
+        # 3 against 3 repetitions: even all of NEW above all of BASE gives p = 0.1, so the
+        # test cannot tell that from chance at 0.05 (chance alone parts the two ranges in a
+        # tenth of such comparisons). No test, no verdict.
+        return NoiseVerdict(TOO_FEW, n1, n2)
+    u, p = mann_whitney(base.values, new.values)
+    return NoiseVerdict(WITHIN, n1, n2, p=p, u_base=u)
+
+
+def decide(verdicts: list[NoiseVerdict], alpha: float, correction: str) -> None:
+    """Adjusts the tested benchmarks' p across all of them and calls beyond noise those
+    whose adjusted p is below alpha."""
+    tested = [v for v in verdicts if v.counted]
+    for v, p in zip(tested, adjust([v.p for v in tested], correction)):
+        v.p_adjusted = p
+        v.adjusted_shown = correction != "none"
+        v.kind = BEYOND if p < alpha else WITHIN
 
 
 # ---- sides and matching --------------------------------------------------------------------
@@ -192,9 +234,22 @@ class Result:
         return (r - 1) * 100 if self.lower_better else (1 - r) * 100
 
     @property
-    def fewest(self) -> int:
-        """The fewer repetitions of the two sides (0: a median aggregate only)."""
-        return min(self.base.repetitions, self.new.repetitions)
+    def direction(self) -> str | None:
+        """'better' or 'worse' where the difference is beyond noise, else None: by the
+        medians' change, or where the medians are equal by the side the U test found larger."""
+        if not self.noise.beyond:
+            return None
+        worse = self.worse_pct
+        if not worse:
+            base_larger = self.noise.u_base > self.base.repetitions * self.new.repetitions / 2
+            worse = 1 if base_larger != self.lower_better else -1
+        return "worse" if worse > 0 else "better"
+
+
+def geomean(results: list[Result]) -> tuple[float, int] | None:
+    """(geometric mean of the ratios NEW/BASE, how many) over the results with a ratio > 0."""
+    logs = [math.log(r.ratio) for r in results if r.ratio and r.ratio > 0]
+    return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else None
 
 
 @dataclass
@@ -207,10 +262,16 @@ class Comparison:
     no_value: list[str]  # in both files, but one side has no ok value of the metric
     ambiguous: list[str] = field(default_factory=list)  # rows a filter cannot tell apart
     hint: str | None = None  # --filters that would match what is unmatched
+    alpha: float = 0.05
+    correction: str = DEFAULT_CORRECTION
 
     def geomean(self) -> tuple[float, int] | None:
-        logs = [math.log(r.ratio) for r in self.results if r.ratio and r.ratio > 0]
-        return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else None
+        return geomean(self.results)
+
+    @property
+    def tests(self) -> int:
+        """How many U tests the correction ran over: the benchmarks not TOO_FEW."""
+        return sum(1 for r in self.results if r.noise.counted)
 
 
 def failure_notes(rows, name: str, key=row_key) -> str:
@@ -231,12 +292,12 @@ def no_value_line(name: str, base, new, b, n, key) -> str:
 
 
 def compare(base, new, metric: str, alpha: float, lower_better: bool, key=None,
-            ambiguous: dict | None = None) -> Comparison:
+            ambiguous: dict | None = None, correction: str = DEFAULT_CORRECTION) -> Comparison:
     """Compares two sides (Tables or Sides) benchmark by benchmark: key(row) names what is
     matched (row_key by default, so a PyTorch file matches a trainbench file by name, as
     compare_pytorch.sh compares them; framework_key where a side mixes frameworks, so that one
     side never pools two frameworks' rows); the keys in ambiguous are listed with their reason
-    instead of compared."""
+    instead of compared. The noise verdicts are corrected across all the results."""
     if key is None:
         mixed = any(len({(r.get("framework") or "trainbench") for r in side.rows}) > 1
                     for side in (base, new))
@@ -260,8 +321,10 @@ def compare(base, new, metric: str, alpha: float, lower_better: bool, key=None,
         results.append(Result(name, b, n, noise_test(b, n, alpha), lower_better))
     only_base = [x for x in base_names if x not in in_new and x not in ambiguous]
     only_new = [x for x in new_names if x not in in_base and x not in ambiguous]
+    decide([r.noise for r in results], alpha, correction)
     c = Comparison(metric, lower_better, results, only_base, only_new, no_value,
-                   [f"{k} ({why})" for k, why in ambiguous.items()])
+                   [f"{k} ({why})" for k, why in ambiguous.items()], alpha=alpha,
+                   correction=correction)
     if only_base and only_new and key in (row_key, framework_key):
         c.hint = tbfilters.suggest([r for r in base_rows if key(r) in only_base],
                                    [r for r in new_rows if key(r) in only_new])
@@ -301,13 +364,14 @@ def fmt_side(s: tbcsv.Sample) -> str:
     return fmt_value(s.center)
 
 
+def fmt_pct(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{(ratio - 1) * 100:+.1f}%"
+
+
 def fmt_change(r: Result) -> str:
-    ratio, worse = r.ratio, r.worse_pct
-    if ratio is None or worse is None:
-        return "n/a"
-    if abs(worse) < 0.05:
-        return f"{(ratio - 1) * 100:+.1f}%"
-    return f"{(ratio - 1) * 100:+.1f}% {'worse' if worse > 0 else 'better'}"
+    """The signed change of the medians, then 'better' or 'worse' where the difference is
+    beyond noise and '~' (no verdict) where it is within noise or untested."""
+    return f"{fmt_pct(r.ratio)} {r.direction or '~'}"
 
 
 def fmt_ratio(r: Result) -> str:
@@ -318,8 +382,6 @@ def fmt_ratio(r: Result) -> str:
 IDENTITY_COLUMNS = ("device", "precision", "variant", "optimizer", "framework")
 # sgemm_gflops of the two sides more than this apart: the CPUs ran at different rates.
 SGEMM_TOLERANCE = 0.15
-# Below this many repetitions per side the U test cannot reach alpha 0.05 (smallest_p).
-MIN_REPETITIONS = 4
 
 
 def side_text(rows, column: str) -> str:
@@ -414,6 +476,18 @@ def warnings(base, new) -> list[str]:
     return out
 
 
+WALL_CLOCK_NOTE = ("note: samples_per_s is the wall clock (host gaps included); --metric "
+                   "device_samples_per_s compares the GPU rows' device clock (CUDA events)")
+
+
+def clock_notes(base, new, metric: str) -> list[str]:
+    """Which clock samples_per_s is where a side holds GPU rows (schema 5: the wall clock on
+    every row, the device clock in device_samples_per_s)."""
+    gpu = any(tbcsv.field_of(r, "device").startswith("gpu") for side in (base, new)
+              for r in side.rows)
+    return [WALL_CLOCK_NOTE] if metric == "samples_per_s" and gpu else []
+
+
 def pooled_notes(base, new) -> list[str]:
     notes = []
     for side, t in (("BASE", base), ("NEW", new)):
@@ -428,39 +502,83 @@ def direction_words(c: Comparison) -> str:
     return "lower is better" if c.lower_better else "higher is better"
 
 
-def summary_lines(c: Comparison) -> list[str]:
-    lines = []
+def verdict_words(c: Comparison) -> str:
+    """How the verdicts were reached: the correction, over how many tests, at what alpha."""
+    return (f"{CORRECTIONS[c.correction]} over {c.tests} test{'s' * (c.tests != 1)} at alpha "
+            f"{c.alpha:g}")
+
+
+def geomean_lines(c: Comparison) -> list[str]:
+    """The geometric mean of all the ratios, '~': a summary that no test was run on, mixing
+    ratios within noise and untested with the rest; then that of the benchmarks beyond noise,
+    'better' or 'worse' where all of them moved that way, 'mixed' where they did not."""
     g = c.geomean()
+    if not g:
+        return []
+    value, count = g
+    head = f"geometric mean NEW/BASE over {count} benchmark{'s' * (count != 1)}"
+    beyond = [r for r in c.results if r.noise.beyond]
+    directions = [r.direction for r in beyond]
+    word = (directions[0] if len(set(directions)) == 1 else
+            f"mixed: {directions.count('better')} better, {directions.count('worse')} worse")
+    if len(beyond) == len(c.results):
+        return [f"{head}, all beyond noise: {value:.3f} ({fmt_pct(value)} {word})"]
+    if not beyond:
+        return [f"{head}: {value:.3f} ({fmt_pct(value)} ~, no verdict: no benchmark is beyond "
+                f"noise)"]
+    lines = [f"{head}: {value:.3f} ({fmt_pct(value)} ~, not a verdict: it includes the ratios "
+             f"within noise or untested)"]
+    g = geomean(beyond)
     if g:
         value, count = g
-        worse = (value - 1) * 100 if c.lower_better else (1 - value) * 100
-        word = "" if abs(worse) < 0.05 else (", worse" if worse > 0 else ", better")
-        few = all(r.fewest < MIN_REPETITIONS for r in c.results)
-        lines.append(f"geometric mean NEW/BASE over {count} benchmark{'s' * (count != 1)}: "
-                     f"{value:.3f} ({(value - 1) * 100:+.1f}%{word})"
-                     + (" - not a verdict, see below" if few else ""))
-    tested = [r for r in c.results if r.noise.beyond is not None]
-    beyond = [r for r in tested if r.noise.beyond]
-    better = sum(1 for r in beyond if (r.worse_pct or 0) < 0)
-    lines.append(f"beyond noise: {better} better, {len(beyond) - better} worse; within noise: "
-                 f"{len(tested) - len(beyond)}; untested: {len(c.results) - len(tested)}")
-    return lines + repetition_advice(c)
+        lines.append(f"geometric mean NEW/BASE over the {count} benchmark{'s' * (count != 1)} "
+                     f"beyond noise: {value:.3f} ({fmt_pct(value)} {word})")
+    return lines
+
+
+def summary_lines(c: Comparison) -> list[str]:
+    beyond = [r for r in c.results if r.noise.beyond]
+    worse = sum(1 for r in beyond if r.direction == "worse")
+    few = len(c.results) - c.tests
+    counts = (f"beyond noise: {len(beyond) - worse} better, {worse} worse; within noise: "
+              f"{c.tests - len(beyond)}; {TOO_FEW} (not counted): {few}; {verdict_words(c)}")
+    return geomean_lines(c) + [counts] + repetition_advice(c) + correction_note(c)
 
 
 def repetition_advice(c: Comparison) -> list[str]:
-    """How to get a verdict where the repetitions are too few for the U test to reach 0.05."""
-    few = [r for r in c.results if r.fewest < MIN_REPETITIONS]
+    """How to get a verdict where the repetitions are too few for the U test to reach alpha."""
+    few = [r for r in c.results if not r.noise.counted]
     if not few:
         return []
+    need = repetitions_for(c.alpha)
     counts = ", ".join(dict.fromkeys(
-        "median aggregate only" if r.fewest == 0 else f"n={r.base.repetitions}/{r.new.repetitions}"
-        for r in few))
+        "median aggregate only" if 0 in (r.noise.n1, r.noise.n2)
+        else f"n={r.noise.n1}/{r.noise.n2}" for r in few))
     which = "every one" if len(few) == len(c.results) else f"{len(few)} of {len(c.results)}"
     return [f"too few repetitions for a verdict: {which} of these benchmarks has fewer than "
-            f"{MIN_REPETITIONS} on a side ({counts}), where no U test can reach alpha 0.05, so "
-            f"their ratios may be noise. For a verdict, run both sides with "
-            f"--benchmark_repetitions=5 (at least {MIN_REPETITIONS} per side, iteration rows "
+            f"{need} on a side ({counts}), where no U test can reach alpha {c.alpha:g}: not "
+            f"counted, their ratios may be noise. For a verdict, run both sides with "
+            f"--benchmark_repetitions={max(need, 5)} (at least {need} per side, iteration rows "
             f"kept: not --benchmark_report_aggregates_only)."]
+
+
+def correction_note(c: Comparison) -> list[str]:
+    """Where the correction puts a verdict out of reach of a difference in one benchmark
+    alone: over m tests the smallest p must be below alpha / m (Holm's first step, and
+    Benjamini-Hochberg's with a single difference), below what few repetitions can give."""
+    m = c.tests
+    if c.correction == "none" or m < 2:
+        return []
+    bar = c.alpha / m
+    floors = dict.fromkeys(f"n={r.noise.n1}/{r.noise.n2}: {smallest_p(r.noise.n1, r.noise.n2):.2g}"
+                           for r in c.results if r.noise.counted
+                           and smallest_p(r.noise.n1, r.noise.n2) >= bar)
+    if not floors:
+        return []
+    return [f"note: over {m} tests a benchmark is beyond noise on its own only with p < "
+            f"{bar:.2g} (alpha / {m}), and the U test's p cannot go below that at "
+            f"{', '.join(floors)} (all of one side above the other); for such a verdict, run "
+            f"both sides with --benchmark_repetitions={repetitions_for(bar)}."]
 
 
 def unmatched(c: Comparison) -> list[tuple[str, list[str]]]:
@@ -486,9 +604,13 @@ def table_rows(c: Comparison) -> list[list[str]]:
 HEADINGS = ["benchmark", "BASE", "NEW", "NEW/BASE", "change", "noise test"]
 
 
-def header_lines(base, new) -> list[str]:
-    """The two sides' context, a line per column with its marker, then what differs and the
-    warnings: whether the ratios compare code, or machines, load and flags."""
+def notes(base, new, metric: str) -> list[str]:
+    return clock_notes(base, new, metric) + pooled_notes(base, new) + warnings(base, new)
+
+
+def header_lines(base, new, metric: str) -> list[str]:
+    """The two sides' context, a line per column with its marker, then what differs, the notes
+    and the warnings: whether the ratios compare code, or machines, load and flags."""
     ctx = context_rows(base, new)
     w0 = max(len(x[0]) for x in ctx)
     w1 = max(len("BASE"), *(len(x[1]) for x in ctx))
@@ -498,14 +620,14 @@ def header_lines(base, new) -> list[str]:
         out.append(f"{col:<{w0}}  {b:<{w1}}  {n:<{w2}}  {mark}".rstrip())
     diff = differing(ctx)
     out.append("differs: " + (", ".join(diff) if diff else "nothing above but the timestamps"))
-    return out + pooled_notes(base, new) + warnings(base, new)
+    return out + notes(base, new, metric)
 
 
-def render_text(c: Comparison, base, new, alpha: float) -> str:
+def render_text(c: Comparison, base, new) -> str:
     out = [f"trainbench compare: {c.metric} ({direction_words(c)}), median over ok "
-           f"repetitions; noise test at alpha {alpha:g}",
+           f"repetitions; noise test: two-sided Mann-Whitney U, {verdict_words(c)}",
            f"BASE: {base.path}", f"NEW:  {new.path}", ""]
-    out += header_lines(base, new) + [""]
+    out += header_lines(base, new, c.metric) + [""]
     rows = [HEADINGS] + table_rows(c)
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADINGS))]
     right = {1, 2, 3, 4}  # numbers line up on the right
@@ -527,10 +649,10 @@ def md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render_markdown(c: Comparison, base, new, alpha: float) -> str:
+def render_markdown(c: Comparison, base, new) -> str:
     out = [f"### trainbench compare: `{c.metric}` ({direction_words(c)})", "",
            f"Median over ok repetitions; noise test: Mann-Whitney U, two-sided, "
-           f"alpha {alpha:g}.", "",
+           f"{verdict_words(c)}.", "",
            "| machine | BASE | NEW | |", "| --- | --- | --- | --- |",
            f"| file | `{md_cell(base.path)}` | `{md_cell(new.path)}` | |"]
     ctx = context_rows(base, new)
@@ -540,7 +662,7 @@ def render_markdown(c: Comparison, base, new, alpha: float) -> str:
     diff = differing(ctx)
     out += ["differs: " + (", ".join(f"`{d}`" for d in diff) if diff else "nothing but the "
                            "timestamps"), ""]
-    out += [f"_{md_cell(x)}_\n" for x in pooled_notes(base, new) + warnings(base, new)]
+    out += [f"_{md_cell(x)}_\n" for x in notes(base, new, c.metric)]
     out += ["| " + " | ".join(HEADINGS) + " |",
             "| --- | ---: | ---: | ---: | ---: | --- |"]
     for r in table_rows(c):
@@ -567,8 +689,18 @@ and whatever neither filter names. Examples: --filters cpu gpu:1; --filters gpu:
 framework:pytorch framework:trainbench/data_on_device"""
 
 
+VERDICT_HELP = """the verdict: a two-sided Mann-Whitney U test (SciPy) over each benchmark's
+repetitions, its p adjusted across the benchmarks tested (--correction) and held to --alpha.
+Only 'beyond noise' is a verdict, and only there does the change say better or worse ('~'
+elsewhere). Too few repetitions for the test ever to reach alpha (3 against 3 at 0.05: complete
+separation gives p = 0.1), or median aggregates only, is 'too few repetitions': not tested and
+not counted. The geometric mean of all ratios is a summary ('~'); that of the benchmarks beyond
+noise is on its own line."""
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                epilog=VERDICT_HELP,
                                 usage="%(prog)s BASE.csv NEW.csv [options]\n"
                                       "       %(prog)s CSV [CSV...] --filters A B [options]")
     p.add_argument("csv", nargs="+", metavar="CSV",
@@ -578,8 +710,13 @@ def parse_args(argv):
                    help="numeric column to compare (default samples_per_s)")
     p.add_argument("--format", choices=("text", "markdown"), default="text")
     p.add_argument("--fail-if-slower", type=float, metavar="PCT",
-                   help="exit 1 when a benchmark is worse than BASE by more than PCT percent")
+                   help="exit 1 when a benchmark beyond noise is worse than BASE by more than "
+                        "PCT percent; one worse by more without a verdict is a warning")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
+    p.add_argument("--correction", choices=tuple(CORRECTIONS), default=DEFAULT_CORRECTION,
+                   help="across the benchmarks tested: bh (Benjamini-Hochberg, the default: "
+                        "false verdicts are at most a share alpha of the verdicts), holm (the "
+                        "chance of any false verdict is at most alpha) or none")
     p.add_argument("--direction", choices=("auto", "higher", "lower"), default="auto",
                    help="which way is better; auto: columns ending in _s, _s_per_step or "
                         "_bytes (but not _per_s), losses, energy_j_per_sample, gpu_power_w, "
@@ -632,6 +769,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def run() -> int:
+        scipy_mannwhitneyu()  # before reading anything: no SciPy, no verdicts
         tables = tbcsv.read_tables(args.csv)
         check_metric(tables, args.metric)
         key, ambiguous = None, {}
@@ -641,25 +779,32 @@ def main(argv=None) -> int:
             base, new = (side_of(t.path, t.rows) for t in tables)
         lower = (tbcsv.lower_is_better(args.metric) if args.direction == "auto"
                  else args.direction == "lower")
-        c = compare(base, new, args.metric, args.alpha, lower, key, ambiguous)
+        c = compare(base, new, args.metric, args.alpha, lower, key, ambiguous, args.correction)
         if not c.results:
             raise no_match(c, base, new, args.metric, args.filters)
         render = render_markdown if args.format == "markdown" else render_text
-        print(render(c, base, new, args.alpha))
+        print(render(c, base, new))
         return slower_status(c, args.fail_if_slower)
 
     return tbcsv.run_main(run, PROG)
 
 
 def slower_status(c: Comparison, pct: float | None) -> int:
-    """1 when --fail-if-slower PCT is given and a benchmark is worse than that, else 0."""
+    """1 when --fail-if-slower PCT is given and a benchmark beyond noise is worse than that,
+    else 0; those worse by more without a verdict are warned about, not counted."""
     if pct is None:
         return 0
     slow = [r for r in c.results if (r.worse_pct or 0) > pct]
-    if slow:
-        names = ", ".join(f"{r.benchmark} ({fmt_change(r)})" for r in slow)
-        print(f"{PROG}: {len(slow)} benchmark(s) worse than BASE by more than {pct:g}%: {names}",
-              file=sys.stderr)
+    for r in slow:
+        if not r.noise.beyond:
+            why = WITHIN if r.noise.counted else TOO_FEW
+            print(f"{PROG}: warning: {r.benchmark} worse by {r.worse_pct:.1f}% but {why}: "
+                  f"not counted", file=sys.stderr)
+    failed = [r for r in slow if r.noise.beyond]
+    if failed:
+        names = ", ".join(f"{r.benchmark} ({fmt_change(r)})" for r in failed)
+        print(f"{PROG}: {len(failed)} benchmark(s) beyond noise and worse than BASE by more than "
+              f"{pct:g}%: {names}", file=sys.stderr)
         return 1
     return 0
 

@@ -90,7 +90,7 @@ read_environment() {
   done
   if ((rounds * repetitions < 4)); then
     echo "compare_pytorch.sh: note: TB_ROUNDS=$rounds x TB_REPETITIONS=$repetitions: with fewer than 4 values" \
-         "a side compare.py's U test cannot reach p < 0.05, it says only whether the ranges overlap" >&2
+         "a side compare.py's U test cannot reach p < 0.05, it says too few repetitions (no verdict)" >&2
   fi
 }
 

@@ -12,7 +12,7 @@ TB_PACKAGES=(
   # the OpenCL headers and the ICD loader, but the package does not depend on them.
   ocl-icd-opencl-dev opencl-c-headers
   libopenmpi-dev openmpi-bin
-  python3 python3-pytest python3-matplotlib python3-numpy
+  python3 python3-pytest python3-matplotlib python3-numpy python3-scipy
   clang-format-14
   dataset-fashion-mnist
 )

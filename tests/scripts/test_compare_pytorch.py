@@ -149,7 +149,7 @@ def test_fewer_than_four_rounds_are_said_to_give_no_verdict(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(runs(calls, "trainbench")) == 3
     assert "with fewer than 4 values a side compare.py's U test cannot reach p < 0.05" in r.stderr
-    assert "underpowered" in r.stdout
+    assert "too few repetitions (n=3/3: p cannot go below 0.1)" in r.stdout
 
 
 def test_repetitions_within_a_round_count_towards_the_verdict(tmp_path):
