@@ -16,7 +16,6 @@
 
 namespace tb::bench {
 
-using parallel::Mode;
 using parallel::World;
 using parallel::world;
 
@@ -49,113 +48,6 @@ std::string benchmark_name(const BenchInfo& b) {
   return name;
 }
 
-int parse_count(const std::string& name, const std::string& text, const char* example) {
-  int n = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc() || end != text.data() + text.size() || n < 1)
-    throw InputError(fmt::format("--devices: '{}' needs a count >= 1, e.g. {}", name, example));
-  return n;
-}
-
-// The device every --gpus entry names when the list repeats one (--gpus=0,0: replicas sharing
-// device 0), else -1. A list that repeats some ordinals but not all is refused.
-int shared_gpus_ordinal(const Flags& flags) {
-  std::vector<int> sorted = flags.gpus;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) return -1;
-  if (sorted.front() != sorted.back())
-    throw InputError(
-        fmt::format("--gpus={}: an ordinal appears twice among others; list distinct devices (--gpus=0,1) for "
-                    "gpu:N on N GPUs, or one device repeated (--gpus=0,0) for N replicas sharing it",
-                    fmt::join(flags.gpus, ",")));
-  if (world().size > 1)
-    throw InputError(
-        fmt::format("--gpus={}: replicas sharing one GPU run in one process; start trainbench without mpirun",
-                    fmt::join(flags.gpus, ",")));
-  return sorted.front();
-}
-
-// gpu:all: gpu:N for every GPU the run may use (the --gpus entries, else the visible devices);
-// skipped, with the reason, where that is fewer than two.
-std::string resolve_gpu_all(DeviceConfig& d, const Flags& flags) {
-  const GpuInventory& inv = gpu_inventory();
-  const int n = !flags.gpus.empty() ? int(flags.gpus.size()) : int(inv.devices.size());
-  if (n >= 2) return fmt::format("gpu:{}", n);
-  d.backend = Backend::Cuda;
-  d.threads = 1;
-  d.skip_reason = !inv.unavailable.empty()
-                      ? fmt::format("gpu:all: {}", inv.unavailable)
-                      : fmt::format(
-                            "gpu:all: this machine has {} GPU, gpu:N needs two or more (--gpus=0,0 runs gpu:2 as "
-                            "two replicas on one GPU: a correctness check, not scaling)",
-                            n);
-  return "";
-}
-
-// gpu:N (N GPUs of this process, or under mpirun one GPU per rank) and gpu:1/jobs:K.
-void gpu_config(DeviceConfig& d, const Flags& flags) {
-  const std::string& name = d.name;
-  // gpu:1/jobs:K: K processes sharing the GPU (story 000); gpu:1/threads:K: K threads of this one.
-  const std::size_t slash = name.find('/');
-  const bool processes = name.find("/jobs:") != std::string::npos;
-  const int gpus =
-      parse_count(name, name.substr(4, slash == std::string::npos ? std::string::npos : slash - 4), "gpu:1");
-  int jobs = 0;
-  if (slash != std::string::npos) {
-    const std::string kind = processes ? "/jobs:" : "/threads:";
-    if (name.compare(slash, kind.size(), kind) != 0)
-      throw InputError(fmt::format("--devices: '{}': use gpu:1/jobs:K (processes) or gpu:1/threads:K", name));
-    jobs = parse_count(name, name.substr(slash + kind.size()), processes ? "gpu:1/jobs:2" : "gpu:1/threads:2");
-  }
-  if (jobs && gpus != 1) throw InputError(fmt::format("--devices: '{}': jobs share one GPU, e.g. gpu:1/jobs:2", name));
-  const World& w = world();
-  d.threads = 1;  // one host thread drives each GPU
-  d.backend = Backend::Cuda;
-  // Under mpirun, gpu:N (N > 1) is one GPU per rank; gpu:1 is rank 0's one-GPU baseline.
-  const bool across_ranks = w.size > 1 && gpus > 1;
-  const int local_gpus = across_ranks ? 1 : gpus;
-  // --gpus=0,0: gpu:N runs its N replicas on device 0 (shared_gpus_ordinal checked the list).
-  const int shared = shared_gpus_ordinal(flags);
-  if (shared >= 0 && !jobs && local_gpus > 1) {
-    d.shared_device = true;
-    if (local_gpus > int(flags.gpus.size()))
-      d.skip_reason = fmt::format("{} with --gpus={}: give one entry per replica sharing device {}, e.g. --gpus={}",
-                                  name, fmt::join(flags.gpus, ","), shared,
-                                  fmt::join(std::vector<int>(std::size_t(local_gpus), shared), ","));
-  }
-  std::vector<int> ordinals = flags.gpus;
-  for (int k = int(ordinals.size()); k < std::max(local_gpus, w.local_rank + 1); ++k) ordinals.push_back(k);
-  if (across_ranks) ordinals = {ordinals[std::size_t(w.local_rank)]};  // this rank's GPU
-  ordinals.resize(std::size_t(local_gpus));
-  d.gpu_ordinal = ordinals[0];
-  d.replicas = jobs ? jobs : local_gpus;
-  d.gpu_ordinals = jobs ? std::vector<int>(std::size_t(jobs), ordinals[0]) : ordinals;
-  d.parallel = jobs && processes ? Mode::Processes
-               : jobs            ? Mode::Jobs
-               : across_ranks    ? Mode::NcclMpi
-               : d.shared_device ? Mode::SharedDevice
-               : gpus > 1        ? Mode::NcclThreads
-                                 : Mode::None;
-  const GpuInventory& inv = gpu_inventory();
-  const int highest = *std::max_element(ordinals.begin(), ordinals.end());
-  if (!d.skip_reason.empty())
-    return;
-  else if (!inv.unavailable.empty())
-    d.skip_reason = fmt::format("{}: {}", name, inv.unavailable);
-  else if (across_ranks && gpus != w.size)
-    d.skip_reason = fmt::format(
-        "{}: under mpirun -np {} the GPU configurations are gpu:1 (rank 0) and gpu:{} (one "
-        "GPU per rank)",
-        name, w.size, w.size);
-  else if (!across_ranks && !d.shared_device && gpus > int(inv.devices.size()))
-    d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", name, gpus, inv.devices.size());
-  else if (highest >= int(inv.devices.size()))
-    d.skip_reason = fmt::format(
-        "{}: CUDA device {} (--gpus, or the rank's local index) does not exist; this machine "
-        "has devices 0 to {}",
-        name, highest, int(inv.devices.size()) - 1);
-}
-
 }  // namespace
 
 std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
@@ -175,53 +67,8 @@ std::vector<DeviceConfig> device_configs(const Flags& flags, int cores) {
     for (int n = 2; n <= gpus; ++n) names.push_back(fmt::format("gpu:{}", n));  // scaling from 2 to all
   }
   std::vector<DeviceConfig> out;
-  for (const std::string& name : names) {
-    DeviceConfig d;
-    d.name = name;
-    if (name == "cpu") {
-      d.threads = cores;
-    } else if (name.rfind("cpu:", 0) == 0 && name.find("/jobs:") != std::string::npos) {
-      // cpu:T/jobs:K: K processes of T threads each, sharing this machine's cores.
-      const std::size_t slash = name.find('/');
-      d.threads = parse_count(name, name.substr(4, slash - 4), "cpu:1/jobs:2");
-      d.replicas = parse_count(name, name.substr(slash + 6), "cpu:1/jobs:2");
-      d.parallel = Mode::Processes;
-      // Checked before any process starts: a typo (jobs:100000) must not start them.
-      if (d.threads * std::int64_t(d.replicas) > cores)
-        d.skip_reason =
-            fmt::format("{}: {} jobs of {} thread(s) need {} cores, this machine has {}: at most {} such jobs", name,
-                        d.replicas, d.threads, d.threads * std::int64_t(d.replicas), cores, cores / d.threads);
-    } else if (name.rfind("cpu:", 0) == 0) {
-      d.threads = parse_count(name, name.substr(4), "cpu:2");
-      if (d.threads > cores)
-        d.skip_reason = fmt::format("{} needs {} cores, this machine has {}", name, d.threads, cores);
-    } else if (name == "gpu:all") {
-      d.name = resolve_gpu_all(d, flags);
-      if (d.name.empty())
-        d.name = name;  // skipped: the reason says why
-      else
-        gpu_config(d, flags);
-    } else if (name.rfind("gpu:", 0) == 0) {
-      gpu_config(d, flags);
-    } else if (name.rfind("mpi:", 0) == 0) {
-      const int ranks = parse_count(name, name.substr(4), "mpi:2");
-      d.parallel = Mode::Mpi;
-      d.threads = std::max(1, cores / std::max(1, w.local_size));  // the node's cores shared by its ranks
-      if (w.size == 1)
-        d.skip_reason = fmt::format("{}: start trainbench with mpirun -np {} for MPI data parallelism", name, ranks);
-      else if (ranks != w.size)
-        d.skip_reason = fmt::format("{}: this job has {} ranks (mpi:{})", name, w.size, w.size);
-    } else {
-      throw InputError(
-          fmt::format("--devices: unknown device '{}'; use cpu, cpu:N, cpu:T/jobs:K, gpu:N, gpu:all, gpu:1/jobs:K, "
-                      "gpu:1/threads:K or mpi:N",
-                      name));
-    }
-    if (w.size > 1 && (d.parallel == Mode::Jobs || d.parallel == Mode::NcclThreads || d.parallel == Mode::Processes) &&
-        d.skip_reason.empty())
-      d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", name);
-    out.push_back(d);
-  }
+  const Machine machine{flags, cores, w, gpu_inventory()};
+  for (const std::string& name : names) out.push_back(plan_device(name, machine));
   return out;
 }
 
@@ -258,7 +105,7 @@ std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload) {
 std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& flags, const DeviceConfig& d) {
   std::vector<std::string> names = flags.precisions;
   // By default a GPU gets all four, unless it cannot run at all: then one skipped row says why.
-  const bool gpu = d.backend == Backend::Cuda;
+  const bool gpu = d.kind->backend == Backend::Cuda;
   if (names.empty() && gpu && d.skip_reason.empty()) names = {"fp32", "tf32", "fp16", "bf16"};
   if (names.empty()) names = {"fp32"};
   // fastest: the quickest precision the device runs (fp32 on the CPU, where it is a duplicate).
@@ -298,7 +145,7 @@ void check_data_dir(const Flags& flags, const std::string& dir) {
 void check_gpu_memory_limit(const Flags& flags, const std::vector<DeviceConfig>& devices) {
   for (const DeviceConfig& d : devices) {
     const GpuInventory& inv = gpu_inventory();
-    if (d.backend != Backend::Cuda || !d.skip_reason.empty() || flags.gpu_memory_limit <= 1) continue;
+    if (d.kind->backend != Backend::Cuda || !d.skip_reason.empty() || flags.gpu_memory_limit <= 1) continue;
     for (int ordinal : d.gpu_ordinals)
       if (ordinal < int(inv.devices.size()) &&
           flags.gpu_memory_limit > inv.devices[std::size_t(ordinal)].memory_gib * double(1 << 30))
@@ -339,19 +186,19 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.device = d.name;
   b.precision = precision;
   b.threads = d.threads;
-  b.backend = d.backend;
+  b.backend = d.kind->backend;
   b.gpu_ordinal = d.gpu_ordinal;
   // Replicas run without them (a CUDA graph cannot hold the all-reduces' hook, and a resident
   // dataset is not sharded): their rows say so, not that they applied.
-  const bool one_device = d.parallel == Mode::None || d.parallel == Mode::Processes;
+  const bool one_device = d.kind->run != RunKind::Replicas;
   b.cuda_graph = flags.cuda_graph && one_device;
   b.data_on_device = flags.data_on_device && one_device;
   b.gpu_memory_limit = flags.gpu_memory_limit;
-  b.parallel = d.parallel;
+  b.device_kind = d.kind;
   b.replicas = d.replicas;
   b.gpu_ordinals = d.gpu_ordinals;
   b.shared_device = d.shared_device;
-  b.emulated_nodes = world().emulated_nodes && parallel::spans_ranks(d.parallel);
+  b.emulated_nodes = world().emulated_nodes && d.kind->across_ranks;
   b.timeline = flags.timeline;
   b.batch = flags.batch.value_or(b.gpu() ? gpu_batch(w, d, precision, flags) : w.batch);
   b.warmup_steps = b.kind == Kind::Train ? flags.warmup_steps.value_or(w.warmup_steps) : 0;
@@ -375,7 +222,7 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.spec = w.spec;
   b.cost = model_cost(w.spec);
   b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
-  if (b.skip_reason.empty() && b.gpu() && b.parallel == Mode::Processes && kind == Kind::Train)
+  if (b.skip_reason.empty() && b.gpu() && b.run() == RunKind::Processes && kind == Kind::Train)
     b.skip_reason = jobs_memory_skip(b);
   b.skip_scope = d.skip_reason.empty() ? d.name + " " + precision : d.name;
   b.variant = variant_of(b, w.optimizer_for(b.batch));

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/device_kinds.hpp"
 #include "bench/flags.hpp"
 #include "datasets/loader.hpp"
 #include "engine/backends.hpp"
@@ -20,19 +21,6 @@ namespace tb::bench {
 // train: steady-state steps timed by Google Benchmark; epochs: whole epochs from scratch.
 enum class Kind { Train, Epochs };
 const char* kind_name(Kind kind);
-
-// A --devices entry: "cpu", "cpu:2", "gpu:1", "gpu:4", "gpu:1/jobs:2", "mpi:2".
-struct DeviceConfig {
-  std::string name;
-  int threads = 0;  // CPU threads (1 on a GPU: the thread driving it)
-  Backend backend = Backend::Cpu;
-  int gpu_ordinal = 0;
-  parallel::Mode parallel = parallel::Mode::None;
-  int replicas = 1;               // replicas in this process
-  std::vector<int> gpu_ordinals;  // one per local replica on GPUs
-  bool shared_device = false;     // gpu:N whose N replicas share one GPU (--gpus=0,0)
-  std::string skip_reason;
-};
 
 // The static facts of one registered benchmark, also written into its CSV rows.
 struct BenchInfo {
@@ -49,14 +37,14 @@ struct BenchInfo {
   int gpu_ordinal = 0;  // the CUDA device it runs on
   bool cuda_graph = false, data_on_device = false;
   std::string gpu_layout = "auto";
-  double gpu_memory_limit = 0;  // bytes (> 1), a fraction of the device (<= 1), 0: none
-  parallel::Mode parallel = parallel::Mode::None;
-  int replicas = 1;               // replicas in this process (threads)
-  std::vector<int> gpu_ordinals;  // one per local replica on GPUs
-  bool shared_device = false;     // the replicas share one GPU: checks correctness, not scaling
-  bool emulated_nodes = false;    // ranks of emulated nodes on one machine (world.hpp)
-  bool timeline = true;           // one-device train rows record their bucket timeline
-  i64 batch = 0;                  // per replica
+  double gpu_memory_limit = 0;              // bytes (> 1), a fraction of the device (<= 1), 0: none
+  const DeviceKind* device_kind = nullptr;  // what its device configuration is (device_kinds.hpp)
+  int replicas = 1;                         // replicas in this process (threads), or jobs
+  std::vector<int> gpu_ordinals;            // one per local replica on GPUs
+  bool shared_device = false;               // the replicas share one GPU: checks correctness, not scaling
+  bool emulated_nodes = false;              // ranks of emulated nodes on one machine (world.hpp)
+  bool timeline = true;                     // one-device train rows record their bucket timeline
+  i64 batch = 0;                            // per replica
   i64 warmup_steps = 0;
   i64 epochs = 0;
   double target_accuracy = 0;
@@ -69,6 +57,7 @@ struct BenchInfo {
   std::string skip_scope;   // what the reason is about: the device ("gpu:1"), or the device and precision
 
   bool gpu() const { return backend == Backend::Cuda; }
+  RunKind run() const { return device_kind->run; }
 };
 
 // The canonical text of what differs from the defaults in `b` (flags already applied) against
@@ -76,8 +65,9 @@ struct BenchInfo {
 // is fixed (results/SCHEMA.md, `variant`).
 std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload_optimizer);
 
-// Parses --devices entries; throws tb::InputError on an unknown device. A configuration this
-// machine cannot run is returned with the reason in skip_reason.
+// The --devices entries (or the default set) planned by their kinds (device_kinds.hpp); throws
+// tb::InputError on an unknown device. A configuration this machine cannot run is returned with
+// the reason in skip_reason.
 std::vector<DeviceConfig> device_configs(const Flags& flags, int cores);
 // The precisions registered for a device: --precisions, else fp32 on the CPU and all four on a
 // GPU; with the reason a precision is skipped there (empty: it runs).

@@ -189,8 +189,11 @@ is N x --batch.
   --epochs=E            epochs of the epochs/ benchmarks (default: per model, see README)
   --target_accuracy=X   stop an epochs/ benchmark once validation accuracy reaches X
   --list_models         print each workload's parameters, FLOPs and memory plans, and exit
+  --list_configs        print the device configurations --devices takes (their grammar, how
+                        each runs, what its rows measure), and exit
   --json                with --list_models: the workloads as one JSON object (shapes, batches,
-                        optimizers, parameters, FLOPs), for other tools to read
+                        optimizers, parameters, FLOPs), for other tools to read; with
+                        --list_configs: the device kinds, with a pattern for a row's device
   --csv_header          print the CSV header (schema of --csv), and exit
   --help                this text
 
@@ -302,6 +305,7 @@ const std::vector<std::pair<const char*, bool Flags::*>>& switch_flags() {
       {"--help", &Flags::help},
       {"-h", &Flags::help},
       {"--list_models", &Flags::list_models},
+      {"--list_configs", &Flags::list_configs},
       {"--json", &Flags::json},
       {"--csv_header", &Flags::csv_header},
       {"--cuda_graph", &Flags::cuda_graph},
@@ -342,8 +346,10 @@ Flags parse_flags(int& argc, char** argv) {
     argv[out++] = argv[i];
   }
   argc = out;
-  if (f.json && !f.list_models)
-    throw InputError("--json goes with --list_models (trainbench --list_models --json); results go to --csv=FILE");
+  if (f.json && !f.list_models && !f.list_configs)
+    throw InputError(
+        "--json goes with --list_models or --list_configs (trainbench --list_models --json); results go to "
+        "--csv=FILE");
   return f;
 }
 

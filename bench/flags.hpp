@@ -38,9 +38,10 @@ struct Flags {
   std::vector<std::string> links;            // --link=A+B: links predictions assume (empty: per device)
   bool timeline = true;                      // --timeline=off: no bucket timeline, no predictions
   bool help = false;
-  bool list_models = false;  // --list_models
-  bool json = false;         // --json (with --list_models)
-  bool csv_header = false;   // --csv_header
+  bool list_models = false;   // --list_models
+  bool list_configs = false;  // --list_configs
+  bool json = false;          // --json (with --list_models or --list_configs)
+  bool csv_header = false;    // --csv_header
 };
 
 // Removes trainbench's flags from argv (leaving argv[0] and everything else in order) and

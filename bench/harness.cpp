@@ -21,7 +21,6 @@
 
 namespace tb::bench {
 
-using parallel::Mode;
 using parallel::world;
 
 namespace {
@@ -38,8 +37,8 @@ double load_average_1m() {
 
 }  // namespace
 
-Harness::Harness(const Flags& flags, int cores) : flags_(flags), benchmarks_(plan_benchmarks(flags, cores)) {
-  for (const std::string& link : flags_.links) parallel::parse_link(link);  // a bad --link fails before measuring
+Harness::Harness(const Flags& flags, int cores)
+    : flags_(flags), benchmarks_(plan_benchmarks(flags, cores)), predictor_(flags) {
   const bool gpu_runs = std::any_of(benchmarks_.begin(), benchmarks_.end(),
                                     [](const BenchInfo& b) { return b.gpu() && b.skip_reason.empty(); });
   if (!gpu_runs) return;
@@ -73,8 +72,9 @@ void Harness::register_benchmarks(EpochSink on_epoch, RepetitionSink on_repetiti
       registered->Unit(benchmark::kMillisecond);
     // Jobs time themselves: a jobs row once per repetition (its time the jobs' step: manual
     // time), each job one agreed window (jobs.hpp).
-    if (b.kind == Kind::Train && (b.parallel == Mode::Processes || in_job())) registered->Iterations(1);
-    if (b.kind == Kind::Train && b.parallel == Mode::Processes && b.skip_reason.empty()) registered->UseManualTime();
+    const bool processes = b.run() == RunKind::Processes;
+    if (b.kind == Kind::Train && (processes || in_job())) registered->Iterations(1);
+    if (b.kind == Kind::Train && processes && b.skip_reason.empty()) registered->UseManualTime();
     // Every rank must run the same number of steps: no adaptive iteration count under MPI.
     if (world().size > 1 && b.kind == Kind::Train) registered->Iterations(flags_.iterations);
   }
@@ -91,45 +91,6 @@ void Harness::warn_if_loaded(const BenchInfo& info, double load) {
         "trainbench: warning: load average {:.1f} at the start of {}, where this run uses at most {} thread(s): "
         "another process is using the CPU and this row's figures may be low (load_avg_1m in the CSV)\n",
         load, info.name, threads_used_);
-}
-
-void Harness::measure_world_link() {
-  if (world().size < 2) return;
-  const std::unique_ptr<parallel::Communicator> comm = parallel::world_comm();
-  world_link_ = parallel::measure_link(*comm);
-}
-
-std::vector<PredictedRow> Harness::predictions(const BenchInfo& info, double samples_per_s) const {
-  const auto found = timelines_.find(info.name);
-  if (found == timelines_.end() || found->second.empty() || samples_per_s <= 0) return {};
-  std::vector<parallel::Link> links;
-  for (const std::string& name : flags_.links) {
-    const parallel::Link link = parallel::parse_link(name);
-    if (link.name != "measured")
-      links.push_back(link);
-    else if (world_link_)
-      links.push_back(*world_link_);
-  }
-  if (flags_.links.empty() && info.gpu()) links.push_back(parallel::parse_link("nvlink4"));
-  if (flags_.links.empty() && !info.gpu() && world_link_) links.push_back(*world_link_);
-  std::vector<PredictedRow> out;
-  for (parallel::Link link : links) {
-    // CPU ranks all-reduce on the cores backward computes on: nothing hides, whatever the link.
-    if (!info.gpu()) link.overlaps_compute = false;
-    // A measured link is this run's: its N. A preset: 2, 4 and 8, and this machine's GPUs beyond.
-    std::vector<int> counts{world().size};
-    if (link.name != "measured") {
-      counts = {2, 4, 8};
-      const int gpus = int(gpu_inventory().devices.size());
-      if (info.gpu() && gpus > 8) counts.push_back(gpus);
-    }
-    for (int n : counts)
-      out.push_back(PredictedRow{
-          fmt::format("{}:{}", info.gpu() ? "gpu" : "mpi", n), link,
-          parallel::predict(found->second, double(info.batch) / samples_per_s, double(info.batch), n, link),
-          found->second});
-  }
-  return out;
 }
 
 // A row that failed: its session goes (the next benchmark starts clean), the run goes on.
@@ -150,9 +111,10 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     st.SkipWithError(skip_message(info.skip_reason).c_str());
     return;
   }
-  // Under mpirun, one-replica benchmarks are the baselines: rank 0 runs them alone (the other
-  // ranks wait for the next data-parallel benchmark) and only rank 0 reports anyway.
-  if (world().size > 1 && info.parallel == Mode::None && world().rank != 0) {
+  // Under mpirun, one-replica benchmarks are the baselines, rank 0's alone: train/ rows' other
+  // ranks stand by and join their sharing probe (run_train.cpp); epochs/ rows' wait for the next
+  // benchmark. Only rank 0 reports.
+  if (world().size > 1 && info.run() == RunKind::OneReplica && info.kind == Kind::Epochs && world().rank != 0) {
     st.SkipWithError(skip_message("one-replica baseline, run by rank 0").c_str());
     return;
   }
@@ -170,7 +132,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
       run_ = make_run(info, RunEnv{.flags = &flags_,
                                    .nvml = nvml_.get(),
                                    .baselines = &baselines_,
-                                   .timelines = &timelines_,
+                                   .predictor = &predictor_,
                                    .on_epoch = &on_epoch_});
     pending_.repetition.message = run_->walk(st);
     if (!run_->kept_across_calls()) run_.reset();

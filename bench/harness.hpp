@@ -17,8 +17,8 @@
 
 #include "bench/configs.hpp"
 #include "bench/flags.hpp"
+#include "bench/predict.hpp"
 #include "bench/run.hpp"
-#include "engine/parallel/predict.hpp"
 #include "engine/train/epochs.hpp"
 
 namespace benchmark {
@@ -38,14 +38,6 @@ struct Repetition {
   std::int64_t iterations = 0;
   bool failed = false;
   std::string message;  // the failure, or an ok row's notes
-};
-
-// A predicted N-device row made from a one-device row's timeline (engine/parallel/predict.hpp).
-struct PredictedRow {
-  std::string device;  // gpu:N or mpi:N
-  parallel::Link link;
-  parallel::Prediction prediction;
-  parallel::StepTimeline timeline;
 };
 
 // Receives each repetition of a benchmark run with several, once it is known to be final (when
@@ -70,12 +62,8 @@ class Harness {
   std::string nvidia_driver() const;
   // Frees the benchmark kept between Google Benchmark's invocations (before MPI is finalised).
   void release_sessions();
-  // The link of the MPI world, measured at start-up (a collective: every rank calls it), which
-  // --link=measured and CPU rows under mpirun predict with.
-  void measure_world_link();
-  // Predicted N-device rows for a one-device train row that recorded its timeline and ran at
-  // `samples_per_s` (its median); empty where it has none or no link applies.
-  std::vector<PredictedRow> predictions(const BenchInfo& info, double samples_per_s) const;
+  // What the runs measured for predictions, and the predictions made (bench/predict.hpp).
+  Predictor& predictor() { return predictor_; }
 
  private:
   // The last call of a benchmark's body, which Google Benchmark may still discard (a call that
@@ -98,10 +86,9 @@ class Harness {
   // The benchmark now running, kept across Google Benchmark's calls of it.
   std::unique_ptr<BenchmarkRun> run_;
   Baselines baselines_;
-  int threads_used_ = 0;                                     // the most this run has used so far
-  std::set<std::string> warned_load_;                        // benchmarks whose load was said
-  std::map<std::string, parallel::StepTimeline> timelines_;  // by benchmark: its last timed steps
-  std::optional<parallel::Link> world_link_;
+  int threads_used_ = 0;               // the most this run has used so far
+  std::set<std::string> warned_load_;  // benchmarks whose load was said
+  Predictor predictor_;
   std::unique_ptr<telemetry::Nvml> nvml_;
   std::string nvml_unavailable_;  // why nvml_ is null where GPU rows run
 };

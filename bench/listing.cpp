@@ -1,9 +1,10 @@
-// The --list_models outputs (listing.hpp).
+// The --list_models and --list_configs outputs (listing.hpp).
 #include "bench/listing.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench/device_kinds.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"
@@ -121,6 +122,26 @@ void list_models_json(std::ostream& out, const Flags& flags) {
         gradient_buckets(w.spec).buckets));
   }
   out << fmt::format("{{\"format\": 1,\n \"workloads\": [\n{}]}}\n", fmt::join(entries, ",\n"));
+}
+
+void list_configs(std::ostream& out) {
+  out << fmt::format("--devices entries: {}\n\n{:<24} {:<28} {:<12} {}\n", device_grammar(), "kind", "written",
+                     "runs as", "what its rows measure");
+  for (const DeviceKind& k : device_kinds())
+    out << fmt::format("{:<24} {:<28} {:<12} {}\n", k.name, k.grammar, run_kind_name(k.run), k.label);
+}
+
+void list_configs_json(std::ostream& out) {
+  std::vector<std::string> kinds;
+  for (const DeviceKind& k : device_kinds())
+    kinds.push_back(
+        fmt::format(R"(  {{"name": {}, "grammar": {}, "pattern": {}, "label": {}, "backend": "{}", "run": "{}", )"
+                    R"("communicates": {}, "across_ranks": {}, "one_process": {}, "shares_device": {}}})",
+                    json_string(k.name), json_string(k.grammar), json_string(k.pattern), json_string(k.label),
+                    k.backend == Backend::Cpu ? "cpu" : "gpu", run_kind_name(k.run), k.wiring != nullptr,
+                    k.across_ranks, k.one_process, k.shares_device));
+  out << fmt::format("{{\"format\": 1,\n \"grammar\": {},\n \"kinds\": [\n{}]}}\n", json_string(device_grammar()),
+                     fmt::join(kinds, ",\n"));
 }
 
 }  // namespace tb::bench

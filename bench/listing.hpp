@@ -1,4 +1,4 @@
-// trainbench --list_models: the registered workloads with their parameters, FLOPs and memory
+// trainbench --list_models and --list_configs: the registered workloads with their parameters, FLOPs and memory
 // plans as a table, or (--json) as one JSON object that other tools read instead of retyping the
 // models (scripts/peers/pytorch_train.py).
 #pragma once
@@ -15,5 +15,12 @@ void list_models(std::ostream& out, const Flags& flags);
 // "momentum", "weight_decay", "beta1", "beta2", "eps", "lr_reference_batch"}, "params",
 // "forward_flops_per_sample", "train_flops_per_sample"}, ...]}; --batch sets batch and gpu_batch.
 void list_models_json(std::ostream& out, const Flags& flags);
+
+// trainbench --list_configs: the device kinds (bench/device_kinds.hpp) as a table, or (--json) as
+// {"format": 1, "grammar", "kinds": [{"name", "grammar", "pattern", "label", "backend", "run",
+// "communicates", "across_ranks", "one_process", "shares_device"}, ...]}: what the scripts'
+// parser of a row's device (scripts/tbdevices.py) is held against.
+void list_configs(std::ostream& out);
+void list_configs_json(std::ostream& out);
 
 }  // namespace tb::bench

@@ -25,6 +25,7 @@
 #include "bench/harness.hpp"
 #include "bench/listing.hpp"
 #include "bench/reporter.hpp"
+#include "bench/rows.hpp"
 #include "bench/summary.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
@@ -170,7 +171,7 @@ std::string ranks_disagree(const tb::bench::Flags& flags) {
       fmt::join(differ, "; "));
 }
 
-// --help, --csv_header and --list_models answer without running anything.
+// --help, --csv_header, --list_configs and --list_models answer without running anything.
 std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
   using namespace tb::bench;
   if (flags.help) {
@@ -179,6 +180,13 @@ std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
   }
   if (flags.csv_header) {
     std::cout << fmt::format("{}\n", fmt::join(csv_columns(), ","));
+    return 0;
+  }
+  if (flags.list_configs) {
+    if (flags.json)
+      list_configs_json(std::cout);
+    else
+      list_configs(std::cout);
     return 0;
   }
   if (!flags.list_models) return std::nullopt;
@@ -214,7 +222,7 @@ void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
     if (b.skip_reason.empty()) thread_counts.insert(b.threads);
   run.machine.sgemm_gflops = tb::cpu_peak_gflops(run.machine.cores);
   for (int t : thread_counts) tb::cpu_peak_gflops(t);
-  run.harness->measure_world_link();  // under mpirun, on every rank
+  run.harness->predictor().measure_world_link();  // under mpirun, on every rank
 }
 
 // The end of a run on rank 0: the summary, then what was skipped or failed; the exit status.
@@ -284,7 +292,7 @@ int main(int argc, char** argv) {
   run.machine.nvidia_driver = harness.nvidia_driver();
   // Google Benchmark prints its custom context on the console too: added only where JSON is written.
   if (flags.benchmark_format != "console" || json_out) add_json_context(run.machine, harness.benchmarks());
-  Reporter reporter(harness, run.machine, run.csv.get(), display_options(flags));
+  Reporter reporter(harness, harness.predictor(), run.machine, run.csv.get(), display_options(flags));
   run.sink = &reporter;
   if (rank != 0) {
     SilentReporter silent;

@@ -13,89 +13,12 @@
 #include <fmt/ranges.h>
 
 #include "bench/columns.hpp"
+#include "bench/predict.hpp"
+#include "bench/rows.hpp"
 #include "engine/backends.hpp"
-#include "engine/parallel/predict.hpp"
 #include "engine/parallel/world.hpp"
 
 namespace tb::bench {
-namespace {
-
-// The counter columns among `counters`, formatted, into `row` (aggregate: a mean, median, ... row).
-void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate) {
-  for (auto& [column, cell] : counter_cells(counters, aggregate)) row[column] = std::move(cell);
-}
-
-// The GPU a row ran on, or for a CPU row the machine's first GPU (empty without one).
-void add_gpu_context(Row& row, const BenchInfo& info, const MachineContext& machine) {
-  const GpuInventory& inv = gpu_inventory();
-  const int ordinal = info.gpu() ? info.gpu_ordinal : 0;
-  if (ordinal < 0 || ordinal >= int(inv.devices.size())) return;
-  const GpuDevice& g = inv.devices[std::size_t(ordinal)];
-  row["gpu_name"] = g.name;
-  row["gpu_cc"] = g.cc;
-  row["gpu_sms"] = std::to_string(g.sms);
-  row["gpu_memory_gib"] = fmt::format("{:.1f}", g.memory_gib);
-  row["gpu_clock_mhz"] = std::to_string(g.clock_mhz);
-  row["gpu_memory_clock_mhz"] = std::to_string(g.memory_clock_mhz);
-  row["driver_version"] = machine.nvidia_driver;
-  row["cuda_driver_version"] = g.cuda_driver;
-  row["cuda_version"] = g.cuda;
-  row["cudnn_version"] = g.cudnn;
-  row["cublas_version"] = g.cublas;
-  row["nccl_version"] = g.nccl;
-  if (info.gpu() && !info.precision.empty() && info.skip_reason.empty())
-    row["peak_source"] = gpu_peak(ordinal, info.precision).source;
-}
-
-}  // namespace
-
-Row identity_row(const BenchInfo& info, const MachineContext& machine) {
-  Row row{{"schema_version", kSchemaVersion},
-          {"benchmark", info.name},
-          {"kind", kind_name(info.kind)},
-          {"model", info.model},
-          {"dataset", info.dataset},
-          {"data_source", info.data_source},
-          {"device", info.device},
-          {"threads", std::to_string(info.threads)},
-          {"precision", info.precision},
-          {"batch", std::to_string(info.batch)},
-          {"optimizer", optimizer_name(info.optimizer.kind)},
-          {"framework", "trainbench"},
-          {"warmup_steps", std::to_string(info.warmup_steps)},
-          {"params", std::to_string(info.cost.parameters)},
-          {"train_flops_per_sample", number(info.cost.train_flops_per_sample())},
-          {"loader_workers", std::to_string(info.loader.workers)},
-          {"target_acc", info.target_accuracy > 0 ? number(info.target_accuracy) : ""},
-          {"host", machine.host},
-          {"os", machine.os},
-          {"cpu_model", machine.cpu_model},
-          {"cores", std::to_string(machine.cores)},
-          {"compiler", machine.compiler},
-          {"onednn", machine.onednn},
-          {"benchmark_lib", machine.benchmark_lib},
-          {"git_commit", machine.git_commit},
-          {"timestamp", machine.timestamp}};
-  const parallel::World& world = parallel::world();
-  row["ranks"] = std::to_string(world.size);
-  if (world.size > 1) {
-    row["nodes"] = std::to_string(world.nodes);
-    row["rank_hosts"] = fmt::format("{}", fmt::join(world.rank_hosts, ";"));
-  }
-  if (info.emulated_nodes) row["emulated_nodes"] = "1";
-  row["variant"] = info.variant;
-  row["measurement"] = "measured";
-  if (info.shared_device) row["shared_device"] = "1";
-  if (machine.sgemm_gflops > 0) row["sgemm_gflops"] = number(machine.sgemm_gflops);
-  if (info.gpu()) {
-    row["cuda_graph"] = std::to_string(int(info.cuda_graph));
-    row["data_on_device"] = std::to_string(int(info.data_on_device));
-  }
-  add_gpu_context(row, info, machine);
-  if (!info.gpu() && info.skip_reason.empty())
-    row["peak_source"] = "oneDNN sgemm 1024^3 measured at start-up (median of 5 rounds)";
-  return row;
-}
 
 DisplayOptions display_options(const Flags& flags) {
   DisplayOptions d;
@@ -112,8 +35,9 @@ DisplayOptions display_options(const Flags& flags) {
   return d;
 }
 
-Reporter::Reporter(const Harness& harness, const MachineContext& machine, CsvWriter* csv, DisplayOptions display)
-    : harness_(harness), machine_(machine), csv_(csv), display_(std::move(display)) {
+Reporter::Reporter(const Harness& harness, Predictor& predictor, const MachineContext& machine, CsvWriter* csv,
+                   DisplayOptions display)
+    : harness_(harness), predictor_(predictor), machine_(machine), csv_(csv), display_(std::move(display)) {
   if (display_.format == "json") structured_ = std::make_unique<benchmark::JSONReporter>();
   if (display_.format == "csv") structured_ = std::make_unique<benchmark::CSVReporter>();
   for (const BenchInfo& b : harness_.benchmarks()) name_width_ = std::max(name_width_, b.name.size() + 8);
@@ -287,15 +211,6 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
 
 namespace {
 
-// A prediction and the measured row it is for share this key: the workload, precision, batch,
-// the variant but for emulated_nodes (where the ranks ran, not what they ran) and the device.
-std::string prediction_key(const BenchInfo& info, const std::string& device) {
-  std::string variant = info.variant;
-  for (const char* where : {"/emulated_nodes", "emulated_nodes"})
-    if (const auto at = variant.find(where); at != std::string::npos) variant.erase(at, std::strlen(where));
-  return fmt::format("{}/{}/{}/{}/{}/{}", info.model, info.dataset, info.precision, info.batch, variant, device);
-}
-
 // The rate a benchmark's runs give: the median aggregate where there are repetitions.
 double run_rate(const std::vector<benchmark::BenchmarkReporter::Run>& runs, const std::string& name) {
   double rate = -1;
@@ -312,82 +227,39 @@ double run_rate(const std::vector<benchmark::BenchmarkReporter::Run>& runs, cons
 
 }  // namespace
 
+// The predicted rows of each one-device train benchmark in `runs` (bench/predict.hpp), written
+// and shown after it; and each measured multi-device row beside the predictions made for it.
 void Reporter::report_predictions(const std::vector<Run>& runs) {
   std::set<std::string> seen;
   for (const Run& run : runs) {
     const std::string& name = run.run_name.function_name;
     const BenchInfo* info = harness_.find(name);
-    if (!info || !seen.insert(name).second || info->kind != Kind::Train || info->parallel != parallel::Mode::None)
-      continue;
+    if (!info || !seen.insert(name).second || info->kind != Kind::Train || info->run() != RunKind::OneReplica) continue;
     // With repetitions Google Benchmark reports the iterations, then the aggregates: predict
     // once, from the median.
     const bool has_median = std::any_of(runs.begin(), runs.end(), [&](const Run& r) {
       return r.run_name.function_name == name && r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
     });
     if (run.repetitions > 1 && !has_median) continue;
-    if (const double rate = run_rate(runs, name); rate > 0) {
-      const std::vector<PredictedRow> predicted = harness_.predictions(*info, rate);
-      if (!predicted.empty() && !assumptions_said_) {
-        notes_stream() << fmt::format("  predictions assume: {}\n", parallel::kPredictionAssumptions);
-        assumptions_said_ = true;
-      }
-      for (const PredictedRow& p : predicted) {
-        Row row = identity_row(*info, machine_);
-        const std::string variant = info->variant.empty() ? "" : info->variant + "/";
-        row["benchmark"] = fmt::format("{}/{}/{}/{}/{}/bs:{}/{}predicted:{}", kind_name(info->kind), info->model,
-                                       info->dataset, p.device, info->precision, info->batch, variant, p.link.name);
-        row["device"] = p.device;
-        row["variant"] = variant + "predicted:" + p.link.name;
-        row["measurement"] = "predicted";
-        row["link"] = p.link.name;
-        row["predicted_from"] = info->name;
-        row["run_type"] = "iteration";
-        row["status"] = "ok";
-        row["iterations"] = std::to_string(p.timeline.steps);
-        row["message"] = fmt::format("predicted from {}'s timeline over {} ({}); assumes {}", info->name, p.link.name,
-                                     p.link.source, parallel::kPredictionAssumptions);
-        const parallel::Prediction& q = p.prediction;
-        add_counters(row,
-                     {{"samples_per_s", q.samples_per_s},
-                      {"step_time_s", q.step_s},
-                      {"scaling_efficiency", q.efficiency},
-                      {"comm_s_per_step", q.exposed_comm_s},
-                      {"comm_share", q.exposed_comm_s / q.step_s},
-                      {"allreduce_bytes_per_step", p.timeline.gradient_bytes()},
-                      {"replicas", double(q.devices)},
-                      {"link_busbw_gbps", p.link.busbw_gbps},
-                      {"link_latency_us", p.link.latency_us}},
-                     false);
-        keep(row);
-        predicted_[prediction_key(*info, p.device)].push_back(Made{info->name, info->threads, p.link, q.samples_per_s});
-        notes_stream() << fmt::format(
-            "  predicted {} over {} ({:.3g} GB/s, {:.3g} us): {:.0f} samples/s, {:.0f}% efficiency, exposed "
-            "communication {:.3g} ms of {:.3g} ms per step\n",
-            p.device, p.link.name, p.link.busbw_gbps, p.link.latency_us, q.samples_per_s, 100 * q.efficiency,
-            q.exposed_comm_s * 1e3, q.comm_s * 1e3);
-      }
+    const double rate = run_rate(runs, name);
+    if (rate <= 0) continue;
+    const std::vector<PredictedRow> predicted = predictor_.predict(*info, rate, machine_);
+    if (!predicted.empty() && !assumptions_said_) {
+      notes_stream() << fmt::format("  predictions assume: {}\n", parallel::kPredictionAssumptions);
+      assumptions_said_ = true;
+    }
+    for (const PredictedRow& p : predicted) {
+      keep(p.row);
+      notes_stream() << p.line << "\n";
     }
   }
   for (const Run& run : runs) {
     const BenchInfo* info = harness_.find(run.run_name.function_name);
-    if (info && info->kind == Kind::Train && info->parallel != parallel::Mode::None && !info->shared_device &&
+    if (info && info->kind == Kind::Train && info->run() != RunKind::OneReplica && !info->shared_device &&
         run.run_type == Run::RT_Iteration && !run.error_occurred && run.repetition_index <= 0)
-      compare_with_prediction(*info, run_rate(runs, info->name));
+      for (const std::string& line : predictor_.compare(*info, run_rate(runs, info->name)))
+        notes_stream() << line << "\n";
   }
-}
-
-// Each prediction of the measured row's device made from a row of its per-replica threads (mpi:2
-// of one thread per rank from cpu:1, not from cpu), named with the row and the link it assumed.
-void Reporter::compare_with_prediction(const BenchInfo& info, double samples_per_s) {
-  const auto it = predicted_.find(prediction_key(info, info.device));
-  if (it == predicted_.end() || samples_per_s <= 0) return;
-  for (const Made& made : it->second)
-    if (made.threads == info.threads)
-      notes_stream() << fmt::format(
-          "  {}: measured {:.0f} samples/s; predicted {:.0f} from {} over {} ({:.3g} GB/s, {:.3g} us): measured / "
-          "predicted = {:.2f}\n",
-          info.name, samples_per_s, made.samples_per_s, made.from, made.link.name, made.link.busbw_gbps,
-          made.link.latency_us, samples_per_s / made.samples_per_s);
 }
 
 void Reporter::keep(const Row& row) {

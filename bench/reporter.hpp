@@ -29,7 +29,8 @@ DisplayOptions display_options(const Flags& flags);
 
 class Reporter : public benchmark::BenchmarkReporter {
  public:
-  Reporter(const Harness& harness, const MachineContext& machine, CsvWriter* csv, DisplayOptions display);
+  Reporter(const Harness& harness, Predictor& predictor, const MachineContext& machine, CsvWriter* csv,
+           DisplayOptions display);
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
   void Finalize() override;
@@ -54,6 +55,7 @@ class Reporter : public benchmark::BenchmarkReporter {
   std::ostream& notes_stream();  // skip lines: stdout on the console, stderr under json/csv
   static void print_basic_context(std::ostream& out, const Context& context);
   const Harness& harness_;
+  Predictor& predictor_;
   const MachineContext& machine_;
   CsvWriter* csv_;
   DisplayOptions display_;
@@ -65,23 +67,8 @@ class Reporter : public benchmark::BenchmarkReporter {
   std::set<std::string> skipped_said_;        // configurations whose skip was printed
   std::vector<Row> rows_;
   bool stdout_closed_ = false;
-  // Predicted rows of each one-device train benchmark in `runs`, written and shown after it.
   void report_predictions(const std::vector<Run>& runs);
-  // A measured multi-device row beside the prediction made for it in this run.
-  void compare_with_prediction(const BenchInfo& info, double samples_per_s);
-  // The predictions made so far, by workload/precision/batch/variant/device: each with the row it
-  // was made from and the link it assumed.
-  struct Made {
-    std::string from;
-    int threads = 0;  // of the row it was made from
-    parallel::Link link;
-    double samples_per_s = 0;
-  };
-  std::map<std::string, std::vector<Made>> predicted_;
   bool assumptions_said_ = false;
 };
-
-// The columns every row of a benchmark shares: its identity and the machine context.
-Row identity_row(const BenchInfo& info, const MachineContext& machine);
 
 }  // namespace tb::bench

@@ -71,9 +71,15 @@ double Baselines::median(const BenchInfo& info, const std::string& precision) co
 
 std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env) {
   if (info.kind == Kind::Epochs) return make_epochs_run(info, env);
-  if (info.parallel == parallel::Mode::Processes) return make_jobs_run(info, env);
-  if (info.parallel != parallel::Mode::None) return make_replicas_run(info, env);
-  return make_train_run(info, env);
+  switch (info.run()) {
+    case RunKind::OneReplica:
+      return make_train_run(info, env);
+    case RunKind::Replicas:
+      return make_replicas_run(info, env);
+    case RunKind::Processes:
+      return make_jobs_run(info, env);
+  }
+  throw Error("make_run: a device kind without a run");
 }
 
 std::string BenchmarkRun::walk(benchmark::State& st) {

@@ -15,7 +15,7 @@
 
 #include "bench/configs.hpp"
 #include "bench/flags.hpp"
-#include "engine/parallel/timeline.hpp"
+#include "engine/parallel/predict.hpp"
 #include "engine/train/epochs.hpp"
 
 namespace benchmark {
@@ -34,6 +34,7 @@ class GpuSampler;
 
 namespace tb::bench {
 
+class Predictor;
 using EpochSink = std::function<void(const BenchInfo&, const EpochRecord&)>;
 
 // The samples/s of the one-device rows run so far, every repetition's, by what a row of the
@@ -54,7 +55,7 @@ struct RunEnv {
   const Flags* flags = nullptr;
   telemetry::Nvml* nvml = nullptr;  // null without NVML
   Baselines* baselines = nullptr;
-  std::map<std::string, parallel::StepTimeline>* timelines = nullptr;  // by benchmark: its last timed steps
+  Predictor* predictor = nullptr;  // where one-device runs leave what predictions are made from
   const EpochSink* on_epoch = nullptr;
 };
 

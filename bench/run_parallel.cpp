@@ -15,8 +15,6 @@ namespace tb::bench {
 
 namespace {
 
-using parallel::Mode;
-
 // The step is the slowest replica's (on every rank), the samples are the global batch's, and the
 // communication of one replica is reported.
 class ReplicasRun final : public BenchmarkRun {
@@ -38,7 +36,8 @@ class ReplicasRun final : public BenchmarkRun {
       auto splits = data::make_splits(info_.dataset, info_.data_folder, info_.spec, loader);
       return std::make_pair(std::move(net), std::move(splits.train));
     };
-    run_ = std::make_unique<parallel::ReplicaRun>(info_.parallel, info_.replicas, bind, make);
+    run_ = std::make_unique<parallel::ReplicaRun>(info_.device_kind->wiring, info_.device_kind->across_ranks,
+                                                  info_.replicas, bind, make);
   }
 
   void warm_up() override { run_->warm_up(info_.warmup_steps); }
@@ -62,14 +61,14 @@ class ReplicasRun final : public BenchmarkRun {
   void counters(benchmark::State& st, const Window& w) override {
     run_->check(check_loss_fell);
     const int total = run_->communicating_ranks();
-    const bool one_gpu = info_.parallel == Mode::Jobs || info_.parallel == Mode::SharedDevice;
+    const bool one_device = info_.device_kind->shares_device;
     timed_counters(st, w,
                    Timed{.samples_per_step = double(info_.batch) * total,
-                         .peak_gflops = devices_.peak_gflops * (one_gpu ? 1 : total),
+                         .peak_gflops = devices_.peak_gflops * (one_device ? 1 : total),
                          .replicas = double(info_.replicas)},
                    first(), p0_);
     st.counters["replicas"] = total;
-    if (info_.parallel == Mode::Jobs)
+    if (!info_.device_kind->wiring)
       st.counters["host_cpu_util_per_job"] = w.cpu / w.wall / info_.replicas;  // what `top` shows for one job's process
     else
       communication_counters(st, w, total);

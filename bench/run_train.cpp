@@ -2,19 +2,25 @@
 // across Google Benchmark's calls. Its step is the wall clock (host gaps included; a GPU step
 // ends when the device is done: the step reads its loss back); on a GPU the device clock (CUDA
 // events from the batch upload to the end of the update) has columns of its own.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include "bench/jobs.hpp"
+#include "bench/median.hpp"
+#include "bench/predict.hpp"
 #include "bench/run.hpp"
 #include "datasets/sources.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
+#include "engine/parallel/replica.hpp"
 #include "engine/parallel/timeline.hpp"
+#include "engine/parallel/world.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace tb::bench {
@@ -82,19 +88,111 @@ class TrainRun final : public BenchmarkRun {
     // When each gradient bucket becomes ready, for predicted N-device rows (a CUDA graph replays
     // backward without the hook that marks them).
     std::unique_ptr<parallel::TimelineRecorder> timeline;
-    if (info_.timeline && !info_.cuda_graph)
-      timeline = std::make_unique<parallel::TimelineRecorder>(trainer_->network());
+    if (predicting() && !bystander()) timeline = std::make_unique<parallel::TimelineRecorder>(trainer_->network());
     p0_ = trainer_->phases();
+    std::vector<double> times;  // each step's wall clock, host gaps included
     window.open();
+    double last = wall_seconds();
     for (auto _ : st) {
+      if (bystander()) continue;
       if (timeline) timeline->before_step();
       trainer_->step();
       if (timeline) timeline->after_step();
+      const double now = wall_seconds();
+      times.push_back(now - last);
+      last = now;
     }
     Window w = window.close(st, double(st.iterations()), double(st.iterations()) * double(info_.batch));
-    if (timeline) (*env_.timelines)[info_.name] = timeline->timeline();
     add_device_clock(w);
+    if (predicting()) measure_for_predictions(timeline.get(), std::move(times), w);
     return w;
+  }
+
+  // Under mpirun a one-device row is rank 0's alone: the other ranks stand by during its timed
+  // steps, then join its sharing probe.
+  static bool bystander() { return parallel::world().rank != 0; }
+  bool predicting() const { return info_.timeline && !info_.cuda_graph; }
+
+  // What predictions of this row need beside its timeline: once per benchmark, on the first
+  // window of a few steps or more, the data-parallel path's overhead and (under mpirun, on every
+  // rank) how much slower the ranks compute together than rank 0 alone.
+  void measure_for_predictions(parallel::TimelineRecorder* timeline, std::vector<double> times, const Window& w) {
+    constexpr double kEnoughSeconds = 0.3;
+    const bool enough = times.size() >= 3 || w.wall >= kEnoughSeconds;
+    if (!probed_ && (parallel::world().size > 1 || enough)) {
+      probe_sharing(w.step_time());  // a collective under mpirun: every rank, every benchmark, once
+      if (!bystander()) probe_dp_overhead(times);
+      probed_ = true;
+    }
+    if (bystander()) return;
+    measured_.timeline = timeline->timeline();
+    measured_.step_times = std::move(times);
+    env_.predictor->record(info_.name, measured_);
+  }
+
+  // Steps through the data-parallel path with a communicator of one replica (bucket bookkeeping,
+  // collective launches, the wait), against the plain steps just timed.
+  void probe_dp_overhead(const std::vector<double>& plain) {
+    const double step = bench::median(plain);
+    const int steps = std::clamp(int(std::ceil(0.2 / step)), 2, 10);
+    std::vector<double> wrapped;
+    try {
+      std::unique_ptr<Network> own = trainer_->swap_network(nullptr);
+      std::unique_ptr<parallel::Communicator> comm = parallel::one_replica_comm(*own);
+      trainer_->swap_network(std::make_unique<parallel::ReplicaNetwork>(std::move(own), std::move(comm)));
+      double last = wall_seconds();
+      for (int k = 0; k < steps; ++k) {
+        trainer_->step();
+        const double now = wall_seconds();
+        wrapped.push_back(now - last);
+        last = now;
+      }
+      std::unique_ptr<Network> replica = trainer_->swap_network(nullptr);
+      trainer_->swap_network(static_cast<parallel::ReplicaNetwork&>(*replica).release());
+    } catch (const Error& e) {
+      measured_.dp_overhead_source = fmt::format("not measured ({})", e.what());
+      return;
+    }
+    // The noise of either set of steps bounds what the difference can tell.
+    const double overhead = bench::median(wrapped) - step;
+    const double noise = std::max(spread_of(plain), spread_of(wrapped));
+    measured_.dp_overhead = {std::max(0.0, overhead), std::max(0.0, overhead - noise), std::max(0.0, overhead + noise)};
+    measured_.dp_overhead_source = fmt::format(
+        "{} steps through the data-parallel path with one replica, {:.3g} ms against the plain step's {:.3g} ms "
+        "(noise {:.2g} ms)",
+        steps, bench::median(wrapped) * 1e3, step * 1e3, noise * 1e3);
+  }
+
+  // Half the gap between the quartiles: how far a median of these steps may move.
+  static double spread_of(std::vector<double> times) {
+    if (times.size() < 2) return 0;
+    std::sort(times.begin(), times.end());
+    return (times[(3 * (times.size() - 1) + 2) / 4] - times[(times.size() - 1) / 4]) / 2;
+  }
+
+  // Under mpirun: every rank steps its own replica at once, with no communication, as rank 0's
+  // alone took `alone` seconds a step; the slow-down of the fastest and the slowest rank is the
+  // range the ranks' compute shares this machine's cores, caches and memory bandwidth (or, for
+  // emulated nodes on one GPU, the GPU).
+  void probe_sharing(double alone) {
+    if (parallel::world().size < 2) {
+      measured_.sharing_source = "no ranks shared this machine in this run";
+      return;
+    }
+    if (!world_) world_ = parallel::world_comm();
+    const int steps = int(std::max<i64>(3, env_.flags->iterations / 2));
+    world_->barrier();
+    const double t0 = wall_seconds();
+    for (int k = 0; k < steps; ++k) trainer_->step();
+    const double mine = (wall_seconds() - t0) / steps;
+    const double slowest = world_->max(mine), fastest = world_->min(mine);
+    const parallel::World& w = parallel::world();
+    if (bystander()) return;
+    measured_.sharing = {(slowest + fastest) / 2 / alone, fastest / alone, slowest / alone};
+    measured_.sharing_source = fmt::format(
+        "{} ranks stepping together on {} host(s): {:.3g} to {:.3g} ms a step against rank 0's {:.3g} ms "
+        "alone",
+        w.size, w.nodes, fastest * 1e3, slowest * 1e3, alone * 1e3);
   }
 
   // A job of gpu:1/jobs:K (bench/jobs.hpp): its steps run in the window every job agreed on,
@@ -126,6 +224,7 @@ class TrainRun final : public BenchmarkRun {
   }
 
   void counters(benchmark::State& st, const Window& w) override {
+    if (bystander()) return;  // rank 0 reports the row
     check_loss_fell(*trainer_);
     timed_counters(st, w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops},
                    *trainer_, p0_);
@@ -161,6 +260,9 @@ class TrainRun final : public BenchmarkRun {
   data::Splits splits_;  // what the trainer's data left behind: the validation split
   std::unique_ptr<Trainer> trainer_;
   PhaseTimes p0_;
+  parallel::OneDevice measured_;  // for predictions: the probes' results, kept across calls
+  bool probed_ = false;
+  std::unique_ptr<parallel::Communicator> world_;  // under mpirun: the sharing probe's
 };
 
 }  // namespace

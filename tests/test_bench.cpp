@@ -1,9 +1,13 @@
-// The trainbench binary's own logic, without running a benchmark: the window jobs are timed on.
+// The trainbench binary's own logic, without running a benchmark: the device kinds, the window
+// jobs are timed on.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "bench/device_kinds.hpp"
 #include "bench/jobs.hpp"
 #include "engine/core/error.hpp"
 
@@ -57,6 +61,114 @@ TEST(JobsWindow, JobsThatNeverRanTogetherAreAnError) {
   EXPECT_THROW(common_window({first, second}), Error);
   JobSteps none;
   EXPECT_THROW(common_window({first, none}), Error);
+}
+
+// ---- device kinds ----
+
+// A machine of `cores` cores and `gpus` GPUs, in an MPI world of `ranks` (this one `local_rank`).
+struct FakeMachine {
+  Flags flags;
+  parallel::World world;
+  GpuInventory inventory;
+  int cores = 2;
+  FakeMachine(int gpus, int ranks = 1, int local_rank = 0) {
+    for (int k = 0; k < gpus; ++k) inventory.devices.push_back(GpuDevice{.ordinal = k, .name = "fake"});
+    if (gpus == 0) inventory.unavailable = "no CUDA device";
+    world.size = world.local_size = ranks;
+    world.rank = world.local_rank = local_rank;
+  }
+  DeviceConfig plan(const std::string& entry) const {
+    return plan_device(entry, Machine{flags, cores, world, inventory});
+  }
+};
+
+TEST(DeviceKinds, EachEntryIsTheKindItsGrammarNames) {
+  FakeMachine two_gpus(2);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"cpu", "cpu"},
+      {"cpu:1", "cpu:T"},
+      {"cpu:1/jobs:2", "cpu:T/jobs:K"},
+      {"gpu:1", "gpu:1"},
+      {"gpu:2", "gpu:N over NCCL"},
+      {"gpu:all", "gpu:N over NCCL"},
+      {"gpu:1/threads:3", "gpu:1/threads:K"},
+      {"gpu:1/jobs:3", "gpu:1/jobs:K"},
+      {"mpi:2", "mpi:N"},
+  };
+  for (const auto& [entry, kind] : cases) {
+    const DeviceConfig d = two_gpus.plan(entry);
+    ASSERT_NE(d.kind, nullptr) << entry;
+    EXPECT_EQ(d.kind->name, kind) << entry;
+  }
+  const DeviceConfig all = two_gpus.plan("gpu:all");
+  EXPECT_EQ(all.name, "gpu:2");
+  EXPECT_EQ(all.gpu_ordinals, (std::vector<int>{0, 1}));
+  EXPECT_EQ(all.skip_reason, "");
+}
+
+TEST(DeviceKinds, WhatTheMachineLacksIsTheSkipReason) {
+  FakeMachine none(0);
+  EXPECT_EQ(none.plan("cpu:3").skip_reason, "cpu:3 needs 3 cores, this machine has 2");
+  EXPECT_EQ(none.plan("cpu:1/jobs:3").skip_reason,
+            "cpu:1/jobs:3: 3 jobs of 1 thread(s) need 3 cores, this machine has 2: at most 2 such jobs");
+  EXPECT_EQ(none.plan("gpu:1").skip_reason, "gpu:1: no CUDA device");
+  EXPECT_EQ(none.plan("mpi:2").skip_reason, "mpi:2: start trainbench with mpirun -np 2 for MPI data parallelism");
+  FakeMachine one_gpu(1);
+  EXPECT_EQ(one_gpu.plan("gpu:2").skip_reason, "gpu:2 needs 2 GPUs, this machine has 1");
+  EXPECT_NE(one_gpu.plan("gpu:all").skip_reason.find("gpu:N needs two or more"), std::string::npos);
+  one_gpu.flags.gpus = {3};
+  EXPECT_NE(one_gpu.plan("gpu:1").skip_reason.find("CUDA device 3 (--gpus"), std::string::npos);
+}
+
+TEST(DeviceKinds, RepeatedGpusMakeSharedDeviceReplicas) {
+  FakeMachine m(1);
+  m.flags.gpus = {0, 0};
+  const DeviceConfig d = m.plan("gpu:2");
+  EXPECT_EQ(d.kind->name, std::string("gpu:N sharing one GPU"));
+  EXPECT_TRUE(d.shared_device && d.kind->shares_device);
+  EXPECT_EQ(d.gpu_ordinals, (std::vector<int>{0, 0}));
+  EXPECT_EQ(d.skip_reason, "");
+  EXPECT_NE(m.plan("gpu:3").skip_reason.find("give one entry per replica"), std::string::npos);
+  m.flags.gpus = {0, 0, 1};
+  EXPECT_THROW(m.plan("gpu:2"), InputError);
+}
+
+TEST(DeviceKinds, UnderMpirunGpuNIsOneGpuPerRankAndOneProcessKindsAreSkipped) {
+  FakeMachine rank1(2, /*ranks=*/2, /*local_rank=*/1);
+  const DeviceConfig d = rank1.plan("gpu:2");
+  EXPECT_EQ(d.kind->name, std::string("gpu:N across ranks"));
+  EXPECT_TRUE(d.kind->across_ranks);
+  EXPECT_EQ(d.gpu_ordinals, (std::vector<int>{1}));  // this rank's GPU: its node-local index
+  EXPECT_EQ(d.replicas, 1);
+  EXPECT_NE(rank1.plan("gpu:4").skip_reason.find("gpu:1 (rank 0) and gpu:2"), std::string::npos);
+  EXPECT_EQ(rank1.plan("mpi:2").skip_reason, "");
+  EXPECT_EQ(rank1.plan("mpi:2").threads, 1);  // two ranks on this node share its 2 cores
+  EXPECT_EQ(rank1.plan("cpu:1/jobs:2").skip_reason, "cpu:1/jobs:2 runs in one process: start it without mpirun");
+  EXPECT_EQ(rank1.plan("gpu:1/threads:2").skip_reason, "gpu:1/threads:2 runs in one process: start it without mpirun");
+}
+
+TEST(DeviceKinds, EntriesNoKindTakesAreRefusedWithTheGrammar) {
+  FakeMachine m(1);
+  for (const char* bad : {"tpu:1", "cpu:0", "cpu:x", "gpu:1/foo:2", "gpu:2/jobs:2", "gpu:2/threads:2", "mpi"}) {
+    try {
+      m.plan(bad);
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DeviceKinds, EveryKindSaysWhatItIs) {
+  std::set<std::string> names;
+  for (const DeviceKind& k : device_kinds()) {
+    EXPECT_TRUE(names.insert(k.name).second) << k.name;
+    EXPECT_GT(std::string(k.label).size(), 10u) << k.name;
+    EXPECT_EQ(std::string(k.pattern).front(), '^') << k.name;
+    EXPECT_EQ(k.across_ranks && k.one_process, false) << k.name;
+    EXPECT_EQ(k.run == RunKind::Replicas || !k.wiring, true) << k.name << ": only replicas communicate";
+    EXPECT_TRUE(k.matches && k.configure) << k.name;
+  }
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ def test_mlp_run_writes_a_checked_csv_row(tmp_path):
     rows = read_csv(out)
     assert len(rows) == 1
     row = rows[0]
-    assert row["schema_version"] == "4"
+    assert row["schema_version"] == "5"
     assert row["variant"] == "" and row["measurement"] == "measured" and row["shared_device"] == ""
     assert float(row["sgemm_gflops"]) > 0 and float(row["load_avg_1m"]) >= 0
     assert 0 <= float(row["peak_spread"]) < 1
@@ -563,7 +563,7 @@ def test_benchmark_format_json_is_json_on_stdout_with_the_machine_context(tmp_pa
             "--precisions=fp32", *FAST)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)  # nothing but JSON: skip lines and the summary go to stderr
-    assert doc["context"]["trainbench_schema_version"] == "4"
+    assert doc["context"]["trainbench_schema_version"] == "5"
     for key in ("trainbench_host", "trainbench_cpu_model", "trainbench_git_commit", "trainbench_onednn"):
         assert doc["context"][key], key
     assert any(b["name"].startswith("train/lstm/sine/cpu/") for b in doc["benchmarks"])

@@ -225,10 +225,12 @@ def test_refused_loader_threads_fail_their_row_and_the_others_run(tmp_path):
                         f"--csv={out}", *FAST], capture_output=True, text=True, preexec_fn=limit_address_space,
                        timeout=300)
     assert r.returncode == 1, r.stderr
+    # (The variant names the flag: .../bs:100/loader_workers:1000.)
     rows = {row[1]: row for row in read_rows(out)[1:]}
-    mlp = rows["train/mlp/mnist/cpu:1/fp32/bs:100"]
+    mlp = rows["train/mlp/mnist/cpu:1/fp32/bs:100/loader_workers:1000"]
     assert mlp[15] == "failed" and "could not start loader worker" in mlp[16] and "--loader_workers" in mlp[16]
-    assert rows["train/lstm/sine/cpu:1/fp32/bs:20"][15] == "ok"  # the LSTM's sine wave needs no loader
+    # The LSTM's sine wave needs no loader.
+    assert rows["train/lstm/sine/cpu:1/fp32/bs:20/loader_workers:1000"][15] == "ok"
 
 
 @pytest.mark.parametrize("flag, needle", [

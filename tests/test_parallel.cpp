@@ -323,12 +323,101 @@ TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
   EXPECT_EQ(one.efficiency, 1.0);
 }
 
+TEST(Predict, LatencyGrowsWithNAndATreeTakesSmallBuckets) {
+  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 10, .source = "a test"};
+  // 1 KB among 8: a ring pays the latency 7 times, a tree 3 times (and twice the bytes): the tree.
+  EXPECT_NEAR(parallel::all_reduce_s(1e3, 8, link), 3 * 10e-6 + 2 * 1e3 / 100e9, 1e-15);
+  // 10 GB among 8: the ring's 2(N-1)/N bytes win.
+  EXPECT_NEAR(parallel::all_reduce_s(1e10, 8, link), 7 * 10e-6 + 1.75 * 1e10 / 100e9, 1e-12);
+  // Two devices: one step each way either way.
+  EXPECT_NEAR(parallel::all_reduce_s(1e9, 2, link), 10e-6 + 1e9 / 100e9, 1e-12);
+  // A lower bus bandwidth for the band's slow end.
+  EXPECT_NEAR(parallel::all_reduce_s(1e10, 8, link, 50), 7 * 10e-6 + 1.75 * 1e10 / 50e9, 1e-12);
+}
+
+TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
+  parallel::Link link{
+      .name = "measured", .busbw_gbps = 1, .latency_us = 100, .sweep = {{1e5, 1e-3}, {1e6, 3e-3}}, .sweep_ranks = 2};
+  EXPECT_NEAR(parallel::all_reduce_s(5.5e5, 2, link), 2e-3, 1e-12);            // between the two sizes, on their line
+  EXPECT_NEAR(parallel::all_reduce_s(1e4, 2, link), 1e-3, 1e-12);              // below the smallest: its time
+  EXPECT_NEAR(parallel::all_reduce_s(2e6, 2, link), 3e-3 + 1e6 / 1e9, 1e-12);  // beyond: at the busbw
+  // Among other counts of ranks the curve says nothing: the fitted model.
+  EXPECT_NEAR(parallel::all_reduce_s(1e6, 4, link), std::min(300e-6 + 1.5e6 / 1e9, 200e-6 + 2e6 / 1e9), 1e-12);
+}
+
+TEST(Predict, TheSlowestOfNDrawsIsExpectedHigherTheMoreDevices) {
+  EXPECT_DOUBLE_EQ(parallel::expected_max({1, 2}, 1), 1.5);
+  EXPECT_DOUBLE_EQ(parallel::expected_max({1, 2}, 2), 1.75);  // the max of two draws is 1 only if both are
+  EXPECT_DOUBLE_EQ(parallel::expected_max({3, 3, 3}, 8), 3);
+  EXPECT_GT(parallel::expected_max({1, 2, 3, 4}, 8), parallel::expected_max({1, 2, 3, 4}, 2));
+}
+
+// Every term adds to the step, the band holds the point, and the widest term is named.
+TEST(Predict, TermsAddUpToTheStepWithABandAndTheDominantTermNamed) {
+  parallel::OneDevice one;
+  one.timeline.bucket_ready_s = {0.010, 0.030};
+  one.timeline.bucket_bytes = {1e9, 1e9};
+  one.timeline.backward_end_s = 0.030;
+  one.timeline.step_end_s = 0.045;
+  one.timeline.steps = 4;
+  one.step_s = 0.050;
+  one.batch = 64;
+  one.step_times = {0.048, 0.050, 0.050, 0.052};
+  one.dp_overhead = {0.001, 0.0005, 0.0015};
+  one.sharing = {1.2, 1.1, 1.3};
+  parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
+  link.busbw_low_gbps = 40;
+  const parallel::Prediction p = parallel::predict(one, 2, link);
+  ASSERT_EQ(p.terms.size(), 5u);
+  double sum = 0;
+  for (const parallel::Term& t : p.terms) {
+    EXPECT_LE(t.low, t.s + 1e-15) << t.name;
+    EXPECT_GE(t.high, t.s - 1e-15) << t.name;
+    sum += t.s;
+  }
+  EXPECT_NEAR(p.step_s, sum, 1e-15);
+  EXPECT_NEAR(p.terms[1].s, 0.050 * 0.2, 1e-12);  // sharing: 20% slower compute
+  EXPECT_NEAR(p.terms[2].s, 0.050 * (parallel::expected_max(one.step_times, 2) / 0.050 - 1), 1e-12);
+  EXPECT_NEAR(p.terms[3].s, 0.001, 1e-15);
+  // The buckets' times stretch with the compute (x1.2): ready at 12 and 36 ms, backward ends at
+  // 36, each all-reduce 10 ms: the second is exposed 10 ms.
+  EXPECT_NEAR(p.exposed_comm_s, 0.010, 1e-12);
+  EXPECT_LT(p.samples_per_s_low, p.samples_per_s);
+  EXPECT_GT(p.samples_per_s_high, p.samples_per_s);
+  EXPECT_NEAR(p.efficiency, 0.050 / p.step_s, 1e-12);
+  // The link's slow end (40 GB/s: 25 ms each, 25 exposed against 10 at the fast end) moves the
+  // step most: more than sharing's 10 ms.
+  EXPECT_EQ(p.dominant, "communication");
+}
+
+TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
+  parallel::OneDevice one;
+  one.timeline.bucket_ready_s = {0.010, 0.030};
+  one.timeline.bucket_bytes = {1e9, 1e9};
+  one.timeline.backward_end_s = 0.030;
+  one.timeline.step_end_s = 0.045;
+  one.timeline.steps = 1;
+  one.step_s = 0.050;
+  one.batch = 64;
+  parallel::Link host{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
+  host.overlaps_compute = false;
+  const parallel::Prediction p = parallel::predict(one, 2, host);
+  EXPECT_NEAR(p.exposed_comm_s, 0.020, 1e-12);  // both all-reduces after backward
+  const parallel::Term& comm = p.terms.back();
+  EXPECT_NEAR(comm.low, 0.010, 1e-12);  // overlapped as on a GPU: only the second is exposed
+  EXPECT_NEAR(comm.high, 0.020, 1e-12);
+}
+
 TEST(Predict, LinksByNameByFiguresAndRefused) {
   EXPECT_EQ(parallel::parse_link("nvlink4").busbw_gbps, 370);
   for (const parallel::Link& l : parallel::link_presets()) {
     EXPECT_GT(l.busbw_gbps, 0) << l.name;
     EXPECT_FALSE(l.source.empty()) << l.name;
+    EXPECT_LE(l.low_busbw(), l.busbw_gbps) << l.name;
+    EXPECT_EQ(l.busbw_low_gbps > 0, !l.low_source.empty()) << l.name << ": a low figure says where it comes from";
   }
+  // Eight GPUs on PCIe 5 usually cross a switch or a socket: what people measure there.
+  EXPECT_EQ(parallel::parse_link("pcie5").low_busbw(), 28);
   const parallel::Link custom = parallel::parse_link("100,20");
   EXPECT_EQ(custom.name, "custom");
   EXPECT_EQ(custom.busbw_gbps, 100);

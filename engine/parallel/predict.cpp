@@ -31,13 +31,37 @@ double StepTimeline::gradient_bytes() const { return std::accumulate(bucket_byte
 //   direction (PCI-SIG PCIe 4.0 and 5.0); 75% of that as busbw (protocol and the switch).
 // - ib_ndr400: one 400 Gb/s InfiniBand NDR port per GPU across nodes, 50 GB/s (NVIDIA
 //   ConnectX-7 / Quantum-2 NDR); 90% as busbw, the ring's inter-node step being the bottleneck.
+// - pcie4, pcie5 (low): eight GPUs whose ring crosses a PCIe switch or a CPU socket reach far
+//   less than the link: about 20 GB/s busbw across sockets on an 8x A100 board
+//   (NVIDIA/nccl-tests issue 178), 28 GB/s with 8x RTX 5090 on PCIe 5.0 behind switches on two
+//   sockets, 35 with 4 (NVIDIA/nccl issue 1639, where NCCL's maintainer notes that on PCIe
+//   systems the CPUs' and memory's bandwidth sets it).
 const std::vector<Link>& link_presets() {
   static const std::vector<Link> presets{
-      {"nvlink4", 370, 15, "NVLink 4 (H100 SXM, 8-GPU board): ring busbw ~370 GB/s, NVIDIA/nccl-tests#212"},
-      {"nvlink3", 200, 15, "NVLink 3 (A100 SXM, 8-GPU board): busbw ~200 GB/s, NVIDIA/nccl-tests#149, #178"},
-      {"pcie4", 24, 25, "PCIe 4.0 x16: 31.5 GB/s per direction (PCI-SIG), 75% as busbw"},
-      {"pcie5", 48, 25, "PCIe 5.0 x16: 63 GB/s per direction (PCI-SIG), 75% as busbw"},
-      {"ib_ndr400", 45, 30, "InfiniBand NDR 400 Gb/s per GPU (NVIDIA ConnectX-7): 50 GB/s, 90% as busbw"},
+      {.name = "nvlink4",
+       .busbw_gbps = 370,
+       .latency_us = 15,
+       .source = "NVLink 4 (H100 SXM, 8-GPU board): ring busbw ~370 GB/s, NVIDIA/nccl-tests#212"},
+      {.name = "nvlink3",
+       .busbw_gbps = 200,
+       .latency_us = 15,
+       .source = "NVLink 3 (A100 SXM, 8-GPU board): busbw ~200 GB/s, NVIDIA/nccl-tests#149, #178"},
+      {.name = "pcie4",
+       .busbw_gbps = 24,
+       .latency_us = 25,
+       .source = "PCIe 4.0 x16: 31.5 GB/s per direction (PCI-SIG), 75% as busbw",
+       .busbw_low_gbps = 20,
+       .low_source = "~20 GB/s with 8 GPUs across CPU sockets, NVIDIA/nccl-tests#178"},
+      {.name = "pcie5",
+       .busbw_gbps = 48,
+       .latency_us = 25,
+       .source = "PCIe 5.0 x16: 63 GB/s per direction (PCI-SIG), 75% as busbw",
+       .busbw_low_gbps = 28,
+       .low_source = "28 GB/s with 8 GPUs behind PCIe switches on two sockets, NVIDIA/nccl#1639"},
+      {.name = "ib_ndr400",
+       .busbw_gbps = 45,
+       .latency_us = 30,
+       .source = "InfiniBand NDR 400 Gb/s per GPU (NVIDIA ConnectX-7): 50 GB/s, 90% as busbw"},
   };
   return presets;
 }
@@ -71,46 +95,155 @@ double ring_all_reduce_s(double bytes, int n, const Link& link) {
   return link.latency_us * 1e-6 + 2.0 * (n - 1) / n * bytes / (link.busbw_gbps * 1e9);
 }
 
-Prediction predict(const StepTimeline& t, double step_s, double batch, int devices, const Link& link) {
-  TB_CHECK(devices >= 1 && step_s > 0 && batch > 0, "predict: {} devices, step {} s, batch {}", devices, step_s, batch);
-  TB_CHECK(t.bucket_ready_s.size() == t.bucket_bytes.size(), "predict: {} ready times for {} buckets",
-           t.bucket_ready_s.size(), t.bucket_bytes.size());
-  Prediction p;
-  p.devices = devices;
-  // One communication stream: each bucket's all-reduce starts once it is ready and the one
-  // before it is done.
+namespace {
+
+// The swept time of `bytes` among the sweep's ranks: between two sizes, on the line through
+// them; beyond the largest, at the link's bus bandwidth from there; below the smallest, its time.
+double swept_s(double bytes, const Link& link) {
+  const auto& sw = link.sweep;
+  if (bytes <= sw.front().first) return sw.front().second;
+  for (std::size_t k = 1; k < sw.size(); ++k)
+    if (bytes <= sw[k].first) {
+      const auto [b0, t0] = sw[k - 1];
+      const auto [b1, t1] = sw[k];
+      return t0 + (t1 - t0) * (bytes - b0) / (b1 - b0);
+    }
+  const int n = link.sweep_ranks;
+  return sw.back().second + 2.0 * (n - 1) / n * (bytes - sw.back().first) / (link.busbw_gbps * 1e9);
+}
+
+}  // namespace
+
+double all_reduce_s(double bytes, int n, const Link& link, double busbw_gbps) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const double busbw = (busbw_gbps > 0 ? busbw_gbps : link.busbw_gbps) * 1e9;
+  if (!link.sweep.empty() && n == link.sweep_ranks) return swept_s(bytes, link) * link.busbw_gbps * 1e9 / busbw;
+  const double latency = link.latency_us * 1e-6;
+  const double ring = latency * (n - 1) + 2.0 * (n - 1) / n * bytes / busbw;
+  const double tree = latency * std::ceil(std::log2(double(n))) + 2.0 * bytes / busbw;
+  return std::min(ring, tree);
+}
+
+double expected_max(std::vector<double> samples, int n) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  // P(max of n draws <= k-th smallest) = (k/m)^n: each sample weighted by its chance of being the max.
+  const double m = double(samples.size());
+  double e = 0;
+  for (std::size_t k = 0; k < samples.size(); ++k)
+    e += samples[k] * (std::pow(double(k + 1) / m, n) - std::pow(double(k) / m, n));
+  return e;
+}
+
+namespace {
+
+struct Queue {
+  double exposed = 0, total = 0;
+};
+
+// The all-reduces of `t`'s buckets on one stream among n devices, its times stretched by
+// `slower` (compute slowed by sharing), at `busbw_gbps`.
+Queue queue(const StepTimeline& t, int n, const Link& link, double slower, double busbw_gbps) {
+  Queue q;
   double done = 0;
   for (std::size_t k = 0; k < t.bucket_bytes.size(); ++k) {
-    const double took = ring_all_reduce_s(t.bucket_bytes[k], devices, link);
+    const double took = all_reduce_s(t.bucket_bytes[k], n, link, busbw_gbps);
     // On cores shared with compute, nothing starts before backward has let go of them.
-    const double ready = link.overlaps_compute ? t.bucket_ready_s[k] : t.backward_end_s;
+    const double ready = (link.overlaps_compute ? t.bucket_ready_s[k] : t.backward_end_s) * slower;
     done = std::max(done, ready) + took;
-    p.comm_s += took;
+    q.total += took;
   }
   // The update waits for the last all-reduce; what backward did not hide lengthens the step.
-  p.exposed_comm_s = devices > 1 ? std::max(0.0, done - t.backward_end_s) : 0.0;
-  p.step_s = step_s + p.exposed_comm_s;
-  p.samples_per_s = devices * batch / p.step_s;
-  p.efficiency = step_s / p.step_s;
+  q.exposed = n > 1 ? std::max(0.0, done - t.backward_end_s * slower) : 0.0;
+  return q;
+}
+
+// The step's relative spread: half the interquartile range over the median of the step times.
+double relative_spread(std::vector<double> times) {
+  if (times.size() < 4) return 0;
+  std::sort(times.begin(), times.end());
+  const auto at = [&](double q) { return times[std::size_t(q * double(times.size() - 1) + 0.5)]; };
+  return (at(0.75) - at(0.25)) / 2 / at(0.5);
+}
+
+}  // namespace
+
+Prediction predict(const OneDevice& one, int devices, const Link& link) {
+  const StepTimeline& t = one.timeline;
+  TB_CHECK(devices >= 1 && one.step_s > 0 && one.batch > 0, "predict: {} devices, step {} s, batch {}", devices,
+           one.step_s, one.batch);
+  TB_CHECK(t.bucket_ready_s.size() == t.bucket_bytes.size(), "predict: {} ready times for {} buckets",
+           t.bucket_ready_s.size(), t.bucket_bytes.size());
+  const double step = one.step_s, spread = relative_spread(one.step_times);
+  const Range sharing = devices > 1 ? one.sharing : Range::exactly(1);
+  const Range dp = devices > 1 ? one.dp_overhead : Range{};
+  // A synchronous step waits for the slowest of N: the expected largest of N step times, over
+  // their mean, stretches the measured step.
+  double stragglers = 0;
+  if (devices > 1 && !one.step_times.empty()) {
+    const double mean =
+        std::accumulate(one.step_times.begin(), one.step_times.end(), 0.0) / double(one.step_times.size());
+    stragglers = step * (expected_max(one.step_times, devices) / mean - 1);
+  }
+  const Queue point = queue(t, devices, link, sharing.value, link.busbw_gbps);
+  const Queue slow = queue(t, devices, link, sharing.high, link.low_busbw());
+  // Between CPU ranks the point counts the all-reduce as not overlapped; MPI's progress can still
+  // move some of it during backward, so the fast end lets it overlap as on a GPU.
+  Link overlapping = link;
+  overlapping.overlaps_compute = true;
+  const Queue fast = queue(t, devices, overlapping, sharing.low, link.busbw_gbps);
+  Prediction p;
+  p.devices = devices;
+  p.terms = {
+      {"compute", step, step * (1 - spread), step * (1 + spread)},
+      {"sharing", step * (sharing.value - 1), step * (sharing.low - 1), step * (sharing.high - 1)},
+      {"stragglers", stragglers, 0, stragglers},
+      {"data-parallel overhead", dp.value, dp.low, dp.high},
+      {"communication", point.exposed, fast.exposed, slow.exposed},
+  };
+  for (const Term& term : p.terms) p.step_s += term.s;
+  double fastest = 0, slowest = 0;
+  for (const Term& term : p.terms) fastest += term.low, slowest += term.high;
+  p.exposed_comm_s = point.exposed;
+  p.comm_s = point.total;
+  p.samples_per_s = devices * one.batch / p.step_s;
+  p.samples_per_s_low = devices * one.batch / slowest;
+  p.samples_per_s_high = devices * one.batch / fastest;
+  p.efficiency = step / p.step_s;
+  double widest = -1;
+  for (const Term& term : p.terms)
+    if (devices > 1 && term.high - term.low > widest) widest = term.high - term.low, p.dominant = term.name;
   return p;
 }
 
-Link measure_link(Communicator& comm) {
+Prediction predict(const StepTimeline& t, double step_s, double batch, int devices, const Link& link) {
+  return predict(OneDevice{.timeline = t, .step_s = step_s, .batch = batch}, devices, link);
+}
+
+Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer) {
   const int n = comm.size();
+  std::vector<float> host;
   std::vector<double> x, y;  // ring bytes, seconds
-  for (std::size_t bytes = std::size_t(64) << 10; bytes <= (std::size_t(16) << 20); bytes *= 4) {
-    std::vector<float> buffer(bytes / sizeof(float), 1.0f);
+  Link link{.name = "measured", .overlaps_compute = device_buffer != nullptr, .sweep_ranks = n};
+  for (std::size_t bytes = std::size_t(64) << 10; bytes <= max_bytes; bytes *= 4) {
+    void* data = device_buffer;
+    if (!data) {
+      host.assign(bytes / sizeof(float), 1.0f);
+      data = host.data();
+    }
     std::vector<double> times;
     for (int rep = 0; rep < 7; ++rep) {
       comm.barrier();
       const double t0 = wall_seconds();
-      comm.start_all_reduce_mean(buffer.data(), i64(buffer.size()), ElemType::F32);
+      comm.start_all_reduce_mean(data, i64(bytes / sizeof(float)), ElemType::F32);
       comm.wait();
       times.push_back(wall_seconds() - t0);
     }
     std::sort(times.begin() + 2, times.end());  // the first two warm up
+    const double median = comm.max(times[2 + (times.size() - 2) / 2]);
+    link.sweep.emplace_back(double(bytes), median);
     x.push_back(2.0 * (n - 1) / n * double(bytes));
-    y.push_back(comm.max(times[2 + (times.size() - 2) / 2]));
+    y.push_back(median);
   }
   // Least squares: y = a + b x.
   const double mx = std::accumulate(x.begin(), x.end(), 0.0) / double(x.size());
@@ -118,12 +251,19 @@ Link measure_link(Communicator& comm) {
   double sxy = 0, sxx = 0;
   for (std::size_t k = 0; k < x.size(); ++k) sxy += (x[k] - mx) * (y[k] - my), sxx += (x[k] - mx) * (x[k] - mx);
   const double slope = std::max(sxy / sxx, 1e-15), intercept = std::max(0.0, my - slope * mx);
-  return Link{
-      .name = "measured",
-      .busbw_gbps = 1.0 / slope * 1e-9,
-      .latency_us = intercept * 1e6,
-      .source = fmt::format("{} all-reduce of {} ranks, 64 KiB to 16 MiB, measured at start-up", comm.kind(), n),
-      .overlaps_compute = false};
+  link.busbw_gbps = 1.0 / slope * 1e-9;
+  // An all-reduce between two is a ring of one step each way: the fitted latency is N-1 of them.
+  link.latency_us = intercept * 1e6 / std::max(1, n - 1);
+  // The low end: the slowest bus bandwidth any size of 1 MiB or more showed beside the fit.
+  double low = link.busbw_gbps;
+  for (std::size_t k = 0; k < x.size(); ++k)
+    if (link.sweep[k].first >= double(1 << 20) && y[k] > intercept)
+      low = std::min(low, x[k] / (y[k] - intercept) * 1e-9);
+  link.busbw_low_gbps = low;
+  link.low_source = "the slowest size of the sweep (1 MiB and up) against the fit";
+  link.source =
+      fmt::format("{} all-reduce of {} ranks, 64 KiB to {} MiB, measured at start-up", comm.kind(), n, max_bytes >> 20);
+  return link;
 }
 
 }  // namespace tb::parallel

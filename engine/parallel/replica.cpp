@@ -57,7 +57,14 @@ ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr
     device_clock_ = make_device_clock(e->device, e->stream);
 }
 
-ReplicaNetwork::~ReplicaNetwork() { net_->set_backward_hook({}); }
+ReplicaNetwork::~ReplicaNetwork() {
+  if (net_) net_->set_backward_hook({});
+}
+
+std::unique_ptr<Network> ReplicaNetwork::release() {
+  net_->set_backward_hook({});
+  return std::move(net_);
+}
 
 void ReplicaNetwork::set_backward_hook(std::function<void(int node)>) {
   throw Error("a replica's backward hook starts its all-reduces; it cannot be replaced");

@@ -82,6 +82,8 @@ class ReplicaNetwork final : public Network {
   void reset_stats() { stats_ = CommStats{}; }
   Communicator& comm() { return *comm_; }
   Network& inner() { return *net_; }
+  // Gives the wrapped network back, unhooked: this replica can no longer step.
+  std::unique_ptr<Network> release();
 
  private:
   void on_node_done(int node);

@@ -78,10 +78,10 @@ struct ReplicaRun::Pool {
   bool stop = false;
 };
 
-ReplicaRun::ReplicaRun(Mode mode, int local_replicas, const Bind& bind, const Factory& make)
-    : mode_(mode), replicas_(std::size_t(local_replicas)) {
+ReplicaRun::ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, const Bind& bind, const Factory& make)
+    : across_ranks_(across_ranks), replicas_(std::size_t(local_replicas)) {
   TB_CHECK(local_replicas >= 1, "a run needs a replica");
-  if (spans_ranks(mode)) world_ = world_comm();
+  if (across_ranks) world_ = world_comm();
   if (local_replicas > 1)
     pool_ = std::make_unique<Pool>(local_replicas, bind);
   else if (bind)
@@ -92,7 +92,7 @@ ReplicaRun::ReplicaRun(Mode mode, int local_replicas, const Bind& bind, const Fa
 
   std::vector<Network*> raw;
   for (auto& n : nets) raw.push_back(n.get());
-  std::vector<std::unique_ptr<Communicator>> comms = make_communicators(mode, raw, world_.get());
+  Communicators comms = wiring ? wiring(raw, world_.get()) : Communicators(raw.size());
   // Replicas start together: their constructors broadcast rank 0's weights (a collective).
   on_all([&](int k) {
     Replica& r = replicas_[std::size_t(k)];
@@ -169,7 +169,7 @@ void ReplicaRun::check(const std::function<void(Trainer&)>& loss_fell) {
 CommStats ReplicaRun::comm_stats() const { return replicas_[0].replica ? replicas_[0].replica->stats() : CommStats{}; }
 
 int ReplicaRun::communicating_ranks() const {
-  if (spans_ranks(mode_)) return world().size * int(replicas_.size());
+  if (across_ranks_) return world().size * int(replicas_.size());
   return int(replicas_.size());
 }
 

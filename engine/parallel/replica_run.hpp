@@ -1,5 +1,5 @@
 // The replicas of one data-parallel benchmark in this process: each on a thread of its own (the
-// calling thread where there is one), wired by make_communicators (world.hpp), stepped together,
+// calling thread where there is one), wired by a wiring of world.hpp, stepped together,
 // and checked together: over the GPUs of this process (NCCL), over the ranks of an MPI job, or
 // as independent jobs sharing one GPU.
 #pragma once
@@ -29,7 +29,9 @@ class ReplicaRun {
   // thread after bind(k) ran there once (a GPU replica makes its device current).
   using Factory = std::function<std::pair<std::unique_ptr<Network>, std::unique_ptr<Dataset>>(int k)>;
   using Bind = std::function<void(int k)>;
-  ReplicaRun(Mode mode, int local_replicas, const Bind& bind, const Factory& make);
+  // `wiring` connects the replicas (null: they run independently, as jobs); `across_ranks`: they
+  // span the MPI world's ranks (the slowest rank sets the step).
+  ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, const Bind& bind, const Factory& make);
   ~ReplicaRun();
   ReplicaRun(const ReplicaRun&) = delete;
   ReplicaRun& operator=(const ReplicaRun&) = delete;
@@ -58,7 +60,7 @@ class ReplicaRun {
  private:
   void on_all(const std::function<void(int k)>& fn);  // runs fn(k) for every local replica, in parallel
 
-  Mode mode_;
+  bool across_ranks_;
   std::vector<Replica> replicas_;
   std::unique_ptr<Communicator> world_;  // MPI: agreement and the slowest rank
   struct Pool;

@@ -84,39 +84,61 @@ std::unique_ptr<Communicator> world_comm() {
   throw Error("not running under mpirun: there is no MPI world");
 }
 
-bool spans_ranks(Mode mode) { return mode == Mode::Mpi || mode == Mode::NcclMpi; }
+std::unique_ptr<Communicator> one_replica_comm(Network& network) {
+  if (network.comm_endpoint()) {
+    Communicators one = nccl_threads_wiring({&network}, nullptr);
+    return std::move(one.at(0));
+  }
+  return make_thread_comm(make_thread_group(1), 0);
+}
 
-std::vector<std::unique_ptr<Communicator>> make_communicators(Mode mode, const std::vector<Network*>& networks,
-                                                              Communicator* world) {
-  std::vector<std::unique_ptr<Communicator>> comms(networks.size());
-  if (mode == Mode::None || mode == Mode::Jobs || mode == Mode::Processes) return comms;
-  if (mode == Mode::Mpi) {
-    comms.at(0) = world_comm();
-    return comms;
-  }
+Communicators mpi_wiring(const std::vector<Network*>& networks, Communicator*) {
+  Communicators comms(networks.size());
+  comms.at(0) = world_comm();
+  return comms;
+}
+
 #ifdef TB_HAVE_CUDA
-  if (mode == Mode::NcclThreads || mode == Mode::SharedDevice) {
-    std::vector<int> devices;
-    std::vector<cudaStream_t> streams;
-    for (const Network* n : networks) {
-      const CommEndpoint e = endpoint(*n);
-      devices.push_back(e.device);
-      streams.push_back(static_cast<cudaStream_t>(e.stream));
-    }
-    if (mode == Mode::SharedDevice) {
-      for (int d : devices) TB_CHECK(d == devices.at(0), "shared-device replicas on devices {} and {}", devices[0], d);
-      return make_shared_device_group(devices.at(0), streams);
-    }
-    return make_nccl_group(devices, streams);
+namespace {
+std::pair<std::vector<int>, std::vector<cudaStream_t>> endpoints(const std::vector<Network*>& networks) {
+  std::vector<int> devices;
+  std::vector<cudaStream_t> streams;
+  for (const Network* n : networks) {
+    const CommEndpoint e = endpoint(*n);
+    devices.push_back(e.device);
+    streams.push_back(static_cast<cudaStream_t>(e.stream));
   }
+  return {devices, streams};
+}
+}  // namespace
+
+Communicators nccl_threads_wiring(const std::vector<Network*>& networks, Communicator*) {
+  const auto [devices, streams] = endpoints(networks);
+  return make_nccl_group(devices, streams);
+}
+
+Communicators shared_device_wiring(const std::vector<Network*>& networks, Communicator*) {
+  const auto [devices, streams] = endpoints(networks);
+  for (int d : devices) TB_CHECK(d == devices.at(0), "shared-device replicas on devices {} and {}", devices[0], d);
+  return make_shared_device_group(devices.at(0), streams);
+}
+
+Communicators nccl_ranks_wiring(const std::vector<Network*>& networks, Communicator* world) {
   TB_CHECK(world, "NCCL across ranks bootstraps through the MPI world");
+  Communicators comms(networks.size());
   const CommEndpoint e = endpoint(*networks.at(0));
   comms.at(0) = make_nccl_comm_mpi(*world, e.device, static_cast<cudaStream_t>(e.stream));
   return comms;
-#else
-  (void)world;
-  throw Error("this build of trainbench has no NCCL (the CUDA toolkit, cuDNN or NCCL was not found by CMake)");
-#endif
 }
+#else
+namespace {
+[[noreturn]] void no_nccl() {
+  throw Error("this build of trainbench has no NCCL (the CUDA toolkit, cuDNN or NCCL was not found by CMake)");
+}
+}  // namespace
+Communicators nccl_threads_wiring(const std::vector<Network*>&, Communicator*) { no_nccl(); }
+Communicators shared_device_wiring(const std::vector<Network*>&, Communicator*) { no_nccl(); }
+Communicators nccl_ranks_wiring(const std::vector<Network*>&, Communicator*) { no_nccl(); }
+#endif
 
 }  // namespace tb::parallel

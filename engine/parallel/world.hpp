@@ -1,7 +1,7 @@
 // Where a harness's replicas get their communicators: the MPI world this process belongs to, and
-// the wiring of one benchmark's replicas (MPI ranks, NCCL between GPUs, nothing for independent
-// jobs). MPI and NCCL are registered in world.cpp, the one place outside CMake that knows which
-// this build has; a harness names a mode, never a library.
+// the wirings of one benchmark's replicas (MPI ranks, NCCL between GPUs, a kernel between
+// replicas sharing a GPU). MPI and NCCL are registered in world.cpp, the one place outside
+// CMake that knows which this build has; a harness names a wiring, never a library.
 #pragma once
 
 #include <memory>
@@ -34,21 +34,24 @@ std::vector<std::string> all_ranks(const std::string& mine);
 // tb::Error outside mpirun.
 std::unique_ptr<Communicator> world_comm();
 
-// How the replicas of one benchmark communicate: not at all, MPI ranks (a CPU replica each),
-// NCCL between this process's GPUs (a thread each), NCCL across MPI ranks (a GPU each),
-// independent jobs as threads of this process sharing one GPU (Jobs: gpu:1/threads:K), or as
-// separate processes (Processes: gpu:1/jobs:K, run by the harness, not by replicas here), or
-// data-parallel replicas sharing one GPU (a thread each, averaged by a kernel: a correctness
-// check of gpu:N on one device, not scaling).
-enum class Mode { None, Mpi, NcclThreads, NcclMpi, Jobs, SharedDevice, Processes };
-// True where the replicas' steps span MPI ranks (the slowest rank sets the step).
-bool spans_ranks(Mode mode);
-
-// The communicators of this process's replicas of one benchmark: one per network, null where it
-// does not communicate. NCCL orders each reduction on its network's stream (its CommEndpoint);
-// across ranks NCCL bootstraps through `world` (a world_comm()). Throws tb::Error where this
-// build lacks the library the mode needs.
-std::vector<std::unique_ptr<Communicator>> make_communicators(Mode mode, const std::vector<Network*>& networks,
-                                                              Communicator* world);
+// How the replicas of one benchmark communicate: one communicator per local replica's network
+// (null where it does not communicate), over `world` (a world_comm()) where the replicas span
+// MPI ranks. Each wiring is one way; the harness's table of device kinds (bench/device_kinds.cpp)
+// names the one each kind uses, and a harness never names a library. Throws tb::Error where
+// this build lacks the library a wiring needs.
+using Communicators = std::vector<std::unique_ptr<Communicator>>;
+using Wiring = Communicators (*)(const std::vector<Network*>& networks, Communicator* world);
+// One CPU replica per MPI rank, MPI_Allreduce.
+Communicators mpi_wiring(const std::vector<Network*>& networks, Communicator* world);
+// This process's GPUs, a thread each, NCCL.
+Communicators nccl_threads_wiring(const std::vector<Network*>& networks, Communicator* world);
+// Replicas sharing one GPU, a thread each, averaged by a kernel: a correctness check of gpu:N.
+Communicators shared_device_wiring(const std::vector<Network*>& networks, Communicator* world);
+// One GPU per MPI rank, NCCL bootstrapped through `world`.
+Communicators nccl_ranks_wiring(const std::vector<Network*>& networks, Communicator* world);
+// A communicator of one replica for `network` (NCCL on its GPU, threads on the CPU): its
+// all-reduces do nothing across devices, so a step through it costs what the data-parallel
+// path adds to a step, for the prediction's overhead term.
+std::unique_ptr<Communicator> one_replica_comm(Network& network);
 
 }  // namespace tb::parallel

@@ -51,6 +51,12 @@ class Trainer {
   const Tally& tally() const { return tally_; }
   void reset_tally() { tally_ = Tally{}; }
   Network& network() { return *network_; }
+  // Trains through `network` from now on (the same weights and batch buffers: a wrapper of the
+  // network it had, or that network back); returns the one it had.
+  std::unique_ptr<Network> swap_network(std::unique_ptr<Network> network) {
+    std::swap(network, network_);
+    return network;
+  }
   Dataset& dataset() { return *data_; }
 
  private:

@@ -1,0 +1,295 @@
+// The table of device kinds (device_kinds.hpp): each kind's grammar, needs, counts, wiring and
+// label, one entry each, tried in order.
+#include "bench/device_kinds.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/core/error.hpp"
+
+namespace tb::bench {
+
+namespace {
+
+constexpr const char* kGrammar = "cpu, cpu:T, cpu:T/jobs:K, gpu:N, gpu:all, gpu:1/jobs:K, gpu:1/threads:K or mpi:N";
+
+int parse_count(const std::string& entry, const std::string& text) {
+  int n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1)
+    throw InputError(
+        fmt::format("--devices: '{}' needs a count >= 1 where it has '{}' (use {})", entry, text, kGrammar));
+  return n;
+}
+
+// The device every --gpus entry names when the list repeats one (--gpus=0,0: replicas sharing
+// device 0), else -1. A list that repeats some ordinals but not all is refused.
+int shared_gpus_ordinal(const Flags& flags) {
+  std::vector<int> sorted = flags.gpus;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) return -1;
+  if (sorted.front() != sorted.back())
+    throw InputError(
+        fmt::format("--gpus={}: an ordinal appears twice among others; list distinct devices (--gpus=0,1) for "
+                    "gpu:N on N GPUs, or one device repeated (--gpus=0,0) for N replicas sharing it",
+                    fmt::join(flags.gpus, ",")));
+  return sorted.front();
+}
+
+// ---- what kinds ask of the machine ----
+
+// Why no GPU row can run here, or a --gpus ordinal the machine lacks; empty where all is well.
+std::string gpu_missing(const DeviceConfig& d, const Machine& m) {
+  if (!m.gpus.unavailable.empty()) return fmt::format("{}: {}", d.name, m.gpus.unavailable);
+  const int highest = *std::max_element(d.gpu_ordinals.begin(), d.gpu_ordinals.end());
+  if (highest >= int(m.gpus.devices.size()))
+    return fmt::format(
+        "{}: CUDA device {} (--gpus, or the rank's local index) does not exist; this machine has devices 0 to {}",
+        d.name, highest, int(m.gpus.devices.size()) - 1);
+  return "";
+}
+
+// The --gpus entries, else 0, 1, ...: the first `n` of them.
+std::vector<int> first_gpus(const Flags& flags, int n) {
+  std::vector<int> ordinals = flags.gpus;
+  for (int k = int(ordinals.size()); k < n; ++k) ordinals.push_back(k);
+  ordinals.resize(std::size_t(n));
+  return ordinals;
+}
+
+void one_gpu(DeviceConfig& d, const std::vector<int>& ordinals) {
+  d.threads = 1;  // the host thread that drives it
+  d.gpu_ordinals = ordinals;
+  d.gpu_ordinal = ordinals.at(0);
+  d.replicas = int(ordinals.size());
+}
+
+bool is(const DeviceEntry& e, const char* device, const char* split = "") {
+  return e.device == device && e.split == split;
+}
+
+// ---- the kinds ----
+
+bool cpu_matches(const DeviceEntry& e, const Machine&) { return is(e, "cpu") && e.count == 0 && !e.all; }
+void cpu_configure(const DeviceEntry&, const Machine& m, DeviceConfig& d) { d.threads = m.cores; }
+
+bool cpu_threads_matches(const DeviceEntry& e, const Machine&) { return is(e, "cpu") && e.count > 0; }
+void cpu_threads_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  d.threads = e.count;
+  if (e.count > m.cores)
+    d.skip_reason = fmt::format("{} needs {} cores, this machine has {}", d.name, e.count, m.cores);
+}
+
+bool cpu_jobs_matches(const DeviceEntry& e, const Machine&) { return is(e, "cpu", "jobs") && e.count > 0; }
+void cpu_jobs_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  d.threads = e.count;
+  d.replicas = e.split_count;
+  // Checked before any process starts: a typo (jobs:100000) must not start them.
+  const std::int64_t need = std::int64_t(e.count) * e.split_count;
+  if (need > m.cores)
+    d.skip_reason = fmt::format("{}: {} jobs of {} thread(s) need {} cores, this machine has {}: at most {} such jobs",
+                                d.name, e.split_count, e.count, need, m.cores, m.cores / e.count);
+}
+
+bool gpu_one_matches(const DeviceEntry& e, const Machine&) { return is(e, "gpu") && e.count == 1; }
+void gpu_one_configure(const DeviceEntry&, const Machine& m, DeviceConfig& d) {
+  one_gpu(d, first_gpus(m.flags, 1));
+  d.skip_reason = gpu_missing(d, m);
+}
+
+bool gpu_nccl_matches(const DeviceEntry& e, const Machine& m) {
+  return is(e, "gpu") && e.count >= 2 && m.world.size == 1 && shared_gpus_ordinal(m.flags) < 0;
+}
+void gpu_nccl_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  one_gpu(d, first_gpus(m.flags, e.count));
+  if (m.gpus.unavailable.empty() && e.count > int(m.gpus.devices.size()))
+    d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", d.name, e.count, m.gpus.devices.size());
+  else
+    d.skip_reason = gpu_missing(d, m);
+}
+
+bool gpu_shared_matches(const DeviceEntry& e, const Machine& m) {
+  return is(e, "gpu") && e.count >= 2 && m.world.size == 1 && shared_gpus_ordinal(m.flags) >= 0;
+}
+void gpu_shared_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  const int shared = shared_gpus_ordinal(m.flags);
+  one_gpu(d, std::vector<int>(std::size_t(e.count), shared));
+  d.shared_device = true;
+  if (e.count > int(m.flags.gpus.size()))
+    d.skip_reason = fmt::format("{} with --gpus={}: give one entry per replica sharing device {}, e.g. --gpus={}",
+                                d.name, fmt::join(m.flags.gpus, ","), shared,
+                                fmt::join(std::vector<int>(std::size_t(e.count), shared), ","));
+  else
+    d.skip_reason = gpu_missing(d, m);
+}
+
+// Under mpirun -np N: the one GPU of this rank, the rank's own among --gpus (or its node-local
+// index).
+bool gpu_ranks_matches(const DeviceEntry& e, const Machine& m) {
+  return is(e, "gpu") && e.count >= 2 && m.world.size > 1;
+}
+void gpu_ranks_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  if (shared_gpus_ordinal(m.flags) >= 0)
+    throw InputError(fmt::format(
+        "--gpus={}: replicas sharing one GPU run in one process; start trainbench without mpirun (ranks sharing one "
+        "GPU run as emulated nodes: scripts/emulate_nodes.sh --gpu N)",
+        fmt::join(m.flags.gpus, ",")));
+  one_gpu(d, {first_gpus(m.flags, m.world.local_rank + 1).at(std::size_t(m.world.local_rank))});
+  if (e.count != m.world.size)
+    d.skip_reason =
+        fmt::format("{}: under mpirun -np {} the GPU configurations are gpu:1 (rank 0) and gpu:{} (one GPU per rank)",
+                    d.name, m.world.size, m.world.size);
+  else
+    d.skip_reason = gpu_missing(d, m);
+}
+
+bool gpu_threads_matches(const DeviceEntry& e, const Machine&) { return is(e, "gpu", "threads") && e.count == 1; }
+void gpu_threads_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  one_gpu(d, std::vector<int>(std::size_t(e.split_count), first_gpus(m.flags, 1).at(0)));
+  d.skip_reason = gpu_missing(d, m);
+}
+
+bool gpu_jobs_matches(const DeviceEntry& e, const Machine&) { return is(e, "gpu", "jobs") && e.count == 1; }
+void gpu_jobs_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  one_gpu(d, std::vector<int>(std::size_t(e.split_count), first_gpus(m.flags, 1).at(0)));
+  d.skip_reason = gpu_missing(d, m);  // their memory is checked per workload (configs.cpp)
+}
+
+bool mpi_matches(const DeviceEntry& e, const Machine&) { return is(e, "mpi") && e.count > 0; }
+void mpi_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  d.threads = std::max(1, m.cores / std::max(1, m.world.local_size));  // the node's cores shared by its ranks
+  if (m.world.size == 1)
+    d.skip_reason = fmt::format("{}: start trainbench with mpirun -np {} for MPI data parallelism", d.name, e.count);
+  else if (e.count != m.world.size)
+    d.skip_reason = fmt::format("{}: this job has {} ranks (mpi:{})", d.name, m.world.size, m.world.size);
+}
+
+using parallel::mpi_wiring, parallel::nccl_ranks_wiring, parallel::nccl_threads_wiring, parallel::shared_device_wiring;
+constexpr Backend kCpu = Backend::Cpu, kGpu = Backend::Cuda;
+constexpr RunKind kOne = RunKind::OneReplica, kReplicas = RunKind::Replicas, kProcesses = RunKind::Processes;
+
+// Tried in this order; each entry: name, grammar, pattern, label, backend, run, wiring,
+// across_ranks, one_process, shares_device, matches, configure.
+const std::vector<DeviceKind> kKinds{
+    {"cpu", "cpu", "^cpu$", "all of this machine's cores, one replica", kCpu, kOne, nullptr, false, false, false,
+     cpu_matches, cpu_configure},
+    {"cpu:T", "cpu:T", "^cpu:(?P<threads>[0-9]+)$", "T threads, one replica", kCpu, kOne, nullptr, false, false, false,
+     cpu_threads_matches, cpu_threads_configure},
+    {"cpu:T/jobs:K", "cpu:T/jobs:K", "^cpu:(?P<threads>[0-9]+)/jobs:(?P<jobs>[0-9]+)$",
+     "K separate processes of T threads each, timed on one window", kCpu, kProcesses, nullptr, false, true, false,
+     cpu_jobs_matches, cpu_jobs_configure},
+    {"gpu:1", "gpu:1", "^gpu:1$", "one GPU, one replica", kGpu, kOne, nullptr, false, false, false, gpu_one_matches,
+     gpu_one_configure},
+    {"gpu:N over NCCL", "gpu:N (N >= 2), gpu:all", "^gpu:(?P<devices>[0-9]+)$",
+     "N GPUs of this process, a thread each, gradients all-reduced by NCCL", kGpu, kReplicas, nccl_threads_wiring,
+     false, true, false, gpu_nccl_matches, gpu_nccl_configure},
+    {"gpu:N sharing one GPU", "gpu:N with --gpus=D,D,...", "^gpu:(?P<devices>[0-9]+)$",
+     "N replicas on one GPU averaged by a kernel: checks the data-parallel path, not scaling", kGpu, kReplicas,
+     shared_device_wiring, false, true, true, gpu_shared_matches, gpu_shared_configure},
+    {"gpu:N across ranks", "gpu:N under mpirun -np N", "^gpu:(?P<devices>[0-9]+)$",
+     "one GPU per MPI rank, NCCL bootstrapped over MPI", kGpu, kReplicas, nccl_ranks_wiring, true, false, false,
+     gpu_ranks_matches, gpu_ranks_configure},
+    {"gpu:1/threads:K", "gpu:1/threads:K", "^gpu:1/threads:(?P<replicas>[0-9]+)$",
+     "K independent replicas as threads of one process sharing one GPU", kGpu, kReplicas, nullptr, false, true, true,
+     gpu_threads_matches, gpu_threads_configure},
+    {"gpu:1/jobs:K", "gpu:1/jobs:K", "^gpu:1/jobs:(?P<jobs>[0-9]+)$",
+     "K separate processes sharing one GPU, timed on one window", kGpu, kProcesses, nullptr, false, true, true,
+     gpu_jobs_matches, gpu_jobs_configure},
+    {"mpi:N", "mpi:N under mpirun -np N", "^mpi:(?P<ranks>[0-9]+)$", "one CPU replica per MPI rank, MPI all-reduce",
+     kCpu, kReplicas, mpi_wiring, true, false, false, mpi_matches, mpi_configure},
+};
+
+const DeviceKind& kind_named(std::string_view name) {
+  for (const DeviceKind& k : kKinds)
+    if (name == k.name) return k;
+  throw Error(fmt::format("no device kind named {}", name));
+}
+
+// gpu:all: gpu:N for every GPU the run may use (the --gpus entries, else the visible devices);
+// 0 where that is fewer than two.
+int all_gpus(const Machine& m) {
+  const int n = !m.flags.gpus.empty() ? int(m.flags.gpus.size()) : int(m.gpus.devices.size());
+  return n >= 2 ? n : 0;
+}
+
+}  // namespace
+
+const std::vector<DeviceKind>& device_kinds() { return kKinds; }
+
+DeviceEntry parse_device_entry(const std::string& text) {
+  DeviceEntry e{.text = text};
+  const std::size_t slash = text.find('/');
+  const std::string head = text.substr(0, slash);
+  const std::size_t colon = head.find(':');
+  e.device = head.substr(0, colon);
+  if (e.device != "cpu" && e.device != "gpu" && e.device != "mpi")
+    throw InputError(fmt::format("--devices: unknown device '{}'; use {}", text, kGrammar));
+  if (colon != std::string::npos) {
+    const std::string count = head.substr(colon + 1);
+    e.all = e.device == "gpu" && count == "all";
+    if (!e.all) e.count = parse_count(text, count);
+  }
+  if (slash != std::string::npos) {
+    const std::string tail = text.substr(slash + 1);
+    const std::size_t split_colon = tail.find(':');
+    e.split = tail.substr(0, split_colon);
+    if ((e.split != "jobs" && e.split != "threads") || split_colon == std::string::npos)
+      throw InputError(fmt::format("--devices: '{}': after the slash, jobs:K or threads:K (use {})", text, kGrammar));
+    e.split_count = parse_count(text, tail.substr(split_colon + 1));
+  }
+  return e;
+}
+
+DeviceConfig plan_device(const std::string& text, const Machine& m) {
+  DeviceEntry e = parse_device_entry(text);
+  if (e.device == "gpu") shared_gpus_ordinal(m.flags);  // refuses a --gpus list no GPU kind can take
+  DeviceConfig d{.name = text};
+  if (e.all) {
+    e.count = all_gpus(m);
+    if (e.count == 0) {
+      d.kind = &kind_named("gpu:N over NCCL");  // where gpu:all would have run
+      d.threads = 1;
+      d.skip_reason = !m.gpus.unavailable.empty()
+                          ? fmt::format("gpu:all: {}", m.gpus.unavailable)
+                          : fmt::format(
+                                "gpu:all: this machine has {} GPU, gpu:N needs two or more (--gpus=0,0 runs gpu:2 as "
+                                "two replicas on one GPU: a correctness check, not scaling)",
+                                m.gpus.devices.size());
+      return d;
+    }
+    d.name = fmt::format("gpu:{}", e.count);
+  }
+  for (const DeviceKind& kind : kKinds)
+    if (kind.matches(e, m)) {
+      d.kind = &kind;
+      kind.configure(e, m, d);
+      if (d.skip_reason.empty() && kind.one_process && m.world.size > 1)
+        d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", d.name);
+      return d;
+    }
+  if (e.split == "jobs") throw InputError(fmt::format("--devices: '{}': jobs share one GPU, e.g. gpu:1/jobs:2", text));
+  if (e.split == "threads")
+    throw InputError(fmt::format("--devices: '{}': threads share one GPU, e.g. gpu:1/threads:2", text));
+  throw InputError(fmt::format("--devices: '{}' names no device configuration; use {}", text, kGrammar));
+}
+
+const char* run_kind_name(RunKind r) {
+  switch (r) {
+    case RunKind::OneReplica:
+      return "one_replica";
+    case RunKind::Replicas:
+      return "replicas";
+    case RunKind::Processes:
+      return "processes";
+  }
+  return "";
+}
+
+const char* device_grammar() { return kGrammar; }
+
+}  // namespace tb::bench

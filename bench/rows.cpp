@@ -1,0 +1,89 @@
+// The columns every row of a benchmark shares (rows.hpp).
+#include "bench/rows.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/backends.hpp"
+#include "engine/parallel/world.hpp"
+
+namespace tb::bench {
+namespace {
+
+// The GPU a row ran on, or for a CPU row the machine's first GPU (empty without one).
+void add_gpu_context(Row& row, const BenchInfo& info, const MachineContext& machine) {
+  const GpuInventory& inv = gpu_inventory();
+  const int ordinal = info.gpu() ? info.gpu_ordinal : 0;
+  if (ordinal < 0 || ordinal >= int(inv.devices.size())) return;
+  const GpuDevice& g = inv.devices[std::size_t(ordinal)];
+  row["gpu_name"] = g.name;
+  row["gpu_cc"] = g.cc;
+  row["gpu_sms"] = std::to_string(g.sms);
+  row["gpu_memory_gib"] = fmt::format("{:.1f}", g.memory_gib);
+  row["gpu_clock_mhz"] = std::to_string(g.clock_mhz);
+  row["gpu_memory_clock_mhz"] = std::to_string(g.memory_clock_mhz);
+  row["driver_version"] = machine.nvidia_driver;
+  row["cuda_driver_version"] = g.cuda_driver;
+  row["cuda_version"] = g.cuda;
+  row["cudnn_version"] = g.cudnn;
+  row["cublas_version"] = g.cublas;
+  row["nccl_version"] = g.nccl;
+  if (info.gpu() && !info.precision.empty() && info.skip_reason.empty())
+    row["peak_source"] = gpu_peak(ordinal, info.precision).source;
+}
+
+}  // namespace
+
+void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate) {
+  for (auto& [column, cell] : counter_cells(counters, aggregate)) row[column] = std::move(cell);
+}
+
+Row identity_row(const BenchInfo& info, const MachineContext& machine) {
+  Row row{{"schema_version", kSchemaVersion},
+          {"benchmark", info.name},
+          {"kind", kind_name(info.kind)},
+          {"model", info.model},
+          {"dataset", info.dataset},
+          {"data_source", info.data_source},
+          {"device", info.device},
+          {"threads", std::to_string(info.threads)},
+          {"precision", info.precision},
+          {"batch", std::to_string(info.batch)},
+          {"optimizer", optimizer_name(info.optimizer.kind)},
+          {"framework", "trainbench"},
+          {"warmup_steps", std::to_string(info.warmup_steps)},
+          {"params", std::to_string(info.cost.parameters)},
+          {"train_flops_per_sample", number(info.cost.train_flops_per_sample())},
+          {"loader_workers", std::to_string(info.loader.workers)},
+          {"target_acc", info.target_accuracy > 0 ? number(info.target_accuracy) : ""},
+          {"host", machine.host},
+          {"os", machine.os},
+          {"cpu_model", machine.cpu_model},
+          {"cores", std::to_string(machine.cores)},
+          {"compiler", machine.compiler},
+          {"onednn", machine.onednn},
+          {"benchmark_lib", machine.benchmark_lib},
+          {"git_commit", machine.git_commit},
+          {"timestamp", machine.timestamp}};
+  const parallel::World& world = parallel::world();
+  row["ranks"] = std::to_string(world.size);
+  if (world.size > 1) {
+    row["nodes"] = std::to_string(world.nodes);
+    row["rank_hosts"] = fmt::format("{}", fmt::join(world.rank_hosts, ";"));
+  }
+  if (info.emulated_nodes) row["emulated_nodes"] = "1";
+  row["variant"] = info.variant;
+  row["measurement"] = "measured";
+  if (info.shared_device) row["shared_device"] = "1";
+  if (machine.sgemm_gflops > 0) row["sgemm_gflops"] = number(machine.sgemm_gflops);
+  if (info.gpu()) {
+    row["cuda_graph"] = std::to_string(int(info.cuda_graph));
+    row["data_on_device"] = std::to_string(int(info.data_on_device));
+  }
+  add_gpu_context(row, info, machine);
+  if (!info.gpu() && info.skip_reason.empty())
+    row["peak_source"] = "oneDNN sgemm 1024^3 measured at start-up (median of 5 rounds)";
+  return row;
+}
+
+}  // namespace tb::bench
