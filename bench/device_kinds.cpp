@@ -96,9 +96,16 @@ void cpu_jobs_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d)
                                 d.name, e.split_count, e.count, need, m.cores, m.cores / e.count);
 }
 
+// The GPU of this rank: its own among --gpus (or its node-local index) under mpirun, where each
+// rank has one; the first elsewhere, and for emulated nodes, which all share it.
+int own_gpu(const Machine& m) {
+  if (m.world.size == 1 || m.world.emulated_nodes) return first_gpus(m.flags, 1).at(0);
+  return first_gpus(m.flags, m.world.local_rank + 1).at(std::size_t(m.world.local_rank));
+}
+
 bool gpu_one_matches(const DeviceEntry& e, const Machine&) { return is(e, "gpu") && e.count == 1; }
 void gpu_one_configure(const DeviceEntry&, const Machine& m, DeviceConfig& d) {
-  one_gpu(d, first_gpus(m.flags, 1));
+  one_gpu(d, {own_gpu(m)});  // under mpirun rank 0's row; the other ranks' probe on their own
   d.skip_reason = gpu_missing(d, m);
 }
 
@@ -139,7 +146,7 @@ void gpu_ranks_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d
         "--gpus={}: replicas sharing one GPU run in one process; start trainbench without mpirun (ranks sharing one "
         "GPU run as emulated nodes: scripts/emulate_nodes.sh --gpu N)",
         fmt::join(m.flags.gpus, ",")));
-  one_gpu(d, {first_gpus(m.flags, m.world.local_rank + 1).at(std::size_t(m.world.local_rank))});
+  one_gpu(d, {own_gpu(m)});
   if (e.count != m.world.size)
     d.skip_reason =
         fmt::format("{}: under mpirun -np {} the GPU configurations are gpu:1 (rank 0) and gpu:{} (one GPU per rank)",

@@ -91,10 +91,10 @@ class ReplicasRun final : public BenchmarkRun {
     const double buckets = double(cs.buckets - c0_.buckets);
     if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0_.buckets_early) / buckets;
     note_what_it_checks(total);
-    // Replicas sharing one GPU check the data-parallel path, they do not scale.
-    const bool one_gpu = info_.shared_device || (info_.emulated_nodes && info_.gpu());
+    // Replicas sharing one device check the data-parallel path, they do not scale.
     const double baseline = env_.baselines->median(info_, info_.precision);
-    if (!one_gpu && baseline > 0) c["scaling_efficiency"] = c["samples_per_s"] / (total * baseline);
+    if (!info_.device_kind->shares_device && baseline > 0)
+      c["scaling_efficiency"] = c["samples_per_s"] / (total * baseline);
   }
 
   // Rows that are not what they look like say so first.
