@@ -155,6 +155,20 @@ void gpu_ranks_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d
     d.skip_reason = gpu_missing(d, m);
 }
 
+// Ranks as emulated nodes sharing one GPU (scripts/emulate_nodes.sh --gpu N gives each its own
+// NCCL_HOSTID): every rank on the same, explicit GPU.
+bool gpu_emulated_matches(const DeviceEntry& e, const Machine& m) {
+  return is(e, "gpu") && e.count >= 2 && m.world.size > 1 && m.world.emulated_nodes;
+}
+void gpu_emulated_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
+  one_gpu(d, {own_gpu(m)});
+  if (e.count != m.world.size)
+    d.skip_reason =
+        fmt::format("{}: {} ranks as emulated nodes run gpu:1 (rank 0) and gpu:{}", d.name, m.world.size, m.world.size);
+  else
+    d.skip_reason = gpu_missing(d, m);
+}
+
 bool gpu_threads_matches(const DeviceEntry& e, const Machine&) { return is(e, "gpu", "threads") && e.count == 1; }
 void gpu_threads_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
   one_gpu(d, std::vector<int>(std::size_t(e.split_count), first_gpus(m.flags, 1).at(0)));
@@ -198,6 +212,9 @@ const std::vector<DeviceKind> kKinds{
     {"gpu:N sharing one GPU", "gpu:N with --gpus=D,D,...", "^gpu:(?P<devices>[0-9]+)$",
      "N replicas on one GPU averaged by a kernel: checks the data-parallel path, not scaling", kGpu, kReplicas,
      shared_device_wiring, false, true, true, gpu_shared_matches, gpu_shared_configure},
+    {"gpu:N as emulated nodes", "gpu:N under scripts/emulate_nodes.sh --gpu N", "^gpu:(?P<devices>[0-9]+)$",
+     "N ranks as emulated nodes sharing one GPU over NCCL's socket transport: checks the multi-node path, not scaling",
+     kGpu, kReplicas, nccl_ranks_wiring, true, false, true, gpu_emulated_matches, gpu_emulated_configure},
     {"gpu:N across ranks", "gpu:N under mpirun -np N", "^gpu:(?P<devices>[0-9]+)$",
      "one GPU per MPI rank, NCCL bootstrapped over MPI", kGpu, kReplicas, nccl_ranks_wiring, true, false, false,
      gpu_ranks_matches, gpu_ranks_configure},

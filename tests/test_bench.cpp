@@ -147,6 +147,23 @@ TEST(DeviceKinds, UnderMpirunGpuNIsOneGpuPerRankAndOneProcessKindsAreSkipped) {
   EXPECT_EQ(rank1.plan("gpu:1/threads:2").skip_reason, "gpu:1/threads:2 runs in one process: start it without mpirun");
 }
 
+// scripts/emulate_nodes.sh --gpu 2: two ranks, each its own NCCL host, sharing GPU 0 (not the
+// node-local rank's GPU 1, which the machine lacks).
+TEST(DeviceKinds, EmulatedNodesShareTheOneGpuTheyAreGiven) {
+  FakeMachine rank1(1, /*ranks=*/2, /*local_rank=*/1);
+  rank1.world.emulated_nodes = true;
+  const DeviceConfig d = rank1.plan("gpu:2");
+  EXPECT_EQ(d.kind->name, std::string("gpu:N as emulated nodes"));
+  EXPECT_TRUE(d.kind->across_ranks && d.kind->shares_device);
+  EXPECT_EQ(d.gpu_ordinals, (std::vector<int>{0}));
+  EXPECT_EQ(d.skip_reason, "");
+  EXPECT_EQ(rank1.plan("gpu:1").gpu_ordinals, (std::vector<int>{0}));  // the probe shares it too
+  EXPECT_NE(rank1.plan("gpu:3").skip_reason.find("gpu:1 (rank 0) and gpu:2"), std::string::npos);
+  FakeMachine no_gpu(0, 2, 1);
+  no_gpu.world.emulated_nodes = true;
+  EXPECT_EQ(no_gpu.plan("gpu:2").skip_reason, "gpu:2: no CUDA device");
+}
+
 TEST(DeviceKinds, EntriesNoKindTakesAreRefusedWithTheGrammar) {
   FakeMachine m(1);
   for (const char* bad : {"tpu:1", "cpu:0", "cpu:x", "gpu:1/foo:2", "gpu:2/jobs:2", "gpu:2/threads:2", "mpi"}) {
