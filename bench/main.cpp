@@ -222,7 +222,7 @@ void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
     if (b.skip_reason.empty()) thread_counts.insert(b.threads);
   run.machine.sgemm_gflops = tb::cpu_peak_gflops(run.machine.cores);
   for (int t : thread_counts) tb::cpu_peak_gflops(t);
-  run.harness->predictor().measure_world_link();  // under mpirun, on every rank
+  run.harness->predictor().measure_world_link(run.harness->benchmarks());  // under mpirun, on every rank
 }
 
 // The end of a run on rank 0: the summary, then what was skipped or failed; the exit status.

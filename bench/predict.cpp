@@ -1,7 +1,9 @@
 // Predicted N-device rows (predict.hpp): choosing links and device counts, the model, the rows.
 #include "bench/predict.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <iostream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -44,10 +46,22 @@ Predictor::Predictor(const Flags& flags) : links_(flags.links) {
   for (const std::string& link : links_) parallel::parse_link(link);  // a bad --link fails before measuring
 }
 
-void Predictor::measure_world_link() {
-  if (parallel::world().size < 2) return;
-  const std::unique_ptr<parallel::Communicator> comm = parallel::world_comm();
-  world_link_ = parallel::measure_link(*comm);
+void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
+  const parallel::World& world = parallel::world();
+  if (world.size < 2) return;
+  const auto say = [&](const parallel::Link& link) {
+    if (world.rank == 0)
+      std::cerr << fmt::format("trainbench: measured link: {}: latency {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s\n",
+                               link.source, link.latency_us * std::max(1, world.size - 1), link.busbw_gbps);
+  };
+  world_link_ = parallel::measure_world_link(-1);
+  say(*world_link_);
+  for (const BenchInfo& b : benchmarks)
+    if (b.gpu() && b.device_kind->across_ranks && b.skip_reason.empty()) {
+      nccl_link_ = parallel::measure_world_link(b.gpu_ordinal);  // every rank's own GPU
+      say(*nccl_link_);
+      break;
+    }
 }
 
 void Predictor::record(const std::string& benchmark, parallel::OneDevice measured) {
@@ -60,7 +74,9 @@ std::vector<parallel::Link> Predictor::links_for(const BenchInfo& info) const {
     const parallel::Link link = parallel::parse_link(name);
     if (link.name != "measured")
       links.push_back(link);
-    else if (world_link_)
+    else if (info.gpu() && nccl_link_)
+      links.push_back(*nccl_link_);
+    else if (!info.gpu() && world_link_)
       links.push_back(*world_link_);
   }
   if (links_.empty() && info.gpu()) links.push_back(parallel::parse_link("nvlink4"));

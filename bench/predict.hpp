@@ -29,9 +29,11 @@ class Predictor {
   // Parses --link (tb::InputError on a bad one, before anything is measured).
   explicit Predictor(const Flags& flags);
 
-  // The link of the MPI world, swept at start-up (a collective: every rank calls it), which
-  // --link=measured and CPU rows under mpirun predict with.
-  void measure_world_link();
+  // The links of the MPI world, swept at start-up (a collective: every rank calls it): MPI's,
+  // which CPU rows under mpirun predict with (--link=measured, or by default), and where a gpu:N
+  // across ranks runs among `benchmarks`, NCCL's between the ranks' GPUs, which GPU rows take
+  // for --link=measured. Each is printed.
+  void measure_world_link(const std::vector<BenchInfo>& benchmarks);
 
   // What a one-device run measured: its timeline and step times, the data-parallel overhead
   // and the sharing slow-down where it measured them (the runs call it; the last call wins).
@@ -51,7 +53,7 @@ class Predictor {
   std::vector<int> device_counts(const BenchInfo& info, const parallel::Link& link) const;
 
   std::vector<std::string> links_;  // --link's names
-  std::optional<parallel::Link> world_link_;
+  std::optional<parallel::Link> world_link_, nccl_link_;
   std::map<std::string, parallel::OneDevice> measured_;  // by benchmark
   struct Made {
     std::string from;

@@ -2,6 +2,7 @@
 // stream by events, and completed by polling with a deadline that also watches NCCL's
 // asynchronous errors, so that a rank that died or hangs makes the others fail, not hang.
 #include "engine/parallel/nccl_comm.hpp"
+#include "engine/parallel/predict.hpp"
 
 #include <nccl.h>
 
@@ -269,6 +270,27 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int
     }
   }
   return group;
+}
+
+Link measure_nccl_link(Communicator& bootstrap, int device, std::size_t max_bytes) {
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  void* buffer = nullptr;
+  TB_CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  try {
+    TB_CU(cudaMalloc(&buffer, max_bytes));
+    TB_CU(cudaMemsetAsync(buffer, 0, max_bytes, stream));
+    TB_CU(cudaStreamSynchronize(stream));
+    const std::unique_ptr<Communicator> comm = make_nccl_comm_mpi(bootstrap, device, stream);
+    Link link = measure_link(*comm, max_bytes, buffer);
+    (void)cudaFree(buffer);
+    (void)cudaStreamDestroy(stream);
+    return link;
+  } catch (...) {
+    if (buffer) (void)cudaFree(buffer);
+    (void)cudaStreamDestroy(stream);
+    throw;
+  }
 }
 
 std::unique_ptr<Communicator> make_nccl_comm_mpi(Communicator& bootstrap, int device, cudaStream_t stream,

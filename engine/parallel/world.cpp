@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/parallel/predict.hpp"
 
 #ifdef TB_HAVE_CUDA
 #include "engine/parallel/nccl_comm.hpp"
@@ -82,6 +83,16 @@ std::unique_ptr<Communicator> world_comm() {
   if (g_mpi) return make_mpi_comm();
 #endif
   throw Error("not running under mpirun: there is no MPI world");
+}
+
+Link measure_world_link(int gpu) {
+  const std::unique_ptr<Communicator> comm = world_comm();
+  if (gpu < 0) return measure_link(*comm);
+#ifdef TB_HAVE_CUDA
+  return measure_nccl_link(*comm, gpu, std::size_t(64) << 20);
+#else
+  throw Error("this build of trainbench has no NCCL (the CUDA toolkit, cuDNN or NCCL was not found by CMake)");
+#endif
 }
 
 std::unique_ptr<Communicator> one_replica_comm(Network& network) {
