@@ -60,9 +60,9 @@ const BenchInfo* Harness::find(const std::string& name) const {
   return nullptr;
 }
 
-void Harness::register_benchmarks(EpochSink on_epoch, RepetitionSink on_repetition) {
-  on_epoch_ = std::move(on_epoch);
-  on_repetition_ = std::move(on_repetition);
+void Harness::register_benchmarks(RowLog& rows) {
+  rows_ = &rows;
+  on_epoch_ = [&rows](const BenchInfo& info, const EpochRecord& r) { rows.epoch(info, r); };
   for (const BenchInfo& b : benchmarks_) {
     auto* registered =
         benchmark::RegisterBenchmark(b.name.c_str(), [this, &b](benchmark::State& st) { run_benchmark(st, b); });
@@ -93,6 +93,12 @@ void Harness::warn_if_loaded(const BenchInfo& info, double load) {
         load, info.name, threads_used_);
 }
 
+void Harness::finish_repetition(const std::string& name) {
+  if (pending_.name != name || pending_.iterations < 0) return;
+  if (const BenchInfo* info = find(name)) rows_->repetition(*info, pending_.repetition);
+  pending_ = Pending{};
+}
+
 // A row that failed: its session goes (the next benchmark starts clean), the run goes on.
 void Harness::fail_row(benchmark::State& st, const std::string& message) {
   release_sessions();
@@ -104,8 +110,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
   // Google Benchmark grows the iteration count while it sizes a benchmark's first repetition
   // and keeps it for the others: a call with as many iterations as the last one of this
   // benchmark means the last one ended a repetition, which goes to the CSV now.
-  if (pending_.name == info.name && pending_.iterations == st.max_iterations && on_repetition_)
-    on_repetition_(info, pending_.repetition);
+  if (pending_.name == info.name && pending_.iterations == st.max_iterations) finish_repetition(info.name);
   pending_ = Pending{};
   if (!info.skip_reason.empty()) {
     st.SkipWithError(skip_message(info.skip_reason).c_str());

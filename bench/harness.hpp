@@ -18,6 +18,7 @@
 #include "bench/configs.hpp"
 #include "bench/flags.hpp"
 #include "bench/predict.hpp"
+#include "bench/rows.hpp"
 #include "bench/run.hpp"
 #include "engine/train/epochs.hpp"
 
@@ -32,18 +33,6 @@ class GpuSampler;
 
 namespace tb::bench {
 
-// One repetition of a benchmark as it ended: its counters, iterations, and whether it failed.
-struct Repetition {
-  std::map<std::string, double> counters;
-  std::int64_t iterations = 0;
-  bool failed = false;
-  std::string message;  // the failure, or an ok row's notes
-};
-
-// Receives each repetition of a benchmark run with several, once it is known to be final (when
-// the next one starts), so that an interrupted run keeps every repetition it finished.
-using RepetitionSink = std::function<void(const BenchInfo&, const Repetition&)>;
-
 class Harness {
  public:
   // Plans the run's benchmarks (plan_benchmarks: throws tb::InputError on flags that cannot
@@ -53,9 +42,13 @@ class Harness {
   Harness(const Harness&) = delete;
   Harness& operator=(const Harness&) = delete;
 
-  // Registers every benchmark with Google Benchmark; the harness must outlive the run.
-  // `on_epoch` receives each epoch of the epochs/ benchmarks as it ends.
-  void register_benchmarks(EpochSink on_epoch, RepetitionSink on_repetition);
+  // Registers every benchmark with Google Benchmark; the harness and `rows` must outlive the
+  // run. Each repetition goes to `rows` once it is known to be final (when the next call of its
+  // benchmark starts, or finish_repetition), each epoch as it ends.
+  void register_benchmarks(RowLog& rows);
+  // The last repetition of `name` is final: Google Benchmark reports its runs (the reporter calls
+  // this before it writes the benchmark's aggregates).
+  void finish_repetition(const std::string& name);
   const std::vector<BenchInfo>& benchmarks() const { return benchmarks_; }
   const BenchInfo* find(const std::string& name) const;
   // The NVIDIA driver's version as NVML reports it ("580.159.04"); empty without NVML.
@@ -80,8 +73,8 @@ class Harness {
 
   Flags flags_;
   std::vector<BenchInfo> benchmarks_;
+  RowLog* rows_ = nullptr;
   EpochSink on_epoch_;
-  RepetitionSink on_repetition_;
   Pending pending_;
   // The benchmark now running, kept across Google Benchmark's calls of it.
   std::unique_ptr<BenchmarkRun> run_;

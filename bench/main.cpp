@@ -197,25 +197,26 @@ std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
   return 0;
 }
 
-// What a run is made of before its first benchmark: the harness with its benchmarks
-// registered, the CSV, and the CPU's sgemm peak for every thread count a row uses.
+// What a run is made of before its first benchmark, made in this order: the harness (the plan
+// of the benchmarks), the CSV, the log every row goes through, the benchmarks registered with
+// the harness writing to it, and the CPU's sgemm peak for every thread count a row uses.
 struct Setup {
   tb::bench::MachineContext machine;
   std::unique_ptr<tb::bench::Harness> harness;
   std::unique_ptr<tb::bench::CsvWriter> csv;
-  tb::bench::Reporter* sink = nullptr;  // the reporter, before anything runs
+  std::unique_ptr<tb::bench::RowLog> rows;
 };
 
 // Throws tb::Error on flags that cannot apply or a CSV that cannot be written.
 void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
   using namespace tb::bench;
   run.harness = std::make_unique<Harness>(flags, run.machine.cores);
-  Reporter*& sink = run.sink;
-  run.harness->register_benchmarks(
-      [&sink](const BenchInfo& info, const tb::EpochRecord& r) { sink->report_epoch(info, r); },
-      [&sink](const BenchInfo& info, const Repetition& r) { sink->report_repetition(info, r); });
   if (!listing && rank == 0) check_summary_file(flags.summary);
   if (!flags.csv.empty() && !listing && rank == 0) run.csv = std::make_unique<CsvWriter>(flags.csv);
+  // The epochs' lines go beside the console table, or to stderr where stdout carries JSON or CSV.
+  run.rows =
+      std::make_unique<RowLog>(run.machine, run.csv.get(), flags.benchmark_format == "console" ? std::cout : std::cerr);
+  run.harness->register_benchmarks(*run.rows);
   if (listing) return;
   std::set<int> thread_counts;
   for (const BenchInfo& b : run.harness->benchmarks())
@@ -229,7 +230,7 @@ void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
 int finish(const Setup& run, const tb::bench::Reporter& reporter, const tb::bench::Flags& flags, std::size_t ran,
            bool listing) {
   using namespace tb::bench;
-  if (ran > 0 && !listing) write_summary(reporter.rows(), flags);
+  if (ran > 0 && !listing) write_summary(run.rows->rows(), flags);
   if (ran == 0) {
     std::cerr << fmt::format(
         "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
@@ -292,8 +293,7 @@ int main(int argc, char** argv) {
   run.machine.nvidia_driver = harness.nvidia_driver();
   // Google Benchmark prints its custom context on the console too: added only where JSON is written.
   if (flags.benchmark_format != "console" || json_out) add_json_context(run.machine, harness.benchmarks());
-  Reporter reporter(harness, harness.predictor(), run.machine, run.csv.get(), display_options(flags));
-  run.sink = &reporter;
+  Reporter reporter(harness, *run.rows, display_options(flags));
   if (rank != 0) {
     SilentReporter silent;
     benchmark::RunSpecifiedBenchmarks(&silent);

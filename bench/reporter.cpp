@@ -35,16 +35,15 @@ DisplayOptions display_options(const Flags& flags) {
   return d;
 }
 
-Reporter::Reporter(const Harness& harness, Predictor& predictor, const MachineContext& machine, CsvWriter* csv,
-                   DisplayOptions display)
-    : harness_(harness), predictor_(predictor), machine_(machine), csv_(csv), display_(std::move(display)) {
+Reporter::Reporter(Harness& harness, RowLog& rows, DisplayOptions display)
+    : harness_(harness), rows_(rows), display_(std::move(display)) {
   if (display_.format == "json") structured_ = std::make_unique<benchmark::JSONReporter>();
   if (display_.format == "csv") structured_ = std::make_unique<benchmark::CSVReporter>();
   for (const BenchInfo& b : harness_.benchmarks()) name_width_ = std::max(name_width_, b.name.size() + 8);
 }
 
 bool Reporter::ReportContext(const Context& context) {
-  std::cerr << describe(machine_);
+  std::cerr << describe(rows_.machine());
   if (structured_) {
     structured_->SetOutputStream(&GetOutputStream());
     structured_->SetErrorStream(&GetErrorStream());
@@ -184,7 +183,7 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
   if (!GetOutputStream() && !stdout_closed_) {
     // SIGPIPE is ignored (defer_signals_during_writes): a reader that went away is said here.
     stdout_closed_ = true;
-    if (!csv_) {
+    if (!rows_.csv()) {
       std::cerr << "trainbench: error: stdout was closed (its reader, such as `head`, went away) and no --csv file "
                    "records the rows: stopping\n";
       std::exit(1);
@@ -192,7 +191,7 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
     std::cerr << fmt::format(
         "trainbench: note: stdout was closed (its reader, such as `head`, went away); the run "
         "goes on, every row goes to --csv={}\n",
-        csv_->path());
+        rows_.csv()->path());
   }
   for (const Run& run : runs) {
     if (run.error_occurred) {
@@ -201,11 +200,13 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
       else
         ++failed_;
     }
-    const std::string& name = run.run_name.function_name;
-    const bool early = run.run_type == Run::RT_Iteration && run.repetition_index < written_early_[name];
-    if (!early) keep(csv_row(run));
   }
-  for (const Run& run : runs) written_early_.erase(run.run_name.function_name);
+  // Every repetition that ran went to the CSV through the harness (the last one now); Google
+  // Benchmark's aggregates and the skipped rows go from here.
+  if (!runs.empty()) harness_.finish_repetition(runs.front().run_name.function_name);
+  for (const Run& run : runs)
+    if (run.run_type == Run::RT_Aggregate || (run.error_occurred && is_skip(run.error_message)))
+      rows_.keep(csv_row(run));
   report_predictions(runs);
 }
 
@@ -243,13 +244,13 @@ void Reporter::report_predictions(const std::vector<Run>& runs) {
     if (run.repetitions > 1 && !has_median) continue;
     const double rate = run_rate(runs, name);
     if (rate <= 0) continue;
-    const std::vector<PredictedRow> predicted = predictor_.predict(*info, rate, machine_);
+    const std::vector<PredictedRow> predicted = harness_.predictor().predict(*info, rate, rows_.machine());
     if (!predicted.empty() && !assumptions_said_) {
       notes_stream() << fmt::format("  predictions assume: {}\n", parallel::kPredictionAssumptions);
       assumptions_said_ = true;
     }
     for (const PredictedRow& p : predicted) {
-      keep(p.row);
+      rows_.keep(p.row);
       notes_stream() << p.line << "\n";
     }
   }
@@ -257,53 +258,16 @@ void Reporter::report_predictions(const std::vector<Run>& runs) {
     const BenchInfo* info = harness_.find(run.run_name.function_name);
     if (info && info->kind == Kind::Train && info->run() != RunKind::OneReplica && !info->shared_device &&
         run.run_type == Run::RT_Iteration && !run.error_occurred && run.repetition_index <= 0)
-      for (const std::string& line : predictor_.compare(*info, run_rate(runs, info->name)))
+      for (const std::string& line : harness_.predictor().compare(*info, run_rate(runs, info->name)))
         notes_stream() << line << "\n";
   }
-}
-
-void Reporter::keep(const Row& row) {
-  rows_.push_back(row);
-  if (csv_) csv_->write_row(row);
-}
-
-void Reporter::report_repetition(const BenchInfo& info, const Repetition& r) {
-  Row row = identity_row(info, machine_);
-  row["run_type"] = "iteration";
-  row["repetition"] = std::to_string(written_early_[info.name]);
-  row["status"] = r.failed ? "failed" : "ok";
-  row["message"] = r.message;
-  row["iterations"] = std::to_string(r.iterations);
-  if (!r.failed) add_counters(row, r.counters, false);
-  keep(row);
-  ++written_early_[info.name];
-}
-
-void Reporter::report_epoch(const BenchInfo& info, const EpochRecord& r) {
-  notes_stream() << fmt::format("  {} epoch {}: train loss {:.4f}{}, val loss {:.4f}{}, {:.1f} s\n", info.name, r.epoch,
-                                r.train_loss, r.train_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.train_acc),
-                                r.val_loss, r.val_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.val_acc), r.elapsed_s)
-                 << std::flush;
-  Row row = identity_row(info, machine_);
-  row["run_type"] = "epoch";
-  row["status"] = "ok";
-  row["iterations"] = std::to_string(r.steps);
-  const std::map<std::string, double> counters{{"epoch", double(r.epoch)},
-                                               {"train_loss", r.train_loss},
-                                               {"val_loss", r.val_loss},
-                                               {"train_acc", r.train_acc},
-                                               {"val_acc", r.val_acc},
-                                               {"elapsed_s", r.elapsed_s},
-                                               {"samples_per_s", double(r.steps * info.batch) / r.train_s}};
-  add_counters(row, counters, false);
-  keep(row);
 }
 
 Row Reporter::csv_row(const Run& run) const {
   const BenchInfo* info = harness_.find(run.run_name.function_name);
   BenchInfo unknown;
   if (!info) info = &unknown;
-  Row row = identity_row(*info, machine_);
+  Row row = identity_row(*info, rows_.machine());
   const bool aggregate = run.run_type == Run::RT_Aggregate;
   const bool skipped = run.error_occurred && is_skip(run.error_message);
   row["run_type"] = aggregate ? "aggregate" : "iteration";

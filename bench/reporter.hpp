@@ -15,6 +15,7 @@
 #include "bench/csv.hpp"
 #include "bench/flags.hpp"
 #include "bench/harness.hpp"
+#include "bench/rows.hpp"
 #include "engine/train/epochs.hpp"
 
 namespace tb::bench {
@@ -29,24 +30,18 @@ DisplayOptions display_options(const Flags& flags);
 
 class Reporter : public benchmark::BenchmarkReporter {
  public:
-  Reporter(const Harness& harness, Predictor& predictor, const MachineContext& machine, CsvWriter* csv,
-           DisplayOptions display);
+  // Shows the run on the console (or as JSON/CSV on stdout) and hands `rows` what Google
+  // Benchmark reports beyond the repetitions the harness wrote: aggregates, skipped rows, and
+  // the predictions made from each one-device row.
+  Reporter(Harness& harness, RowLog& rows, DisplayOptions display);
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
   void Finalize() override;
-  // A row of an epochs/ benchmark, written as its epoch ends.
-  void report_epoch(const BenchInfo& info, const EpochRecord& record);
-  // A repetition's row, written as soon as the repetition is known to be final; ReportRuns then
-  // writes only the repetitions and aggregates not written yet.
-  void report_repetition(const BenchInfo& info, const Repetition& repetition);
   int failed() const { return failed_; }
   int skipped() const { return skipped_; }
-  // Every row this run wrote or would write (ok, failed, skipped), for the summary.
-  const std::vector<Row>& rows() const { return rows_; }
 
  private:
   Row csv_row(const Run& run) const;
-  void keep(const Row& row);
   // Says once per configuration (device, or device and precision) that its benchmarks are skipped
   // and why, instead of an error line per benchmark.
   void report_skipped(const Run& run);
@@ -54,18 +49,14 @@ class Reporter : public benchmark::BenchmarkReporter {
   void print_console(const std::vector<Run>& runs);
   std::ostream& notes_stream();  // skip lines: stdout on the console, stderr under json/csv
   static void print_basic_context(std::ostream& out, const Context& context);
-  const Harness& harness_;
-  Predictor& predictor_;
-  const MachineContext& machine_;
-  CsvWriter* csv_;
+  Harness& harness_;
+  RowLog& rows_;
   DisplayOptions display_;
   std::unique_ptr<benchmark::BenchmarkReporter> structured_;  // json or csv on stdout
   std::size_t name_width_ = 10;
   std::string last_header_;  // the console header printed last
   int failed_ = 0, skipped_ = 0;
-  std::map<std::string, int> written_early_;  // benchmark -> iteration rows report_repetition wrote
-  std::set<std::string> skipped_said_;        // configurations whose skip was printed
-  std::vector<Row> rows_;
+  std::set<std::string> skipped_said_;  // configurations whose skip was printed
   bool stdout_closed_ = false;
   void report_predictions(const std::vector<Run>& runs);
   bool assumptions_said_ = false;

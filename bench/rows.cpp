@@ -86,4 +86,41 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   return row;
 }
 
+void RowLog::keep(const Row& row) {
+  rows_.push_back(row);
+  if (csv_) csv_->write_row(row);
+}
+
+void RowLog::repetition(const BenchInfo& info, const Repetition& r) {
+  Row row = identity_row(info, machine_);
+  row["run_type"] = "iteration";
+  row["repetition"] = std::to_string(repetitions_[info.name]++);
+  row["status"] = r.failed ? "failed" : "ok";
+  row["message"] = r.message;
+  row["iterations"] = std::to_string(r.iterations);
+  if (!r.failed) add_counters(row, r.counters, false);
+  keep(row);
+}
+
+void RowLog::epoch(const BenchInfo& info, const EpochRecord& r) {
+  notes_ << fmt::format("  {} epoch {}: train loss {:.4f}{}, val loss {:.4f}{}, {:.1f} s\n", info.name, r.epoch,
+                        r.train_loss, r.train_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.train_acc), r.val_loss,
+                        r.val_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.val_acc), r.elapsed_s)
+         << std::flush;
+  Row row = identity_row(info, machine_);
+  row["run_type"] = "epoch";
+  row["status"] = "ok";
+  row["iterations"] = std::to_string(r.steps);
+  add_counters(row,
+               {{"epoch", double(r.epoch)},
+                {"train_loss", r.train_loss},
+                {"val_loss", r.val_loss},
+                {"train_acc", r.train_acc},
+                {"val_acc", r.val_acc},
+                {"elapsed_s", r.elapsed_s},
+                {"samples_per_s", double(r.steps * info.batch) / r.train_s}},
+               false);
+  keep(row);
+}
+
 }  // namespace tb::bench
