@@ -61,8 +61,9 @@ parse_args() {
     esac
   done
   [ ${#command_args[@]} -gt 0 ] || die "no program: give it after --, e.g. -- trainbench --devices=cpu:1,mpi:2"
-  [[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 2 ] && [ "$nodes" -le 250 ] ||
+  if ! [[ $nodes =~ ^[0-9]+$ ]] || [ "$nodes" -lt 2 ] || [ "$nodes" -gt 250 ]; then
     die "--nodes/--gpu: '$nodes' is not a number of nodes from 2 to 250"
+  fi
   if [ -n "$rate" ]; then
     [ $gpu_mode -eq 0 ] || die "--rate shapes the namespaces' link; --gpu ranks talk over the loopback, unshaped"
     rate_bits "$rate" >/dev/null || die "--rate: '$rate' is not a rate in tc's units (e.g. 1gbit, 500mbit)"
@@ -94,7 +95,7 @@ node_cpus() {
   list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
   IFS=, read -r -a ranges <<<"$list"
   for range in "${ranges[@]}"; do
-    if [[ $range == *-* ]]; then cpus+=($(seq "${range%-*}" "${range#*-}")); else cpus+=("$range"); fi
+    if [[ $range == *-* ]]; then mapfile -t -O ${#cpus[@]} cpus < <(seq "${range%-*}" "${range#*-}"); else cpus+=("$range"); fi
   done
   local total=${#cpus[@]}
   if [ "$total" -lt "$nodes" ]; then
@@ -207,7 +208,7 @@ cleanup() {
     for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$mpirun_pid" 2>/dev/null || break; sleep 0.5; done
   fi
   # Whatever is left of the run: processes in its namespaces or carrying its mark.
-  local ns pid pids=()
+  local ns pids=()
   for ns in "${namespaces[@]}"; do
     mapfile -t -O ${#pids[@]} pids < <(ip netns pids "$ns" 2>/dev/null)
   done
@@ -268,7 +269,7 @@ main() {
   write_agent $uts
 
   local mpirun_args=(-np "$nodes" --hostfile "$work/hostfile" --map-by node --bind-to none
-    --mca plm rsh --mca plm_rsh_agent "$work/agent" --mca pml ob1 --mca btl tcp,self
+    --mca plm rsh --mca plm_rsh_agent "$work/agent" --mca pml ob1 --mca btl "tcp,self"
     --mca btl_tcp_if_include "$iface" --mca oob_tcp_if_include "$iface" -x TB_EMULATED_NODES)
   [ "$(id -u)" -ne 0 ] || mpirun_args+=(--allow-run-as-root)
   if [ $gpu_mode -eq 1 ]; then
