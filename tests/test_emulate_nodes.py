@@ -44,42 +44,53 @@ def sleeping_in(namespace):
     return False
 
 
-def marked_processes():
-    """Processes of any run of the script (it marks them with TB_EMULATE_RUN)."""
+def marked_processes(run_id):
+    """Processes of one run of the script (it marks them with TB_EMULATE_RUN=tbemu<its pid>)."""
     found = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
-            if any(e.startswith(b"TB_EMULATE_RUN=") for e in environ.read_bytes().split(b"\0")):
+            if f"TB_EMULATE_RUN={run_id}".encode() in environ.read_bytes().split(b"\0"):
                 found.append(environ.parent.name)
         except OSError:
             continue
     return found
 
 
-def leftovers(before):
+def leftovers(pid):
+    """What is left of the run of the script with process id `pid`: its namespaces, links (in
+    this namespace), processes and files. Other runs on the machine are no concern of this test."""
+    run_id = f"tbemu{pid}"
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     return {
-        "namespaces": sorted(namespaces() - before),
-        "links": re.findall(r"^\d+: (te\d+[ab]\d+)[@:]", links, re.M),
-        "processes": marked_processes(),
-        "files": [str(p) for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("tbemu*")],
+        "namespaces": sorted(n for n in namespaces() if n.startswith(f"{run_id}-")),
+        "links": re.findall(rf"^\d+: (te{pid}[ab]\d+)[@:]", links, re.M),
+        "processes": marked_processes(run_id),
+        "files": [str(p) for p in Path(os.environ.get("TMPDIR", "/tmp")).glob(f"{run_id}.*")],
     }
 
 
 @pytest.fixture
-def clean():
-    """Namespaces before the test; afterwards (failed or not), nothing of the script's is left."""
+def runs():
+    """The process ids of the script's runs in a test; afterwards (failed or not), nothing of
+    them may be left."""
     if not shutil.which("ip") or not shutil.which("tc"):
         pytest.fail("ip and tc not found: install iproute2 (scripts/test.sh installs it)")
-    before = namespaces()
-    yield before
-    left = leftovers(before)
-    assert not any(left.values()), f"left behind: {left}"
+    pids = []
+    yield pids
+    assert pids, "the test ran the script no time"
+    left = {pid: leftovers(pid) for pid in pids}
+    assert not any(any(v.values()) for v in left.values()), f"left behind: {left}"
 
 
-def run_script(args, timeout=300):
-    """The script with `args`; past `timeout` it is sent SIGTERM (so it cleans up) and fails."""
+def start_script(runs, args):
     p = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs.append(p.pid)
+    return p
+
+
+def run_script(runs, args, timeout=300):
+    """The script with `args`; past `timeout` it is sent SIGTERM (so it cleans up) and fails."""
+    p = start_script(runs, args)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -105,8 +116,8 @@ def read_csv(path):
 
 
 @pytest.mark.parametrize("nodes", [2, 3])
-def test_each_rank_is_a_host_of_its_own_on_the_link(clean, nodes):
-    status, out, err = run_script(["--nodes", str(nodes), "--rate", "1gbit", "--", "sh", "-c", PROBE], timeout=120)
+def test_each_rank_is_a_host_of_its_own_on_the_link(runs, nodes):
+    status, out, err = run_script(runs, ["--nodes", str(nodes), "--rate", "1gbit", "--", "sh", "-c", PROBE], timeout=120)
     assert status == 0, err
     ranks = probes(out)
     assert sorted(ranks) == list(range(nodes)), out
@@ -120,12 +131,12 @@ def test_each_rank_is_a_host_of_its_own_on_the_link(clean, nodes):
     assert f"joined by {link} (10.213.0.0/24) shaped to 1gbit (tbf)" in err, err
 
 
-def test_mlp_over_links_shaped_to_1_and_10_gbit(clean, tmp_path):
+def test_mlp_over_links_shaped_to_1_and_10_gbit(runs, tmp_path):
     measured = {}
     rows_at = {}
     for rate in ("1gbit", "10gbit"):
         csv_path = tmp_path / f"{rate}.csv"
-        status, out, err = run_script(["--nodes", "2", "--rate", rate, "--", BINARY, "--devices=cpu:1,mpi:2",
+        status, out, err = run_script(runs, ["--nodes", "2", "--rate", rate, "--", BINARY, "--devices=cpu:1,mpi:2",
                                        "--link=measured", *MLP, f"--csv={csv_path}"])
         assert status == 0, err
         # The ranks' all-reduces crossed the shaped link (a 16 MiB all-reduce alone is 7 x 8 MiB
@@ -174,18 +185,20 @@ def assert_two_emulated_hosts(rows, spanning):
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_an_interrupted_run_removes_everything(clean, sig, status):
-    p = subprocess.Popen([str(SCRIPT), "--rate", "1gbit", "--", "sleep", "300"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+def test_an_interrupted_run_removes_everything(runs, sig, status):
+    p = start_script(runs, ["--rate", "1gbit", "--", "sleep", "300"])
     try:
         def ranks_running():
             """A rank (sleep) running in each of the run's two namespaces."""
-            ours = [n for n in namespaces() - clean if n.startswith("tbemu")]
+            ours = [n for n in namespaces() if n.startswith(f"tbemu{p.pid}-")]
             return len(ours) == 2 and all(sleeping_in(n) for n in ours)
         deadline = time.monotonic() + 60
         while not ranks_running():
             assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
             time.sleep(0.2)
+        # What the clean-up check looks for is there while the run is.
+        live = leftovers(p.pid)
+        assert len(live["namespaces"]) == 2 and live["processes"] and live["files"], live
         p.send_signal(sig)
         out, err = p.communicate(timeout=60)
     finally:
@@ -196,12 +209,12 @@ def test_an_interrupted_run_removes_everything(clean, sig, status):
     assert f"interrupted by SIG{sig.name[3:]}" in err, err
 
 
-def test_a_failing_program_and_bad_usage_leave_nothing(clean):
-    status, _, err = run_script(["--", "sh", "-c", "exit 3"], timeout=120)
+def test_a_failing_program_and_bad_usage_leave_nothing(runs):
+    status, _, err = run_script(runs, ["--", "sh", "-c", "exit 3"], timeout=120)
     assert status != 0 and "mpirun exited with status" in err, err
-    status, _, err = run_script(["--rate", "1gigabit", "--", "true"], timeout=30)
+    status, _, err = run_script(runs, ["--rate", "1gigabit", "--", "true"], timeout=30)
     assert status == 2 and "is not a rate in tc's units" in err, err
-    status, _, err = run_script(["--nodes", "1", "--", "true"], timeout=30)
+    status, _, err = run_script(runs, ["--nodes", "1", "--", "true"], timeout=30)
     assert status == 2 and "number of nodes from 2" in err, err
 
 
@@ -212,8 +225,8 @@ def has_gpu():
         return False
 
 
-def test_gpu_mode_gives_each_rank_its_nccl_host_on_gpu_0(clean):
-    status, out, err = run_script(["--gpu", "2", "--", "sh", "-c", PROBE], timeout=120)
+def test_gpu_mode_gives_each_rank_its_nccl_host_on_gpu_0(runs):
+    status, out, err = run_script(runs, ["--gpu", "2", "--", "sh", "-c", PROBE], timeout=120)
     assert status == 0, err
     ranks = probes(out)
     assert sorted(ranks) == [0, 1], out
@@ -222,9 +235,9 @@ def test_gpu_mode_gives_each_rank_its_nccl_host_on_gpu_0(clean):
         assert (r["ifname"], r["ib"], r["gpu"], r["emulated"], r["local"]) == ("lo", "1", "0", "2", "0"), r
 
 
-def test_gpu_mode_runs_trainbench_and_without_a_gpu_skips_with_the_reason(clean, tmp_path):
+def test_gpu_mode_runs_trainbench_and_without_a_gpu_skips_with_the_reason(runs, tmp_path):
     csv_path = tmp_path / "gpu.csv"
-    status, out, err = run_script(["--gpu", "2", "--", BINARY, "--devices=gpu:1,gpu:2", *MLP, f"--csv={csv_path}"],
+    status, out, err = run_script(runs, ["--gpu", "2", "--", BINARY, "--devices=gpu:1,gpu:2", *MLP, f"--csv={csv_path}"],
                                   timeout=300)
     assert status == 0, err
     rows = read_csv(csv_path)

@@ -23,7 +23,6 @@ import pytest
 BINARY = os.environ.get("TRAINBENCH", "build/release/bench/trainbench")
 SBATCH_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm" / "trainbench.sbatch"
 CLUSTER = "tbtest"
-DAEMONS = ("munged", "slurmctld", "slurmd", "slurmstepd")
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo")
 SEARCH_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
 # The jobs' own limit (minutes): Slurm ends a job that outlives it, whatever happens here.
@@ -40,22 +39,8 @@ def wait_for(what, check, timeout, interval=0.2):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def live_pids(name):
-    """Processes named `name` that are not zombies."""
-    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()
-    live = set()
-    for pid in out:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, IndexError):
-            continue
-        if state != "Z":
-            live.add(int(pid))
-    return live
-
-
 def pids_with_env(entry):
-    """Processes whose environment holds `entry` (NAME=VALUE)."""
+    """Live processes whose environment holds `entry` (NAME=VALUE); a zombie's is empty."""
     found = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
         try:
@@ -64,6 +49,16 @@ def pids_with_env(entry):
         except OSError:
             continue
     return [pid for pid in found if pid != os.getpid()]
+
+
+def names_of(pids):
+    names = {}
+    for pid in pids:
+        try:
+            names[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+    return names
 
 
 def free_port():
@@ -158,7 +153,6 @@ def cluster():
             pytest.fail(f"{', '.join(missing)} not found: install slurm-wlm and munge "
                         "(apt-get install slurm-wlm munge; scripts/test.sh installs them)")
         pytest.skip(f"{', '.join(missing)} not found and no apt-get to install slurm-wlm and munge")
-    before = {name: live_pids(name) for name in DAEMONS}
     # munged wants every folder above its socket searchable by all (pytest's are 0700).
     folder = Path(tempfile.mkdtemp(prefix="tb-slurm-"))
     folder.chmod(0o755)
@@ -191,9 +185,11 @@ def cluster():
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True, text=True)
             return r.stdout.strip() == "idle"
         wait_for("the node to be idle in sinfo", idle, 60, interval=0.5)
+        # The check in tear_down finds this cluster's daemons by their environment.
+        assert set(names_of(pids_with_env(f"SLURM_CONF={conf}")).values()) >= {"munged", "slurmctld", "slurmd"}
         yield Cluster(folder, conf, node, env)
     finally:
-        tear_down(folder, env, daemons, outputs, before)
+        tear_down(folder, env, daemons, outputs)
 
 
 def logs(folder: Path) -> str:
@@ -203,9 +199,11 @@ def logs(folder: Path) -> str:
     return "\n".join(text)
 
 
-def tear_down(folder, env, daemons, outputs, before):
+def tear_down(folder, env, daemons, outputs):
     """Cancels every job, stops the daemons, kills whatever ran under this cluster, removes the
-    folder; then checks that none of it is left."""
+    folder; then checks that none of it is left. Every process of this cluster (daemons, steps,
+    srun, ranks) has its SLURM_CONF in its environment: another Slurm on the machine, or another
+    run of this test, is no concern of this one."""
     try:
         jobs = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True,
                               timeout=30).stdout.split()
@@ -222,22 +220,21 @@ def tear_down(folder, env, daemons, outputs, before):
         stop(daemon)
     for out in outputs:
         out.close()
-    # Steps, tasks and srun of this cluster all carry its SLURM_CONF.
-    for pid in pids_with_env(f"SLURM_CONF={folder}/slurm.conf"):
+    marker = f"SLURM_CONF={folder}/slurm.conf"
+    for pid in pids_with_env(marker):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     shutil.rmtree(folder, ignore_errors=True)
-    left = {}
-    for name in DAEMONS:
-        try:
-            wait_for(f"no {name} of this test", lambda: not (live_pids(name) - before[name]), 10)
-        except AssertionError:
-            left[name] = sorted(live_pids(name) - before[name])
-    assert not left, f"processes left behind: {left}"
+    try:
+        wait_for("no process of the test's cluster", lambda: not pids_with_env(marker), 10)
+    except AssertionError:
+        pass
+    left = names_of(pids_with_env(marker))
+    assert not left, f"processes of the test's cluster left behind: {left}"
+    assert all(d.poll() is not None for d in daemons), "a daemon of the test's cluster is still running"
     assert not folder.exists(), f"{folder} left behind"
-    assert not pids_with_env(f"SLURM_CONF={folder}/slurm.conf"), "processes of the test's cluster left behind"
 
 
 def submit(cluster, cwd, sbatch_args, flags, **popen):
