@@ -88,7 +88,7 @@ def start_script(runs, args):
     return p
 
 
-def run_script(runs, args, timeout=300):
+def run_script(runs, args, timeout=180):
     """The script with `args`; past `timeout` it is sent SIGTERM (so it cleans up) and fails."""
     p = start_script(runs, args)
     try:
@@ -238,7 +238,7 @@ def test_gpu_mode_gives_each_rank_its_nccl_host_on_gpu_0(runs):
 def test_gpu_mode_runs_trainbench_and_without_a_gpu_skips_with_the_reason(runs, tmp_path):
     csv_path = tmp_path / "gpu.csv"
     status, out, err = run_script(runs, ["--gpu", "2", "--", BINARY, "--devices=gpu:1,gpu:2", *MLP, f"--csv={csv_path}"],
-                                  timeout=300)
+                                  timeout=180)
     assert status == 0, err
     rows = read_csv(csv_path)
     assert sorted(r["device"] for r in rows if r["measurement"] != "predicted") == ["gpu:1", "gpu:2"], rows

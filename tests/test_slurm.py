@@ -256,7 +256,7 @@ def test_sbatch_runs_two_ranks_and_rank_0_writes_the_csv(cluster, tmp_path):
     submit_dir.mkdir()
     job = submit(cluster, submit_dir, ["--job-name=tb-ok"],
                  ["--devices=cpu:1,mpi:2", "--benchmark_filter=^train/(mlp/mnist|lstm/sine)/", "--iterations=3"])
-    out, err = job.communicate(timeout=600)
+    out, err = job.communicate(timeout=240)
     job_id = re.search(r"Submitted batch job (\d+)", out).group(1)
     log = submit_dir / f"trainbench-{job_id}.out"
     assert job.returncode == 0, f"{out}{err}\n{log.read_text() if log.exists() else 'no job output'}\n{logs(cluster.folder)}"
@@ -307,7 +307,7 @@ def test_a_killed_rank_ends_the_job_with_the_reason_and_keeps_the_rows_before(cl
         def two_rows():
             assert job.poll() is None, f"the job ended before the kill: {job.communicate()}"
             return len(complete_lines(csv_path)) >= 3
-        wait_for("two rows in the CSV", two_rows, 300)
+        wait_for("two rows in the CSV", two_rows, 180)
         kept = complete_lines(csv_path)
 
         def rank_1():
