@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
+TB_PACKAGES+=("${TB_TEST_PACKAGES[@]}")
 tb_install_deps
 
 jobs=$(nproc)

@@ -1,0 +1,293 @@
+#!/usr/bin/env bash
+# Runs an MPI program with its ranks as emulated nodes of this one machine, so that the multi-node
+# path (separate hosts, a real network stack, NCCL between hosts) runs where only one machine or
+# one GPU exists. It checks that path; it does not measure scaling.
+#
+#   scripts/emulate_nodes.sh [--nodes N] [--rate RATE] -- trainbench --devices=cpu:1,mpi:N --link=measured ...
+#     CPU ranks: N network namespaces, one rank each, joined by a veth pair (N = 2) or a bridge
+#     (N > 2), each node's outgoing traffic shaped by tc's token bucket (tbf) to RATE (tc's units:
+#     1gbit, 500mbit; unshaped without --rate). Open MPI talks TCP over that link only (pml ob1,
+#     btl tcp,self, oob and btl on the node's interface): no shared memory between the ranks.
+#   scripts/emulate_nodes.sh --gpu N -- trainbench --devices=gpu:1,gpu:N ...
+#     N GPU ranks sharing GPU 0 (the first of CUDA_VISIBLE_DEVICES): each rank has its own
+#     NCCL_HOSTID (tb-emulated-node-K), so NCCL takes them for N hosts and talks over its socket
+#     transport on the loopback (NCCL_SOCKET_IFNAME=lo, NCCL_IB_DISABLE=1). No namespaces.
+#
+# In both modes node K is host tb-emulated-node-K (a UTS namespace of its own) with its share of
+# this machine's cores (taskset), and runs rank K; mpirun's launcher enters each node through an
+# agent script instead of ssh (plm_rsh_agent), so Open MPI sees N hosts with one rank each
+# (node-local rank 0 everywhere). Every rank gets TB_EMULATED_NODES=N. Needs Open MPI's mpirun,
+# unshare and taskset (util-linux), and for CPU ranks root (namespaces), ip and tc (iproute2).
+# Namespaces, links, qdiscs and processes are removed on exit, error, Ctrl-C or SIGTERM.
+# Exit status: the program's (mpirun's); 2 for bad usage or a machine that cannot emulate nodes;
+# 128 + the signal's number when interrupted.
+set -euo pipefail
+
+readonly HOST_PREFIX=tb-emulated-node-
+readonly SUBNET=10.213.0      # the emulated nodes' network, inside their namespaces only
+readonly IFACE=tbnet          # each node's interface, the same name in every namespace
+
+nodes=2 rate="" gpu_mode=0
+command_args=()
+run_id="tbemu$$"              # names this run's namespaces and links; TB_EMULATE_RUN marks its processes
+work=""                       # the agent, the rank wrapper and the hostfile
+namespaces=() root_links=()
+mpirun_pid=""
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//' >&2
+  exit "${1:-2}"
+}
+
+die() {
+  echo "emulate_nodes.sh: error: $*" >&2
+  exit 2
+}
+
+say() { echo "emulate_nodes.sh: $*" >&2; }
+
+parse_args() {
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --nodes) nodes=${2:-}; shift 2 || usage ;;
+      --nodes=*) nodes=${1#--nodes=}; shift ;;
+      --rate) rate=${2:-}; shift 2 || usage ;;
+      --rate=*) rate=${1#--rate=}; shift ;;
+      --gpu) gpu_mode=1; nodes=${2:-}; shift 2 || usage ;;
+      --gpu=*) gpu_mode=1; nodes=${1#--gpu=}; shift ;;
+      -h | --help) usage 0 ;;
+      --) shift; command_args=("$@"); break ;;
+      *) die "unknown option '$1' (options: --nodes N, --rate RATE, --gpu N, then -- and the program)" ;;
+    esac
+  done
+  [ ${#command_args[@]} -gt 0 ] || die "no program: give it after --, e.g. -- trainbench --devices=cpu:1,mpi:2"
+  if ! [[ $nodes =~ ^[0-9]+$ ]] || [ "$nodes" -lt 2 ] || [ "$nodes" -gt 250 ]; then
+    die "--nodes/--gpu: '$nodes' is not a number of nodes from 2 to 250"
+  fi
+  if [ -n "$rate" ]; then
+    [ $gpu_mode -eq 0 ] || die "--rate shapes the namespaces' link; --gpu ranks talk over the loopback, unshaped"
+    rate_bits "$rate" >/dev/null || die "--rate: '$rate' is not a rate in tc's units (e.g. 1gbit, 500mbit)"
+  fi
+}
+
+# A tc rate (1gbit, 500mbit, 10kbit) in bits per second.
+rate_bits() {
+  [[ $1 =~ ^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit|tbit)$ ]] || return 1
+  local scale
+  case ${BASH_REMATCH[3]} in
+    bit) scale=1 ;; kbit) scale=1e3 ;; mbit) scale=1e6 ;; gbit) scale=1e9 ;; tbit) scale=1e12 ;;
+  esac
+  awk -v n="${BASH_REMATCH[1]}" -v s="$scale" 'BEGIN { printf "%.0f\n", n * s }'
+}
+
+need() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install ${PACKAGE_OF[$tool]:-$tool})"
+  done
+}
+declare -A PACKAGE_OF=([ip]=iproute2 [tc]=iproute2 [unshare]=util-linux [taskset]=util-linux [mpirun]=openmpi-bin)
+
+# This machine's allowed cores split among the nodes: node K's list (cores shared where fewer
+# than nodes).
+node_cpus() {
+  local k=$1 list range ranges cpus=()
+  list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  IFS=, read -r -a ranges <<<"$list"
+  for range in "${ranges[@]}"; do
+    if [[ $range == *-* ]]; then mapfile -t -O ${#cpus[@]} cpus < <(seq "${range%-*}" "${range#*-}"); else cpus+=("$range"); fi
+  done
+  local total=${#cpus[@]}
+  if [ "$total" -lt "$nodes" ]; then
+    echo "${cpus[k % total]}"
+    return
+  fi
+  local first=$((k * total / nodes)) last=$(((k + 1) * total / nodes - 1)) out=() i
+  for ((i = first; i <= last; i++)); do out+=("${cpus[i]}"); done
+  (IFS=,; echo "${out[*]}")
+}
+
+# The script Open MPI's launcher runs instead of ssh: AGENT HOST COMMAND..., like ssh it joins
+# COMMAND into one shell line, and runs it on emulated node HOST (its namespace, host name, cores).
+write_agent() {
+  local uts=$1 k enter
+  {
+    echo '#!/bin/sh'
+    echo '# Written by scripts/emulate_nodes.sh: Open MPI starts its daemon on an emulated node through this.'
+    echo 'host=$1; shift'
+    echo 'case $host in'
+    for ((k = 0; k < nodes; k++)); do
+      enter=""
+      [ $gpu_mode -eq 1 ] || enter="ip netns exec ${namespaces[k]} "
+      echo "  $HOST_PREFIX$k) enter='$enter' cpus=$(node_cpus "$k") ;;"
+    done
+    echo '  *) echo "emulate_nodes.sh agent: no emulated node $host" >&2; exit 255 ;;'
+    echo 'esac'
+    if [ "$uts" -eq 1 ]; then
+      echo 'exec $enter taskset -c "$cpus" unshare --uts sh -c '\''hostname "$0" && exec sh -c "$1"'\'' "$host" "$*"'
+    else
+      echo 'exec $enter taskset -c "$cpus" sh -c "$*"'
+    fi
+  } >"$work/agent"
+  chmod +x "$work/agent"
+}
+
+# GPU mode: each rank's own NCCL host id and GPU, read from Open MPI's rank number.
+write_rank_wrapper() {
+  local gpu=${CUDA_VISIBLE_DEVICES:-0}
+  cat >"$work/rank" <<EOF
+#!/bin/sh
+# Written by scripts/emulate_nodes.sh: one rank's environment on an emulated node, then the program.
+export NCCL_HOSTID=$HOST_PREFIX\${OMPI_COMM_WORLD_RANK:?not started by mpirun}
+export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 CUDA_VISIBLE_DEVICES=${gpu%%,*}
+exec "\$@"
+EOF
+  chmod +x "$work/rank"
+}
+
+# CPU mode: the namespaces, their link and its shaping.
+make_network() {
+  local k
+  for ((k = 0; k < nodes; k++)); do
+    namespaces+=("$run_id-$k")
+    ip netns add "$run_id-$k"
+    ip -n "$run_id-$k" link set lo up
+  done
+  if [ "$nodes" -eq 2 ]; then
+    root_links+=("${run_id/tbemu/te}a0" "${run_id/tbemu/te}a1")
+    ip link add "${root_links[0]}" type veth peer name "${root_links[1]}"
+    for k in 0 1; do ip link set "${root_links[k]}" netns "$run_id-$k"; done
+    for k in 0 1; do ip -n "$run_id-$k" link set "${root_links[k]}" name $IFACE; done
+  else
+    namespaces+=("$run_id-switch")
+    ip netns add "$run_id-switch"
+    ip -n "$run_id-switch" link add tbbridge type bridge
+    ip -n "$run_id-switch" link set tbbridge up
+    for ((k = 0; k < nodes; k++)); do
+      local node_end="${run_id/tbemu/te}a$k" switch_end="${run_id/tbemu/te}b$k"
+      root_links+=("$node_end" "$switch_end")
+      ip link add "$node_end" type veth peer name "$switch_end"
+      ip link set "$node_end" netns "$run_id-$k"
+      ip -n "$run_id-$k" link set "$node_end" name $IFACE
+      ip link set "$switch_end" netns "$run_id-switch"
+      ip -n "$run_id-switch" link set "$switch_end" master tbbridge up
+    done
+  fi
+  for ((k = 0; k < nodes; k++)); do
+    ip -n "$run_id-$k" addr add "$SUBNET.$((k + 1))/24" dev $IFACE
+    ip -n "$run_id-$k" link set $IFACE up
+  done
+  [ -z "$rate" ] && return 0
+  # The bucket holds 1 ms at the rate, at least 128 KiB (a veth hands tbf 64 KiB GSO packets).
+  local bits burst
+  bits=$(rate_bits "$rate")
+  burst=$((bits / 8 / 1000))
+  [ "$burst" -ge 131072 ] || burst=131072
+  for ((k = 0; k < nodes; k++)); do
+    tc -n "$run_id-$k" qdisc add dev $IFACE root tbf rate "$rate" burst "$burst" latency 20ms ||
+      die "tc could not shape $IFACE with tbf (is sch_tbf in this kernel?)"
+  done
+}
+
+# Bytes each node sent over its link, after the run: the ranks' traffic went there, not through
+# shared memory.
+report_traffic() {
+  local k sent
+  for ((k = 0; k < nodes; k++)); do
+    sent=$(ip netns exec "$run_id-$k" cat /sys/class/net/$IFACE/statistics/tx_bytes 2>/dev/null) || continue
+    say "$HOST_PREFIX$k sent $sent bytes over its link${rate:+ (tbf $rate)}"
+  done
+}
+
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM HUP
+  if [ -n "$mpirun_pid" ] && kill -0 "$mpirun_pid" 2>/dev/null; then
+    kill -TERM "$mpirun_pid" 2>/dev/null || true
+    local i
+    for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$mpirun_pid" 2>/dev/null || break; sleep 0.5; done
+  fi
+  # Whatever is left of the run: processes in its namespaces or carrying its mark.
+  local ns pids=()
+  for ns in "${namespaces[@]}"; do
+    mapfile -t -O ${#pids[@]} pids < <(ip netns pids "$ns" 2>/dev/null)
+  done
+  mapfile -t -O ${#pids[@]} pids < <(grep -l -s -z -x "TB_EMULATE_RUN=$run_id" /proc/[0-9]*/environ | cut -d/ -f3)
+  [ ${#pids[@]} -eq 0 ] || kill -KILL "${pids[@]}" 2>/dev/null || true
+  for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  local link
+  for link in "${root_links[@]}"; do ip link del "$link" 2>/dev/null || true; done
+  [ -z "$work" ] || rm -rf "$work"
+  return $status
+}
+
+on_signal() {
+  say "interrupted by SIG$1: stopping the ranks and removing the emulated nodes"
+  cleanup
+  exit $((128 + $2))
+}
+
+main() {
+  parse_args "$@"
+  need mpirun unshare taskset
+  [ $gpu_mode -eq 1 ] || need ip tc
+  if [ $gpu_mode -eq 0 ] && [ "$(id -u)" -ne 0 ]; then
+    die "network namespaces need root (run it as root or with sudo)"
+  fi
+  trap cleanup EXIT
+  trap 'on_signal INT 2' INT
+  trap 'on_signal TERM 15' TERM
+  trap 'on_signal HUP 1' HUP
+  work=$(mktemp -d "${TMPDIR:-/tmp}/$run_id.XXXXXX")
+
+  local uts=1 k hosts=()
+  for ((k = 0; k < nodes; k++)); do
+    hosts+=("$HOST_PREFIX$k")
+    echo "$HOST_PREFIX$k slots=1" >>"$work/hostfile"
+  done
+  if ! unshare --uts true 2>/dev/null; then
+    [ $gpu_mode -eq 1 ] || die "unshare --uts is not permitted here: the nodes cannot have host names of their own"
+    uts=0
+    say "unshare --uts is not permitted here: the ranks keep this machine's host name; NCCL_HOSTID still tells the nodes apart"
+  fi
+  local iface=lo program=("${command_args[@]}")
+  if [ $gpu_mode -eq 1 ]; then
+    write_rank_wrapper
+    program=("$work/rank" "${command_args[@]}")
+    local gpu=${CUDA_VISIBLE_DEVICES:-0}
+    say "$nodes GPU ranks as emulated nodes ${hosts[*]} sharing GPU ${gpu%%,*} (CUDA_VISIBLE_DEVICES's" \
+        "first), NCCL over sockets on lo; TB_EMULATED_NODES=$nodes"
+  else
+    make_network
+    iface=$IFACE
+    local link="a veth pair" shaping="unshaped"
+    [ "$nodes" -eq 2 ] || link="a bridge"
+    [ -z "$rate" ] || shaping="shaped to $rate (tbf)"
+    say "$nodes emulated nodes ${hosts[*]} in network namespaces ${namespaces[*]}, joined by $link" \
+        "($SUBNET.0/24) $shaping; Open MPI over TCP; TB_EMULATED_NODES=$nodes"
+  fi
+  write_agent $uts
+
+  local mpirun_args=(-np "$nodes" --hostfile "$work/hostfile" --map-by node --bind-to none
+    --mca plm rsh --mca plm_rsh_agent "$work/agent" --mca pml ob1 --mca btl "tcp,self"
+    --mca btl_tcp_if_include "$iface" --mca oob_tcp_if_include "$iface" -x TB_EMULATED_NODES)
+  [ "$(id -u)" -ne 0 ] || mpirun_args+=(--allow-run-as-root)
+  if [ $gpu_mode -eq 1 ]; then
+    # Every node is remote to mpirun: the agent starts each one's daemon.
+    TB_EMULATE_RUN=$run_id TB_EMULATED_NODES=$nodes mpirun "${mpirun_args[@]}" "${program[@]}" &
+  else
+    # mpirun runs on node 0 (rank 0 is its child there); the agent starts the other nodes' daemons.
+    local name_node=(sh -c 'hostname "$0" && exec "$@"' "${HOST_PREFIX}0")
+    TB_EMULATE_RUN=$run_id TB_EMULATED_NODES=$nodes ip netns exec "$run_id-0" taskset -c "$(node_cpus 0)" unshare --uts "${name_node[@]}" \
+      mpirun "${mpirun_args[@]}" "${program[@]}" &
+  fi
+  mpirun_pid=$!
+  local status=0
+  wait "$mpirun_pid" || status=$?
+  mpirun_pid=""
+  [ $gpu_mode -eq 1 ] || report_traffic
+  [ $status -eq 0 ] || say "mpirun exited with status $status"
+  return $status
+}
+
+main "$@"

@@ -1,0 +1,254 @@
+"""scripts/emulate_nodes.sh: ranks as emulated nodes of this machine. CPU mode: one rank per
+network namespace, each its own host, joined by a veth pair (a bridge for more than two) shaped
+with tc's tbf, Open MPI over TCP only; trainbench's MLP at 1 and 10 Gbit/s measures a link below
+the shaped rate, faster at 10. GPU mode: each rank its own NCCL host id on GPU 0; without a GPU
+its rows are skipped with the reason, and nothing hangs. Every run, failed or interrupted ones
+too, must leave no namespace, link, process or file behind. Needs root (namespaces); skipped,
+saying why, elsewhere. The binary comes from $TRAINBENCH (ctest)."""
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+BINARY = os.environ.get("TRAINBENCH", "build/release/bench/trainbench")
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "emulate_nodes.sh"
+MLP = ["--benchmark_filter=^train/mlp/mnist/", "--iterations=3"]
+# What each rank says about itself: rank, node-local rank, host, network namespace, environment.
+PROBE = ("echo rank=$OMPI_COMM_WORLD_RANK local=$OMPI_COMM_WORLD_LOCAL_RANK host=$(hostname) "
+         "net=$(readlink /proc/self/ns/net) emulated=$TB_EMULATED_NODES hostid=$NCCL_HOSTID "
+         "ifname=$NCCL_SOCKET_IFNAME ib=$NCCL_IB_DISABLE gpu=$CUDA_VISIBLE_DEVICES "
+         "addr=$(ip -o -4 addr show tbnet 2>/dev/null | awk '{print $4}')")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network and UTS namespaces need root")
+
+
+def namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def sleeping_in(namespace):
+    pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "sleep":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def marked_processes(run_id):
+    """Processes of one run of the script (it marks them with TB_EMULATE_RUN=tbemu<its pid>)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"TB_EMULATE_RUN={run_id}".encode() in environ.read_bytes().split(b"\0"):
+                found.append(environ.parent.name)
+        except OSError:
+            continue
+    return found
+
+
+def leftovers(pid):
+    """What is left of the run of the script with process id `pid`: its namespaces, links (in
+    this namespace), processes and files. Other runs on the machine are no concern of this test."""
+    run_id = f"tbemu{pid}"
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {
+        "namespaces": sorted(n for n in namespaces() if n.startswith(f"{run_id}-")),
+        "links": re.findall(rf"^\d+: (te{pid}[ab]\d+)[@:]", links, re.M),
+        "processes": marked_processes(run_id),
+        "files": [str(p) for p in Path(os.environ.get("TMPDIR", "/tmp")).glob(f"{run_id}.*")],
+    }
+
+
+@pytest.fixture
+def runs():
+    """The process ids of the script's runs in a test; afterwards (failed or not), nothing of
+    them may be left."""
+    if not shutil.which("ip") or not shutil.which("tc"):
+        pytest.fail("ip and tc not found: install iproute2 (scripts/test.sh installs it)")
+    pids = []
+    yield pids
+    assert pids, "the test ran the script no time"
+    left = {pid: leftovers(pid) for pid in pids}
+    assert not any(any(v.values()) for v in left.values()), f"left behind: {left}"
+
+
+def start_script(runs, args):
+    p = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs.append(p.pid)
+    return p
+
+
+def run_script(runs, args, timeout=180):
+    """The script with `args`; past `timeout` it is sent SIGTERM (so it cleans up) and fails."""
+    p = start_script(runs, args)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        pytest.fail(f"emulate_nodes.sh {' '.join(args)} ran past {timeout} s:\n{out}\n{err}")
+    return p.returncode, out, err
+
+
+def probes(out):
+    """The PROBE lines of the ranks, by rank."""
+    ranks = {}
+    for line in out.splitlines():
+        if line.startswith("rank="):
+            fields = dict(f.split("=", 1) for f in line.split(" "))
+            ranks[int(fields["rank"])] = fields
+    return ranks
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_each_rank_is_a_host_of_its_own_on_the_link(runs, nodes):
+    status, out, err = run_script(runs, ["--nodes", str(nodes), "--rate", "1gbit", "--", "sh", "-c", PROBE], timeout=120)
+    assert status == 0, err
+    ranks = probes(out)
+    assert sorted(ranks) == list(range(nodes)), out
+    own_net = os.readlink("/proc/self/ns/net")
+    for k, r in ranks.items():
+        assert r["host"] == f"tb-emulated-node-{k}" and r["local"] == "0", r
+        assert r["emulated"] == str(nodes) and r["addr"] == f"10.213.0.{k + 1}/24", r
+    nets = {r["net"] for r in ranks.values()}
+    assert len(nets) == nodes and own_net not in nets
+    link = "a veth pair" if nodes == 2 else "a bridge"
+    assert f"joined by {link} (10.213.0.0/24) shaped to 1gbit (tbf)" in err, err
+
+
+def test_mlp_over_links_shaped_to_1_and_10_gbit(runs, tmp_path):
+    measured = {}
+    rows_at = {}
+    for rate in ("1gbit", "10gbit"):
+        csv_path = tmp_path / f"{rate}.csv"
+        status, out, err = run_script(runs, ["--nodes", "2", "--rate", rate, "--", BINARY, "--devices=cpu:1,mpi:2",
+                                       "--link=measured", *MLP, f"--csv={csv_path}"])
+        assert status == 0, err
+        # The ranks' all-reduces crossed the shaped link (a 16 MiB all-reduce alone is 7 x 8 MiB
+        # or more each way), not shared memory.
+        for k in (0, 1):
+            sent = re.search(rf"tb-emulated-node-{k} sent (\d+) bytes over its link \(tbf {rate}\)", err)
+            assert sent and int(sent.group(1)) > 50e6, err
+        busbw = re.search(r"predicted mpi:2 over measured \(([0-9.]+) GB/s", out + err)
+        assert busbw, out + err
+        rows = read_csv(csv_path)
+        rows_at[rate] = rows
+        one = [r for r in rows if r["device"] == "cpu:1"]
+        mpi = [r for r in rows if r["device"] == "mpi:2" and r["measurement"] == "measured"]
+        predicted = [r for r in rows if r["device"] == "mpi:2" and r["measurement"] == "predicted"]
+        assert len(one) == 1 and len(mpi) == 1 and len(predicted) == 1, [r["benchmark"] for r in rows]
+        for r in rows:
+            assert r["status"] == "ok", (r["benchmark"], r["message"])
+            assert r["ranks"] == "2" and r["host"] == "tb-emulated-node-0", (r["ranks"], r["host"])
+        assert mpi[0]["replicas"] == "2" and float(mpi[0]["samples_per_s"]) > 0
+        assert float(mpi[0]["loss_last"]) < float(mpi[0]["loss_first"])
+        assert predicted[0]["link"] == "measured"
+        measured[rate] = float(predicted[0]["link_busbw_gbps"])
+        assert abs(measured[rate] - float(busbw.group(1))) <= 0.01 * measured[rate] + 1e-3
+    # Below the shaped rate: 1 Gbit/s is 0.125 GB/s; and 10 Gbit/s is clearly faster.
+    assert 0 < measured["1gbit"] < 0.125, measured
+    assert measured["10gbit"] > 1.5 * measured["1gbit"], measured
+    # Schema 5: two hosts, each rank node-local rank 0 on its own; the rows of both ranks marked
+    # as emulated nodes, saying so.
+    for rows in rows_at.values():
+        assert_two_emulated_hosts(rows, "mpi:2")
+
+
+def assert_two_emulated_hosts(rows, spanning):
+    for r in rows:
+        assert "nodes" in r and "rank_hosts" in r and "emulated_nodes" in r, \
+            "the CSV has no nodes/rank_hosts/emulated_nodes columns (schema 5)"
+        assert r["nodes"] == "2", (r["benchmark"], r["nodes"])
+        assert r["rank_hosts"] == "tb-emulated-node-0:0;tb-emulated-node-1:0", (r["benchmark"], r["rank_hosts"])
+    measured = [r for r in rows if r["device"] == spanning and r["measurement"] == "measured"]
+    assert len(measured) == 1 and measured[0]["emulated_nodes"] == "1", [(r["benchmark"], r["emulated_nodes"]) for r in rows]
+    assert measured[0]["benchmark"].endswith("/emulated_nodes"), measured[0]["benchmark"]
+    if measured[0]["status"] == "ok":
+        assert "emulated nodes" in measured[0]["message"], measured[0]["message"]
+    # The one-device baseline runs on rank 0 alone: not an emulated-node row.
+    assert all(r["emulated_nodes"] == "" for r in rows if r["device"] != spanning), rows
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_run_removes_everything(runs, sig, status):
+    p = start_script(runs, ["--rate", "1gbit", "--", "sleep", "300"])
+    try:
+        def ranks_running():
+            """A rank (sleep) running in each of the run's two namespaces."""
+            ours = [n for n in namespaces() if n.startswith(f"tbemu{p.pid}-")]
+            return len(ours) == 2 and all(sleeping_in(n) for n in ours)
+        deadline = time.monotonic() + 60
+        while not ranks_running():
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.2)
+        # What the clean-up check looks for is there while the run is.
+        live = leftovers(p.pid)
+        assert len(live["namespaces"]) == 2 and live["processes"] and live["files"], live
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == status, err
+    assert f"interrupted by SIG{sig.name[3:]}" in err, err
+
+
+def test_a_failing_program_and_bad_usage_leave_nothing(runs):
+    status, _, err = run_script(runs, ["--", "sh", "-c", "exit 3"], timeout=120)
+    assert status != 0 and "mpirun exited with status" in err, err
+    status, _, err = run_script(runs, ["--rate", "1gigabit", "--", "true"], timeout=30)
+    assert status == 2 and "is not a rate in tc's units" in err, err
+    status, _, err = run_script(runs, ["--nodes", "1", "--", "true"], timeout=30)
+    assert status == 2 and "number of nodes from 2" in err, err
+
+
+def has_gpu():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def test_gpu_mode_gives_each_rank_its_nccl_host_on_gpu_0(runs):
+    status, out, err = run_script(runs, ["--gpu", "2", "--", "sh", "-c", PROBE], timeout=120)
+    assert status == 0, err
+    ranks = probes(out)
+    assert sorted(ranks) == [0, 1], out
+    for k, r in ranks.items():
+        assert r["hostid"] == f"tb-emulated-node-{k}" and r["host"] == f"tb-emulated-node-{k}", r
+        assert (r["ifname"], r["ib"], r["gpu"], r["emulated"], r["local"]) == ("lo", "1", "0", "2", "0"), r
+
+
+def test_gpu_mode_runs_trainbench_and_without_a_gpu_skips_with_the_reason(runs, tmp_path):
+    csv_path = tmp_path / "gpu.csv"
+    status, out, err = run_script(runs, ["--gpu", "2", "--", BINARY, "--devices=gpu:1,gpu:2", *MLP, f"--csv={csv_path}"],
+                                  timeout=180)
+    assert status == 0, err
+    rows = read_csv(csv_path)
+    assert sorted(r["device"] for r in rows if r["measurement"] != "predicted") == ["gpu:1", "gpu:2"], rows
+    gpu = has_gpu()
+    for r in rows:
+        assert r["ranks"] == "2" and r["host"] == "tb-emulated-node-0", (r["ranks"], r["host"])
+        # Without a GPU every row is skipped with the reason; with one, a build without the CUDA
+        # backend skips them too, saying so.
+        assert r["status"] == "skipped" or (gpu and r["status"] == "ok"), (r["benchmark"], r["status"], r["message"])
+        if r["status"] == "skipped":
+            assert re.search(r"CUDA|NVIDIA|GPU", r["message"]), r["message"]
+            assert f"skipped {r['device']}:" in out + err
+    assert_two_emulated_hosts(rows, "gpu:2")
