@@ -107,8 +107,8 @@ class ReplicasRun final : public BenchmarkRun {
           total));
     if (info_.emulated_nodes && !info_.gpu())
       note_first(fmt::format(
-          "{} ranks as emulated nodes of one machine ({} host names, talking over a real TCP stack): the multi-node "
-          "path, on cores the ranks share",
+          "{} ranks as emulated nodes of one machine ({} host names, talking over a real TCP stack): checks the "
+          "multi-node path; the ranks still share this machine's caches and memory",
           total, parallel::world().nodes));
   }
 
