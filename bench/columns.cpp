@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/core/error.hpp"
 #include "telemetry/sampler.hpp"
 
 namespace tb::bench {
@@ -209,7 +210,14 @@ std::map<std::string, std::string> counter_cells(const std::map<std::string, dou
   std::map<std::string, std::string> cells;
   for (const auto& [name, value] : counters) {
     const Column* c = find(name);
-    if (!c || c->kind != ColumnKind::Counter || (aggregate && !c->aggregates)) continue;
+    // A counter that is no column is a misspelt name (or a column not yet in the table): it
+    // would be lost from every row, so it stops the run where it is written.
+    if (!c || c->kind != ColumnKind::Counter)
+      throw Error(fmt::format(
+          "counter '{}' is not a measurement column of the CSV: spell it as bench/columns.cpp does, or add it there "
+          "and to results/SCHEMA.md",
+          name));
+    if (aggregate && !c->aggregates) continue;
     cells[name] = c->format ? c->format(value) : number(value);
   }
   return cells;

@@ -35,8 +35,8 @@ const std::vector<std::string>& csv_columns();
 bool is_counter(std::string_view name);
 bool shown_on_console(std::string_view name);
 
-// The cells of the counter columns among `counters` (others are not columns and are dropped),
-// for a repetition's row or (`aggregate`) a mean, median, stddev or cv row.
+// The cells of `counters`, for a repetition's row or (`aggregate`) a mean, median, stddev or cv
+// row. Throws tb::Error naming a counter that is not a measurement column (a misspelt name).
 std::map<std::string, std::string> counter_cells(const std::map<std::string, double>& counters, bool aggregate);
 std::string number(double value);  // {:.6g}, as every counter without a format of its own
 

@@ -77,7 +77,14 @@ std::string render(const Table& table, bool markdown) {
   return out;
 }
 
-// A line per one-device row and link, a pair of columns (samples/s, efficiency) per N.
+// A predicted rate with its band: "66.3 (62.1-70.4)"; the point alone for rows without one.
+std::string band_text(const Row& row) {
+  const double low = value(row, "samples_per_s_low"), high = value(row, "samples_per_s_high");
+  const std::string point = rate_text(value(row, "samples_per_s"));
+  return low > 0 && high > 0 ? fmt::format("{} ({}-{})", point, rate_text(low), rate_text(high)) : point;
+}
+
+// A line per one-device row and link, a pair of columns (samples/s with its band, efficiency) per N.
 std::string render_predictions(const std::vector<const Row*>& rows, bool markdown) {
   std::vector<std::string> counts;
   std::map<std::pair<std::string, std::string>, std::map<std::string, const Row*>> lines;
@@ -98,7 +105,7 @@ std::string render_predictions(const std::vector<const Row*>& rows, bool markdow
     std::vector<std::string> line{key.first, key.second};
     for (const auto& n : counts) {
       const auto it = by_n.find(n);
-      line.push_back(it == by_n.end() ? "" : rate_text(value(*it->second, "samples_per_s")));
+      line.push_back(it == by_n.end() ? "" : band_text(*it->second));
       line.push_back(it == by_n.end() ? "" : fmt::format("{:.0f}%", 100 * value(*it->second, "scaling_efficiency")));
     }
     table.push_back(line);
@@ -261,6 +268,10 @@ std::string summary_table(const std::vector<Row>& rows, bool markdown) {
   if (!c.predicted.empty()) {
     out += markdown ? "\n## Predicted N-device scaling\n\n" : "\npredicted N-device scaling (not measured):\n";
     out += render_predictions(c.predicted, markdown);
+    out += markdown ? "\n" : "";
+    out +=
+        "samples/s predicted (low-high: the band, every term of the prediction at its slow end, then its fast end; "
+        "the CSV's dominant_term names the term that moves it most: docs/prediction.md)\n";
   }
   if (!c.skipped.empty()) {
     out += markdown ? "\n## Skipped\n\n" : "skipped:\n";

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/columns.hpp"
 #include "bench/device_kinds.hpp"
 #include "bench/jobs.hpp"
 #include "engine/core/error.hpp"
@@ -61,6 +62,23 @@ TEST(JobsWindow, JobsThatNeverRanTogetherAreAnError) {
   EXPECT_THROW(common_window({first, second}), Error);
   JobSteps none;
   EXPECT_THROW(common_window({first, none}), Error);
+}
+
+// ---- counters ----
+
+// A counter whose name is no column would vanish from every row: it is an error where it is
+// written, naming it.
+TEST(Counters, OneThatIsNoColumnStopsTheRowNamingIt) {
+  EXPECT_EQ(counter_cells({{"samples_per_s", 1234.5}}, false).at("samples_per_s"), "1234.5");
+  try {
+    counter_cells({{"samples_per_sec", 1}}, false);
+    ADD_FAILURE() << "a misspelt counter was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("counter 'samples_per_sec'"), std::string::npos);
+  }
+  EXPECT_THROW(counter_cells({{"benchmark", 1}}, false), Error);  // an identity column is no counter
+  // A bit mask means nothing averaged: aggregate rows leave it out.
+  EXPECT_EQ(counter_cells({{"gpu_throttle", 4}}, true).count("gpu_throttle"), 0u);
 }
 
 // ---- device kinds ----
