@@ -107,9 +107,9 @@ std::unique_ptr<Network> BenchmarkRun::make_network(int device) const {
                                          .optimizer = info_.optimizer,
                                          .seed = info_.seed,
                                          .device = device,
-                                         .precision = info_.precision,
+                                         .precision = parse_precision(info_.precision),
                                          .cuda_graph = info_.cuda_graph,
-                                         .layout = info_.gpu_layout});
+                                         .layout = parse_layout(info_.gpu_layout)});
 }
 
 // Counters of the timed steps: throughput, utilisation, host CPU, losses, phases.

@@ -60,11 +60,6 @@ const cuda::DeviceInfo& device(int ordinal) {
   return devices[std::size_t(ordinal)];
 }
 
-std::optional<cuda::Layout> layout_of(const std::string& name) {
-  if (name == "nhwc") return cuda::Layout::NHWC;
-  if (name == "nchw") return cuda::Layout::NCHW;
-  return std::nullopt;
-}
 }  // namespace
 
 const GpuInventory& gpu_inventory() {
@@ -114,14 +109,7 @@ std::size_t gpu_free_bytes(int ordinal) { return device(ordinal).memory_bytes - 
 
 namespace {
 std::unique_ptr<Network> make_cuda_network(const ModelSpec& model, const NetworkOptions& o) {
-  auto network =
-      std::make_unique<cuda::CudaNetwork>(model, cuda::NetworkConfig{.batch = o.batch,
-                                                                     .optimizer = o.optimizer,
-                                                                     .seed = o.seed,
-                                                                     .device = o.device,
-                                                                     .precision = cuda::parse_precision(o.precision),
-                                                                     .cuda_graph = o.cuda_graph,
-                                                                     .layout = layout_of(o.layout)});
+  auto network = std::make_unique<cuda::CudaNetwork>(model, o);
   // The convolution plans' timing scratch is not the model's memory: drop it from the cache and
   // start the high-water mark at what the network holds.
   cuda::Allocator& a = cuda::device_allocator(o.device);
@@ -152,9 +140,7 @@ double cpu_peak_spread(int threads) { return cpu::measure_sgemm(threads).spread;
 std::string cpu_library_version() { return cpu::onednn_version(); }
 
 std::unique_ptr<Network> make_network(Backend backend, const ModelSpec& model, const NetworkOptions& o) {
-  if (backend == Backend::Cpu)
-    return std::make_unique<cpu::CpuNetwork>(
-        model, cpu::NetworkConfig{.batch = o.batch, .optimizer = o.optimizer, .seed = o.seed});
+  if (backend == Backend::Cpu) return std::make_unique<cpu::CpuNetwork>(model, o);
 #ifdef TB_HAVE_CUDA
   return make_cuda_network(model, o);
 #else

@@ -17,17 +17,6 @@ namespace tb {
 
 enum class Backend { Cpu, Cuda };
 
-struct NetworkOptions {
-  i64 batch = 1;
-  OptimizerConfig optimizer;
-  std::uint64_t seed = 1;
-  // GPU networks:
-  int device = 0;                  // CUDA ordinal
-  std::string precision = "fp32";  // fp32, tf32, fp16, bf16
-  bool cuda_graph = false;
-  std::string layout = "auto";  // auto, nchw, nhwc
-};
-
 // A network of `model` planned for `options.batch` on `backend`. Throws tb::Error where this
 // build lacks the backend. A GPU network's planning scratch (the convolution plans' timing
 // buffers) is returned to the device and its high-water mark starts at what the network holds.

@@ -94,7 +94,7 @@ ModelSpec named(const std::string& name, i64 classes = 0, Task task = Task::Clas
 
 // Values and gradients kept whole (keep_values): these tests read the ones in the middle.
 std::unique_ptr<cpu::CpuNetwork> make_net(const ModelSpec& model, i64 batch) {
-  cpu::NetworkConfig config;
+  NetworkOptions config;
   config.batch = batch;
   config.keep_values = true;
   return std::make_unique<cpu::CpuNetwork>(model, config);

@@ -579,11 +579,11 @@ void copy_params(const ModelSpec& model, i64 batch, const Network& from, Network
 std::unique_ptr<cpu::CpuNetwork> cpu_network(const ModelSpec& model, i64 batch, const OptimizerConfig& optimizer = {}) {
   // Values kept whole on both sides: the comparisons read them in the middle of the network.
   return std::make_unique<cpu::CpuNetwork>(
-      model, cpu::NetworkConfig{.batch = batch, .optimizer = optimizer, .seed = 5, .keep_values = true});
+      model, NetworkOptions{.batch = batch, .optimizer = optimizer, .seed = 5, .keep_values = true});
 }
 
-cuda::NetworkConfig gpu_config(i64 batch, Precision precision, const OptimizerConfig& optimizer = {}) {
-  cuda::NetworkConfig config;
+NetworkOptions gpu_config(i64 batch, Precision precision, const OptimizerConfig& optimizer = {}) {
+  NetworkOptions config;
   config.batch = batch;
   config.precision = precision;
   config.optimizer = optimizer;
@@ -662,7 +662,7 @@ void check_against_cpu(const LayerCase& c, Precision precision) {
                      op_params[k].name == "gamma" ? uniform(rng, op_params[k].count(), 0.5f, 1.5f)
                                                   : uniform(rng, op_params[k].count(), -0.5f, 0.5f));
 
-  cuda::NetworkConfig config = gpu_config(c.batch, precision);
+  NetworkOptions config = gpu_config(c.batch, precision);
   config.layout = c.layout;
   // The layer tests are not about loss scaling: a scale of 1024 (a power of two, so that the
   // unscaled gradients are exact) keeps every scaled gradient here far from fp16's 65504.
@@ -950,7 +950,7 @@ void check_one_step(const ModelSpec& model, i64 batch, bool shared = false,
   // A large rate, so that each step is many ulps of its parameter.
   const OptimizerConfig sgd{.kind = OptimizerConfig::Kind::SGD, .lr = 0.1, .momentum = 0.9};
   auto cpu = cpu_network(model, batch, sgd);
-  cuda::NetworkConfig config = gpu_config(batch, Precision::FP32, sgd);
+  NetworkOptions config = gpu_config(batch, Precision::FP32, sgd);
   config.keep_values = !shared;
   config.poison_dead = shared;
   config.layout = layout;
@@ -1055,7 +1055,7 @@ TEST_F(CudaGpu, MixedPrecisionMlpLearnsAFixedBatch) {
 TEST_F(CudaGpu, CudaGraphGivesTheSameLosses) {
   const i64 batch = 16;
   const ModelSpec model = models::workload("mlp", "mnist").spec;
-  cuda::NetworkConfig config = gpu_config(batch, Precision::FP32);
+  NetworkOptions config = gpu_config(batch, Precision::FP32);
   cuda::CudaNetwork eager(model, config);
   config.cuda_graph = true;
   cuda::CudaNetwork graph(model, config);
@@ -1251,7 +1251,7 @@ TEST_F(CudaGpu, TwoGpuReplicasOnHalfBatchesMatchTheCpuOnTheWholeBatch) {
   std::vector<int> devices{0, 1};
   std::vector<cudaStream_t> streams;
   for (int d : devices) {
-    cuda::NetworkConfig config = gpu_config(half, Precision::FP32, sgd);
+    NetworkOptions config = gpu_config(half, Precision::FP32, sgd);
     config.device = d;
     auto net = std::make_unique<cuda::CudaNetwork>(model, config);
     copy_params(model, batch, *cpu, *net);
@@ -1406,7 +1406,7 @@ TEST_P(NcclOneRank, TrainsLikeAPlainNetwork) {
     const ModelSpec model = models::workload(name, dataset).spec;
     const OptimizerConfig sgd{.kind = OptimizerConfig::Kind::SGD, .lr = 0.05, .momentum = 0.9};
     TB_CU(cudaSetDevice(0));
-    cuda::NetworkConfig config = gpu_config(batch, precision, sgd);
+    NetworkOptions config = gpu_config(batch, precision, sgd);
     config.keep_values = false;
     cuda::CudaNetwork plain(model, config);
     auto net = std::make_unique<cuda::CudaNetwork>(model, config);

@@ -883,7 +883,7 @@ TEST(Learns, MlpFashionMnistOneEpoch) {
   const auto start = std::chrono::steady_clock::now();
   Splits s = make_splits("fashion-mnist", folder, w.spec, LoaderConfig{.batch = w.batch, .seed = 1});
   Trainer trainer(std::make_unique<cpu::CpuNetwork>(
-                      w.spec, cpu::NetworkConfig{.batch = w.batch, .optimizer = w.optimizer_for(w.batch), .seed = 1}),
+                      w.spec, NetworkOptions{.batch = w.batch, .optimizer = w.optimizer_for(w.batch), .seed = 1}),
                   std::move(s.train));
   const EpochResult result = train_epochs(trainer, *s.validation, s.validation_steps, EpochOptions{.epochs = 1}, {});
   ASSERT_EQ(result.records.size(), 1u);
@@ -906,7 +906,7 @@ TEST(Learns, LstmSineTwentyEpochs) {
   const auto start = std::chrono::steady_clock::now();
   Splits s = make_splits("sine", "", w.spec, LoaderConfig{.batch = w.batch, .seed = 1});
   Trainer trainer(std::make_unique<cpu::CpuNetwork>(
-                      w.spec, cpu::NetworkConfig{.batch = w.batch, .optimizer = w.optimizer_for(w.batch), .seed = 1}),
+                      w.spec, NetworkOptions{.batch = w.batch, .optimizer = w.optimizer_for(w.batch), .seed = 1}),
                   std::move(s.train));
   const EpochResult result = train_epochs(trainer, *s.validation, s.validation_steps, EpochOptions{.epochs = 20}, {});
   ASSERT_EQ(result.records.size(), 20u);

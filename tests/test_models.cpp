@@ -36,8 +36,8 @@ ModelSpec named(const std::string& name, i64 classes = 0, Task task = Task::Clas
   return m;
 }
 
-cpu::NetworkConfig config(i64 batch, const OptimizerConfig& optimizer = {}, std::uint64_t seed = 1) {
-  cpu::NetworkConfig c;
+NetworkOptions config(i64 batch, const OptimizerConfig& optimizer = {}, std::uint64_t seed = 1) {
+  NetworkOptions c;
   c.batch = batch;
   c.optimizer = optimizer;
   c.seed = seed;
@@ -423,7 +423,7 @@ TEST(ModelsMlpGradient, MatchesDoubleReference) {
   constexpr i64 N = 8, I = 784, H = 1000, K = 10;
   const ModelSpec m = models::workload("mlp", "mnist").spec;
   const int fc[3] = {node_index(m, "fc1"), node_index(m, "fc2"), node_index(m, "fc3")};
-  cpu::NetworkConfig c = config(N, {}, 3);
+  NetworkOptions c = config(N, {}, 3);
   c.keep_values = true;  // the test reads values in the middle of the network
   cpu::CpuNetwork net(m, c);
   // The initial biases are zero; give them values so that the bias path of forward is checked.
@@ -615,17 +615,17 @@ ReferenceRun run_reference(const ModelSpec& m, i64 batch, const std::vector<std:
 // gradient. The network shares memory as planned and, in the second run, fills every block with
 // NaN when its planned life ends: a layer reading memory after its planned last use would turn
 // the loss or a gradient into NaN.
-void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset, const cpu::NetworkConfig& c);
+void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset, const NetworkOptions& c);
 void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset) {
   for (const bool poison : {false, true}) {
     SCOPED_TRACE(poison ? "dead blocks poisoned" : "planned sharing");
-    cpu::NetworkConfig c = config(batch, {}, 2);
+    NetworkOptions c = config(batch, {}, 2);
     c.poison_dead = poison;
     check_whole_model(m, batch, dataset, c);
   }
 }
 
-void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset, const cpu::NetworkConfig& c) {
+void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset, const NetworkOptions& c) {
   cpu::CpuNetwork net(m, c);
   const int n = int(m.nodes.size());
   const auto shapes = infer_shapes(m, batch);

@@ -54,9 +54,9 @@ TEST(MpiDataParallel, EqualsLargeBatch) {
     testing_support::LargeBatch data(spec, c.shard, n);
     parallel::ReplicaNetwork replica(
         std::make_unique<cpu::CpuNetwork>(
-            spec, cpu::NetworkConfig{.batch = c.shard, .optimizer = sgd, .seed = 11 + std::uint64_t(r)}),
+            spec, NetworkOptions{.batch = c.shard, .optimizer = sgd, .seed = 11 + std::uint64_t(r)}),
         std::move(comm), std::size_t(4) << 10);
-    cpu::CpuNetwork whole(spec, cpu::NetworkConfig{.batch = data.batch(), .optimizer = sgd, .seed = 11});
+    cpu::CpuNetwork whole(spec, NetworkOptions{.batch = data.batch(), .optimizer = sgd, .seed = 11});
     testing_support::copy_params(spec, data.batch(), replica, whole);  // rank 0's, broadcast
     std::mt19937 rng(5);                                               // the same batches on every rank
     for (int step = 0; step < 4; ++step) {

@@ -96,7 +96,7 @@ TEST(ThreadComm, ARankThatNeverComesIsATimeoutNotAHang) {
 }
 
 std::unique_ptr<cpu::CpuNetwork> cpu_net(const ModelSpec& spec, i64 batch, OptimizerConfig opt) {
-  return std::make_unique<cpu::CpuNetwork>(spec, cpu::NetworkConfig{.batch = batch, .optimizer = opt, .seed = 7});
+  return std::make_unique<cpu::CpuNetwork>(spec, NetworkOptions{.batch = batch, .optimizer = opt, .seed = 7});
 }
 
 TEST(Buckets, CoverEveryGradientExactlyOnceInBackwardOrder) {

@@ -231,7 +231,7 @@ TEST(PlannerWorkloads, CpuNetworkAllocatesTheArenaItsPlanSays) {
   for (const models::Workload& w : models::workloads()) {
     if (w.model == "resnet152") continue;  // the same code path; ResNet blocks run in test_models
     const MemoryPlan p = cpu::plan_network_memory(w.spec, w.batch);
-    cpu::CpuNetwork net(w.spec, cpu::NetworkConfig{.batch = w.batch, .optimizer = w.optimizer});
+    cpu::CpuNetwork net(w.spec, NetworkOptions{.batch = w.batch, .optimizer = w.optimizer});
     EXPECT_EQ(std::size_t(net.activation_bytes()), p.arena_bytes) << w.model;
   }
 }

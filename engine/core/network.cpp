@@ -3,6 +3,8 @@
 
 #include <exception>
 
+#include <fmt/format.h>
+
 #include "engine/core/error.hpp"
 #include "engine/core/init.hpp"
 #include "engine/core/timer.hpp"
@@ -60,6 +62,37 @@ std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t hash) {
   const auto* p = static_cast<const unsigned char*>(data);
   for (std::size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 1099511628211ull;
   return hash;
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::FP32;
+  if (name == "tf32") return Precision::TF32;
+  if (name == "fp16") return Precision::FP16;
+  if (name == "bf16") return Precision::BF16;
+  throw InputError(fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16 or bf16", name));
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::FP32:
+      return "fp32";
+    case Precision::TF32:
+      return "tf32";
+    case Precision::FP16:
+      return "fp16";
+    case Precision::BF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+const char* layout_name(Layout l) { return l == Layout::NHWC ? "NHWC" : "NCHW"; }
+
+std::optional<Layout> parse_layout(const std::string& name) {
+  if (name == "nhwc") return Layout::NHWC;
+  if (name == "nchw") return Layout::NCHW;
+  if (name == "auto") return std::nullopt;
+  throw InputError(fmt::format("--gpu_layout: unknown layout '{}'; use auto, nchw or nhwc", name));
 }
 
 }  // namespace tb

@@ -22,6 +22,43 @@ struct OptimizerConfig {
 };
 const char* optimizer_name(OptimizerConfig::Kind kind);
 
+// fp32: strict single precision (no tensor-core conversion). tf32: fp32 storage, TF32 tensor
+// cores in convolutions and GEMMs. fp16 and bf16: mixed precision, activations and a compute
+// copy of the weights in 16 bits, fp32 master weights and optimizer state, dynamic loss scaling.
+enum class Precision { FP32, TF32, FP16, BF16 };
+// Throws tb::InputError naming --precisions for anything but fp32, tf32, fp16, bf16.
+Precision parse_precision(const std::string& name);
+const char* precision_name(Precision p);
+// How a network stores its images (N, C, H, W): plain NCHW, or channels-last NHWC, the layout
+// tensor cores read without transposing.
+enum class Layout { NCHW, NHWC };
+const char* layout_name(Layout l);
+// --gpu_layout: nchw, nhwc, or auto (nullopt: the backend chooses per precision and model).
+std::optional<Layout> parse_layout(const std::string& name);
+
+// The most one cuDNN call's workspace may take, by default.
+inline constexpr std::size_t kDefaultWorkspaceCap = std::size_t(256) << 20;
+
+// How a network of a model is made: one set of settings for every backend (the CPU's reads the
+// first three and the two switches for tests).
+struct NetworkOptions {
+  i64 batch = 1;
+  OptimizerConfig optimizer;
+  std::uint64_t seed = 1;  // the weights'
+  // GPU networks:
+  int device = 0;  // CUDA ordinal
+  Precision precision = Precision::FP32;
+  std::size_t workspace_cap = kDefaultWorkspaceCap;  // the most one cuDNN call may use
+  bool cuda_graph = false;
+  float initial_loss_scale = 65536.0f;  // mixed precision only
+  std::int32_t loss_scale_growth_interval = 2000;
+  std::optional<Layout> layout;  // images: the backend's choice per precision and model unless set
+  // Tests and debugging: keep every value and gradient for the whole step (tests that read them),
+  // and fill each arena block with NaN when its planned life ends.
+  bool keep_values = false;
+  bool poison_dead = false;
+};
+
 // One training batch in canonical layouts on the host: input (N, dims...) or (T, N, dims...),
 // labels (N) for classification, targets shaped like the prediction for regression.
 struct BatchView {

@@ -74,7 +74,7 @@ MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch) {
                      PlanOptions{.alignment = kArenaAlignment});
 }
 
-CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkConfig& config)
+CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkOptions& config)
     : model_(model), config_(config), shapes_(infer_shapes(model, config.batch)) {
   const int n = int(model_.nodes.size());
   has_loss_ = is_loss(model_.nodes.back().spec);

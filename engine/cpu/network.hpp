@@ -13,24 +13,12 @@
 
 namespace tb::cpu {
 
-struct NetworkConfig {
-  i64 batch = 1;
-  OptimizerConfig optimizer;
-  std::uint64_t seed = 1;
-  // Every value and gradient kept for the whole step (no sharing), so that tests can read any
-  // of them after the pass that made it.
-  bool keep_values = false;
-  // Debug: fill each arena block with NaN when its planned life ends, so that a layer reading
-  // memory after its planned last use turns the loss and gradients into NaN.
-  bool poison_dead = false;
-};
-
 // The arena CpuNetwork plans for `model` at `batch` (its layers are made, nothing is allocated).
 MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch);
 
 class CpuNetwork final : public Network {
  public:
-  CpuNetwork(const ModelSpec& model, const NetworkConfig& config);
+  CpuNetwork(const ModelSpec& model, const NetworkOptions& config);
 
   void set_batch(const BatchView& batch) override;
   float forward() override;
@@ -74,7 +62,7 @@ class CpuNetwork final : public Network {
   std::vector<FlatSegment> segments(float* base) const;
 
   ModelSpec model_;
-  NetworkConfig config_;
+  NetworkOptions config_;
   std::vector<Dims> shapes_;
   mutable Context ctx_;
   std::vector<std::unique_ptr<Layer>> layers_;       // by node; null for the input

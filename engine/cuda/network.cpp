@@ -112,7 +112,7 @@ struct CudaNetwork::Impl {
   };
 
   ModelSpec model;
-  NetworkConfig config;
+  NetworkOptions config;
   std::vector<Dims> shapes;
   bool has_loss = false, mixed = false;
   bool scaled = false;  // dynamic loss scaling: mixed precision with a loss
@@ -147,7 +147,7 @@ struct CudaNetwork::Impl {
   LayerTimes timing;
 
   // The stages of construction, in the order the constructor runs them.
-  void describe(const ModelSpec& spec, const NetworkConfig& cfg);  // shapes and per-node tables
+  void describe(const ModelSpec& spec, const NetworkOptions& cfg);  // shapes and per-node tables
   void make_layers(Context& ctx);
   void check_layer_traits(const LayerGroup& g, const Layer& layer) const;
   void place_parameters();
@@ -174,7 +174,7 @@ struct CudaNetwork::Impl {
   }
 };
 
-void CudaNetwork::Impl::describe(const ModelSpec& spec, const NetworkConfig& cfg) {
+void CudaNetwork::Impl::describe(const ModelSpec& spec, const NetworkOptions& cfg) {
   model = spec;
   config = cfg;
   shapes = infer_shapes(spec, cfg.batch);
@@ -384,7 +384,7 @@ void CudaNetwork::Impl::time_layers_if_asked() {
   timing.backward_s.assign(groups.size(), 0.0);
 }
 
-CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkConfig& config)
+CudaNetwork::CudaNetwork(const ModelSpec& model, const NetworkOptions& config)
     : ctx_(std::make_unique<Context>(config.device, config.precision, config.workspace_cap)),
       impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;

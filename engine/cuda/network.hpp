@@ -19,24 +19,6 @@
 
 namespace tb::cuda {
 
-struct NetworkConfig {
-  i64 batch = 1;
-  OptimizerConfig optimizer;
-  std::uint64_t seed = 1;
-  int device = 0;
-  Precision precision = Precision::FP32;
-  std::size_t workspace_cap = kDefaultWorkspaceCap;  // the most one cuDNN call may use
-  bool cuda_graph = false;
-  float initial_loss_scale = 65536.0f;  // mixed precision only
-  std::int32_t loss_scale_growth_interval = 2000;
-  // Image layout: by default choose_layout()'s; tests force one to cover both paths.
-  std::optional<Layout> layout;
-  // As in the CPU network: keep every value and gradient for the whole step (tests that read
-  // them), and fill each arena block with NaN when its planned life ends (debug).
-  bool keep_values = false;
-  bool poison_dead = false;
-};
-
 // Where the device memory of one network goes, in bytes.
 struct MemoryBreakdown {
   std::size_t weights = 0;  // fp32 master plus the compute copy
@@ -49,7 +31,7 @@ struct MemoryBreakdown {
 
 class CudaNetwork final : public Network, public ResidentData, public MemoryReport {
  public:
-  CudaNetwork(const ModelSpec& model, const NetworkConfig& config);
+  CudaNetwork(const ModelSpec& model, const NetworkOptions& config);
   ~CudaNetwork() override;
 
   void set_batch(const BatchView& batch) override;

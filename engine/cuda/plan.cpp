@@ -9,35 +9,11 @@
 
 namespace tb::cuda {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::FP32;
-  if (name == "tf32") return Precision::TF32;
-  if (name == "fp16") return Precision::FP16;
-  if (name == "bf16") return Precision::BF16;
-  throw InputError(fmt::format("--precisions: unknown precision '{}'; use fp32, tf32, fp16 or bf16", name));
-}
-
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::FP32:
-      return "fp32";
-    case Precision::TF32:
-      return "tf32";
-    case Precision::FP16:
-      return "fp16";
-    case Precision::BF16:
-      return "bf16";
-  }
-  return "?";
-}
-
 DType storage_type(Precision p) {
   return p == Precision::FP16 ? DType::F16 : p == Precision::BF16 ? DType::BF16 : DType::F32;
 }
 
 std::size_t dtype_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
-
-const char* layout_name(Layout l) { return l == Layout::NHWC ? "NHWC" : "NCHW"; }
 
 Layout choose_layout(const ModelSpec& model, Precision precision) {
   if (precision == Precision::FP32) return Layout::NCHW;

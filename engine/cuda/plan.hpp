@@ -10,28 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/network.hpp"
 #include "engine/core/planner.hpp"
 #include "engine/core/spec.hpp"
 
 namespace tb::cuda {
 
-// fp32: strict single precision (no tensor-core conversion). tf32: fp32 storage, TF32 tensor
-// cores in convolutions and GEMMs. fp16 and bf16: mixed precision, activations and a compute
-// copy of the weights in 16 bits, fp32 master weights and optimizer state, dynamic loss scaling.
-enum class Precision { FP32, TF32, FP16, BF16 };
+// Precisions and image layouts are every backend's settings (engine/core/network.hpp).
+using ::tb::kDefaultWorkspaceCap;
+using ::tb::Layout;
+using ::tb::layout_name;
+using ::tb::parse_precision;
+using ::tb::Precision;
+using ::tb::precision_name;
 // Storage type of activations, gradients and the compute copy of weights.
 enum class DType { F32, F16, BF16 };
-// How a network stores its images (N, C, H, W): plain NCHW, or channels-last NHWC, the layout
-// tensor cores read without transposing.
-enum class Layout { NCHW, NHWC };
 
-// Throws tb::InputError naming --precisions for anything but fp32, tf32, fp16, bf16.
-Precision parse_precision(const std::string& name);
-const char* precision_name(Precision p);
 inline bool is_mixed(Precision p) { return p == Precision::FP16 || p == Precision::BF16; }
 DType storage_type(Precision p);
 std::size_t dtype_bytes(DType t);
-const char* layout_name(Layout l);
 
 // Channels-last where tensor cores compute (tf32, fp16, bf16) and the model's convolutions suit
 // them (every one with a multiple of 8 output channels: ResNet-152); NCHW elsewhere (strict
@@ -48,7 +45,6 @@ struct LayerGroup {
 // whose output only a ReLU reads, fuses with them (the add's other input is the shortcut);
 // everything else is a layer of its own. In NCHW, batch norm + ReLU without an add sets its
 // masked gradient aside in the cuDNN workspace, so it fuses only where that fits the cap.
-inline constexpr std::size_t kDefaultWorkspaceCap = std::size_t(256) << 20;
 std::vector<LayerGroup> group_layers(const ModelSpec& model, Layout layout, const std::vector<Dims>& shapes,
                                      DType dtype, std::size_t workspace_cap = kDefaultWorkspaceCap);
 
