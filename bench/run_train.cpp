@@ -180,7 +180,9 @@ class TrainRun final : public BenchmarkRun {
       return;
     }
     if (!world_) world_ = parallel::world_comm();
-    const int steps = int(std::max<i64>(3, env_.flags->iterations / 2));
+    // Half the row's steps, at most about half a second of them, at least 3.
+    const int steps = int(std::clamp<i64>(std::min<i64>(env_.flags->iterations / 2, i64(std::ceil(0.5 / alone))), 3,
+                                          std::max<i64>(3, env_.flags->iterations)));
     world_->barrier();
     const double t0 = wall_seconds();
     for (int k = 0; k < steps; ++k) trainer_->step();

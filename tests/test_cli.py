@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -365,6 +366,60 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert abs(float(row["scaling_efficiency"]) - float(row["samples_per_s"]) / (2 * baseline)) < 1e-3
     # Printed once, by rank 0 (a second line compares it with its prediction).
     assert sum(line.startswith("train/mlp/mnist/mpi:2/fp32/bs:100") for line in r.stdout.splitlines()) == 1
+
+
+def rank_pids(marker: str) -> dict[int, int]:
+    """MPI rank -> pid of the trainbench processes whose command line holds `marker`."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if not any(marker.encode() in arg for arg in cmdline) or not cmdline[0].endswith(b"trainbench"):
+            continue
+        for item in env:
+            if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                out[int(item.split(b"=")[1])] = int(pid)
+    return out
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_a_killed_rank_ends_the_run_on_every_rank_naming_it_and_the_rows_written_stay(tmp_path):
+    """No hangs: rank 1 killed in the middle of the data-parallel row ends the job within 60 s,
+    with the rank and the signal named, and the one-device row already written kept."""
+    out = tmp_path / "run.csv"
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")
+    marker = f"--csv={out}"
+    job = subprocess.Popen(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY,
+                            "--benchmark_filter=train/lstm/sine/", "--devices=cpu:1,mpi:2", "--iterations=20000",
+                            "--warmup_steps=2", marker], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env)
+    try:
+        # The cpu:1 row (20,000 LSTM steps, a few seconds) is written before mpi:2 starts.
+        deadline = time.monotonic() + 400
+        while not (out.exists() and "/cpu:1/" in out.read_text()):
+            assert job.poll() is None and time.monotonic() < deadline, "the one-device row never came"
+            time.sleep(0.5)
+        time.sleep(2)  # into the data-parallel row's steps
+        pids = rank_pids(marker)
+        assert set(pids) == {0, 1}, pids
+        os.kill(pids[1], 9)
+        killed = time.monotonic()
+        stdout, stderr = job.communicate(timeout=60)
+        assert time.monotonic() - killed < 60
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode != 0
+    assert re.search(r"rank 1 .*(signal 9|Killed)", stdout + stderr), (stdout[-1500:], stderr[-1500:])
+    rows = read_csv(out)
+    assert [r["status"] for r in rows if r["device"] == "cpu:1"] == ["ok"]
+    assert not [r for r in rows if r["device"] == "mpi:2" and r["measurement"] == "measured"]
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
