@@ -21,8 +21,9 @@
 #
 # One clock on both sides: the comparison is of wall_step_time_s, the wall time of the timed
 # steps per step, host gaps between steps included, which both write with the same meaning
-# (on the CPU it equals step_time_s). On a GPU, scripts/compare.py also compares step_time_s,
-# the device time of a step from CUDA events around each step on both sides. It prints
+# (on the CPU it equals step_time_s). On a GPU, scripts/compare.py also compares
+# device_step_time_s, the device time of a step from CUDA events around each step on both sides
+# (schema 5's column; scripts/tbcsv.py moves an older row's device-clock step_time_s there). It prints
 # scripts/compare.py's comparison (BASE = PyTorch, NEW = trainbench, one --filters pair per
 # variant; with 4 or more values a side, rounds x repetitions, its U test can call a difference
 # beyond noise at p < 0.05, with 3 or fewer it cannot), then the table of issue 7: samples/s of
@@ -289,12 +290,12 @@ run_rounds() {
 # side of --filters, once per variant the benchmarks' flags give.
 compare_clocks() {
   local metric side_pt side_tb metrics=(wall_step_time_s)
-  [ "$device" = cpu ] || metrics+=(step_time_s)
+  [ "$device" = cpu ] || metrics+=(device_step_time_s)
   for metric in "${metrics[@]}"; do
     if [ "$metric" = wall_step_time_s ]; then
       echo "== wall clock: wall_step_time_s, the wall time of the timed steps per step on both sides"
     else
-      echo "== device clock: step_time_s, CUDA events around each step on both sides"
+      echo "== device clock: device_step_time_s, CUDA events around each step on both sides"
     fi
     while IFS=$'\t' read -r side_pt side_tb; do
       "$python" scripts/compare.py --metric="$metric" "$pt_csv" "$tb_csv" --filters "$side_pt" "$side_tb" || true

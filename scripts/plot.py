@@ -112,7 +112,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def run() -> int:
-        data = Data(tbcsv.read_tables(args.csv), latest=args.latest)
+        tables = tbcsv.read_tables(args.csv)
+        for note in dict.fromkeys(n for t in tables for n in t.notes):  # once per file
+            print(f"note: {note}")
+        data = Data(tables, latest=args.latest)
         plt = import_pyplot()
         out = Path(args.out)
         if out.exists() and not out.is_dir():
