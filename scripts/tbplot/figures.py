@@ -166,10 +166,11 @@ def config_labels(configs: list[Config]) -> list[str]:
 
 
 def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], values: dict,
-                 markers: dict, label, log: bool, hatched=frozenset()) -> None:
+                 markers: dict, label, log: bool, hatched=frozenset(), notes=None) -> None:
     """One group of bars per configuration, one bar per series. values[(s, c)] is
     (center, low, high); markers[(s, c)] names a status (failed, skipped) drawn as text
-    where a series has rows but no value; the bars of the (s, c) in hatched are hatched."""
+    where a series has rows but no value; the bars of the (s, c) in hatched are hatched;
+    notes[(s, c)] is a line under a bar's value label."""
     n = max(1, len(series))
     width = 0.8 / n
     tops = []
@@ -193,7 +194,8 @@ def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], value
             if hi > lo:
                 ax.errorbar(x, center, yerr=[[center - lo], [hi - center]], fmt="none",
                             ecolor="0.15", elinewidth=0.8, capsize=2, zorder=3)
-            ax.annotate(label(center), (x, hi), xytext=(0, 4), textcoords="offset points",
+            text = label(center) + (f"\n{notes[(s, c)]}" if notes and notes.get((s, c)) else "")
+            ax.annotate(text, (x, hi), xytext=(0, 4), textcoords="offset points",
                         ha="center", va="bottom", fontsize=7, rotation=90 if n > 1 else 0,
                         zorder=4, bbox=LABEL_BOX)
             tops.append((lo, hi))

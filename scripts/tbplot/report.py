@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tbcsv
 from tbplot.charts import CHARTS
-from tbplot.model import config_name, config_of, machine_of, panel_title
+from tbplot.model import clock_notes, config_name, config_of, machine_of, panel_title
 from tbplot.summary import METRICS, Summary, cell, summarise
 
 REPORT_FILES = ("report.md", "report.html")
@@ -76,13 +76,16 @@ def summary_table(s: Summary) -> tuple:
     return ("table", headers, rows, (groups, lead + names))
 
 
-def summary_notes(s: Summary) -> list[str]:
-    notes = ["Medians over ok repetitions (or the median aggregate row). speedup over cpu: "
-             "samples/s over the same machine's cpu row (all cores) of the model, batch and "
-             "precision (else fp32). scaling efficiency: samples/s over N × the one-device row "
-             "(gpu:1; for mpi:N the cpu:T row of one rank). peak memory: mem_peak_bytes on a GPU, "
-             "peak_rss_bytes (the process's peak so far) on the CPU. comm share: exposed "
-             "communication / step time."]
+def summary_notes(s: Summary, data) -> list[str]:
+    notes = clock_notes(data, data.step_rows + data.predicted_rows)
+    notes.append("Medians over ok repetitions (or the median aggregate row). speedup over cpu: "
+                 "samples/s over the same machine's cpu row (all cores) of the workload and "
+                 "variant, in the same precision where the CPU ran it (else fp32) and the same "
+                 "batch where there is one (else the cpu row's); what differs between the two "
+                 "is said beside the figure (bf16 vs fp32, bs 128 vs 8). scaling efficiency: "
+                 "samples/s over N × the one-device row (gpu:1; for mpi:N the cpu:T row of one "
+                 "rank). peak memory: mem_peak_bytes on a GPU, peak_rss_bytes (the process's "
+                 "peak so far) on the CPU. comm share: exposed communication / step time.")
     if s.predicted:
         notes.append("Columns named predicted are predictions of N-device scaling from a "
                      "one-device row's timeline and a link model (measurement=predicted), not "
@@ -115,7 +118,7 @@ def blocks(data, out: Path, written: list[str], skipped: dict) -> list[tuple]:
            ("h2", "Machines and versions"), machines_table(data),
            ("h2", "Summary")]
     if s.lines:
-        doc += [summary_table(s)] + [("p", n) for n in summary_notes(s)]
+        doc += [summary_table(s)] + [("p", n) for n in summary_notes(s, data)]
     else:
         doc.append(("p", "No ok row has a samples_per_s value."))
     doc.append(("h2", "Charts"))

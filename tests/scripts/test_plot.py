@@ -331,7 +331,7 @@ def test_latest_names_machines_that_share_a_hostname_by_their_gpu_or_cpu():
         rows = latest_rows()
 
     data = Data([Table()], latest=True)
-    assert data.series == ["vm (AMD EPYC)", "vm (NVIDIA H100)", "vm (NVIDIA H100) · pytorch"]
+    assert data.series == ["vm (AMD EPYC)", "vm (H100)", "vm (H100) · pytorch"]
 
 
 # ---- energy per sample, throttling, schema versions 2 and 3 together ------------------------
