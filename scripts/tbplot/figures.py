@@ -206,6 +206,8 @@ def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], value
         return
     low, high = min(t[0] for t in tops), max(t[1] for t in tops)
     room = 4.0 if n > 1 else 2.2  # space above the highest bar for its label
+    shown = [notes[k] for k in values if notes and notes.get(k) and k[1] in configs]
+    room *= 1.8 ** max((note.count("\n") + 1 for note in shown), default=0)  # note lines
     if log:
         log_scale(ax, "y", low / 3, high * room)
         ax.set_ylim(low / 3, high * room)

@@ -35,7 +35,7 @@ def chart_speedup(figs: Figures, data: Data):
     values = {k: (v, v, v) for k, v in ratios.items()}
     for ax, (panel, configs) in zip(axes, panels.items()):
         grouped_bars(ax, data, configs, series, values, {}, lambda v: f"{v:.3g}×", log=log,
-                     notes={k: v.label for k, v in pairs.items()})
+                     notes={k: v.label.replace(", ", "\n") for k, v in pairs.items()})
         ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1, zorder=1)
         # Keep the 1x reference in view even when every configuration is slower than cpu.
         bottom, top = ax.get_ylim()
