@@ -43,7 +43,7 @@ from pathlib import Path
 # The shared reader and the tbplot package live next to this script.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tbcsv  # noqa: E402
-from tbplot import report  # noqa: E402
+from tbplot import references, report  # noqa: E402
 from tbplot.charts import CHARTS  # noqa: E402
 from tbplot.figures import Figures, Skip  # noqa: E402
 from tbplot.model import Data  # noqa: E402
@@ -105,6 +105,11 @@ def parse_args(argv):
                    help="folder for the PNG and SVG files and report.md/report.html")
     p.add_argument("--latest", action="store_true",
                    help="per benchmark, only the newest run of each machine and framework")
+    p.add_argument("--reference", action="append", metavar="DIR",
+                   help="reference runs to draw beside these rows in the headline and compare "
+                        "in the report (tbplot/references.py): a folder holding a "
+                        "reference.json, several separated by commas or given again; 'all': "
+                        "every one under results/; 'none' (the default): none")
     return p.parse_args(argv)
 
 
@@ -113,9 +118,11 @@ def main(argv=None) -> int:
 
     def run() -> int:
         tables = tbcsv.read_tables(args.csv)
-        for note in dict.fromkeys(n for t in tables for n in t.notes):  # once per file
+        refs, said = references.load_references(args.reference, args.csv)
+        for note in dict.fromkeys([n for t in tables + [r.table for r in refs]
+                                   for n in t.notes] + said):  # once per file
             print(f"note: {note}")
-        data = Data(tables, latest=args.latest)
+        data = Data(tables, latest=args.latest, references=refs)
         plt = import_pyplot()
         out = Path(args.out)
         if out.exists() and not out.is_dir():

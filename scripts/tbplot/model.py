@@ -115,11 +115,13 @@ class Data:
         self.predicted_rows = [r for r in self.rows if tbcsv.is_predicted(r)]
         self.step_rows = [r for r in measured if not tbcsv.is_epoch_row(r)]
         self.epoch_rows = [r for r in measured if tbcsv.is_epoch_row(r)]
-        commits: dict[str, set[str]] = {}
+        # A machine at several commits: one series per commit. Per machine, not per host name:
+        # two machines sharing a host name, each at its own commit, are two series already.
+        commits: dict[tuple, set[str]] = {}
         for r in self.rows:
             if (r.get("framework", "") or "trainbench") == "trainbench":
-                commits.setdefault(r.get("host", "") or "?", set()).add(r.get("git_commit", ""))
-        self._split = set() if latest else {h for h, c in commits.items() if len(c) > 1}
+                commits.setdefault(machine_key(r), set()).add(r.get("git_commit", ""))
+        self._split = set() if latest else {m for m, c in commits.items() if len(c) > 1}
         # Hosts that name several machines (the same hostname on a CPU VM and a GPU machine)
         # are told apart by their hardware (machine_label).
         machines: dict[str, set] = {}
@@ -151,10 +153,22 @@ class Data:
         host = row.get("host", "") or "?"
         if host in self._labels:
             host = f"{host} ({self._labels[host][machine_key(row)[1:]]})"
-        if host.split(" (")[0] in self._split:
+        if machine_key(row) in self._split:
             host = f"{host} @ {(row.get('git_commit') or '?')[:12]}"
         framework = row.get("framework", "") or "trainbench"
         return host if framework == "trainbench" else f"{host} · {framework}"
+
+    def machine_name(self, series: str) -> str:
+        """The series with its hardware where its name does not say it (a host name alone):
+        `vm (Intel Xeon, 2 cores)`, `h100-node (H100 80GB HBM3)`; a reference's own name."""
+        if series in {ref.name for ref in self.references}:
+            return series
+        rows = [r for r in self.rows if self.series_of(r) == series]
+        host = (rows[0].get("host", "") or "?") if rows else ""
+        if not rows or host in self._labels:
+            return series
+        hardware = machine_labels({machine_key(r)[1:] for r in rows})
+        return series.replace(host, f"{host} ({' / '.join(dict.fromkeys(hardware.values()))})", 1)
 
     def colour(self, series: str) -> str:
         return f"C{self.series.index(series) % 10}"
@@ -302,17 +316,24 @@ class Speedup:
     base: Config
     label: str
 
-    def text(self, fmt: str = "{:.3g}×") -> str:
+    def text(self) -> str:
         """`7.4×`, or `7.4× (bf16 vs fp32)` where the pair differs."""
-        ratio = fmt.format(self.ratio)
+        ratio = times(self.ratio)
         return f"{ratio} ({self.label})" if self.label else ratio
 
 
-def speedup_pairs(data: Data, rows=None) -> dict:
+def times(ratio: float, sign: str = "×") -> str:
+    """A ratio as a label says it: 3 significant digits, whole numbers from 100 (`3,956×`)."""
+    return f"{ratio:,.0f}{sign}" if ratio >= 100 else f"{ratio:.3g}{sign}"
+
+
+def speedup_pairs(data: Data, rows=None, measured=None) -> dict:
     """(series, config) -> Speedup over the machine's cpu row, for non-cpu configs.
     Shared-device rows (N replicas on one GPU) get none: they check correctness, and a
-    speedup bar would read as N GPUs' worth. `rows` adds rows to rate (predicted ones)."""
-    got = tbcsv.samples(data.step_rows, data.key, "samples_per_s")
+    speedup bar would read as N GPUs' worth. `rows` adds rows to rate (predicted ones);
+    `measured` are the rows holding the cpu rows (data.step_rows unless given)."""
+    got = tbcsv.samples(data.step_rows if measured is None else measured, data.key,
+                        "samples_per_s")
     extra = tbcsv.samples(rows or [], data.key, "samples_per_s")
     by_series: dict = {}
     for (s, c), sample in got.items():

@@ -2,7 +2,8 @@
 by the machines (host, CPU, GPU), with their versions, the summary table, every chart drawn
 with the question it answers, and what was not drawn, skipped or failed and why. The HTML is
 self-contained (PNGs inlined as data URIs, no external resource) so it can be mailed or
-attached as one file; the Markdown links the PNGs beside it.
+attached as one file; the Markdown links the PNGs beside it. With reference runs (plot.py
+--reference), the summary is followed by this machine's cpu rows against them (tbplot/versus.py).
 
 Both are rendered from one list of blocks: (kind, ...) tuples of h1, h2, h3, p, caption,
 table, img, ul."""
@@ -16,6 +17,7 @@ import tbcsv
 from tbplot.charts import CHARTS
 from tbplot.model import clock_notes, config_name, config_of, machine_of, panel_title
 from tbplot.summary import METRICS, Summary, cell, summarise
+from tbplot.versus import versus_tables
 
 REPORT_FILES = ("report.md", "report.html")
 CAPTIONS = {chart.name: chart.caption for chart in CHARTS}
@@ -121,6 +123,11 @@ def blocks(data, out: Path, written: list[str], skipped: dict) -> list[tuple]:
         doc += [summary_table(s)] + [("p", n) for n in summary_notes(s, data)]
     else:
         doc.append(("p", "No ok row has a samples_per_s value."))
+    against = versus_tables(data)
+    if against:
+        doc.append(("h2", "This machine against the reference runs"))
+        for t in against:
+            doc += [("table", t.headers, t.rows, None)] + [("p", n) for n in t.notes]
     doc.append(("h2", "Charts"))
     for name in written:
         caption = CAPTIONS[name](data)
