@@ -19,6 +19,7 @@ The index (JSON, every key required; `csv` is relative to the index's folder):
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,7 +112,14 @@ def load(index: Path) -> Reference:
                                f"{' nor '.join(map(repr, CLOCKS))}")
     csv = index.parent / fields["csv"]
     values = {f: fields[f] for f in FIELDS if f != "csv"}
-    return Reference(index=index, csv=csv, table=tbcsv.read_table(str(csv)), **values)
+    return Reference(index=index, csv=csv, table=tbcsv.read_table(near(csv)), **values)
+
+
+def near(path: Path) -> str:
+    """The path as messages should name it: relative to the working folder where it lies
+    under it (results/h100/default-20261124.csv from the repository), else absolute."""
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else str(path)
 
 
 def load_references(choices: list[str] | None, inputs: list[str] = ()) -> tuple[list, list]:

@@ -184,6 +184,7 @@ div.wide { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; }
 th { background: #f0f0f0; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td { white-space: nowrap; }
 th.group { background: #e2e8f0; }
 img { max-width: 100%; box-sizing: border-box; border: 1px solid #ddd; }
 p.caption { font-style: italic; color: #444; margin-bottom: 0.3em; }
