@@ -352,7 +352,7 @@ def chart_headline(figs, data):
             if data.key(r) in chosen.bars and tbcsv.is_ok(r)]
     fig, axes = figs.new("Training throughput per device configuration", rows,
                          notes(chosen, data, rows), widths, PANEL_H,
-                         legend_entries(figs, chosen, colours))
+                         legend_entries(figs, chosen, colours), grow=True)
     for ax, (panel, groups) in zip(axes, by_panel.items()):
         # A log axis only where a panel's bars differ by more than 20x (cpu against gpu).
         values = [chosen.bars[k].center for g in groups for k in g.keys]
