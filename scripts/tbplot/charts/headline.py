@@ -299,8 +299,8 @@ def notes(chosen: Selection, data, rows) -> list[str]:
         if ref.name not in chosen.references:
             continue
         against = (f"labelled with their samples/s over {data.machine_name(this)}'s cpu row "
-                   f"(× this cpu)" if this else "labelled with their speedup over their own cpu "
-                   f"row")
+                   "(× this cpu)" if this else "labelled with their speedup over their own cpu "
+                   "row")
         out.append(f"Reference run {ref.name}: {ref.gpu or ref.cpu} ({ref.cpu}), {ref.date}, "
                    f"{ref.csv.name}; its cpu, gpu:1 and largest predicted gpu:N in these "
                    f"workloads and precisions, {against}.")
