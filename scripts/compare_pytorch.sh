@@ -21,8 +21,9 @@
 #
 # One clock on both sides: the comparison is of wall_step_time_s, the wall time of the timed
 # steps per step, host gaps between steps included, which both write with the same meaning
-# (it equals step_time_s). On a GPU, scripts/compare.py also compares device_step_time_s,
-# the device time of a step from CUDA events around each step on both sides. It prints
+# (it equals step_time_s). On a GPU, scripts/compare.py also compares
+# device_step_time_s, the device time of a step from CUDA events around each step on both sides
+# (schema 5's column; scripts/tbcsv.py moves an older row's device-clock step_time_s there). It prints
 # scripts/compare.py's comparison (BASE = PyTorch, NEW = trainbench, one --filters pair per
 # variant; with 4 or more values a side, rounds x repetitions, its U test can call a difference
 # beyond noise at p < 0.05, with 3 or fewer it cannot), then the table of issue 7: samples/s of
@@ -90,7 +91,7 @@ read_environment() {
   done
   if ((rounds * repetitions < 4)); then
     echo "compare_pytorch.sh: note: TB_ROUNDS=$rounds x TB_REPETITIONS=$repetitions: with fewer than 4 values" \
-         "a side compare.py's U test cannot reach p < 0.05, it says too few repetitions (no verdict)" >&2
+         "a side compare.py's U test cannot reach p < 0.05, it says only whether the ranges overlap" >&2
   fi
 }
 

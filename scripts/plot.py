@@ -3,6 +3,7 @@
 
     scripts/plot.py results/*/*.csv --out charts/
     scripts/plot.py --latest results/*/*.csv --out charts/   # the newest rows per machine
+    scripts/plot.py run.csv --reference all --out charts/    # beside results/*/reference.json
 
 --latest keeps, for each benchmark, only the newest run's rows of each machine and framework
 (a machine: host, CPU model and GPU, not the driver: see machine_of), so that a folder of many
@@ -12,10 +13,20 @@ A row's configuration is its device, precision, batch and variant (the flags tha
 it measures, results/SCHEMA.md schema 4; derived from cuda_graph/data_on_device in older
 rows): runs that differ in any of them are separate bars, labelled with the variant.
 
+Throughput is on the wall clock: tbcsv reads GPU rows written before schema 5 (the device clock
+then) from their wall_step_time_s, and prints what it read differently once per file.
+
+--reference DIR[,DIR] (repeatable; 'all': every results/*/reference.json; 'none', the default)
+draws reference runs beside these rows in the headline, and adds to the report this machine's
+cpu rows against them (tbplot/references.py, tbplot/versus.py; scripts/bench.sh passes
+TB_REFERENCE, default all).
+
 Writes each chart as PNG and SVG into the --out folder:
-  headline            per model, samples/s of cpu / gpu:1 / gpu:N (or the CPU configurations of
-                      a machine without GPU rows), the speedup over cpu on each bar;
-                      predicted rows hatched beside the measured ones
+  headline            per workload, every machine's samples/s of cpu / gpu:1 / gpu:N (or the
+                      CPU configurations of a machine without GPU rows) on one axis, the
+                      speedup over its machine's cpu row on each bar (and what differs: bf16
+                      vs fp32, bs 128 vs 8); predicted rows hatched beside the measured ones;
+                      reference runs' bars over this machine's cpu row
   samples_per_s       samples/s per model and device configuration (log scale)
   speedup_vs_cpu      speedup of each configuration over the `cpu` row of the same machine
   scaling_efficiency  multi-GPU scaling efficiency against the number of devices (gpu:N rows)
@@ -43,7 +54,7 @@ from pathlib import Path
 # The shared reader and the tbplot package live next to this script.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tbcsv  # noqa: E402
-from tbplot import report  # noqa: E402
+from tbplot import references, report  # noqa: E402
 from tbplot.charts import CHARTS  # noqa: E402
 from tbplot.figures import Figures, Skip  # noqa: E402
 from tbplot.model import Data  # noqa: E402
@@ -105,6 +116,11 @@ def parse_args(argv):
                    help="folder for the PNG and SVG files and report.md/report.html")
     p.add_argument("--latest", action="store_true",
                    help="per benchmark, only the newest run of each machine and framework")
+    p.add_argument("--reference", action="append", metavar="DIR",
+                   help="reference runs to draw beside these rows in the headline and compare "
+                        "in the report (tbplot/references.py): a folder holding a "
+                        "reference.json, several separated by commas or given again; 'all': "
+                        "every one under results/; 'none' (the default): none")
     return p.parse_args(argv)
 
 
@@ -112,7 +128,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def run() -> int:
-        data = Data(tbcsv.read_tables(args.csv), latest=args.latest)
+        tables = tbcsv.read_tables(args.csv)
+        refs, said = references.load_references(args.reference, args.csv)
+        for note in dict.fromkeys([n for t in tables + [r.table for r in refs]
+                                   for n in t.notes] + said):  # once per file
+            print(f"note: {note}")
+        data = Data(tables, latest=args.latest, references=refs)
         plt = import_pyplot()
         out = Path(args.out)
         if out.exists() and not out.is_dir():

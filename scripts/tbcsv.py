@@ -1,4 +1,4 @@
-"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 to 4).
+"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 to 5).
 
 Shared by scripts/plot.py and scripts/compare.py so that both accept and refuse the same
 files with the same messages. Columns are read by name and unknown columns are kept, so files
@@ -6,7 +6,11 @@ written by later trainbench versions with extra columns (GPU, per-epoch, memory,
 unchanged, and files of different versions can be read together. The one column whose meaning
 changed between versions (driver_version, see _upgrade_row) is moved to its new name on read,
 and rows before version 4 get the row identity version 4 writes (variant, measurement; see
-_upgrade_identity), so a row's identity reads the same whatever version wrote it.
+_upgrade_identity), so a row's identity reads the same whatever version wrote it. Rows before
+version 5 are read on the wall clock (_upgrade_clock): a GPU row's samples_per_s and step_time_s
+were the device clock's (CUDA events) then, and version 5 moved that clock to columns of its
+own. Every row says which clock its throughput is on in a derived field, row["clock"] (never a
+CSV column), and the Table lists what was read differently from the file in its notes.
 Standard library only: compare.py must run without matplotlib.
 """
 from __future__ import annotations
@@ -18,9 +22,11 @@ import sys
 from dataclasses import dataclass, field
 
 # Version 2 added the GPU context and measurement columns to version 1, version 3 appended the
-# NVML telemetry columns (GPU_TELEMETRY_COLUMNS) to version 2; all read the same way (by column
-# name), so files of any of them can be compared and plotted together.
-SCHEMA_VERSIONS = ("1", "2", "3", "4")
+# NVML telemetry columns (GPU_TELEMETRY_COLUMNS) to version 2, version 4 the identity and link
+# columns, version 5 the device clock's own columns (its samples_per_s is the wall clock's on
+# every row); all read the same way (by column name, older GPU rows moved to the wall clock), so
+# files of any of them can be compared and plotted together.
+SCHEMA_VERSIONS = ("1", "2", "3", "4", "5")
 
 # The columns version 3 appended, in header order (SCHEMA.md "GPU telemetry"): per-row
 # measurements sampled over the timed steps, then the CUDA driver API version that
@@ -35,6 +41,24 @@ SCHEMA_3_COLUMNS = GPU_TELEMETRY_COLUMNS + ("cuda_driver_version",)
 SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "sgemm_gflops", "peak_spread", "shared_device",
                     "measurement", "link", "link_busbw_gbps", "link_latency_us",
                     "predicted_from", "peer_settings")
+# The columns version 5 appended after peer_settings, in header order: the device clock of GPU
+# rows (samples_per_s and step_time_s are the wall clock's on every row since version 5), a
+# prediction's band and the term that dominates it, the window jobs ran in together, and the
+# hosts of the MPI ranks.
+SCHEMA_5_COLUMNS = ("device_step_time_s", "device_samples_per_s", "samples_per_s_low",
+                    "samples_per_s_high", "dominant_term", "jobs_window_s", "nodes", "rank_hosts",
+                    "emulated_nodes")
+
+# Which clock a row's samples_per_s and step_time_s are on: row[CLOCK], a derived field (never a
+# CSV column) that every row read gets. Version 5 rows, CPU rows and epochs/ rows are on the wall
+# clock as written; an older GPU train/ row is read on it from its wall_step_time_s, an older
+# predicted GPU row is re-derived from its source row's wall clock, and one that cannot be (no
+# wall_step_time_s, no source row) keeps the device clock and says so.
+CLOCK = "clock"
+CLOCK_WALL = "wall"
+CLOCK_READ = "wall (read from wall_step_time_s)"
+CLOCK_REDERIVED = "wall (re-derived from its source row's wall_step_time_s)"
+CLOCK_DEVICE = "device (no wall clock recorded)"
 
 # The flags a variant names, in the fixed order trainbench writes them (`name:value`, or bare
 # `name` for on/off flags, joined by `/`). Rows of versions 1-3 record two of them as columns.
@@ -76,6 +100,9 @@ class Table:
     path: str
     columns: list[str]
     rows: list[dict[str, str]] = field(default_factory=list)
+    # What was read differently from what the file says (older rows moved to the wall clock),
+    # one line each, for the scripts to print once per file.
+    notes: list[str] = field(default_factory=list)
 
 
 def read_table(path: str) -> Table:
@@ -131,6 +158,7 @@ def _parse(path: str, f) -> Table:
         table.rows.append(row)
     if not table.rows:
         raise InputError(f"{path}: empty CSV (a header but no rows)")
+    _upgrade_clock(table)
     return table
 
 
@@ -168,6 +196,167 @@ def _upgrade_identity(row: dict[str, str]) -> None:
     name = row["benchmark"].removesuffix("/" + written) if written else row["benchmark"]
     if row["variant"]:
         row["benchmark"] = f"{name}/{row['variant']}"
+
+
+# ---- the wall clock (schema 5) -------------------------------------------------------------
+
+def on_device_clock(row: dict[str, str]) -> bool:
+    """True when the row's samples_per_s could not be read on the wall clock."""
+    return row.get(CLOCK, CLOCK_WALL).startswith("device")
+
+
+def _upgrade_clock(table: Table) -> None:
+    """Puts every row on version 5's wall clock and marks which clock it is on (row[CLOCK]).
+
+    Before version 5 a GPU train/ row's step_time_s was the device clock (CUDA events summed
+    over the timed steps) and samples_per_s = batch x replicas over it; wall_step_time_s (since
+    version 2) held the wall clock, host gaps included. Version 5 writes the wall clock in
+    step_time_s and samples_per_s on every row and the device clock in device_step_time_s and
+    device_samples_per_s; older rows are read the same way, so that a GPU's figure is never
+    compared with a CPU's on another clock. Predicted rows are made from their source row's
+    step, so they follow it (_rederive_predicted)."""
+    moved: dict[str, int] = {}  # what was upgraded, by kind: the table's notes count them
+    measured_n = []  # gpu:N rows whose written scaling_efficiency needs the new rates
+    for row in table.rows:
+        row[CLOCK] = CLOCK_WALL
+        if not _device_clock_row(row) or is_predicted(row):
+            continue
+        if _read_wall_clock(row):
+            kind = "jobs" if "/jobs:" in field_of(row, "device") else "gpu"
+            moved[kind] = moved.get(kind, 0) + 1
+            if number(row, "scaling_efficiency") is not None:
+                measured_n.append(row)
+        else:
+            _keep_device_clock(row)
+            moved["device"] = moved.get("device", 0) + 1
+    _rescale_efficiency(table, measured_n)
+    rederived, kept = _rederive_predicted(table)
+    if moved or rederived or kept:
+        table.columns += [c for c in ("device_step_time_s", "device_samples_per_s")
+                          if c not in table.columns]
+    versions = "/".join(sorted({r["schema_version"] for r in table.rows if r["schema_version"] < "5"}))
+    path = table.path
+    if moved.get("gpu"):
+        table.notes.append(f"{path}: schema {versions} GPU rows: samples_per_s read on the wall "
+                           f"clock from wall_step_time_s (the device clock is kept as "
+                           f"device_samples_per_s)")
+    if moved.get("jobs"):
+        table.notes.append(f"{path}: schema {versions} gpu:1/jobs:K rows: samples_per_s is the sum "
+                           f"of the jobs' own rates, each job timed in its own window (the jobs' "
+                           f"windows did not line up), scaled to the wall clock by step_time_s / "
+                           f"wall_step_time_s")
+    if rederived:
+        table.notes.append(f"{path}: schema {versions} predicted GPU rows: re-derived on the wall "
+                           f"clock from their source row's wall_step_time_s plus the exposed "
+                           f"communication they predict (the device-clock prediction is kept as "
+                           f"device_samples_per_s)")
+    if moved.get("device") or kept:
+        table.notes.append(f"{path}: {moved.get('device', 0) + kept} GPU rows have no wall clock "
+                           f"(no wall_step_time_s, or a prediction without its source row): their "
+                           f"samples_per_s stays on the device clock, and the charts say so")
+
+
+def _device_clock_row(row: dict[str, str]) -> bool:
+    """A row written before version 5 whose samples_per_s was on the device clock: a GPU train/
+    row (epochs/ rows were always the wall clock's)."""
+    return (row["schema_version"] in SCHEMA_VERSIONS[:-1]
+            and field_of(row, "device").startswith("gpu")
+            and field_of(row, "kind") == "train" and not is_epoch_row(row)
+            and number(row, "samples_per_s") is not None)
+
+
+def _set(row: dict[str, str], column: str, value: float | None) -> None:
+    row[column] = "" if value is None else f"{value:.6g}"
+
+
+def _keep_device_clock(row: dict[str, str]) -> None:
+    """A row that cannot be read on the wall clock: its figures are the device clock's, in its
+    own columns too, so that a device-clock comparison finds them where version 5 puts them."""
+    row["device_step_time_s"], row["device_samples_per_s"] = row["step_time_s"], row["samples_per_s"]
+    row[CLOCK] = CLOCK_DEVICE
+
+
+def _read_wall_clock(row: dict[str, str]) -> bool:
+    """Moves one measured row's device clock to the device_* columns and reads its throughput
+    from wall_step_time_s; False (row unchanged) where the row has no wall clock."""
+    step, rate, wall = (number(row, c) for c in ("step_time_s", "samples_per_s",
+                                                  "wall_step_time_s"))
+    if not (step and rate and wall and step > 0 and wall > 0):
+        return False
+    row["device_step_time_s"], row["device_samples_per_s"] = row["step_time_s"], row["samples_per_s"]
+    row["step_time_s"] = row["wall_step_time_s"]
+    row[CLOCK] = CLOCK_READ
+    aggregate = row.get("aggregate", "") if row.get("run_type") == "aggregate" else ""
+    if aggregate in ("stddev", "cv"):
+        # A spread's ratio is not the ratio of two spreads: left empty (no script reads them).
+        row["samples_per_s"] = row["model_tflops"] = row["utilisation"] = ""
+        return True
+    # samples/s = batch x replicas / step on either clock, so the wall clock's rate is the
+    # device's times step / wall. An aggregate row (mean, median) is scaled by its own two
+    # steps: the median of the ratios would need the repetitions, and the two differ little.
+    factor = step / wall
+    _set(row, "samples_per_s", rate * factor)
+    for column in ("model_tflops", "utilisation"):  # both are samples_per_s times a constant
+        value = number(row, column)
+        if value is not None:
+            _set(row, column, value * factor)
+    comm = number(row, "comm_s_per_step")
+    if comm is not None and number(row, "comm_share") is not None:
+        _set(row, "comm_share", comm / wall)
+    return True
+
+
+def _one_device_key(row: dict[str, str], device: str) -> tuple:
+    return (field_of(row, "kind"), field_of(row, "model"), field_of(row, "dataset"), device,
+            field_of(row, "precision"), field_of(row, "batch"), row.get("variant", ""),
+            row.get("framework", "") or "trainbench", row.get("host", ""))
+
+
+def _rescale_efficiency(table: Table, rows: list[dict[str, str]]) -> None:
+    """A measured gpu:N row's scaling_efficiency (samples/s over N x the gpu:1 row's) on the wall
+    clock: over the same file's gpu:1 row, now on the wall clock too; empty without one."""
+    if not rows:
+        return
+    ones = samples(table.rows, lambda r: _one_device_key(r, field_of(r, "device")),
+                   "samples_per_s")
+    for row in rows:
+        n = device_count(field_of(row, "device"))
+        one = ones.get(_one_device_key(row, "gpu:1"))
+        rate = number(row, "samples_per_s")
+        ok = n and one and one.center > 0 and rate is not None
+        _set(row, "scaling_efficiency", rate / (n * one.center) if ok else None)
+
+
+def _rederive_predicted(table: Table) -> tuple[int, int]:
+    """Re-derives the predicted GPU rows of an older file on the wall clock: their step is the
+    source row's (predicted_from, in the same file: the median wall step over its ok
+    repetitions) plus the exposed communication the row predicts (comm_s_per_step), as version
+    5 computes it. Returns (re-derived, kept on the device clock for want of a source row)."""
+    wanted = [r for r in table.rows if is_predicted(r) and _device_clock_row(r)]
+    if not wanted:
+        return 0, 0
+    steps = samples(table.rows, lambda r: r["benchmark"], "wall_step_time_s")
+    done = kept = 0
+    for row in wanted:
+        source = steps.get((row.get("predicted_from") or "").strip())
+        comm = number(row, "comm_s_per_step")
+        replicas = number(row, "replicas") or device_count(field_of(row, "device"))
+        batch = number(row, "batch") or number(parse_name(row["benchmark"]), "batch")
+        if source is None or comm is None or not replicas or not batch:
+            _keep_device_clock(row)
+            kept += 1
+            continue
+        wall = source.center
+        step = wall + comm
+        row["device_step_time_s"], row["device_samples_per_s"] = (row["step_time_s"],
+                                                                  row["samples_per_s"])
+        _set(row, "step_time_s", step)
+        _set(row, "samples_per_s", replicas * batch / step)
+        _set(row, "scaling_efficiency", wall / step)
+        _set(row, "comm_share", comm / step)
+        row[CLOCK] = CLOCK_REDERIVED
+        done += 1
+    return done, kept
 
 
 def read_tables(paths: list[str]) -> list[Table]:

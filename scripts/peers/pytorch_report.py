@@ -27,7 +27,9 @@ SCRIPTS = Path(__file__).resolve().parents[1]
 # The clock the table compares: the wall time per timed step, host gaps included, which both
 # tools write with the same meaning (results/SCHEMA.md wall_step_time_s).
 WALL = "wall_step_time_s"
-DEVICE = "device_step_time_s"  # on a GPU: device time per step, CUDA events around each step
+# On a GPU: device time per step, CUDA events around each step (schema 5's column; tbcsv moves an
+# older row's device-clock step_time_s there on read).
+DEVICE = "device_step_time_s"
 
 
 def belongs(row_name: str, name: str) -> bool:
@@ -63,7 +65,7 @@ def last(path: str, name: str) -> str:
     row = found[-1]
     if row["status"] != "ok":
         return f"{row['status']}: {row['message']}"
-    wall = row.get(WALL) or row.get(DEVICE)
+    wall = row.get(WALL) or row.get("step_time_s")
     text = f"{float(row['samples_per_s']):.1f} samples/s"
     if wall:
         text += f", wall {float(wall) * 1e3:.3g} ms/step"
@@ -170,7 +172,7 @@ def main(argv: list[str]) -> int:
         print_table(table(argv[1], argv[2], {k: float(v) for k, v in targets.items()}, device_clock))
         print(f"\nsamples/s = batch / median {WALL} over the rounds (the wall clock, host gaps "
               f"included, on both sides); trainbench/pytorch > 1: trainbench is faster"
-              + ("; on device clock: the same ratio of device_step_time_s (CUDA events per step)"
+              + (f"; on device clock: the same ratio of {DEVICE} (CUDA events per step)"
                  if device_clock else ""))
         return 0
     print(__doc__.split("\n\n")[1], file=sys.stderr)

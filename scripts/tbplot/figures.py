@@ -64,11 +64,14 @@ class Figures:
         self.data = data
 
     def new(self, title: str, rows, notes: list[str], panel_widths: list[float],
-            panel_h: float, legend=None):
+            panel_h: float, legend=None, grow: bool = False):
         """A figure with one axes per entry of panel_widths (inches), packed into rows of
-        at most three; panels keep their width, so bars are equally wide in every panel."""
+        at most three; panels keep their width, so bars are equally wide in every panel.
+        grow: a panel wider than MAX_WIDTH widens the figure instead of being squeezed (the
+        headline of many machines, whose tick labels would overlap)."""
         packed = pack_rows(panel_widths)
-        width = min(MAX_WIDTH, max(MIN_WIDTH, *(sum(r) for r in packed)))
+        widest = max(MAX_WIDTH, *panel_widths) if grow else MAX_WIDTH
+        width = min(widest, max(MIN_WIDTH, *(sum(r) for r in packed)))
         chars = int(width * 72 / (0.58 * SUBTITLE_PT))  # DejaVu Sans is ~0.58 em wide
         lines = [w for line in describe_machines(self.data, rows) + notes
                  for w in textwrap.wrap(line, chars, subsequent_indent="    ")]
@@ -166,10 +169,11 @@ def config_labels(configs: list[Config]) -> list[str]:
 
 
 def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], values: dict,
-                 markers: dict, label, log: bool, hatched=frozenset()) -> None:
+                 markers: dict, label, log: bool, hatched=frozenset(), notes=None) -> None:
     """One group of bars per configuration, one bar per series. values[(s, c)] is
     (center, low, high); markers[(s, c)] names a status (failed, skipped) drawn as text
-    where a series has rows but no value; the bars of the (s, c) in hatched are hatched."""
+    where a series has rows but no value; the bars of the (s, c) in hatched are hatched;
+    notes[(s, c)] is a line under a bar's value label."""
     n = max(1, len(series))
     width = 0.8 / n
     tops = []
@@ -193,7 +197,8 @@ def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], value
             if hi > lo:
                 ax.errorbar(x, center, yerr=[[center - lo], [hi - center]], fmt="none",
                             ecolor="0.15", elinewidth=0.8, capsize=2, zorder=3)
-            ax.annotate(label(center), (x, hi), xytext=(0, 4), textcoords="offset points",
+            text = label(center) + (f"\n{notes[(s, c)]}" if notes and notes.get((s, c)) else "")
+            ax.annotate(text, (x, hi), xytext=(0, 4), textcoords="offset points",
                         ha="center", va="bottom", fontsize=7, rotation=90 if n > 1 else 0,
                         zorder=4, bbox=LABEL_BOX)
             tops.append((lo, hi))
@@ -204,6 +209,8 @@ def grouped_bars(ax, data: Data, configs: list[Config], series: list[str], value
         return
     low, high = min(t[0] for t in tops), max(t[1] for t in tops)
     room = 4.0 if n > 1 else 2.2  # space above the highest bar for its label
+    shown = [notes[k] for k in values if notes and notes.get(k) and k[1] in configs]
+    room *= 1.8 ** max((note.count("\n") + 1 for note in shown), default=0)  # note lines
     if log:
         log_scale(ax, "y", low / 3, high * room)
         ax.set_ylim(low / 3, high * room)

@@ -2,7 +2,8 @@
 by the machines (host, CPU, GPU), with their versions, the summary table, every chart drawn
 with the question it answers, and what was not drawn, skipped or failed and why. The HTML is
 self-contained (PNGs inlined as data URIs, no external resource) so it can be mailed or
-attached as one file; the Markdown links the PNGs beside it.
+attached as one file; the Markdown links the PNGs beside it. With reference runs (plot.py
+--reference), the summary is followed by this machine's cpu rows against them (tbplot/versus.py).
 
 Both are rendered from one list of blocks: (kind, ...) tuples of h1, h2, h3, p, caption,
 table, img, ul."""
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import tbcsv
 from tbplot.charts import CHARTS
-from tbplot.model import config_name, config_of, machine_of, panel_title
+from tbplot.model import clock_notes, config_name, config_of, machine_of, panel_title
 from tbplot.summary import METRICS, Summary, cell, summarise
+from tbplot.versus import versus_tables
 
 REPORT_FILES = ("report.md", "report.html")
 CAPTIONS = {chart.name: chart.caption for chart in CHARTS}
@@ -76,13 +78,16 @@ def summary_table(s: Summary) -> tuple:
     return ("table", headers, rows, (groups, lead + names))
 
 
-def summary_notes(s: Summary) -> list[str]:
-    notes = ["Medians over ok repetitions (or the median aggregate row). speedup over cpu: "
-             "samples/s over the same machine's cpu row (all cores) of the model, batch and "
-             "precision (else fp32). scaling efficiency: samples/s over N × the one-device row "
-             "(gpu:1; for mpi:N the cpu:T row of one rank). peak memory: mem_peak_bytes on a GPU, "
-             "peak_rss_bytes (the process's peak so far) on the CPU. comm share: exposed "
-             "communication / step time."]
+def summary_notes(s: Summary, data) -> list[str]:
+    notes = clock_notes(data, data.step_rows + data.predicted_rows)
+    notes.append("Medians over ok repetitions (or the median aggregate row). speedup over cpu: "
+                 "samples/s over the same machine's cpu row (all cores) of the workload and "
+                 "variant, in the same precision where the CPU ran it (else fp32) and the same "
+                 "batch where there is one (else the cpu row's); what differs between the two "
+                 "is said beside the figure (bf16 vs fp32, bs 128 vs 8). scaling efficiency: "
+                 "samples/s over N × the one-device row (gpu:1; for mpi:N the cpu:T row of one "
+                 "rank). peak memory: mem_peak_bytes on a GPU, peak_rss_bytes (the process's "
+                 "peak so far) on the CPU. comm share: exposed communication / step time.")
     if s.predicted:
         notes.append("Columns named predicted are predictions of N-device scaling from a "
                      "one-device row's timeline and a link model (measurement=predicted), not "
@@ -115,9 +120,14 @@ def blocks(data, out: Path, written: list[str], skipped: dict) -> list[tuple]:
            ("h2", "Machines and versions"), machines_table(data),
            ("h2", "Summary")]
     if s.lines:
-        doc += [summary_table(s)] + [("p", n) for n in summary_notes(s)]
+        doc += [summary_table(s)] + [("p", n) for n in summary_notes(s, data)]
     else:
         doc.append(("p", "No ok row has a samples_per_s value."))
+    against = versus_tables(data)
+    if against:
+        doc.append(("h2", "This machine against the reference runs"))
+        for t in against:
+            doc += [("table", t.headers, t.rows, None)] + [("p", n) for n in t.notes]
     doc.append(("h2", "Charts"))
     for name in written:
         caption = CAPTIONS[name](data)
@@ -174,6 +184,7 @@ div.wide { overflow-x: auto; }
 table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; }
 th { background: #f0f0f0; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td { white-space: nowrap; }
 th.group { background: #e2e8f0; }
 img { max-width: 100%; box-sizing: border-box; border: 1px solid #ddd; }
 p.caption { font-style: italic; color: #444; margin-bottom: 0.3em; }

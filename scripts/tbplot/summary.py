@@ -1,14 +1,15 @@
 """The report's summary table (issue 22): a line per machine, model, precision and batch, and
-per device configuration (device and variant) its samples/s, speedup over the same machine's
-cpu row, scaling efficiency over its one-device row (gpu:N, mpi:N), peak memory and
-communication share. Medians, as the charts use. Predicted rows get columns of their own, named
+per device configuration (device and variant) its samples/s (on the wall clock), speedup over
+the same machine's cpu row (with what differs between the pair: `bf16 vs fp32`, `bs 128 vs 8`),
+scaling efficiency over its one-device row (gpu:N, mpi:N), peak memory and communication share.
+Medians, as the charts use. Predicted rows get columns of their own, named
 so; shared-device rows (N replicas on one GPU) get no speedup and no scaling efficiency."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import tbcsv
-from tbplot.model import Config, config_name, config_sort_key, precision_key, speedups
+from tbplot.model import Config, config_name, config_sort_key, precision_key, speedup_pairs
 
 GIB = 2 ** 30
 # (metric title with its unit, formatter) in the order the table shows them.
@@ -32,6 +33,7 @@ class Line:
     series: str
     config: Config  # device, variant empty: the line's model, precision and batch
     values: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)  # (metric, configuration) -> note beside the value
 
 
 @dataclass
@@ -102,7 +104,9 @@ def peak_memory(data, rows: list) -> dict:
 def summarise(data) -> Summary:
     rows = data.step_rows + data.predicted_rows
     rates = {k: v.center for k, v in tbcsv.samples(rows, data.key, "samples_per_s").items()}
-    per_metric = {"samples/s": rates, "speedup over cpu (x)": speedups(data, data.predicted_rows),
+    pairs = speedup_pairs(data, data.predicted_rows)
+    per_metric = {"samples/s": rates,
+                  "speedup over cpu (x)": {k: v.ratio for k, v in pairs.items()},
                   "scaling efficiency (%)": efficiencies(data, rates, rows),
                   "peak memory (GiB)": peak_memory(data, rows),
                   "comm share (%)": {k: v.center for k, v in
@@ -117,6 +121,8 @@ def summarise(data) -> Summary:
             line = lines.setdefault((s, line_config(c)), Line(s, line_config(c)))
             name = config_name(column_config(c)).strip()
             line.values[(metric, name)] = value
+            if metric == "speedup over cpu (x)" and pairs[(s, c)].label:
+                line.notes[(metric, name)] = pairs[(s, c)].label
             used.setdefault(metric, {})[name] = column_config(c)
     columns = [(metric, name) for metric in METRICS
                for name, _ in sorted(used.get(metric, {}).items(),
@@ -133,4 +139,7 @@ def summarise(data) -> Summary:
 
 def cell(summary: Summary, line: Line, column: tuple[str, str]) -> str:
     value = line.values.get(column)
-    return "" if value is None else FORMATS[column[0]](value)
+    if value is None:
+        return ""
+    note = line.notes.get(column)
+    return FORMATS[column[0]](value) + (f" ({note})" if note else "")

@@ -14,14 +14,15 @@ import pytest
 
 from conftest import (BAD_INPUTS, FIXTURES, SCRIPTS, assert_one_line_error, bad_path, data_file,
                       load_generator, rewrite_csv, run_script)
+from tbplot.charts import CHARTS
 from tbplot.charts.energy_per_sample import energy_per_sample, energy_unit, throttling
 from tbplot.charts.time_to_accuracy import accuracy_curves
 from tbplot.figures import describe_machines
 from tbplot.model import Data, config_of, machine_of, newest_rows, scaling_lines, speedups, spread
 from tbplot.svg import stable_clip_ids
 
-ALL_CHARTS = ["headline", "samples_per_s", "speedup_vs_cpu", "scaling_efficiency",
-              "time_to_accuracy", "peak_memory", "host_cpu_per_step", "energy_per_sample"]
+# Every chart plot.py draws: the registry's, so that a chart added there is tested here.
+ALL_CHARTS = [chart.name for chart in CHARTS]
 CPU_CHARTS = ["headline", "samples_per_s", "speedup_vs_cpu", "peak_memory", "host_cpu_per_step"]
 # gpu_epochs.csv predates the telemetry columns: every chart but energy_per_sample.
 GPU_EPOCH_CHARTS = [c for c in ALL_CHARTS if c != "energy_per_sample"]
@@ -134,6 +135,13 @@ def test_gpu_and_epoch_columns_give_every_chart_but_energy(gpu_charts):
                  "context", "peak RSS (no breakdown)"):
         assert part in memory
     assert "validation accuracy (%)" in svg_text(out / "time_to_accuracy.svg")
+
+
+def test_the_registry_names_each_chart_once_after_its_module():
+    names = [chart.name for chart in CHARTS]
+    assert len(names) == len(set(names)) >= 8
+    for chart in CHARTS:
+        assert chart.draw.__module__ == f"tbplot.charts.{chart.name}", chart.name
 
 
 def test_machines_from_several_files_share_each_chart(tmp_path):
@@ -331,7 +339,7 @@ def test_latest_names_machines_that_share_a_hostname_by_their_gpu_or_cpu():
         rows = latest_rows()
 
     data = Data([Table()], latest=True)
-    assert data.series == ["vm (AMD EPYC)", "vm (NVIDIA H100)", "vm (NVIDIA H100) · pytorch"]
+    assert data.series == ["vm (AMD EPYC)", "vm (H100)", "vm (H100) · pytorch"]
 
 
 # ---- energy per sample, throttling, schema versions 2 and 3 together ------------------------

@@ -20,14 +20,15 @@ MLP_CPU = "train/mlp/mnist/cpu/fp32/bs:100"
 MLP_GPU = "train/mlp/mnist/gpu:1/fp32/bs:100"
 
 
-def raw_medians(paths, key) -> dict:
-    """key(row) -> median samples/s of the ok iteration rows, read without tbcsv."""
+def raw_medians(paths, key, column="samples_per_s") -> dict:
+    """key(row) -> median of the column (samples/s) over the ok iteration rows, read without
+    tbcsv."""
     values: dict = {}
     for path in paths:
         with open(path, newline="") as f:
             for r in csv.DictReader(f):
-                if r["status"] == "ok" and r["run_type"] == "iteration" and r["samples_per_s"]:
-                    values.setdefault(key(r), []).append(float(r["samples_per_s"]))
+                if r["status"] == "ok" and r["run_type"] == "iteration" and r.get(column):
+                    values.setdefault(key(r), []).append(float(r[column]))
     return {k: statistics.median(v) for k, v in values.items()}
 
 
@@ -146,7 +147,13 @@ def test_the_committed_h100_results_keep_their_variants_apart(tbcsv_mod, tmp_pat
     got = bars(tbcsv_mod, *paths)
     plain = got[("mlp", "gpu:1", "fp32", "", "vm @ 3ea1e586d172")]
     resident = got[("mlp", "gpu:1", "fp32", "data_on_device", "vm @ 3ea1e586d172")]
-    assert 500e3 < plain < 540e3 and 330e3 < resident < 350e3
+    # Schema 2 rows, read on the wall clock: batch / wall_step_time_s of the one repetition each.
+    walls = raw_medians(paths, lambda r: (r["git_commit"], r["framework"], r["data_on_device"],
+                                          r["benchmark"]), "wall_step_time_s")
+    mlp = ("3ea1e586d172-dirty", "trainbench")
+    assert plain == pytest.approx(100 / walls[mlp + ("0", MLP_GPU)], rel=1e-5)
+    assert resident == pytest.approx(100 / walls[mlp + ("1", MLP_GPU)], rel=1e-5)
+    assert 420e3 < plain < 450e3 and 300e3 < resident < 330e3  # two bars, far apart
     # The PyTorch peer ran with its data on the GPU too: its rows say so.
     assert ("mlp", "gpu:1", "fp32", "data_on_device", "pytorch") in got
     r = run_script("plot.py", *paths, "--out", tmp_path)

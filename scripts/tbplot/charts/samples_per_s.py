@@ -1,12 +1,12 @@
 """The samples/s chart: training throughput of every device configuration, one panel per model
-and dataset, one colour per machine, log scale; failed and skipped configurations marked where
-their bar would be."""
+and dataset, one colour per machine, log scale, on the wall clock; failed and skipped
+configurations marked where their bar would be."""
 from __future__ import annotations
 
 import tbcsv
 from tbplot.figures import (Figures, Skip, bar_panel_width, grouped_bars, panels_of, si,
                             status_markers)
-from tbplot.model import Data, panel_title, spread
+from tbplot.model import Data, clock_notes, panel_title, spread
 
 QUESTION = ("How many samples per second does each benchmark train, per machine and device "
             "configuration?")
@@ -24,7 +24,7 @@ def chart_samples_per_s(figs: Figures, data: Data):
     fig, axes = figs.new(
         "Training throughput (samples/s)", rows,
         ["Bars: median over ok repetitions (or the median aggregate row); whiskers: min–max of "
-         "the repetitions. Log scale. LSTM samples are sequences."],
+         "the repetitions. Log scale. LSTM samples are sequences."] + clock_notes(data, rows),
         [bar_panel_width(cs, series) for cs in panels.values()], 3.6,
         figs.series_legend(series) if len(series) > 1 else None)
     values = {k: spread(s) for k, s in got.items()}

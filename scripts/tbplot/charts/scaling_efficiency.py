@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tbcsv
 from tbplot.figures import LABEL_BOX, Figures, Skip, style_legend
-from tbplot.model import Data, config_of, panel_title, scaling_lines
+from tbplot.model import Data, clock_notes, config_of, panel_title, scaling_lines
 
 QUESTION = "How close to N times one device do N devices get (gpu:N)?"
 
@@ -21,7 +21,7 @@ def chart_scaling(figs: Figures, data: Data):
     fig, axes = figs.new(
         "Multi-GPU scaling efficiency", rows,
         ["Efficiency = samples/s on N devices / (N × samples/s on 1 device), from the gpu:N "
-         "rows (medians); dashed line: perfect scaling (100%)."],
+         "rows (medians); dashed line: perfect scaling (100%)."] + clock_notes(data, rows),
         [5.6] * len(panels), 3.6, figs.series_legend(series) if len(series) > 1 else None)
     markers = "os^Dvx"
     for ax, panel in zip(axes, panels):

@@ -1,0 +1,103 @@
+"""x cpu pairs (issue 31, item 3): a non-cpu row is compared with its machine's cpu row of the
+same workload and variant, of the same precision where the CPU ran it (else fp32), of the same
+batch where there is one (else the cpu row's), and every place that shows the ratio says what
+differs: the report's summary, the headline's bars, the speedup chart."""
+import csv
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import load_generator, run_script
+from tbplot.model import Config, baseline_config, pair_label, speedup_pairs
+from tbplot.model import Data
+
+GENERATE = load_generator()
+# (benchmark, device, precision, batch, samples/s): ResNet-152 224 trains batch 128 on the GPU
+# and 8 on the CPU (fp32 only); the MLP the same batch everywhere.
+ROWS = [("train/resnet152/imagenet/cpu/fp32/bs:8", "cpu", "fp32", 8, 4.0),
+        ("train/resnet152/imagenet/gpu:1/fp32/bs:128", "gpu:1", "fp32", 128, 400.0),
+        ("train/resnet152/imagenet/gpu:1/bf16/bs:128", "gpu:1", "bf16", 128, 2200.0),
+        ("train/mlp/mnist/cpu/fp32/bs:100", "cpu", "fp32", 100, 50000.0),
+        ("train/mlp/mnist/gpu:1/fp32/bs:100", "gpu:1", "fp32", 100, 350000.0)]
+
+
+@pytest.fixture(scope="module")
+def run_csv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pairs") / "pairs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, GENERATE.V5_HEADER, restval="", lineterminator="\n")
+        w.writeheader()
+        for benchmark, device, precision, batch, rate in ROWS:
+            _, model, dataset = benchmark.split("/")[:3]
+            step = batch / rate
+            w.writerow({"schema_version": "5", "benchmark": benchmark, "kind": "train",
+                        "model": model, "dataset": dataset, "device": device,
+                        "precision": precision, "batch": batch, "framework": "trainbench",
+                        "run_type": "iteration", "repetition": 0, "status": "ok",
+                        "step_time_s": step, "wall_step_time_s": step, "samples_per_s": rate,
+                        "host_cpu_s_per_step": step, "peak_rss_bytes": 1e9, "host": "pairs-host",
+                        "cpu_model": "Fixture CPU (test data)", "cores": 16,
+                        "gpu_name": "Fixture GPU", "measurement": "measured",
+                        "git_commit": "0000000", "timestamp": "2026-12-27T00:00:00Z"})
+    return str(path)
+
+
+def config(device, precision, batch, model="resnet152", dataset="imagenet"):
+    return Config("train", model, dataset, device, precision, str(batch))
+
+
+def test_the_baseline_is_same_precision_else_fp32_and_same_batch_else_the_cpus():
+    cpus = [config("cpu", "fp32", 8)]
+    gpu = config("gpu:1", "bf16", 128)
+    assert baseline_config(gpu, cpus) == cpus[0]
+    assert pair_label(gpu, cpus[0]) == "bf16 vs fp32, bs 128 vs 8"
+    assert pair_label(config("gpu:1", "fp32", 128), cpus[0]) == "bs 128 vs 8"
+    assert pair_label(config("gpu:1", "bf16", 8), cpus[0]) == "bf16 vs fp32"
+    # The same precision and batch win where the CPU ran them; fp32 before another precision.
+    cpus += [config("cpu", "bf16", 8), config("cpu", "fp32", 128), config("cpu", "fp16", 128)]
+    assert baseline_config(gpu, cpus) == config("cpu", "bf16", 8)
+    assert baseline_config(config("gpu:1", "tf32", 128), cpus) == config("cpu", "fp32", 128)
+    assert pair_label(config("gpu:1", "fp32", 128), config("cpu", "fp32", 128)) == ""
+    # Another workload or variant is never the baseline.
+    assert baseline_config(config("gpu:1", "fp32", 128, "mlp", "mnist"), cpus) is None
+
+
+def test_speedups_carry_the_pair(tbcsv_mod, run_csv):
+    data = Data([tbcsv_mod.read_table(run_csv)])
+    got = {(c.model, c.device, c.precision): p for (_, c), p in speedup_pairs(data).items()}
+    resnet = got[("resnet152", "gpu:1", "bf16")]
+    assert resnet.ratio == pytest.approx(2200 / 4) and resnet.label == "bf16 vs fp32, bs 128 vs 8"
+    assert resnet.text() == "550× (bf16 vs fp32, bs 128 vs 8)"
+    assert got[("resnet152", "gpu:1", "fp32")].label == "bs 128 vs 8"
+    mlp = got[("mlp", "gpu:1", "fp32")]
+    assert mlp.ratio == pytest.approx(7) and mlp.label == "" and mlp.text() == "7×"
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory, run_csv):
+    out = tmp_path_factory.mktemp("pairs_out")
+    r = run_script("plot.py", run_csv, "--out", out)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def svg_words(path) -> list[str]:
+    return [t.strip() for t in ET.parse(path).getroot().itertext() if t.strip()]
+
+
+def test_the_summary_says_what_differs_beside_the_figure(drawn):
+    md = (drawn / "report.md").read_text()
+    lines = [line for line in md.splitlines() if line.startswith("| resnet152 · imagenet | bf16")
+             or line.startswith("| mlp · mnist | fp32")]
+    assert len(lines) == 2, md
+    assert "| 550 (bf16 vs fp32, bs 128 vs 8) |" in lines[0]
+    assert re.search(r"\| 7 \|", lines[1]) and "vs" not in lines[1]
+
+
+@pytest.mark.parametrize("chart", ["headline", "speedup_vs_cpu"])
+def test_the_bars_say_what_differs(drawn, chart):
+    words = svg_words(drawn / f"{chart}.svg")
+    # Each pair's label sits under its ratio: the bf16 bar both, the fp32 bar its batch.
+    assert words.count("bf16 vs fp32") == 1 and words.count("bs 128 vs 8") == 2, words
+    assert "550×" in words and "100×" in words and "7×" in words
