@@ -191,7 +191,7 @@ def test_a_trainbench_without_schema_4_columns_is_too_old(tmp_path):
     binary = fake_trainbench(tmp_path, header=v3)
     line = one_line(run("--filter=lstm", "--trainbench", binary))
     assert "has no variant, load_avg_1m, measurement, peer_settings column(s)" in line
-    assert "older than schema 4" in line and "cmake --build build/release" in line
+    assert "older than schema 5" in line and "cmake --build build/release" in line
 
 
 def test_the_names_come_from_the_json(tmp_path):

@@ -14,7 +14,7 @@ from torchpeer.workloads import Workload, json_fields, workload_from_json
 # The schema_version trainbench writes (bench/columns.hpp kSchemaVersion, results/SCHEMA.md),
 # and the columns of versions 4 and 5 the peer fills: a trainbench without them is refused.
 SCHEMA_VERSION = "5"
-SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings", "device_step_time_s",
+SCHEMA_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings", "device_step_time_s",
                     "device_samples_per_s")
 DEFAULT_TRAINBENCH = ROOT / "build" / "release" / "bench" / "trainbench"
 JSON_FORMAT = 1  # the "format" of trainbench --list_models --json that the peer reads
@@ -74,7 +74,7 @@ def read_csv_header(binary: Path) -> list[str]:
         raise InputError(f"{binary} --csv_header printed {line[:60]!r}, not trainbench's CSV header "
                          f"(schema_version,...): {how_to_get_trainbench('rebuild')}")
     columns = line.split(",")
-    missing = [c for c in SCHEMA_4_COLUMNS if c not in columns]
+    missing = [c for c in SCHEMA_COLUMNS if c not in columns]
     if missing:
         raise InputError(f"{binary} --csv_header has no {', '.join(missing)} column(s): a trainbench "
                          f"older than schema {SCHEMA_VERSION}, which this script writes; "
