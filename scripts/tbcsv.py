@@ -21,6 +21,8 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 
+import tbdevices
+
 # Version 2 added the GPU context and measurement columns to version 1, version 3 appended the
 # NVML telemetry columns (GPU_TELEMETRY_COLUMNS) to version 2, version 4 the identity and link
 # columns, version 5 the device clock's own columns (its samples_per_s is the wall clock's on
@@ -416,9 +418,7 @@ def parse_name(benchmark: str) -> dict[str, str]:
     (empty strings for parts a name lacks); used where a row's own columns are empty. The
     devices `gpu:1/jobs:K` (K processes sharing a GPU), `gpu:1/threads:K` (K threads of one
     process) and `cpu:T/jobs:K` hold a slash of their own."""
-    parts = benchmark.split("/")
-    if len(parts) > 4 and parts[4].startswith(("jobs:", "threads:")):
-        parts[3:5] = [parts[3] + "/" + parts[4]]
+    parts = tbdevices.split_name(benchmark.split("/"))
     keys = ("kind", "model", "dataset", "device", "precision", "batch")
     out = dict.fromkeys(keys, "")
     for key, part in zip(keys, parts):
@@ -464,16 +464,9 @@ def field_of(row: dict[str, str], column: str) -> str:
     return value or parse_name(row.get("benchmark", ""))[column]
 
 
-def device_count(device: str) -> int | None:
-    """N of a `gpu:N` device (N devices), None for anything else."""
-    kind, _, n = device.partition(":")
-    return int(n) if kind == "gpu" and n.isdigit() and int(n) > 0 else None
-
-
-def device_sort_key(device: str) -> tuple:
-    """cpu, cpu:1, cpu:2, ..., gpu:1, gpu:2, ...: by kind, then all-cores before N, then N."""
-    kind, _, n = device.partition(":")
-    return (kind != "cpu", kind, n != "", int(n) if n.isdigit() else 0, n)
+# The device grammar is tbdevices.py's, the one the scripts share.
+device_count = tbdevices.device_count
+device_sort_key = tbdevices.sort_key
 
 
 # ---- samples -------------------------------------------------------------------------------

@@ -15,12 +15,11 @@ Rows match across the sides by kind, model, dataset and batch (and epoch), plus 
 precision and framework that neither filter names. Standard library only."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import tbcsv
+import tbdevices
 
-DEVICE = re.compile(r"(cpu|gpu|mpi)(:\d+)?")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # What the filters may name, besides the variant; host is never part of the match.
 DIMENSIONS = ("device", "precision", "framework", "host")
@@ -65,11 +64,11 @@ def parse_filter(text: str) -> Filter:
     for term in (t.strip() for t in text.split("/")):
         if not term or term == "plain":
             continue
-        if term.startswith(("jobs:", "threads:")) and dims.get("device", "").startswith(("gpu:", "cpu:")):
+        if term.startswith(tbdevices.SPLIT_PREFIXES) and tbdevices.parse(f"{dims.get('device', '')}/{term}"):
             dims["device"] += "/" + term
             continue
         flag = term.partition(":")[0]
-        if DEVICE.fullmatch(term):
+        if tbdevices.parse(term) is not None:
             name, value = "device", term
         elif term in PRECISIONS:
             name, value = "precision", term

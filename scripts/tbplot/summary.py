@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import tbcsv
+import tbdevices
 from tbplot.model import Config, config_name, config_sort_key, precision_key, speedup_pairs
 
 GIB = 2 ** 30
@@ -53,10 +54,8 @@ def line_config(c: Config) -> Config:
     return Config(c.kind, c.model, c.dataset, "", c.precision, c.batch, "")
 
 
-def parallel_count(device: str) -> int | None:
-    """N of gpu:N and mpi:N (N devices or ranks in data parallel), for N >= 2."""
-    kind, _, n = device.partition(":")
-    return int(n) if kind in ("gpu", "mpi") and n.isdigit() and int(n) >= 2 else None
+# N of gpu:N and mpi:N (N devices or ranks in data parallel), for N >= 2.
+parallel_count = tbdevices.data_parallel_count
 
 
 def one_device(c: Config, rows) -> Config:

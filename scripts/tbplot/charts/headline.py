@@ -15,6 +15,7 @@ import textwrap
 from dataclasses import dataclass
 
 import tbcsv
+import tbdevices
 from tbplot.figures import LABEL_BOX, Skip, log_scale, si
 from tbplot.model import (Config, clock_notes, config_name, config_sort_key, panel_title,
                           precision_key, speedup_pairs, times)
@@ -54,7 +55,8 @@ def shown_device(device: str, has_gpu: bool) -> bool:
     configurations on one without."""
     if has_gpu:
         return device == "cpu" or tbcsv.device_count(device) is not None
-    return device == "cpu" or device.startswith(("cpu:", "mpi:"))
+    d = tbdevices.parse(device)
+    return d is not None and d.backend == "cpu"
 
 
 def select(data) -> Selection:
