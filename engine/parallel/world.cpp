@@ -95,12 +95,28 @@ Link measure_world_link(int gpu) {
 #endif
 }
 
+namespace {
+// Rank 0 of 1: every collective is already done.
+class SoloComm final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string kind() const override { return "one replica"; }
+  void start_all_reduce_mean(void*, i64, ElemType) override {}
+  void wait() override {}
+  void broadcast(void*, i64, ElemType, int) override {}
+  void barrier() override {}
+  double max(double value) override { return value; }
+  void abort(const std::string&) override {}
+};
+}  // namespace
+
 std::unique_ptr<Communicator> one_replica_comm(Network& network) {
   if (network.comm_endpoint()) {
     Communicators one = nccl_threads_wiring({&network}, nullptr);
     return std::move(one.at(0));
   }
-  return make_thread_comm(make_thread_group(1), 0);
+  return std::make_unique<SoloComm>();
 }
 
 Communicators mpi_wiring(const std::vector<Network*>& networks, Communicator*) {

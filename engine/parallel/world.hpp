@@ -49,9 +49,10 @@ Communicators nccl_threads_wiring(const std::vector<Network*>& networks, Communi
 Communicators shared_device_wiring(const std::vector<Network*>& networks, Communicator* world);
 // One GPU per MPI rank, NCCL bootstrapped through `world`.
 Communicators nccl_ranks_wiring(const std::vector<Network*>& networks, Communicator* world);
-// A communicator of one replica for `network` (NCCL on its GPU, threads on the CPU): its
-// all-reduces do nothing across devices, so a step through it costs what the data-parallel
-// path adds to a step, for the prediction's overhead term.
+// A communicator of one replica for `network`, so that a step through it costs what the
+// data-parallel path itself adds to a step (the prediction's overhead term): NCCL on its GPU
+// (the collectives' launches and the wait), and on the CPU one that has nothing to move (a
+// mean over one rank is the data itself; the link's time is the model's to add).
 std::unique_ptr<Communicator> one_replica_comm(Network& network);
 
 // The link between the ranks of the MPI world, swept at start-up (a collective): MPI's of host

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tbcsv
 import tbdevices
@@ -48,6 +48,7 @@ class Selection:
     gpu_series: set
     left_out: list[str]
     references: set
+    bands: dict = field(default_factory=dict)  # predicted bar -> (low, high) samples/s
 
 
 def shown_device(device: str, has_gpu: bool) -> bool:
@@ -78,7 +79,15 @@ def select(data) -> Selection:
     gpu_series |= {s for s, c in refs if c.device.startswith("gpu")}
     predicted_keys = {k for k in bars if k[1].predicted}
     return Selection(bars, predicted_keys, gpu_series, list(dict.fromkeys(left_out)),
-                     {s for s, _ in refs})
+                     {s for s, _ in refs}, prediction_bands(data, predicted_keys))
+
+
+def prediction_bands(data, keys: set) -> dict:
+    """Predicted bar -> (low, high): the band its row wrote (schema 5), where it has one."""
+    rows = [r for r in data.predicted_rows + data.reference_rows if tbcsv.is_predicted(r)]
+    low = tbcsv.samples(rows, data.key, "samples_per_s_low")
+    high = tbcsv.samples(rows, data.key, "samples_per_s_high")
+    return {k: (low[k].center, high[k].center) for k in keys if k in low and k in high}
 
 
 def this_machine(data, chosen: Selection) -> str | None:
@@ -239,6 +248,11 @@ def draw_panel(ax, groups: list[Group], chosen: Selection, colours: dict, log: b
             ax.bar(centre, value, bar, color=colours[config_name(measured_config(c))],
                    hatch=PREDICTED_HATCH if predicted else None,
                    edgecolor="white" if predicted else None, linewidth=0, zorder=2)
+            if k in chosen.bands:  # the prediction's band, a whisker over the hatched bar
+                lo, hi = chosen.bands[k]
+                ax.errorbar(centre, value, yerr=[[max(0.0, value - lo)], [max(0.0, hi - value)]], fmt="none",
+                            ecolor="#333333", elinewidth=0.9, capsize=2.5, zorder=3)
+                value = max(value, hi)
             ax.annotate("\n".join(group.texts[k]), (centre, value), xytext=(0, 3),
                         textcoords="offset points", ha="center", va="bottom", fontsize=7,
                         zorder=4, bbox=LABEL_BOX, rotation=90 if group.crowded else 0,
@@ -317,7 +331,8 @@ def notes(chosen: Selection, data, rows) -> list[str]:
         out.append("Hatched: predicted scaling (measurement=predicted) from the timeline of "
                    + (", ".join(froms[:3]) + (" and others" if len(froms) > 3 else "")
                       if froms else "a one-device row")
-                   + " and a link model; not a measurement.")
+                   + " and a link model; not a measurement"
+                   + ("; whiskers: the prediction's band (docs/prediction.md)." if chosen.bands else "."))
     if chosen.left_out:
         out.append("Left out: " + "; ".join(chosen.left_out[:4])
                    + (f"; and {len(chosen.left_out) - 4} more" if len(chosen.left_out) > 4
