@@ -120,8 +120,10 @@ class TrainRun final : public BenchmarkRun {
     constexpr double kEnoughSeconds = 0.3;
     const bool enough = times.size() >= 3 || w.wall >= kEnoughSeconds;
     if (!probed_ && (parallel::world().size > 1 || enough)) {
-      probe_sharing(w.step_time());  // a collective under mpirun: every rank, every benchmark, once
+      // Rank 0's overhead first, while the other ranks wait at the sharing probe's barrier (which
+      // sleeps between polls: a rank busy in an MPI call would slow rank 0's cores).
       if (!bystander()) probe_dp_overhead(times);
+      probe_sharing(w.step_time());  // a collective under mpirun: every rank, every benchmark, once
       probed_ = true;
     }
     if (bystander()) return;

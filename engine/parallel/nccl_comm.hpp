@@ -34,7 +34,7 @@ std::unique_ptr<Communicator> make_nccl_comm_mpi(Communicator& bootstrap, int de
                                                  double timeout_s = 120);
 
 // The link NCCL gives the ranks of `bootstrap`, each on its `device`: all-reduces of a device
-// buffer from 64 KiB to `max_bytes`, swept and fitted as measure_link (predict.hpp) does. A
+// buffer from 4 KiB to `max_bytes`, swept and fitted as measure_link (predict.hpp) does. A
 // collective.
 struct Link;
 Link measure_nccl_link(Communicator& bootstrap, int device, std::size_t max_bytes);

@@ -98,17 +98,21 @@ double ring_all_reduce_s(double bytes, int n, const Link& link) {
 namespace {
 
 // The swept time of `bytes` among the sweep's ranks: between two sizes, on the line through
-// them; beyond the largest, at the link's bus bandwidth from there; below the smallest, its time.
+// them; beyond the largest, at the link's bus bandwidth from there; below the smallest, on the
+// line from the fitted latency at no bytes to the smallest size's time.
 double swept_s(double bytes, const Link& link) {
   const auto& sw = link.sweep;
-  if (bytes <= sw.front().first) return sw.front().second;
+  const int n = link.sweep_ranks;
+  if (bytes <= sw.front().first) {
+    const double none = std::min(link.latency_us * 1e-6 * std::max(1, n - 1), sw.front().second);
+    return none + (sw.front().second - none) * bytes / sw.front().first;
+  }
   for (std::size_t k = 1; k < sw.size(); ++k)
     if (bytes <= sw[k].first) {
       const auto [b0, t0] = sw[k - 1];
       const auto [b1, t1] = sw[k];
       return t0 + (t1 - t0) * (bytes - b0) / (b1 - b0);
     }
-  const int n = link.sweep_ranks;
   return sw.back().second + 2.0 * (n - 1) / n * (bytes - sw.back().first) / (link.busbw_gbps * 1e9);
 }
 
@@ -191,7 +195,7 @@ Prediction predict(const OneDevice& one, int devices, const Link& link) {
   // move some of it during backward, so the fast end lets it overlap as on a GPU.
   Link overlapping = link;
   overlapping.overlaps_compute = true;
-  const Queue fast = queue(t, devices, overlapping, sharing.low, link.busbw_gbps);
+  const Queue fast = queue(t, devices, overlapping, sharing.low, link.high_busbw());
   Prediction p;
   p.devices = devices;
   p.terms = {
@@ -225,7 +229,7 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   std::vector<float> host;
   std::vector<double> x, y;  // ring bytes, seconds
   Link link{.name = "measured", .overlaps_compute = device_buffer != nullptr, .sweep_ranks = n};
-  for (std::size_t bytes = std::size_t(64) << 10; bytes <= max_bytes; bytes *= 4) {
+  for (std::size_t bytes = std::size_t(4) << 10; bytes <= max_bytes; bytes *= 4) {
     void* data = device_buffer;
     if (!data) {
       host.assign(bytes / sizeof(float), 1.0f);
@@ -254,15 +258,18 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   link.busbw_gbps = 1.0 / slope * 1e-9;
   // An all-reduce between two is a ring of one step each way: the fitted latency is N-1 of them.
   link.latency_us = intercept * 1e6 / std::max(1, n - 1);
-  // The low end: the slowest bus bandwidth any size of 1 MiB or more showed beside the fit.
-  double low = link.busbw_gbps;
+  // The band: the sizes of 1 MiB and more, each one's bus bandwidth beside the fit's, either way.
+  double low = link.busbw_gbps, high = link.busbw_gbps;
   for (std::size_t k = 0; k < x.size(); ++k)
-    if (link.sweep[k].first >= double(1 << 20) && y[k] > intercept)
+    if (link.sweep[k].first >= double(1 << 20) && y[k] > intercept) {
       low = std::min(low, x[k] / (y[k] - intercept) * 1e-9);
+      high = std::max(high, x[k] / (y[k] - intercept) * 1e-9);
+    }
   link.busbw_low_gbps = low;
-  link.low_source = "the slowest size of the sweep (1 MiB and up) against the fit";
+  link.busbw_high_gbps = high;
+  link.low_source = "the slowest and fastest size of the sweep (1 MiB and up) against the fit";
   link.source =
-      fmt::format("{} all-reduce of {} ranks, 64 KiB to {} MiB, measured at start-up", comm.kind(), n, max_bytes >> 20);
+      fmt::format("{} all-reduce of {} ranks, 4 KiB to {} MiB, measured at start-up", comm.kind(), n, max_bytes >> 20);
   return link;
 }
 

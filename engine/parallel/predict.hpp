@@ -54,11 +54,15 @@ struct Link {
   // for a measured link; 0: busbw_gbps itself.
   double busbw_low_gbps = 0;
   std::string low_source;
+  // The high end: a measured link's sweep spread the other way; 0: busbw_gbps itself (a preset's
+  // ideal is its most).
+  double busbw_high_gbps = 0;
   // A measured link's sweep among `sweep_ranks` ranks: (bytes, seconds) per size, ascending; an
   // all-reduce among that many ranks takes the curve's time for its size.
   std::vector<std::pair<double, double>> sweep;
   int sweep_ranks = 0;
   double low_busbw() const { return busbw_low_gbps > 0 ? busbw_low_gbps : busbw_gbps; }
+  double high_busbw() const { return busbw_high_gbps > 0 ? busbw_high_gbps : busbw_gbps; }
 };
 
 // The presets --link names: NVLink 4 on an 8-GPU H100 board, NVLink 3 on an A100 board, PCIe 4
@@ -69,7 +73,7 @@ const std::vector<Link>& link_presets();
 Link parse_link(const std::string& text);
 
 class Communicator;
-// The link of `comm` measured as nccl-tests defines it: all-reduces of buffers of 64 KiB to
+// The link of `comm` measured as nccl-tests defines it: all-reduces of buffers of 4 KiB to
 // `max_bytes` (host buffers for MPI: overlaps_compute false; `device_buffer` gives a device
 // buffer of that many bytes for NCCL, which overlaps), each size's median time (the slowest
 // rank's), kept as the sweep and fitted as latency + 2(N-1)/N x bytes / busbw. A collective:
