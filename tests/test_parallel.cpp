@@ -406,7 +406,30 @@ TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
   EXPECT_NEAR(p.exposed_comm_s, 0.020, 1e-12);  // both all-reduces after backward
   const parallel::Term& comm = p.terms.back();
   EXPECT_NEAR(comm.low, 0.010, 1e-12);  // overlapped as on a GPU: only the second is exposed
-  EXPECT_NEAR(comm.high, 0.020, 1e-12);
+  // Overlapping on the cores backward needs may cost more than one after the other: the slow
+  // end counts the 10 ms that could overlap twice.
+  EXPECT_NEAR(comm.high, 0.030, 1e-12);
+}
+
+// A swept link's slow end is each size's slowest repetition.
+TEST(Predict, ASweptLinksSlowEndIsItsSlowestRepetitions) {
+  parallel::OneDevice one;
+  one.timeline.bucket_ready_s = {0.030};
+  one.timeline.bucket_bytes = {1e6};
+  one.timeline.backward_end_s = 0.030;
+  one.timeline.step_end_s = 0.045;
+  one.timeline.steps = 1;
+  one.step_s = 0.050;
+  one.batch = 64;
+  parallel::Link link{.name = "measured",
+                      .busbw_gbps = 1,
+                      .latency_us = 0,
+                      .sweep = {{1e5, 1e-3}, {1e6, 3e-3}},
+                      .sweep_slowest = {2e-3, 5e-3},
+                      .sweep_ranks = 2};
+  const parallel::Prediction p = parallel::predict(one, 2, link);
+  EXPECT_NEAR(p.terms.back().s, 3e-3, 1e-12);
+  EXPECT_NEAR(p.terms.back().high, 5e-3, 1e-12);
 }
 
 TEST(Predict, LinksByNameByFiguresAndRefused) {

@@ -97,31 +97,35 @@ double ring_all_reduce_s(double bytes, int n, const Link& link) {
 
 namespace {
 
-// The swept time of `bytes` among the sweep's ranks: between two sizes, on the line through
-// them; beyond the largest, at the link's bus bandwidth from there; below the smallest, on the
-// line from the fitted latency at no bytes to the smallest size's time.
-double swept_s(double bytes, const Link& link) {
+// The swept time of `bytes` among the sweep's ranks, on `times` (one per swept size): between two
+// sizes, on the line through them; beyond the largest, at the link's bus bandwidth from there;
+// below the smallest, on the line from the fitted latency at no bytes to the smallest size's time.
+double swept_s(double bytes, const Link& link, const std::vector<double>& times) {
   const auto& sw = link.sweep;
   const int n = link.sweep_ranks;
   if (bytes <= sw.front().first) {
-    const double none = std::min(link.latency_us * 1e-6 * std::max(1, n - 1), sw.front().second);
-    return none + (sw.front().second - none) * bytes / sw.front().first;
+    const double none = std::min(link.latency_us * 1e-6 * std::max(1, n - 1), times.front());
+    return none + (times.front() - none) * bytes / sw.front().first;
   }
   for (std::size_t k = 1; k < sw.size(); ++k)
     if (bytes <= sw[k].first) {
-      const auto [b0, t0] = sw[k - 1];
-      const auto [b1, t1] = sw[k];
-      return t0 + (t1 - t0) * (bytes - b0) / (b1 - b0);
+      const double b0 = sw[k - 1].first, b1 = sw[k].first;
+      return times[k - 1] + (times[k] - times[k - 1]) * (bytes - b0) / (b1 - b0);
     }
-  return sw.back().second + 2.0 * (n - 1) / n * (bytes - sw.back().first) / (link.busbw_gbps * 1e9);
+  return times.back() + 2.0 * (n - 1) / n * (bytes - sw.back().first) / (link.busbw_gbps * 1e9);
 }
 
 }  // namespace
 
-double all_reduce_s(double bytes, int n, const Link& link, double busbw_gbps) {
+double all_reduce_s(double bytes, int n, const Link& link, double busbw_gbps, bool slowest) {
   if (n <= 1 || bytes <= 0) return 0;
   const double busbw = (busbw_gbps > 0 ? busbw_gbps : link.busbw_gbps) * 1e9;
-  if (!link.sweep.empty() && n == link.sweep_ranks) return swept_s(bytes, link) * link.busbw_gbps * 1e9 / busbw;
+  if (!link.sweep.empty() && n == link.sweep_ranks) {
+    if (slowest && link.sweep_slowest.size() == link.sweep.size()) return swept_s(bytes, link, link.sweep_slowest);
+    std::vector<double> medians;
+    for (const auto& [b, t] : link.sweep) medians.push_back(t);
+    return swept_s(bytes, link, medians) * link.busbw_gbps * 1e9 / busbw;
+  }
   const double latency = link.latency_us * 1e-6;
   const double ring = latency * (n - 1) + 2.0 * (n - 1) / n * bytes / busbw;
   const double tree = latency * std::ceil(std::log2(double(n))) + 2.0 * bytes / busbw;
@@ -146,12 +150,13 @@ struct Queue {
 };
 
 // The all-reduces of `t`'s buckets on one stream among n devices, its times stretched by
-// `slower` (compute slowed by sharing), at `busbw_gbps`.
-Queue queue(const StepTimeline& t, int n, const Link& link, double slower, double busbw_gbps) {
+// `slower` (compute slowed by sharing), at `busbw_gbps` (`slowest`: a swept link's slowest
+// repetitions).
+Queue queue(const StepTimeline& t, int n, const Link& link, double slower, double busbw_gbps, bool slowest = false) {
   Queue q;
   double done = 0;
   for (std::size_t k = 0; k < t.bucket_bytes.size(); ++k) {
-    const double took = all_reduce_s(t.bucket_bytes[k], n, link, busbw_gbps);
+    const double took = all_reduce_s(t.bucket_bytes[k], n, link, busbw_gbps, slowest);
     // On cores shared with compute, nothing starts before backward has let go of them.
     const double ready = (link.overlaps_compute ? t.bucket_ready_s[k] : t.backward_end_s) * slower;
     done = std::max(done, ready) + took;
@@ -190,12 +195,17 @@ Prediction predict(const OneDevice& one, int devices, const Link& link) {
     stragglers = step * (expected_max(one.step_times, devices) / mean - 1);
   }
   const Queue point = queue(t, devices, link, sharing.value, link.busbw_gbps);
-  const Queue slow = queue(t, devices, link, sharing.high, link.low_busbw());
+  Queue slow = queue(t, devices, link, sharing.high, link.low_busbw(), true);
   // Between CPU ranks the point counts the all-reduce as not overlapped; MPI's progress can still
-  // move some of it during backward, so the fast end lets it overlap as on a GPU.
+  // move some of it during backward, so the fast end lets it overlap as on a GPU. What overlaps
+  // runs on the cores backward needs, and the two together can take longer than one after the
+  // other (polling, caches): not measured, so the slow end counts the part that could overlap
+  // twice.
   Link overlapping = link;
   overlapping.overlaps_compute = true;
   const Queue fast = queue(t, devices, overlapping, sharing.low, link.high_busbw());
+  if (!link.overlaps_compute)
+    slow.exposed += slow.exposed - queue(t, devices, overlapping, sharing.high, link.low_busbw(), true).exposed;
   Prediction p;
   p.devices = devices;
   p.terms = {
@@ -246,6 +256,7 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
     std::sort(times.begin() + 2, times.end());  // the first two warm up
     const double median = comm.max(times[2 + (times.size() - 2) / 2]);
     link.sweep.emplace_back(double(bytes), median);
+    link.sweep_slowest.push_back(comm.max(times.back()));
     x.push_back(2.0 * (n - 1) / n * double(bytes));
     y.push_back(median);
   }

@@ -60,6 +60,7 @@ struct Link {
   // A measured link's sweep among `sweep_ranks` ranks: (bytes, seconds) per size, ascending; an
   // all-reduce among that many ranks takes the curve's time for its size.
   std::vector<std::pair<double, double>> sweep;
+  std::vector<double> sweep_slowest;  // per size: the slowest repetition (the band's slow end)
   int sweep_ranks = 0;
   double low_busbw() const { return busbw_low_gbps > 0 ? busbw_low_gbps : busbw_gbps; }
   double high_busbw() const { return busbw_high_gbps > 0 ? busbw_high_gbps : busbw_gbps; }
@@ -81,10 +82,10 @@ class Communicator;
 Link measure_link(Communicator& comm, std::size_t max_bytes = std::size_t(16) << 20, void* device_buffer = nullptr);
 
 // The seconds one all-reduce of `bytes` takes among n devices over `link` at bus bandwidth
-// `busbw_gbps` (the link's own where 0): the swept curve among the sweep's ranks, else the
-// faster of a ring (latency x (n-1) + 2(n-1)/n x bytes / busbw) and a tree (latency x ceil(log2
-// n) + 2 x bytes / busbw).
-double all_reduce_s(double bytes, int n, const Link& link, double busbw_gbps = 0);
+// `busbw_gbps` (the link's own where 0): the swept curve among the sweep's ranks (`slowest`: the
+// curve of each size's slowest repetition), else the faster of a ring (latency x (n-1) +
+// 2(n-1)/n x bytes / busbw) and a tree (latency x ceil(log2 n) + 2 x bytes / busbw).
+double all_reduce_s(double bytes, int n, const Link& link, double busbw_gbps = 0, bool slowest = false);
 // The ring alone, nccl-tests' bus bandwidth definition with the latency of one all-reduce.
 double ring_all_reduce_s(double bytes, int n, const Link& link);
 
