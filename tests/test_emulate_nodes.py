@@ -18,7 +18,7 @@ import pytest
 
 BINARY = os.environ.get("TRAINBENCH", "build/release/bench/trainbench")
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "emulate_nodes.sh"
-MLP = ["--benchmark_filter=^train/mlp/mnist/", "--iterations=3"]
+MLP = ["--benchmark_filter=^train/mlp/mnist/", "--iterations=10"]
 # What each rank says about itself: rank, node-local rank, host, network namespace, environment.
 PROBE = ("echo rank=$OMPI_COMM_WORLD_RANK local=$OMPI_COMM_WORLD_LOCAL_RANK host=$(hostname) "
          "net=$(readlink /proc/self/ns/net) emulated=$TB_EMULATED_NODES hostid=$NCCL_HOSTID "
@@ -158,6 +158,12 @@ def test_mlp_over_links_shaped_to_1_and_10_gbit(runs, tmp_path):
         assert mpi[0]["replicas"] == "2" and float(mpi[0]["samples_per_s"]) > 0
         assert float(mpi[0]["loss_last"]) < float(mpi[0]["loss_first"])
         assert predicted[0]["link"] == "measured"
+        # The measured mpi:2 falls inside the band predicted for it from the cpu:1 row and the link
+        # (docs/prediction.md), and the console says so.
+        low, high = float(predicted[0]["samples_per_s_low"]), float(predicted[0]["samples_per_s_high"])
+        got = float(mpi[0]["samples_per_s"])
+        assert low <= got <= high, (rate, low, got, high)
+        assert "inside the band" in out, out[-2000:]
         measured[rate] = float(predicted[0]["link_busbw_gbps"])
         assert abs(measured[rate] - float(busbw.group(1))) <= 0.01 * measured[rate] + 1e-3
     # Below the shaped rate: 1 Gbit/s is 0.125 GB/s; and 10 Gbit/s is clearly faster.
