@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,55 @@ inline void expect_params_match(const ModelSpec& spec, i64 batch, const Network&
   for_each_param(spec, batch, [&](int node, int k, const std::string& name) {
     EXPECT_LT(relative_difference(replica.read_param(node, k), whole.read_param(node, k)), tol) << who << " " << name;
   });
+}
+
+// The parameters after a replica's steps (or one GPU step) against the reference's (the CPU's,
+// or the large batch's), relative to the size of the reference's steps: the parameters
+// themselves barely move in a step, so comparing them directly would pass without any update.
+// One ulp of the parameter is forgiven per element, since p - lr v rounds on each side.
+inline ::testing::AssertionResult same_update(const std::vector<float>& after, const std::vector<float>& reference,
+                                              const std::vector<float>& before, double tol,
+                                              double max_zero_fraction = 0.5) {
+  if (after.size() != reference.size() || reference.size() != before.size() || before.empty())
+    return ::testing::AssertionFailure() << "sizes " << after.size() << ", " << reference.size() << ", "
+                                         << before.size();
+  std::size_t unmoved = 0;
+  double step2 = 0, err2 = 0;
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    if (!std::isfinite(after[i]) || !std::isfinite(reference[i]))
+      return ::testing::AssertionFailure() << "non-finite parameter at " << i;
+    const double step = double(reference[i]) - double(before[i]);
+    unmoved += step == 0.0;
+    step2 += step * step;
+    const float magnitude = std::abs(reference[i]);
+    const double ulp = double(std::nextafter(magnitude, std::numeric_limits<float>::infinity()) - magnitude);
+    const double err = std::max(0.0, std::abs(double(after[i]) - double(reference[i])) - ulp);
+    err2 += err * err;
+  }
+  if (double(unmoved) > max_zero_fraction * double(before.size()))
+    return ::testing::AssertionFailure() << unmoved << " of " << before.size()
+                                         << " parameters did not move in the reference";
+  const double rel = std::sqrt(err2 / step2);
+  if (rel > tol)
+    return ::testing::AssertionFailure() << "the step differs from the reference's by " << rel << " of its size";
+  return ::testing::AssertionSuccess();
+}
+
+// How far each precision's replicas may drift from the large batch, relative to the size of the
+// large batch's own steps: fp32 and tf32 differ by summation order only (the same TF32 inputs on
+// both sides); fp16 and bf16 average 16-bit gradients, each rounded to 2^-11 and 2^-8 of itself,
+// which momentum carries over 4 steps. A sum in place of a mean is off by 100%.
+inline double large_batch_tolerance(Precision p) {
+  switch (p) {
+    case Precision::FP32:
+    case Precision::TF32:
+      return 1e-3;
+    case Precision::FP16:
+      return 2e-2;
+    case Precision::BF16:
+      return 5e-2;
+  }
+  return 0;
 }
 
 }  // namespace tb::testing_support

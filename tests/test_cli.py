@@ -488,10 +488,14 @@ def test_one_device_rows_predict_gpu_or_mpi_scaling_over_named_links(tmp_path):
     step = float(source["step_time_s"])  # the measured row's wall-clock step
     for row in predicted:
         assert float(row["allreduce_bytes_per_step"]) > 4 * 60000  # LeNet-5's gradients, once
-        # N devices each at the measured step, lengthened by the communication left exposed.
-        n, exposed = int(row["replicas"]), float(row["comm_s_per_step"])
-        assert float(row["scaling_efficiency"]) == pytest.approx(step / (step + exposed), rel=1e-4)
-        assert float(row["samples_per_s"]) == pytest.approx(n * 100 / (step + exposed), rel=1e-4)
+        # N devices each at the measured step, lengthened by the terms: the exposed communication
+        # among them; efficiency is over the measured row's own step, on the wall clock.
+        n, exposed, predicted_step = int(row["replicas"]), float(row["comm_s_per_step"]), float(row["step_time_s"])
+        assert predicted_step >= step + exposed - 1e-9
+        assert float(row["scaling_efficiency"]) == pytest.approx(step / predicted_step, rel=1e-4)
+        assert float(row["samples_per_s"]) == pytest.approx(n * 100 / predicted_step, rel=1e-4)
+        low, high = float(row["samples_per_s_low"]), float(row["samples_per_s_high"])
+        assert low <= float(row["samples_per_s"]) <= high and row["dominant_term"]
     assert "predictions assume" in r.stdout and "predicted N-device scaling" in r.stdout
     off = run("--benchmark_list_tests", "--timeline=off", "--benchmark_filter=train/lenet5/cifar10/cpu/")
     assert off.stdout.split() == ["train/lenet5/cifar10/cpu/fp32/bs:100/timeline:off"]
@@ -513,7 +517,8 @@ def test_cpu_predictions_never_hide_the_all_reduce_whatever_the_link(tmp_path):
         n, bytes_ = int(row["replicas"]), float(row["allreduce_bytes_per_step"])
         busbw, latency = float(row["link_busbw_gbps"]) * 1e9, float(row["link_latency_us"]) * 1e-6
         buckets = math.ceil(bytes_ / (25 * 2 ** 20))
-        every_bucket = 2 * (n - 1) / n * bytes_ / busbw + buckets * latency
+        # Each 25 MiB bucket's ring all-reduce (N-1 latencies): every one of them after backward.
+        every_bucket = 2 * (n - 1) / n * bytes_ / busbw + buckets * (n - 1) * latency
         assert buckets > 5 and float(row["comm_s_per_step"]) == pytest.approx(every_bucket, rel=0.01), row["benchmark"]
 
 
@@ -727,7 +732,8 @@ def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
 
 def test_a_job_that_fails_fails_the_row_with_its_own_message(tmp_path):
     out = tmp_path / "run.csv"
-    r = run("--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2", "--lr=1e5", f"--csv={out}")
+    # LeNet-5 at a learning rate of 1e5 diverges within a few hundred steps, even in a debug build.
+    r = run("--benchmark_filter=train/lenet5/cifar10/", "--devices=cpu:1/jobs:2", "--lr=1e5", f"--csv={out}")
     [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
     assert row["status"] == "failed" and "job 0 of 2" in row["message"] and "loss" in row["message"]
     assert r.returncode == 1

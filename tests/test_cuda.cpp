@@ -910,34 +910,6 @@ INSTANTIATE_TEST_SUITE_P(Precisions, CudaLayers,
 
 // ---- Whole models ----
 
-// The parameters after one step against the CPU's, relative to the size of the CPU's step: the
-// parameters themselves barely move in one step, so comparing them directly would pass without
-// any update. One ulp of the parameter is forgiven per element, since p - lr v rounds on each side.
-testing::AssertionResult same_update(const Vec& gpu_after, const Vec& cpu_after, const Vec& before, double tol) {
-  if (gpu_after.size() != cpu_after.size() || cpu_after.size() != before.size() || before.empty())
-    return testing::AssertionFailure() << "sizes " << gpu_after.size() << ", " << cpu_after.size() << ", "
-                                       << before.size();
-  std::size_t unmoved = 0;
-  double step2 = 0, err2 = 0;
-  for (std::size_t i = 0; i < before.size(); ++i) {
-    if (!std::isfinite(gpu_after[i]) || !std::isfinite(cpu_after[i]))
-      return testing::AssertionFailure() << "non-finite parameter at " << i;
-    const double step = double(cpu_after[i]) - double(before[i]);
-    unmoved += step == 0.0;
-    step2 += step * step;
-    const float magnitude = std::abs(cpu_after[i]);
-    const double ulp = double(std::nextafter(magnitude, std::numeric_limits<float>::infinity()) - magnitude);
-    const double err = std::max(0.0, std::abs(double(gpu_after[i]) - double(cpu_after[i])) - ulp);
-    err2 += err * err;
-  }
-  if (double(unmoved) > kMaxZeroFraction * double(before.size()))
-    return testing::AssertionFailure() << unmoved << " of " << before.size() << " parameters did not move on the CPU";
-  const double rel = std::sqrt(err2 / step2);
-  if (rel > tol)
-    return testing::AssertionFailure() << "the GPU's step differs from the CPU's by " << rel << " of its size";
-  return testing::AssertionSuccess();
-}
-
 // One fp32 SGD step of a whole model, CPU against GPU from the same parameters and batch: the
 // loss before, the loss after, and every parameter's step. Both are fp32 and differ by summation
 // order (~1e-6); 1e-3 relative holds a step's worth of rounding with margin.
@@ -973,7 +945,8 @@ void check_one_step(const ModelSpec& model, i64 batch, bool shared = false,
   EXPECT_TRUE(agree({gpu.forward()}, {cpu->forward()}, kTol)) << "loss after the step";
   std::size_t i = 0;
   for_each_param(model, batch, [&](int node, int k, const std::string& name) {
-    EXPECT_TRUE(same_update(gpu.read_param(node, k), cpu->read_param(node, k), before[i++], kTol)) << name;
+    EXPECT_TRUE(testing_support::same_update(gpu.read_param(node, k), cpu->read_param(node, k), before[i++], kTol))
+        << name;
   });
 }
 
@@ -1303,23 +1276,6 @@ void on_device_threads(int n, const std::function<void(int)>& fn) {
   });
 }
 
-// How far each precision's replicas may drift from the large batch, relative to the size of the
-// large batch's own steps: fp32 and tf32 differ by summation order only (the same TF32 inputs on
-// both sides); fp16 and bf16 average 16-bit gradients, each rounded to 2^-11 and 2^-8 of itself,
-// which momentum carries over 4 steps. A sum in place of a mean is off by 100%.
-double large_batch_tolerance(Precision p) {
-  switch (p) {
-    case Precision::FP32:
-    case Precision::TF32:
-      return 1e-3;
-    case Precision::FP16:
-      return 2e-2;
-    case Precision::BF16:
-      return 5e-2;
-  }
-  return 0;
-}
-
 class SharedDevice : public testing::TestWithParam<Precision> {
  protected:
   void SetUp() override {
@@ -1372,8 +1328,9 @@ TEST_P(SharedDevice, EqualsLargeBatch) {
     on_device_threads(replicas, [&](int r) { rep[std::size_t(r)]->check_weights_agree(); });
     std::size_t i = 0;
     for_each_param(model, data.batch(), [&](int node, int k, const std::string& param) {
-      EXPECT_TRUE(same_update(rep[std::size_t(replicas - 1)]->read_param(node, k), whole.read_param(node, k),
-                              before[i++], large_batch_tolerance(precision)))
+      EXPECT_TRUE(testing_support::same_update(rep[std::size_t(replicas - 1)]->read_param(node, k),
+                                               whole.read_param(node, k), before[i++],
+                                               testing_support::large_batch_tolerance(precision)))
           << param;
     });
     EXPECT_EQ(rep[0]->stats().steps, 4);
@@ -1437,7 +1394,9 @@ TEST_P(NcclOneRank, TrainsLikeAPlainNetwork) {
       if (std::string(name) == "resnet152")
         EXPECT_LT(testing_support::relative_difference(mine, theirs), 1e-5) << param;
       else
-        EXPECT_TRUE(same_update(mine, theirs, before[i], large_batch_tolerance(precision))) << param;
+        EXPECT_TRUE(
+            testing_support::same_update(mine, theirs, before[i], testing_support::large_batch_tolerance(precision)))
+            << param;
       ++i;
     });
     EXPECT_EQ(replica.stats().buckets, i64(replica.buckets().size()));

@@ -1,14 +1,25 @@
 // Data parallelism across MPI ranks, run by ctest as `mpirun -np 2 test_mpi`: the MPI
 // communicator's collectives, and mpi:2's exact reference: CPU replicas on shards against one
-// network on the whole batch (computed by every rank on its own, without communication).
+// network on the whole batch (computed by every rank on its own, without communication); with a
+// GPU, the same for gpu:2's ranks as emulated nodes sharing it over NCCL (skipped, saying why,
+// without one).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/error.hpp"
 #include "engine/cpu/network.hpp"
+#ifdef TB_HAVE_CUDA
+#include "engine/core/error.hpp"
+#include "engine/cuda/device.hpp"
+#include "engine/cuda/network.hpp"
+#include "engine/parallel/nccl_comm.hpp"
+#endif
 #include "engine/parallel/mpi_comm.hpp"
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"
@@ -72,6 +83,72 @@ TEST(MpiDataParallel, EqualsLargeBatch) {
     EXPECT_GT(replica.stats().bytes, 0);
   }
 }
+
+#ifdef TB_HAVE_CUDA
+// gpu:N across ranks as the emulated-node launcher runs it on a machine with one GPU: every rank
+// on GPU 0, each its own NCCL host (NCCL_HOSTID) over the socket transport on the loopback; each
+// rank trains its shard, against one network of the whole batch on the same GPU in the same
+// precision (the large batch every rank computes on its own).
+class NcclRanks : public testing::TestWithParam<Precision> {
+ protected:
+  void SetUp() override {
+    const cuda::GpuInventory& inventory = cuda::gpu_inventory();
+    if (inventory.devices.empty()) GTEST_SKIP() << "no usable GPU: " << inventory.unavailable;
+    if (std::string why = cuda::precision_unsupported(inventory.devices[0], GetParam()); !why.empty())
+      GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(NcclRanks, AsEmulatedNodesOnOneGpuEqualLargeBatch) {
+  const Precision precision = GetParam();
+  auto bootstrap = parallel::make_mpi_comm(60);
+  const int r = bootstrap->rank(), n = bootstrap->size();
+  // What scripts/emulate_nodes.sh --gpu N sets, before NCCL reads it.
+  ::setenv("NCCL_HOSTID", ("tb-test-node-" + std::to_string(r)).c_str(), 1);
+  ::setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  ::setenv("NCCL_IB_DISABLE", "1", 1);
+  TB_CU(cudaSetDevice(0));
+  for (const auto& [name, dataset, shard] :
+       {std::tuple{"mlp", "mnist", i64(8)}, std::tuple{"lenet5", "cifar10", i64(4)}}) {
+    SCOPED_TRACE(name);
+    const ModelSpec spec = models::workload(name, dataset).spec;
+    const OptimizerConfig sgd{.kind = OptimizerConfig::Kind::SGD, .lr = 0.05, .momentum = 0.9};
+    testing_support::LargeBatch data(spec, shard, n);
+    auto net = std::make_unique<cuda::CudaNetwork>(
+        spec, NetworkOptions{.batch = shard, .optimizer = sgd, .seed = 11 + std::uint64_t(r), .precision = precision});
+    const cudaStream_t stream = net->context().stream;
+    parallel::ReplicaNetwork replica(std::move(net), parallel::make_nccl_comm_mpi(*bootstrap, 0, stream, 60));
+    cuda::CudaNetwork whole(
+        spec, NetworkOptions{.batch = data.batch(), .optimizer = sgd, .seed = 11, .precision = precision});
+    testing_support::copy_params(spec, data.batch(), replica, whole);  // rank 0's, broadcast
+    std::vector<std::vector<float>> before;
+    testing_support::for_each_param(
+        spec, data.batch(), [&](int node, int k, const std::string&) { before.push_back(whole.read_param(node, k)); });
+    std::mt19937 rng(5);  // the same batches on every rank
+    for (int step = 0; step < 4; ++step) {
+      data.draw(rng);
+      StepTimes t;
+      whole.set_batch(data.whole());
+      whole.train_step(t);
+      replica.set_batch(data.shard(r));
+      replica.train_step(t);
+    }
+    replica.check_weights_agree();
+    std::size_t i = 0;
+    testing_support::for_each_param(spec, data.batch(), [&](int node, int k, const std::string& param) {
+      EXPECT_TRUE(testing_support::same_update(replica.read_param(node, k), whole.read_param(node, k), before[i++],
+                                               testing_support::large_batch_tolerance(precision)))
+          << param << " on rank " << r;
+    });
+    EXPECT_GT(replica.stats().bytes, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, NcclRanks, testing::Values(Precision::FP32, Precision::BF16),
+                         [](const testing::TestParamInfo<Precision>& info) {
+                           return std::string(precision_name(info.param));
+                         });
+#endif
 
 }  // namespace
 }  // namespace tb

@@ -69,13 +69,22 @@ def test_a_changed_figure_fails_naming_it(kind, tmp_path):
 
 
 def test_a_changed_copied_table_cell_fails_naming_it(tmp_path):
-    """A cell of the table copied from a summary file, its row and column named."""
-    label = "[resnet152/imagenet fp32 | gpu:1 samples/s]"
-    figure = next(f for f in figures() if f.label == label)
-    text = README.read_text(encoding="utf-8")
-    text = text.replace(f"| {figure.shown} |", f"| {altered(figure.shown)} |", 1)
-    r = check_copy(text, tmp_path)
-    assert r.returncode == 1 and f"figure {label}: the README shows" in r.stdout, r.stdout
+    """A cell of a table copied from a summary file, its row and column named (a README of its
+    own: the project's README quotes its tables cell by cell now)."""
+    summary = tmp_path / "summary.md"
+    summary.write_text("| workload | precision | gpu:1 samples/s |\n| --- | --- | ---: |\n"
+                       "| mlp/mnist | fp32 | 368370 |\n| lstm/sine | fp32 | 15743 |\n", encoding="utf-8")
+    table = ("| workload | precision | gpu:1 samples/s |\n| --- | --- | ---: |\n"
+             "| mlp/mnist | fp32 | {mlp} |\n| lstm/sine | fp32 | 15743 |\n")
+    readme = tmp_path / "README.md"
+    marker = f'# Results\n\n<!-- figures table "{summary.name}" by workload, precision -->\n'
+    readme.write_text(marker + table.format(mlp="368370"), encoding="utf-8")
+    ok = run_script("check_readme.py", readme, "--root", tmp_path)
+    assert ok.returncode == 0, ok.stdout
+    readme.write_text(marker + table.format(mlp="368375"), encoding="utf-8")
+    r = run_script("check_readme.py", readme, "--root", tmp_path)
+    assert r.returncode == 1, r.stdout
+    assert "mlp/mnist" in r.stdout and "gpu:1 samples/s" in r.stdout and "368375" in r.stdout, r.stdout
 
 
 def test_a_marker_naming_a_missing_file_fails_naming_the_file(tmp_path):
