@@ -86,6 +86,11 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   return row;
 }
 
+std::map<std::string, double> epoch_counters(const EpochRecord& r) {
+  return {{"epoch", double(r.epoch)}, {"train_loss", r.train_loss}, {"val_loss", r.val_loss},
+          {"train_acc", r.train_acc}, {"val_acc", r.val_acc},       {"elapsed_s", r.elapsed_s}};
+}
+
 void RowLog::keep(const Row& row) {
   rows_.push_back(row);
   if (csv_) csv_->write_row(row);
@@ -111,15 +116,9 @@ void RowLog::epoch(const BenchInfo& info, const EpochRecord& r) {
   row["run_type"] = "epoch";
   row["status"] = "ok";
   row["iterations"] = std::to_string(r.steps);
-  add_counters(row,
-               {{"epoch", double(r.epoch)},
-                {"train_loss", r.train_loss},
-                {"val_loss", r.val_loss},
-                {"train_acc", r.train_acc},
-                {"val_acc", r.val_acc},
-                {"elapsed_s", r.elapsed_s},
-                {"samples_per_s", double(r.steps * info.batch) / r.train_s}},
-               false);
+  std::map<std::string, double> counters = epoch_counters(r);
+  counters["samples_per_s"] = double(r.steps * info.batch) / r.train_s;
+  add_counters(row, counters, false);
   keep(row);
 }
 

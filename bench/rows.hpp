@@ -21,6 +21,9 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine);
 // The counter columns among `counters`, formatted, into `row` (aggregate: a mean, median, ... row).
 void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate);
 
+// An epoch's counters: epoch, train and validation loss and accuracy, elapsed seconds.
+std::map<std::string, double> epoch_counters(const EpochRecord& r);
+
 // One repetition of a benchmark as it ended: its counters, iterations, and whether it failed.
 struct Repetition {
   std::map<std::string, double> counters;

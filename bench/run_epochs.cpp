@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include "bench/rows.hpp"
 #include "bench/run.hpp"
 #include "datasets/sources.hpp"
 #include "engine/core/error.hpp"
@@ -44,14 +45,8 @@ class EpochsRun final : public BenchmarkRun {
                    *trainer_, PhaseTimes{});
     memory_counters(st, trainer_->network());
     const EpochRecord& last = result_.records.back();
-    auto& c = st.counters;
-    c["epoch"] = double(last.epoch);
-    c["train_loss"] = last.train_loss;
-    c["val_loss"] = last.val_loss;
-    c["train_acc"] = last.train_acc;
-    c["val_acc"] = last.val_acc;
-    c["elapsed_s"] = last.elapsed_s;
-    c["time_to_target_s"] = result_.time_to_target_s;
+    for (const auto& [name, value] : epoch_counters(last)) st.counters[name] = value;
+    st.counters["time_to_target_s"] = result_.time_to_target_s;
     if (info_.target_accuracy > 0 && result_.time_to_target_s < 0)
       throw CheckFailed(fmt::format("validation accuracy {:.4f} after {} epochs never reached the target {:.4f}",
                                     last.val_acc, last.epoch, info_.target_accuracy));

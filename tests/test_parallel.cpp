@@ -353,8 +353,9 @@ TEST(Predict, TheSlowestOfNDrawsIsExpectedHigherTheMoreDevices) {
   EXPECT_GT(parallel::expected_max({1, 2, 3, 4}, 8), parallel::expected_max({1, 2, 3, 4}, 2));
 }
 
-// Every term adds to the step, the band holds the point, and the widest term is named.
-TEST(Predict, TermsAddUpToTheStepWithABandAndTheDominantTermNamed) {
+// One device's 50 ms step of 64 samples with two 1 GB buckets, ready at 10 and 30 ms of it;
+// backward ends at 30 ms, the update at 45.
+parallel::OneDevice two_bucket_step() {
   parallel::OneDevice one;
   one.timeline.bucket_ready_s = {0.010, 0.030};
   one.timeline.bucket_bytes = {1e9, 1e9};
@@ -363,6 +364,12 @@ TEST(Predict, TermsAddUpToTheStepWithABandAndTheDominantTermNamed) {
   one.timeline.steps = 4;
   one.step_s = 0.050;
   one.batch = 64;
+  return one;
+}
+
+// Every term adds to the step, the band holds the point, and the widest term is named.
+TEST(Predict, TermsAddUpToTheStepWithABandAndTheDominantTermNamed) {
+  parallel::OneDevice one = two_bucket_step();
   one.step_times = {0.048, 0.050, 0.050, 0.052};
   one.dp_overhead = {0.001, 0.0005, 0.0015};
   one.sharing = {1.2, 1.1, 1.3};
@@ -392,14 +399,7 @@ TEST(Predict, TermsAddUpToTheStepWithABandAndTheDominantTermNamed) {
 }
 
 TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
-  parallel::OneDevice one;
-  one.timeline.bucket_ready_s = {0.010, 0.030};
-  one.timeline.bucket_bytes = {1e9, 1e9};
-  one.timeline.backward_end_s = 0.030;
-  one.timeline.step_end_s = 0.045;
-  one.timeline.steps = 1;
-  one.step_s = 0.050;
-  one.batch = 64;
+  const parallel::OneDevice one = two_bucket_step();
   parallel::Link host{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
   host.overlaps_compute = false;
   const parallel::Prediction p = parallel::predict(one, 2, host);
