@@ -2,6 +2,8 @@
 // jobs are timed on.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <set>
 #include <string>
@@ -10,6 +12,7 @@
 #include "bench/columns.hpp"
 #include "bench/device_kinds.hpp"
 #include "bench/jobs.hpp"
+#include "bench/summary.hpp"
 #include "engine/core/error.hpp"
 
 namespace tb::bench {
@@ -79,6 +82,30 @@ TEST(Counters, OneThatIsNoColumnStopsTheRowNamingIt) {
   EXPECT_THROW(counter_cells({{"benchmark", 1}}, false), Error);  // an identity column is no counter
   // A bit mask means nothing averaged: aggregate rows leave it out.
   EXPECT_EQ(counter_cells({{"gpu_throttle", 4}}, true).count("gpu_throttle"), 0u);
+}
+
+// ---- the summary ----
+
+Row summary_row(const std::string& device, const std::string& precision, const std::string& batch, double rate) {
+  return Row{{"kind", "train"},          {"status", "ok"},        {"run_type", "iteration"},
+             {"model", "resnet152"},     {"dataset", "imagenet"}, {"device", device},
+             {"precision", precision},   {"batch", batch},        {"samples_per_s", fmt::format("{}", rate)},
+             {"measurement", "measured"}};
+}
+
+// x cpu pairs a GPU row with the cpu row of its precision where there is one, else fp32, and says
+// what differs (the report draws the same pairs: tests/scripts/test_speedup_pairs.py).
+TEST(Summary, XCpuSaysWhatDiffersBetweenThePair) {
+  const std::vector<Row> rows{summary_row("cpu", "fp32", "8", 12), summary_row("gpu:1", "fp32", "128", 396),
+                              summary_row("gpu:1", "bf16", "128", 2244)};
+  const std::string text = summary_table(rows, false);
+  EXPECT_NE(text.find("33.00x (bs 128 vs 8)"), std::string::npos) << text;
+  EXPECT_NE(text.find("187.00x (bf16 vs fp32, bs 128 vs 8)"), std::string::npos) << text;
+  // A pair of the same precision and batch says nothing more.
+  const std::string same =
+      summary_table({summary_row("cpu", "fp32", "128", 10), summary_row("gpu:1", "fp32", "128", 50)}, false);
+  EXPECT_NE(same.find("5.00x "), std::string::npos) << same;
+  EXPECT_EQ(same.find(" vs "), std::string::npos) << same;
 }
 
 // ---- device kinds ----

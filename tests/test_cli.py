@@ -718,6 +718,33 @@ def test_jobs_are_separate_processes_each_measured_on_its_own(tmp_path):
                                      "train/lstm/sine/gpu:1/jobs:2/fp32/bs:20/iterations:1"]
 
 
+def test_a_filter_matching_nothing_gives_the_name_grammar_and_the_nearest_names():
+    """Tried as a new user would: with --optimizer=sgd the MLP's name ends with its variant, so
+    a filter ending at bs:100$ matches nothing; the error must say why and what is near."""
+    r = run("--optimizer=sgd", "--benchmark_filter=train/mlp/mnist/cpu/fp32/bs:100$")
+    assert r.returncode == 2
+    assert "bs:<n>[/<variant>]" in r.stderr and "a filter ending in bs:<n>$ misses it" in r.stderr
+    nearest = r.stderr.split("Nearest names with these flags: ")[1].split(". List them")[0].split(", ")
+    assert nearest[0] == "train/mlp/mnist/cpu/fp32/bs:100/optimizer:sgd/lr:0.01", nearest
+
+
+def test_a_summary_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    out = tmp_path / "run.csv"
+    for bad, why in ((tmp_path / "no-such-folder" / "s.md", "does not exist"), (tmp_path, "is a folder")):
+        r = run("--benchmark_filter=train/lstm/sine/cpu/", f"--summary={bad}", f"--csv={out}", *FAST)
+        assert r.returncode == 2 and f"--summary={bad}" in r.stderr and why in r.stderr, r.stderr
+        assert not out.exists(), "nothing measured, nothing written"
+
+
+def test_google_benchmarks_debug_warning_is_said_for_what_it_is():
+    r = run("--benchmark_filter=train/lstm/sine/cpu/", *FAST)
+    assert r.returncode == 0, r.stderr
+    assert "***WARNING*** Library was built as DEBUG" not in r.stdout + r.stderr
+    # Debian's libbenchmark is a debug build: the note replaces its warning (absent elsewhere).
+    if "debug build" in r.stderr:
+        assert "every figure trainbench prints or writes comes from trainbench's own wall clock" in r.stderr
+
+
 def test_jobs_beyond_the_cores_are_refused_before_any_process_starts(tmp_path):
     """A typo such as cpu:1/jobs:100000 once started processes without bound."""
     out = tmp_path / "run.csv"
