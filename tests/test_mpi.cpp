@@ -29,6 +29,20 @@
 namespace tb {
 namespace {
 
+// Four SGD steps of the same batches on every rank: the whole batch on `whole`, rank r's shard on
+// its replica.
+void train_alike(testing_support::LargeBatch& data, Network& whole, Network& replica, int r) {
+  std::mt19937 rng(5);
+  for (int step = 0; step < 4; ++step) {
+    data.draw(rng);
+    StepTimes t;
+    whole.set_batch(data.whole());
+    whole.train_step(t);
+    replica.set_batch(data.shard(r));
+    replica.train_step(t);
+  }
+}
+
 TEST(MpiComm, CollectivesAgreeAcrossRanks) {
   auto comm = parallel::make_mpi_comm(60);
   const int r = comm->rank(), n = comm->size();
@@ -69,15 +83,7 @@ TEST(MpiDataParallel, EqualsLargeBatch) {
         std::move(comm), std::size_t(4) << 10);
     cpu::CpuNetwork whole(spec, NetworkOptions{.batch = data.batch(), .optimizer = sgd, .seed = 11});
     testing_support::copy_params(spec, data.batch(), replica, whole);  // rank 0's, broadcast
-    std::mt19937 rng(5);                                               // the same batches on every rank
-    for (int step = 0; step < 4; ++step) {
-      data.draw(rng);
-      StepTimes t;
-      whole.set_batch(data.whole());
-      whole.train_step(t);
-      replica.set_batch(data.shard(r));
-      replica.train_step(t);
-    }
+    train_alike(data, whole, replica, r);
     replica.check_weights_agree();
     testing_support::expect_params_match(spec, data.batch(), replica, whole, 1e-4, "rank " + std::to_string(r));
     EXPECT_GT(replica.stats().bytes, 0);
@@ -124,15 +130,7 @@ TEST_P(NcclRanks, AsEmulatedNodesOnOneGpuEqualLargeBatch) {
     std::vector<std::vector<float>> before;
     testing_support::for_each_param(
         spec, data.batch(), [&](int node, int k, const std::string&) { before.push_back(whole.read_param(node, k)); });
-    std::mt19937 rng(5);  // the same batches on every rank
-    for (int step = 0; step < 4; ++step) {
-      data.draw(rng);
-      StepTimes t;
-      whole.set_batch(data.whole());
-      whole.train_step(t);
-      replica.set_batch(data.shard(r));
-      replica.train_step(t);
-    }
+    train_alike(data, whole, replica, r);
     replica.check_weights_agree();
     std::size_t i = 0;
     testing_support::for_each_param(spec, data.batch(), [&](int node, int k, const std::string& param) {
