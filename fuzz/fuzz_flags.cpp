@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/flags.hpp"
+#include "bench/cli/flags.hpp"
 #include "engine/core/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

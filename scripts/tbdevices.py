@@ -1,5 +1,5 @@
 """A row's device as trainbench names it: the one parser the scripts share (tbcsv, tbfilters,
-tbplot), held against the C++ table of device kinds (bench/device_kinds.cpp) by
+tbplot), held against the C++ table of device kinds (bench/plan/device_kinds.cpp) by
 tests/scripts/test_devices.py, which compares KINDS with `trainbench --list_configs --json`.
 
     cpu               all cores, one replica            cpu:T             T threads

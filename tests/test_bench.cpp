@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/columns.hpp"
-#include "bench/device_kinds.hpp"
-#include "bench/jobs.hpp"
-#include "bench/summary.hpp"
+#include "bench/output/columns.hpp"
+#include "bench/output/summary.hpp"
+#include "bench/plan/device_kinds.hpp"
+#include "bench/run/jobs.hpp"
 #include "engine/core/error.hpp"
 
 namespace tb::bench {

@@ -36,7 +36,7 @@ std::unique_ptr<Communicator> world_comm();
 
 // How the replicas of one benchmark communicate: one communicator per local replica's network
 // (null where it does not communicate), over `world` (a world_comm()) where the replicas span
-// MPI ranks. Each wiring is one way; the harness's table of device kinds (bench/device_kinds.cpp)
+// MPI ranks. Each wiring is one way; the harness's table of device kinds (bench/plan/device_kinds.cpp)
 // names the one each kind uses, and a harness never names a library. Throws tb::Error where
 // this build lacks the library a wiring needs.
 using Communicators = std::vector<std::unique_ptr<Communicator>>;

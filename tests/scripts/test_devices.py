@@ -1,5 +1,5 @@
 """The scripts' device grammar (scripts/tbdevices.py) against the C++ table of device kinds
-(bench/device_kinds.cpp, `trainbench --list_configs --json`): one grammar, two languages."""
+(bench/plan/device_kinds.cpp, `trainbench --list_configs --json`): one grammar, two languages."""
 import json
 import os
 import subprocess
@@ -27,7 +27,7 @@ def cpp_kinds():
 
 def test_the_scripts_parse_every_device_the_cpp_table_writes_alike():
     """Every kind's pattern, backend and run are the scripts' too, and nothing more: a kind added
-    to bench/device_kinds.cpp fails here until tbdevices.KINDS has it."""
+    to bench/plan/device_kinds.cpp fails here until tbdevices.KINDS has it."""
     cpp = {(k["pattern"], k["backend"], k["run"]) for k in cpp_kinds()}
     assert cpp == set(tbdevices.KINDS)
 

@@ -154,7 +154,7 @@ def test_gpu_names_carry_the_precision_and_the_gpu_batch(tmp_path):
     (["--optimizer=sgd", "--lr=0.001"], "/optimizer:sgd"),
 ])
 def test_names_carry_trainbench_s_variant_of_the_same_flags(tmp_path, flags, variant):
-    """bench/configs.cpp variant_of: what differs from the workload's own optimizer and lr, so
+    """bench/plan/configs.cpp variant_of: what differs from the workload's own optimizer and lr, so
     that a peer row matches the trainbench row of the same flags."""
     message = one_line(run("--threads=1", "--filter=no-such-benchmark", *flags,
                            "--trainbench", fake_trainbench(tmp_path)))

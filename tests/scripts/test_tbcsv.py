@@ -78,9 +78,9 @@ def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
 
 def source_columns() -> tuple[str, list[str]]:
     """kSchemaVersion and the CSV's column names as bench/ spells them: the table of
-    bench/columns.cpp (`{"name", kind...}` entries of its groups), or before it,
-    csv_columns()'s list of names in bench/csv.cpp."""
-    bench = ROOT / "bench"
+    bench/output/columns.cpp (`{"name", kind...}` entries of its groups), or before it,
+    csv_columns()'s list of names in bench/output/csv.cpp."""
+    bench = ROOT / "bench" / "output"
     headers = " ".join(p.read_text() for p in sorted(bench.glob("*.hpp")))
     version = re.search(r'kSchemaVersion\s*=\s*"([^"]*)"', headers)
     table = bench / "columns.cpp"

@@ -23,7 +23,7 @@ class Trial:
 def timed(session: Session, n: int) -> Trial:
     """n steps: their wall time (on a GPU until the device has finished them) and on a GPU
     also their device time, the sum of each step's CUDA events, as trainbench measures its
-    own (bench/harness.cpp run_train): the host's gaps between steps count in the wall time
+    own (bench/run/harness.cpp run_train): the host's gaps between steps count in the wall time
     only. The events are made before the clock starts."""
     if not session.cuda:
         wall0, cpu0 = time.perf_counter(), time.process_time()

@@ -11,7 +11,7 @@ from pathlib import Path
 from torchpeer import PROG, ROOT, InputError
 from torchpeer.workloads import Workload, json_fields, workload_from_json
 
-# The schema_version trainbench writes (bench/columns.hpp kSchemaVersion, results/SCHEMA.md),
+# The schema_version trainbench writes (bench/output/columns.hpp kSchemaVersion, results/SCHEMA.md),
 # and the columns of versions 4 and 5 the peer fills: a trainbench without them is refused.
 SCHEMA_VERSION = "5"
 SCHEMA_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings", "device_step_time_s",

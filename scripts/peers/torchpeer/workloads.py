@@ -119,7 +119,7 @@ def batch_of(w: Workload, args) -> int:
 
 def optimizer_of(w: Workload, batch: int, args) -> Optimizer:
     """What trainbench trains the workload with at this batch under the same --optimizer and
-    --lr (bench/registry.cpp): the workload's own, its lr scaled with the batch where it has a
+    --lr (bench/plan/configs.cpp): the workload's own, its lr scaled with the batch where it has a
     reference batch; --optimizer changes the kind and resets lr to sgd 0.01, adam 0.001;
     --lr sets lr. Momentum, weight decay, betas and eps stay the workload's."""
     o = w.optimizer
@@ -134,7 +134,7 @@ def optimizer_of(w: Workload, batch: int, args) -> Optimizer:
 
 
 def variant_of(w: Workload, batch: int, args) -> str:
-    """trainbench's variant (bench/configs.cpp variant_of) for the flags the peer shares
+    """trainbench's variant (bench/plan/configs.cpp variant_of) for the flags the peer shares
     with it: the optimizer and learning rate where they differ from the workload's own, and on a
     GPU data_on_device (the peer's data is always resident there). The peer's own settings
     are not part of it: they are in peer_settings."""

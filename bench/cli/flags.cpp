@@ -1,5 +1,5 @@
 // Parsing of trainbench's flags, strict about values so that a typo fails before measuring.
-#include "bench/flags.hpp"
+#include "bench/cli/flags.hpp"
 
 #include <charconv>
 #include <cmath>

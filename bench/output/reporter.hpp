@@ -1,5 +1,5 @@
 // The display reporter: Google Benchmark's console output with a trainbench header and the
-// counters bench/columns.cpp marks for the console, one line per skipped configuration, and one
+// counters bench/output/columns.cpp marks for the console, one line per skipped configuration, and one
 // CSV row per run with every counter and the machine context.
 #pragma once
 
@@ -11,11 +11,11 @@
 
 #include <benchmark/benchmark.h>
 
-#include "bench/context.hpp"
-#include "bench/csv.hpp"
-#include "bench/flags.hpp"
-#include "bench/harness.hpp"
-#include "bench/rows.hpp"
+#include "bench/cli/context.hpp"
+#include "bench/cli/flags.hpp"
+#include "bench/output/csv.hpp"
+#include "bench/output/rows.hpp"
+#include "bench/run/harness.hpp"
 #include "engine/train/epochs.hpp"
 
 namespace tb::bench {

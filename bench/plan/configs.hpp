@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench/device_kinds.hpp"
-#include "bench/flags.hpp"
+#include "bench/cli/flags.hpp"
+#include "bench/plan/device_kinds.hpp"
 #include "datasets/loader.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/network.hpp"

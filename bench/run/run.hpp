@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/configs.hpp"
-#include "bench/flags.hpp"
+#include "bench/cli/flags.hpp"
+#include "bench/plan/configs.hpp"
 #include "engine/parallel/predict.hpp"
 #include "engine/train/epochs.hpp"
 

@@ -1,5 +1,5 @@
 // The benchmarks of one run under Google Benchmark, owned by main: it registers them and, for
-// each call of a benchmark's body, hands the benchmark's run (bench/run.hpp: prepare, warm up,
+// each call of a benchmark's body, hands the benchmark's run (bench/run/run.hpp: prepare, warm up,
 // timed steps, counters, report) Google Benchmark's state, then keeps the repetition it
 // reported, or the failure that ended it, for the CSV. Between rows it holds what one row needs
 // of another: the baselines of scaling efficiency, the timelines predictions are made from, and
@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "bench/configs.hpp"
-#include "bench/flags.hpp"
-#include "bench/predict.hpp"
-#include "bench/rows.hpp"
-#include "bench/run.hpp"
+#include "bench/cli/flags.hpp"
+#include "bench/output/rows.hpp"
+#include "bench/plan/configs.hpp"
+#include "bench/predict/predict.hpp"
+#include "bench/run/run.hpp"
 #include "engine/train/epochs.hpp"
 
 namespace benchmark {
@@ -55,7 +55,7 @@ class Harness {
   std::string nvidia_driver() const;
   // Frees the benchmark kept between Google Benchmark's invocations (before MPI is finalised).
   void release_sessions();
-  // What the runs measured for predictions, and the predictions made (bench/predict.hpp).
+  // What the runs measured for predictions, and the predictions made (bench/predict/predict.hpp).
   Predictor& predictor() { return predictor_; }
 
  private:

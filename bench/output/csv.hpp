@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/columns.hpp"
+#include "bench/output/columns.hpp"
 #include "engine/core/error.hpp"
 
 namespace tb::bench {

@@ -1,5 +1,5 @@
 // Reading the machine context.
-#include "bench/context.hpp"
+#include "bench/cli/context.hpp"
 
 #include <omp.h>
 #include <sys/utsname.h>

@@ -1,5 +1,5 @@
 // The columns every row of a benchmark shares (rows.hpp).
-#include "bench/rows.hpp"
+#include "bench/output/rows.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -4,8 +4,8 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "bench/rows.hpp"
-#include "bench/run.hpp"
+#include "bench/output/rows.hpp"
+#include "bench/run/run.hpp"
 #include "datasets/sources.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/trainer.hpp"

@@ -1,6 +1,6 @@
 // The end-of-run summary (summary.hpp), built from the run's CSV rows so that it shows exactly
 // what the CSV holds: medians over repetitions, and predicted rows marked as such.
-#include "bench/summary.hpp"
+#include "bench/output/summary.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/median.hpp"
+#include "bench/output/median.hpp"
 
 namespace tb::bench {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/configs.hpp"
-#include "bench/flags.hpp"
+#include "bench/cli/flags.hpp"
+#include "bench/plan/configs.hpp"
 
 namespace tb::bench {
 

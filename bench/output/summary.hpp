@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/csv.hpp"
+#include "bench/output/csv.hpp"
 
 namespace tb::bench {
 

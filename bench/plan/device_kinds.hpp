@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "bench/flags.hpp"
+#include "bench/cli/flags.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/world.hpp"
 
 namespace tb::bench {
 
-// How a configuration's benchmarks run (bench/run.hpp picks the run): one replica in this
+// How a configuration's benchmarks run (bench/run/run.hpp picks the run): one replica in this
 // process; several replicas stepped together (threads, GPUs, ranks); or separate processes
 // that time themselves (jobs).
 enum class RunKind { OneReplica, Replicas, Processes };

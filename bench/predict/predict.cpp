@@ -1,5 +1,5 @@
 // Predicted N-device rows (predict.hpp): choosing links and device counts, the model, the rows.
-#include "bench/predict.hpp"
+#include "bench/predict/predict.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/rows.hpp"
+#include "bench/output/rows.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/world.hpp"
 

@@ -1,10 +1,10 @@
 // The --list_models and --list_configs outputs (listing.hpp).
-#include "bench/listing.hpp"
+#include "bench/cli/listing.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/device_kinds.hpp"
+#include "bench/plan/device_kinds.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"

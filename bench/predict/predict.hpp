@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/configs.hpp"
-#include "bench/context.hpp"
-#include "bench/csv.hpp"
+#include "bench/cli/context.hpp"
+#include "bench/output/csv.hpp"
+#include "bench/plan/configs.hpp"
 #include "engine/parallel/predict.hpp"
 
 namespace tb::bench {

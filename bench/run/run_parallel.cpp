@@ -1,11 +1,11 @@
 // Runs of several replicas: data parallelism in this process (one thread per GPU or CPU replica,
 // and ranks under mpirun), replicas on threads stepping independently (threads:K), and jobs as
-// separate processes (jobs:K, bench/jobs.hpp).
+// separate processes (jobs:K, bench/run/jobs.hpp).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "bench/jobs.hpp"
-#include "bench/run.hpp"
+#include "bench/run/jobs.hpp"
+#include "bench/run/run.hpp"
 #include "datasets/sources.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/replica_run.hpp"

@@ -10,10 +10,10 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "bench/jobs.hpp"
-#include "bench/median.hpp"
-#include "bench/predict.hpp"
-#include "bench/run.hpp"
+#include "bench/output/median.hpp"
+#include "bench/predict/predict.hpp"
+#include "bench/run/jobs.hpp"
+#include "bench/run/run.hpp"
 #include "datasets/sources.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
@@ -199,7 +199,7 @@ class TrainRun final : public BenchmarkRun {
         w.size, w.nodes, fastest * 1e3, slowest * 1e3, alone * 1e3);
   }
 
-  // A job of gpu:1/jobs:K (bench/jobs.hpp): its steps run in the window every job agreed on,
+  // A job of gpu:1/jobs:K (bench/run/jobs.hpp): its steps run in the window every job agreed on,
   // and when each ended goes to the process that started the jobs.
   Window job_steps(benchmark::State& st) {
     TimedWindow window(*this);

@@ -1,6 +1,6 @@
 // What every kind of run shares (run.hpp): the walk through the stages, the timed window with
 // NVML's sampler, and the counters of the timed steps.
-#include "bench/run.hpp"
+#include "bench/run/run.hpp"
 
 #include <omp.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/median.hpp"
+#include "bench/output/median.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"

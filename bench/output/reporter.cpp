@@ -1,5 +1,5 @@
 // Console and CSV reporting of each run.
-#include "bench/reporter.hpp"
+#include "bench/output/reporter.hpp"
 
 #include <unistd.h>
 
@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/columns.hpp"
-#include "bench/predict.hpp"
-#include "bench/rows.hpp"
+#include "bench/output/columns.hpp"
+#include "bench/output/rows.hpp"
+#include "bench/predict/predict.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/world.hpp"
 
@@ -228,7 +228,7 @@ double run_rate(const std::vector<benchmark::BenchmarkReporter::Run>& runs, cons
 
 }  // namespace
 
-// The predicted rows of each one-device train benchmark in `runs` (bench/predict.hpp), written
+// The predicted rows of each one-device train benchmark in `runs` (bench/predict/predict.hpp), written
 // and shown after it; and each measured multi-device row beside the predictions made for it.
 void Reporter::report_predictions(const std::vector<Run>& runs) {
   std::set<std::string> seen;

@@ -5,7 +5,7 @@
 
 #include <ostream>
 
-#include "bench/flags.hpp"
+#include "bench/cli/flags.hpp"
 
 namespace tb::bench {
 
@@ -16,7 +16,7 @@ void list_models(std::ostream& out, const Flags& flags);
 // "forward_flops_per_sample", "train_flops_per_sample"}, ...]}; --batch sets batch and gpu_batch.
 void list_models_json(std::ostream& out, const Flags& flags);
 
-// trainbench --list_configs: the device kinds (bench/device_kinds.hpp) as a table, or (--json) as
+// trainbench --list_configs: the device kinds (bench/plan/device_kinds.hpp) as a table, or (--json) as
 // {"format": 1, "grammar", "kinds": [{"name", "grammar", "pattern", "label", "backend", "run",
 // "communicates", "across_ranks", "one_process", "shares_device"}, ...]}: what the scripts'
 // parser of a row's device (scripts/tbdevices.py) is held against.

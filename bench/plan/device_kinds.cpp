@@ -1,6 +1,6 @@
 // The table of device kinds (device_kinds.hpp): each kind's grammar, needs, counts, wiring and
 // label, one entry each, tried in order.
-#include "bench/device_kinds.hpp"
+#include "bench/plan/device_kinds.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -1,6 +1,6 @@
 // Jobs as processes (jobs.hpp): spawning, the window every job agrees on, and combining what the
 // jobs did inside it.
-#include "bench/jobs.hpp"
+#include "bench/run/jobs.hpp"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -24,7 +24,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/csv.hpp"
+#include "bench/output/csv.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
 

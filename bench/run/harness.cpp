@@ -1,7 +1,7 @@
 // What a benchmark does (harness.hpp): skip what cannot run, warn of a loaded machine, walk the
-// benchmark's run (bench/run.hpp), keep its repetition for the CSV or fail its row alone; and
+// benchmark's run (bench/run/run.hpp), keep its repetition for the CSV or fail its row alone; and
 // the predicted rows made from the timelines the runs recorded.
-#include "bench/harness.hpp"
+#include "bench/run/harness.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,9 +10,9 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "bench/columns.hpp"
-#include "bench/csv.hpp"
-#include "bench/jobs.hpp"
+#include "bench/output/columns.hpp"
+#include "bench/output/csv.hpp"
+#include "bench/run/jobs.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"

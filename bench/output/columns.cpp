@@ -1,7 +1,7 @@
 // The table of the CSV's columns (columns.hpp), in schema version 5's order: version 2's
 // columns, then the NVML ones (telemetry/), then version 4's identity, load and link columns,
 // then version 5's device clock, prediction band, jobs window and nodes.
-#include "bench/columns.hpp"
+#include "bench/output/columns.hpp"
 
 #include <algorithm>
 
@@ -213,10 +213,11 @@ std::map<std::string, std::string> counter_cells(const std::map<std::string, dou
     // A counter that is no column is a misspelt name (or a column not yet in the table): it
     // would be lost from every row, so it stops the run where it is written.
     if (!c || c->kind != ColumnKind::Counter)
-      throw Error(fmt::format(
-          "counter '{}' is not a measurement column of the CSV: spell it as bench/columns.cpp does, or add it there "
-          "and to results/SCHEMA.md",
-          name));
+      throw Error(
+          fmt::format("counter '{}' is not a measurement column of the CSV: spell it as bench/output/columns.cpp does, "
+                      "or add it there "
+                      "and to results/SCHEMA.md",
+                      name));
     if (aggregate && !c->aggregates) continue;
     cells[name] = c->format ? c->format(value) : number(value);
   }

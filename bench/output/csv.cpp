@@ -1,5 +1,5 @@
 // Writing the CSV, and refusing to mix schemas in one file.
-#include "bench/csv.hpp"
+#include "bench/output/csv.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>

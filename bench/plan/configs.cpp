@@ -1,5 +1,5 @@
 // Planning a run's benchmarks (configs.hpp) from the flags, the workloads and this machine.
-#include "bench/configs.hpp"
+#include "bench/plan/configs.hpp"
 
 #include <algorithm>
 #include <charconv>
