@@ -26,6 +26,7 @@
 #include "bench/output/reporter.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/output/summary.hpp"
+#include "bench/predict/after_run.hpp"
 #include "bench/run/harness.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
@@ -76,17 +77,16 @@ void add_json_context(const tb::bench::MachineContext& m, const std::vector<tb::
 }
 
 // The summary table after the last benchmark: on stdout (stderr where stdout carries JSON or
-// CSV), and as Markdown in --summary=FILE.
-void write_summary(const std::vector<tb::bench::Row>& rows, const tb::bench::Flags& flags) {
+// CSV), and as Markdown in --summary=FILE (opened before anything was measured).
+void write_summary(const std::vector<tb::bench::Row>& rows, const tb::bench::Flags& flags, std::ofstream* file) {
   const std::string text = tb::bench::summary_table(rows, false);
   if (text.empty()) return;
   std::ostream& out = flags.benchmark_format == "console" ? std::cout : std::cerr;
   out << "\nSummary\n" << text << std::flush;
-  if (flags.summary.empty()) return;
-  std::ofstream file(flags.summary);
-  file << tb::bench::summary_table(rows, true);
-  file.close();
-  if (!file)
+  if (!file) return;
+  *file << tb::bench::summary_table(rows, true);
+  file->close();
+  if (!*file)
     std::cerr << fmt::format(
         "trainbench: error: --summary={}: cannot write the summary there (the CSV holds every "
         "row)\n",
@@ -127,10 +127,10 @@ std::vector<std::string> nearest_names(std::string filter, const std::vector<tb:
   return out;
 }
 
-// --summary=FILE must be writable before anything is measured: a run of hours that cannot leave
-// its table behind is refused now.
-void check_summary_file(const std::string& path) {
-  if (path.empty()) return;
+// --summary=FILE is opened (created, or emptied) before anything is measured: a run of hours that
+// cannot leave its table behind is refused now, with exit status 2.
+std::unique_ptr<std::ofstream> open_summary_file(const std::string& path) {
+  if (path.empty()) return nullptr;
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path file(path);
@@ -140,10 +140,12 @@ void check_summary_file(const std::string& path) {
   if (!fs::is_directory(folder, ec))
     throw tb::InputError(fmt::format("--summary={}: the folder {} does not exist; create it or give another file", path,
                                      folder.string()));
-  const bool exists = fs::exists(file, ec);
-  if (::access(exists ? path.c_str() : folder.c_str(), W_OK) != 0)
-    throw tb::InputError(fmt::format("--summary={}: {} cannot be written here ({}); give a file you may write", path,
-                                     exists ? "the file" : "a file in " + folder.string(), std::strerror(errno)));
+  errno = 0;
+  auto out = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
+  if (!*out)
+    throw tb::InputError(fmt::format("--summary={}: the file cannot be created there ({}); give a file you may write",
+                                     path, errno ? std::strerror(errno) : "refused"));
+  return out;
 }
 
 // Under mpirun every rank must measure the same run: a rank started with other flags (mpirun -np 1
@@ -203,6 +205,7 @@ std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
 struct Setup {
   tb::bench::MachineContext machine;
   std::unique_ptr<tb::bench::Harness> harness;
+  std::unique_ptr<std::ofstream> summary;
   std::unique_ptr<tb::bench::CsvWriter> csv;
   std::unique_ptr<tb::bench::RowLog> rows;
 };
@@ -211,7 +214,7 @@ struct Setup {
 void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
   using namespace tb::bench;
   run.harness = std::make_unique<Harness>(flags, run.machine.cores);
-  if (!listing && rank == 0) check_summary_file(flags.summary);
+  if (!listing && rank == 0) run.summary = open_summary_file(flags.summary);
   if (!flags.csv.empty() && !listing && rank == 0) run.csv = std::make_unique<CsvWriter>(flags.csv);
   // The epochs' lines go beside the console table, or to stderr where stdout carries JSON or CSV.
   run.rows =
@@ -230,7 +233,7 @@ void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
 int finish(const Setup& run, const tb::bench::Reporter& reporter, const tb::bench::Flags& flags, std::size_t ran,
            bool listing) {
   using namespace tb::bench;
-  if (ran > 0 && !listing) write_summary(run.rows->rows(), flags);
+  if (ran > 0 && !listing) write_summary(run.rows->rows(), flags, run.summary.get());
   if (ran == 0) {
     std::cerr << fmt::format(
         "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
@@ -275,10 +278,26 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   const bool json_out = has_prefix(argc, argv, "--benchmark_out=");  // before Initialize takes it away
+  // Every call of a benchmark is one repetition of trainbench's own steps (bench/run/run.hpp
+  // StepBudget): Google Benchmark takes each as it comes, sizing nothing, and names the benchmark
+  // as trainbench does (no /iterations:N).
+  std::vector<char*> gb_argv(argv, argv + argc);
+  char no_min_time[] = "--benchmark_min_time=0";
+  gb_argv.push_back(no_min_time);
+  argc = int(gb_argv.size());
+  argv = gb_argv.data();
   benchmark::Initialize(&argc, argv);
   if (argc > 1) {
     std::cerr << fmt::format("trainbench: error: unknown flag '{}' (see trainbench --help)\n", argv[1]);
     return kUsageError;
+  }
+  if (!flags.predict_from.empty()) {
+    try {
+      return predict_from_csv(flags, read_machine_context());
+    } catch (const tb::Error& e) {
+      std::cerr << "trainbench: error: " << e.what() << "\n";
+      return kUsageError;
+    }
   }
   const bool listing = has_flag(argc, argv, "--benchmark_list_tests");
   const int rank = tb::parallel::world().rank;

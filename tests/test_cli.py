@@ -113,7 +113,7 @@ def test_filter_that_matches_nothing_is_an_error():
     ("--gpus=x", "--gpus"),
     ("--gpu_memory_limit=lots", "--gpu_memory_limit"),
     ("--gpu_memory_limit=1.5", "--gpu_memory_limit"),
-    ("--devices=gpu:2/jobs:2", "jobs share one GPU"),
+    ("--devices=gpu:2/jobs:2", "jobs are K processes on one GPU"),
     ("--devices=mpi:x", "mpi:x"),
     ("--iterations=0", "--iterations"),
     ("--gpus=0,1,1", "--gpus=0,1,1"),

@@ -39,7 +39,7 @@ double parse_positive(const std::string& flag, const std::string& v, double max,
 // Ranges of the integer flags: far beyond any sensible run, well inside the types they feed.
 constexpr std::int64_t kMaxBatch = std::int64_t(1) << 20, kMaxSteps = 1'000'000'000, kMaxThreads = 1024,
                        kMaxEpochs = 1'000'000, kMaxRepetitions = 1'000'000, kMaxGpu = 1023,
-                       kMaxSeed = std::numeric_limits<std::int64_t>::max();
+                       kMaxSeed = std::numeric_limits<std::int64_t>::max(), kMaxNodes = 100000;
 
 // Google Benchmark's own flags are left for it, but checked here: it aborts on some values
 // (repetitions below 1) and calls others an unknown flag (a min_time it cannot parse).
@@ -152,6 +152,17 @@ trainbench flags:
                         pcie5, ib_ndr400, measured (the run's MPI world, swept at start-up) or
                         BUSBW_GBPS[,LATENCY_US]. Default: nvlink4 for GPU rows, measured for
                         CPU rows under mpirun (none otherwise). See docs/prediction.md
+  --nodes=M             predicted devices spread over M nodes (N = M x devices per node), joined
+                        by --network=NAME|BUSBW_GBPS[,LATENCY_US][xNICS]: ib_ndr400, ib_ndr400x8
+                        (8 NICs per node, a DGX H100), 100gbe, 25gbe, 10gbe; --link is then the
+                        link within a node
+  --predict_from=CSV    no training: predicted rows from the one-device rows of an earlier run's
+                        CSV (their prediction_inputs column), for --devices=gpu:N,mpi:N (default
+                        2, 4, 8 devices), --link, --nodes and --network; with --csv=OUT
+  --replay_from=CSV     under mpirun -np N: each one-device row of CSV (filtered) replayed on
+                        N ranks: its measured compute waited out step by step, its gradient
+                        buckets all-reduced for real at their measured times (mpi:N rows,
+                        measurement=replayed)
   --timeline=on|off     record when each gradient bucket becomes ready in one-device rows, for
                         predictions (default on; off measures the step without its marks)
   --gpu_memory_limit=X  cap on the device memory trainbench may use: bytes (8GiB, 512MiB,
@@ -174,8 +185,8 @@ and started together; gpu:1/threads:K runs them as threads of one process), and 
 mpirun -np N: mpi:N (one
 CPU replica per rank, MPI all-reduce) and gpu:N (one GPU per rank, NCCL). The global batch
 is N x --batch.
-  --iterations=N        timed steps of every run under mpirun (default 20; all ranks must
-                        agree, so Google Benchmark's adaptive count is off there)
+  --iterations=N        timed steps of every repetition (default: under mpirun 20, where all
+                        ranks must agree; elsewhere as many as --benchmark_min_time takes)
   --warmup_steps=N      training steps before timing starts (default 2; 200 for lenet5, whose
                         sigmoids learn nothing for about the first 100 steps)
   --optimizer=sgd|adam  override each model's optimizer (sgd = SGD with momentum 0.9)
@@ -212,14 +223,16 @@ std::string usage() { return std::string(usage_benchmarks()) + usage_training();
 
 namespace {
 
-void parse_links(Flags& f, const std::string& v) {
-  f.links.clear();
+// A list joined by '+' (checked by the predictor: parse_link, parse_network).
+std::vector<std::string> plus_list(const std::string& v) {
+  std::vector<std::string> out;
   std::size_t start = 0;
   while (start <= v.size()) {
     const std::size_t plus = std::min(v.find('+', start), v.size());
-    f.links.push_back(v.substr(start, plus - start));  // checked by the harness (parse_link)
+    out.push_back(v.substr(start, plus - start));
     start = plus + 1;
   }
+  return out;
 }
 
 void parse_precisions(Flags& f, const std::string& v) {
@@ -244,7 +257,12 @@ using Setter = std::function<void(Flags&, const std::string&)>;
 // The flags that take a value (--name=VALUE), each with what it checks and sets.
 const std::vector<std::pair<const char*, Setter>>& valued_flags() {
   static const std::vector<std::pair<const char*, Setter>> all{
-      {"link", parse_links},
+      {"link", [](Flags& f, const std::string& v) { f.links = plus_list(v); }},
+      {"network", [](Flags& f, const std::string& v) { f.networks = plus_list(v); }},
+      {"nodes", [](Flags& f, const std::string& v) { f.nodes = int(parse_int("nodes", v, 1, kMaxNodes)); }},
+      {"predict_from",
+       file_flag(&Flags::predict_from, "predict_from", "a trainbench CSV, e.g. --predict_from=run.csv")},
+      {"replay_from", file_flag(&Flags::replay_from, "replay_from", "a trainbench CSV, e.g. --replay_from=run.csv")},
       {"timeline",
        [](Flags& f, const std::string& v) {
          if (v != "on" && v != "off") throw InputError(fmt::format("--timeline: '{}' is not on or off", v));
@@ -282,7 +300,11 @@ const std::vector<std::pair<const char*, Setter>>& valued_flags() {
        }},
       {"gpu_memory_limit",
        [](Flags& f, const std::string& v) { f.gpu_memory_limit = parse_memory("gpu_memory_limit", v); }},
-      {"iterations", [](Flags& f, const std::string& v) { f.iterations = parse_int("iterations", v, 1, kMaxSteps); }},
+      {"iterations",
+       [](Flags& f, const std::string& v) {
+         f.iterations = parse_int("iterations", v, 1, kMaxSteps);
+         f.iterations_given = true;
+       }},
       {"gpu_layout",
        [](Flags& f, const std::string& v) {
          if (v != "auto" && v != "nchw" && v != "nhwc")
@@ -343,9 +365,23 @@ Flags parse_flags(int& argc, char** argv) {
     const std::string arg = argv[i];
     if (parse_own_flag(arg, f)) continue;
     check_benchmark_flag(arg, f);
+    // A repetition's steps are trainbench's (StepBudget): Google Benchmark is told to take each
+    // call as it comes (main gives it --benchmark_min_time=0).
+    if (arg.rfind("--benchmark_min_time=", 0) == 0) continue;
     argv[out++] = argv[i];
   }
   argc = out;
+  if (!f.networks.empty() && f.nodes < 2)
+    throw InputError(
+        "--network is the link between nodes: give the nodes too, e.g. --nodes=2 --network=ib_ndr400x8 (see "
+        "docs/prediction.md)");
+  if (f.nodes > 1 && f.networks.empty())
+    throw InputError(
+        fmt::format("--nodes={}: give the link between the nodes with --network=NAME or BUSBW_GBPS[,LATENCY_US][xNICS] "
+                    "(e.g. --network=ib_ndr400x8 or --network=10,50)",
+                    f.nodes));
+  if (!f.predict_from.empty() && !f.replay_from.empty())
+    throw InputError("--predict_from and --replay_from are two runs: give one of them");
   if (f.json && !f.list_models && !f.list_configs)
     throw InputError(
         "--json goes with --list_models or --list_configs (trainbench --list_models --json); results go to "
@@ -377,6 +413,9 @@ std::string shaping_flags(const Flags& f) {
       {"data_on_device", std::to_string(int(f.data_on_device))},
       {"iterations", std::to_string(f.iterations)},
       {"link", fmt::format("{}", fmt::join(f.links, "+"))},
+      {"nodes", std::to_string(f.nodes)},
+      {"network", fmt::format("{}", fmt::join(f.networks, "+"))},
+      {"replay_from", f.replay_from},
       {"timeline", f.timeline ? "on" : "off"},
       {"benchmark_filter", f.benchmark_filter},
       {"benchmark_repetitions", f.benchmark_repetitions},

@@ -28,7 +28,8 @@ struct Flags {
   bool cuda_graph = false;                   // --cuda_graph
   std::string gpu_layout = "auto";           // --gpu_layout=auto|nchw|nhwc
   bool data_on_device = false;               // --data_on_device
-  std::int64_t iterations = 20;              // --iterations: timed steps of each run under mpirun
+  std::int64_t iterations = 20;              // --iterations: timed steps of each repetition under mpirun
+  bool iterations_given = false;             // --iterations given: every repetition takes exactly that many
   std::string benchmark_filter = ".";        // Google Benchmark's --benchmark_filter, seen in passing
   std::string benchmark_format = "console";  // Google Benchmark's --benchmark_format, seen in passing
   std::string benchmark_color = "auto";      // Google Benchmark's --benchmark_color, seen in passing
@@ -36,6 +37,10 @@ struct Flags {
   std::string benchmark_min_time;            // Google Benchmark's --benchmark_min_time, seen in passing
   std::string summary;                       // --summary=FILE: the end-of-run table as Markdown
   std::vector<std::string> links;            // --link=A+B: links predictions assume (empty: per device)
+  int nodes = 1;                             // --nodes=M: predicted devices spread over M nodes
+  std::vector<std::string> networks;         // --network=A+B: the links between nodes (with --nodes)
+  std::string predict_from;                  // --predict_from=CSV: predicted rows from a run's rows, no training
+  std::string replay_from;                   // --replay_from=CSV: a run's one-device rows replayed across ranks
   bool timeline = true;                      // --timeline=off: no bucket timeline, no predictions
   bool help = false;
   bool list_models = false;   // --list_models
@@ -45,7 +50,8 @@ struct Flags {
 };
 
 // Removes trainbench's flags from argv (leaving argv[0] and everything else in order) and
-// returns them. Throws tb::InputError naming the flag and an example on a bad value.
+// returns them; --benchmark_min_time is trainbench's too (a repetition's steps, StepBudget). Throws tb::InputError
+// naming the flag and an example on a bad value.
 Flags parse_flags(int& argc, char** argv);
 // Every flag that shapes what a run measures, as `--name=value` lines in a fixed order (the
 // defaults spelt out), so that the ranks of an MPI job can check they measure the same run.

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench/output/columns.hpp"
+#include "bench/plan/configs.hpp"
 #include "bench/plan/device_kinds.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/replica.hpp"
@@ -136,12 +138,20 @@ void list_configs_json(std::ostream& out) {
   for (const DeviceKind& k : device_kinds())
     kinds.push_back(
         fmt::format(R"(  {{"name": {}, "grammar": {}, "pattern": {}, "label": {}, "backend": "{}", "run": "{}", )"
-                    R"("communicates": {}, "across_ranks": {}, "one_process": {}, "shares_device": {}}})",
+                    R"("communicates": {}, "across_ranks": {}, "one_process": {}, "shares_device": {}, )"
+                    R"("check_word": {}}})",
                     json_string(k.name), json_string(k.grammar), json_string(k.pattern), json_string(k.label),
                     k.backend == Backend::Cpu ? "cpu" : "gpu", run_kind_name(k.run), k.wiring != nullptr,
-                    k.across_ranks, k.one_process, k.shares_device));
-  out << fmt::format("{{\"format\": 1,\n \"grammar\": {},\n \"kinds\": [\n{}]}}\n", json_string(device_grammar()),
-                     fmt::join(kinds, ",\n"));
+                    k.across_ranks, k.one_process, k.shares_device, json_string(k.check_word)));
+  std::vector<std::string> variants, words;
+  for (const VariantFlag& v : variant_flags())
+    variants.push_back(fmt::format(R"(  {{"name": {}, "meaning": {}}})", json_string(v.name), json_string(v.meaning)));
+  for (const Verdict& v : verdicts())
+    words.push_back(fmt::format(R"(  {{"word": {}, "meaning": {}}})", json_string(v.word), json_string(v.meaning)));
+  out << fmt::format(
+      "{{\"format\": 2,\n \"grammar\": {},\n \"kinds\": [\n{}],\n \"variant_flags\": [\n{}],\n \"verdicts\": "
+      "[\n{}]}}\n",
+      json_string(device_grammar()), fmt::join(kinds, ",\n"), fmt::join(variants, ",\n"), fmt::join(words, ",\n"));
 }
 
 }  // namespace tb::bench

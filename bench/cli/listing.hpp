@@ -17,9 +17,11 @@ void list_models(std::ostream& out, const Flags& flags);
 void list_models_json(std::ostream& out, const Flags& flags);
 
 // trainbench --list_configs: the device kinds (bench/plan/device_kinds.hpp) as a table, or (--json) as
-// {"format": 1, "grammar", "kinds": [{"name", "grammar", "pattern", "label", "backend", "run",
-// "communicates", "across_ranks", "one_process", "shares_device"}, ...]}: what the scripts'
-// parser of a row's device (scripts/tbdevices.py) is held against.
+// {"format": 2, "grammar", "kinds": [{"name", "grammar", "pattern", "label", "backend", "run",
+// "communicates", "across_ranks", "one_process", "shares_device", "check_word"}, ...],
+// "variant_flags": [{"name", "meaning"}, ...], "verdicts": [{"word", "meaning"}, ...]}: what the
+// scripts' parser of a row's device (scripts/tbdevices.py), their variant list and verdicts
+// (scripts/tbcsv.py) are held against.
 void list_configs(std::ostream& out);
 void list_configs_json(std::ostream& out);
 

@@ -1,6 +1,7 @@
-// The table of the CSV's columns (columns.hpp), in schema version 5's order: version 2's
+// The table of the CSV's columns (columns.hpp), in schema version 6's order: version 2's
 // columns, then the NVML ones (telemetry/), then version 4's identity, load and link columns,
-// then version 5's device clock, prediction band, jobs window and nodes.
+// then version 5's device clock, prediction band, jobs window and nodes, then version 6's kind
+// facts, comparisons, verdicts and prediction inputs.
 #include "bench/output/columns.hpp"
 
 #include <algorithm>
@@ -164,6 +165,17 @@ std::vector<Column> wall_clock_columns() {
   };
 }
 
+// Version 6: a row says what it is (its kind's facts, what it is compared with, what the run
+// concluded of it) and keeps what a prediction needs; predictions over two levels of links.
+std::vector<Column> kind_columns() {
+  return {
+      {"device_kind", I},        {"backend", I},        {"data_parallel", I},     {"baseline", I},
+      {"cpu_baseline", I},       {"speedup_vs_cpu", M}, {"speedup_differs", I},   {"verdicts", I},
+      {"prediction", I},         {"algorithm", I},      {"network", I},           {"network_busbw_gbps", M},
+      {"network_latency_us", M}, {"network_nics", M},   {"prediction_inputs", I},
+  };
+}
+
 }  // namespace
 
 std::string number(double value) { return fmt::format("{:.6g}", value); }
@@ -172,7 +184,7 @@ const std::vector<Column>& columns() {
   static const std::vector<Column> all = [] {
     std::vector<Column> out;
     for (const auto& part :
-         {run_columns(), machine_columns(), nvml_columns(), identity_columns(), wall_clock_columns()})
+         {run_columns(), machine_columns(), nvml_columns(), identity_columns(), wall_clock_columns(), kind_columns()})
       out.insert(out.end(), part.begin(), part.end());
     return out;
   }();
@@ -222,6 +234,29 @@ std::map<std::string, std::string> counter_cells(const std::map<std::string, dou
     cells[name] = c->format ? c->format(value) : number(value);
   }
   return cells;
+}
+
+const std::vector<Verdict>& verdicts() {
+  static const std::vector<Verdict> all{
+      {"loaded", "the machine's load average when the row started was above the threads this run used so far + 1"},
+      {"above_peak", "utilisation above 1: the peak it is over was measured low, or the FLOP count is high"},
+      {"slower_than_fp32", "a GPU precision meant to be faster than fp32 was slower than the fp32 row of the run"},
+      {"not_scaling", "a data-parallel row with fewer samples/s than its one-device baseline"},
+      {"inside_band", "a measured or replayed row inside the band of the prediction made for it in the run"},
+      {"outside_band", "a measured or replayed row outside the band of the prediction made for it in the run"},
+      {"replicas_differ", "the replicas' weights differed after the timed steps (the row failed)"},
+  };
+  return all;
+}
+
+std::string verdicts_cell(const std::vector<std::string>& words) {
+  std::string cell;
+  for (const std::string& w : words) {
+    const bool known = std::any_of(verdicts().begin(), verdicts().end(), [&](const Verdict& v) { return w == v.word; });
+    if (!known) throw Error(fmt::format("verdict '{}' is not in verdicts() (bench/output/columns.cpp)", w));
+    if (cell.find(w) == std::string::npos) cell += (cell.empty() ? "" : "+") + w;
+  }
+  return cell;
 }
 
 std::string skip_message(const std::string& reason) { return std::string(kSkippedPrefix) + reason; }

@@ -10,7 +10,7 @@
 
 namespace tb::bench {
 
-inline constexpr const char* kSchemaVersion = "5";
+inline constexpr const char* kSchemaVersion = "6";
 
 enum class ColumnKind { Identity, Counter, Context };
 
@@ -39,6 +39,16 @@ bool shown_on_console(std::string_view name);
 // row. Throws tb::Error naming a counter that is not a measurement column (a misspelt name).
 std::map<std::string, std::string> counter_cells(const std::map<std::string, double>& counters, bool aggregate);
 std::string number(double value);  // {:.6g}, as every counter without a format of its own
+
+// What a run concludes of a row, as words in its `verdicts` column (joined by '+'): data a
+// reader filters on, where the message says why in a sentence. results/SCHEMA.md lists them.
+struct Verdict {
+  const char* word;
+  const char* meaning;
+};
+const std::vector<Verdict>& verdicts();
+// `words` as the column's text, each checked against verdicts() (tb::Error for a misspelt one).
+std::string verdicts_cell(const std::vector<std::string>& words);
 
 // A benchmark registered but not run (the machine cannot run its configuration) reports an
 // error message with this prefix; the console and the CSV call it skipped, not failed.

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -223,6 +224,44 @@ void CsvWriter::write_row(const Row& row) {
                     last_.empty() ? "none of this run's" : "the one of " + last_));
   }
   last_ = benchmark;
+}
+
+std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}={}: cannot be read ({})", flag, path, std::strerror(errno)));
+  std::vector<Row> rows;
+  std::vector<std::string> header;
+  std::string line, record;
+  int number = 0, first = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (record.empty()) first = number;
+    record += record.empty() ? line : "\n" + line;
+    // A quoted field that holds a line break goes on: quotes come in pairs in a whole record.
+    if (std::count(record.begin(), record.end(), '"') % 2 != 0) continue;
+    const std::vector<std::string> fields = csv_split(record);
+    record.clear();
+    if (header.empty()) {
+      if (fields.empty() || fields[0] != "schema_version")
+        throw InputError(
+            fmt::format("{}={}: not a trainbench CSV (its first line is not a header starting with "
+                        "schema_version)",
+                        flag, path));
+      header = fields;
+      continue;
+    }
+    if (fields.size() == 1 && fields[0].empty()) continue;  // a blank line
+    if (fields == header) continue;                         // files concatenated with their headers
+    if (fields.size() != header.size())
+      throw InputError(fmt::format("{}={}: line {} has {} fields, the header has {} (a row cut short?)", flag, path,
+                                   first, fields.size(), header.size()));
+    Row row;
+    for (std::size_t k = 0; k < header.size(); ++k) row[header[k]] = fields[k];
+    rows.push_back(std::move(row));
+  }
+  if (header.empty()) throw InputError(fmt::format("{}={}: empty file (no header, no rows)", flag, path));
+  return rows;
 }
 
 }  // namespace tb::bench

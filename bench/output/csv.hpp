@@ -55,4 +55,10 @@ std::string csv_escape(const std::string& field);
 // Splits one CSV line (RFC 4180 quoting) into fields.
 std::vector<std::string> csv_split(const std::string& line);
 
+// Every row of a trainbench CSV at `path`, by column (a quoted field may span lines). `flag` names
+// where the path came from in errors (--predict_from, a job's CSV). Throws tb::InputError naming
+// the file and what is wrong: missing, not a trainbench CSV, a line whose fields do not match the
+// header. Rows of any schema are read; what a caller needs of them it checks.
+std::vector<Row> read_csv(const std::string& path, const std::string& flag);
+
 }  // namespace tb::bench

@@ -1,6 +1,9 @@
-// The display reporter: Google Benchmark's console output with a trainbench header and the
-// counters bench/output/columns.cpp marks for the console, one line per skipped configuration, and one
-// CSV row per run with every counter and the machine context.
+// The display reporter: it renders the console and nothing else. When Google Benchmark reports a
+// benchmark, it shows that benchmark's rows as the harness wrote them to the RowLog (the same
+// figures as the CSV): a trainbench header, the counters bench/output/columns.cpp marks for the
+// console, one line per skipped configuration, then the benchmark's notes (its predictions, the
+// measured row against its prediction). Under --benchmark_format=json|csv it hands Google
+// Benchmark's own runs to Google Benchmark's reporter instead.
 #pragma once
 
 #include <map>
@@ -30,10 +33,8 @@ DisplayOptions display_options(const Flags& flags);
 
 class Reporter : public benchmark::BenchmarkReporter {
  public:
-  // Shows the run on the console (or as JSON/CSV on stdout) and hands `rows` what Google
-  // Benchmark reports beyond the repetitions the harness wrote: aggregates, skipped rows, and
-  // the predictions made from each one-device row.
-  Reporter(Harness& harness, RowLog& rows, DisplayOptions display);
+  // Shows the run on the console (or as JSON/CSV on stdout) from `rows`.
+  Reporter(const Harness& harness, const RowLog& rows, DisplayOptions display);
   bool ReportContext(const Context& context) override;
   void ReportRuns(const std::vector<Run>& runs) override;
   void Finalize() override;
@@ -41,16 +42,16 @@ class Reporter : public benchmark::BenchmarkReporter {
   int skipped() const { return skipped_; }
 
  private:
-  Row csv_row(const Run& run) const;
   // Says once per configuration (device, or device and precision) that its benchmarks are skipped
   // and why, instead of an error line per benchmark.
-  void report_skipped(const Run& run);
-  // The console table: a header with units once, then a line per run.
-  void print_console(const std::vector<Run>& runs);
-  std::ostream& notes_stream();  // skip lines: stdout on the console, stderr under json/csv
+  void report_skipped(const Row& row);
+  // The console table: a header with units where the columns change, then a line per row.
+  void print_console(const std::vector<const Row*>& rows, bool epochs);
+  std::ostream& notes_stream();  // skip lines and notes: stdout on the console, stderr under json/csv
   static void print_basic_context(std::ostream& out, const Context& context);
-  Harness& harness_;
-  RowLog& rows_;
+  const Harness& harness_;
+  const RowLog& rows_;
+  std::set<std::string> shown_;  // benchmarks whose rows were shown
   DisplayOptions display_;
   std::unique_ptr<benchmark::BenchmarkReporter> structured_;  // json or csv on stdout
   std::size_t name_width_ = 10;
@@ -58,7 +59,6 @@ class Reporter : public benchmark::BenchmarkReporter {
   int failed_ = 0, skipped_ = 0;
   std::set<std::string> skipped_said_;  // configurations whose skip was printed
   bool stdout_closed_ = false;
-  void report_predictions(const std::vector<Run>& runs);
   bool assumptions_said_ = false;
 };
 

@@ -1,10 +1,14 @@
-// The columns every row of a benchmark shares (rows.hpp).
+// The columns every row of a benchmark shares, and the log every row goes through (rows.hpp).
 #include "bench/output/rows.hpp"
+
+#include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "engine/backends.hpp"
+#include "engine/core/stats.hpp"
 #include "engine/parallel/world.hpp"
 
 namespace tb::bench {
@@ -74,7 +78,15 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   if (info.emulated_nodes) row["emulated_nodes"] = "1";
   row["variant"] = info.variant;
   row["measurement"] = "measured";
-  if (info.shared_device) row["shared_device"] = "1";
+  if (info.device_kind) {
+    if (std::string_view(info.device_kind->check_word) == "shared_device") row["shared_device"] = "1";
+    row["device_kind"] = info.device_kind->name;
+    row["backend"] = info.gpu() ? "gpu" : "cpu";
+  }
+  if (info.data_parallel > 0) row["data_parallel"] = std::to_string(info.data_parallel);
+  row["baseline"] = info.baseline;
+  row["cpu_baseline"] = info.cpu_baseline;
+  row["speedup_differs"] = info.speedup_differs;
   if (machine.sgemm_gflops > 0) row["sgemm_gflops"] = number(machine.sgemm_gflops);
   if (info.gpu()) {
     row["cuda_graph"] = std::to_string(int(info.cuda_graph));
@@ -91,20 +103,77 @@ std::map<std::string, double> epoch_counters(const EpochRecord& r) {
           {"train_acc", r.train_acc}, {"val_acc", r.val_acc},       {"elapsed_s", r.elapsed_s}};
 }
 
+std::string cell(const Row& row, const std::string& column) {
+  const auto it = row.find(column);
+  return it == row.end() ? "" : it->second;
+}
+
+double cell_number(const Row& row, const std::string& column) {
+  const std::string v = cell(row, column);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  return v.empty() || *end != '\0' ? NAN : x;
+}
+
 void RowLog::keep(const Row& row) {
   rows_.push_back(row);
   if (csv_) csv_->write_row(row);
 }
 
-void RowLog::repetition(const BenchInfo& info, const Repetition& r) {
+Row RowLog::repetition(const BenchInfo& info, const Repetition& r) {
   Row row = identity_row(info, machine_);
   row["run_type"] = "iteration";
   row["repetition"] = std::to_string(repetitions_[info.name]++);
-  row["status"] = r.failed ? "failed" : "ok";
-  row["message"] = r.message;
-  row["iterations"] = std::to_string(r.iterations);
-  if (!r.failed) add_counters(row, r.counters, false);
+  row["status"] = r.status;
+  row["message"] = r.status == "skipped" ? skip_message(r.message) : r.message;
+  row["iterations"] = std::to_string(r.steps);
+  row["verdicts"] = verdicts_cell(r.verdicts);
+  row["prediction"] = r.prediction;
+  row["prediction_inputs"] = r.prediction_inputs;
+  if (r.status == "ok") add_counters(row, r.counters, false);
   keep(row);
+  return row;
+}
+
+namespace {
+
+// Google Benchmark's statistics of one counter over repetitions: mean, median, the sample
+// standard deviation and the coefficient of variation (stddev / mean, a ratio in every column).
+double statistic(const std::string& name, std::vector<double> v) {
+  double mean = 0;
+  for (double x : v) mean += x / double(v.size());
+  if (name == "mean") return mean;
+  if (name == "median") return tb::median(v);
+  double squares = 0;
+  for (double x : v) squares += (x - mean) * (x - mean);
+  const double stddev = std::sqrt(squares / double(v.size() - 1));
+  return name == "stddev" ? stddev : mean != 0 ? stddev / mean : 0;
+}
+
+}  // namespace
+
+void RowLog::aggregates(const BenchInfo& info) {
+  std::vector<Row> ok;  // copies: keep() below moves rows_
+  for (const Row* r : rows_of(info.name))
+    if (cell(*r, "run_type") == "iteration" && cell(*r, "status") == "ok") ok.push_back(*r);
+  if (ok.size() < 2) return;
+  for (const char* name : {"mean", "median", "stddev", "cv"}) {
+    Row row = identity_row(info, machine_);
+    row["run_type"] = "aggregate";
+    row["aggregate"] = name;
+    row["status"] = "ok";
+    row["iterations"] = std::to_string(ok.size());
+    std::map<std::string, double> counters;
+    for (const auto& [column, value] : ok.front()) {
+      if (!is_counter(column)) continue;
+      std::vector<double> values;
+      for (const Row& r : ok)
+        if (const double v = cell_number(r, column); !std::isnan(v)) values.push_back(v);
+      if (values.size() == ok.size()) counters[column] = statistic(name, values);
+    }
+    add_counters(row, counters, true);
+    keep(row);
+  }
 }
 
 void RowLog::epoch(const BenchInfo& info, const EpochRecord& r) {
@@ -120,6 +189,19 @@ void RowLog::epoch(const BenchInfo& info, const EpochRecord& r) {
   counters["samples_per_s"] = double(r.steps * info.batch) / r.train_s;
   add_counters(row, counters, false);
   keep(row);
+}
+
+const std::vector<std::string>& RowLog::notes_of(const std::string& benchmark) const {
+  static const std::vector<std::string> none;
+  const auto it = lines_.find(benchmark);
+  return it == lines_.end() ? none : it->second;
+}
+
+std::vector<const Row*> RowLog::rows_of(const std::string& benchmark) const {
+  std::vector<const Row*> out;
+  for (const Row& r : rows_)
+    if (cell(r, "benchmark") == benchmark) out.push_back(&r);
+  return out;
 }
 
 }  // namespace tb::bench

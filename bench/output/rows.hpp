@@ -1,6 +1,6 @@
-// The rows of a run: the columns every row of a benchmark shares (its identity and the machine
-// context), a row's counter cells, and the one place every row goes through on its way to the
-// CSV and the summary (RowLog).
+// The rows of a run: the columns every row of a benchmark shares (its identity, its kind's facts
+// and the machine context), a row's counter cells, and the one place every row goes through on
+// its way to the CSV, the console and the summary (RowLog).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 
 namespace tb::bench {
 
-// The identity columns of `info`'s rows and the machine context.
+// The identity columns of `info`'s rows, its kind's facts and the machine context.
 Row identity_row(const BenchInfo& info, const MachineContext& machine);
 // The counter columns among `counters`, formatted, into `row` (aggregate: a mean, median, ... row).
 void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate);
@@ -24,18 +24,25 @@ void add_counters(Row& row, const std::map<std::string, double>& counters, bool 
 // An epoch's counters: epoch, train and validation loss and accuracy, elapsed seconds.
 std::map<std::string, double> epoch_counters(const EpochRecord& r);
 
-// One repetition of a benchmark as it ended: its counters, iterations, and whether it failed.
+// A cell of `row` ("" where it has none), and one read as a number (NaN where it holds none).
+std::string cell(const Row& row, const std::string& column);
+double cell_number(const Row& row, const std::string& column);
+
+// One repetition of a benchmark as it ended.
 struct Repetition {
   std::map<std::string, double> counters;
-  std::int64_t iterations = 0;
-  bool failed = false;
-  std::string message;  // the failure, or an ok row's notes
+  std::int64_t steps = 0;
+  std::string status = "ok";  // ok, failed, skipped
+  std::string message;        // why it failed or was skipped, or an ok row's notes
+  std::vector<std::string> verdicts;
+  std::string prediction;         // the predicted row it was compared with, if any
+  std::string prediction_inputs;  // one-device train rows (bench/predict/inputs.hpp)
 };
 
-// Where every row of a run goes, the moment it is known: the CSV (--csv, on rank 0), so that an
-// interrupted run keeps every row it finished, and the list the summary is made of. Made before
-// the harness (which hands it each repetition and epoch as it ends) and the reporter (which
-// hands it Google Benchmark's aggregates, skipped rows and the predictions).
+// Where every row of a run goes, the moment it is final: the CSV (--csv, on rank 0), so that an
+// interrupted run keeps every row it finished, the list the console and the summary are made of,
+// and the lines the console shows after a benchmark's rows (its predictions, say). The harness
+// hands it every row; the reporter only reads it.
 class RowLog {
  public:
   // `notes`: where the epochs' lines go (stdout beside the console table, stderr under json/csv).
@@ -43,10 +50,19 @@ class RowLog {
       : machine_(machine), csv_(csv), notes_(notes) {}
   void keep(const Row& row);
   // A repetition of `info` that ended: its iteration row, numbered in the order they end.
-  void repetition(const BenchInfo& info, const Repetition& r);
+  Row repetition(const BenchInfo& info, const Repetition& r);
+  // The aggregates over `info`'s ok repetitions (mean, median, stddev, cv of every counter), as
+  // Google Benchmark computes them; nothing for fewer than two.
+  void aggregates(const BenchInfo& info);
   // An epoch of an epochs/ benchmark, as it ends: its row and a line of notes.
   void epoch(const BenchInfo& info, const EpochRecord& r);
+  // A line the console shows after `benchmark`'s rows.
+  void note(const std::string& benchmark, std::string line) { lines_[benchmark].push_back(std::move(line)); }
+  const std::vector<std::string>& notes_of(const std::string& benchmark) const;
+
   const std::vector<Row>& rows() const { return rows_; }
+  // The rows of `benchmark` (by name), in the order they were kept; valid until the next keep().
+  std::vector<const Row*> rows_of(const std::string& benchmark) const;
   const MachineContext& machine() const { return machine_; }
   CsvWriter* csv() const { return csv_; }
 
@@ -56,6 +72,7 @@ class RowLog {
   std::ostream& notes_;
   std::vector<Row> rows_;
   std::map<std::string, int> repetitions_;  // per benchmark, the rows written
+  std::map<std::string, std::vector<std::string>> lines_;
 };
 
 }  // namespace tb::bench

@@ -10,7 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/output/median.hpp"
+#include "bench/output/rows.hpp"
+#include "engine/core/stats.hpp"
 
 namespace tb::bench {
 namespace {
@@ -23,19 +24,15 @@ struct LineKey {
 };
 
 struct Cell {
-  std::vector<double> rates, efficiencies, comm_shares;
-  std::set<std::string> batches;
+  std::vector<double> rates, efficiencies, comm_shares, speedups;
+  std::string speedup_differs;  // what differs between the rows and their cpu row
   double peak_bytes = 0;
 };
 
-std::string cell(const Row& row, const char* column) {
-  const auto it = row.find(column);
-  return it == row.end() ? "" : it->second;
-}
-
+// A cell as a number, -1 where it holds none.
 double value(const Row& row, const char* column) {
-  const std::string v = cell(row, column);
-  return v.empty() ? -1 : std::strtod(v.c_str(), nullptr);
+  const double v = cell_number(row, column);
+  return std::isnan(v) ? -1 : v;
 }
 
 // The column a row belongs to: its device, marked where it is not a measured scaling figure.
@@ -44,14 +41,6 @@ std::string device_column(const Row& row) {
   if (cell(row, "shared_device") == "1") device += " (one GPU)";
   if (cell(row, "measurement") == "predicted") device += fmt::format(" (predicted, {})", cell(row, "link"));
   return device;
-}
-
-bool multi_device(const std::string& column) {
-  const std::string device = column.substr(0, column.find(' '));
-  const auto colon = device.find(':');
-  if (device.rfind("cpu", 0) == 0 || colon == std::string::npos) return false;
-  if (column.find("/jobs:") != std::string::npos || column.find("/threads:") != std::string::npos) return false;
-  return std::atoi(device.c_str() + colon + 1) > 1;
 }
 
 std::string rate_text(double v) { return v < 0 ? "" : v >= 1e4 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v); }
@@ -115,9 +104,10 @@ std::string render_predictions(const std::vector<const Row*>& rows, bool markdow
 
 // What a summary is made of, collected from the rows in the order they came.
 struct Collected {
-  std::map<LineKey, std::map<std::string, Cell>> lines;  // measured rows, by line and device column
-  std::vector<std::string> devices;                      // the device columns, in the order rows came
-  std::vector<std::string> skipped;                      // each reason once
+  std::map<LineKey, std::map<std::string, Cell>> lines;    // measured rows, by line and device column
+  std::vector<std::string> devices;                        // the device columns, in the order rows came
+  std::set<std::string> scaling, communicating, compared;  // device columns with efficiencies, comm shares, x cpu
+  std::vector<std::string> skipped;                        // each reason once
   std::set<std::string> skip_seen;
   std::vector<const Row*> predicted;
 
@@ -143,9 +133,17 @@ struct Collected {
     if (std::find(devices.begin(), devices.end(), column) == devices.end()) devices.push_back(column);
     Cell& c = lines[key][column];
     c.rates.push_back(value(row, "samples_per_s"));
-    c.batches.insert(cell(row, "batch"));
+    if (value(row, "data_parallel") >= 2) scaling.insert(column);
     if (double e = value(row, "scaling_efficiency"); e >= 0) c.efficiencies.push_back(e);
-    if (double s = value(row, "comm_share"); s >= 0) c.comm_shares.push_back(s);
+    if (double s = value(row, "comm_share"); s >= 0) {
+      c.comm_shares.push_back(s);
+      communicating.insert(column);
+    }
+    if (double x = value(row, "speedup_vs_cpu"); x >= 0) {
+      c.speedups.push_back(x);
+      c.speedup_differs = cell(row, "speedup_differs");
+      compared.insert(column);
+    }
     // A GPU row's device memory; a CPU row's resident set.
     const double device_bytes = value(row, "mem_peak_bytes");
     c.peak_bytes = std::max(c.peak_bytes, device_bytes > 0 ? device_bytes : value(row, "peak_rss_bytes"));
@@ -165,60 +163,35 @@ struct Collected {
   }
 };
 
-bool one_gpu(const std::string& column) { return column.find("(one GPU)") != std::string::npos; }
-
 // The measured table: per line, samples/s of each device column, then x cpu, efficiency and
-// comm share where they apply, then peak memory.
+// comm share where the rows have them, then peak memory. Every figure is the rows' own.
 class MeasuredTable {
  public:
-  explicit MeasuredTable(const Collected& c)
-      : c_(c), has_cpu_(std::find(c.devices.begin(), c.devices.end(), "cpu") != c.devices.end()) {}
+  explicit MeasuredTable(const Collected& c) : c_(c) {}
 
   Table table() const {
     Table table{{"workload", "precision"}};
     for (const auto& d : c_.devices) table[0].push_back(d + " samples/s");
     for (const auto& d : c_.devices)
-      if (has_speedup(d)) table[0].push_back(d + " x cpu");
+      if (c_.compared.count(d)) table[0].push_back(d + " x cpu");
     for (const auto& d : c_.devices)
-      if (has_efficiency(d)) table[0].push_back(d + " efficiency");
+      if (c_.scaling.count(d)) table[0].push_back(d + " efficiency");
     for (const auto& d : c_.devices)
-      if (multi_device(d)) table[0].push_back(d + " comm share");
+      if (c_.communicating.count(d)) table[0].push_back(d + " comm share");
     table[0].push_back("peak GiB");
     for (const auto& [key, by_device] : c_.lines) table.push_back(line(key, by_device));
     return table;
   }
 
  private:
-  bool has_speedup(const std::string& d) const { return has_cpu_ && d != "cpu" && !one_gpu(d); }
-  static bool has_efficiency(const std::string& d) { return multi_device(d) && !one_gpu(d); }
-
-  // The cpu row a line's speedups are over: of the line's precision where the CPU ran it, else
-  // fp32, the only precision the CPU trains in.
-  struct CpuBaseline {
-    const Cell* cell = nullptr;
-    std::string precision;
-  };
-  CpuBaseline cpu_baseline(const LineKey& key) const {
-    CpuBaseline found;
-    for (const auto& [other, other_devices] : c_.lines)
-      if (other.workload == key.workload && (other.precision == key.precision || other.precision == "fp32"))
-        if (auto it = other_devices.find("cpu"); it != other_devices.end())
-          if (!found.cell || other.precision == key.precision) found = {&it->second, other.precision};
-    return found;
-  }
-
-  // "187.00x (bf16 vs fp32, bs 128 vs 8)": what differs between the pair, said beside the ratio.
-  static std::string speedup_text(const Cell& c, const LineKey& key, const CpuBaseline& cpu) {
-    std::vector<std::string> differs;
-    if (cpu.precision != key.precision) differs.push_back(fmt::format("{} vs {}", key.precision, cpu.precision));
-    if (c.batches != cpu.cell->batches)
-      differs.push_back(fmt::format("bs {} vs {}", fmt::join(c.batches, "+"), fmt::join(cpu.cell->batches, "+")));
-    const std::string ratio = fmt::format("{:.2f}x", median(c.rates) / median(cpu.cell->rates));
-    return differs.empty() ? ratio : fmt::format("{} ({})", ratio, fmt::join(differs, ", "));
+  // "187.00x (bf16 vs fp32, bs 128 vs 8)": the row's speed-up with what differs from its cpu row.
+  static std::string speedup_text(const Cell& c) {
+    if (c.speedups.empty()) return "";
+    const std::string ratio = fmt::format("{:.2f}x", median(c.speedups));
+    return c.speedup_differs.empty() ? ratio : fmt::format("{} ({})", ratio, c.speedup_differs);
   }
 
   std::vector<std::string> line(const LineKey& key, const std::map<std::string, Cell>& by_device) const {
-    const CpuBaseline cpu = cpu_baseline(key);
     std::vector<std::string> line{key.workload, key.precision};
     auto each = [&](auto&& include, auto&& text) {
       for (const auto& d : c_.devices) {
@@ -228,14 +201,13 @@ class MeasuredTable {
       }
     };
     each([](const std::string&) { return true; }, [](const Cell& c) { return rate_text(median(c.rates)); });
-    each([&](const std::string& d) { return has_speedup(d); },
-         [&](const Cell& c) { return cpu.cell ? speedup_text(c, key, cpu) : ""; });
-    each([](const std::string& d) { return has_efficiency(d); },
+    each([&](const std::string& d) { return c_.compared.count(d) > 0; }, [](const Cell& c) { return speedup_text(c); });
+    each([&](const std::string& d) { return c_.scaling.count(d) > 0; },
          [](const Cell& c) {
            return c.efficiencies.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.efficiencies));
          });
     each(
-        [](const std::string& d) { return multi_device(d); },
+        [&](const std::string& d) { return c_.communicating.count(d) > 0; },
         [](const Cell& c) { return c.comm_shares.empty() ? "" : fmt::format("{:.0f}%", 100 * median(c.comm_shares)); });
     double peak = 0;
     for (const auto& [d, c] : by_device) peak = std::max(peak, c.peak_bytes);
@@ -244,7 +216,6 @@ class MeasuredTable {
   }
 
   const Collected& c_;
-  bool has_cpu_;
 };
 
 }  // namespace

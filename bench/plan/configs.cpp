@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <set>
+#include <variant>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -81,6 +82,43 @@ std::string fastest_gpu_precision(const DeviceConfig& d) {
 }
 }  // namespace
 
+const std::vector<VariantFlag>& variant_flags() {
+  static const std::vector<VariantFlag> flags{
+      {"optimizer", "optimizer:adam or optimizer:sgd, against the workload's own (--optimizer)"},
+      {"lr", "lr:0.001, against the workload's own learning rate for its batch (--lr)"},
+      {"data_on_device", "GPU rows: the dataset resident on the device (--data_on_device)"},
+      {"cuda_graph", "GPU rows: each step replayed as one CUDA graph (--cuda_graph)"},
+      {"gpu_memory_limit", "GPU rows: gpu_memory_limit:0.5 (a fraction) or bytes (--gpu_memory_limit)"},
+      {"gpu_layout", "GPU rows: gpu_layout:nhwc or nchw, against auto (--gpu_layout)"},
+      {"loader_workers", "loader_workers:2 (--loader_workers)"},
+      {"prefetch", "prefetch:4, with loader workers (--prefetch)"},
+      {"augment", "CIFAR-10 augmented (--augment)"},
+      {"shared_device", "gpu:N whose N replicas share one GPU (--gpus=0,0): a check, not scaling"},
+      {"emulated_nodes", "MPI ranks as emulated nodes of one machine (scripts/emulate_nodes.sh)"},
+      {"nodes", "nodes:M, ranks (or predicted devices) on M hosts"},
+      {"timeline", "timeline:off, no bucket timeline and no predictions (--timeline=off)"},
+      {"replayed", "a one-device row's steps replayed across ranks (--replay_from)"},
+      {"predicted", "predicted:<link>, a prediction over a link within a node (--link)"},
+      {"network", "network:<name>, a prediction's link between nodes (--network)"},
+  };
+  return flags;
+}
+
+std::string join_variant(std::vector<std::string> items) {
+  const auto& flags = variant_flags();
+  const auto rank = [&](const std::string& item) {
+    const std::string name = item.substr(0, item.find(':'));
+    for (std::size_t k = 0; k < flags.size(); ++k)
+      if (name == flags[k].name) return k;
+    throw Error(fmt::format("variant item '{}' names no flag of variant_flags() (bench/plan/configs.cpp)", item));
+  };
+  for (const std::string& item : items) rank(item);  // every item is checked, however many
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  items.erase(std::unique(items.begin(), items.end()), items.end());
+  return fmt::format("{}", fmt::join(items, "/"));
+}
+
 std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload) {
   std::vector<std::string> parts;
   if (b.optimizer.kind != workload.kind) parts.push_back(fmt::format("optimizer:{}", optimizer_name(b.optimizer.kind)));
@@ -96,10 +134,13 @@ std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload) {
   if (b.loader.workers != 0) parts.push_back(fmt::format("loader_workers:{}", b.loader.workers));
   if (b.loader.workers != 0 && b.loader.prefetch != 2) parts.push_back(fmt::format("prefetch:{}", b.loader.prefetch));
   if (b.loader.augment) parts.emplace_back("augment");
-  if (b.shared_device) parts.emplace_back("shared_device");
+  if (b.device_kind && std::string_view(b.device_kind->check_word) == "shared_device")
+    parts.emplace_back("shared_device");
   if (b.emulated_nodes) parts.emplace_back("emulated_nodes");
+  if (b.device_kind && b.device_kind->across_ranks && world().nodes > 1)
+    parts.push_back(fmt::format("nodes:{}", world().nodes));
   if (!b.timeline) parts.emplace_back("timeline:off");
-  return fmt::format("{}", fmt::join(parts, "/"));
+  return join_variant(parts);
 }
 
 std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& flags, const DeviceConfig& d) {
@@ -173,6 +214,28 @@ std::string jobs_memory_skip(const BenchInfo& b) {
       int(free_bytes / (plan + kContext)));
 }
 
+// Batch norm normalises each channel over the batch and the positions of its map: at batch 1 a
+// channel of a 1x1 map has one value (PyTorch refuses to train so), and a few values give noisy
+// statistics. Said in the rows; empty where the batch is above 1 or the model has no batch norm.
+std::string batch_norm_note(const ModelSpec& spec, i64 batch) {
+  if (batch != 1) return "";
+  const std::vector<Dims> shapes = infer_shapes(spec, batch);
+  i64 fewest = -1;
+  for (std::size_t k = 0; k < spec.nodes.size(); ++k) {
+    if (!std::holds_alternative<BatchNormSpec>(spec.nodes[k].spec)) continue;
+    const Dims& in = shapes.at(std::size_t(spec.nodes[k].inputs.at(0)));
+    i64 values = 1;
+    for (std::size_t d = 0; d < in.size(); ++d)
+      if (d != 1) values *= in[d];
+    if (fewest < 0 || values < fewest) fewest = values;
+  }
+  if (fewest < 0) return "";
+  return fmt::format(
+      "batch 1 under batch norm: each channel's statistics come from one sample, as few as {} value(s) per channel "
+      "(PyTorch refuses to train with one); the loss and the step are not those of a real batch",
+      fewest);
+}
+
 // The benchmark of workload `w` (its data in `folder`, empty for synthetic) on device
 // configuration `d` in `precision`, everything the flags change applied.
 BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string& folder, const DeviceConfig& d,
@@ -197,7 +260,7 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.device_kind = d.kind;
   b.replicas = d.replicas;
   b.gpu_ordinals = d.gpu_ordinals;
-  b.shared_device = d.shared_device;
+  b.data_parallel = d.data_parallel;
   b.emulated_nodes = world().emulated_nodes && d.kind->across_ranks;
   b.timeline = flags.timeline;
   b.batch = flags.batch.value_or(b.gpu() ? gpu_batch(w, d, precision, flags) : w.batch);
@@ -227,6 +290,7 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.skip_scope = d.skip_reason.empty() ? d.name + " " + precision : d.name;
   b.variant = variant_of(b, w.optimizer_for(b.batch));
   b.name = benchmark_name(b);
+  if (b.skip_reason.empty()) b.plan_note = batch_norm_note(b.spec, b.batch);
   return b;
 }
 
@@ -254,6 +318,7 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
           benchmarks.push_back(make_benchmark(kind, w, folder, d, precision, precision_skip, flags));
     }
   }
+  pair_baselines(benchmarks);
   return benchmarks;
 }
 

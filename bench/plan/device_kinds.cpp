@@ -126,7 +126,6 @@ bool gpu_shared_matches(const DeviceEntry& e, const Machine& m) {
 void gpu_shared_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
   const int shared = shared_gpus_ordinal(m.flags);
   one_gpu(d, std::vector<int>(std::size_t(e.count), shared));
-  d.shared_device = true;
   if (e.count > int(m.flags.gpus.size()))
     d.skip_reason = fmt::format("{} with --gpus={}: give one entry per replica sharing device {}, e.g. --gpus={}",
                                 d.name, fmt::join(m.flags.gpus, ","), shared,
@@ -195,44 +194,39 @@ constexpr Backend kCpu = Backend::Cpu, kGpu = Backend::Cuda;
 constexpr RunKind kOne = RunKind::OneReplica, kReplicas = RunKind::Replicas, kProcesses = RunKind::Processes;
 
 // Tried in this order; each entry: name, grammar, pattern, label, backend, run, wiring,
-// across_ranks, one_process, shares_device, matches, configure.
+// across_ranks, one_process, shares_device, check_word, matches, configure.
 const std::vector<DeviceKind> kKinds{
-    {"cpu", "cpu", "^cpu$", "all of this machine's cores, one replica", kCpu, kOne, nullptr, false, false, false,
+    {"cpu", "cpu", "^cpu$", "all of this machine's cores, one replica", kCpu, kOne, nullptr, false, false, false, "",
      cpu_matches, cpu_configure},
     {"cpu:T", "cpu:T", "^cpu:(?P<threads>[0-9]+)$", "T threads, one replica", kCpu, kOne, nullptr, false, false, false,
-     cpu_threads_matches, cpu_threads_configure},
+     "", cpu_threads_matches, cpu_threads_configure},
     {"cpu:T/jobs:K", "cpu:T/jobs:K", "^cpu:(?P<threads>[0-9]+)/jobs:(?P<jobs>[0-9]+)$",
-     "K separate processes of T threads each, timed on one window", kCpu, kProcesses, nullptr, false, true, false,
+     "K separate processes of T threads each, timed on one window", kCpu, kProcesses, nullptr, false, true, false, "",
      cpu_jobs_matches, cpu_jobs_configure},
-    {"gpu:1", "gpu:1", "^gpu:1$", "one GPU, one replica", kGpu, kOne, nullptr, false, false, false, gpu_one_matches,
+    {"gpu:1", "gpu:1", "^gpu:1$", "one GPU, one replica", kGpu, kOne, nullptr, false, false, false, "", gpu_one_matches,
      gpu_one_configure},
     {"gpu:N over NCCL", "gpu:N (N >= 2), gpu:all", "^gpu:(?P<devices>[0-9]+)$",
      "N GPUs of this process, a thread each, gradients all-reduced by NCCL", kGpu, kReplicas, nccl_threads_wiring,
-     false, true, false, gpu_nccl_matches, gpu_nccl_configure},
+     false, true, false, "", gpu_nccl_matches, gpu_nccl_configure},
     {"gpu:N sharing one GPU", "gpu:N with --gpus=D,D,...", "^gpu:(?P<devices>[0-9]+)$",
      "N replicas on one GPU averaged by a kernel: checks the data-parallel path, not scaling", kGpu, kReplicas,
-     shared_device_wiring, false, true, true, gpu_shared_matches, gpu_shared_configure},
+     shared_device_wiring, false, true, true, "shared_device", gpu_shared_matches, gpu_shared_configure},
     {"gpu:N as emulated nodes", "gpu:N under scripts/emulate_nodes.sh --gpu N", "^gpu:(?P<devices>[0-9]+)$",
      "N ranks as emulated nodes sharing one GPU over NCCL's socket transport: checks the multi-node path, not scaling",
-     kGpu, kReplicas, nccl_ranks_wiring, true, false, true, gpu_emulated_matches, gpu_emulated_configure},
+     kGpu, kReplicas, nccl_ranks_wiring, true, false, true, "emulated_nodes", gpu_emulated_matches,
+     gpu_emulated_configure},
     {"gpu:N across ranks", "gpu:N under mpirun -np N", "^gpu:(?P<devices>[0-9]+)$",
-     "one GPU per MPI rank, NCCL bootstrapped over MPI", kGpu, kReplicas, nccl_ranks_wiring, true, false, false,
+     "one GPU per MPI rank, NCCL bootstrapped over MPI", kGpu, kReplicas, nccl_ranks_wiring, true, false, false, "",
      gpu_ranks_matches, gpu_ranks_configure},
     {"gpu:1/threads:K", "gpu:1/threads:K", "^gpu:1/threads:(?P<replicas>[0-9]+)$",
      "K independent replicas as threads of one process sharing one GPU", kGpu, kReplicas, nullptr, false, true, true,
-     gpu_threads_matches, gpu_threads_configure},
+     "", gpu_threads_matches, gpu_threads_configure},
     {"gpu:1/jobs:K", "gpu:1/jobs:K", "^gpu:1/jobs:(?P<jobs>[0-9]+)$",
-     "K separate processes sharing one GPU, timed on one window", kGpu, kProcesses, nullptr, false, true, true,
+     "K separate processes sharing one GPU, timed on one window", kGpu, kProcesses, nullptr, false, true, true, "",
      gpu_jobs_matches, gpu_jobs_configure},
     {"mpi:N", "mpi:N under mpirun -np N", "^mpi:(?P<ranks>[0-9]+)$", "one CPU replica per MPI rank, MPI all-reduce",
-     kCpu, kReplicas, mpi_wiring, true, false, false, mpi_matches, mpi_configure},
+     kCpu, kReplicas, mpi_wiring, true, false, false, "", mpi_matches, mpi_configure},
 };
-
-const DeviceKind& kind_named(std::string_view name) {
-  for (const DeviceKind& k : kKinds)
-    if (name == k.name) return k;
-  throw Error(fmt::format("no device kind named {}", name));
-}
 
 // gpu:all: gpu:N for every GPU the run may use (the --gpus entries, else the visible devices);
 // 0 where that is fewer than two.
@@ -244,6 +238,12 @@ int all_gpus(const Machine& m) {
 }  // namespace
 
 const std::vector<DeviceKind>& device_kinds() { return kKinds; }
+
+const DeviceKind& kind_named(std::string_view name) {
+  for (const DeviceKind& k : kKinds)
+    if (name == k.name) return k;
+  throw Error(fmt::format("no device kind named {}", name));
+}
 
 DeviceEntry parse_device_entry(const std::string& text) {
   DeviceEntry e{.text = text};
@@ -292,11 +292,17 @@ DeviceConfig plan_device(const std::string& text, const Machine& m) {
     if (kind.matches(e, m)) {
       d.kind = &kind;
       kind.configure(e, m, d);
+      // N replicas of a device each, sharing gradients: what scaling efficiency divides by.
+      if (kind.wiring && !kind.shares_device) d.data_parallel = kind.across_ranks ? e.count : d.replicas;
       if (d.skip_reason.empty() && kind.one_process && m.world.size > 1)
         d.skip_reason = fmt::format("{} runs in one process: start it without mpirun", d.name);
       return d;
     }
-  if (e.split == "jobs") throw InputError(fmt::format("--devices: '{}': jobs share one GPU, e.g. gpu:1/jobs:2", text));
+  if (e.split == "jobs")
+    throw InputError(
+        fmt::format("--devices: '{}': jobs are K processes on one GPU (gpu:1/jobs:K) or of T threads each on the CPU "
+                    "(cpu:T/jobs:K), e.g. gpu:1/jobs:2 or cpu:1/jobs:2",
+                    text));
   if (e.split == "threads")
     throw InputError(fmt::format("--devices: '{}': threads share one GPU, e.g. gpu:1/threads:2", text));
   throw InputError(fmt::format("--devices: '{}' names no device configuration; use {}", text, kGrammar));

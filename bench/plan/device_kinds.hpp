@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/cli/flags.hpp"
@@ -53,6 +54,9 @@ struct DeviceKind {
   bool across_ranks;        // one replica per MPI rank: needs mpirun
   bool one_process;         // its replicas live in one process, or it starts its own: not under mpirun
   bool shares_device;       // its replicas share one device: the peak of one, never a scaling figure
+  // Its rows check a path (the data-parallel path on one GPU, the multi-node path on one
+  // machine); they measure neither a speed-up nor scaling. The variant word that says so, or "".
+  const char* check_word;
   // Whether this kind is what `entry` names on `machine` (the table's first that says so is).
   bool (*matches)(const DeviceEntry& entry, const Machine& machine);
   // Threads, replicas and GPUs of `d`, and where the machine cannot run it, d.skip_reason.
@@ -70,7 +74,7 @@ struct DeviceConfig {
   int gpu_ordinal = 0;
   int replicas = 1;               // replicas in this process, or jobs
   std::vector<int> gpu_ordinals;  // one per local replica on GPUs
-  bool shared_device = false;     // gpu:N whose N replicas share one GPU (--gpus=0,0)
+  int data_parallel = 0;          // N devices of their own sharing gradients (scaling_efficiency's N); 0: none
   std::string skip_reason;
 };
 
@@ -78,6 +82,8 @@ struct DeviceConfig {
 DeviceConfig plan_device(const std::string& entry, const Machine& machine);
 
 const char* run_kind_name(RunKind run);  // "one_replica", "replicas", "processes"
+// The kind named `name` in the table (tb::Error where none is).
+const DeviceKind& kind_named(std::string_view name);
 // The grammar of a --devices entry, in one line.
 const char* device_grammar();
 

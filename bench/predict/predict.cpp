@@ -1,28 +1,50 @@
-// Predicted N-device rows (predict.hpp): choosing links and device counts, the model, the rows.
+// Predicted N-device rows (predict.hpp): the policy, the links and device counts, the rows made
+// from a one-device row's CSV rows, and the measured row's verdict.
 #include "bench/predict/predict.hpp"
 
 #include <algorithm>
-#include <cstring>
+#include <cmath>
 #include <iostream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench/output/columns.hpp"
 #include "bench/output/rows.hpp"
+#include "bench/predict/inputs.hpp"
 #include "engine/backends.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/stats.hpp"
 #include "engine/parallel/world.hpp"
 
 namespace tb::bench {
 
 namespace {
 
-// A prediction and the measured row it is for share this key: the workload, precision, batch,
-// the variant but for emulated_nodes (where the ranks ran, not what they ran) and the device.
-std::string prediction_key(const BenchInfo& info, const std::string& device) {
-  std::string variant = info.variant;
-  for (const char* where : {"/emulated_nodes", "emulated_nodes"})
-    if (const auto at = variant.find(where); at != std::string::npos) variant.erase(at, std::strlen(where));
-  return fmt::format("{}/{}/{}/{}/{}/{}", info.model, info.dataset, info.precision, info.batch, variant, device);
+// The variant items of where ranks ran or what a prediction assumed: a prediction and the
+// measured row it is for share everything else.
+bool where_item(const std::string& item) {
+  const std::string flag = item.substr(0, item.find(':'));
+  return flag == "emulated_nodes" || flag == "predicted" || flag == "network" || flag == "replayed";
+}
+
+std::string comparable_variant(const std::string& variant) {
+  std::vector<std::string> kept;
+  std::size_t start = 0;
+  while (start < variant.size()) {
+    std::size_t slash = variant.find('/', start);
+    if (slash == std::string::npos) slash = variant.size();
+    const std::string item = variant.substr(start, slash - start);
+    if (!item.empty() && !where_item(item)) kept.push_back(item);
+    start = slash + 1;
+  }
+  return fmt::format("{}", fmt::join(kept, "/"));
+}
+
+// A prediction and the measured row it is for share this key.
+std::string prediction_key(const std::string& model, const std::string& dataset, const std::string& precision,
+                           const std::string& batch, const std::string& variant, const std::string& device) {
+  return fmt::format("{}/{}/{}/{}/{}/{}", model, dataset, precision, batch, comparable_variant(variant), device);
 }
 
 // "compute 13.1, sharing +2.4, ...": each term in ms, the step's first, the others as added.
@@ -40,99 +62,91 @@ std::string link_text(const parallel::Link& link) {
                      link.latency_us);
 }
 
-}  // namespace
-
-Predictor::Predictor(const Flags& flags) : links_(flags.links) {
-  for (const std::string& link : links_) parallel::parse_link(link);  // a bad --link fails before measuring
+// The columns a predicted row takes from its source row: its identity and machine context, none
+// of what the source measured or concluded.
+Row source_identity(const Row& source) {
+  Row row;
+  for (const auto& [column, value] : source)
+    if (!is_counter(column)) row[column] = value;
+  for (const char* own : {"message", "repetition", "aggregate", "verdicts", "prediction", "prediction_inputs",
+                          "cpu_baseline", "speedup_differs", "shared_device", "emulated_nodes", "rank_hosts"})
+    row.erase(own);
+  return row;
 }
 
-void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
-  const parallel::World& world = parallel::world();
-  if (world.size < 2) return;
-  const auto say = [&](const parallel::Link& link) {
-    if (world.rank == 0)
-      std::cerr << fmt::format("trainbench: measured link: {}: latency {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s\n",
-                               link.source, link.latency_us * std::max(1, world.size - 1), link.busbw_gbps);
-  };
-  world_link_ = parallel::measure_world_link(-1);
-  say(*world_link_);
-  for (const BenchInfo& b : benchmarks)
-    if (b.gpu() && b.device_kind->across_ranks && b.skip_reason.empty()) {
-      nccl_link_ = parallel::measure_world_link(b.gpu_ordinal);  // every rank's own GPU
-      say(*nccl_link_);
-      break;
-    }
-}
-
-void Predictor::record(const std::string& benchmark, parallel::OneDevice measured) {
-  measured_[benchmark] = std::move(measured);
-}
-
-std::vector<parallel::Link> Predictor::links_for(const BenchInfo& info) const {
-  std::vector<parallel::Link> links;
-  for (const std::string& name : links_) {
-    const parallel::Link link = parallel::parse_link(name);
-    if (link.name != "measured")
-      links.push_back(link);
-    else if (info.gpu() && nccl_link_)
-      links.push_back(*nccl_link_);
-    else if (!info.gpu() && world_link_)
-      links.push_back(*world_link_);
-  }
-  if (links_.empty() && info.gpu()) links.push_back(parallel::parse_link("nvlink4"));
-  if (links_.empty() && !info.gpu() && world_link_) links.push_back(*world_link_);
-  // CPU ranks all-reduce on the cores backward computes on: nothing hides, whatever the link.
-  for (parallel::Link& link : links)
-    if (!info.gpu()) link.overlaps_compute = false;
-  return links;
-}
-
-std::vector<int> Predictor::device_counts(const BenchInfo& info, const parallel::Link& link) const {
-  // A measured link is this run's: its N. A preset: 2, 4 and 8, and this machine's GPUs beyond.
+std::vector<int> default_counts(const parallel::Link& link, bool gpu, int nodes) {
   if (link.name == "measured") return {parallel::world().size};
-  std::vector<int> counts{2, 4, 8};
+  std::vector<int> per_node{1, 2, 4, 8};
+  std::vector<int> counts;
+  for (int k : per_node)
+    if (nodes * k > 1) counts.push_back(nodes * k);
   const int gpus = int(gpu_inventory().devices.size());
-  if (info.gpu() && gpus > 8) counts.push_back(gpus);
+  if (gpu && nodes == 1 && gpus > 8) counts.push_back(gpus);
   return counts;
 }
 
-std::vector<PredictedRow> Predictor::predict(const BenchInfo& info, double samples_per_s,
-                                             const MachineContext& machine) {
-  const auto found = measured_.find(info.name);
-  if (found == measured_.end() || found->second.timeline.empty() || samples_per_s <= 0) return {};
+}  // namespace
+
+std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, const PredictionPlan& plan,
+                                       const MachineContext& now) {
+  std::vector<double> rates;
+  const Row* source = nullptr;
+  for (const Row* r : rows) {
+    if (cell(*r, "run_type") != "iteration" || cell(*r, "status") != "ok" || cell(*r, "measurement") != "measured")
+      continue;
+    if (const double rate = cell_number(*r, "samples_per_s"); rate > 0) rates.push_back(rate);
+    if (!cell(*r, "prediction_inputs").empty()) source = r;
+  }
+  if (!source || rates.empty()) return {};
+  const double samples_per_s = tb::median(rates);
+  const PredictionInputs inputs = parse_prediction_inputs(cell(*source, "prediction_inputs"));
+  if (inputs.one.timeline.empty()) return {};
+  const bool gpu = cell(*source, "backend") == "gpu";
+  const double batch = cell_number(*source, "batch");
+  const std::string name = cell(*source, "benchmark");
   std::vector<PredictedRow> out;
-  for (const parallel::Link& link : links_for(info)) {
-    parallel::OneDevice one = found->second;
-    one.step_s = double(info.batch) / samples_per_s;
-    one.batch = double(info.batch);
+  for (const parallel::Link& link : plan.links) {
+    parallel::OneDevice one = inputs.one;
+    one.step_s = batch / samples_per_s;
+    one.batch = batch;
     // Devices over a preset link are machines or GPUs of their own; over this run's measured link,
     // the ranks share what they shared when it was measured (the sharing probe's slow-down).
     if (link.name != "measured") {
       one.sharing = parallel::Range::exactly(1);
       one.sharing_source = "none: devices of their own";
     }
-    for (int n : device_counts(info, link)) {
-      const parallel::Prediction q = parallel::predict(one, n, link);
-      const std::string device = fmt::format("{}:{}", info.gpu() ? "gpu" : "mpi", n);
-      made_[prediction_key(info, device)].push_back(Made{info.name, info.threads, link, q});
-      const std::string variant = info.variant.empty() ? "" : info.variant + "/";
-      Row row = identity_row(info, machine);
-      row["benchmark"] = fmt::format("{}/{}/{}/{}/{}/bs:{}/{}predicted:{}", kind_name(info.kind), info.model,
-                                     info.dataset, device, info.precision, info.batch, variant, link.name);
+    parallel::Link used = link;
+    // CPU ranks all-reduce on the cores backward needs: nothing hides, whatever the link.
+    if (!gpu) used.overlaps_compute = false;
+    for (int n : plan.counts.empty() ? default_counts(link, gpu, plan.nodes) : plan.counts) {
+      const parallel::Prediction q = parallel::predict(one, n, used);
+      const std::string device = fmt::format("{}:{}", gpu ? "gpu" : "mpi", n);
+      std::vector<std::string> items;
+      const std::string variant = cell(*source, "variant");
+      if (!variant.empty()) items.push_back(variant);
+      items.push_back("predicted:" + link.name);
+      Row row = source_identity(*source);
+      row["variant"] = join_variant(items);
+      row["benchmark"] = fmt::format("{}/{}/{}/{}/{}/bs:{}/{}", cell(*source, "kind"), cell(*source, "model"),
+                                     cell(*source, "dataset"), device, cell(*source, "precision"),
+                                     cell(*source, "batch"), row["variant"]);
       row["device"] = device;
-      row["variant"] = variant + "predicted:" + link.name;
+      row["device_kind"] = gpu ? "gpu:N over NCCL" : "mpi:N";
+      row["data_parallel"] = std::to_string(n);
+      row["baseline"] = name;
       row["measurement"] = "predicted";
       row["link"] = link.name;
-      row["predicted_from"] = info.name;
+      row["predicted_from"] = name;
       row["run_type"] = "iteration";
       row["status"] = "ok";
       row["iterations"] = std::to_string(one.timeline.steps);
       row["dominant_term"] = q.dominant;
+      row["git_commit"] = now.git_commit;
+      row["timestamp"] = now.timestamp;
       row["message"] = fmt::format(
           "predicted from {}'s timeline over {} ({}{}); terms: {}; data-parallel overhead: {}; sharing: {}; assumes {}",
-          info.name, link.name, link.source, link.low_source.empty() ? "" : "; low: " + link.low_source, terms_text(q),
-          one.dp_overhead_source.empty() ? "not measured" : one.dp_overhead_source,
-          one.sharing_source.empty() ? "none measured" : one.sharing_source, parallel::kPredictionAssumptions);
+          name, link.name, link.source, link.low_source.empty() ? "" : "; low: " + link.low_source, terms_text(q),
+          one.dp_overhead_source, one.sharing_source, parallel::kPredictionAssumptions);
       add_counters(row,
                    {{"samples_per_s", q.samples_per_s},
                     {"samples_per_s_low", q.samples_per_s_low},
@@ -157,21 +171,82 @@ std::vector<PredictedRow> Predictor::predict(const BenchInfo& info, double sampl
   return out;
 }
 
-std::vector<std::string> Predictor::compare(const BenchInfo& measured, double samples_per_s) const {
-  std::vector<std::string> lines;
-  const auto it = made_.find(prediction_key(measured, measured.device));
-  if (it == made_.end() || samples_per_s <= 0) return lines;
+Predictor::Predictor(const Flags& flags) : flags_(flags) {
+  for (const std::string& link : flags.links) parallel::parse_link(link);  // a bad --link fails before measuring
+}
+
+void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
+  const parallel::World& world = parallel::world();
+  if (world.size < 2) return;
+  const auto say = [&](const parallel::Link& link) {
+    if (world.rank == 0)
+      std::cerr << fmt::format("trainbench: measured link: {}: latency {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s\n",
+                               link.source, link.latency_us * std::max(1, world.size - 1), link.busbw_gbps);
+  };
+  world_link_ = parallel::measure_world_link(-1);
+  say(*world_link_);
+  for (const BenchInfo& b : benchmarks)
+    if (b.gpu() && b.device_kind->across_ranks && b.skip_reason.empty()) {
+      nccl_link_ = parallel::measure_world_link(b.gpu_ordinal);  // every rank's own GPU
+      say(*nccl_link_);
+      break;
+    }
+}
+
+PredictionPlan Predictor::plan_for(const BenchInfo& info) const {
+  PredictionPlan plan;
+  for (const std::string& name : flags_.links) {
+    const parallel::Link link = parallel::parse_link(name);
+    if (link.name != "measured")
+      plan.links.push_back(link);
+    else if (info.gpu() && nccl_link_)
+      plan.links.push_back(*nccl_link_);
+    else if (!info.gpu() && world_link_)
+      plan.links.push_back(*world_link_);
+  }
+  if (flags_.links.empty() && info.gpu()) plan.links.push_back(parallel::parse_link("nvlink4"));
+  if (flags_.links.empty() && !info.gpu() && world_link_) plan.links.push_back(*world_link_);
+  return plan;
+}
+
+std::vector<PredictedRow> Predictor::after_benchmark(const BenchInfo& info, const std::vector<const Row*>& rows,
+                                                     const MachineContext& machine) {
+  if (info.kind != Kind::Train || info.run() != RunKind::OneReplica || !info.timeline || info.cuda_graph ||
+      parallel::world().rank != 0)
+    return {};
+  std::vector<PredictedRow> predicted = predict_rows(rows, plan_for(info), machine);
+  for (const PredictedRow& p : predicted) {
+    const Row& r = p.row;
+    made_[prediction_key(cell(r, "model"), cell(r, "dataset"), cell(r, "precision"), cell(r, "batch"),
+                         cell(r, "variant"), cell(r, "device"))]
+        .push_back(Made{cell(r, "benchmark"), info.name, info.threads, cell(r, "link"),
+                        fmt::format("{} ({:.3g} GB/s, {:.3g} us)", cell(r, "link"), cell_number(r, "link_busbw_gbps"),
+                                    cell_number(r, "link_latency_us")),
+                        cell_number(r, "samples_per_s"), cell_number(r, "samples_per_s_low"),
+                        cell_number(r, "samples_per_s_high")});
+  }
+  return predicted;
+}
+
+std::optional<Predictor::Comparison> Predictor::compare(const BenchInfo& measured, double samples_per_s) const {
+  if (measured.data_parallel < 2 || samples_per_s <= 0) return std::nullopt;
+  const auto it = made_.find(prediction_key(measured.model, measured.dataset, measured.precision,
+                                            std::to_string(measured.batch), measured.variant, measured.device));
+  if (it == made_.end()) return std::nullopt;
+  const Made* chosen = nullptr;
   for (const Made& made : it->second) {
     if (made.threads != measured.threads) continue;  // mpi:2 of one thread per rank from cpu:1, not cpu
-    const parallel::Prediction& q = made.prediction;
-    const bool inside = samples_per_s >= q.samples_per_s_low && samples_per_s <= q.samples_per_s_high;
-    lines.push_back(fmt::format(
-        "  {}: measured {:.0f} samples/s; predicted {:.0f} (band {:.0f} to {:.0f}) from {} over {}: measured / "
-        "predicted = {:.2f}, {} the band",
-        measured.name, samples_per_s, q.samples_per_s, q.samples_per_s_low, q.samples_per_s_high, made.from,
-        link_text(made.link), samples_per_s / q.samples_per_s, inside ? "inside" : "outside"));
+    if (!chosen || (made.link == "measured" && chosen->link != "measured")) chosen = &made;
   }
-  return lines;
+  if (!chosen) return std::nullopt;
+  const bool inside = samples_per_s >= chosen->low && samples_per_s <= chosen->high;
+  return Comparison{
+      chosen->benchmark, inside ? "inside_band" : "outside_band",
+      fmt::format(
+          "  {}: measured {:.0f} samples/s; predicted {:.0f} (band {:.0f} to {:.0f}) from {} over {}: measured / "
+          "predicted = {:.2f}, {} the band",
+          measured.name, samples_per_s, chosen->point, chosen->low, chosen->high, chosen->from, chosen->link_text,
+          samples_per_s / chosen->point, inside ? "inside" : "outside")};
 }
 
 }  // namespace tb::bench

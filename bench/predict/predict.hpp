@@ -1,9 +1,10 @@
-// Predicted N-device rows, from choice to row, in one place: which links and device counts a
-// one-device train row is predicted over, what each one-device run measured for it (its
-// timeline, step times, the data-parallel path's overhead, how much slower devices sharing a
-// machine compute), the model (engine/parallel/predict.hpp), the predicted CSV rows with their
-// console lines, and a measured multi-device row set beside the predictions made for it. The
-// reporter writes the rows it is handed (docs/prediction.md).
+// Predicted N-device rows, from policy to row, in one place: when a one-device row is predicted
+// (after its last repetition) and over which links and device counts, the predicted CSV rows made
+// from the one-device row's own CSV rows (its prediction_inputs column and its samples/s: the same
+// whether in the run or after it, --predict_from), their console lines, and the comparison of a
+// measured data-parallel row with the prediction made for it: its verdict (inside_band or
+// outside_band) and the line that says so (docs/prediction.md). The model is
+// engine/parallel/predict.hpp.
 #pragma once
 
 #include <map>
@@ -24,9 +25,26 @@ struct PredictedRow {
   std::string line;
 };
 
+// What the predictions of a run are over: the links within a node (--link), the nodes
+// (--nodes) and the links between them (--network), and the device counts.
+struct PredictionPlan {
+  std::vector<parallel::Link> links;  // "measured" ones are filled in by the run (measure_world_link)
+  int nodes = 1;
+  std::vector<parallel::Link> networks;  // with nodes > 1
+  std::vector<int> counts;               // empty: per link (2, 4, 8, the machine's GPUs, or the run's ranks)
+};
+
+// The predicted rows of one one-device benchmark from `rows`, its rows in a CSV (the ok
+// iteration rows: their median samples/s, the last one's prediction_inputs), for `backend`'s
+// devices over `plan`. Empty where the rows hold no prediction inputs; throws tb::InputError
+// on inputs that cannot be read. `now`: the git commit and time the predicted rows carry.
+std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, const PredictionPlan& plan,
+                                       const MachineContext& now);
+
 class Predictor {
  public:
-  // Parses --link (tb::InputError on a bad one, before anything is measured).
+  // Parses --link, --nodes and --network (tb::InputError on a bad one, before anything is
+  // measured).
   explicit Predictor(const Flags& flags);
 
   // The links of the MPI world, swept at start-up (a collective: every rank calls it): MPI's,
@@ -35,31 +53,32 @@ class Predictor {
   // for --link=measured. Each is printed.
   void measure_world_link(const std::vector<BenchInfo>& benchmarks);
 
-  // What a one-device run measured: its timeline and step times, the data-parallel overhead
-  // and the sharing slow-down where it measured them (the runs call it; the last call wins).
-  void record(const std::string& benchmark, parallel::OneDevice measured);
+  // The policy after the last repetition of `info`: a one-device train row with a timeline is
+  // predicted over the run's links from `rows` (its rows so far); anything else is not.
+  // Remembers them for compare().
+  std::vector<PredictedRow> after_benchmark(const BenchInfo& info, const std::vector<const Row*>& rows,
+                                            const MachineContext& machine);
 
-  // The predicted rows of one-device train row `info`, which ran at `samples_per_s` (its median
-  // over repetitions); empty where it recorded nothing or no link applies. Remembers them for
-  // compare().
-  std::vector<PredictedRow> predict(const BenchInfo& info, double samples_per_s, const MachineContext& machine);
-
-  // For a measured multi-device row: a line per prediction made for it in this run (from a row of
-  // its per-replica threads, over each link), with the ratio and whether it fell in the band.
-  std::vector<std::string> compare(const BenchInfo& measured, double samples_per_s) const;
+  // A measured (or replayed) data-parallel row against the predictions made for it in this run
+  // (from a row of its per-replica threads): the one it is compared with (the run's measured
+  // link where there is one, else the first), its verdict word and the console line.
+  struct Comparison {
+    std::string prediction;  // the predicted row's benchmark
+    std::string verdict;     // inside_band or outside_band
+    std::string line;
+  };
+  std::optional<Comparison> compare(const BenchInfo& measured, double samples_per_s) const;
 
  private:
-  std::vector<parallel::Link> links_for(const BenchInfo& info) const;
-  std::vector<int> device_counts(const BenchInfo& info, const parallel::Link& link) const;
+  PredictionPlan plan_for(const BenchInfo& info) const;
 
-  std::vector<std::string> links_;  // --link's names
+  Flags flags_;
   std::optional<parallel::Link> world_link_, nccl_link_;
-  std::map<std::string, parallel::OneDevice> measured_;  // by benchmark
   struct Made {
-    std::string from;
+    std::string benchmark, from;
     int threads = 0;  // of the row it was made from
-    parallel::Link link;
-    parallel::Prediction prediction;
+    std::string link, link_text;
+    double point = 0, low = 0, high = 0;
   };
   std::map<std::string, std::vector<Made>> made_;  // by what a measured row of the device would be
 };

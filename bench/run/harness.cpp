@@ -1,6 +1,6 @@
-// What a benchmark does (harness.hpp): skip what cannot run, warn of a loaded machine, walk the
-// benchmark's run (bench/run/run.hpp), keep its repetition for the CSV or fail its row alone; and
-// the predicted rows made from the timelines the runs recorded.
+// What a benchmark does (harness.hpp): skip what cannot run, note a loaded machine, walk the
+// benchmark's run (bench/run/run.hpp), write its repetition's row or fail its row alone; after
+// the last repetition, the aggregates and the predicted rows.
 #include "bench/run/harness.hpp"
 
 #include <algorithm>
@@ -12,10 +12,12 @@
 
 #include "bench/output/columns.hpp"
 #include "bench/output/csv.hpp"
+#include "bench/output/rows.hpp"
 #include "bench/run/jobs.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
+#include "engine/parallel/replica.hpp"
 #include "engine/parallel/timeline.hpp"
 #include "telemetry/nvml.hpp"
 
@@ -38,7 +40,10 @@ double load_average_1m() {
 }  // namespace
 
 Harness::Harness(const Flags& flags, int cores)
-    : flags_(flags), benchmarks_(plan_benchmarks(flags, cores)), predictor_(flags) {
+    : flags_(flags),
+      benchmarks_(plan_benchmarks(flags, cores)),
+      repetitions_(std::max(1, std::atoi(flags.benchmark_repetitions.c_str()))),
+      predictor_(flags) {
   const bool gpu_runs = std::any_of(benchmarks_.begin(), benchmarks_.end(),
                                     [](const BenchInfo& b) { return b.gpu() && b.skip_reason.empty(); });
   if (!gpu_runs) return;
@@ -66,54 +71,55 @@ void Harness::register_benchmarks(RowLog& rows) {
   for (const BenchInfo& b : benchmarks_) {
     auto* registered =
         benchmark::RegisterBenchmark(b.name.c_str(), [this, &b](benchmark::State& st) { run_benchmark(st, b); });
-    if (b.kind == Kind::Epochs)
-      registered->Iterations(1)->Unit(benchmark::kSecond);
-    else
-      registered->Unit(benchmark::kMillisecond);
-    // Jobs time themselves: a jobs row once per repetition (its time the jobs' step: manual
-    // time), each job one agreed window (jobs.hpp).
-    const bool processes = b.run() == RunKind::Processes;
-    if (b.kind == Kind::Train && (processes || in_job())) registered->Iterations(1);
-    if (b.kind == Kind::Train && processes && b.skip_reason.empty()) registered->UseManualTime();
-    // Every rank must run the same number of steps: no adaptive iteration count under MPI.
-    if (world().size > 1 && b.kind == Kind::Train) registered->Iterations(flags_.iterations);
+    // One call of a benchmark is one repetition: a train/ row's run takes its own steps
+    // (StepBudget: until --benchmark_min_time, or a fixed count every rank agrees on under
+    // mpirun), an epochs/ row its epochs. Google Benchmark runs with a minimum time of 0 (main), so
+    // it keeps the first call of each repetition, with one iteration, and sizes nothing.
+    registered->Unit(b.kind == Kind::Epochs ? benchmark::kSecond : benchmark::kMillisecond);
   }
 }
 
-// Another process busy on the CPU makes every figure of this row low: said once per benchmark,
-// when the load is above what this run itself has used (its most threads so far, plus one).
-void Harness::warn_if_loaded(const BenchInfo& info, double load) {
+// Another process busy on the CPU makes every figure of this row low: above what this run itself
+// has used (its most threads so far, plus one). Said once per benchmark.
+bool Harness::loaded(const BenchInfo& info, double load) {
   threads_used_ = std::max(threads_used_, info.threads + info.loader.workers);
   constexpr double kSlack = 1.0;
-  if (load < 0 || load <= threads_used_ + kSlack || !warned_load_.insert(info.name).second) return;
-  if (world().rank == 0)
+  if (load < 0 || load <= threads_used_ + kSlack) return false;
+  if (world().rank == 0 && warned_load_.insert(info.name).second)
     std::cerr << fmt::format(
         "trainbench: warning: load average {:.1f} at the start of {}, where this run uses at most {} thread(s): "
-        "another process is using the CPU and this row's figures may be low (load_avg_1m in the CSV)\n",
+        "another process is using the CPU and this row's figures may be low (load_avg_1m in the CSV, 'loaded' in its "
+        "verdicts)\n",
         load, info.name, threads_used_);
+  return true;
 }
 
-void Harness::finish_repetition(const std::string& name) {
-  if (pending_.name != name || pending_.iterations < 0) return;
-  if (const BenchInfo* info = find(name)) rows_->repetition(*info, pending_.repetition);
-  pending_ = Pending{};
-}
-
-// A row that failed: its session goes (the next benchmark starts clean), the run goes on.
-void Harness::fail_row(benchmark::State& st, const std::string& message) {
-  release_sessions();
-  st.SkipWithError(message.c_str());
-  pending_.repetition = Repetition{{}, st.iterations(), true, message};
+void Harness::write(const BenchInfo& info, Repetition repetition) {
+  const int call = ++calls_[info.name];
+  if (repetition.status == "ok") {
+    const double rate = repetition.counters.count("samples_per_s") ? repetition.counters["samples_per_s"] : 0;
+    if (rate > 0) baselines_.add(info.name, rate);
+    if (info.kind == Kind::Train && world().rank == 0)
+      if (const auto c = predictor_.compare(info, rate)) {
+        repetition.verdicts.push_back(c->verdict);
+        repetition.prediction = c->prediction;
+        rows_->note(info.name, c->line);
+      }
+  }
+  rows_->repetition(info, repetition);
+  if (call < repetitions_) return;
+  // The benchmark's last repetition: its aggregates, then what the predictor's policy makes of it.
+  rows_->aggregates(info);
+  for (PredictedRow& p : predictor_.after_benchmark(info, rows_->rows_of(info.name), rows_->machine())) {
+    rows_->keep(p.row);
+    rows_->note(info.name, std::move(p.line));
+  }
 }
 
 void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
-  // Google Benchmark grows the iteration count while it sizes a benchmark's first repetition
-  // and keeps it for the others: a call with as many iterations as the last one of this
-  // benchmark means the last one ended a repetition, which goes to the CSV now.
-  if (pending_.name == info.name && pending_.iterations == st.max_iterations) finish_repetition(info.name);
-  pending_ = Pending{};
   if (!info.skip_reason.empty()) {
     st.SkipWithError(skip_message(info.skip_reason).c_str());
+    write(info, Repetition{.status = "skipped", .message = info.skip_reason});
     return;
   }
   // Under mpirun, one-replica benchmarks are the baselines, rank 0's alone: train/ rows' other
@@ -123,10 +129,8 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     st.SkipWithError(skip_message("one-replica baseline, run by rank 0").c_str());
     return;
   }
-  pending_.name = info.name;
-  pending_.iterations = st.max_iterations;
   const double load = load_average_1m();
-  warn_if_loaded(info, load);
+  const bool busy = loaded(info, load);
   try {
     // Each row reports its own peak resident set, not an earlier row's (a ResNet-152 before it):
     // another benchmark's run goes first (a train/ row keeps its own across Google Benchmark's
@@ -139,23 +143,30 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
                                    .baselines = &baselines_,
                                    .predictor = &predictor_,
                                    .on_epoch = &on_epoch_});
-    pending_.repetition.message = run_->walk(st);
+    Outcome outcome = run_->walk(st);
     if (!run_->kept_across_calls()) run_.reset();
-    if (load >= 0) st.counters["load_avg_1m"] = load;
-    if (!pending_.repetition.message.empty()) st.SetLabel(pending_.repetition.message);
-    Repetition r;
-    for (const auto& [name, counter] : st.counters) r.counters[name] = counter.value;
-    r.iterations = st.iterations();
-    r.message = pending_.repetition.message;
-    pending_.repetition = std::move(r);
+    if (load >= 0) outcome.counters["load_avg_1m"] = load;
+    if (busy) outcome.verdicts.insert(outcome.verdicts.begin(), "loaded");
+    if (!outcome.message.empty()) st.SetLabel(outcome.message);
+    write(info, Repetition{.counters = std::move(outcome.counters),
+                           .steps = outcome.steps,
+                           .message = std::move(outcome.message),
+                           .verdicts = std::move(outcome.verdicts),
+                           .prediction_inputs = std::move(outcome.prediction_inputs)});
   } catch (const CsvWriteError&) {
     throw;  // the run stops (main)
-  } catch (const std::bad_alloc&) {
-    fail_row(st,
-             "out of host memory (std::bad_alloc) while building or training this benchmark: lower --batch, "
-             "--loader_workers or --prefetch, or run it on a machine with more memory");
   } catch (const std::exception& e) {
-    fail_row(st, e.what());
+    // A row that failed: its session goes (the next benchmark starts clean), the run goes on.
+    const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
+    const std::string message =
+        memory ? "out of host memory (std::bad_alloc) while building or training this benchmark: lower --batch, "
+                 "--loader_workers or --prefetch, or run it on a machine with more memory"
+               : e.what();
+    release_sessions();
+    st.SkipWithError(message.c_str());
+    Repetition failed{.steps = st.iterations(), .status = "failed", .message = message};
+    if (dynamic_cast<const parallel::ReplicasDiffer*>(&e)) failed.verdicts.emplace_back("replicas_differ");
+    write(info, std::move(failed));
   }
 }
 

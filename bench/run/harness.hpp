@@ -1,9 +1,10 @@
 // The benchmarks of one run under Google Benchmark, owned by main: it registers them and, for
-// each call of a benchmark's body, hands the benchmark's run (bench/run/run.hpp: prepare, warm up,
-// timed steps, counters, report) Google Benchmark's state, then keeps the repetition it
-// reported, or the failure that ended it, for the CSV. Between rows it holds what one row needs
-// of another: the baselines of scaling efficiency, the timelines predictions are made from, and
-// NVML.
+// each call of a benchmark's body (one repetition: every train/ benchmark takes its own number of
+// steps, bench/run/run.hpp StepBudget), hands the benchmark's run (prepare, warm up, timed steps,
+// counters, notes, verdicts) Google Benchmark's state, and writes the repetition's row to the
+// RowLog the moment it ends: the one writer of rows. After a benchmark's last repetition it
+// writes the aggregates and asks the predictor's policy for the predicted rows. Between rows it
+// holds what one row needs of another: the rates of the baselines and NVML.
 #pragma once
 
 #include <cstdint>
@@ -43,12 +44,8 @@ class Harness {
   Harness& operator=(const Harness&) = delete;
 
   // Registers every benchmark with Google Benchmark; the harness and `rows` must outlive the
-  // run. Each repetition goes to `rows` once it is known to be final (when the next call of its
-  // benchmark starts, or finish_repetition), each epoch as it ends.
+  // run. Every row goes to `rows` as it ends.
   void register_benchmarks(RowLog& rows);
-  // The last repetition of `name` is final: Google Benchmark reports its runs (the reporter calls
-  // this before it writes the benchmark's aggregates).
-  void finish_repetition(const std::string& name);
   const std::vector<BenchInfo>& benchmarks() const { return benchmarks_; }
   const BenchInfo* find(const std::string& name) const;
   // The NVIDIA driver's version as NVML reports it ("580.159.04"); empty without NVML.
@@ -59,23 +56,19 @@ class Harness {
   Predictor& predictor() { return predictor_; }
 
  private:
-  // The last call of a benchmark's body, which Google Benchmark may still discard (a call that
-  // sized the iteration count) or keep (the last call of a repetition).
-  struct Pending {
-    std::string name;
-    std::int64_t iterations = -1;
-    Repetition repetition;
-  };
-
   void run_benchmark(benchmark::State& st, const BenchInfo& info);
-  void fail_row(benchmark::State& st, const std::string& message);
-  void warn_if_loaded(const BenchInfo& info, double load);
+  // The repetition's row, and after the benchmark's last one its aggregates and predictions.
+  void write(const BenchInfo& info, Repetition repetition);
+  // "loaded" where another process was using the CPU at the start of a row (said once per
+  // benchmark on the console).
+  bool loaded(const BenchInfo& info, double load);
 
   Flags flags_;
   std::vector<BenchInfo> benchmarks_;
+  int repetitions_ = 1;  // --benchmark_repetitions: calls of each benchmark
   RowLog* rows_ = nullptr;
   EpochSink on_epoch_;
-  Pending pending_;
+  std::map<std::string, int> calls_;  // per benchmark, its calls so far
   // The benchmark now running, kept across Google Benchmark's calls of it.
   std::unique_ptr<BenchmarkRun> run_;
   Baselines baselines_;

@@ -25,6 +25,7 @@
 #include <fmt/ranges.h>
 
 #include "bench/output/csv.hpp"
+#include "bench/output/rows.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
 
@@ -81,27 +82,17 @@ std::string tail_of(const fs::path& log) {
 }
 
 // The ok iteration row of a job's CSV, by column.
-std::map<std::string, std::string> job_row(const fs::path& csv) {
-  std::ifstream in(csv);
-  std::string line;
-  std::vector<std::string> header;
-  std::map<std::string, std::string> found;
-  while (std::getline(in, line)) {
-    const std::vector<std::string> cells = csv_split(line);
-    if (header.empty()) {
-      header = cells;
-      continue;
-    }
-    std::map<std::string, std::string> row;
-    for (std::size_t k = 0; k < std::min(cells.size(), header.size()); ++k) row[header[k]] = cells[k];
-    if (row["run_type"] == "iteration" && row["status"] == "ok") found = row;
-    if (row["status"] == "failed") throw Error(fmt::format("failed: {}", row["message"]));
+Row job_row(const fs::path& csv) {
+  Row found;
+  for (const Row& row : read_csv(csv.string(), "a job's --csv")) {
+    if (cell(row, "run_type") == "iteration" && cell(row, "status") == "ok") found = row;
+    if (cell(row, "status") == "failed") throw Error(fmt::format("failed: {}", cell(row, "message")));
   }
   if (found.empty()) throw Error(fmt::format("{} holds no measured row", csv.string()));
   return found;
 }
 
-double number_of(const std::map<std::string, std::string>& row, const std::string& column) {
+double number_of(const Row& row, const std::string& column) {
   const auto it = row.find(column);
   return it == row.end() || it->second.empty() ? NAN : std::strtod(it->second.c_str(), nullptr);
 }
@@ -143,8 +134,7 @@ JobSteps job_steps(const fs::path& dir, int index, double samples_per_step) {
 // running, over its length; host CPU and device memory add up over the jobs; energy per sample is
 // the device's energy (each job read all of it over about the same window) over every job's
 // samples; the rest are the jobs' mean or largest.
-JobsResult combine(const std::vector<std::map<std::string, std::string>>& rows, const CommonWindow& window,
-                   const BenchInfo& info) {
+JobsResult combine(const std::vector<Row>& rows, const CommonWindow& window, const BenchInfo& info) {
   JobsResult r;
   auto& c = r.counters;
   std::vector<std::string> rates, own, cpus;
@@ -266,7 +256,7 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
     statuses[std::size_t(it - pids.begin())] = status;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) std::ofstream(dir / "abort").put('\n');
   }
-  std::vector<std::map<std::string, std::string>> rows;
+  std::vector<Row> rows;
   std::vector<JobSteps> steps;
   // A job that failed on its own comes first (in job order), then those it stopped.
   std::vector<std::string> failures;

@@ -11,10 +11,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/output/median.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/stats.hpp"
 #include "engine/core/timer.hpp"
+#include "engine/parallel/world.hpp"
 #include "engine/train/trainer.hpp"
 #include "telemetry/nvml.hpp"
 #include "telemetry/sampler.hpp"
@@ -22,10 +23,6 @@
 namespace tb::bench {
 
 namespace {
-
-std::string rate_key(const BenchInfo& b, const std::string& precision) {
-  return fmt::format("{}/{}/{}/{}/{}/{}", b.model, b.dataset, b.gpu() ? "gpu" : "cpu", precision, b.batch, b.variant);
-}
 
 std::vector<int> distinct(std::vector<int> ordinals) {
   std::sort(ordinals.begin(), ordinals.end());
@@ -60,13 +57,18 @@ std::unique_ptr<telemetry::GpuSampler> sampler_for(const std::vector<std::string
 
 }  // namespace
 
-void Baselines::add(const BenchInfo& info, double samples_per_s) {
-  rates_[rate_key(info, info.precision)].push_back(samples_per_s);
+void Baselines::add(const std::string& benchmark, double samples_per_s) { rates_[benchmark].push_back(samples_per_s); }
+
+double Baselines::median(const std::string& benchmark) const {
+  const auto found = rates_.find(benchmark);
+  return found == rates_.end() ? 0 : tb::median(found->second);
 }
 
-double Baselines::median(const BenchInfo& info, const std::string& precision) const {
-  const auto found = rates_.find(rate_key(info, precision));
-  return found == rates_.end() ? 0 : bench::median(found->second);
+StepBudget step_budget(const Flags& flags) {
+  StepBudget b;
+  if (flags.iterations_given || parallel::world().size > 1) b.fixed = flags.iterations;
+  if (!flags.benchmark_min_time.empty()) b.min_time_s = std::strtod(flags.benchmark_min_time.c_str(), nullptr);
+  return b;
 }
 
 std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env) {
@@ -82,9 +84,11 @@ std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env) {
   throw Error("make_run: a device kind without a run");
 }
 
-std::string BenchmarkRun::walk(benchmark::State& st) {
+Outcome BenchmarkRun::walk(benchmark::State& st) {
   omp_set_num_threads(info_.threads);
   notes_.clear();
+  verdicts_.clear();
+  prediction_inputs_.clear();
   if (!prepared_) {
     devices_ = row_devices(info_);
     prepare();
@@ -93,7 +97,24 @@ std::string BenchmarkRun::walk(benchmark::State& st) {
   }
   const Window window = timed_steps(st);
   counters(st, window);
-  return fmt::format("{}", fmt::join(notes_, "; "));
+  if (!info_.plan_note.empty()) note(info_.plan_note);
+  Outcome out;
+  for (const auto& [name, counter] : st.counters) out.counters[name] = counter.value;
+  out.steps = std::int64_t(window.steps);
+  out.message = fmt::format("{}", fmt::join(notes_, "; "));
+  out.verdicts = verdicts_;
+  out.prediction_inputs = prediction_inputs_;
+  return out;
+}
+
+void BenchmarkRun::comparisons(benchmark::State& st, int devices) {
+  auto& c = st.counters;
+  const double rate = c["samples_per_s"];
+  if (const double one = env_.baselines->median(info_.baseline); one > 0 && devices > 1) {
+    c["scaling_efficiency"] = rate / (devices * one);
+    if (rate < one) verdict("not_scaling");  // N devices did less than one
+  }
+  if (const double cpu = env_.baselines->median(info_.cpu_baseline); cpu > 0) c["speedup_vs_cpu"] = rate / cpu;
 }
 
 void BenchmarkRun::prepare_gpus() const {
@@ -148,6 +169,7 @@ void BenchmarkRun::timed_counters(benchmark::State& st, const Window& w, const T
 void BenchmarkRun::note_utilisation(benchmark::State& st) {
   const double u = st.counters["utilisation"];
   if (u <= 1) return;
+  verdict("above_peak");
   note(fmt::format(
       "utilisation {:.2f} exceeds 1: the model's kernels ran faster than the sgemm peak measured at start-up ({:.1f} "
       "GFLOP/s, spread {:.0f}%), so that peak was measured low (a busy machine?) or the FLOP count is high",

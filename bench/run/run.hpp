@@ -7,6 +7,7 @@
 // (run_epochs.cpp).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -37,17 +38,39 @@ namespace tb::bench {
 class Predictor;
 using EpochSink = std::function<void(const BenchInfo&, const EpochRecord&)>;
 
-// The samples/s of the one-device rows run so far, every repetition's, by what a row of the
-// same workload compares with: scaling efficiency and the precision notes come from the same run.
+// The samples/s of the rows run so far, every repetition's, by benchmark: what a later row's
+// scaling efficiency, speed-up over the CPU and precision notes are over (its baseline,
+// cpu_baseline and fp32 rows, plan/baselines.cpp).
 class Baselines {
  public:
-  void add(const BenchInfo& info, double samples_per_s);
-  // The median of one-device rows of `info`'s workload, batch and variant in `precision`, on its
-  // kind of device; 0 where none ran yet.
-  double median(const BenchInfo& info, const std::string& precision) const;
+  void add(const std::string& benchmark, double samples_per_s);
+  // The median over `benchmark`'s repetitions so far; 0 where it has none (or is "").
+  double median(const std::string& benchmark) const;
 
  private:
   std::map<std::string, std::vector<double>> rates_;
+};
+
+// How many timed steps a repetition takes: a fixed count (under mpirun every rank the same, or
+// --iterations given), else steps until --benchmark_min_time has passed (Google Benchmark's 0.5 s
+// by default), at least one.
+struct StepBudget {
+  std::int64_t fixed = 0;  // > 0: exactly this many
+  double min_time_s = 0.5;
+  bool more(std::int64_t done, double elapsed_s) const {
+    return fixed > 0 ? done < fixed : done < 1 || elapsed_s < min_time_s;
+  }
+};
+StepBudget step_budget(const Flags& flags);
+
+// What one call of a benchmark's run produced: its row's counters, notes and verdicts
+// (results/SCHEMA.md: a verdict is a word a later reader filters on, the notes say why).
+struct Outcome {
+  std::map<std::string, double> counters;
+  std::int64_t steps = 0;
+  std::string message;
+  std::vector<std::string> verdicts;
+  std::string prediction_inputs;  // one-device train rows: what predictions are made from (predict/inputs.hpp)
 };
 
 // What a run takes from the harness that owns it, which outlives it.
@@ -85,9 +108,9 @@ class BenchmarkRun {
   BenchmarkRun& operator=(const BenchmarkRun&) = delete;
 
   const std::string& name() const { return info_.name; }
-  // One call of Google Benchmark: prepare and warm up (the first call only), the timed steps,
-  // the counters and the report. Returns the row's message; throws to fail the row.
-  std::string walk(benchmark::State& st);
+  // One call of Google Benchmark, one repetition: prepare and warm up (the first call only), the
+  // timed steps, the counters and the report. Throws to fail the row.
+  Outcome walk(benchmark::State& st);
   // False for a run that starts afresh every call (a run of epochs trains from scratch).
   virtual bool kept_across_calls() const { return true; }
 
@@ -111,6 +134,12 @@ class BenchmarkRun {
   void note_utilisation(benchmark::State& st);
   void note(std::string text) { notes_.push_back(std::move(text)); }
   void note_first(std::string text) { notes_.insert(notes_.begin(), std::move(text)); }
+  void verdict(const char* word) { verdicts_.emplace_back(word); }
+  // Scaling efficiency over the row's baseline and the speed-up over its cpu row, where they ran,
+  // with their verdicts (not_scaling), from the row's samples/s.
+  void comparisons(benchmark::State& st, int devices);
+  // Timed steps: the step budget of this run (fixed or timed, StepBudget).
+  StepBudget budget() const { return step_budget(*env_.flags); }
 
   const BenchInfo& info_;
   RunEnv env_;
@@ -118,8 +147,12 @@ class BenchmarkRun {
 
  private:
   bool prepared_ = false;
-  std::vector<std::string> notes_;  // this call's: the report
+  std::vector<std::string> notes_;     // this call's: the report
+  std::vector<std::string> verdicts_;  // this call's
   friend class TimedWindow;
+
+ protected:
+  std::string prediction_inputs_;  // this call's, where a one-device train run recorded them
 };
 
 // The run of `info`'s benchmark: its kind chosen by the benchmark's kind and parallel mode.

@@ -8,6 +8,7 @@
 #include "bench/run/run.hpp"
 #include "datasets/sources.hpp"
 #include "engine/backends.hpp"
+#include "engine/core/timer.hpp"
 #include "engine/parallel/replica_run.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -46,12 +47,16 @@ class ReplicasRun final : public BenchmarkRun {
     TimedWindow window(*this);
     p0_ = first().phases();
     c0_ = run_->comm_stats();
-    window.open();
     double device_total = 0;
-    for (auto _ : st) device_total += run_->step().device;
+    std::int64_t steps = 0;
+    const StepBudget budget = this->budget();  // fixed under mpirun: every rank takes as many steps
+    for (auto _ : st) {                        // one iteration: the repetition's window of steps
+      window.open();
+      for (const double start = wall_seconds(); budget.more(steps, wall_seconds() - start); ++steps)
+        device_total += run_->step().device;
+    }
     // This process's GPUs trained its replicas' samples (under MPI, rank 0's GPU its own).
-    Window w =
-        window.close(st, double(st.iterations()), double(st.iterations()) * double(info_.batch) * info_.replicas);
+    Window w = window.close(st, double(steps), double(steps) * double(info_.batch) * info_.replicas);
     // The step is the slowest rank's: its wall clock over the window, and its device time.
     w.wall = run_->slowest(w.wall);
     if (info_.gpu()) w.device_step_time = run_->slowest(device_total) / w.steps;
@@ -74,6 +79,7 @@ class ReplicasRun final : public BenchmarkRun {
       communication_counters(st, w, total);
     memory_counters(st, *run_->replicas()[0].backend);
     note_utilisation(st);
+    comparisons(st, info_.data_parallel);
     if (info_.gpu() && (env_.flags->cuda_graph || env_.flags->data_on_device))
       note("--cuda_graph and --data_on_device apply to one-device rows: these replicas ran without them");
   }
@@ -87,19 +93,16 @@ class ReplicasRun final : public BenchmarkRun {
     c["allreduce_bytes_per_step"] = bytes;
     // nccl-tests' bus bandwidth over the communication not hidden by backward: an upper bound
     // on the links' rate where buckets overlapped (results/SCHEMA.md).
-    if (comm > 0) c["busbw_gbps"] = bytes / comm * 2.0 * (total - 1) / total * 1e-9;
+    if (comm > 0) c["busbw_gbps"] = bytes / comm * parallel::allreduce_bus_factor(total) * 1e-9;
     const double buckets = double(cs.buckets - c0_.buckets);
     if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0_.buckets_early) / buckets;
     note_what_it_checks(total);
-    // Replicas sharing one device check the data-parallel path, they do not scale.
-    const double baseline = env_.baselines->median(info_, info_.precision);
-    if (!info_.device_kind->shares_device && baseline > 0)
-      c["scaling_efficiency"] = c["samples_per_s"] / (total * baseline);
   }
 
   // Rows that are not what they look like say so first.
   void note_what_it_checks(int total) {
-    if (info_.shared_device) note_first(fmt::format("{} replicas on one GPU: checks correctness, not scaling", total));
+    if (std::string_view(info_.device_kind->check_word) == "shared_device")
+      note_first(fmt::format("{} replicas on one GPU: checks correctness, not scaling", total));
     if (info_.emulated_nodes && info_.gpu())
       note_first(fmt::format(
           "{} ranks as emulated nodes sharing one GPU over NCCL's socket transport: checks the multi-node path, not "
@@ -126,10 +129,7 @@ class JobsRun final : public BenchmarkRun {
 
  private:
   Window timed_steps(benchmark::State& st) override {
-    for (auto _ : st) {
-      jobs_ = run_job_processes(info_, *env_.flags);
-      st.SetIterationTime(jobs_.step_s);
-    }
+    for (auto _ : st) jobs_ = run_job_processes(info_, *env_.flags);
     return Window{.steps = double(st.iterations()), .wall = jobs_.step_s * double(st.iterations())};
   }
 
@@ -140,6 +140,7 @@ class JobsRun final : public BenchmarkRun {
     st.counters["model_tflops"] = tflops;
     st.counters["peak_gflops"] = devices_.peak_gflops * (info_.gpu() ? 1 : info_.replicas);
     st.counters["utilisation"] = tflops * 1e3 / st.counters["peak_gflops"];
+    comparisons(st, 1);
     if (!jobs_.message.empty()) note(jobs_.message);
   }
 

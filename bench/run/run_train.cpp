@@ -10,13 +10,13 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "bench/output/median.hpp"
-#include "bench/predict/predict.hpp"
+#include "bench/predict/inputs.hpp"
 #include "bench/run/jobs.hpp"
 #include "bench/run/run.hpp"
 #include "datasets/sources.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/stats.hpp"
 #include "engine/core/timer.hpp"
 #include "engine/parallel/replica.hpp"
 #include "engine/parallel/timeline.hpp"
@@ -91,18 +91,23 @@ class TrainRun final : public BenchmarkRun {
     if (predicting() && !bystander()) timeline = std::make_unique<parallel::TimelineRecorder>(trainer_->network());
     p0_ = trainer_->phases();
     std::vector<double> times;  // each step's wall clock, host gaps included
-    window.open();
-    double last = wall_seconds();
-    for (auto _ : st) {
-      if (bystander()) continue;
-      if (timeline) timeline->before_step();
-      trainer_->step();
-      if (timeline) timeline->after_step();
-      const double now = wall_seconds();
-      times.push_back(now - last);
-      last = now;
+    std::int64_t steps = 0;
+    const StepBudget budget = this->budget();
+    for (auto _ : st) {  // one iteration: the repetition's window of steps
+      window.open();
+      const double start = wall_seconds();
+      double last = start;
+      for (; budget.more(steps, last - start); ++steps) {
+        if (bystander()) continue;
+        if (timeline) timeline->before_step();
+        trainer_->step();
+        if (timeline) timeline->after_step();
+        const double now = wall_seconds();
+        times.push_back(now - last);
+        last = now;
+      }
     }
-    Window w = window.close(st, double(st.iterations()), double(st.iterations()) * double(info_.batch));
+    Window w = window.close(st, double(steps), double(steps) * double(info_.batch));
     add_device_clock(w);
     if (predicting()) measure_for_predictions(timeline.get(), std::move(times), w);
     return w;
@@ -129,13 +134,13 @@ class TrainRun final : public BenchmarkRun {
     if (bystander()) return;
     measured_.timeline = timeline->timeline();
     measured_.step_times = std::move(times);
-    env_.predictor->record(info_.name, measured_);
+    prediction_inputs_ = format_prediction_inputs(measured_, sharing_ranks_, sharing_hosts_);
   }
 
   // Steps through the data-parallel path with a communicator of one replica (bucket bookkeeping,
   // collective launches, the wait), against the plain steps just timed.
   void probe_dp_overhead(const std::vector<double>& plain) {
-    const double step = bench::median(plain);
+    const double step = tb::median(plain);
     const int steps = std::clamp(int(std::ceil(0.2 / step)), 2, 10);
     std::vector<double> wrapped;
     try {
@@ -155,21 +160,15 @@ class TrainRun final : public BenchmarkRun {
       measured_.dp_overhead_source = fmt::format("not measured ({})", e.what());
       return;
     }
-    // The noise of either set of steps bounds what the difference can tell.
-    const double overhead = bench::median(wrapped) - step;
-    const double noise = std::max(spread_of(plain), spread_of(wrapped));
+    // The noise of either set of steps (half its spread: how far a median of them may move)
+    // bounds what the difference can tell.
+    const double overhead = tb::median(wrapped) - step;
+    const double noise = std::max(interquartile_range(plain), interquartile_range(wrapped)) / 2;
     measured_.dp_overhead = {std::max(0.0, overhead), std::max(0.0, overhead - noise), std::max(0.0, overhead + noise)};
     measured_.dp_overhead_source = fmt::format(
         "{} steps through the data-parallel path with one replica, {:.3g} ms against the plain step's {:.3g} ms "
         "(noise {:.2g} ms)",
-        steps, bench::median(wrapped) * 1e3, step * 1e3, noise * 1e3);
-  }
-
-  // Half the gap between the quartiles: how far a median of these steps may move.
-  static double spread_of(std::vector<double> times) {
-    if (times.size() < 2) return 0;
-    std::sort(times.begin(), times.end());
-    return (times[(3 * (times.size() - 1) + 2) / 4] - times[(times.size() - 1) / 4]) / 2;
+        steps, tb::median(wrapped) * 1e3, step * 1e3, noise * 1e3);
   }
 
   // Under mpirun: every rank steps its own replica at once, with no communication, as rank 0's
@@ -193,6 +192,8 @@ class TrainRun final : public BenchmarkRun {
     const parallel::World& w = parallel::world();
     if (bystander()) return;
     measured_.sharing = {(slowest + fastest) / 2 / alone, fastest / alone, slowest / alone};
+    sharing_ranks_ = w.size;
+    sharing_hosts_ = w.nodes;
     measured_.sharing_source = fmt::format(
         "{} ranks stepping together on {} host(s): {:.3g} to {:.3g} ms a step against rank 0's {:.3g} ms "
         "alone",
@@ -234,9 +235,12 @@ class TrainRun final : public BenchmarkRun {
                    *trainer_, p0_);
     memory_counters(st, trainer_->network());
     note_utilisation(st);
+    comparisons(st, 1);
     const double rate = st.counters["samples_per_s"];
-    env_.baselines->add(info_, rate);
-    if (std::string slower = note_slower_than_fp32(rate, w.step_time()); !slower.empty()) note_first(slower);
+    if (std::string slower = note_slower_than_fp32(rate, w.step_time()); !slower.empty()) {
+      verdict("slower_than_fp32");
+      note_first(slower);
+    }
   }
 
   // A precision meant to be faster than fp32 that was not, in this invocation, says so and why
@@ -244,8 +248,7 @@ class TrainRun final : public BenchmarkRun {
   // launches and memory, the casts of mixed precision and the loss-scale check (or TF32's other
   // kernel choices) cost about what they save.
   std::string note_slower_than_fp32(double rate, double step_time_s) const {
-    if (!info_.gpu() || info_.precision == "fp32") return "";
-    const double fp32 = env_.baselines->median(info_, "fp32");
+    const double fp32 = env_.baselines->median(info_.fp32_row);
     if (fp32 <= 0 || rate >= fp32) return "";
     const double step_ms = step_time_s * 1e3;
     constexpr double kShortStepMs = 5;  // a step of small kernels: launches and memory set its pace
@@ -264,7 +267,8 @@ class TrainRun final : public BenchmarkRun {
   data::Splits splits_;  // what the trainer's data left behind: the validation split
   std::unique_ptr<Trainer> trainer_;
   PhaseTimes p0_;
-  parallel::OneDevice measured_;  // for predictions: the probes' results, kept across calls
+  parallel::OneDevice measured_;               // for predictions: the probes' results, kept across calls
+  int sharing_ranks_ = 0, sharing_hosts_ = 0;  // the sharing probe's ranks and hosts (0: none)
   bool probed_ = false;
   std::unique_ptr<parallel::Communicator> world_;  // under mpirun: the sharing probe's
 };

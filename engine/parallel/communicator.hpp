@@ -20,6 +20,11 @@ using i64 = std::int64_t;
 using tb::ElemType;
 std::size_t elem_bytes(ElemType t);
 
+// nccl-tests' bus bandwidth factor of an all-reduce among n ranks (getBw: 2(n-1)/n): the share
+// of the bytes each rank's link carries in a ring, so that busbw = bytes / time x this factor
+// reads the same for any n. 0 for one rank, which moves nothing.
+inline double allreduce_bus_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/stats.hpp"
 #include "engine/core/timer.hpp"
 #include "engine/parallel/communicator.hpp"
 
@@ -92,7 +93,7 @@ Link parse_link(const std::string& text) {
 
 double ring_all_reduce_s(double bytes, int n, const Link& link) {
   if (n <= 1 || bytes <= 0) return 0;
-  return link.latency_us * 1e-6 + 2.0 * (n - 1) / n * bytes / (link.busbw_gbps * 1e9);
+  return link.latency_us * 1e-6 + allreduce_bus_factor(n) * bytes / (link.busbw_gbps * 1e9);
 }
 
 namespace {
@@ -112,7 +113,7 @@ double swept_s(double bytes, const Link& link, const std::vector<double>& times)
       const double b0 = sw[k - 1].first, b1 = sw[k].first;
       return times[k - 1] + (times[k] - times[k - 1]) * (bytes - b0) / (b1 - b0);
     }
-  return times.back() + 2.0 * (n - 1) / n * (bytes - sw.back().first) / (link.busbw_gbps * 1e9);
+  return times.back() + allreduce_bus_factor(n) * (bytes - sw.back().first) / (link.busbw_gbps * 1e9);
 }
 
 }  // namespace
@@ -127,7 +128,7 @@ double all_reduce_s(double bytes, int n, const Link& link, double busbw_gbps, bo
     return swept_s(bytes, link, medians) * link.busbw_gbps * 1e9 / busbw;
   }
   const double latency = link.latency_us * 1e-6;
-  const double ring = latency * (n - 1) + 2.0 * (n - 1) / n * bytes / busbw;
+  const double ring = latency * (n - 1) + allreduce_bus_factor(n) * bytes / busbw;
   const double tree = latency * std::ceil(std::log2(double(n))) + 2.0 * bytes / busbw;
   return std::min(ring, tree);
 }
@@ -167,17 +168,16 @@ Queue queue(const StepTimeline& t, int n, const Link& link, double slower, doubl
   return q;
 }
 
-// The step's relative spread: the interquartile range of the step times over their median. The
-// same step measured again (the multi-device run is another window, minutes later) moves by
-// about that much; half of it, which bounds one window's median, left the measured mpi:2 of the
-// MLP 0.4% below the band in a debug build.
-double relative_spread(std::vector<double> times) {
-  if (times.size() < 4) return 0;
-  std::sort(times.begin(), times.end());
-  const auto at = [&](double q) { return times[std::size_t(q * double(times.size() - 1) + 0.5)]; };
-  return (at(0.75) - at(0.25)) / at(0.5);
-}
+}  // namespace
 
+namespace {
+// The fastest of the measured step times, scaled to the step the prediction is made from (the
+// times are one window's; the step is the median over repetitions); 0 without times.
+double fastest_step(const std::vector<double>& times, double step) {
+  if (times.empty()) return 0;
+  const double m = tb::median(times);
+  return m > 0 ? *std::min_element(times.begin(), times.end()) / m * step : 0;
+}
 }  // namespace
 
 Prediction predict(const OneDevice& one, int devices, const Link& link) {
@@ -186,6 +186,9 @@ Prediction predict(const OneDevice& one, int devices, const Link& link) {
            one.step_s, one.batch);
   TB_CHECK(t.bucket_ready_s.size() == t.bucket_bytes.size(), "predict: {} ready times for {} buckets",
            t.bucket_ready_s.size(), t.bucket_bytes.size());
+  // The step's relative spread: the same step measured again (the multi-device run is another
+  // window, minutes later) moves by about its interquartile range; half of it, which bounds one
+  // window's median, left the measured mpi:2 of the MLP 0.4% below the band in a debug build.
   const double step = one.step_s, spread = relative_spread(one.step_times);
   const Range sharing = devices > 1 ? one.sharing : Range::exactly(1);
   const Range dp = devices > 1 ? one.dp_overhead : Range{};
@@ -212,7 +215,9 @@ Prediction predict(const OneDevice& one, int devices, const Link& link) {
   Prediction p;
   p.devices = devices;
   p.terms = {
-      {"compute", step, step * (1 - spread), step * (1 + spread)},
+      // A step measured again is no faster than the fastest step seen (a very noisy row's spread
+      // can exceed the step itself).
+      {"compute", step, std::max(step * (1 - spread), fastest_step(one.step_times, step)), step * (1 + spread)},
       {"sharing", step * (sharing.value - 1), step * (sharing.low - 1), step * (sharing.high - 1)},
       {"stragglers", stragglers, 0, stragglers},
       {"data-parallel overhead", dp.value, dp.low, dp.high},
@@ -260,7 +265,7 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
     const double median = comm.max(times[2 + (times.size() - 2) / 2]);
     link.sweep.emplace_back(double(bytes), median);
     link.sweep_slowest.push_back(comm.max(times.back()));
-    x.push_back(2.0 * (n - 1) / n * double(bytes));
+    x.push_back(allreduce_bus_factor(n) * double(bytes));
     y.push_back(median);
   }
   // Least squares: y = a + b x.

@@ -137,7 +137,7 @@ void ReplicaNetwork::check_weights_agree() {
     const double v = double((hash >> (22 * piece)) & ((1u << 22) - 1));
     const double hi = comm_->max(v), lo = comm_->min(v);
     if (hi != lo)
-      throw CheckFailed(
+      throw ReplicasDiffer(
           fmt::format("the {} replicas' weights differ after training (rank {}'s checksum {:016x}): "
                       "data-parallel replicas must stay identical",
                       comm_->size(), comm_->rank(), hash));

@@ -7,12 +7,20 @@
 #include <memory>
 #include <vector>
 
+#include "engine/core/error.hpp"
 #include "engine/core/network.hpp"
 #include "engine/parallel/communicator.hpp"
 
 namespace tb::parallel {
 
 class MarkClock;  // timeline.hpp
+
+// The replicas' weights differ after training: the data-parallel path is broken (the row fails,
+// and its verdicts say replicas_differ).
+class ReplicasDiffer : public CheckFailed {
+ public:
+  using CheckFailed::CheckFailed;
+};
 
 // One all-reduce: a contiguous run of gradients of one type, from the segments of nodes
 // [first_node, last_node]. Ready once backward has run first_node (it runs last to first).

@@ -143,6 +143,7 @@ double ReplicaRun::slowest(double local) const { return world_ ? world_->max(loc
 
 void ReplicaRun::check(const std::function<void(Trainer&)>& loss_fell) {
   std::vector<std::string> failures(replicas_.size());
+  std::vector<char> differ(replicas_.size(), 0);
   on_all([&](int k) {
     Replica& r = replicas_[std::size_t(k)];
     try {
@@ -152,7 +153,8 @@ void ReplicaRun::check(const std::function<void(Trainer&)>& loss_fell) {
     }
     try {
       if (r.replica) r.replica->check_weights_agree();
-    } catch (const CheckFailed& e) {
+    } catch (const ReplicasDiffer& e) {
+      differ[std::size_t(k)] = 1;
       if (failures[std::size_t(k)].empty()) failures[std::size_t(k)] = e.what();
     }
   });
@@ -160,6 +162,7 @@ void ReplicaRun::check(const std::function<void(Trainer&)>& loss_fell) {
   for (const std::string& f : failures)
     if (failure.empty()) failure = f;
   const bool ok_everywhere = world_ ? world_->min(failure.empty() ? 1.0 : 0.0) > 0 : failure.empty();
+  if (std::find(differ.begin(), differ.end(), 1) != differ.end()) throw ReplicasDiffer(failure);
   if (!ok_everywhere)
     throw CheckFailed(failure.empty() ? std::string("a replica on another rank failed its check (see rank 0's "
                                                     "output or that rank's)")

@@ -1,0 +1,132 @@
+// The prediction_inputs column (inputs.hpp): written by one-device train runs, read by every
+// prediction and replay.
+#include "bench/predict/inputs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/core/error.hpp"
+#include "engine/core/stats.hpp"
+
+namespace tb::bench {
+namespace {
+
+std::vector<std::string> split(const std::string& text, char by) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(by, start);
+    if (end == std::string::npos) end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string numbers(const std::vector<double>& values) {
+  std::vector<std::string> parts;
+  for (double v : values) parts.push_back(fmt::format("{:.9g}", v));
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+std::string range(const parallel::Range& r) { return numbers({r.value, r.low, r.high}); }
+
+double number(const std::string& text, const std::string& field) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v))
+    throw InputError(fmt::format("prediction_inputs: {}: '{}' is not a number", field, text));
+  return v;
+}
+
+std::vector<double> number_list(const std::string& text, const std::string& field) {
+  std::vector<double> out;
+  for (const std::string& part : split(text, ',')) out.push_back(number(part, field));
+  return out;
+}
+
+parallel::Range range_of(const std::string& text, const std::string& field) {
+  const std::vector<double> v = number_list(text, field);
+  if (v.size() != 3) throw InputError(fmt::format("prediction_inputs: {} needs VALUE,LOW,HIGH, has '{}'", field, text));
+  return {v[0], v[1], v[2]};
+}
+
+}  // namespace
+
+std::string format_prediction_inputs(const parallel::OneDevice& one, int sharing_ranks, int sharing_hosts) {
+  const parallel::StepTimeline& t = one.timeline;
+  std::vector<std::string> buckets;
+  for (std::size_t k = 0; k < t.bucket_bytes.size(); ++k)
+    buckets.push_back(fmt::format("{:.9g}@{:.9g}", t.bucket_bytes[k], t.bucket_ready_s[k]));
+  std::vector<double> sorted = one.step_times, quantiles;
+  std::sort(sorted.begin(), sorted.end());
+  if (!sorted.empty())
+    for (int k = 0; k < kStepQuantiles; ++k)
+      quantiles.push_back(quantile_of_sorted(sorted, k / double(kStepQuantiles - 1)));
+  std::string text = fmt::format("v1;buckets={};backward_end={:.9g};step_end={:.9g};timeline_steps={};steps={}",
+                                 fmt::join(buckets, ","), t.backward_end_s, t.step_end_s, t.steps, numbers(quantiles));
+  if (!one.dp_overhead_source.empty() && one.dp_overhead_source.rfind("not measured", 0) != 0)
+    text += ";dp=" + range(one.dp_overhead);
+  if (sharing_ranks > 1)
+    text +=
+        fmt::format(";sharing={};sharing_ranks={};sharing_hosts={}", range(one.sharing), sharing_ranks, sharing_hosts);
+  return text;
+}
+
+PredictionInputs parse_prediction_inputs(const std::string& text) {
+  const std::vector<std::string> fields = split(text, ';');
+  if (fields.empty() || fields[0] != "v1")
+    throw InputError(fmt::format(
+        "prediction_inputs: '{}' is not version 1 of the column (v1;buckets=...): written by another trainbench?",
+        text.substr(0, 40)));
+  std::map<std::string, std::string> f;
+  for (std::size_t k = 1; k < fields.size(); ++k) {
+    const std::size_t eq = fields[k].find('=');
+    if (eq == std::string::npos) throw InputError(fmt::format("prediction_inputs: '{}' is not NAME=VALUE", fields[k]));
+    f[fields[k].substr(0, eq)] = fields[k].substr(eq + 1);
+  }
+  for (const char* needed : {"buckets", "backward_end", "step_end", "timeline_steps", "steps"})
+    if (!f.count(needed)) throw InputError(fmt::format("prediction_inputs: no {}= field", needed));
+  PredictionInputs in;
+  parallel::OneDevice& one = in.one;
+  parallel::StepTimeline& t = one.timeline;
+  if (!f["buckets"].empty())
+    for (const std::string& bucket : split(f["buckets"], ',')) {
+      const std::size_t at = bucket.find('@');
+      if (at == std::string::npos)
+        throw InputError(fmt::format("prediction_inputs: bucket '{}' is not BYTES@READY_S", bucket));
+      t.bucket_bytes.push_back(number(bucket.substr(0, at), "buckets"));
+      t.bucket_ready_s.push_back(number(bucket.substr(at + 1), "buckets"));
+    }
+  t.backward_end_s = number(f["backward_end"], "backward_end");
+  t.step_end_s = number(f["step_end"], "step_end");
+  t.steps = long(number(f["timeline_steps"], "timeline_steps"));
+  if (!f["steps"].empty()) one.step_times = number_list(f["steps"], "steps");
+  if (f.count("dp")) {
+    one.dp_overhead = range_of(f["dp"], "dp");
+    one.dp_overhead_source = fmt::format(
+        "{:.3g} ms ({:.3g} to {:.3g}), steps through the data-parallel path with one replica against plain ones",
+        one.dp_overhead.value * 1e3, one.dp_overhead.low * 1e3, one.dp_overhead.high * 1e3);
+  } else {
+    one.dp_overhead_source = "not measured";
+  }
+  if (f.count("sharing")) {
+    one.sharing = range_of(f["sharing"], "sharing");
+    in.sharing_ranks = int(number(f["sharing_ranks"], "sharing_ranks"));
+    in.sharing_hosts = int(number(f["sharing_hosts"], "sharing_hosts"));
+    one.sharing_source =
+        fmt::format("x{:.3g} ({:.3g} to {:.3g}) with {} ranks stepping together on {} host(s)", one.sharing.value,
+                    one.sharing.low, one.sharing.high, in.sharing_ranks, in.sharing_hosts);
+  } else {
+    one.sharing_source = "no ranks shared this machine in the run";
+  }
+  return in;
+}
+
+}  // namespace tb::bench

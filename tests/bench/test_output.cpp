@@ -1,0 +1,179 @@
+// The output stage (bench/output/): counters and columns, verdicts, the row log, the CSV
+// reader, the summary table and the console.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/output/columns.hpp"
+#include "bench/output/csv.hpp"
+#include "bench/output/rows.hpp"
+#include "bench/output/summary.hpp"
+#include "engine/core/error.hpp"
+
+namespace tb::bench {
+namespace {
+
+// ---- counters ----
+
+// A counter whose name is no column would vanish from every row: it is an error where it is
+// written, naming it.
+TEST(Counters, OneThatIsNoColumnStopsTheRowNamingIt) {
+  EXPECT_EQ(counter_cells({{"samples_per_s", 1234.5}}, false).at("samples_per_s"), "1234.5");
+  try {
+    counter_cells({{"samples_per_sec", 1}}, false);
+    ADD_FAILURE() << "a misspelt counter was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("counter 'samples_per_sec'"), std::string::npos);
+  }
+  EXPECT_THROW(counter_cells({{"benchmark", 1}}, false), Error);  // an identity column is no counter
+  // A bit mask means nothing averaged: aggregate rows leave it out.
+  EXPECT_EQ(counter_cells({{"gpu_throttle", 4}}, true).count("gpu_throttle"), 0u);
+}
+
+// ---- verdicts ----
+
+TEST(Verdicts, AreWordsOfTheTableJoinedOnce) {
+  EXPECT_EQ(verdicts_cell({}), "");
+  EXPECT_EQ(verdicts_cell({"loaded", "outside_band", "loaded"}), "loaded+outside_band");
+  EXPECT_THROW(verdicts_cell({"slow"}), Error) << "a word the table lacks is a misspelling";
+}
+
+// ---- the summary: the rows' own figures, rendered ----
+
+Row summary_row(const std::string& device, const std::string& precision, const std::string& batch, double rate) {
+  return Row{{"kind", "train"},          {"status", "ok"},        {"run_type", "iteration"},
+             {"model", "resnet152"},     {"dataset", "imagenet"}, {"device", device},
+             {"precision", precision},   {"batch", batch},        {"samples_per_s", fmt::format("{}", rate)},
+             {"measurement", "measured"}};
+}
+
+// x cpu is the row's speedup_vs_cpu with its speedup_differs: the summary computes nothing.
+TEST(Summary, ShowsTheRowsOwnSpeedupAndWhatDiffers) {
+  Row cpu = summary_row("cpu", "fp32", "8", 12);
+  Row fp32 = summary_row("gpu:1", "fp32", "128", 396);
+  fp32["speedup_vs_cpu"] = "33";
+  fp32["speedup_differs"] = "bs 128 vs 8";
+  Row bf16 = summary_row("gpu:1", "bf16", "128", 2244);
+  bf16["speedup_vs_cpu"] = "187";
+  bf16["speedup_differs"] = "bf16 vs fp32, bs 128 vs 8";
+  const std::string text = summary_table({cpu, fp32, bf16}, false);
+  EXPECT_NE(text.find("33.00x (bs 128 vs 8)"), std::string::npos) << text;
+  EXPECT_NE(text.find("187.00x (bf16 vs fp32, bs 128 vs 8)"), std::string::npos) << text;
+  // Rows without the column (a GPU row whose cpu row did not run) have no x cpu column at all.
+  const std::string none = summary_table({summary_row("gpu:1", "fp32", "128", 50)}, false);
+  EXPECT_EQ(none.substr(0, none.find('\n')).find("x cpu"), std::string::npos) << none;
+}
+
+TEST(Summary, EfficiencyAndCommShareAreTheRowsOwn) {
+  Row one = summary_row("gpu:1", "fp32", "128", 100);
+  Row two = summary_row("gpu:2", "fp32", "128", 150);
+  two["data_parallel"] = "2";
+  two["scaling_efficiency"] = "0.75";
+  two["comm_share"] = "0.2";
+  const std::string text = summary_table({one, two}, false);
+  EXPECT_NE(text.find("gpu:2 efficiency"), std::string::npos) << text;
+  EXPECT_NE(text.find("75%"), std::string::npos) << text;
+  EXPECT_NE(text.find("20%"), std::string::npos) << text;
+  EXPECT_EQ(text.find("gpu:1 efficiency"), std::string::npos) << text;
+}
+
+// ---- the row log ----
+
+BenchInfo mlp_info() {
+  BenchInfo b;
+  b.name = "train/mlp/mnist/cpu:1/fp32/bs:100";
+  b.model = "mlp";
+  b.dataset = "mnist";
+  b.device = "cpu:1";
+  b.precision = "fp32";
+  b.batch = 100;
+  b.threads = 1;
+  return b;
+}
+
+// Google Benchmark's statistics over the ok repetitions: mean, median, the sample standard
+// deviation and the coefficient of variation, in every counter column.
+TEST(RowLog, AggregatesAreGoogleBenchmarksStatisticsOfTheRepetitions) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const BenchInfo info = mlp_info();
+  for (double rate : {1.0, 2.0, 3.0, 4.0})
+    log.repetition(info, Repetition{.counters = {{"samples_per_s", rate}}, .steps = 5});
+  log.repetition(info, Repetition{.status = "failed", .message = "loss rose"});
+  log.aggregates(info);
+  std::map<std::string, double> got;
+  int iterations = 0;
+  for (const Row* r : log.rows_of(info.name)) {
+    if (cell(*r, "run_type") == "aggregate") got[cell(*r, "aggregate")] = cell_number(*r, "samples_per_s");
+    if (cell(*r, "run_type") == "iteration") EXPECT_EQ(cell(*r, "repetition"), std::to_string(iterations++));
+  }
+  EXPECT_EQ(iterations, 5);
+  EXPECT_NEAR(got.at("mean"), 2.5, 1e-9);
+  EXPECT_NEAR(got.at("median"), 2.5, 1e-9);
+  EXPECT_NEAR(got.at("stddev"), std::sqrt(5.0 / 3.0), 1e-5);
+  EXPECT_NEAR(got.at("cv"), std::sqrt(5.0 / 3.0) / 2.5, 1e-5);
+}
+
+TEST(RowLog, OneOkRepetitionHasNoAggregatesAndASkipSaysSo) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const BenchInfo info = mlp_info();
+  log.repetition(info, Repetition{.counters = {{"samples_per_s", 1.0}}, .steps = 5});
+  log.aggregates(info);
+  EXPECT_EQ(log.rows_of(info.name).size(), 1u);
+  const Row skipped = log.repetition(info, Repetition{.status = "skipped", .message = "gpu:1: no CUDA device"});
+  EXPECT_EQ(cell(skipped, "message"), "skipped: gpu:1: no CUDA device");
+  EXPECT_TRUE(is_skip(cell(skipped, "message")));
+}
+
+// ---- reading a CSV back (--predict_from, --replay_from, jobs) ----
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ReadCsv, ReadsWhatTheWriterWroteQuotedLineBreaksIncluded) {
+  const std::string path = ::testing::TempDir() + "read_csv_round_trip.csv";
+  std::remove(path.c_str());
+  {
+    CsvWriter out(path);
+    out.write_row(Row{{"schema_version", "6"}, {"benchmark", "a"}, {"message", "two\nlines, a comma and \"quotes\""}});
+    out.write_row(Row{{"schema_version", "6"}, {"benchmark", "b"}});
+  }
+  const std::vector<Row> rows = read_csv(path, "--predict_from");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(cell(rows[0], "message"), "two\nlines, a comma and \"quotes\"");
+  EXPECT_EQ(cell(rows[1], "benchmark"), "b");
+  EXPECT_EQ(rows[1].size(), csv_columns().size());
+}
+
+TEST(ReadCsv, BrokenFilesAreRefusedNamingTheFileAndTheLine) {
+  const auto refused = [](const std::string& path) {
+    try {
+      read_csv(path, "--predict_from");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("taken");
+  };
+  EXPECT_NE(refused(::testing::TempDir() + "no_such.csv").find("--predict_from="), std::string::npos);
+  EXPECT_NE(refused(write_file("empty.csv", "")).find("empty file"), std::string::npos);
+  EXPECT_NE(refused(write_file("other.csv", "a,b\n1,2\n")).find("not a trainbench CSV"), std::string::npos);
+  const std::string cut = refused(write_file("cut.csv", "schema_version,benchmark,status\n6,a,ok\n6,b\n"));
+  EXPECT_NE(cut.find("line 3 has 2 fields, the header has 3"), std::string::npos) << cut;
+}
+
+}  // namespace
+}  // namespace tb::bench

@@ -1,0 +1,278 @@
+// The plan stage (bench/plan/): the table of device kinds, the baselines each planned row is
+// compared with, the variant's table and order.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench/plan/configs.hpp"
+#include "bench/plan/device_kinds.hpp"
+#include "engine/core/error.hpp"
+
+namespace tb::bench {
+namespace {
+
+// ---- device kinds ----
+
+// A machine of `cores` cores and `gpus` GPUs, in an MPI world of `ranks` (this one `local_rank`).
+struct FakeMachine {
+  Flags flags;
+  parallel::World world;
+  GpuInventory inventory;
+  int cores = 2;
+  FakeMachine(int gpus, int ranks = 1, int local_rank = 0) {
+    for (int k = 0; k < gpus; ++k) inventory.devices.push_back(GpuDevice{.ordinal = k, .name = "fake"});
+    if (gpus == 0) inventory.unavailable = "no CUDA device";
+    world.size = world.local_size = ranks;
+    world.rank = world.local_rank = local_rank;
+  }
+  DeviceConfig plan(const std::string& entry) const {
+    return plan_device(entry, Machine{flags, cores, world, inventory});
+  }
+};
+
+TEST(DeviceKinds, EachEntryIsTheKindItsGrammarNames) {
+  FakeMachine two_gpus(2);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"cpu", "cpu"},
+      {"cpu:1", "cpu:T"},
+      {"cpu:1/jobs:2", "cpu:T/jobs:K"},
+      {"gpu:1", "gpu:1"},
+      {"gpu:2", "gpu:N over NCCL"},
+      {"gpu:all", "gpu:N over NCCL"},
+      {"gpu:1/threads:3", "gpu:1/threads:K"},
+      {"gpu:1/jobs:3", "gpu:1/jobs:K"},
+      {"mpi:2", "mpi:N"},
+  };
+  for (const auto& [entry, kind] : cases) {
+    const DeviceConfig d = two_gpus.plan(entry);
+    ASSERT_NE(d.kind, nullptr) << entry;
+    EXPECT_EQ(d.kind->name, kind) << entry;
+  }
+  const DeviceConfig all = two_gpus.plan("gpu:all");
+  EXPECT_EQ(all.name, "gpu:2");
+  EXPECT_EQ(all.gpu_ordinals, (std::vector<int>{0, 1}));
+  EXPECT_EQ(all.skip_reason, "");
+}
+
+TEST(DeviceKinds, WhatTheMachineLacksIsTheSkipReason) {
+  FakeMachine none(0);
+  EXPECT_EQ(none.plan("cpu:3").skip_reason, "cpu:3 needs 3 cores, this machine has 2");
+  EXPECT_EQ(none.plan("cpu:1/jobs:3").skip_reason,
+            "cpu:1/jobs:3: 3 jobs of 1 thread(s) need 3 cores, this machine has 2: at most 2 such jobs");
+  EXPECT_EQ(none.plan("gpu:1").skip_reason, "gpu:1: no CUDA device");
+  EXPECT_EQ(none.plan("mpi:2").skip_reason, "mpi:2: start trainbench with mpirun -np 2 for MPI data parallelism");
+  FakeMachine one_gpu(1);
+  EXPECT_EQ(one_gpu.plan("gpu:2").skip_reason, "gpu:2 needs 2 GPUs, this machine has 1");
+  EXPECT_NE(one_gpu.plan("gpu:all").skip_reason.find("gpu:N needs two or more"), std::string::npos);
+  one_gpu.flags.gpus = {3};
+  EXPECT_NE(one_gpu.plan("gpu:1").skip_reason.find("CUDA device 3 (--gpus"), std::string::npos);
+}
+
+TEST(DeviceKinds, RepeatedGpusMakeSharedDeviceReplicas) {
+  FakeMachine m(1);
+  m.flags.gpus = {0, 0};
+  const DeviceConfig d = m.plan("gpu:2");
+  EXPECT_EQ(d.kind->name, std::string("gpu:N sharing one GPU"));
+  EXPECT_TRUE(d.kind->shares_device);
+  EXPECT_EQ(std::string(d.kind->check_word), "shared_device");
+  EXPECT_EQ(d.data_parallel, 0) << "replicas sharing one GPU are no scaling figure";
+  EXPECT_EQ(d.gpu_ordinals, (std::vector<int>{0, 0}));
+  EXPECT_EQ(d.skip_reason, "");
+  EXPECT_NE(m.plan("gpu:3").skip_reason.find("give one entry per replica"), std::string::npos);
+  m.flags.gpus = {0, 0, 1};
+  EXPECT_THROW(m.plan("gpu:2"), InputError);
+}
+
+TEST(DeviceKinds, UnderMpirunGpuNIsOneGpuPerRankAndOneProcessKindsAreSkipped) {
+  FakeMachine rank1(2, /*ranks=*/2, /*local_rank=*/1);
+  const DeviceConfig d = rank1.plan("gpu:2");
+  EXPECT_EQ(d.kind->name, std::string("gpu:N across ranks"));
+  EXPECT_TRUE(d.kind->across_ranks);
+  EXPECT_EQ(d.gpu_ordinals, (std::vector<int>{1}));  // this rank's GPU: its node-local index
+  EXPECT_EQ(d.replicas, 1);
+  EXPECT_EQ(d.data_parallel, 2) << "one GPU per rank: 2 devices sharing gradients";
+  EXPECT_NE(rank1.plan("gpu:4").skip_reason.find("gpu:1 (rank 0) and gpu:2"), std::string::npos);
+  EXPECT_EQ(rank1.plan("mpi:2").skip_reason, "");
+  EXPECT_EQ(rank1.plan("mpi:2").threads, 1);  // two ranks on this node share its 2 cores
+  EXPECT_EQ(rank1.plan("cpu:1/jobs:2").skip_reason, "cpu:1/jobs:2 runs in one process: start it without mpirun");
+  EXPECT_EQ(rank1.plan("gpu:1/threads:2").skip_reason, "gpu:1/threads:2 runs in one process: start it without mpirun");
+}
+
+// scripts/emulate_nodes.sh --gpu 2: two ranks, each its own NCCL host, sharing GPU 0 (not the
+// node-local rank's GPU 1, which the machine lacks).
+TEST(DeviceKinds, EmulatedNodesShareTheOneGpuTheyAreGiven) {
+  FakeMachine rank1(1, /*ranks=*/2, /*local_rank=*/1);
+  rank1.world.emulated_nodes = true;
+  const DeviceConfig d = rank1.plan("gpu:2");
+  EXPECT_EQ(d.kind->name, std::string("gpu:N as emulated nodes"));
+  EXPECT_TRUE(d.kind->across_ranks && d.kind->shares_device);
+  EXPECT_EQ(d.gpu_ordinals, (std::vector<int>{0}));
+  EXPECT_EQ(d.skip_reason, "");
+  EXPECT_EQ(rank1.plan("gpu:1").gpu_ordinals, (std::vector<int>{0}));  // the probe shares it too
+  EXPECT_NE(rank1.plan("gpu:3").skip_reason.find("gpu:1 (rank 0) and gpu:2"), std::string::npos);
+  FakeMachine no_gpu(0, 2, 1);
+  no_gpu.world.emulated_nodes = true;
+  EXPECT_EQ(no_gpu.plan("gpu:2").skip_reason, "gpu:2: no CUDA device");
+}
+
+TEST(DeviceKinds, EntriesNoKindTakesAreRefusedWithTheGrammar) {
+  FakeMachine m(1);
+  for (const char* bad : {"tpu:1", "cpu:0", "cpu:x", "gpu:1/foo:2", "gpu:2/jobs:2", "gpu:2/threads:2", "mpi"}) {
+    try {
+      m.plan(bad);
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DeviceKinds, EveryKindSaysWhatItIs) {
+  std::set<std::string> names;
+  for (const DeviceKind& k : device_kinds()) {
+    EXPECT_TRUE(names.insert(k.name).second) << k.name;
+    EXPECT_GT(std::string(k.label).size(), 10u) << k.name;
+    EXPECT_EQ(std::string(k.pattern).front(), '^') << k.name;
+    EXPECT_EQ(k.across_ranks && k.one_process, false) << k.name;
+    EXPECT_EQ(k.run == RunKind::Replicas || !k.wiring, true) << k.name << ": only replicas communicate";
+    EXPECT_TRUE(k.matches && k.configure) << k.name;
+  }
+}
+
+// ---- baselines (plan/baselines.cpp) ----
+
+// A planned train/ row of ResNet-152 on ImageNet on `device` of kind `kind`.
+BenchInfo planned(const std::string& device, const char* kind, const std::string& precision, i64 batch, int threads = 1,
+                  int data_parallel = 0, const std::string& variant = "") {
+  BenchInfo b;
+  b.kind = Kind::Train;
+  b.model = "resnet152";
+  b.dataset = "imagenet";
+  b.device = device;
+  b.device_kind = &kind_named(kind);
+  b.backend = b.device_kind->backend;
+  b.precision = precision;
+  b.batch = batch;
+  b.threads = threads;
+  b.data_parallel = data_parallel;
+  b.variant = variant;
+  b.name = fmt::format("train/resnet152/imagenet/{}/{}/bs:{}{}", device, precision, batch,
+                       variant.empty() ? "" : "/" + variant);
+  return b;
+}
+
+const BenchInfo& named(const std::vector<BenchInfo>& all, const std::string& device, const std::string& precision) {
+  for (const BenchInfo& b : all)
+    if (b.device == device && b.precision == precision) return b;
+  throw Error(fmt::format("no {} {} row", device, precision));
+}
+
+// One rule says what each row is over: gpu:N over gpu:1 of its precision and batch, mpi:N over
+// cpu:T of its ranks' threads (not cpu, all cores: the old rule keyed rows by backend and blended
+// the two), every row but cpu itself over the cpu row for x cpu, with what differs said.
+TEST(Baselines, EachRowIsComparedWithTheRowItsRuleNames) {
+  std::vector<BenchInfo> all{planned("gpu:2", "gpu:N over NCCL", "bf16", 128, 1, 2),
+                             planned("gpu:1", "gpu:1", "bf16", 128),
+                             planned("gpu:1", "gpu:1", "fp32", 128),
+                             planned("mpi:2", "mpi:N", "fp32", 8, 1, 2),
+                             planned("cpu:1", "cpu:T", "fp32", 8),
+                             planned("cpu", "cpu", "fp32", 8, 2)};
+  pair_baselines(all);
+  // Baselines run first: cpu, then the one-device rows, then the rest, each group as planned.
+  std::vector<std::string> order;
+  for (const BenchInfo& b : all) order.push_back(b.device + "/" + b.precision);
+  EXPECT_EQ(order, (std::vector<std::string>{"cpu/fp32", "gpu:1/bf16", "gpu:1/fp32", "cpu:1/fp32", "gpu:2/bf16",
+                                             "mpi:2/fp32"}));
+  EXPECT_EQ(named(all, "gpu:2", "bf16").baseline, "train/resnet152/imagenet/gpu:1/bf16/bs:128");
+  EXPECT_EQ(named(all, "mpi:2", "fp32").baseline, "train/resnet152/imagenet/cpu:1/fp32/bs:8");
+  EXPECT_EQ(named(all, "gpu:1", "bf16").cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8");
+  EXPECT_EQ(named(all, "gpu:1", "bf16").speedup_differs, "bf16 vs fp32, bs 128 vs 8");
+  EXPECT_EQ(named(all, "gpu:1", "fp32").speedup_differs, "bs 128 vs 8");
+  EXPECT_EQ(named(all, "cpu:1", "fp32").speedup_differs, "");
+  EXPECT_EQ(named(all, "cpu:1", "fp32").cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8");
+  EXPECT_EQ(named(all, "gpu:1", "bf16").fp32_row, "train/resnet152/imagenet/gpu:1/fp32/bs:128");
+  EXPECT_EQ(named(all, "cpu", "fp32").cpu_baseline, "") << "the cpu row is no speed-up over itself";
+  EXPECT_EQ(named(all, "gpu:1", "bf16").baseline, "") << "one device has no scaling baseline";
+}
+
+TEST(Baselines, RowsThatCheckAPathAreComparedWithNothing) {
+  std::vector<BenchInfo> all{planned("cpu", "cpu", "fp32", 8, 2), planned("gpu:1", "gpu:1", "fp32", 8),
+                             planned("gpu:2", "gpu:N sharing one GPU", "fp32", 8, 1, 0, "shared_device")};
+  pair_baselines(all);
+  const BenchInfo& shared = named(all, "gpu:2", "fp32");
+  EXPECT_TRUE(shared.checks_only());
+  EXPECT_EQ(shared.baseline, "");
+  EXPECT_EQ(shared.cpu_baseline, "");
+}
+
+TEST(Baselines, AVariantPairsOnlyWithItsOwnVariant) {
+  std::vector<BenchInfo> all{planned("cpu", "cpu", "fp32", 8, 2, 0, "optimizer:sgd"),
+                             planned("cpu", "cpu", "fp32", 8, 2),
+                             planned("gpu:1", "gpu:1", "fp32", 8, 1, 0, "optimizer:sgd/cuda_graph")};
+  pair_baselines(all);
+  // The GPU-only flag is not the CPU's to have; the optimizer is part of what is compared.
+  EXPECT_EQ(named(all, "gpu:1", "fp32").cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8/optimizer:sgd");
+}
+
+// ---- the variant's table ----
+
+TEST(Variant, ItemsGoInTheTablesOrderEachOnce) {
+  EXPECT_EQ(join_variant({"predicted:pcie5", "timeline:off", "optimizer:sgd", "nodes:2", "emulated_nodes"}),
+            "optimizer:sgd/emulated_nodes/nodes:2/timeline:off/predicted:pcie5");
+  EXPECT_EQ(join_variant({"network:100gbe", "predicted:nvlink4", "nodes:4"}),
+            "nodes:4/predicted:nvlink4/network:100gbe");
+  EXPECT_EQ(join_variant({}), "");
+  EXPECT_THROW(join_variant({"colour:blue"}), Error) << "a flag the table lacks is a misspelling";
+  std::set<std::string> names;
+  for (const VariantFlag& f : variant_flags()) EXPECT_TRUE(names.insert(f.name).second) << f.name;
+}
+
+// variant_of writes every flag it knows in the table's order.
+TEST(Variant, EveryFlagOfARowIsInTheTable) {
+  BenchInfo b = planned("gpu:1", "gpu:1", "fp32", 8);
+  b.optimizer.kind = OptimizerConfig::Kind::SGD;
+  b.optimizer.lr = 0.5;
+  b.data_on_device = b.cuda_graph = true;
+  b.gpu_memory_limit = 0.5;
+  b.gpu_layout = "nhwc";
+  b.loader.workers = 2;
+  b.loader.prefetch = 4;
+  b.loader.augment = true;
+  b.timeline = false;
+  OptimizerConfig adam;
+  adam.kind = OptimizerConfig::Kind::Adam;
+  adam.lr = 0.001;
+  EXPECT_EQ(variant_of(b, adam),
+            "optimizer:sgd/lr:0.5/data_on_device/cuda_graph/gpu_memory_limit:0.5/gpu_layout:nhwc/loader_workers:2/"
+            "prefetch:4/augment/timeline:off");
+}
+
+// ---- the plan ----
+
+// Batch 1 under batch norm is said in every row of it (PyTorch refuses a channel of one value).
+TEST(Plan, BatchOneUnderBatchNormIsNoted) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.batch = 1;
+  const std::vector<BenchInfo> all = plan_benchmarks(flags, 2);
+  bool resnet = false;
+  for (const BenchInfo& b : all) {
+    if (b.model == "resnet152" && b.skip_reason.empty()) {
+      resnet = true;
+      EXPECT_NE(b.plan_note.find("batch 1 under batch norm"), std::string::npos) << b.name;
+    }
+    if (b.model == "mlp") {
+      EXPECT_EQ(b.plan_note, "") << b.name;
+    }
+  }
+  EXPECT_TRUE(resnet);
+  flags.batch = 2;
+  for (const BenchInfo& b : plan_benchmarks(flags, 2)) EXPECT_EQ(b.plan_note, "") << b.name;
+}
+
+}  // namespace
+}  // namespace tb::bench

@@ -1,0 +1,161 @@
+// The prediction stage (bench/predict/): the prediction_inputs column, predicted rows made from a
+// one-device row's CSV rows, and the policy: what is predicted, and the verdict of a measured row
+// against its prediction.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "bench/output/columns.hpp"
+#include "bench/output/rows.hpp"
+#include "bench/plan/device_kinds.hpp"
+#include "bench/predict/inputs.hpp"
+#include "bench/predict/predict.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/stats.hpp"
+
+namespace tb::bench {
+namespace {
+
+// A one-device step of 10 ms: two buckets ready at 6 and 9 ms, 100 step times from 9 to 11.9 ms,
+// an overhead of 0.1 ms (0.05 to 0.2).
+parallel::OneDevice measured_step() {
+  parallel::OneDevice one;
+  one.timeline.bucket_bytes = {4e6, 1e6};
+  one.timeline.bucket_ready_s = {0.006, 0.009};
+  one.timeline.backward_end_s = 0.009;
+  one.timeline.step_end_s = 0.010;
+  one.timeline.steps = 100;
+  for (int k = 0; k < 100; ++k) one.step_times.push_back(0.009 + 0.00003 * k);
+  one.dp_overhead = {1e-4, 5e-5, 2e-4};
+  one.dp_overhead_source = "measured";
+  return one;
+}
+
+TEST(PredictionInputs, RoundTripTheTimelineQuantilesAndProbes) {
+  const parallel::OneDevice one = measured_step();
+  const std::string text = format_prediction_inputs(one, 2, 1);
+  EXPECT_EQ(text.rfind("v1;buckets=4000000@0.006,1000000@0.009;", 0), 0u) << text;
+  const PredictionInputs back = parse_prediction_inputs(text);
+  EXPECT_EQ(back.one.timeline.bucket_bytes, one.timeline.bucket_bytes);
+  EXPECT_EQ(back.one.timeline.bucket_ready_s, one.timeline.bucket_ready_s);
+  EXPECT_EQ(back.one.timeline.steps, 100);
+  ASSERT_EQ(back.one.step_times.size(), std::size_t(kStepQuantiles));
+  EXPECT_DOUBLE_EQ(back.one.step_times.front(), 0.009);
+  EXPECT_DOUBLE_EQ(back.one.step_times.back(), 0.009 + 0.00003 * 99);
+  // The quantiles keep what the model takes of the steps: their median and spread.
+  EXPECT_NEAR(tb::median(back.one.step_times), tb::median(one.step_times), 2e-5);
+  EXPECT_NEAR(relative_spread(back.one.step_times), relative_spread(one.step_times), 0.01);
+  EXPECT_DOUBLE_EQ(back.one.dp_overhead.high, 2e-4);
+  EXPECT_EQ(back.sharing_ranks, 2);
+  EXPECT_DOUBLE_EQ(back.one.sharing.value, 1);
+}
+
+TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
+  for (const char* bad : {"", "v2;buckets=", "v1;buckets=1@2",
+                          "v1;buckets=x@1;backward_end=0;step_end=0;"
+                          "timeline_steps=1;steps=1",
+                          "v1;buckets=1@0.1;backward_end=0;step_end=0;timeline_steps=1;steps=1;dp=1,2"})
+    EXPECT_THROW(parse_prediction_inputs(bad), InputError) << bad;
+}
+
+// Two ok repetitions of a CPU row at 1000 and 1200 samples/s, batch 100, the step's inputs.
+std::vector<Row> one_device_rows(const std::string& inputs) {
+  std::vector<Row> rows;
+  for (double rate : {1000.0, 1200.0})
+    rows.push_back(Row{{"benchmark", "train/mlp/mnist/cpu:1/fp32/bs:100"},
+                       {"kind", "train"},
+                       {"model", "mlp"},
+                       {"dataset", "mnist"},
+                       {"device", "cpu:1"},
+                       {"precision", "fp32"},
+                       {"batch", "100"},
+                       {"threads", "1"},
+                       {"backend", "cpu"},
+                       {"run_type", "iteration"},
+                       {"status", "ok"},
+                       {"measurement", "measured"},
+                       {"samples_per_s", fmt::format("{}", rate)},
+                       {"prediction_inputs", inputs}});
+  return rows;
+}
+
+std::vector<const Row*> pointers(const std::vector<Row>& rows) {
+  std::vector<const Row*> out;
+  for (const Row& r : rows) out.push_back(&r);
+  return out;
+}
+
+// A predicted row from CSV rows is the model's prediction of the same step: the rows' median rate,
+// the inputs' timeline and quantiles, no sharing over a link of devices of their own, and (CPU
+// ranks) no overlap.
+TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {4};
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  parallel::OneDevice one = parse_prediction_inputs(cell(rows[0], "prediction_inputs")).one;
+  one.step_s = 100 / 1100.0;
+  one.batch = 100;
+  parallel::Link link = parallel::parse_link("10,20");
+  link.overlaps_compute = false;
+  const parallel::Prediction q = parallel::predict(one, 4, link);
+  const Row& row = got[0].row;
+  EXPECT_EQ(cell(row, "samples_per_s"), number(q.samples_per_s));
+  EXPECT_EQ(cell(row, "samples_per_s_high"), number(q.samples_per_s_high));
+  EXPECT_EQ(cell(row, "benchmark"), "train/mlp/mnist/mpi:4/fp32/bs:100/predicted:custom");
+  EXPECT_EQ(cell(row, "device_kind"), "mpi:N");
+  EXPECT_EQ(cell(row, "data_parallel"), "4");
+  EXPECT_EQ(cell(row, "prediction_inputs"), "") << "a prediction carries no inputs of its own";
+  // Rows without inputs (older schemas, --timeline=off) predict nothing.
+  EXPECT_TRUE(predict_rows(pointers(one_device_rows("")), plan, MachineContext{}).empty());
+}
+
+// The policy: one-device train rows with a timeline are predicted; a measured row is compared with
+// the prediction made from a row of its per-rank threads, the measured link's first.
+TEST(Predictor, ComparesAMeasuredRowWithItsPredictionAndSaysInsideOrOutside) {
+  Flags flags;
+  flags.links = {"10,20", "1,50"};
+  Predictor predictor(flags);
+  BenchInfo one;
+  one.name = "train/mlp/mnist/cpu:1/fp32/bs:100";
+  one.kind = Kind::Train;
+  one.model = "mlp";
+  one.dataset = "mnist";
+  one.device = "cpu:1";
+  one.precision = "fp32";
+  one.batch = 100;
+  one.threads = 1;
+  one.device_kind = &kind_named("cpu:T");
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<PredictedRow> made = predictor.after_benchmark(one, pointers(rows), MachineContext{});
+  ASSERT_EQ(made.size(), 6u);  // 2, 4, 8 over each link
+  BenchInfo mpi = one;
+  mpi.name = "train/mlp/mnist/mpi:2/fp32/bs:100";
+  mpi.device = "mpi:2";
+  mpi.device_kind = &kind_named("mpi:N");
+  mpi.data_parallel = 2;
+  const double low = cell_number(made[0].row, "samples_per_s_low"),
+               high = cell_number(made[0].row, "samples_per_s_high");
+  const auto inside = predictor.compare(mpi, (low + high) / 2);
+  ASSERT_TRUE(inside);
+  EXPECT_EQ(inside->verdict, "inside_band");
+  EXPECT_EQ(inside->prediction, cell(made[0].row, "benchmark")) << "the first link, none being measured";
+  EXPECT_NE(inside->line.find("inside the band"), std::string::npos) << inside->line;
+  EXPECT_EQ(predictor.compare(mpi, high * 2)->verdict, "outside_band");
+  mpi.threads = 2;  // ranks of two threads: from no cpu:1 row
+  EXPECT_FALSE(predictor.compare(mpi, high));
+  // Data-parallel, jobs and epochs rows are not predicted.
+  BenchInfo epochs = one;
+  epochs.kind = Kind::Epochs;
+  EXPECT_TRUE(predictor.after_benchmark(epochs, pointers(rows), MachineContext{}).empty());
+  EXPECT_TRUE(predictor.after_benchmark(mpi, pointers(rows), MachineContext{}).empty());
+}
+
+}  // namespace
+}  // namespace tb::bench

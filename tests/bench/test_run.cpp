@@ -1,0 +1,169 @@
+// The run stage (bench/run/): the window jobs are timed on, the step budget of a repetition,
+// the baselines' rates, and the harness writing every row of a run through the RowLog.
+#include <benchmark/benchmark.h>
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/output/rows.hpp"
+#include "bench/predict/predict.hpp"
+#include "bench/run/harness.hpp"
+#include "bench/run/jobs.hpp"
+#include "bench/run/run.hpp"
+#include "engine/core/error.hpp"
+
+namespace tb::bench {
+namespace {
+
+// `steps` steps of `step_s` each from `start`, `batch` samples each.
+JobSteps steady(double start, int steps, double step_s, double batch) {
+  JobSteps j;
+  j.first_start = start;
+  j.samples_per_step = batch;
+  for (int k = 1; k <= steps; ++k) j.ends.push_back(start + k * step_s);
+  return j;
+}
+
+// Two jobs of unequal speed: the slow one steps 0.2 s from t = 0 to 2; the fast one 0.05 s from
+// t = 0 to 2 and, with the device to itself, 0.025 s from 2 to 3. Only [0, 2] had both running:
+// 10 + 40 steps of 100 samples there, 2500 samples/s. Each job's own rate summed (the rows'
+// combination before the common window) says 100 x 10 / 2 + 100 x 80 / 3 = 3167: the fast job's
+// time alone counted as if shared.
+TEST(JobsWindow, CountsOnlyWhatEveryJobRanTogether) {
+  JobSteps slow = steady(0, 10, 0.2, 100);
+  JobSteps fast = steady(0, 40, 0.05, 100);
+  for (int k = 1; k <= 40; ++k) fast.ends.push_back(2 + k * 0.025);
+  const CommonWindow w = common_window({slow, fast});
+  EXPECT_DOUBLE_EQ(w.start, 0);
+  EXPECT_DOUBLE_EQ(w.end, 2);
+  ASSERT_EQ(w.samples.size(), 2u);
+  EXPECT_NEAR(w.samples[0], 1000, 1e-9);
+  EXPECT_NEAR(w.samples[1], 4000, 1e-9);
+  EXPECT_NEAR(w.samples_per_s(), 2500, 1e-9);
+  const double own_rates_summed = 100.0 * 10 / 2 + 100.0 * 80 / 3;
+  EXPECT_GT(own_rates_summed / w.samples_per_s(), 1.25);
+}
+
+// A job that started late: the window starts with it, and the steps of the others that straddle
+// its start count for their part inside.
+TEST(JobsWindow, StepsAcrossTheEdgesCountForTheirPartInside) {
+  const JobSteps early = steady(0, 4, 1.0, 10);   // steps end at 1, 2, 3, 4
+  const JobSteps late = steady(1.5, 5, 0.5, 10);  // from 1.5 to 4
+  const CommonWindow w = common_window({early, late});
+  EXPECT_DOUBLE_EQ(w.start, 1.5);
+  EXPECT_DOUBLE_EQ(w.end, 4);
+  EXPECT_NEAR(w.samples[0], 10 * (0.5 + 1 + 1), 1e-9);  // half of the step ending at 2, then two whole
+  EXPECT_NEAR(w.samples[1], 50, 1e-9);
+  EXPECT_NEAR(w.length(), 2.5, 1e-12);
+}
+
+TEST(JobsWindow, JobsThatNeverRanTogetherAreAnError) {
+  const JobSteps first = steady(0, 2, 1, 10), second = steady(3, 2, 1, 10);
+  EXPECT_THROW(common_window({first, second}), Error);
+  JobSteps none;
+  EXPECT_THROW(common_window({first, none}), Error);
+}
+
+// ---- a repetition's steps ----
+
+TEST(StepBudget, FixedCountsOrTheMinimumTime) {
+  const StepBudget fixed{.fixed = 3};
+  EXPECT_TRUE(fixed.more(2, 100.0));
+  EXPECT_FALSE(fixed.more(3, 0.0));
+  const StepBudget timed{.min_time_s = 0.5};
+  EXPECT_TRUE(timed.more(0, 10.0)) << "at least one step";
+  EXPECT_TRUE(timed.more(5, 0.4));
+  EXPECT_FALSE(timed.more(5, 0.5));
+  Flags flags;
+  EXPECT_EQ(step_budget(flags).fixed, 0) << "outside mpirun, --iterations not given: timed";
+  flags.iterations = 7;
+  flags.iterations_given = true;
+  flags.benchmark_min_time = "0.25";
+  EXPECT_EQ(step_budget(flags).fixed, 7);
+  EXPECT_DOUBLE_EQ(step_budget(flags).min_time_s, 0.25);
+}
+
+TEST(Baselines, TheMedianOfABenchmarksRepetitionsByName) {
+  Baselines b;
+  EXPECT_EQ(b.median("train/mlp/mnist/cpu/fp32/bs:100"), 0);
+  EXPECT_EQ(b.median(""), 0);
+  for (double r : {3.0, 1.0, 2.0}) b.add("train/mlp/mnist/cpu/fp32/bs:100", r);
+  b.add("train/mlp/mnist/cpu:1/fp32/bs:100", 10);
+  EXPECT_EQ(b.median("train/mlp/mnist/cpu/fp32/bs:100"), 2) << "cpu and cpu:1 never blend";
+}
+
+// ---- the harness: one writer of rows ----
+
+class NoDisplay : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override { reported += runs.size(); }
+  std::size_t reported = 0;
+};
+
+// A real run of the MLP on one thread, two repetitions of 3 steps, predicted over a custom link:
+// every repetition is a row the moment it ends, then the aggregates, then the predicted rows,
+// made from the rows by the same function --predict_from uses.
+TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.links = {"10,20"};
+  flags.benchmark_repetitions = "2";
+  flags.iterations = 3;
+  flags.iterations_given = true;
+  flags.warmup_steps = 1;
+  MachineContext machine;
+  machine.git_commit = "test";
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Harness harness(flags, 2);
+  harness.register_benchmarks(log);
+  // As main tells it: every call one repetition.
+  int argc = 3;
+  char program[] = "test_bench_run", min_time[] = "--benchmark_min_time=0", repetitions[] = "--benchmark_repetitions=2";
+  char* argv[] = {program, min_time, repetitions, nullptr};
+  benchmark::Initialize(&argc, argv);
+  NoDisplay display;
+  const std::string name = "train/mlp/mnist/cpu:1/fp32/bs:100";
+  benchmark::RunSpecifiedBenchmarks(&display, "^" + name + "$");
+  benchmark::ClearRegisteredBenchmarks();
+  harness.release_sessions();
+  std::vector<const Row*> iterations, aggregates;
+  for (const Row* r : log.rows_of(name)) (cell(*r, "run_type") == "iteration" ? iterations : aggregates).push_back(r);
+  ASSERT_EQ(iterations.size(), 2u);
+  for (const Row* r : iterations) {
+    EXPECT_EQ(cell(*r, "status"), "ok") << cell(*r, "message");
+    EXPECT_EQ(cell(*r, "iterations"), "3");
+    EXPECT_EQ(cell(*r, "prediction_inputs").rfind("v1;buckets=", 0), 0u) << cell(*r, "prediction_inputs");
+    EXPECT_EQ(cell(*r, "device_kind"), "cpu:T");
+  }
+  EXPECT_EQ(aggregates.size(), 4u);
+  // The predicted rows: mpi:2, 4 and 8 over the link, the same as predict_rows makes of the rows.
+  std::vector<const Row*> predicted;
+  for (const Row& r : log.rows())
+    if (cell(r, "measurement") == "predicted") predicted.push_back(&r);
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  const std::vector<PredictedRow> again = predict_rows(log.rows_of(name), plan, machine);
+  ASSERT_EQ(predicted.size(), 3u);
+  ASSERT_EQ(again.size(), 3u);
+  for (std::size_t k = 0; k < predicted.size(); ++k) {
+    EXPECT_EQ(cell(*predicted[k], "predicted_from"), name);
+    EXPECT_EQ(cell(*predicted[k], "baseline"), name);
+    EXPECT_EQ(cell(*predicted[k], "benchmark"), cell(again[k].row, "benchmark"));
+    EXPECT_EQ(cell(*predicted[k], "samples_per_s"), cell(again[k].row, "samples_per_s"));
+    EXPECT_EQ(cell(*predicted[k], "samples_per_s_low"), cell(again[k].row, "samples_per_s_low"));
+  }
+  EXPECT_EQ(cell(*predicted[0], "benchmark"), "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:custom");
+  const std::vector<std::string>& lines = log.notes_of(name);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].rfind("  predicted mpi:2 over custom", 0), 0u) << lines[0];
+}
+
+}  // namespace
+}  // namespace tb::bench
