@@ -284,12 +284,22 @@ TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
 
 // ---- Predicted N-device scaling ----
 
+// One all-reduce over one level of a link NCCL's protocols do not describe (MPI, a custom link).
+parallel::AllReduce flat(double bytes, int n, const parallel::Link& link, parallel::End end = parallel::End::Point) {
+  parallel::Cluster c;
+  c.devices = n;
+  c.link = link;
+  return parallel::all_reduce(bytes, c, end);
+}
+
 TEST(Predict, RingTimeFollowsTheBusBandwidthDefinition) {
   const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 10, .source = "a test"};
-  EXPECT_EQ(parallel::ring_all_reduce_s(1e9, 1, link), 0.0) << "one device has nothing to reduce";
-  // 2(N-1)/N x bytes / busbw + latency: N=2 sends the bytes once, N=8 1.75 times.
-  EXPECT_DOUBLE_EQ(parallel::ring_all_reduce_s(1e9, 2, link), 10e-6 + 1e9 / 100e9);
-  EXPECT_DOUBLE_EQ(parallel::ring_all_reduce_s(1e9, 8, link), 10e-6 + 1.75 * 1e9 / 100e9);
+  EXPECT_EQ(flat(1e9, 1, link).s, 0.0) << "one device has nothing to reduce";
+  // 2(N-1)/N x bytes / busbw and 2(N-1) steps of latency (NCCL's step count): N=2 sends the bytes
+  // once in 2 steps, N=8 1.75 times in 14.
+  EXPECT_DOUBLE_EQ(flat(1e9, 2, link).s, 2 * 10e-6 + 1e9 / 100e9);
+  EXPECT_EQ(flat(1e9, 2, link).algorithm, "ring");
+  EXPECT_DOUBLE_EQ(flat(1e9, 8, link).s, 14 * 10e-6 + 1.75 * 1e9 / 100e9);
 }
 
 TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
@@ -309,6 +319,7 @@ TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
   EXPECT_NEAR(p.step_s, 0.060, 1e-12);
   EXPECT_NEAR(p.samples_per_s, 2 * 64 / 0.060, 1e-9);
   EXPECT_NEAR(p.efficiency, 0.050 / 0.060, 1e-12);
+  EXPECT_EQ(p.algorithm, "ring");
   // Ready together at the end: the two queue one after the other, all exposed.
   t.bucket_ready_s = {0.030, 0.030};
   EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, link).exposed_comm_s, 0.020, 1e-12);
@@ -325,25 +336,78 @@ TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
 
 TEST(Predict, LatencyGrowsWithNAndATreeTakesSmallBuckets) {
   const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 10, .source = "a test"};
-  // 1 KB among 8: a ring pays the latency 7 times, a tree 3 times (and twice the bytes): the tree.
-  EXPECT_NEAR(parallel::all_reduce_s(1e3, 8, link), 3 * 10e-6 + 2 * 1e3 / 100e9, 1e-15);
+  // 1 KB among 8: a ring pays 14 steps, a tree 2 log2 8 = 6 (and twice the bytes): the tree.
+  EXPECT_NEAR(flat(1e3, 8, link).s, 6 * 10e-6 + 2 * 1e3 / 100e9, 1e-15);
+  EXPECT_EQ(flat(1e3, 8, link).algorithm, "tree");
   // 10 GB among 8: the ring's 2(N-1)/N bytes win.
-  EXPECT_NEAR(parallel::all_reduce_s(1e10, 8, link), 7 * 10e-6 + 1.75 * 1e10 / 100e9, 1e-12);
-  // Two devices: one step each way either way.
-  EXPECT_NEAR(parallel::all_reduce_s(1e9, 2, link), 10e-6 + 1e9 / 100e9, 1e-12);
-  // A lower bus bandwidth for the band's slow end.
-  EXPECT_NEAR(parallel::all_reduce_s(1e10, 8, link, 50), 7 * 10e-6 + 1.75 * 1e10 / 50e9, 1e-12);
+  EXPECT_NEAR(flat(1e10, 8, link).s, 14 * 10e-6 + 1.75 * 1e10 / 100e9, 1e-12);
+  // The band's slow end at the link's low bus bandwidth.
+  parallel::Link slow = link;
+  slow.busbw_low_gbps = 50;
+  EXPECT_NEAR(flat(1e10, 8, slow, parallel::End::Slow).s, 14 * 10e-6 + 1.75 * 1e10 / 50e9, 1e-12);
+}
+
+// Two levels: N devices on M nodes take the slower level's bus bandwidth (the network's, times
+// the NICs a node's devices reach) and NCCL's step counts: 2M of the ring's 2(N-1) steps cross
+// the network; a tree is a chain within a node and log2 M steps between nodes, each way.
+TEST(Predict, TwoLevelsTakeTheSlowerLevelAndNcclsStepCounts) {
+  parallel::Cluster c;
+  c.devices = 8;
+  c.nodes = 4;
+  c.link = parallel::Link{.name = "shm", .busbw_gbps = 20, .latency_us = 1, .source = "a test"};
+  c.network = parallel::Link{.name = "net", .busbw_gbps = 10, .latency_us = 50, .source = "a test"};
+  // 8 ranks, 4 nodes: of 14 ring steps 8 cross the network; 10 GB/s, one NIC per node.
+  EXPECT_NEAR(parallel::all_reduce(1e9, c).s, (6 * 1 + 8 * 50) * 1e-6 + 1.75 * 1e9 / 10e9, 1e-12);
+  // Small: a tree of one intra step and log2 4 = 2 network steps, each way.
+  EXPECT_NEAR(parallel::all_reduce(1e3, c).s, 2 * (1 * 1 + 2 * 50) * 1e-6 + 2 * 1e3 / 10e9, 1e-15);
+  EXPECT_EQ(parallel::all_reduce(1e3, c).algorithm, "tree");
+  // Two NICs per node carry both of a node's ranks: the link within the node is now the slower.
+  c.network.nics = 2;
+  EXPECT_NEAR(parallel::all_reduce(1e9, c).s, (6 * 1 + 8 * 50) * 1e-6 + 1.75 * 1e9 / 20e9, 1e-12);
+  // The same 8 as one node: the network plays no part.
+  c.nodes = 1;
+  EXPECT_NEAR(parallel::all_reduce(1e9, c).s, 14 * 1e-6 + 1.75 * 1e9 / 20e9, 1e-12);
+}
+
+// NCCL's links take its protocols: LL for small messages, Simple for large, LL128 only on NVLink,
+// and a DGX H100 node's eight NICs carry eight times one NIC's bus bandwidth.
+TEST(Predict, NcclLinksChooseAProtocolAndNameIt) {
+  parallel::Cluster c;
+  c.devices = 8;
+  c.link = parallel::parse_link("nvlink4");
+  // 4 KB among 8: LL's 6.6 + 14 x 0.6 us beats Simple's 8.4 + 14 x 3.4.
+  EXPECT_EQ(parallel::all_reduce(4e3, c).algorithm, "ring/ll");
+  // 25 MiB: LL128 at 92% of the bus bandwidth, its latency 14 + 14 x 1.9 us, still beats Simple's.
+  const parallel::AllReduce mid = parallel::all_reduce(25 << 20, c);
+  EXPECT_EQ(mid.algorithm, "ring/ll128");
+  EXPECT_NEAR(mid.s, (14 + 14 * 1.9) * 1e-6 + 1.75 * double(25 << 20) / (0.92 * 370e9), 1e-9);
+  // 1 GB: the ring at full bus bandwidth, its Simple latency 8.4 + 14 x 3.4 us.
+  const parallel::AllReduce big = parallel::all_reduce(1e9, c);
+  EXPECT_EQ(big.algorithm, "ring/simple");
+  EXPECT_NEAR(big.s, (8.4 + 14 * 3.4) * 1e-6 + 1.75 * 1e9 / 370e9, 1e-9);
+  c.link = parallel::parse_link("pcie5");
+  EXPECT_EQ(parallel::all_reduce(4e3, c).algorithm.find("ll128"), std::string::npos) << "LL128 needs NVLink";
+  // 16 GPUs on 2 DGX H100 nodes: 8 NICs of 45 GB/s against one.
+  c.devices = 16;
+  c.nodes = 2;
+  c.link = parallel::parse_link("nvlink4");
+  c.network = parallel::parse_network("ib_ndr400x8");
+  const double eight = parallel::all_reduce(1e9, c).s;
+  c.network = parallel::parse_network("ib_ndr400");
+  const double one = parallel::all_reduce(1e9, c).s;
+  EXPECT_NEAR(one / eight, 8, 0.5) << "bandwidth-bound: about 8x";
 }
 
 TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
   parallel::Link link{
       .name = "measured", .busbw_gbps = 1, .latency_us = 100, .sweep = {{1e5, 1e-3}, {1e6, 3e-3}}, .sweep_ranks = 2};
-  EXPECT_NEAR(parallel::all_reduce_s(5.5e5, 2, link), 2e-3, 1e-12);  // between the two sizes, on their line
-  // Below the smallest size: on the line from the fitted latency (100 us) at no bytes to it.
-  EXPECT_NEAR(parallel::all_reduce_s(1e4, 2, link), 100e-6 + (1e-3 - 100e-6) * 0.1, 1e-12);
-  EXPECT_NEAR(parallel::all_reduce_s(2e6, 2, link), 3e-3 + 1e6 / 1e9, 1e-12);  // beyond: at the busbw
-  // Among other counts of ranks the curve says nothing: the fitted model.
-  EXPECT_NEAR(parallel::all_reduce_s(1e6, 4, link), std::min(300e-6 + 1.5e6 / 1e9, 200e-6 + 2e6 / 1e9), 1e-12);
+  EXPECT_NEAR(flat(5.5e5, 2, link).s, 2e-3, 1e-12);  // between the two sizes, on their line
+  EXPECT_EQ(flat(5.5e5, 2, link).algorithm, "measured");
+  // Below the smallest size: on the line from the fitted latency (2 steps of 100 us) at no bytes to it.
+  EXPECT_NEAR(flat(1e4, 2, link).s, 200e-6 + (1e-3 - 200e-6) * 0.1, 1e-12);
+  EXPECT_NEAR(flat(2e6, 2, link).s, 3e-3 + 1e6 / 1e9, 1e-12);  // beyond: at the busbw
+  // Among other counts of ranks the curve says nothing: the fitted model (6 ring steps, 4 tree).
+  EXPECT_NEAR(flat(1e6, 4, link).s, std::min(600e-6 + 1.5e6 / 1e9, 400e-6 + 2e6 / 1e9), 1e-12);
 }
 
 TEST(Predict, TheSlowestOfNDrawsIsExpectedHigherTheMoreDevices) {
@@ -434,12 +498,13 @@ TEST(Predict, ASweptLinksSlowEndIsItsSlowestRepetitions) {
 
 TEST(Predict, LinksByNameByFiguresAndRefused) {
   EXPECT_EQ(parallel::parse_link("nvlink4").busbw_gbps, 370);
-  for (const parallel::Link& l : parallel::link_presets()) {
-    EXPECT_GT(l.busbw_gbps, 0) << l.name;
-    EXPECT_FALSE(l.source.empty()) << l.name;
-    EXPECT_LE(l.low_busbw(), l.busbw_gbps) << l.name;
-    EXPECT_EQ(l.busbw_low_gbps > 0, !l.low_source.empty()) << l.name << ": a low figure says where it comes from";
-  }
+  for (const auto* presets : {&parallel::link_presets(), &parallel::network_presets()})
+    for (const parallel::Link& l : *presets) {
+      EXPECT_GT(l.busbw_gbps, 0) << l.name;
+      EXPECT_FALSE(l.source.empty()) << l.name;
+      EXPECT_LE(l.low_busbw(), l.busbw_gbps) << l.name;
+      EXPECT_EQ(l.busbw_low_gbps > 0, !l.low_source.empty()) << l.name << ": a low figure says where it comes from";
+    }
   // Eight GPUs on PCIe 5 usually cross a switch or a socket: what people measure there.
   EXPECT_EQ(parallel::parse_link("pcie5").low_busbw(), 28);
   const parallel::Link custom = parallel::parse_link("100,20");
@@ -450,6 +515,21 @@ TEST(Predict, LinksByNameByFiguresAndRefused) {
   EXPECT_EQ(parallel::parse_link("measured").name, "measured");
   for (const char* bad : {"", "nvlink9", "-1", "100,", "100,x", "0", "inf"})
     EXPECT_THROW(parallel::parse_link(bad), InputError) << bad;
+}
+
+TEST(Predict, NetworksByNameByFiguresWithTheirNics) {
+  const parallel::Link dgx = parallel::parse_network("ib_ndr400x8");
+  EXPECT_EQ(dgx.name, "ib_ndr400x8");
+  EXPECT_EQ(dgx.nics, 8);
+  EXPECT_EQ(dgx.busbw_gbps, 45) << "per NIC";
+  EXPECT_EQ(parallel::parse_network("100gbe").nics, 1);
+  const parallel::Link custom = parallel::parse_network("10,50");
+  EXPECT_EQ(custom.busbw_gbps, 10);
+  EXPECT_EQ(custom.latency_us, 50);
+  EXPECT_EQ(custom.hw, parallel::Hw::None);
+  EXPECT_EQ(parallel::parse_network("12.5,5x2").nics, 2);
+  for (const char* bad : {"", "ib_ndr800", "10,50x", "10,50x0", "x8", "nvlink4"})
+    EXPECT_THROW(parallel::parse_network(bad), InputError) << bad;
 }
 
 // The recorder sees the buckets ReplicaNetwork would plan, ready in backward order, each no

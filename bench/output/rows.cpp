@@ -84,6 +84,11 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
     row["backend"] = info.gpu() ? "gpu" : "cpu";
   }
   if (info.data_parallel > 0) row["data_parallel"] = std::to_string(info.data_parallel);
+  if (info.replay) {  // the steps stand for the saved row's, on its backend
+    row["measurement"] = "replayed";
+    row["backend"] = info.replay->backend;
+    row["predicted_from"] = info.replay->of;
+  }
   row["baseline"] = info.baseline;
   row["cpu_baseline"] = info.cpu_baseline;
   row["speedup_differs"] = info.speedup_differs;

@@ -4,6 +4,8 @@
 // as skipped.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +63,14 @@ struct BenchInfo {
   std::string baseline, cpu_baseline, speedup_differs;
   std::string fp32_row;   // GPU rows in another precision: the same row in fp32, where the run has it
   std::string plan_note;  // what the plan says of every row of it (batch 1 under batch norm), or ""
+  // A replay (--replay_from): the saved one-device row it replays (its benchmark, backend, median
+  // samples/s and prediction_inputs), and that row's CSV rows for the prediction made of it.
+  struct Replay {
+    std::string of, backend, inputs;
+    double samples_per_s = 0;
+    std::vector<std::map<std::string, std::string>> rows;
+  };
+  std::optional<Replay> replay;
 
   bool gpu() const { return backend == Backend::Cuda; }
   RunKind run() const { return device_kind->run; }
@@ -102,5 +112,10 @@ void pair_baselines(std::vector<BenchInfo>& benchmarks);
 // order, devices as --devices lists them, a row's baselines before it). Throws tb::InputError on a flag that cannot
 // apply here (a --data_dir that is not a folder, a --gpu_memory_limit above a GPU's memory).
 std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores);
+
+// --replay_from=CSV: a benchmark per one-device train/ row of the file that the filter takes and
+// that holds prediction_inputs, as mpi:N over this MPI world (plan/replays.cpp). Throws
+// tb::InputError on a file that cannot be read or holds no such row.
+std::vector<BenchInfo> plan_replays(const Flags& flags);
 
 }  // namespace tb::bench

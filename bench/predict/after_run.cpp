@@ -97,7 +97,11 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
     for (const Row& r : rows)
       if (cell(r, "benchmark") == name) of.push_back(&r);
     const std::string backend = cell(*of.back(), "backend");
-    PredictionPlan plan{.links = links_for(flags, backend), .counts = counts_for(flags, backend)};
+    PredictionPlan plan;
+    plan.links = links_for(flags, backend);
+    plan.counts = counts_for(flags, backend);
+    plan.nodes = flags.nodes;
+    for (const std::string& network : flags.networks) plan.networks.push_back(parallel::parse_network(network));
     if (!flags.devices.empty() && plan.counts.empty()) continue;  // --devices names none of its kind
     std::cout << name << "\n";
     for (PredictedRow& p : predict_rows(of, plan, now)) {

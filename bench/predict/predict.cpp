@@ -57,7 +57,8 @@ std::string terms_text(const parallel::Prediction& p) {
 }
 
 std::string link_text(const parallel::Link& link) {
-  return fmt::format("{} ({:.3g} GB/s{}, {:.3g} us)", link.name, link.busbw_gbps,
+  return fmt::format("{} ({:.3g} GB/s{}{}, {:.3g} us a step)", link.name, link.busbw_gbps,
+                     link.nics > 1 ? fmt::format(" per NIC x {}", link.nics) : "",
                      link.low_busbw() < link.busbw_gbps ? fmt::format(", low {:.3g}", link.low_busbw()) : "",
                      link.latency_us);
 }
@@ -74,6 +75,8 @@ Row source_identity(const Row& source) {
   return row;
 }
 
+// 2, 4 and 8 devices (per node, over nodes), and this machine's GPUs beyond 8; over the run's
+// measured link, the run's ranks.
 std::vector<int> default_counts(const parallel::Link& link, bool gpu, int nodes) {
   if (link.name == "measured") return {parallel::world().size};
   std::vector<int> per_node{1, 2, 4, 8};
@@ -83,6 +86,77 @@ std::vector<int> default_counts(const parallel::Link& link, bool gpu, int nodes)
   const int gpus = int(gpu_inventory().devices.size());
   if (gpu && nodes == 1 && gpus > 8) counts.push_back(gpus);
   return counts;
+}
+
+// The predicted row of `one` (from `source`, a one-device row) on `c`, named as on `named_nodes`
+// nodes, with its console line.
+PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, const parallel::Cluster& c,
+                           int named_nodes, bool gpu, const MachineContext& now) {
+  const parallel::Prediction q = parallel::predict(one, c);
+  const parallel::Link& link = c.link;
+  const bool two_levels = c.nodes > 1;
+  const std::string name = cell(source, "benchmark");
+  const std::string device = fmt::format("{}:{}", gpu ? "gpu" : "mpi", c.devices);
+  std::vector<std::string> items;
+  if (const std::string variant = cell(source, "variant"); !variant.empty()) items.push_back(variant);
+  items.push_back("predicted:" + link.name);
+  if (named_nodes > 1) items.push_back(fmt::format("nodes:{}", named_nodes));
+  if (two_levels) items.push_back("network:" + c.network.name);
+  Row row = source_identity(source);
+  row["variant"] = join_variant(items);
+  row["benchmark"] =
+      fmt::format("{}/{}/{}/{}/{}/bs:{}/{}", cell(source, "kind"), cell(source, "model"), cell(source, "dataset"),
+                  device, cell(source, "precision"), cell(source, "batch"), row["variant"]);
+  row["device"] = device;
+  row["device_kind"] = !gpu ? "mpi:N" : two_levels ? "gpu:N across ranks" : "gpu:N over NCCL";
+  row["data_parallel"] = std::to_string(c.devices);
+  row["baseline"] = name;
+  row["measurement"] = "predicted";
+  row["link"] = link.name;
+  row["predicted_from"] = name;
+  row["run_type"] = "iteration";
+  row["status"] = "ok";
+  row["iterations"] = std::to_string(one.timeline.steps);
+  row["dominant_term"] = q.dominant;
+  row["algorithm"] = q.algorithm;
+  row["git_commit"] = now.git_commit;
+  row["timestamp"] = now.timestamp;
+  std::map<std::string, double> counters{{"samples_per_s", q.samples_per_s},
+                                         {"samples_per_s_low", q.samples_per_s_low},
+                                         {"samples_per_s_high", q.samples_per_s_high},
+                                         {"step_time_s", q.step_s},
+                                         {"scaling_efficiency", q.efficiency},
+                                         {"comm_s_per_step", q.exposed_comm_s},
+                                         {"comm_share", q.exposed_comm_s / q.step_s},
+                                         {"allreduce_bytes_per_step", one.timeline.gradient_bytes()},
+                                         {"replicas", double(c.devices)},
+                                         {"link_busbw_gbps", link.busbw_gbps},
+                                         {"link_latency_us", link.latency_us}};
+  std::string where =
+      fmt::format("over {} ({}{})", link.name, link.source, link.low_source.empty() ? "" : "; low: " + link.low_source);
+  if (two_levels) {
+    row["nodes"] = std::to_string(c.nodes);
+    row["network"] = c.network.name;
+    counters["network_busbw_gbps"] = c.network.busbw_gbps;
+    counters["network_latency_us"] = c.network.latency_us;
+    counters["network_nics"] = c.network.nics;
+    where = fmt::format("{} within each of {} nodes of {}, {} between them ({}{})", where, c.nodes, c.per_node(),
+                        c.network.name, c.network.source,
+                        c.network.low_source.empty() ? "" : "; low: " + c.network.low_source);
+  }
+  add_counters(row, counters, false);
+  row["message"] = fmt::format(
+      "predicted from {}'s timeline {}; all-reduce: {}; terms: {}; data-parallel overhead: {}; sharing: {}; assumes {}",
+      name, where, q.algorithm, terms_text(q), one.dp_overhead_source, one.sharing_source,
+      parallel::kPredictionAssumptions);
+  const std::string on = two_levels ? fmt::format(" on {} nodes", c.nodes) : "";
+  const std::string between = two_levels ? fmt::format(" and {}", link_text(c.network)) : "";
+  return PredictedRow{
+      std::move(row),
+      fmt::format("  predicted {}{} over {}{} ({}): {:.0f} samples/s (band {:.0f} to {:.0f}, dominated by {}), {:.0f}% "
+                  "efficiency, exposed communication {:.3g} ms of {:.3g} ms per step",
+                  device, on, link_text(link), between, q.algorithm, q.samples_per_s, q.samples_per_s_low,
+                  q.samples_per_s_high, q.dominant, 100 * q.efficiency, q.exposed_comm_s * 1e3, q.comm_s * 1e3)};
 }
 
 }  // namespace
@@ -101,78 +175,46 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
   const double samples_per_s = tb::median(rates);
   const PredictionInputs inputs = parse_prediction_inputs(cell(*source, "prediction_inputs"));
   if (inputs.one.timeline.empty()) return {};
-  const bool gpu = cell(*source, "backend") == "gpu";
+  // A replay's ranks are CPU ranks whatever the saved row ran on.
+  const bool gpu = cell(*source, "backend") == "gpu" && !plan.replay;
   const double batch = cell_number(*source, "batch");
-  const std::string name = cell(*source, "benchmark");
   std::vector<PredictedRow> out;
+  const int nodes = std::max(1, plan.nodes);
+  const std::vector<parallel::Link> one_level{parallel::Link{}};  // no network: a link of no figures, never used
   for (const parallel::Link& link : plan.links) {
     parallel::OneDevice one = inputs.one;
     one.step_s = batch / samples_per_s;
     one.batch = batch;
     // Devices over a preset link are machines or GPUs of their own; over this run's measured link,
     // the ranks share what they shared when it was measured (the sharing probe's slow-down).
-    if (link.name != "measured") {
+    if (link.name != "measured" || plan.replay) {
       one.sharing = parallel::Range::exactly(1);
-      one.sharing_source = "none: devices of their own";
+      one.sharing_source = plan.replay ? "none: replayed compute is waited out" : "none: devices of their own";
     }
-    parallel::Link used = link;
+    parallel::Cluster cluster;
+    cluster.link = link;
     // CPU ranks all-reduce on the cores backward needs: nothing hides, whatever the link.
-    if (!gpu) used.overlaps_compute = false;
-    for (int n : plan.counts.empty() ? default_counts(link, gpu, plan.nodes) : plan.counts) {
-      const parallel::Prediction q = parallel::predict(one, n, used);
-      const std::string device = fmt::format("{}:{}", gpu ? "gpu" : "mpi", n);
-      std::vector<std::string> items;
-      const std::string variant = cell(*source, "variant");
-      if (!variant.empty()) items.push_back(variant);
-      items.push_back("predicted:" + link.name);
-      Row row = source_identity(*source);
-      row["variant"] = join_variant(items);
-      row["benchmark"] = fmt::format("{}/{}/{}/{}/{}/bs:{}/{}", cell(*source, "kind"), cell(*source, "model"),
-                                     cell(*source, "dataset"), device, cell(*source, "precision"),
-                                     cell(*source, "batch"), row["variant"]);
-      row["device"] = device;
-      row["device_kind"] = gpu ? "gpu:N over NCCL" : "mpi:N";
-      row["data_parallel"] = std::to_string(n);
-      row["baseline"] = name;
-      row["measurement"] = "predicted";
-      row["link"] = link.name;
-      row["predicted_from"] = name;
-      row["run_type"] = "iteration";
-      row["status"] = "ok";
-      row["iterations"] = std::to_string(one.timeline.steps);
-      row["dominant_term"] = q.dominant;
-      row["git_commit"] = now.git_commit;
-      row["timestamp"] = now.timestamp;
-      row["message"] = fmt::format(
-          "predicted from {}'s timeline over {} ({}{}); terms: {}; data-parallel overhead: {}; sharing: {}; assumes {}",
-          name, link.name, link.source, link.low_source.empty() ? "" : "; low: " + link.low_source, terms_text(q),
-          one.dp_overhead_source, one.sharing_source, parallel::kPredictionAssumptions);
-      add_counters(row,
-                   {{"samples_per_s", q.samples_per_s},
-                    {"samples_per_s_low", q.samples_per_s_low},
-                    {"samples_per_s_high", q.samples_per_s_high},
-                    {"step_time_s", q.step_s},
-                    {"scaling_efficiency", q.efficiency},
-                    {"comm_s_per_step", q.exposed_comm_s},
-                    {"comm_share", q.exposed_comm_s / q.step_s},
-                    {"allreduce_bytes_per_step", one.timeline.gradient_bytes()},
-                    {"replicas", double(n)},
-                    {"link_busbw_gbps", link.busbw_gbps},
-                    {"link_latency_us", link.latency_us}},
-                   false);
-      out.push_back(PredictedRow{
-          std::move(row),
-          fmt::format("  predicted {} over {}: {:.0f} samples/s (band {:.0f} to {:.0f}, dominated by {}), {:.0f}% "
-                      "efficiency, exposed communication {:.3g} ms of {:.3g} ms per step",
-                      device, link_text(link), q.samples_per_s, q.samples_per_s_low, q.samples_per_s_high, q.dominant,
-                      100 * q.efficiency, q.exposed_comm_s * 1e3, q.comm_s * 1e3)});
-    }
+    if (!gpu) cluster.link.overlaps_compute = false;
+    // The measured link is the run's own ranks as they ran: one level, whatever --nodes says.
+    const bool measured = link.name == "measured";
+    cluster.nodes = measured ? 1 : nodes;
+    for (const parallel::Link& network : cluster.nodes > 1 ? plan.networks : one_level)
+      for (int n : plan.counts.empty() ? default_counts(link, gpu, cluster.nodes) : plan.counts) {
+        if (n % cluster.nodes != 0 || n < 2) continue;
+        cluster.devices = n;
+        cluster.network = network;
+        // Over the measured link the ranks ran where they ran: on the world's nodes.
+        const int named_nodes = measured ? parallel::world().nodes : cluster.nodes;
+        out.push_back(predicted_row(*source, one, cluster, named_nodes, gpu, now));
+      }
   }
   return out;
 }
 
 Predictor::Predictor(const Flags& flags) : flags_(flags) {
-  for (const std::string& link : flags.links) parallel::parse_link(link);  // a bad --link fails before measuring
+  // A bad --link or --network fails before anything is measured.
+  for (const std::string& link : flags.links) parallel::parse_link(link);
+  for (const std::string& network : flags.networks) parallel::parse_network(network);
 }
 
 void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
@@ -180,8 +222,9 @@ void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
   if (world.size < 2) return;
   const auto say = [&](const parallel::Link& link) {
     if (world.rank == 0)
-      std::cerr << fmt::format("trainbench: measured link: {}: latency {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s\n",
-                               link.source, link.latency_us * std::max(1, world.size - 1), link.busbw_gbps);
+      std::cerr << fmt::format(
+          "trainbench: measured link: {}: 2(N-1) steps of {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s\n", link.source,
+          link.latency_us, link.busbw_gbps);
   };
   world_link_ = parallel::measure_world_link(-1);
   say(*world_link_);
@@ -206,6 +249,8 @@ PredictionPlan Predictor::plan_for(const BenchInfo& info) const {
   }
   if (flags_.links.empty() && info.gpu()) plan.links.push_back(parallel::parse_link("nvlink4"));
   if (flags_.links.empty() && !info.gpu() && world_link_) plan.links.push_back(*world_link_);
+  plan.nodes = flags_.nodes;
+  for (const std::string& network : flags_.networks) plan.networks.push_back(parallel::parse_network(network));
   return plan;
 }
 
@@ -215,17 +260,36 @@ std::vector<PredictedRow> Predictor::after_benchmark(const BenchInfo& info, cons
       parallel::world().rank != 0)
     return {};
   std::vector<PredictedRow> predicted = predict_rows(rows, plan_for(info), machine);
+  remember(info, predicted);
+  return predicted;
+}
+
+std::vector<PredictedRow> Predictor::for_replay(const BenchInfo& replay, const MachineContext& machine) {
+  if (!replay.replay || parallel::world().rank != 0) return {};
+  PredictionPlan plan = plan_for(replay);  // a replay is a CPU benchmark: the ranks' link by default
+  plan.counts = {parallel::world().size};
+  plan.replay = true;
+  std::vector<Row> rows = replay.replay->rows;
+  std::vector<const Row*> pointers;
+  for (const Row& r : rows) pointers.push_back(&r);
+  std::vector<PredictedRow> predicted = predict_rows(pointers, plan, machine);
+  BenchInfo from = replay;
+  from.name = replay.replay->of;
+  remember(from, predicted);
+  return predicted;
+}
+
+void Predictor::remember(const BenchInfo& from, const std::vector<PredictedRow>& predicted) {
   for (const PredictedRow& p : predicted) {
     const Row& r = p.row;
     made_[prediction_key(cell(r, "model"), cell(r, "dataset"), cell(r, "precision"), cell(r, "batch"),
                          cell(r, "variant"), cell(r, "device"))]
-        .push_back(Made{cell(r, "benchmark"), info.name, info.threads, cell(r, "link"),
-                        fmt::format("{} ({:.3g} GB/s, {:.3g} us)", cell(r, "link"), cell_number(r, "link_busbw_gbps"),
-                                    cell_number(r, "link_latency_us")),
+        .push_back(Made{cell(r, "benchmark"), from.name, from.threads, cell(r, "link"),
+                        fmt::format("{} ({:.3g} GB/s, {:.3g} us a step)", cell(r, "link"),
+                                    cell_number(r, "link_busbw_gbps"), cell_number(r, "link_latency_us")),
                         cell_number(r, "samples_per_s"), cell_number(r, "samples_per_s_low"),
                         cell_number(r, "samples_per_s_high")});
   }
-  return predicted;
 }
 
 std::optional<Predictor::Comparison> Predictor::compare(const BenchInfo& measured, double samples_per_s) const {

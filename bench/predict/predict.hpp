@@ -32,6 +32,9 @@ struct PredictionPlan {
   int nodes = 1;
   std::vector<parallel::Link> networks;  // with nodes > 1
   std::vector<int> counts;               // empty: per link (2, 4, 8, the machine's GPUs, or the run's ranks)
+  // For a replay (--replay_from): mpi:N rows of ranks that wait out the compute (they share
+  // nothing) and all-reduce over MPI (no overlap), whatever the saved row's backend.
+  bool replay = false;
 };
 
 // The predicted rows of one one-device benchmark from `rows`, its rows in a CSV (the ok
@@ -59,6 +62,10 @@ class Predictor {
   std::vector<PredictedRow> after_benchmark(const BenchInfo& info, const std::vector<const Row*>& rows,
                                             const MachineContext& machine);
 
+  // The prediction a replay is compared with: the saved row predicted for this world's ranks over
+  // the run's links (--link, default the ranks' measured one; --nodes, --network). Rank 0 only.
+  std::vector<PredictedRow> for_replay(const BenchInfo& replay, const MachineContext& machine);
+
   // A measured (or replayed) data-parallel row against the predictions made for it in this run
   // (from a row of its per-replica threads): the one it is compared with (the run's measured
   // link where there is one, else the first), its verdict word and the console line.
@@ -71,6 +78,7 @@ class Predictor {
 
  private:
   PredictionPlan plan_for(const BenchInfo& info) const;
+  void remember(const BenchInfo& from, const std::vector<PredictedRow>& predicted);
 
   Flags flags_;
   std::optional<parallel::Link> world_link_, nccl_link_;

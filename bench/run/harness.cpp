@@ -41,7 +41,7 @@ double load_average_1m() {
 
 Harness::Harness(const Flags& flags, int cores)
     : flags_(flags),
-      benchmarks_(plan_benchmarks(flags, cores)),
+      benchmarks_(flags.replay_from.empty() ? plan_benchmarks(flags, cores) : plan_replays(flags)),
       repetitions_(std::max(1, std::atoi(flags.benchmark_repetitions.c_str()))),
       predictor_(flags) {
   const bool gpu_runs = std::any_of(benchmarks_.begin(), benchmarks_.end(),
@@ -129,6 +129,13 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     st.SkipWithError(skip_message("one-replica baseline, run by rank 0").c_str());
     return;
   }
+  // A replay's prediction is made before its first repetition, from the saved row: its measured
+  // rows are compared with it as they end.
+  if (info.replay && calls_[info.name] == 0)
+    for (PredictedRow& p : predictor_.for_replay(info, rows_->machine())) {
+      rows_->keep(p.row);
+      rows_->note(info.name, std::move(p.line));
+    }
   const double load = load_average_1m();
   const bool busy = loaded(info, load);
   try {

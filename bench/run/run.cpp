@@ -32,6 +32,7 @@ std::vector<int> distinct(std::vector<int> ordinals) {
 
 RowDevices row_devices(const BenchInfo& info) {
   RowDevices d;
+  if (info.replay) return d;  // nothing computes
   if (!info.gpu()) {
     d.peak_gflops = cpu_peak_gflops(info.threads);
     d.peak_spread = cpu_peak_spread(info.threads);
@@ -73,6 +74,7 @@ StepBudget step_budget(const Flags& flags) {
 
 std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env) {
   if (info.kind == Kind::Epochs) return make_epochs_run(info, env);
+  if (info.replay) return make_replay_run(info, env);
   switch (info.run()) {
     case RunKind::OneReplica:
       return make_train_run(info, env);

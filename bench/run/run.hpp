@@ -162,6 +162,7 @@ std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env);
 std::unique_ptr<BenchmarkRun> make_train_run(const BenchInfo& info, RunEnv env);
 std::unique_ptr<BenchmarkRun> make_replicas_run(const BenchInfo& info, RunEnv env);
 std::unique_ptr<BenchmarkRun> make_jobs_run(const BenchInfo& info, RunEnv env);
+std::unique_ptr<BenchmarkRun> make_replay_run(const BenchInfo& info, RunEnv env);
 std::unique_ptr<BenchmarkRun> make_epochs_run(const BenchInfo& info, RunEnv env);
 
 // The row fails unless training lowered the loss of the first training batch (tb::CheckFailed).

@@ -4,17 +4,34 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include "bench/predict/inputs.hpp"
 #include "bench/run/jobs.hpp"
 #include "bench/run/run.hpp"
 #include "datasets/sources.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/timer.hpp"
+#include "engine/parallel/replay.hpp"
 #include "engine/parallel/replica_run.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace tb::bench {
 
 namespace {
+
+// The communication of `total` replicas over a window of `w`: what backward did not hide, per
+// step, and nccl-tests' bus bandwidth over it (an upper bound on the links' rate where buckets
+// overlapped: results/SCHEMA.md), from the replica's counts before and after the window.
+void communication_counters(benchmark::State& st, const Window& w, int total, const parallel::CommStats& cs,
+                            const parallel::CommStats& c0) {
+  auto& c = st.counters;
+  const double comm = (cs.wait_s - c0.wait_s) / w.steps, bytes = (cs.bytes - c0.bytes) / w.steps;
+  c["comm_s_per_step"] = comm;
+  c["comm_share"] = comm / w.step_time();
+  c["allreduce_bytes_per_step"] = bytes;
+  if (comm > 0) c["busbw_gbps"] = bytes / comm * parallel::allreduce_bus_factor(total) * 1e-9;
+  const double buckets = double(cs.buckets - c0.buckets);
+  if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0.buckets_early) / buckets;
+}
 
 // The step is the slowest replica's (on every rank), the samples are the global batch's, and the
 // communication of one replica is reported.
@@ -76,27 +93,13 @@ class ReplicasRun final : public BenchmarkRun {
     if (!info_.device_kind->wiring)
       st.counters["host_cpu_util_per_job"] = w.cpu / w.wall / info_.replicas;  // what `top` shows for one job's process
     else
-      communication_counters(st, w, total);
+      communication_counters(st, w, total, run_->comm_stats(), c0_);
+    note_what_it_checks(total);
     memory_counters(st, *run_->replicas()[0].backend);
     note_utilisation(st);
     comparisons(st, info_.data_parallel);
     if (info_.gpu() && (env_.flags->cuda_graph || env_.flags->data_on_device))
       note("--cuda_graph and --data_on_device apply to one-device rows: these replicas ran without them");
-  }
-
-  void communication_counters(benchmark::State& st, const Window& w, int total) {
-    auto& c = st.counters;
-    const parallel::CommStats cs = run_->comm_stats();
-    const double comm = (cs.wait_s - c0_.wait_s) / w.steps, bytes = (cs.bytes - c0_.bytes) / w.steps;
-    c["comm_s_per_step"] = comm;
-    c["comm_share"] = comm / w.step_time();
-    c["allreduce_bytes_per_step"] = bytes;
-    // nccl-tests' bus bandwidth over the communication not hidden by backward: an upper bound
-    // on the links' rate where buckets overlapped (results/SCHEMA.md).
-    if (comm > 0) c["busbw_gbps"] = bytes / comm * parallel::allreduce_bus_factor(total) * 1e-9;
-    const double buckets = double(cs.buckets - c0_.buckets);
-    if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0_.buckets_early) / buckets;
-    note_what_it_checks(total);
   }
 
   // Rows that are not what they look like say so first.
@@ -119,6 +122,68 @@ class ReplicasRun final : public BenchmarkRun {
 
   std::unique_ptr<parallel::ReplicaRun> run_;
   PhaseTimes p0_;
+  parallel::CommStats c0_;
+};
+
+// A saved one-device row replayed on the ranks of this MPI world (--replay_from): each rank waits
+// out the row's compute step by step and all-reduces its buckets for real at their saved times,
+// through the data-parallel path (engine/parallel/replay.hpp). Its row is the network's truth
+// for that step at N ranks; nothing trains.
+class ReplayRun final : public BenchmarkRun {
+ public:
+  using BenchmarkRun::BenchmarkRun;
+
+ private:
+  void prepare() override {
+    const PredictionInputs in = parse_prediction_inputs(info_.replay->inputs);
+    const int rank = parallel::world().rank;
+    auto make = [&](int) {
+      std::unique_ptr<Network> net = std::make_unique<parallel::ReplayNetwork>(in.one.timeline, in.one.step_times,
+                                                                               info_.seed + 7919 * std::uint64_t(rank));
+      return std::make_pair(std::move(net),
+                            std::unique_ptr<Dataset>(std::make_unique<parallel::ReplayData>(info_.batch)));
+    };
+    run_ = std::make_unique<parallel::ReplicaRun>(info_.device_kind->wiring, true, 1, nullptr, make,
+                                                  parallel::ReplayNetwork::kBucketBytes);
+  }
+
+  void warm_up() override { run_->warm_up(info_.warmup_steps); }
+
+  Window timed_steps(benchmark::State& st) override {
+    TimedWindow window(*this);
+    c0_ = run_->comm_stats();
+    std::int64_t steps = 0;
+    const StepBudget budget = this->budget();  // fixed under mpirun: every rank takes as many
+    for (auto _ : st) {
+      window.open();
+      for (const double start = wall_seconds(); budget.more(steps, wall_seconds() - start); ++steps) run_->step();
+    }
+    Window w = window.close(st, double(steps), double(steps) * double(info_.batch));
+    w.wall = run_->slowest(w.wall);
+    return w;
+  }
+
+  void counters(benchmark::State& st, const Window& w) override {
+    run_->check([](Trainer&) {});  // no loss to fall; the replicas' buffers must still agree
+    const int total = run_->communicating_ranks();
+    auto& c = st.counters;
+    c["samples_per_s"] = double(info_.batch) * total / w.step_time();
+    c["step_time_s"] = c["wall_step_time_s"] = w.step_time();
+    c["host_cpu_s_per_step"] = w.cpu / w.steps;
+    c["host_cpu_util"] = w.cpu / w.wall;
+    c["replicas"] = total;
+    communication_counters(st, w, total, run_->comm_stats(), c0_);
+    c["scaling_efficiency"] = c["samples_per_s"] / (total * info_.replay->samples_per_s);
+    if (c["samples_per_s"] < info_.replay->samples_per_s) verdict("not_scaling");
+    note_first(fmt::format(
+        "{}'s steps replayed on {} ranks ({} host(s)): its compute waited out (each step drawn from its saved step "
+        "times), its {} gradient bucket(s) all-reduced for real at their saved times; efficiency over its {:.0f} "
+        "samples/s",
+        info_.replay->of, total, parallel::world().nodes,
+        run_->comm_stats().buckets / std::max<i64>(1, run_->comm_stats().steps), info_.replay->samples_per_s));
+  }
+
+  std::unique_ptr<parallel::ReplicaRun> run_;
   parallel::CommStats c0_;
 };
 
@@ -151,6 +216,10 @@ class JobsRun final : public BenchmarkRun {
 
 std::unique_ptr<BenchmarkRun> make_replicas_run(const BenchInfo& info, RunEnv env) {
   return std::make_unique<ReplicasRun>(info, env);
+}
+
+std::unique_ptr<BenchmarkRun> make_replay_run(const BenchInfo& info, RunEnv env) {
+  return std::make_unique<ReplayRun>(info, env);
 }
 
 std::unique_ptr<BenchmarkRun> make_jobs_run(const BenchInfo& info, RunEnv env) {

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
+#include <string_view>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
@@ -18,8 +20,9 @@ namespace tb::parallel {
 double StepTimeline::gradient_bytes() const { return std::accumulate(bucket_bytes.begin(), bucket_bytes.end(), 0.0); }
 
 // Bus bandwidths are what NCCL's ring all-reduce reaches (nccl-tests' busbw), not the line rate;
-// latencies are the small-message time of one all-reduce, an order of magnitude (stated as an
-// assumption in docs/prediction.md). Sources:
+// latencies are per step of a ring: on NCCL's links the ring/Simple step of its tuning model
+// (NVIDIA/nccl src/graph/tuning.cc, hwLat: NVLink 3.4 us, PCIe 5.7, network 14), whose table
+// gives the other protocols and the tree (kProtocols below). Sources:
 // - nvlink4: H100 SXM on an 8-GPU HGX board. NVLink 4 line rate 450 GB/s per direction (NVIDIA
 //   H100 datasheet: 900 GB/s bidirectional); "with the protocol overhead (~20%) NCCL can get an
 //   effective NVLink bandwidth of 370GB/s" as ring busbw (NCCL's maintainer, NVIDIA/nccl-tests
@@ -30,70 +33,149 @@ double StepTimeline::gradient_bytes() const { return std::accumulate(bucket_byte
 //   (NVIDIA/nccl-tests issues 149 and 178).
 // - pcie4, pcie5: x16 between GPUs: 16 and 32 GT/s per lane, about 31.5 and 63 GB/s per
 //   direction (PCI-SIG PCIe 4.0 and 5.0); 75% of that as busbw (protocol and the switch).
-// - ib_ndr400: one 400 Gb/s InfiniBand NDR port per GPU across nodes, 50 GB/s (NVIDIA
-//   ConnectX-7 / Quantum-2 NDR); 90% as busbw, the ring's inter-node step being the bottleneck.
 // - pcie4, pcie5 (low): eight GPUs whose ring crosses a PCIe switch or a CPU socket reach far
 //   less than the link: about 20 GB/s busbw across sockets on an 8x A100 board
 //   (NVIDIA/nccl-tests issue 178), 28 GB/s with 8x RTX 5090 on PCIe 5.0 behind switches on two
 //   sockets, 35 with 4 (NVIDIA/nccl issue 1639, where NCCL's maintainer notes that on PCIe
 //   systems the CPUs' and memory's bandwidth sets it).
+// - ib_ndr400 (per NIC): one 400 Gb/s InfiniBand NDR port (NVIDIA ConnectX-7): 50 GB/s line,
+//   45 as busbw; nccl-tests measure 46-49 GB/s per NIC (NVIDIA/nccl-tests issues 267 and 290).
+//   A DGX H100 node has eight (ib_ndr400x8): 300-370 GB/s busbw across nodes of 8 H100
+//   (NVIDIA/nccl issue 1221, NVIDIA/nccl-tests issue 283), so 37.5 per NIC at the low end.
+// - 100gbe: 100 Gb Ethernet over NCCL's TCP sockets: 4-6 GB/s busbw across 4 nodes of 8 V100
+//   (NVIDIA/nccl issue 450).
+// - 25gbe: 25 Gb Ethernet over TCP sockets: NCCL's all-reduce topped at 1.7 GB/s busbw across two
+//   Azure nodes whose TCP carried 21-25 Gb/s (NVIDIA/nccl-tests issue 83).
 const std::vector<Link>& link_presets() {
   static const std::vector<Link> presets{
       {.name = "nvlink4",
        .busbw_gbps = 370,
-       .latency_us = 15,
-       .source = "NVLink 4 (H100 SXM, 8-GPU board): ring busbw ~370 GB/s, NVIDIA/nccl-tests#212"},
+       .latency_us = 3.4,
+       .source = "NVLink 4 (H100 SXM, 8-GPU board): ring busbw ~370 GB/s, NVIDIA/nccl-tests#212",
+       .hw = Hw::NVLink},
       {.name = "nvlink3",
        .busbw_gbps = 200,
-       .latency_us = 15,
-       .source = "NVLink 3 (A100 SXM, 8-GPU board): busbw ~200 GB/s, NVIDIA/nccl-tests#149, #178"},
+       .latency_us = 3.4,
+       .source = "NVLink 3 (A100 SXM, 8-GPU board): busbw ~200 GB/s, NVIDIA/nccl-tests#149, #178",
+       .hw = Hw::NVLink},
       {.name = "pcie4",
        .busbw_gbps = 24,
-       .latency_us = 25,
+       .latency_us = 5.7,
        .source = "PCIe 4.0 x16: 31.5 GB/s per direction (PCI-SIG), 75% as busbw",
        .busbw_low_gbps = 20,
-       .low_source = "~20 GB/s with 8 GPUs across CPU sockets, NVIDIA/nccl-tests#178"},
+       .low_source = "~20 GB/s with 8 GPUs across CPU sockets, NVIDIA/nccl-tests#178",
+       .hw = Hw::PCIe},
       {.name = "pcie5",
        .busbw_gbps = 48,
-       .latency_us = 25,
+       .latency_us = 5.7,
        .source = "PCIe 5.0 x16: 63 GB/s per direction (PCI-SIG), 75% as busbw",
        .busbw_low_gbps = 28,
-       .low_source = "28 GB/s with 8 GPUs behind PCIe switches on two sockets, NVIDIA/nccl#1639"},
+       .low_source = "28 GB/s with 8 GPUs behind PCIe switches on two sockets, NVIDIA/nccl#1639",
+       .hw = Hw::PCIe},
       {.name = "ib_ndr400",
        .busbw_gbps = 45,
-       .latency_us = 30,
-       .source = "InfiniBand NDR 400 Gb/s per GPU (NVIDIA ConnectX-7): 50 GB/s, 90% as busbw"},
+       .latency_us = 14,
+       .source = "InfiniBand NDR 400 Gb/s per GPU (NVIDIA ConnectX-7): 50 GB/s, 90% as busbw (46-49 measured, "
+                 "NVIDIA/nccl-tests#267, #290)",
+       .hw = Hw::Net},
   };
   return presets;
 }
 
-Link parse_link(const std::string& text) {
-  for (const Link& l : link_presets())
-    if (text == l.name) return l;
-  if (text == "measured") return Link{.name = "measured", .source = "measured at start-up"};
+const std::vector<Link>& network_presets() {
+  static const std::vector<Link> presets{
+      {.name = "ib_ndr400",
+       .busbw_gbps = 45,
+       .latency_us = 14,
+       .source = "InfiniBand NDR 400 Gb/s per NIC (ConnectX-7): 45 GB/s busbw (46-49 measured, NVIDIA/nccl-tests#267, "
+                 "#290)",
+       .busbw_low_gbps = 37.5,
+       .low_source = "300-370 GB/s across nodes of 8 H100 with 8 NDR NICs (NVIDIA/nccl#1221, nccl-tests#283): 37.5 per "
+                     "NIC",
+       .hw = Hw::Net},
+      {.name = "100gbe",
+       .busbw_gbps = 5,
+       .latency_us = 14,
+       .source = "100 Gb Ethernet, NCCL over TCP sockets: 4-6 GB/s busbw, 4 nodes of 8 V100 (NVIDIA/nccl#450)",
+       .busbw_low_gbps = 4,
+       .low_source = "the low end of NVIDIA/nccl#450's 4-6 GB/s",
+       .busbw_high_gbps = 6,
+       .hw = Hw::Net},
+      {.name = "25gbe",
+       .busbw_gbps = 1.7,
+       .latency_us = 14,
+       .source = "25 Gb Ethernet, NCCL over TCP sockets: 1.7 GB/s busbw at most, 2 Azure nodes (NVIDIA/nccl-tests#83)",
+       .hw = Hw::Net},
+  };
+  return presets;
+}
+
+namespace {
+
+// BUSBW_GBPS[,LATENCY_US]: true where `text` is that (busbw > 0, latency >= 0), the figures set.
+bool parse_figures(const std::string& text, double& busbw, double& latency) {
   const auto comma = text.find(',');
   char* end = nullptr;
   const std::string bw = text.substr(0, comma);
-  const double busbw = std::strtod(bw.c_str(), &end);
-  double latency = 0;
+  busbw = std::strtod(bw.c_str(), &end);
+  latency = 0;
   bool ok = !bw.empty() && *end == '\0' && std::isfinite(busbw) && busbw > 0;
   if (ok && comma != std::string::npos) {
     const std::string lat = text.substr(comma + 1);
     latency = std::strtod(lat.c_str(), &end);
     ok = !lat.empty() && *end == '\0' && std::isfinite(latency) && latency >= 0;
   }
-  if (!ok) {
-    std::string names;
-    for (const Link& l : link_presets()) names += l.name + ", ";
+  return ok;
+}
+
+std::string names_of(const std::vector<Link>& presets) {
+  std::string names;
+  for (const Link& l : presets) names += l.name + ", ";
+  return names;
+}
+
+}  // namespace
+
+Link parse_link(const std::string& text) {
+  for (const Link& l : link_presets())
+    if (text == l.name) return l;
+  if (text == "measured") return Link{.name = "measured", .source = "measured at start-up"};
+  double busbw = 0, latency = 0;
+  if (!parse_figures(text, busbw, latency))
     throw InputError(fmt::format(
-        "--link: '{}' is neither a preset ({}measured) nor BUSBW_GBPS[,LATENCY_US] (e.g. --link=100,20)", text, names));
-  }
+        "--link: '{}' is neither a preset ({}measured) nor BUSBW_GBPS[,LATENCY_US] (e.g. --link=100,20: GB/s, us per "
+        "step)",
+        text, names_of(link_presets())));
   return Link{.name = "custom", .busbw_gbps = busbw, .latency_us = latency, .source = fmt::format("--link={}", text)};
 }
 
-double ring_all_reduce_s(double bytes, int n, const Link& link) {
-  if (n <= 1 || bytes <= 0) return 0;
-  return link.latency_us * 1e-6 + allreduce_bus_factor(n) * bytes / (link.busbw_gbps * 1e9);
+Link parse_network(const std::string& text) {
+  // xNICS ends the text: ib_ndr400x8, 12.5,5x2.
+  std::string base = text;
+  int nics = 1;
+  if (const auto x = text.rfind('x'); x != std::string::npos && x + 1 < text.size() &&
+                                      text.find_first_not_of("0123456789", x + 1) == std::string::npos) {
+    nics = std::atoi(text.c_str() + x + 1);
+    base = text.substr(0, x);
+  }
+  Link link;
+  bool found = false;
+  for (const Link& l : network_presets())
+    if (base == l.name) link = l, found = true;
+  double busbw = 0, latency = 0;
+  if (!found && parse_figures(base, busbw, latency)) {
+    link =
+        Link{.name = "custom", .busbw_gbps = busbw, .latency_us = latency, .source = fmt::format("--network={}", text)};
+    found = true;
+  }
+  if (!found || nics < 1 || nics > 64)
+    throw InputError(fmt::format(
+        "--network: '{}' is neither a preset ({}each with xNICS for its NICs per node, e.g. ib_ndr400x8) nor "
+        "BUSBW_GBPS[,LATENCY_US][xNICS] per NIC (e.g. --network=10,50 or 12.5,5x2)",
+        text, names_of(network_presets())));
+  link.nics = nics;
+  if (nics > 1) link.name += fmt::format("x{}", nics);
+  return link;
 }
 
 namespace {
@@ -105,7 +187,7 @@ double swept_s(double bytes, const Link& link, const std::vector<double>& times)
   const auto& sw = link.sweep;
   const int n = link.sweep_ranks;
   if (bytes <= sw.front().first) {
-    const double none = std::min(link.latency_us * 1e-6 * std::max(1, n - 1), times.front());
+    const double none = std::min(link.latency_us * 1e-6 * 2 * std::max(1, n - 1), times.front());
     return none + (times.front() - none) * bytes / sw.front().first;
   }
   for (std::size_t k = 1; k < sw.size(); ++k)
@@ -118,19 +200,76 @@ double swept_s(double bytes, const Link& link, const std::vector<double>& times)
 
 }  // namespace
 
-double all_reduce_s(double bytes, int n, const Link& link, double busbw_gbps, bool slowest) {
-  if (n <= 1 || bytes <= 0) return 0;
-  const double busbw = (busbw_gbps > 0 ? busbw_gbps : link.busbw_gbps) * 1e9;
+namespace {
+
+// NCCL's protocols, from its tuning model (NVIDIA/nccl src/graph/tuning.cc, 2.2x: baseLat, hwLat
+// and the bandwidth refinements of ncclTopoTuneModel): a base latency per algorithm, a latency per
+// step over NVLink, PCIe and the network, and the share of the bus bandwidth each reaches. LL128
+// runs only within NVLink nodes.
+struct Protocol {
+  const char* name;
+  double ring_base_us, tree_base_us;
+  double ring_step_us[3], tree_step_us[3];  // NVLink, PCIe, network
+  double ring_share, tree_share;            // of the bus bandwidth (trees x 0.92 besides)
+};
+constexpr Protocol kProtocols[] = {
+    {"ll", 6.6, 6.8, {0.6, 1.0, 2.7}, {0.6, 1.0, 5.0}, 1.0 / 4, 1.0 / 3.8},
+    {"ll128", 14.0, 14.0, {1.9, 2.5, 4.0}, {1.25, 1.9, 8.5}, 0.92, 120.0 / 128},
+    {"simple", 8.4, 0.0, {3.4, 5.7, 14.0}, {28.0, 28.0, 28.0}, 1.0, 1.0},
+};
+
+double busbw_at(const Link& link, End end) {
+  return end == End::Slow ? link.low_busbw() : end == End::Fast ? link.high_busbw() : link.busbw_gbps;
+}
+
+int log2_steps(int n) { return n > 1 ? int(std::ceil(std::log2(double(n)))) : 0; }
+
+}  // namespace
+
+AllReduce all_reduce(double bytes, const Cluster& c, End end) {
+  const int n = c.devices;
+  if (n <= 1 || bytes <= 0) return {0, ""};
+  const Link& link = c.link;
   if (!link.sweep.empty() && n == link.sweep_ranks) {
-    if (slowest && link.sweep_slowest.size() == link.sweep.size()) return swept_s(bytes, link, link.sweep_slowest);
+    if (end == End::Slow && link.sweep_slowest.size() == link.sweep.size())
+      return {swept_s(bytes, link, link.sweep_slowest), "measured"};
     std::vector<double> medians;
     for (const auto& [b, t] : link.sweep) medians.push_back(t);
-    return swept_s(bytes, link, medians) * link.busbw_gbps * 1e9 / busbw;
+    return {swept_s(bytes, link, medians) * link.busbw_gbps / busbw_at(link, end), "measured"};
   }
-  const double latency = link.latency_us * 1e-6;
-  const double ring = latency * (n - 1) + allreduce_bus_factor(n) * bytes / busbw;
-  const double tree = latency * std::ceil(std::log2(double(n))) + 2.0 * bytes / busbw;
-  return std::min(ring, tree);
+  const int nodes = std::max(1, c.nodes), per_node = n / nodes;
+  // The slower level sets the pace: within a node its link, between nodes the NICs a node's
+  // devices reach (one each, at most the node's NICs).
+  double busbw = busbw_at(link, end);
+  if (nodes > 1) busbw = std::min(busbw, busbw_at(c.network, end) * std::min(c.network.nics, per_node));
+  busbw *= 1e9;
+  // NCCL's ring: 2(N-1) steps, 2M of them between nodes (its 2.2x model); its tree: a chain within
+  // a node, a tree of log2 M between nodes, up and down.
+  const int inter_steps = nodes > 1 ? std::min(2 * nodes, 2 * (n - 1)) : 0, intra_steps = 2 * (n - 1) - inter_steps;
+  AllReduce best{INFINITY, ""};
+  const auto consider = [&](double latency_us, double s, std::string name) {
+    const double t = latency_us * 1e-6 + s;
+    if (t < best.s) best = {t, std::move(name)};
+  };
+  if (link.hw == Hw::None) {
+    // One protocol at the links' own latency per step; within a node a tree of log2 steps too
+    // (MPI's recursive doubling).
+    const double intra = link.latency_us, inter = c.network.latency_us;
+    consider(intra_steps * intra + inter_steps * inter, allreduce_bus_factor(n) * bytes / busbw, "ring");
+    consider(2 * (log2_steps(per_node) * intra + log2_steps(nodes) * inter), 2 * bytes / busbw, "tree");
+    return best;
+  }
+  const int intra_hw = link.hw == Hw::NVLink ? 0 : link.hw == Hw::PCIe ? 1 : 2;
+  for (const Protocol& p : kProtocols) {
+    if (std::string_view(p.name) == "ll128" && link.hw != Hw::NVLink) continue;
+    const double ring_inter = c.network.hw == Hw::Net ? p.ring_step_us[2] : c.network.latency_us;
+    const double tree_inter = c.network.hw == Hw::Net ? p.tree_step_us[2] : c.network.latency_us;
+    consider(p.ring_base_us + intra_steps * p.ring_step_us[intra_hw] + inter_steps * ring_inter,
+             allreduce_bus_factor(n) * bytes / (p.ring_share * busbw), fmt::format("ring/{}", p.name));
+    consider(p.tree_base_us + 2 * ((per_node - 1) * p.tree_step_us[intra_hw] + log2_steps(nodes) * tree_inter),
+             2 * bytes / (0.92 * p.tree_share * busbw), fmt::format("tree/{}", p.name));
+  }
+  return best;
 }
 
 double expected_max(std::vector<double> samples, int n) {
@@ -148,23 +287,25 @@ namespace {
 
 struct Queue {
   double exposed = 0, total = 0;
+  std::vector<std::string> algorithms;  // each bucket's, in order
 };
 
-// The all-reduces of `t`'s buckets on one stream among n devices, its times stretched by
-// `slower` (compute slowed by sharing), at `busbw_gbps` (`slowest`: a swept link's slowest
-// repetitions).
-Queue queue(const StepTimeline& t, int n, const Link& link, double slower, double busbw_gbps, bool slowest = false) {
+// The all-reduces of `t`'s buckets on one stream over `c`, its times stretched by `slower`
+// (compute slowed by sharing), at `end` of the links' bands; `overlaps`: whether an all-reduce
+// may start before backward has ended.
+Queue queue(const StepTimeline& t, const Cluster& c, double slower, End end, bool overlaps) {
   Queue q;
   double done = 0;
   for (std::size_t k = 0; k < t.bucket_bytes.size(); ++k) {
-    const double took = all_reduce_s(t.bucket_bytes[k], n, link, busbw_gbps, slowest);
+    const AllReduce a = all_reduce(t.bucket_bytes[k], c, end);
     // On cores shared with compute, nothing starts before backward has let go of them.
-    const double ready = (link.overlaps_compute ? t.bucket_ready_s[k] : t.backward_end_s) * slower;
-    done = std::max(done, ready) + took;
-    q.total += took;
+    const double ready = (overlaps ? t.bucket_ready_s[k] : t.backward_end_s) * slower;
+    done = std::max(done, ready) + a.s;
+    q.total += a.s;
+    q.algorithms.push_back(a.algorithm);
   }
   // The update waits for the last all-reduce; what backward did not hide lengthens the step.
-  q.exposed = n > 1 ? std::max(0.0, done - t.backward_end_s * slower) : 0.0;
+  q.exposed = c.devices > 1 ? std::max(0.0, done - t.backward_end_s * slower) : 0.0;
   return q;
 }
 
@@ -180,8 +321,12 @@ double fastest_step(const std::vector<double>& times, double step) {
 }
 }  // namespace
 
-Prediction predict(const OneDevice& one, int devices, const Link& link) {
+Prediction predict(const OneDevice& one, const Cluster& cluster) {
   const StepTimeline& t = one.timeline;
+  const int devices = cluster.devices;
+  const Link& link = cluster.link;
+  TB_CHECK(cluster.nodes >= 1 && devices % cluster.nodes == 0, "predict: {} devices on {} nodes", devices,
+           cluster.nodes);
   TB_CHECK(devices >= 1 && one.step_s > 0 && one.batch > 0, "predict: {} devices, step {} s, batch {}", devices,
            one.step_s, one.batch);
   TB_CHECK(t.bucket_ready_s.size() == t.bucket_bytes.size(), "predict: {} ready times for {} buckets",
@@ -200,18 +345,15 @@ Prediction predict(const OneDevice& one, int devices, const Link& link) {
         std::accumulate(one.step_times.begin(), one.step_times.end(), 0.0) / double(one.step_times.size());
     stragglers = step * (expected_max(one.step_times, devices) / mean - 1);
   }
-  const Queue point = queue(t, devices, link, sharing.value, link.busbw_gbps);
-  Queue slow = queue(t, devices, link, sharing.high, link.low_busbw(), true);
+  const Queue point = queue(t, cluster, sharing.value, End::Point, link.overlaps_compute);
+  Queue slow = queue(t, cluster, sharing.high, End::Slow, link.overlaps_compute);
   // Between CPU ranks the point counts the all-reduce as not overlapped; MPI's progress can still
   // move some of it during backward, so the fast end lets it overlap as on a GPU. What overlaps
   // runs on the cores backward needs, and the two together can take longer than one after the
   // other (polling, caches): not measured, so the slow end counts the part that could overlap
   // twice.
-  Link overlapping = link;
-  overlapping.overlaps_compute = true;
-  const Queue fast = queue(t, devices, overlapping, sharing.low, link.high_busbw());
-  if (!link.overlaps_compute)
-    slow.exposed += slow.exposed - queue(t, devices, overlapping, sharing.high, link.low_busbw(), true).exposed;
+  const Queue fast = queue(t, cluster, sharing.low, End::Fast, true);
+  if (!link.overlaps_compute) slow.exposed += slow.exposed - queue(t, cluster, sharing.high, End::Slow, true).exposed;
   Prediction p;
   p.devices = devices;
   p.terms = {
@@ -235,11 +377,26 @@ Prediction predict(const OneDevice& one, int devices, const Link& link) {
   double widest = -1;
   for (const Term& term : p.terms)
     if (devices > 1 && term.high - term.low > widest) widest = term.high - term.low, p.dominant = term.name;
+  std::vector<std::string> algorithms;
+  for (const std::string& a : point.algorithms)
+    if (!a.empty() && std::find(algorithms.begin(), algorithms.end(), a) == algorithms.end()) algorithms.push_back(a);
+  p.algorithm = fmt::format("{}", fmt::join(algorithms, "+"));
   return p;
 }
 
+Prediction predict(const OneDevice& one, int devices, const Link& link) {
+  Cluster c;
+  c.devices = devices;
+  c.link = link;
+  return predict(one, c);
+}
+
 Prediction predict(const StepTimeline& t, double step_s, double batch, int devices, const Link& link) {
-  return predict(OneDevice{.timeline = t, .step_s = step_s, .batch = batch}, devices, link);
+  OneDevice one;
+  one.timeline = t;
+  one.step_s = step_s;
+  one.batch = batch;
+  return predict(one, devices, link);
 }
 
 Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer) {
@@ -275,8 +432,8 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   for (std::size_t k = 0; k < x.size(); ++k) sxy += (x[k] - mx) * (y[k] - my), sxx += (x[k] - mx) * (x[k] - mx);
   const double slope = std::max(sxy / sxx, 1e-15), intercept = std::max(0.0, my - slope * mx);
   link.busbw_gbps = 1.0 / slope * 1e-9;
-  // An all-reduce between two is a ring of one step each way: the fitted latency is N-1 of them.
-  link.latency_us = intercept * 1e6 / std::max(1, n - 1);
+  // A ring all-reduce among n takes 2(n-1) steps: the fitted latency is that many of them.
+  link.latency_us = intercept * 1e6 / (2.0 * std::max(1, n - 1));
   // The band: the sizes of 1 MiB and more, each one's bus bandwidth beside the fit's, either way.
   double low = link.busbw_gbps, high = link.busbw_gbps;
   for (std::size_t k = 0; k < x.size(); ++k)

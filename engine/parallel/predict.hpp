@@ -1,16 +1,17 @@
 // Predicted N-device scaling from a one-device run: the step's timeline (when each gradient
 // bucket became ready during backward, how many bytes it holds), what else one device measured
 // (its step times, the data-parallel path's own overhead, the slow-down of devices sharing a
-// machine) and a link, run through the queue of all-reduces the data-parallel path would issue.
-// The prediction is a sum of named terms, each with a low and a high, so it is a band with the
-// term that dominates it named (docs/prediction.md). Assumptions, stated with every prediction
-// (kPredictionAssumptions): the all-reduce is NCCL's ring or, where it is faster (small buckets,
-// many devices), a tree, over one bus bandwidth (the measured curve where a sweep exists); buckets
-// are those the data-parallel path plans, not fused further; one communication stream; a
-// synchronous step waits for the slowest of N devices; between CPU ranks the all-reduce runs on
-// the cores backward needs and is counted as not overlapped (the band's fast end lets it overlap,
-// as MPI's progress can); on a GPU, communication is assumed not to slow the computation it
-// overlaps (not measured without a GPU).
+// machine) and a cluster (N devices on M nodes, a link within a node and one between nodes), run
+// through the queue of all-reduces the data-parallel path would issue. The prediction is a sum of
+// named terms, each with a low and a high, so it is a band with the term that dominates it named
+// (docs/prediction.md). Each all-reduce takes the fastest of a ring and a tree, and on NCCL's
+// links of its protocols, with the step counts and latencies of NCCL's own tuning model
+// (src/graph/tuning.cc); the algorithm chosen is named. Assumptions, stated with every prediction
+// (kPredictionAssumptions): buckets are those the data-parallel path plans, not fused further;
+// one communication stream; a synchronous step waits for the slowest of N devices; between CPU
+// ranks the all-reduce runs on the cores backward needs and is counted as not overlapped (the
+// band's fast end lets it overlap, as MPI's progress can); on a GPU, communication is assumed
+// not to slow the computation it overlaps (not measured without a GPU).
 #pragma once
 
 #include <string>
@@ -22,10 +23,11 @@ namespace tb::parallel {
 inline constexpr const char* kPredictionAssumptions =
     "every device computes as the measured one (slowed where devices share a machine, as measured); a step waits "
     "for the slowest of N (stragglers from the measured step times); the data-parallel path's own overhead as "
-    "measured on one device; NCCL's ring (2(N-1) steps) or, where faster, a tree (2 log2 N steps) per 25 MiB bucket "
-    "at the link's bus bandwidth (the measured curve where the link was swept); one communication stream; no "
-    "contention between communication and compute on a GPU (between CPU ranks the all-reduce runs on the "
-    "computing cores: counted as not overlapped)";
+    "measured on one device; per 25 MiB bucket the fastest of a ring (2(N-1) steps, 2M of them between M nodes) "
+    "and a tree (a chain within a node, 2 log2 M steps between nodes), with NCCL's protocols and latencies on its "
+    "links (src/graph/tuning.cc), at the slower level's bus bandwidth (the measured curve where the link was swept "
+    "at this N); one communication stream; no contention between communication and compute on a GPU (between CPU "
+    "ranks the all-reduce runs on the computing cores: counted as not overlapped)";
 
 // What one-device training steps showed, averaged over the timed steps. Times in seconds from
 // the start of the step (the trainer's step, batch wait included).
@@ -39,13 +41,18 @@ struct StepTimeline {
   double gradient_bytes() const;
 };
 
-// A link between devices: nccl-tests' bus bandwidth of an all-reduce over it and the latency
-// one all-reduce between two devices pays (a ring of N pays it N-1 times, a tree log2 N times).
+// What a link's steps run over, for NCCL's tuning model: NVLink or PCIe within a node, a network
+// between nodes; None where NCCL's protocols do not describe it (MPI between CPU ranks, a custom
+// or measured link): one protocol, at the link's own latency per step.
+enum class Hw { None, NVLink, PCIe, Net };
+
+// A link between devices: nccl-tests' bus bandwidth of an all-reduce over it and the latency of
+// one step of a ring over it (a ring all-reduce of N takes 2(N-1) steps).
 struct Link {
-  std::string name;  // a preset's, "measured", or "custom"
-  double busbw_gbps = 0;
-  double latency_us = 0;
-  std::string source;  // where the figures come from
+  std::string name;       // a preset's, "measured", or "custom"
+  double busbw_gbps = 0;  // per NIC on a network link
+  double latency_us = 0;  // per step (NCCL's presets: its ring/Simple step; its table gives the others)
+  std::string source;     // where the figures come from
   // False where the all-reduce runs on the cores that compute (MPI between CPU ranks): it then
   // cannot hide behind backward and is exposed whole.
   bool overlaps_compute = true;
@@ -57,6 +64,8 @@ struct Link {
   // The high end: a measured link's sweep spread the other way; 0: busbw_gbps itself (a preset's
   // ideal is its most).
   double busbw_high_gbps = 0;
+  Hw hw = Hw::None;
+  int nics = 1;  // a network link: NICs per node, each of busbw_gbps
   // A measured link's sweep among `sweep_ranks` ranks: (bytes, seconds) per size, ascending; an
   // all-reduce among that many ranks takes the curve's time for its size.
   std::vector<std::pair<double, double>> sweep;
@@ -66,28 +75,48 @@ struct Link {
   double high_busbw() const { return busbw_high_gbps > 0 ? busbw_high_gbps : busbw_gbps; }
 };
 
-// The presets --link names: NVLink 4 on an 8-GPU H100 board, NVLink 3 on an A100 board, PCIe 4
-// and 5 x16 between GPUs, InfiniBand NDR 400 per GPU across nodes.
+// The presets --link names (within a node): NVLink 4 on an 8-GPU H100 board, NVLink 3 on an A100
+// board, PCIe 4 and 5 x16 between GPUs; and, for one level, InfiniBand NDR 400 per GPU.
 const std::vector<Link>& link_presets();
 // --link=NAME or --link=BUSBW_GBPS[,LATENCY_US]; "measured" is returned as a Link named
 // "measured" with no figures (the run measures them). Throws tb::InputError naming the flag.
 Link parse_link(const std::string& text);
+// The presets --network names (between nodes, per NIC): InfiniBand NDR 400, 100 and 25 Gbit
+// Ethernet over TCP sockets; each measured figure cited (docs/prediction.md).
+const std::vector<Link>& network_presets();
+// --network=NAME|BUSBW_GBPS[,LATENCY_US][xNICS]: a preset or figures per NIC, NICS per node
+// (ib_ndr400x8: a DGX H100 node's eight). Throws tb::InputError naming the flag.
+Link parse_network(const std::string& text);
 
 class Communicator;
 // The link of `comm` measured as nccl-tests defines it: all-reduces of buffers of 4 KiB to
 // `max_bytes` (host buffers for MPI: overlaps_compute false; `device_buffer` gives a device
 // buffer of that many bytes for NCCL, which overlaps), each size's median time (the slowest
-// rank's), kept as the sweep and fitted as latency + 2(N-1)/N x bytes / busbw. A collective:
-// every rank calls it.
+// rank's), kept as the sweep and fitted as 2(N-1) x latency + 2(N-1)/N x bytes / busbw. A
+// collective: every rank calls it.
 Link measure_link(Communicator& comm, std::size_t max_bytes = std::size_t(16) << 20, void* device_buffer = nullptr);
 
-// The seconds one all-reduce of `bytes` takes among n devices over `link` at bus bandwidth
-// `busbw_gbps` (the link's own where 0): the swept curve among the sweep's ranks (`slowest`: the
-// curve of each size's slowest repetition), else the faster of a ring (latency x (n-1) +
-// 2(n-1)/n x bytes / busbw) and a tree (latency x ceil(log2 n) + 2 x bytes / busbw).
-double all_reduce_s(double bytes, int n, const Link& link, double busbw_gbps = 0, bool slowest = false);
-// The ring alone, nccl-tests' bus bandwidth definition with the latency of one all-reduce.
-double ring_all_reduce_s(double bytes, int n, const Link& link);
+// N devices on M nodes (M divides N; 1: one level), the link within a node and, with M > 1, the
+// network between nodes.
+struct Cluster {
+  int devices = 1;
+  int nodes = 1;
+  Link link;
+  Link network;
+  int per_node() const { return devices / nodes; }
+};
+
+// Which end of a band a time is for: the point, the slow end (every bus bandwidth at its low,
+// a swept link's slowest repetitions) or the fast end (at its high).
+enum class End { Point, Slow, Fast };
+
+// One all-reduce of `bytes` over `c`: its seconds and the algorithm chosen ("ring/simple",
+// "tree/ll", or "ring"/"tree" where no protocols apply, "measured" on a swept link's curve).
+struct AllReduce {
+  double s = 0;
+  std::string algorithm;
+};
+AllReduce all_reduce(double bytes, const Cluster& c, End end = End::Point);
 
 // A measured figure with its uncertainty.
 struct Range {
@@ -123,12 +152,15 @@ struct Prediction {
   double samples_per_s_low = 0, samples_per_s_high = 0;  // every term at its slow end, at its fast end
   std::vector<Term> terms;  // compute, sharing, stragglers, data-parallel overhead, communication
   std::string dominant;     // the term whose range moves the step most
+  std::string algorithm;    // the buckets' all-reduce algorithms, each once, joined by '+'
 };
 
 // N devices each running the measured step with the all-reduces of the timeline queued on one
-// communication stream over `link`, with every term of `one`.
+// communication stream over the cluster, with every term of `one`.
+Prediction predict(const OneDevice& one, const Cluster& cluster);
+// The same on one level: `devices` devices over `link`.
 Prediction predict(const OneDevice& one, int devices, const Link& link);
-// The same from a timeline and a step alone (no stragglers, overhead or sharing measured).
+// From a timeline and a step alone (no stragglers, overhead or sharing measured).
 Prediction predict(const StepTimeline& timeline, double step_s, double batch, int devices, const Link& link);
 
 // The expected largest of n draws from `samples` (each equally likely, drawn independently).

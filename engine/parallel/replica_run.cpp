@@ -78,7 +78,8 @@ struct ReplicaRun::Pool {
   bool stop = false;
 };
 
-ReplicaRun::ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, const Bind& bind, const Factory& make)
+ReplicaRun::ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, const Bind& bind, const Factory& make,
+                       std::size_t bucket_bytes)
     : across_ranks_(across_ranks), replicas_(std::size_t(local_replicas)) {
   TB_CHECK(local_replicas >= 1, "a run needs a replica");
   if (across_ranks) world_ = world_comm();
@@ -99,7 +100,7 @@ ReplicaRun::ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, con
     r.backend = nets[std::size_t(k)].get();
     std::unique_ptr<Network> net = std::move(nets[std::size_t(k)]);
     if (comms[std::size_t(k)]) {
-      auto replica = std::make_unique<ReplicaNetwork>(std::move(net), std::move(comms[std::size_t(k)]));
+      auto replica = std::make_unique<ReplicaNetwork>(std::move(net), std::move(comms[std::size_t(k)]), bucket_bytes);
       r.replica = replica.get();
       net = std::move(replica);
     }

@@ -30,8 +30,10 @@ class ReplicaRun {
   using Factory = std::function<std::pair<std::unique_ptr<Network>, std::unique_ptr<Dataset>>(int k)>;
   using Bind = std::function<void(int k)>;
   // `wiring` connects the replicas (null: they run independently, as jobs); `across_ranks`: they
-  // span the MPI world's ranks (the slowest rank sets the step).
-  ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, const Bind& bind, const Factory& make);
+  // span the MPI world's ranks (the slowest rank sets the step); `bucket_bytes`: the size of the
+  // gradient buckets all-reduced as backward goes (a replay's: 1, each segment its own).
+  ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, const Bind& bind, const Factory& make,
+             std::size_t bucket_bytes = kDefaultBucketBytes);
   ~ReplicaRun();
   ReplicaRun(const ReplicaRun&) = delete;
   ReplicaRun& operator=(const ReplicaRun&) = delete;
