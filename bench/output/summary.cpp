@@ -80,7 +80,11 @@ std::string render_predictions(const std::vector<const Row*>& rows, bool markdow
   for (const Row* r : rows) {
     const std::string device = cell(*r, "device"), n = device.substr(device.find(':') + 1);
     if (std::find(counts.begin(), counts.end(), n) == counts.end()) counts.push_back(n);
-    lines[{cell(*r, "predicted_from"), fmt::format("{} ({:.0f} GB/s)", cell(*r, "link"), value(*r, "link_busbw_gbps"))}]
+    std::string link = fmt::format("{} ({:.3g} GB/s)", cell(*r, "link"), value(*r, "link_busbw_gbps"));
+    if (const std::string network = cell(*r, "network"); !network.empty())
+      link += fmt::format(" + {} nodes, {} ({:.3g} GB/s per NIC)", cell(*r, "nodes"), network,
+                          value(*r, "network_busbw_gbps"));
+    lines[{cell(*r, "predicted_from"), link}]
          [n] = r;
   }
   std::sort(counts.begin(), counts.end(),

@@ -153,10 +153,10 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
   const std::string between = two_levels ? fmt::format(" and {}", link_text(c.network)) : "";
   return PredictedRow{
       std::move(row),
-      fmt::format("  predicted {}{} over {}{} ({}): {:.0f} samples/s (band {:.0f} to {:.0f}, dominated by {}), {:.0f}% "
-                  "efficiency, exposed communication {:.3g} ms of {:.3g} ms per step",
-                  device, on, link_text(link), between, q.algorithm, q.samples_per_s, q.samples_per_s_low,
-                  q.samples_per_s_high, q.dominant, 100 * q.efficiency, q.exposed_comm_s * 1e3, q.comm_s * 1e3)};
+      fmt::format("  predicted {}{} over {}{}: {:.0f} samples/s (band {:.0f} to {:.0f}, dominated by {}), {:.0f}% "
+                  "efficiency, exposed communication {:.3g} ms of {:.3g} ms per step ({})",
+                  device, on, link_text(link), between, q.samples_per_s, q.samples_per_s_low, q.samples_per_s_high,
+                  q.dominant, 100 * q.efficiency, q.exposed_comm_s * 1e3, q.comm_s * 1e3, q.algorithm)};
 }
 
 }  // namespace
