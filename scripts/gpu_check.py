@@ -61,13 +61,19 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:,.{digits}g}"
 
 
+# GoogleTest colours its lines where its output is a terminal, as under mpirun (Open MPI gives
+# each rank a pseudo-terminal).
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def read_lines(path: str | None) -> list[str]:
     if not path:
         return []
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
+    return COLOUR.sub("", text).splitlines()
 
 
 def last_words(lines: list[str]) -> str:
@@ -193,6 +199,13 @@ def precision(row: dict[str, str]) -> str:
     return tbcsv.field_of(row, "precision")
 
 
+def why(row: dict[str, str]) -> str:
+    """`skipped: <reason>` or `failed: <reason>` of a row that did not measure (its message may
+    already begin with its status)."""
+    status, message = row.get("status", "?"), (row.get("message") or "").strip()
+    return message if message.startswith(f"{status}:") else f"{status}: {message or 'no message'}"
+
+
 def first_failed(rows: list[dict[str, str]]) -> None:
     bad = next((r for r in rows if r.get("status") == "failed"), None)
     if bad:
@@ -252,15 +265,15 @@ def cmd_machine(args, figures: list[str]) -> str:
         if not ok:
             raise Verdict("failed", "trainbench measured no cpu row")
         figures.append(f"- step loop: {ok[0]['benchmark']} {fmt(median(ok, 'samples_per_s'))} samples/s")
-        why = next((r.get("message", "") for r in gpu_rows if r.get("status") == "skipped"), "")
-        if why:
-            figures.append(f"- trainbench's gpu:1 here: {why.removeprefix('skipped: ')}")
+        skipped = next((r for r in gpu_rows if r.get("status") == "skipped"), None)
+        if skipped:
+            figures.append(f"- trainbench's gpu:1 here: {why(skipped).removeprefix('skipped: ')}")
         return "passed: no GPU; trainbench trains on the CPU"
     first_failed(gpu_rows)
     ok = [r for r in gpu_rows if tbcsv.is_ok(r)]
     if not ok:
-        why = next((r.get("message", "") for r in gpu_rows), "it wrote no gpu:1 row")
-        raise Verdict("failed", f"trainbench cannot use the GPU nvidia-smi lists: {why}")
+        reason = next((why(r) for r in gpu_rows), "it wrote no gpu:1 row")
+        raise Verdict("failed", f"trainbench cannot use the GPU nvidia-smi lists: {reason}")
     r = ok[0]
     context = ", ".join(f"{label} {r[c]}" for c, label in (
         ("driver_version", "driver"), ("cuda_driver_version", "CUDA driver API"), ("cuda_version", "CUDA runtime"),
@@ -299,8 +312,8 @@ def cmd_default(args, figures: list[str]) -> str:
     first_failed(measured)
     ok_gpu = [r for r in measured if device(r) == "gpu:1" and tbcsv.is_ok(r)]
     if not ok_gpu:
-        why = next((r.get("message", "") for r in measured if device(r) == "gpu:1"), "it wrote no gpu:1 row")
-        raise Verdict("failed", f"trainbench measured no gpu:1 row: {why}")
+        reason = next((why(r) for r in measured if device(r) == "gpu:1"), "it wrote no gpu:1 row")
+        raise Verdict("failed", f"trainbench measured no gpu:1 row: {reason}")
     figures += ["| workload | precision | cpu samples/s | gpu:1 samples/s (wall clock) | gpu:1 (device clock) "
                 "| gpu:1 x cpu |", "| --- | --- | ---: | ---: | ---: | ---: |"]
     cpu = {workload(r) for r in measured if device(r) == "cpu" and tbcsv.is_ok(r)}
@@ -342,13 +355,12 @@ def cmd_jobs(args, figures: list[str]) -> str:
             # The memory bound: so many jobs cannot fit the device, and trainbench must refuse
             # them before starting any.
             if ok or "at most" not in message:
-                raise Verdict("failed", f"{name}: the memory bound did not refuse {count} jobs "
-                                        f"({group[0]['status']}: {message or 'no message'})")
+                raise Verdict("failed", f"{name}: the memory bound did not refuse {count} jobs ({why(group[0])})")
             figures.append(f"- {name}: {message.removeprefix('skipped: ')}")
             refused += 1
             continue
         if not ok:
-            raise Verdict("failed", f"{name}: {group[0]['status']}: {message}")
+            raise Verdict("failed", f"{name}: {why(group[0])}")
         ran[kind] += 1
         line = f"- {name}: {fmt(median(ok, 'samples_per_s'))} samples/s"
         if kind == "jobs":
@@ -397,9 +409,9 @@ def cmd_spanning(args, figures: list[str]) -> str:
         if unmarked:
             raise Verdict("failed", f"{unmarked[0]}: not marked as emulated nodes (emulated_nodes is empty)")
     if len(by_benchmark(ok)) < args.expect:
-        why = next((r.get("message", "") for r in measured if not tbcsv.is_ok(r)), "")
+        reason = next((why(r) for r in measured if not tbcsv.is_ok(r)), "")
         raise Verdict("failed", f"{len(by_benchmark(ok))} {args.device} rows measured, {args.expect} expected"
-                                + (f": {why}" if why else ""))
+                                + (f": {reason}" if reason else ""))
     return f"passed: {len(by_benchmark(ok))} {args.device} rows measured, {inside} inside their predicted band"
 
 
@@ -419,7 +431,9 @@ def cmd_timeline(args, figures: list[str]) -> str:
         figures.append(f"- {name}: {fmt(marked)} samples/s with the timeline, {fmt(unmarked)} without (medians of "
                        f"{len(group)} and {len(partner)} repetitions): the timeline costs {fmt(cost, 2)}% of the step")
     if not pairs:
-        raise Verdict("failed", "no benchmark has both a --timeline=on and a --timeline=off row")
+        reason = next((why(r) for r in rows if not tbcsv.is_ok(r)), "")
+        raise Verdict("failed", "no benchmark has both a --timeline=on and a --timeline=off row"
+                                + (f": {reason}" if reason else ""))
     return f"passed: {pairs} workloads with and without the timeline"
 
 

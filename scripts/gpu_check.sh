@@ -204,6 +204,7 @@ write_report() {
     echo
     echo "## Files"
     echo
+    # shellcheck disable=SC2016  # the backquotes are Markdown's
     (cd "$dir" && find . -type f ! -name 'check.md*' | sort | sed 's|^\./|- `|; s|$|`|')
   } >"$dir/check.md.tmp"
   mv "$dir/check.md.tmp" "$dir/check.md"
@@ -333,7 +334,7 @@ step_1() {
 step_2a() {
   need_test 2a test_cuda || return
   local status=0
-  bounded test_cuda-log.txt "$tests/test_cuda" --gtest_filter="$cuda_filter" || status=$?
+  bounded test_cuda-log.txt "$tests/test_cuda" --gtest_color=no --gtest_filter="$cuda_filter" || status=$?
   judge 2a gtest "$dir/test_cuda-log.txt" "$status" --what "test_cuda --gtest_filter='$cuda_filter'" --timed-out="$timed_out"
 }
 
@@ -344,7 +345,7 @@ step_2b() {
   [ -n "$sanitizer" ] || { STATUS[2b]="skipped: compute-sanitizer not found (it comes with the CUDA toolkit)"; return; }
   local status=0
   bounded memcheck-log.txt "$sanitizer" --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20 \
-    "$tests/test_cuda" --gtest_filter='Precisions/CudaLayers.*/fp32' || status=$?
+    "$tests/test_cuda" --gtest_color=no --gtest_filter='Precisions/CudaLayers.*/fp32' || status=$?
   judge 2b sanitizer "$dir/memcheck-log.txt" "$status" --timed-out="$timed_out"
 }
 
@@ -377,7 +378,7 @@ step_5b() {
   need_test 5b test_mpi || return
   local status=0
   # shellcheck disable=SC2046  # the flags are words
-  bounded test_mpi-log.txt mpirun $(mpirun_flags) "$tests/test_mpi" --gtest_filter='*NcclRanks*' || status=$?
+  bounded test_mpi-log.txt mpirun $(mpirun_flags) "$tests/test_mpi" --gtest_color=no --gtest_filter='*NcclRanks*' || status=$?
   judge 5b gtest "$dir/test_mpi-log.txt" "$status" --ranks 2 --what "test_mpi --gtest_filter='*NcclRanks*' on 2 ranks" \
     --timed-out="$timed_out"
 }
