@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Checks a GPU machine end to end in one command: whether trainbench works there, and what the
 # machine does, before anyone trusts a benchmark of it. Steps, most valuable first, each under a
-# time bound (none can hang the check), with the time each is planned to take on one H100 (the
-# whole run fits 8 minutes there):
+# time bound (none can hang the check), with the time each is planned to take on one H100 (from
+# the H100 runs of 2026-11-23/24 in results/h100/; the whole run fits 8 minutes there):
 #   1   the machine: GPU, driver, CUDA, cuDNN, cuBLAS, NCCL, NVML; a step loop on the GPU with
 #       NVML's instantaneous power sampled by nvidia-smi beside its 1-s average and trainbench's
 #       gpu_power_w (without a GPU: the loop on the CPU, and trainbench's reason for no gpu:1)  20 s
-#   2a  test_cuda, every GPU unit test but NcclOneRank in tf32 and fp16 (TB_CHECK_CUDA_FILTER)  80 s
+#   2a  test_cuda: every GPU unit test, NcclOneRank in fp32 only (its tf32, fp16 and bf16 take
+#       25 s each and passed on the H100; TB_CHECK_CUDA_FILTER='*' runs them)                  55 s
 #   2b  compute-sanitizer --tool memcheck over the CUDA layer tests in fp32, where the tool is
 #       (a runtime that refuses it, as gVisor does, makes this step skipped, in its words)     45 s
 #   3   the default set (scripts/bench.sh's devices and precisions, 0.2 s per benchmark): gpu:1
-#       in fp32 and bf16 beside the cpu rows, wall clock and device clock, gpu:1 x cpu          55 s
+#       in fp32 and bf16 beside the cpu rows, wall clock and device clock, gpu:1 x cpu          70 s
 #   4   gpu:1/jobs:2 and gpu:1/threads:2 on the MLP and LeNet-5 (one window), and the memory
 #       bound refusing gpu:1/jobs:1000                                                         30 s
 #   5a  emulated nodes: scripts/emulate_nodes.sh --gpu 2 running gpu:1,gpu:2 --link=measured
@@ -20,8 +21,9 @@
 #   5c  one rank of an emulated-node gpu:2 row killed mid-row: the job must end within 10 s    25 s
 #   6   --timeline=off against on, for the MLP and the LSTM (3 repetitions each)               20 s
 #   7   the PyTorch peer on the GPU (scripts/compare_pytorch.sh, TB_COMPARE_DEVICE=gpu) on the
-#       MLP, LeNet-5, the LSTM and ResNet-152 224 at batch 128: bf16, then fp32, then tf32, each
-#       while the budget lasts (one process a side with 2 repetitions), where torch imports   110 s
+#       MLP, LeNet-5, the LSTM and ResNet-152 224 at batch 128, one process a side with 2
+#       repetitions, where torch imports: bf16 (120 s), then fp32 and tf32 while the budget
+#       lasts (the step takes what is left of it)                                             120 s
 #   8   with two or more GPUs: real gpu:2 against its prediction over the measured link        40 s
 # A step that needs a GPU (2a to 8) is skipped on a machine without one, saying why. When the
 # budget runs out, the steps left are `skipped: budget`; check.md and the archive are still
@@ -56,15 +58,15 @@ STEPS=(1 2a 2b 3 4 5a 5b 5c 6 7 8)
 declare -A TITLE PLAN BOUND NEEDS
 step_def() { TITLE[$1]=$2; PLAN[$1]=$3; BOUND[$1]=$4; NEEDS[$1]=$5; }
 step_def 1 "the machine" 20 60 none
-step_def 2a "test_cuda" 80 150 gpu
-step_def 2b "compute-sanitizer memcheck over the CUDA layer tests" 45 150 gpu
-step_def 3 "the default set: gpu:1 beside cpu" 55 150 gpu
+step_def 2a "test_cuda" 55 150 gpu
+step_def 2b "compute-sanitizer memcheck over the CUDA layer tests" 45 90 gpu
+step_def 3 "the default set: gpu:1 beside cpu" 70 150 gpu
 step_def 4 "gpu:1/jobs:2, gpu:1/threads:2 and the memory bound" 30 90 gpu
 step_def 5a "emulated nodes: gpu:1,gpu:2 with --link=measured" 60 150 gpu
 step_def 5b "test_mpi's NCCL ranks" 20 60 gpu
 step_def 5c "a rank killed mid-row" 25 60 gpu
 step_def 6 "--timeline=off against on" 20 60 gpu
-step_def 7 "the PyTorch peer on the GPU" 110 0 gpu
+step_def 7 "the PyTorch peer on the GPU" 120 0 gpu
 step_def 8 "real gpu:2 against its prediction" 40 120 gpus
 RESERVE=5  # seconds kept for check.md and the archive at the end
 KILL_LIMIT=10  # a killed rank must end the job within this many seconds (step 5c)
@@ -121,7 +123,7 @@ fi
 [ -n "$python" ] && "$python" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null ||
   die "no Python 3.9 or newer (python3, or TB_PYTHON): the check reads trainbench's CSVs with scripts/tbcsv.py"
 reader=("$python" "$root/scripts/gpu_check.py")
-cuda_filter=${TB_CHECK_CUDA_FILTER:--*NcclOneRank*/tf32:*NcclOneRank*/fp16}
+cuda_filter=${TB_CHECK_CUDA_FILTER:--*NcclOneRank*/tf32:*NcclOneRank*/fp16:*NcclOneRank*/bf16}
 read -r -a peer_precisions <<<"${TB_CHECK_PEER_PRECISIONS:-bf16 fp32 tf32}"
 
 # The GPUs: nvidia-smi's list (CUDA_VISIBLE_DEVICES narrows it); why there are none.
@@ -479,8 +481,9 @@ step_7() {
   fi
   local p status csvs=() done_ran=() left_out=() results failures=()
   for p in "${peer_precisions[@]}"; do
-    # One precision of the four workloads takes about 110 s on an H100 (process start-up, the
-    # layout search, ResNet-152 224's cuDNN plans); a later one starts only if that is left.
+    # One precision of the four workloads takes about 120 s on an H100 (a process per settings
+    # trial and per side, torch's import, ResNet-152 224's cuDNN plans on both sides); a later
+    # one starts only if that much is left.
     if [ ${#done_ran[@]} -gt 0 ] && [ $((step_deadline - SECONDS)) -lt "${PLAN[7]}" ]; then
       left_out+=("$p")
       continue
@@ -497,7 +500,7 @@ step_7() {
     pt=${tb%-trainbench.csv}-pytorch.csv
     [ -z "$tb" ] || [ ! -s "$tb" ] || [ ! -s "$pt" ] || csvs+=("$tb" "$pt")
     if [ -n "$timed_out" ]; then
-      failures+=("$p timed out after $timed_out s")
+      failures+=("$p did not finish in the $timed_out s the budget left it (a hang, or a plan too short: peer-$p-log.txt)")
     elif [ "$status" -ne 0 ]; then
       failures+=("$p: compare_pytorch.sh exited $status: $(one_line "$(grep -E 'exit status|error' "$dir/peer-$p-log.txt" | head -1)")")
     fi
