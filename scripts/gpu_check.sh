@@ -43,7 +43,8 @@
 # test_cuda and test_mpi are; default the build's tests/ beside TB_BIN's bench/, else TB_BIN's
 # folder), TB_PYTHON (the interpreter that reads the CSVs and runs the PyTorch peer; default
 # python3, 3.9 or newer), TB_MACHINE (the results folder's name), TB_CHECK_CUDA_FILTER
-# (test_cuda's --gtest_filter in step 2a), TB_CHECK_PEER_PRECISIONS (default 'bf16 fp32 tf32').
+# (test_cuda's --gtest_filter in step 2a), TB_CHECK_PEER_PRECISIONS (default 'bf16 fp32 tf32'),
+# TB_CHECK_CPU_RANKS=1 (for tests without a GPU: step 5c kills a rank of cpu:1,mpi:2 under mpirun).
 # Exit status: 0 when no step failed, 1 when one did, 2 for bad usage or a machine that cannot run
 # the check (no trainbench, no Python); 128 + the signal's number when interrupted.
 set -uo pipefail
@@ -399,15 +400,24 @@ rank_pid() {
 
 step_5c() {
   need_tool 5c mpirun "Open MPI: scripts/gpu_bundle.sh carries it" || return
-  local csv=$dir/killed.csv log=$dir/killed-log.txt status=0
-  # 20,000 MLP steps: gpu:1 on rank 0 alone takes a few seconds, gpu:2 over sockets far longer.
-  timeout --kill-after=10 $((step_deadline - SECONDS)) "$root/scripts/emulate_nodes.sh" --gpu 2 -- "$bin" \
-    --devices=gpu:1,gpu:2 --precisions=fp32 --benchmark_filter='^train/mlp/mnist/' --iterations=20000 \
-    --csv="$csv" >"$log" 2>&1 &
+  local csv=$dir/killed.csv log=$dir/killed-log.txt status=0 launcher one devices filter steps delay
+  if [ "${TB_CHECK_CPU_RANKS:-0}" = 1 ]; then
+    # For tests on a machine without a GPU: the same kill, of CPU ranks under mpirun. The LSTM's
+    # mpi:2 step is slower than its cpu:1 step, so its 5,000 steps outlast the second after the
+    # cpu:1 row.
+    # shellcheck disable=SC2207  # the flags are words
+    launcher=(mpirun $(mpirun_flags)) one=cpu:1 devices=cpu:1,mpi:2 filter='^train/lstm/sine/' steps=5000 delay=1
+  else
+    # The MLP's 20,000 steps: a few seconds of gpu:1 on rank 0 alone, far longer over sockets.
+    launcher=("$root/scripts/emulate_nodes.sh" --gpu 2 --) one=gpu:1 devices=gpu:1,gpu:2 filter='^train/mlp/mnist/'
+    steps=20000 delay=2
+  fi
+  local one_row="/$one/fp32/bs:[0-9]*,.*,ok,"
+  timeout --kill-after=10 $((step_deadline - SECONDS)) "${launcher[@]}" "$bin" --devices="$devices" --precisions=fp32 \
+    --benchmark_filter="$filter" --iterations="$steps" --csv="$csv" >"$log" 2>&1 &
   current=$!
   local job=$current
-  while kill -0 "$job" 2>/dev/null && ! grep -q '/gpu:1/fp32/bs:100,.*,ok,' "$csv" 2>/dev/null; do
-    [ "$SECONDS" -lt "$step_deadline" ] || break
+  while kill -0 "$job" 2>/dev/null && ! grep -q "$one_row" "$csv" 2>/dev/null && [ "$SECONDS" -lt "$step_deadline" ]; do
     sleep 0.2
   done
   if ! kill -0 "$job" 2>/dev/null; then
@@ -416,7 +426,14 @@ step_5c() {
     STATUS[5c]="failed: the job ended (exit status $status) before a rank could be killed: $(one_line "$(grep -iE 'error|skipped|killed' "$log" | tail -1)")"
     return
   fi
-  sleep 2  # into the gpu:2 row's steps
+  if ! grep -q "$one_row" "$csv" 2>/dev/null; then
+    kill -TERM "$job" 2>/dev/null
+    wait "$job"
+    current=""
+    STATUS[5c]="failed: timed out: the $one row did not come in the step's $((step_deadline - step_start)) s"
+    return
+  fi
+  sleep "$delay"  # into the two ranks' row
   local pid
   pid=$(rank_pid 1 "--csv=$csv")
   if [ -z "$pid" ]; then
@@ -445,16 +462,16 @@ step_5c() {
   current=""
   local named
   named=$(grep -m1 -E 'rank 1 .*(signal 9|Killed)' "$log")
-  FIGURES[5c]="- rank 1 (pid $pid) killed 2 s into the gpu:2 row: the job ended $took s later, exit status $status"
+  FIGURES[5c]="- rank 1 (pid $pid) killed $delay s after the $one row was written: the job ended $took s later, exit status $status"
   [ -z "$named" ] || FIGURES[5c]+=$'\n'"- mpirun: $named"
   if [ "$status" -eq 0 ]; then
     STATUS[5c]="failed: the job exited 0 after a rank was killed"
   elif [ -z "$named" ]; then
     STATUS[5c]="failed: the job ended in $took s but its output names neither rank 1 nor the signal"
-  elif ! grep -q '/gpu:1/fp32/bs:100,.*,ok,' "$csv"; then
-    STATUS[5c]="failed: the gpu:1 row written before the kill is not in $csv any more"
+  elif ! grep -q "$one_row" "$csv"; then
+    STATUS[5c]="failed: the $one row written before the kill is not in $csv any more"
   else
-    STATUS[5c]="passed: the job ended $took s after rank 1 was killed, naming it; the gpu:1 row kept"
+    STATUS[5c]="passed: the job ended $took s after rank 1 was killed, naming it; the $one row kept"
   fi
 }
 

@@ -129,8 +129,9 @@ def test_a_failing_step_is_reported_failed_with_its_first_error_line(tmp_path):
 
 
 def test_a_budget_too_small_skips_the_steps_left_and_still_writes_the_folder(tmp_path):
-    # 45 s: the machine step (planned 20 s) runs; then the 55 s of test_cuda do not fit.
-    status, stdout, stderr = run_check(tmp_path / "some", "--budget", 45)
+    # 59 s: the machine step (planned 20 s) runs, within 54 s (5 s are kept for the report); then
+    # at most 54 s are left, and test_cuda plans 55.
+    status, stdout, stderr = run_check(tmp_path / "some", "--budget", 59)
     assert status == 0, stdout + stderr
     folder, archive, steps = the_check(tmp_path / "some")
     assert steps["1"].startswith("passed"), steps["1"]
@@ -197,6 +198,29 @@ def test_the_gpu_steps_commands_run_here_and_fail_with_trainbenchs_own_reason(tm
     with open(folder / "emulated.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert {r["rank_hosts"] for r in rows} == {"tb-emulated-node-0:0;tb-emulated-node-1:0"}, rows
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_the_killed_rank_step_kills_rank_1_mid_row_and_times_the_end(tmp_path):
+    """Step 5c's kill on CPU ranks (TB_CHECK_CPU_RANKS=1: cpu:1,mpi:2 under mpirun, the same
+    code that kills a GPU rank): rank 1's trainbench found and killed after the one-device row,
+    the job ending within 10 s, mpirun naming the rank and the signal, the row kept."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' || exit 9\n")
+    smi.chmod(0o755)
+    out = tmp_path / "out"
+    env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1")
+    status, stdout, stderr = run_check(out, "--steps", "5c", env=env, timeout=180)
+    folder, _, steps = the_check(out)
+    assert re.fullmatch(r"passed: the job ended \d+\.\d s after rank 1 was killed, naming it; the cpu:1 row kept",
+                        steps["5c"]), steps["5c"]
+    assert status == 0, stdout + stderr
+    text = (folder / "check.md").read_text()
+    assert re.search(r"- mpirun: .*rank 1 .*(signal 9|Killed)", text), text
+    with open(folder / "killed.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["device"] for r in rows if r["measurement"] == "measured"] == ["cpu:1"], rows
 
 
 @pytest.mark.parametrize("args, env, message", [
