@@ -125,7 +125,7 @@ def gtest_summary(lines: list[str]) -> dict:
 def gtest_verdict(lines: list[str], status: int, timed_out: int | None, what: str, figures: list[str],
                   ranks: int = 1) -> str:
     s = gtest_summary(lines)
-    if timed_out:
+    if timed_out is not None:
         running = [t for t in s["started"] if t not in s["ended"]]
         raise Verdict("failed", f"{what} timed out after {timed_out} s"
                       + (f" in {running[-1]}" if running else "") + f" ({len(s['ended'])} tests had finished)")
@@ -475,7 +475,7 @@ def decide(args, figures: list[str]) -> str:
     try:
         verdict = command(args, figures)
     except NoRows as v:
-        if args.command in CSV_COMMANDS and (args.status or args.timed_out):
+        if args.command in CSV_COMMANDS and args.status and args.timed_out is None:
             verdict = f"failed: {args.what} exited {args.status}: {last_words(read_lines(args.log))}"
         else:
             verdict = v.line
@@ -483,7 +483,7 @@ def decide(args, figures: list[str]) -> str:
         verdict = v.line
     if args.command not in CSV_COMMANDS:
         return verdict
-    if args.timed_out:
+    if args.timed_out is not None:
         cause = verdict.removeprefix("failed: ") if verdict.startswith("failed") else ""
         return f"failed: {args.what} timed out after {args.timed_out} s" + (f"; {cause}" if cause else "")
     if args.status and not verdict.startswith("failed"):

@@ -135,7 +135,7 @@ else
   listing=$(timeout 30 nvidia-smi -L 2>&1)
   gpu_count=$(grep -c '^GPU [0-9]' <<<"$listing")
   if [ "$gpu_count" -eq 0 ]; then
-    gpu_why="nvidia-smi -L: $(head -1 <<<"$listing")"
+    gpu_why="nvidia-smi -L: $(head -1 <<<"${listing:-no answer in 30 s}")"
   else
     gpu_name=$(sed -n 's/^GPU [0-9]*: \(.*\) (UUID.*/\1/p' <<<"$listing" | head -1)
   fi
@@ -184,7 +184,7 @@ write_report() {
     echo "# trainbench GPU check: ${gpu_name:-no GPU} on $(hostname -s), $started_at"
     echo
     echo "\`scripts/gpu_check.sh --budget $budget${selected:+ --steps $selected}\` with \`$bin\`" \
-      "(trainbench $(git -C "$root" describe --always --dirty 2>/dev/null || cat "$root/VERSION" 2>/dev/null || echo '?')):" \
+      "(the scripts at $(git -C "$root" describe --always --dirty 2>/dev/null || cat "$root/VERSION" 2>/dev/null || echo '?')):" \
       "$used of $budget s used${finished:+; exit status $failed}. Planned times are for one H100."
     echo "${gpu_count} GPU(s)${gpu_why:+: $gpu_why}."
     echo
