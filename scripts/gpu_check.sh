@@ -402,15 +402,14 @@ step_5c() {
   need_tool 5c mpirun "Open MPI: scripts/gpu_bundle.sh carries it" || return
   local csv=$dir/killed.csv log=$dir/killed-log.txt status=0 launcher one devices filter steps delay
   if [ "${TB_CHECK_CPU_RANKS:-0}" = 1 ]; then
-    # For tests on a machine without a GPU: the same kill, of CPU ranks under mpirun. The LSTM's
-    # mpi:2 step is slower than its cpu:1 step, so its 5,000 steps outlast the second after the
-    # cpu:1 row.
+    # For tests on a machine without a GPU: the same kill, of CPU ranks under mpirun (the LSTM,
+    # whose mpi:2 step is slower than its cpu:1 step).
     # shellcheck disable=SC2207  # the flags are words
-    launcher=(mpirun $(mpirun_flags)) one=cpu:1 devices=cpu:1,mpi:2 filter='^train/lstm/sine/' steps=5000 delay=1
+    launcher=(mpirun $(mpirun_flags)) one=cpu:1 devices=cpu:1,mpi:2 filter='^train/lstm/sine/' steps=1000
   else
-    # The MLP's 20,000 steps: a few seconds of gpu:1 on rank 0 alone, far longer over sockets.
+    # The MLP's 20,000 steps: a few seconds of gpu:1 on rank 0 alone, longer over sockets.
     launcher=("$root/scripts/emulate_nodes.sh" --gpu 2 --) one=gpu:1 devices=gpu:1,gpu:2 filter='^train/mlp/mnist/'
-    steps=20000 delay=2
+    steps=20000
   fi
   local one_row="/$one/fp32/bs:[0-9]*,.*,ok,"
   timeout --kill-after=10 $((step_deadline - SECONDS)) "${launcher[@]}" "$bin" --devices="$devices" --precisions=fp32 \
@@ -433,7 +432,16 @@ step_5c() {
     STATUS[5c]="failed: timed out: the $one row did not come in the step's $((step_deadline - step_start)) s"
     return
   fi
-  sleep "$delay"  # into the two ranks' row
+  # Into the two ranks' run, which takes longer than the one-device row: 30% of that row's time
+  # (its step times its steps), at most 2 s.
+  delay=$("$python" - "$csv" "$one" "$steps" <<'PY'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["device"] == sys.argv[2] and r["status"] == "ok"]
+step = float(rows[0]["step_time_s"] or 0) if rows else 0
+print(f"{min(2.0, max(0.05, 0.3 * int(sys.argv[3]) * step)):.2f}")
+PY
+)
+  sleep "${delay:-1}"
   local pid
   pid=$(rank_pid 1 "--csv=$csv")
   if [ -z "$pid" ]; then
