@@ -344,7 +344,10 @@ step_2a() {
 step_2b() {
   need_test 2b test_cuda || return
   local sanitizer
-  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  # On PATH, else where CUDA toolkits and NVIDIA's images put it.
+  sanitizer=$(command -v compute-sanitizer ||
+    find /usr/local/cuda/bin /usr/local/cuda*/compute-sanitizer /opt/nvidia -maxdepth 3 -name compute-sanitizer -type f \
+      -perm -u+x 2>/dev/null | head -1)
   [ -n "$sanitizer" ] || { STATUS[2b]="skipped: compute-sanitizer not found (it comes with the CUDA toolkit)"; return; }
   local status=0
   bounded memcheck-log.txt "$sanitizer" --tool memcheck --target-processes all --error-exitcode 99 --print-limit 20 \
