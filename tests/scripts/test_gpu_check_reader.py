@@ -1,0 +1,266 @@
+"""scripts/gpu_check.py, the reader of scripts/gpu_check.sh's steps: each step's verdict (passed,
+failed with the first error line, skipped with the reason) and its figures, from GoogleTest's and
+compute-sanitizer's output and trainbench's CSVs. The inputs are the committed H100 and VM runs,
+and rows made from them where no GPU run of that kind exists yet (jobs, emulated GPU nodes)."""
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SCRIPTS
+
+READER = SCRIPTS / "gpu_check.py"
+H100 = ROOT / "results" / "h100"
+VM = ROOT / "results" / "vm"
+EMULATED = VM / "predictions-20261126T102553Z" / "emulated-1gbit.csv"
+
+
+def judge(*args):
+    """The reader's verdict line and its figures."""
+    r = subprocess.run([sys.executable, str(READER), *map(str, args)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    return lines[0], lines[1:]
+
+
+def rows_of(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_rows(path, rows, header=None):
+    header = header or list(rows[0])
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+# ---- GoogleTest and compute-sanitizer ------------------------------------------------------------
+
+def test_a_passing_gtest_run_counts_its_tests_and_the_skip_reason():
+    verdict, figures = judge("gtest", H100 / "test_cuda.log", 0, "--what", "test_cuda")
+    assert verdict == "passed: 97 passed, 1 skipped (needs two GPUs (NCCL puts one rank on each))"
+    assert figures == ["- test_cuda: " + verdict.removeprefix("passed: ")]
+
+
+def test_a_failing_gtest_run_names_its_first_failed_test_and_the_failure():
+    verdict, _ = judge("gtest", H100 / "test_cuda-20261124-shared-device.log", 1, "--what", "test_cuda")
+    assert verdict.startswith("failed: 2 failed, first AllPrecisions/NcclOneRank.TrainsLikeAPlainNetwork/fp32: ")
+    assert "tests/test_cuda.cpp:1436: Expected equality of these values: replica.param_checksum()" in verdict
+
+
+def test_a_stopped_gtest_run_says_which_test_was_running(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("[==========] Running 2 tests from 1 test suite.\n[ RUN      ] A.First\n[       OK ] A.First (5 ms)\n"
+                   "[ RUN      ] A.Second\n")
+    verdict, _ = judge("gtest", log, 124, "--timed-out", 80, "--what", "test_cuda")
+    assert verdict == "failed: test_cuda timed out after 80 s in A.Second (1 tests had finished)"
+
+
+def test_a_crashed_run_without_failures_is_failed_with_its_last_words(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.First\nterminate called after throwing an instance of 'tb::CudaError'\n")
+    verdict, _ = judge("gtest", log, 134)
+    assert verdict == "failed: the tests exited 134: terminate called after throwing an instance of 'tb::CudaError'"
+
+
+def test_every_test_skipping_itself_is_a_skipped_step_with_the_reason(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] NcclRanks.X/fp32\n/src/tests/test_mpi.cpp:102: Skipped\nno usable GPU: no CUDA-capable "
+                   "device is detected\n\n[  SKIPPED ] NcclRanks.X/fp32 (0 ms)\n[==========] 1 test from 1 test suite "
+                   "ran. (0 ms total)\n[  PASSED  ] 0 tests.\n[  SKIPPED ] 1 test, listed below:\n")
+    verdict, _ = judge("gtest", log, 0)
+    assert verdict == "skipped: every test skipped itself: no usable GPU: no CUDA-capable device is detected"
+
+
+def test_two_ranks_interleaved_count_once_per_rank(tmp_path):
+    log = tmp_path / "log"
+    one = ["[==========] 2 tests from 1 test suite ran. (9 ms total)", "[  PASSED  ] 2 tests."]
+    log.write_text("[ RUN      ] P/NcclRanks.A/fp32[ RUN      ] P/NcclRanks.A/fp32\n" + "\n".join(one + one) + "\n")
+    verdict, _ = judge("gtest", log, 0, "--ranks", 2)
+    assert verdict == "passed: 2 passed on each of 2 ranks"
+
+
+def test_colours_mpirun_gives_googletest_are_read_through(tmp_path):
+    # Open MPI gives each rank a pseudo-terminal, so GoogleTest colours its lines.
+    log = tmp_path / "log"
+    log.write_text("\x1b[0;32m[ RUN      ] \x1b[mM.Collectives\n\x1b[0;32m[       OK ] \x1b[mM.Collectives (1 ms)\n"
+                   "\x1b[0;32m[==========] \x1b[m1 test from 1 test suite ran. (1 ms total)\n"
+                   "\x1b[0;32m[  PASSED  ] \x1b[m1 test.\n")
+    assert judge("gtest", log, 0)[0] == "passed: 1 passed"
+
+
+def test_a_runtime_that_refuses_the_sanitizer_makes_the_step_skipped_in_its_words(tmp_path):
+    # What compute-sanitizer did on the H200's gVisor runtime (KINDS.md, 2026-11-04): refused the
+    # device, then the program's first allocation failed with error 999.
+    log = tmp_path / "memcheck.log"
+    log.write_text("========= COMPUTE-SANITIZER\n========= Error: Device not supported\n[ RUN      ] L.Linear/fp32\n"
+                   "/src/tests/test_cuda.cpp:100: Failure\ncudaMalloc: unknown error (999)\n"
+                   "[  FAILED  ] L.Linear/fp32 (1 ms)\n========= ERROR SUMMARY: 0 errors\n")
+    verdict, _ = judge("sanitizer", log, 1)
+    assert verdict == "skipped: compute-sanitizer: Error: Device not supported"
+
+
+def test_a_memcheck_error_fails_the_step_with_the_tools_first_line(tmp_path):
+    log = tmp_path / "memcheck.log"
+    log.write_text("========= COMPUTE-SANITIZER\n[ RUN      ] L.Linear/fp32\n========= Invalid __global__ write of "
+                   "size 4 bytes\n=========     at bias_add+0x70\n[       OK ] L.Linear/fp32 (90 ms)\n"
+                   "[==========] 1 test from 1 test suite ran.\n[  PASSED  ] 1 test.\n========= ERROR SUMMARY: 1 error\n")
+    verdict, _ = judge("sanitizer", log, 99)
+    assert verdict == "failed: memcheck found 1 error(s), the first: Invalid __global__ write of size 4 bytes"
+
+
+def test_a_clean_memcheck_run_passes_and_a_run_without_its_summary_does_not(tmp_path):
+    body = "[ RUN      ] L.Linear/fp32\n[       OK ] L.Linear/fp32 (90 ms)\n[==========] 1 test from 1 test suite ran.\n" \
+           "[  PASSED  ] 1 test.\n"
+    log = tmp_path / "memcheck.log"
+    log.write_text("========= COMPUTE-SANITIZER\n" + body + "========= ERROR SUMMARY: 0 errors\n")
+    assert judge("sanitizer", log, 0)[0] == "passed: 0 memcheck errors, 1 passed"
+    log.write_text(body)
+    assert judge("sanitizer", log, 0)[0].startswith("failed: compute-sanitizer printed no ERROR SUMMARY")
+
+
+# ---- trainbench's CSVs ---------------------------------------------------------------------------
+
+def test_the_default_set_puts_gpu1_on_both_clocks_beside_cpu():
+    verdict, figures = judge("default", H100 / "default-20261124.csv")
+    assert verdict == "passed: 10 gpu:1 rows beside 5 cpu rows"
+    # The README's table of that run, re-derived on the wall clock by tbcsv.
+    assert "| mlp/mnist | fp32 | 49,935 | 368,370 | 481,784 | 7.38x |" in figures
+    assert "| resnet152/imagenet | bf16 | 12.07 | 2,245 | 2,257 | 186.01x |" in figures
+    assert any(f.startswith("- skipped gpu:all fp32: gpu:all: this machine has 1 GPU") for f in figures)
+
+
+def test_clocks_mixed_up_or_a_failed_row_fail_the_default_set(tmp_path):
+    rows = rows_of(H100 / "default-20261124.csv")
+    mixed = [dict(r) for r in rows]
+    for r in mixed:  # schema 4: wall_step_time_s is the wall clock, step_time_s the device's
+        if r["benchmark"] == "train/mlp/mnist/gpu:1/fp32/bs:100":
+            r["wall_step_time_s"] = str(float(r["step_time_s"]) / 2)
+    verdict, _ = judge("default", write_rows(tmp_path / "mixed.csv", mixed))
+    assert verdict.startswith("failed: train/mlp/mnist/gpu:1/fp32/bs:100: the wall clock's")
+    assert verdict.endswith("the two clocks are mixed up")
+    failed = [dict(r) for r in rows]
+    for r in failed:
+        if r["benchmark"] == "train/lenet5/cifar10/gpu:1/bf16/bs:100":
+            r.update(status="failed", message="cudaErrorIllegalAddress: an illegal memory access was encountered")
+    verdict, _ = judge("default", write_rows(tmp_path / "failed.csv", failed))
+    assert verdict == "failed: train/lenet5/cifar10/gpu:1/bf16/bs:100: cudaErrorIllegalAddress: an illegal memory " \
+                      "access was encountered"
+
+
+def test_a_command_that_stopped_before_writing_rows_is_failed_with_its_error(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("trainbench 0123 on host\ntrainbench: error: --devices: 'gpu:1/jobz:2': after the slash, jobs:K\n")
+    verdict, _ = judge("jobs", tmp_path / "none.csv", "--status", 2, "--log", log)
+    assert verdict == "failed: trainbench exited 2: trainbench: error: --devices: 'gpu:1/jobz:2': after the slash, jobs:K"
+    verdict, _ = judge("default", H100 / "default-20261124.csv", "--status", 0, "--timed-out", 150)
+    assert verdict == "failed: trainbench timed out after 150 s"
+
+
+def test_a_machine_without_a_gpu_trains_on_the_cpu_and_says_why_not_the_gpu():
+    verdict, figures = judge("machine", VM / "default-20261126.csv")
+    assert verdict == "passed: no GPU; trainbench trains on the CPU"
+    assert figures[1].startswith("- step loop: train/mlp/mnist/cpu/fp32/bs:100 ")
+    assert figures[2].startswith("- trainbench's gpu:1 here: gpu:1: ")
+
+
+def power_samples(path, instant, average, busy=95):
+    lines = ["# timestamp,power.draw.instant,power.draw.average,utilization.gpu,clocks.sm"]
+    lines += ["2026/11/27 00:00:00.000, 80.0, 75.0, 0, 345"]  # start-up: idle, left out
+    lines += [f"2026/11/27 00:00:0{i}.100, {p}, {a}, {busy}, 1980" for i, (p, a) in enumerate(zip(instant, average))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_machine_step_sets_nvml_instantaneous_power_beside_the_average(tmp_path):
+    rows = [r for r in rows_of(H100 / "default-20261124.csv")
+            if r["benchmark"] == "train/resnet152/cifar10/gpu:1/bf16/bs:128"]
+    csv_path = write_rows(tmp_path / "machine.csv", rows)
+    smi = power_samples(tmp_path / "power.csv", [600.0, 700.0, 650.0], [610.0, 620.0, 630.0])
+    verdict, figures = judge("machine", csv_path, "--gpu", "--power", smi)
+    assert verdict == "passed: NVIDIA H100 80GB HBM3; gpu_power_w instantaneous"
+    assert figures[0].startswith("- GPU: NVIDIA H100 80GB HBM3 (compute capability 9.0, 132 SMs")
+    assert "driver 580.159.04" in figures[0] and "cuDNN 9.19.0" in figures[0]
+    assert ("- NVML through nvidia-smi during the step loop (every 100 ms, 3 samples with the GPU busy): "
+            "instantaneous power median 650 W, max 700 W; averaged over 1 s, median 620 W") in figures
+    # Where trainbench wrote no power although nvidia-smi reads it, its NVML sampling did not run.
+    for r in rows:
+        r["gpu_power_w"] = ""
+    verdict, _ = judge("machine", write_rows(tmp_path / "nopower.csv", rows), "--gpu", "--power", smi)
+    assert verdict.startswith("failed: trainbench's gpu_power_w is empty while nvidia-smi reads the board's power")
+
+
+def test_a_gpu_trainbench_cannot_use_fails_the_machine_step_with_its_reason():
+    verdict, _ = judge("machine", VM / "default-20261126.csv", "--gpu")
+    assert verdict.startswith("failed: trainbench cannot use the GPU nvidia-smi lists: skipped: gpu:1: ")
+
+
+def jobs_rows(tmp_path, refused_message="skipped: gpu:1/jobs:1000: 1000 jobs of 0.05 GiB planned (bs 100, fp32) and "
+              "about 1 GiB of CUDA context each need 1050.0 GiB, GPU 0 has 79.1 GiB free: at most 75 such jobs"):
+    """gpu:1/jobs:2, gpu:1/threads:2 and gpu:1/jobs:1000 rows of the MLP, made from the VM's cpu row
+    (no GPU has run them yet)."""
+    base = next(r for r in rows_of(VM / "default-20261126.csv") if r["benchmark"] == "train/mlp/mnist/cpu/fp32/bs:100")
+    out = []
+    for dev, status, message, window in (("gpu:1/jobs:2", "ok", "", "1.52"), ("gpu:1/threads:2", "ok", "", ""),
+                                         ("gpu:1/jobs:1000", "skipped", refused_message, "")):
+        r = dict(base, device=dev, benchmark=f"train/mlp/mnist/{dev}/fp32/bs:100", status=status, message=message,
+                 jobs_window_s=window, replicas=dev.rsplit(":", 1)[1])
+        if status != "ok":
+            r["samples_per_s"] = r["step_time_s"] = ""
+        out.append(r)
+    return write_rows(tmp_path / "jobs.csv", out)
+
+
+def test_jobs_and_threads_run_in_one_window_and_the_memory_bound_refuses_too_many(tmp_path):
+    verdict, figures = judge("jobs", jobs_rows(tmp_path))
+    assert verdict == "passed: 1 jobs rows and 1 threads rows; the memory bound refused 1"
+    assert any("over a common window of 1.52 s" in f for f in figures)
+    assert any(f.endswith("at most 75 such jobs") for f in figures)
+    verdict, _ = judge("jobs", jobs_rows(tmp_path, refused_message="skipped: something else"))
+    assert verdict.startswith("failed: train/mlp/mnist/gpu:1/jobs:1000/fp32/bs:100: the memory bound did not refuse 1000")
+
+
+def test_emulated_nodes_against_their_prediction_and_their_mark():
+    verdict, figures = judge("spanning", EMULATED, "--device", "mpi:2", "--emulated", "--expect", 4)
+    assert verdict == "passed: 4 mpi:2 rows measured, 3 inside their predicted band"
+    assert ("| mlp/mnist | fp32 | 11,487 | 1,474 (1,447 to 1,596; communication) | 0.05859 | 1,486 | yes |"
+            in figures)
+    assert any(f.startswith("| lstm/sine | fp32 |") and f.endswith("| no |") for f in figures)
+    verdict, _ = judge("spanning", EMULATED, "--device", "mpi:2", "--emulated", "--expect", 6)
+    assert verdict == "failed: 4 mpi:2 rows measured, 6 expected"
+
+
+def test_rows_not_marked_as_emulated_nodes_fail_the_emulated_step(tmp_path):
+    rows = rows_of(EMULATED)
+    for r in rows:
+        r["emulated_nodes"] = ""
+    verdict, _ = judge("spanning", write_rows(tmp_path / "plain.csv", rows), "--device", "mpi:2", "--emulated")
+    assert verdict == "failed: train/mlp/mnist/mpi:2/fp32/bs:100/emulated_nodes: not marked as emulated nodes " \
+                      "(emulated_nodes is empty)"
+
+
+def test_the_timeline_cost_is_read_from_rows_with_and_without_it():
+    verdict, figures = judge("timeline", H100 / "resnet224-timeline-20261124.csv")
+    assert verdict == "passed: 2 workloads with and without the timeline"
+    assert any(f.startswith("- train/resnet152/imagenet/gpu:1/bf16/bs:128: 2,246 samples/s with the timeline, "
+                            "2,253 without") for f in figures)
+
+
+def test_the_peer_sets_trainbench_beside_pytorch_on_both_clocks():
+    tb = H100 / "trainbench-vs-pytorch-20261123T050007Z-trainbench.csv"
+    pt = H100 / "trainbench-vs-pytorch-20261123T050007Z-pytorch.csv"
+    verdict, figures = judge("peer", tb, pt)
+    assert verdict == "passed: 10 benchmarks measured on both sides"
+    assert "| train/resnet152/imagenet/gpu:1/fp32/bs:128 | 394.7 | 379.4 | 1.04x | 1.04x | - |" in figures
+
+
+@pytest.mark.parametrize("command", ["machine", "default", "jobs", "timeline"])
+def test_an_unreadable_csv_is_a_failed_step_not_a_traceback(tmp_path, command):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("not,a,trainbench,csv\n1,2,3,4\n")
+    verdict, _ = judge(command, bad)
+    assert verdict == f"failed: trainbench wrote no rows to read ({bad}: not a trainbench CSV (no schema_version column))"

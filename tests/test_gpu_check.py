@@ -1,0 +1,237 @@
+"""scripts/gpu_check.sh, the one command that checks a GPU machine, in the form it takes on a
+machine without a GPU (issue 42): the machine step runs and says there is no GPU, every GPU step
+is skipped saying why, and it exits 0; a step that fails is reported failed with its first error
+line (a stand-in trainbench that fails); a budget too small for the steps skips them as `budget`
+and still writes the folder, check.md and the archive; an interrupted check writes them too and
+leaves no process behind; bad usage exits 2 naming the flag. With a stand-in nvidia-smi listing
+two GPUs that trainbench cannot use, GPU steps run their real commands here, and each fails with
+trainbench's reason, not with a refused flag. The binary comes from $TRAINBENCH (ctest). No
+assertion here is about a measured figure."""
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+BINARY = os.environ.get("TRAINBENCH", str(ROOT / "build" / "release" / "bench" / "trainbench"))
+GPU_STEPS = ["2a", "2b", "3", "4", "5a", "5b", "5c", "6", "7", "8"]
+
+
+def has_gpu():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+pytestmark = pytest.mark.skipif(has_gpu(), reason="this machine has a GPU: these tests check the GPU-less form")
+
+
+def environment(**extra):
+    env = {**os.environ, "TB_BIN": BINARY, **extra}
+    env.pop("TB_MACHINE", None)
+    return env
+
+
+def marked_processes(pid):
+    """Processes of the check with process id `pid` (it marks them TB_GPU_CHECK_RUN=gpucheck-<pid>)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"TB_GPU_CHECK_RUN=gpucheck-{pid}".encode() in environ.read_bytes().split(b"\0"):
+                found.append(environ.parent.name)
+        except OSError:
+            continue
+    return found
+
+
+def run_check(out, *args, env=None, timeout=240):
+    p = subprocess.Popen([str(SCRIPT), "--out", str(out), *map(str, args)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env or environment())
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+        pytest.fail(f"gpu_check.sh ran past {timeout} s")
+    assert not marked_processes(p.pid), "the check left processes behind"
+    return p.returncode, stdout, stderr
+
+
+def the_check(out):
+    """The one folder the check wrote under `out`, the archive beside it, and its steps by id."""
+    folders = [d for d in out.iterdir() if d.is_dir()]
+    assert len(folders) == 1 and folders[0].name.startswith("check-"), list(out.iterdir())
+    folder = folders[0]
+    archive = out / f"{folder.name}.tar.gz"
+    assert archive.is_file(), list(out.iterdir())
+    with open(folder / "steps.tsv", newline="") as f:
+        steps = {row[0]: row[1] for row in csv.reader(f, delimiter="\t")}
+    assert list(steps) == ["1", *GPU_STEPS]
+    return folder, archive, steps
+
+
+def check_md_lines(folder):
+    """check.md's line per step, by step id."""
+    lines = {}
+    for line in (folder / "check.md").read_text().splitlines():
+        if line.startswith("- ") and line[2:].split(" ", 1)[0] in ["1", *GPU_STEPS]:
+            lines[line[2:].split(" ", 1)[0]] = line
+    return lines
+
+
+def archived(archive):
+    with tarfile.open(archive) as t:
+        return {Path(name).name for name in t.getnames()}
+
+
+def test_without_a_gpu_the_machine_step_runs_and_every_gpu_step_says_why(tmp_path):
+    status, stdout, stderr = run_check(tmp_path)
+    assert status == 0, stdout + stderr
+    folder, archive, steps = the_check(tmp_path)
+    assert steps["1"] == "passed: no GPU; trainbench trains on the CPU"
+    for step in GPU_STEPS:
+        assert steps[step].startswith("skipped: no GPU ("), (step, steps[step])
+    # check.md: one line per step, with its verdict; the machine step's figures.
+    lines = check_md_lines(folder)
+    assert lines["1"].startswith("- 1 the machine: passed: no GPU; trainbench trains on the CPU (")
+    assert all(steps[s] in lines[s] for s in GPU_STEPS)
+    text = (folder / "check.md").read_text()
+    assert "- step loop: train/mlp/mnist/cpu:1/fp32/bs:100 " in text
+    assert "- trainbench's gpu:1 here: gpu:1: " in text
+    # The step loop's CSV: a cpu:1 row measured and a gpu:1 row skipped with the reason.
+    with open(folder / "machine.csv", newline="") as f:
+        rows = {r["device"]: r for r in csv.DictReader(f)}
+    assert rows["cpu:1"]["status"] == "ok" and rows["gpu:1"]["status"] == "skipped", rows
+    assert {"check.md", "steps.tsv", "machine.csv", "machine-log.txt", "machine.txt"} <= archived(archive)
+
+
+def test_a_failing_step_is_reported_failed_with_its_first_error_line(tmp_path):
+    stand_in = tmp_path / "trainbench"
+    stand_in.write_text("#!/bin/sh\necho 'stand-in trainbench: error: failing on purpose' >&2\nexit 1\n")
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    status, stdout, stderr = run_check(out, env=environment(TB_BIN=str(stand_in)))
+    assert status == 1, stdout + stderr
+    folder, archive, steps = the_check(out)
+    assert steps["1"] == "failed: trainbench exited 1: stand-in trainbench: error: failing on purpose"
+    assert check_md_lines(folder)["1"].startswith("- 1 the machine: " + steps["1"])
+    assert all(steps[s].startswith("skipped: ") for s in GPU_STEPS)
+    assert "check.md" in archived(archive)
+
+
+def test_a_budget_too_small_skips_the_steps_left_and_still_writes_the_folder(tmp_path):
+    # 59 s: the machine step (planned 20 s) runs, within 54 s (5 s are kept for the report); then
+    # at most 54 s are left, and test_cuda plans 55.
+    status, stdout, stderr = run_check(tmp_path / "some", "--budget", 59)
+    assert status == 0, stdout + stderr
+    folder, archive, steps = the_check(tmp_path / "some")
+    assert steps["1"].startswith("passed"), steps["1"]
+    for step in GPU_STEPS:
+        assert steps[step].startswith("skipped: budget ("), (step, steps[step])
+    assert "which plans 55 s" in steps["2a"] and steps["2a"].endswith("; no GPU either")
+    assert {"check.md", "machine.csv"} <= archived(archive)
+    # Less than the first step plans: nothing runs, and the folder and archive are still written.
+    status, stdout, stderr = run_check(tmp_path / "none", "--budget", 3)
+    assert status == 0, stdout + stderr
+    folder, archive, steps = the_check(tmp_path / "none")
+    assert all(s.startswith("skipped: budget (") for s in steps.values()), steps
+    assert "check.md" in archived(archive)
+
+
+def test_an_interrupted_check_writes_what_it_has_and_leaves_no_process(tmp_path):
+    p = subprocess.Popen([str(SCRIPT), "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=environment())
+    try:
+        # Interrupted while the machine step's trainbench runs.
+        deadline = time.monotonic() + 60
+        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "trainbench"
+                      for pid in marked_processes(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 143, stdout + stderr
+    assert "interrupted by SIGTERM" in stdout
+    folder, archive, steps = the_check(tmp_path)
+    assert steps["1"] == "failed: interrupted by SIGTERM"
+    assert all(steps[s] == "skipped: the check was interrupted (SIGTERM)" for s in GPU_STEPS), steps
+    assert "check.md" in archived(archive)
+    assert not marked_processes(p.pid)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_the_gpu_steps_commands_run_here_and_fail_with_trainbenchs_own_reason(tmp_path):
+    """Their flags, the emulated nodes' launch and the readers of their CSVs, tried where a GPU
+    step's command can run but measure nothing: each step must fail naming why trainbench skipped
+    its rows (no GPU, or no CUDA backend), never a flag trainbench or a script refused."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n# A stand-in: two GPUs that do not exist.\ncase \"$*\" in\n"
+                   "  -L) echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'; echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)' ;;\n"
+                   "  *) echo \"stand-in nvidia-smi: $*\" >&2; exit 9 ;;\nesac\n")
+    smi.chmod(0o755)
+    out = tmp_path / "out"
+    env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}")
+    status, stdout, stderr = run_check(out, "--steps", "4,5a,6,8", env=env, timeout=300)
+    assert status == 1, stdout + stderr
+    folder, _, steps = the_check(out)
+    assert folder.parent.name == "out" and "NVIDIA H100 80GB HBM3" in (folder / "check.md").read_text()
+    reason = re.compile(r"(skipped: gpu:\S+: (no usable NVIDIA driver|no usable GPU|this build of trainbench has no "
+                        r"CUDA backend))")
+    for step in ("4", "5a", "6", "8"):
+        assert steps[step].startswith("failed: ") and reason.search(steps[step]), (step, steps[step])
+        assert "exited 2" not in steps[step] and "timed out" not in steps[step], (step, steps[step])
+    assert all(steps[s] == "skipped: not selected (--steps 4,5a,6,8)" for s in ("1", "2a", "3", "5c", "7"))
+    with open(folder / "emulated.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["rank_hosts"] for r in rows} == {"tb-emulated-node-0:0;tb-emulated-node-1:0"}, rows
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_the_killed_rank_step_kills_rank_1_mid_row_and_times_the_end(tmp_path):
+    """Step 5c's kill on CPU ranks (TB_CHECK_CPU_RANKS=1: cpu:1,mpi:2 under mpirun, the same
+    code that kills a GPU rank): rank 1's trainbench found and killed after the one-device row,
+    the job ending within 10 s, mpirun naming the rank and the signal, the row kept."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' || exit 9\n")
+    smi.chmod(0o755)
+    out = tmp_path / "out"
+    env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1")
+    status, stdout, stderr = run_check(out, "--steps", "5c", env=env, timeout=180)
+    folder, _, steps = the_check(out)
+    assert re.fullmatch(r"passed: the job ended \d+\.\d s after rank 1 was killed, naming it; the cpu:1 row kept",
+                        steps["5c"]), steps["5c"]
+    assert status == 0, stdout + stderr
+    text = (folder / "check.md").read_text()
+    assert re.search(r"- mpirun: .*rank 1 .*(signal 9|Killed)", text), text
+    with open(folder / "killed.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["device"] for r in rows if r["measurement"] == "measured"] == ["cpu:1"], rows
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["--budget", "8m"], {}, "--budget: '8m' is not a whole number of seconds"),
+    (["--steps", "1,9"], {}, "--steps: no step '9'"),
+    (["--colour"], {}, "unknown argument '--colour'"),
+    ([], {"TB_BIN": "/nonexistent/trainbench"}, "no trainbench at /nonexistent/trainbench"),
+])
+def test_bad_usage_exits_2_naming_what_to_fix(tmp_path, args, env, message):
+    r = subprocess.run([str(SCRIPT), "--out", str(tmp_path), *args], capture_output=True, text=True, timeout=60,
+                       env=environment(**env))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr
+    assert not list(tmp_path.iterdir()), "nothing is written before the arguments are checked"
