@@ -18,9 +18,11 @@ TB_PACKAGES=(
 )
 # What only the tests need, installed by test.sh beside TB_PACKAGES (bench.sh leaves a benchmark
 # machine's scheduler alone): a one-node Slurm with munge for tests/test_slurm.py (Debian's
-# slurm-wlm-basic-plugins, pulled in by slurm-wlm, has srun's pmix plugin), and ip and tc for the
-# emulated nodes of scripts/emulate_nodes.sh (unshare and taskset are util-linux, always there).
-TB_TEST_PACKAGES=(slurm-wlm munge iproute2)
+# slurm-wlm-basic-plugins, pulled in by slurm-wlm, has srun's pmix plugin), ip and tc for the
+# emulated nodes of scripts/emulate_nodes.sh (unshare and taskset are util-linux, always there),
+# and mount, which every installed Debian has but a root of essential packages lacks, for the
+# tests of scripts/clean_root.sh and of emulate_nodes.sh in a chroot.
+TB_TEST_PACKAGES=(slurm-wlm munge iproute2 mount)
 
 # The CUDA pieces the backend needs, as PyPI's NVIDIA wheels, newest set first: the lowest CUDA
 # version the driver must support, a label, then the pinned wheels. CUDA 13.0 Update 2 with the
