@@ -3,11 +3,12 @@
 # path (separate hosts, a real network stack, NCCL between hosts) runs where only one machine or
 # one GPU exists. It checks that path; it does not measure scaling.
 #
-#   scripts/emulate_nodes.sh [--nodes N] [--rate RATE] -- trainbench --devices=cpu:1,mpi:N --link=measured ...
-#     CPU ranks: N network namespaces, one rank each, joined by a veth pair (N = 2) or a bridge
-#     (N > 2), each node's outgoing traffic shaped by tc's token bucket (tbf) to RATE (tc's units:
-#     1gbit, 500mbit; unshaped without --rate). Open MPI talks TCP over that link only (pml ob1,
-#     btl tcp,self, oob and btl on the node's interface): no shared memory between the ranks.
+#   scripts/emulate_nodes.sh [--nodes N] [--ranks-per-node P] [--rate RATE] -- trainbench --devices=cpu:1,mpi:N --link=measured ...
+#     CPU ranks: N network namespaces, P ranks each (default 1), joined by a veth pair (N = 2) or a
+#     bridge (N > 2), each node's outgoing traffic shaped by tc's token bucket (tbf) to RATE (tc's
+#     units: 1gbit, 500mbit; unshaped without --rate). Open MPI talks TCP over that link only
+#     (pml ob1, btl tcp,self, oob and btl on the node's interface), and with P > 1 shared memory
+#     between the ranks of a node (btl vader): the two levels of a cluster, N x P ranks in all.
 #   scripts/emulate_nodes.sh --check [--nodes N] [--rate RATE]
 #     Only checks that this machine can run N CPU ranks as emulated nodes (root, CAP_SYS_ADMIN and
 #     CAP_NET_ADMIN, network namespaces that ip netns exec can enter, veth, a bridge past two nodes,
@@ -19,9 +20,9 @@
 #     transport on the loopback (NCCL_SOCKET_IFNAME=lo, NCCL_IB_DISABLE=1). No namespaces.
 #
 # In both modes node K is host tb-emulated-node-K (a UTS namespace of its own) with its share of
-# this machine's cores (taskset), and runs rank K; mpirun's launcher enters each node through an
-# agent script instead of ssh (plm_rsh_agent), so Open MPI sees N hosts with one rank each
-# (node-local rank 0 everywhere). Every rank gets TB_EMULATED_NODES=N. Needs Open MPI's mpirun,
+# this machine's cores (taskset), and runs rank K (ranks K x P to K x P + P - 1 with
+# --ranks-per-node); mpirun's launcher enters each node through an agent script instead of ssh
+# (plm_rsh_agent), so Open MPI sees N hosts with P ranks each. Every rank gets TB_EMULATED_NODES=N. Needs Open MPI's mpirun,
 # unshare and taskset (util-linux), and for CPU ranks root (namespaces), ip and tc (iproute2).
 # Namespaces, links, qdiscs and processes are removed on exit, error, Ctrl-C or SIGTERM.
 # Exit status: the program's (mpirun's); 2 for bad usage or a machine that cannot emulate nodes;
@@ -32,7 +33,7 @@ readonly HOST_PREFIX=tb-emulated-node-
 readonly SUBNET=10.213.0      # the emulated nodes' network, inside their namespaces only
 readonly IFACE=tbnet          # each node's interface, the same name in every namespace
 
-nodes=2 rate="" gpu_mode=0 check_only=0
+nodes=2 per_node=1 rate="" gpu_mode=0 check_only=0
 command_args=()
 run_id="tbemu$$"              # names this run's namespaces and links; TB_EMULATE_RUN marks its processes
 work=""                       # the agent, the rank wrapper and the hostfile
@@ -56,6 +57,8 @@ parse_args() {
     case $1 in
       --nodes) nodes=${2:-}; shift 2 || usage ;;
       --nodes=*) nodes=${1#--nodes=}; shift ;;
+      --ranks-per-node) per_node=${2:-}; shift 2 || usage ;;
+      --ranks-per-node=*) per_node=${1#--ranks-per-node=}; shift ;;
       --rate) rate=${2:-}; shift 2 || usage ;;
       --rate=*) rate=${1#--rate=}; shift ;;
       --gpu) gpu_mode=1; nodes=${2:-}; shift 2 || usage ;;
@@ -63,7 +66,7 @@ parse_args() {
       --check) check_only=1; shift ;;
       -h | --help) usage 0 ;;
       --) shift; command_args=("$@"); break ;;
-      *) die "unknown option '$1' (options: --nodes N, --rate RATE, --gpu N, --check, then -- and the program)" ;;
+      *) die "unknown option '$1' (options: --nodes N, --ranks-per-node P, --rate RATE, --gpu N, --check, then -- and the program)" ;;
     esac
   done
   if [ $check_only -eq 1 ]; then
@@ -75,6 +78,10 @@ parse_args() {
   if ! [[ $nodes =~ ^[0-9]+$ ]] || [ "$nodes" -lt 2 ] || [ "$nodes" -gt 250 ]; then
     die "--nodes/--gpu: '$nodes' is not a number of nodes from 2 to 250"
   fi
+  if ! [[ $per_node =~ ^[0-9]+$ ]] || [ "$per_node" -lt 1 ] || [ "$per_node" -gt 64 ]; then
+    die "--ranks-per-node: '$per_node' is not a number of ranks from 1 to 64"
+  fi
+  [ "$per_node" -eq 1 ] || [ $gpu_mode -eq 0 ] || die "--ranks-per-node is for CPU ranks (--nodes); --gpu runs one rank per emulated node"
   if [ -n "$rate" ]; then
     [ $gpu_mode -eq 0 ] || die "--rate shapes the namespaces' link; --gpu ranks talk over the loopback, unshaped"
     rate_bits "$rate" >/dev/null || die "--rate: '$rate' is not a rate in tc's units (e.g. 1gbit, 500mbit)"
@@ -297,7 +304,7 @@ main() {
   local uts=1 k hosts=()
   for ((k = 0; k < nodes; k++)); do
     hosts+=("$HOST_PREFIX$k")
-    echo "$HOST_PREFIX$k slots=1" >>"$work/hostfile"
+    echo "$HOST_PREFIX$k slots=$per_node" >>"$work/hostfile"
   done
   if ! unshare --uts true 2>/dev/null; then
     [ $gpu_mode -eq 1 ] || die "unshare --uts is not permitted here: the nodes cannot have host names of their own"
@@ -317,13 +324,19 @@ main() {
     local link="a veth pair" shaping="unshaped"
     [ "$nodes" -eq 2 ] || link="a bridge"
     [ -z "$rate" ] || shaping="shaped to $rate (tbf)"
-    say "$nodes emulated nodes ${hosts[*]} in network namespaces ${namespaces[*]}, joined by $link" \
+    local ranks="one rank each"
+    [ "$per_node" -eq 1 ] || ranks="$per_node ranks each, shared memory between them"
+    say "$nodes emulated nodes ${hosts[*]} in network namespaces ${namespaces[*]}, $ranks, joined by $link" \
         "($SUBNET.0/24) $shaping; Open MPI over TCP; TB_EMULATED_NODES=$nodes"
   fi
   write_agent $uts
 
-  local mpirun_args=(-np "$nodes" --hostfile "$work/hostfile" --map-by node --bind-to none
-    --mca plm rsh --mca plm_rsh_agent "$work/agent" --mca pml ob1 --mca btl "tcp,self"
+  # P ranks of a node are consecutive ranks (a ring crosses the network once per node) and talk
+  # through shared memory (vader); between nodes, TCP over the emulated link only.
+  local btl="tcp,self" map_by=node
+  [ "$per_node" -eq 1 ] || btl="tcp,self,vader" map_by=slot
+  local mpirun_args=(-np "$((nodes * per_node))" --hostfile "$work/hostfile" --map-by "$map_by" --bind-to none
+    --mca plm rsh --mca plm_rsh_agent "$work/agent" --mca pml ob1 --mca btl "$btl"
     --mca btl_tcp_if_include "$iface" --mca oob_tcp_if_include "$iface" -x TB_EMULATED_NODES)
   [ "$(id -u)" -ne 0 ] || mpirun_args+=(--allow-run-as-root)
   if [ $gpu_mode -eq 1 ]; then
