@@ -10,10 +10,12 @@ split of a device, variant or benchmark name by hand (`variant.split("/")`).
 Left out, on purpose:
 - docstrings and other bare string statements (prose), and the tuples of column names assigned
   to *_COLUMNS (a column named like a variant word, such as shared_device, is read as a column);
-- scripts/peers/: the PyTorch peer writes rows of another framework as trainbench does, naming
-  its devices and variants by trainbench's grammar (torchpeer/workloads.py), a writer beside the
-  C++ one; it reads no row of trainbench's. Its rows say schema_version 5, so tbcsv gives them
-  version 6's columns by the same rules as trainbench's older rows.
+- scripts/peers/: the PyTorch peer is a writer of rows beside the C++ one: it names its rows'
+  devices and variants by trainbench's grammar (torchpeer/workloads.py: `gpu:1`, `cpu:T`,
+  `optimizer:sgd`, ...), and its own --device flag says `cpu` or `cuda` (torchpeer/cli.py);
+  pytorch_report.py reads rows back through tbcsv and parses no device. Its rows say
+  schema_version 5, so tbcsv gives them version 6's columns by the same rules as trainbench's
+  older rows.
 """
 import ast
 import re
