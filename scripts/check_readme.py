@@ -38,7 +38,10 @@ markers skipped. EXPR is arithmetic (+ - * / and parentheses over numbers, names
 where: column=value pairs, all of which a row must hold (b=... is short for benchmark=...).
 Rows must have status ok unless status="any" is given; unless run_type or aggregate is given,
 the iteration rows are used, or where there are none the median aggregate rows, as
-scripts/compare.py and scripts/plot.py read a benchmark.
+scripts/compare.py and scripts/plot.py read a benchmark. CSV files are read by tbcsv.py, as the
+other scripts read them: older rows as version 6 writes them (a GPU row's samples_per_s of a
+file before version 5 on the wall clock, its device clock in device_samples_per_s; the columns
+of version 6), the median as theirs.
 
 A shown figure is a number with optional thousands commas, decimals and a k or M suffix, and
 anything around it (x, %, units) ignored: 395.93, 3,167, 1.04x, 99.9%, 342k. It matches when the
@@ -49,14 +52,15 @@ from __future__ import annotations
 
 import argparse
 import ast
-import csv
 import json
 import math
 import re
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tbcsv  # noqa: E402
 
 MARKER_OPEN = "<!-- figures"
 NUMBER = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*([kM](?![A-Za-z]))?")
@@ -153,12 +157,14 @@ class Sources:
         return path
 
     def csv_rows(self, name: str) -> tuple[list[str], list[dict]]:
-        self.path(name)
+        """The columns and rows of a trainbench CSV, as tbcsv reads it (upgraded to version 6)."""
+        path = self.path(name)
         if name not in self.cache:
-            with open(self.path(name), newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                rows = [r for r in reader if r.get("schema_version") != "schema_version"]
-                self.cache[name] = (list(reader.fieldnames or []), rows)
+            try:
+                table = tbcsv.read_table(str(path))
+            except tbcsv.InputError as e:
+                raise FigureError(str(e).replace(str(path), name, 1)) from None
+            self.cache[name] = (table.columns, table.rows)
         return self.cache[name]
 
     def md_tables(self, name: str) -> list[list[list[str]]]:
@@ -193,8 +199,8 @@ class Sources:
         picked = [r for r in rows if (status == "any" or r.get("status") == status)
                   and all(r.get(k, "") == str(v) for k, v in where.items())]
         if "run_type" not in where and "aggregate" not in where:
-            picked = ([r for r in picked if r.get("run_type") == "iteration"]
-                      or [r for r in picked if r.get("aggregate") == "median"])
+            picked = ([r for r in picked if tbcsv.is_iteration(r)]
+                      or [r for r in picked if tbcsv.is_median_aggregate(r)])
         if not picked:
             shown = ", ".join(f"{k}={v}" for k, v in where.items())
             kind = "" if status == "any" else status + " "
@@ -251,9 +257,8 @@ class Sources:
             return as_number(value) if as_number(value) is not None else value
 
         return {
-            "median": lambda n, c, **w: statistics.median(self.column(n, c, w)),
-            "sps": lambda n, b: statistics.median(self.column(n, "samples_per_s",
-                                                              {"benchmark": b})),
+            "median": lambda n, c, **w: median(self.column(n, c, w)),
+            "sps": lambda n, b: median(self.column(n, "samples_per_s", {"benchmark": b})),
             "lo": lambda n, c, **w: min(self.column(n, c, w)),
             "hi": lambda n, c, **w: max(self.column(n, c, w)),
             "first": lambda n, c, **w: self.column(n, c, w)[0],
@@ -266,6 +271,11 @@ class Sources:
             "min": min,
             "max": max,
         }
+
+
+def median(values: list[float]) -> float:
+    """The median the other scripts read a benchmark with (tbcsv.Sample)."""
+    return tbcsv.Sample(values, "iterations").center
 
 
 class Evaluator:

@@ -5,7 +5,8 @@
                        [--fail-if-slower PCT] [--alpha 0.05] [--correction bh|holm|none]
     scripts/compare.py CSV [CSV...] --filters A B [options]   # e.g. --filters cpu gpu:1
 
-The files may be of different schema versions (1 to 4): columns are matched by name. A row's
+The files may be of different schema versions (1 to 6): columns are matched by name, older
+rows read as version 6 writes them (tbcsv.upgrade). A row's
 identity is its benchmark name, which ends with its variant (the flags that change what it
 measures; tbcsv derives it from cuda_graph/data_on_device in rows before version 4), so a run
 with --cuda_graph never matches a plain one. With two files, benchmarks are matched by name;
@@ -14,7 +15,7 @@ B, matched by model, dataset, batch and what the filters leave free (tbfilters.p
 syntax). For every benchmark on both sides it prints the median of the metric on each side,
 the ratio NEW/BASE and the noise verdict, after a header that shows what differs between the
 sides (machine, GPU, commit, flags, sgemm rate, load) and warns when the sgemm rates differ by
-more than 15% or a side ran on a loaded machine. Predicted rows (measurement=predicted) are
+more than 15% or a side ran on a loaded machine (rows whose verdicts say `loaded`). Predicted rows (measurement=predicted) are
 never compared.
 
 The verdict: a two-sided Mann-Whitney U test (SciPy's, as Google Benchmark's compare.py uses)
@@ -467,7 +468,8 @@ def warnings(base, new) -> list[str]:
         if rows:
             worst = max(rows, key=lambda r: tbcsv.number(r, "load_avg_1m") or 0)
             out.append(f"warning: {name} was loaded: {len(rows)} of {len(side.rows)} rows started "
-                       f"with load_avg_1m above the machine's cores + {tbcsv.LOAD_SLACK:g} (up to "
+                       f"with load_avg_1m above the threads their run had used + "
+                       f"{tbcsv.LOAD_SLACK:g} (their verdict `loaded`; up to "
                        f"{worst['load_avg_1m']} on {worst.get('cores') or '?'} cores): their "
                        f"timings share the CPU with other work; rerun on an idle machine")
         if getattr(side, "predicted", 0):
@@ -483,8 +485,7 @@ WALL_CLOCK_NOTE = ("note: samples_per_s is the wall clock (host gaps included); 
 def clock_notes(base, new, metric: str) -> list[str]:
     """Which clock samples_per_s is where a side holds GPU rows (schema 5: the wall clock on
     every row, the device clock in device_samples_per_s)."""
-    gpu = any(tbcsv.field_of(r, "device").startswith("gpu") for side in (base, new)
-              for r in side.rows)
+    gpu = any(tbcsv.on_gpu(r) for side in (base, new) for r in side.rows)
     return [WALL_CLOCK_NOTE] if metric == "samples_per_s" and gpu else []
 
 

@@ -1,22 +1,25 @@
 #!/usr/bin/env python3
 """The table that holds trainbench's N-device predictions against every multi-rank run made
-(docs/prediction.md): one line per measured data-parallel row of the CSVs, beside the prediction
-made for it in the same invocation (the predicted row of the same workload, precision, batch and
-device, from the one-device row of the ranks' threads, over the run's measured link), with the
-band, whether the measurement fell inside it, and the term that dominates it.
+(docs/prediction.md): one line per measured (or replayed) data-parallel benchmark of the CSVs,
+beside the prediction trainbench compared it with in the same invocation, as its rows say: their
+`prediction` column names the predicted row (of the same file, made from the one-device row of
+the ranks' threads, over the run's measured link where there was one), their verdicts say
+whether each repetition fell inside its band (inside_band, outside_band). The line shows the
+measured median, the band, the verdicts and the term that dominates the prediction. Files
+before schema 6 get those columns from tbcsv's upgrade, by trainbench's rule.
 
     scripts/predictions_table.py SETTING=CSV [SETTING=CSV ...] [--check]
 
 SETTING names where the CSV's runs ran ("mpi:2, one machine", "mpi:2, emulated nodes, 1 Gbit/s").
---check exits 1 when a measured row lies outside its band, or more than 10% from the point where
-the one-device step is over 1 ms (the targets of docs/prediction.md). Standard library only.
+--check exits 1 when a measured repetition lies outside its band, or the median is more than 10%
+from the point where the one-device step is over 1 ms (the targets of docs/prediction.md).
+Standard library only.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -25,6 +28,7 @@ import tbcsv  # noqa: E402
 PROG = "predictions_table.py"
 POINT_TOLERANCE = 0.10  # within 10% of the point, for steps over 1 ms
 LONG_STEP_S = 1e-3
+INSIDE, OUTSIDE = "inside_band", "outside_band"
 
 
 @dataclass
@@ -32,12 +36,13 @@ class Line:
     setting: str
     benchmark: str
     step_ms: float  # the one-device row's step
-    measured: float
+    measured: float  # the median over the ok repetitions
     predicted: float
     low: float
     high: float
     dominant: str
     link: str
+    verdicts: list[str] = field(default_factory=list)  # each ok repetition's: inside or outside
 
     @property
     def ratio(self) -> float:
@@ -45,51 +50,61 @@ class Line:
 
     @property
     def inside(self) -> bool:
-        return self.low <= self.measured <= self.high
+        """Every repetition inside the band, as trainbench judged each."""
+        return bool(self.verdicts) and all(v == INSIDE for v in self.verdicts)
+
+    @property
+    def in_band(self) -> str:
+        """`yes`, `**no**`, or `2 of 3` where the repetitions disagree."""
+        inside = self.verdicts.count(INSIDE)
+        if inside == len(self.verdicts):
+            return "yes"
+        return "**no**" if inside == 0 else f"{inside} of {len(self.verdicts)}"
 
     @property
     def on_target(self) -> bool:
         return self.inside and (self.step_ms <= LONG_STEP_S * 1e3 or abs(self.ratio - 1) <= POINT_TOLERANCE)
 
 
-def median_of(rows, benchmark: str, column: str) -> float | None:
-    values = [v for r in rows if r["benchmark"] == benchmark and tbcsv.is_ok(r) and tbcsv.is_iteration(r)
-              and (v := tbcsv.number(r, column)) is not None]
-    return statistics.median(values) if values else None
+def compared(row: dict[str, str]) -> str:
+    """The row's verdict on its prediction's band, or '' where it was not compared."""
+    return next((v for v in tbcsv.verdicts(row) if v in (INSIDE, OUTSIDE)), "")
 
 
-def base_name(benchmark: str) -> str:
-    """A measured row's name without the variant items that say where it ran."""
-    parts = [p for p in benchmark.split("/") if p != "emulated_nodes"]
-    return "/".join(parts)
+def prediction_of(row: dict[str, str], predicted: dict) -> dict[str, str] | None:
+    """The predicted row a measured row names in its `prediction` column: of the rows of that
+    name in the file, the first made from a one-device row of the measured row's threads (names
+    repeat where the run predicted from two one-device rows, cpu and cpu:1 under mpirun)."""
+    rows = predicted.get((row.get("prediction") or "").strip(), [])
+    return next((p for p in rows if p.get("threads") == row.get("threads")), rows[0] if rows else None)
 
 
 def lines_of(setting: str, table: tbcsv.Table) -> list[Line]:
-    """Each measured data-parallel row (its first repetition's line) beside the prediction over
-    the measured link made from the one-device row of its per-rank threads."""
+    """Each measured or replayed data-parallel benchmark whose repetitions were compared with a
+    prediction, beside that prediction."""
     rows = table.rows
-    threads = {r["benchmark"]: r.get("threads") or "" for r in rows}
-    predicted = {}
-    for p in rows:
-        if tbcsv.is_predicted(p) and p.get("link") == "measured":
-            key = (p["benchmark"].removesuffix("/predicted:measured"), threads.get(p["predicted_from"], ""))
-            predicted[key] = p
+    predicted: dict = {}
+    for r in rows:
+        if tbcsv.is_predicted(r) and tbcsv.is_iteration(r):
+            predicted.setdefault(r["benchmark"], []).append(r)
+    by_benchmark: dict = {}
+    for r in rows:
+        if (not tbcsv.is_predicted(r) and tbcsv.is_iteration(r) and tbcsv.is_ok(r)
+                and compared(r) and r.get("prediction")):
+            by_benchmark.setdefault(r["benchmark"], []).append(r)
+    steps = tbcsv.samples(rows, lambda r: r["benchmark"], "step_time_s")
+    rates = tbcsv.samples(rows, lambda r: r["benchmark"], "samples_per_s")
     out = []
-    for row in rows:
-        device = tbcsv.field_of(row, "device")
-        if (tbcsv.is_predicted(row) or not tbcsv.is_ok(row) or not tbcsv.is_iteration(row)
-                or not device.startswith(("mpi:", "gpu:")) or (row.get("repetition") or "0") != "0"):
+    for benchmark, reps in by_benchmark.items():
+        p = prediction_of(reps[0], predicted)
+        step = steps.get((p or {}).get("predicted_from", ""))
+        if p is None or step is None or benchmark not in rates:
             continue
-        p = predicted.get((base_name(row["benchmark"]), row.get("threads") or ""))
-        if p is None:
-            continue
-        step = median_of(rows, p["predicted_from"], "step_time_s")
-        measured = median_of(rows, row["benchmark"], "samples_per_s")
-        if step is None or measured is None:
-            continue
-        out.append(Line(setting, row["benchmark"], step * 1e3, measured, tbcsv.number(p, "samples_per_s"),
-                        tbcsv.number(p, "samples_per_s_low"), tbcsv.number(p, "samples_per_s_high"),
-                        p.get("dominant_term") or "", f"{tbcsv.number(p, 'link_busbw_gbps'):.3g} GB/s"))
+        out.append(Line(setting, benchmark, step.center * 1e3, rates[benchmark].center,
+                        tbcsv.number(p, "samples_per_s"), tbcsv.number(p, "samples_per_s_low"),
+                        tbcsv.number(p, "samples_per_s_high"), p.get("dominant_term") or "",
+                        f"{tbcsv.number(p, 'link_busbw_gbps'):.3g} GB/s",
+                        [compared(r) for r in reps]))
     return out
 
 
@@ -100,7 +115,7 @@ def markdown(lines: list[Line]) -> str:
     for ln in lines:
         out.append(f"| {ln.setting} | `{ln.benchmark}` | {ln.step_ms:.3g} | {ln.measured:,.0f} | "
                    f"{ln.predicted:,.0f} ({ln.low:,.0f} to {ln.high:,.0f}) | {ln.ratio:.2f} | "
-                   f"{'yes' if ln.inside else '**no**'} | {ln.dominant} | {ln.link} |")
+                   f"{ln.in_band} | {ln.dominant} | {ln.link} |")
     return "\n".join(out) + "\n"
 
 
@@ -118,13 +133,15 @@ def main(argv=None) -> int:
                 raise tbcsv.InputError(f"{item!r}: give SETTING=CSV, e.g. 'mpi:2, one machine=run.csv'")
             found = lines_of(setting, tbcsv.read_table(path))
             if not found:
-                raise tbcsv.InputError(f"{path}: no measured data-parallel row with a prediction over the "
-                                       f"measured link beside it (run mpirun ... --devices=cpu:1,mpi:2)")
+                raise tbcsv.InputError(f"{path}: no measured data-parallel row compared with a prediction "
+                                       f"(its prediction column and an inside_band or outside_band "
+                                       f"verdict: run mpirun ... --devices=cpu:1,mpi:2 --link=measured)")
             lines += found
         print(markdown(lines), end="")
         off = [ln for ln in lines if not ln.on_target]
         for ln in off:
-            why = ("outside its band" if not ln.inside else
+            why = (f"outside its band ({ln.verdicts.count(OUTSIDE)} of {len(ln.verdicts)} repetitions)"
+                   if not ln.inside else
                    f"{abs(ln.ratio - 1):.0%} from the point with a {ln.step_ms:.3g} ms step")
             print(f"{PROG}: {ln.setting}: {ln.benchmark} {why}", file=sys.stderr)
         return 1 if args.check and off else 0

@@ -1,17 +1,26 @@
-"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 to 5).
+"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 to 6).
 
-Shared by scripts/plot.py and scripts/compare.py so that both accept and refuse the same
-files with the same messages. Columns are read by name and unknown columns are kept, so files
-written by later trainbench versions with extra columns (GPU, per-epoch, memory, comm) load
-unchanged, and files of different versions can be read together. The one column whose meaning
-changed between versions (driver_version, see _upgrade_row) is moved to its new name on read,
-and rows before version 4 get the row identity version 4 writes (variant, measurement; see
-_upgrade_identity), so a row's identity reads the same whatever version wrote it. Rows before
-version 5 are read on the wall clock (_upgrade_clock): a GPU row's samples_per_s and step_time_s
-were the device clock's (CUDA events) then, and version 5 moved that clock to columns of its
-own. Every row says which clock its throughput is on in a derived field, row["clock"] (never a
-CSV column), and the Table lists what was read differently from the file in its notes.
-Standard library only: compare.py must run without matplotlib.
+Shared by scripts/plot.py, compare.py, check_readme.py, predictions_table.py and
+reference_table.py so that all accept and refuse the same files with the same messages, and read
+a figure the same way (samples: the median over a benchmark's ok repetitions, else its median
+aggregate row). Columns are read by name and unknown columns are kept, so files written by later
+trainbench versions with extra columns load unchanged, and files of different versions can be
+read together.
+
+Every row is read as version 6 writes it: one function, upgrade(), gives older rows what later
+versions added, in the order the versions added it: driver_version's version 3 meaning
+(_upgrade_driver), version 4's identity (_upgrade_identity: variant, measurement), the facts of
+its device kind (_upgrade_kind: device_kind, backend, data_parallel, from tbdevices), version 5's
+wall clock (_upgrade_clock: a GPU row's samples_per_s and step_time_s were the device clock's
+before), and version 6's comparisons (_upgrade_comparisons: baseline, cpu_baseline,
+speedup_vs_cpu, speedup_differs, scaling_efficiency where missing, verdicts, prediction), each by
+the rule the C++ writes it with. Rows of version 6 keep what they wrote. Every row says which
+clock its throughput is on in a derived field, row["clock"] (never a CSV column), and the Table
+lists what was read differently from the file in its notes.
+
+After the upgrade no script parses a device name or a variant word: they read the columns, or
+ask tbdevices.py (tests/scripts/test_no_device_parsing.py). Standard library only: compare.py
+must run without matplotlib.
 """
 from __future__ import annotations
 
@@ -26,9 +35,11 @@ import tbdevices
 # Version 2 added the GPU context and measurement columns to version 1, version 3 appended the
 # NVML telemetry columns (GPU_TELEMETRY_COLUMNS) to version 2, version 4 the identity and link
 # columns, version 5 the device clock's own columns (its samples_per_s is the wall clock's on
-# every row); all read the same way (by column name, older GPU rows moved to the wall clock), so
-# files of any of them can be compared and plotted together.
-SCHEMA_VERSIONS = ("1", "2", "3", "4", "5")
+# every row), version 6 what a row is and what it is compared with; all read the same way (by
+# column name, older rows upgraded), so files of any of them can be compared and plotted
+# together.
+SCHEMA_VERSIONS = ("1", "2", "3", "4", "5", "6")
+CURRENT = SCHEMA_VERSIONS[-1]
 
 # The columns version 3 appended, in header order (SCHEMA.md "GPU telemetry"): per-row
 # measurements sampled over the timed steps, then the CUDA driver API version that
@@ -50,6 +61,20 @@ SCHEMA_4_COLUMNS = ("variant", "load_avg_1m", "sgemm_gflops", "peak_spread", "sh
 SCHEMA_5_COLUMNS = ("device_step_time_s", "device_samples_per_s", "samples_per_s_low",
                     "samples_per_s_high", "dominant_term", "jobs_window_s", "nodes", "rank_hosts",
                     "emulated_nodes")
+# The columns version 6 appended after emulated_nodes, in header order (SCHEMA.md "Version 6: a
+# row says what it is"): its kind's facts, what it is compared with, what the run concluded of
+# it, a prediction's algorithm and network, and what a prediction needs of a one-device row.
+SCHEMA_6_COLUMNS = ("device_kind", "backend", "data_parallel", "baseline", "cpu_baseline",
+                    "speedup_vs_cpu", "speedup_differs", "verdicts", "prediction", "algorithm",
+                    "network", "network_busbw_gbps", "network_latency_us", "network_nics",
+                    "prediction_inputs")
+
+# The words of the verdicts column, in the order of trainbench's table (bench/output/columns.cpp
+# verdicts(), `trainbench --list_configs --json`, SCHEMA.md's table of verdicts).
+VERDICTS = ("loaded", "above_peak", "slower_than_fp32", "not_scaling", "inside_band",
+            "outside_band", "replicas_differ")
+# The variant's items in the order trainbench writes them: tbdevices' table, the C++ one.
+VARIANT_FLAGS = tbdevices.VARIANT_FLAGS
 
 # Which clock a row's samples_per_s and step_time_s are on: row[CLOCK], a derived field (never a
 # CSV column) that every row read gets. Version 5 rows, CPU rows and epochs/ rows are on the wall
@@ -61,17 +86,6 @@ CLOCK_WALL = "wall"
 CLOCK_READ = "wall (read from wall_step_time_s)"
 CLOCK_REDERIVED = "wall (re-derived from its source row's wall_step_time_s)"
 CLOCK_DEVICE = "device (no wall clock recorded)"
-
-# The flags a variant names, in the fixed order trainbench writes them (`name:value`, or bare
-# `name` for on/off flags, joined by `/`). Rows of versions 1-3 record two of them as columns.
-VARIANT_FLAGS = ("optimizer", "lr", "data_on_device", "cuda_graph", "gpu_memory_limit",
-                 "gpu_layout", "loader_workers", "prefetch", "augment", "shared_device",
-                 "timeline", "predicted")
-LEGACY_VARIANT_COLUMNS = ("data_on_device", "cuda_graph")
-# Flags that only a GPU row can carry: a GPU variant's speedup is taken over the CPU row
-# without them (the CPU has no CUDA graph), while optimizer or lr stay part of the match.
-GPU_ONLY_FLAGS = ("data_on_device", "cuda_graph", "gpu_memory_limit", "gpu_layout",
-                  "shared_device", "predicted")
 
 # Columns every row has; the scripts cannot interpret a row without them.
 REQUIRED_COLUMNS = ("schema_version", "benchmark", "run_type", "status")
@@ -135,11 +149,6 @@ def _parse(path: str, f) -> Table:
     if missing:
         raise InputError(f"{path}: not a trainbench CSV (missing column {', '.join(missing)})")
     table = Table(path, list(header))
-    # Before version 3, driver_version held the CUDA driver API version (13.0); version 3 moved
-    # that to cuda_driver_version and gave driver_version the NVIDIA driver's (580.159.04).
-    legacy_driver = "driver_version" in header and "cuda_driver_version" not in header
-    if legacy_driver:
-        table.columns.append("cuda_driver_version")
     for cells in reader:
         line = reader.line_num
         if not cells:
@@ -154,23 +163,47 @@ def _parse(path: str, f) -> Table:
         if version not in SCHEMA_VERSIONS:
             raise InputError(f"{path}: line {line}: unknown schema_version {version!r} "
                              f"(these scripts read versions {', '.join(SCHEMA_VERSIONS)})")
-        if legacy_driver:
-            _upgrade_row(row)
-        _upgrade_identity(row)
         table.rows.append(row)
     if not table.rows:
         raise InputError(f"{path}: empty CSV (a header but no rows)")
-    _upgrade_clock(table)
+    upgrade(table)
     return table
 
 
-def _upgrade_row(row: dict[str, str]) -> None:
+# ---- the upgrade: every row as version 6 writes it ------------------------------------------
+
+def older(row: dict[str, str]) -> bool:
+    """A row of a version before this one (6): the upgrade gives it the columns it lacks."""
+    return row["schema_version"] != CURRENT
+
+
+def upgrade(table: Table) -> None:
+    """Gives every older row of a file what the later versions added, one version's change after
+    another (each step reads what the earlier ones gave): driver_version's meaning (version 3),
+    the row's identity (version 4), its kind's facts (version 6's device_kind, backend and
+    data_parallel, which the clock needs to tell a GPU row), the wall clock (version 5), then what
+    version 6 compares it with and concludes of it, over the file's rows as the wall clock left
+    them. Rows of version 6 keep what they wrote."""
+    for row in table.rows:
+        _upgrade_driver(row)
+        _upgrade_identity(row)
+        _upgrade_kind(row)
+    if any(older(r) for r in table.rows):
+        if "cuda_driver_version" not in table.columns and "driver_version" in table.columns:
+            table.columns.append("cuda_driver_version")
+        table.columns += [c for c in ("variant", "measurement") + SCHEMA_6_COLUMNS
+                          if c not in table.columns]
+    _upgrade_clock(table)
+    _upgrade_comparisons(table)
+
+
+def _upgrade_driver(row: dict[str, str]) -> None:
     """Gives a version 1 or 2 row the version 3 meaning of driver_version: its value moves to
     cuda_driver_version and driver_version is left empty (not recorded then). Without this, a
     machine's v2 and v3 rows would show two "driver versions" (13.0 and 580.159.04) that are
     two different things, and compare.py would call the same driver a difference."""
-    if row["schema_version"] in ("1", "2"):
-        row["cuda_driver_version"] = row["driver_version"]
+    if row["schema_version"] in ("1", "2") and "cuda_driver_version" not in row:
+        row["cuda_driver_version"] = row.get("driver_version", "")
         row["driver_version"] = ""
 
 
@@ -179,25 +212,28 @@ def _upgrade_identity(row: dict[str, str]) -> None:
     name that ends with the variant. Before version 4 the variant is derived from the run
     option columns (cuda_graph=1, data_on_device=1), so that a run with --data_on_device and
     one without no longer merge into one bar or one comparison; an --optimizer that differs
-    from the model's default left no trace then and cannot be recovered."""
-    if row["schema_version"] in ("1", "2", "3") or "variant" not in row:
-        row["variant"] = "/".join(c for c in LEGACY_VARIANT_COLUMNS
-                                  if (row.get(c) or "").strip() == "1")
-    row["variant"] = written = row["variant"].strip()
+    from the model's default left no trace then and cannot be recovered. A shared-device or
+    predicted row must never pass for a plain one, even if a writer forgot its variant item."""
+    legacy = row["schema_version"] in ("1", "2", "3") or "variant" not in row
+    written = "" if legacy else row["variant"].strip()
     row["measurement"] = (row.get("measurement") or "").strip() or "measured"
-    # A shared-device or predicted row must never pass for a plain one, even if a writer
-    # forgot its variant item.
-    missing = []
-    if (row.get("shared_device") or "").strip() == "1" and not is_shared_device(row["variant"]):
-        missing.append("shared_device")
-    if is_predicted(row) and not predicted_link(row["variant"]):
-        missing.append("predicted:" + ((row.get("link") or "").strip() or "unknown"))
-    if missing:
-        row["variant"] = "/".join(sorted(variant_items(row["variant"]) + missing,
-                                         key=variant_order))
+    row["variant"] = tbdevices.older_row_variant(row, legacy)
     name = row["benchmark"].removesuffix("/" + written) if written else row["benchmark"]
     if row["variant"]:
         row["benchmark"] = f"{name}/{row['variant']}"
+
+
+def _upgrade_kind(row: dict[str, str]) -> None:
+    """Gives an older row version 6's facts of its kind, as trainbench's table of kinds plans
+    them (tbdevices.kind_of), and empty cells for the rest of version 6's columns, which
+    _upgrade_comparisons fills."""
+    if not older(row):
+        return
+    facts = tbdevices.older_row_kind(field_of(row, "device"), row)
+    for column in SCHEMA_6_COLUMNS:
+        row[column] = ""
+    row["device_kind"], row["backend"] = facts.name, facts.backend
+    row["data_parallel"] = str(facts.data_parallel) if facts.data_parallel else ""
 
 
 # ---- the wall clock (schema 5) -------------------------------------------------------------
@@ -215,30 +251,29 @@ def _upgrade_clock(table: Table) -> None:
     version 2) held the wall clock, host gaps included. Version 5 writes the wall clock in
     step_time_s and samples_per_s on every row and the device clock in device_step_time_s and
     device_samples_per_s; older rows are read the same way, so that a GPU's figure is never
-    compared with a CPU's on another clock. Predicted rows are made from their source row's
-    step, so they follow it (_rederive_predicted)."""
+    compared with a CPU's on another clock. A measured row's scaling_efficiency was over the
+    device clock's rates: it is left empty here, and taken again on the wall clock by the
+    comparisons that follow (_upgrade_comparisons). Predicted rows are made from their source
+    row's step, so they follow it (_rederive_predicted)."""
     moved: dict[str, int] = {}  # what was upgraded, by kind: the table's notes count them
-    measured_n = []  # gpu:N rows whose written scaling_efficiency needs the new rates
     for row in table.rows:
         row[CLOCK] = CLOCK_WALL
         if not _device_clock_row(row) or is_predicted(row):
             continue
         if _read_wall_clock(row):
-            kind = "jobs" if "/jobs:" in field_of(row, "device") else "gpu"
+            kind = "jobs" if row["device_kind"] == tbdevices.GPU_JOBS else "measured"
             moved[kind] = moved.get(kind, 0) + 1
-            if number(row, "scaling_efficiency") is not None:
-                measured_n.append(row)
+            row["scaling_efficiency"] = ""  # the device clock's: taken again on the wall clock
         else:
             _keep_device_clock(row)
             moved["device"] = moved.get("device", 0) + 1
-    _rescale_efficiency(table, measured_n)
     rederived, kept = _rederive_predicted(table)
     if moved or rederived or kept:
         table.columns += [c for c in ("device_step_time_s", "device_samples_per_s")
                           if c not in table.columns]
     versions = "/".join(sorted({r["schema_version"] for r in table.rows if r["schema_version"] < "5"}))
     path = table.path
-    if moved.get("gpu"):
+    if moved.get("measured"):
         table.notes.append(f"{path}: schema {versions} GPU rows: samples_per_s read on the wall "
                            f"clock from wall_step_time_s (the device clock is kept as "
                            f"device_samples_per_s)")
@@ -261,13 +296,13 @@ def _upgrade_clock(table: Table) -> None:
 def _device_clock_row(row: dict[str, str]) -> bool:
     """A row written before version 5 whose samples_per_s was on the device clock: a GPU train/
     row (epochs/ rows were always the wall clock's)."""
-    return (row["schema_version"] in SCHEMA_VERSIONS[:-1]
-            and field_of(row, "device").startswith("gpu")
+    return (row["schema_version"] in SCHEMA_VERSIONS[:4] and on_gpu(row)
             and field_of(row, "kind") == "train" and not is_epoch_row(row)
             and number(row, "samples_per_s") is not None)
 
 
 def _set(row: dict[str, str], column: str, value: float | None) -> None:
+    """A figure as trainbench writes it ({:.6g}), or an empty cell."""
     row[column] = "" if value is None else f"{value:.6g}"
 
 
@@ -308,27 +343,6 @@ def _read_wall_clock(row: dict[str, str]) -> bool:
     return True
 
 
-def _one_device_key(row: dict[str, str], device: str) -> tuple:
-    return (field_of(row, "kind"), field_of(row, "model"), field_of(row, "dataset"), device,
-            field_of(row, "precision"), field_of(row, "batch"), row.get("variant", ""),
-            row.get("framework", "") or "trainbench", row.get("host", ""))
-
-
-def _rescale_efficiency(table: Table, rows: list[dict[str, str]]) -> None:
-    """A measured gpu:N row's scaling_efficiency (samples/s over N x the gpu:1 row's) on the wall
-    clock: over the same file's gpu:1 row, now on the wall clock too; empty without one."""
-    if not rows:
-        return
-    ones = samples(table.rows, lambda r: _one_device_key(r, field_of(r, "device")),
-                   "samples_per_s")
-    for row in rows:
-        n = device_count(field_of(row, "device"))
-        one = ones.get(_one_device_key(row, "gpu:1"))
-        rate = number(row, "samples_per_s")
-        ok = n and one and one.center > 0 and rate is not None
-        _set(row, "scaling_efficiency", rate / (n * one.center) if ok else None)
-
-
 def _rederive_predicted(table: Table) -> tuple[int, int]:
     """Re-derives the predicted GPU rows of an older file on the wall clock: their step is the
     source row's (predicted_from, in the same file: the median wall step over its ok
@@ -342,7 +356,7 @@ def _rederive_predicted(table: Table) -> tuple[int, int]:
     for row in wanted:
         source = steps.get((row.get("predicted_from") or "").strip())
         comm = number(row, "comm_s_per_step")
-        replicas = number(row, "replicas") or device_count(field_of(row, "device"))
+        replicas = number(row, "replicas") or number(row, "data_parallel")
         batch = number(row, "batch") or number(parse_name(row["benchmark"]), "batch")
         if source is None or comm is None or not replicas or not batch:
             _keep_device_clock(row)
@@ -359,6 +373,231 @@ def _rederive_predicted(table: Table) -> tuple[int, int]:
         row[CLOCK] = CLOCK_REDERIVED
         done += 1
     return done, kept
+
+
+# ---- version 6's comparisons -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Workload:
+    """What a speedup pairs: the workload, precision, batch and variant of a row."""
+    kind: str
+    model: str
+    dataset: str
+    precision: str
+    batch: str
+    variant: str
+
+
+def workload_of(row: dict[str, str]) -> Workload:
+    return Workload(*(field_of(row, c) for c in ("kind", "model", "dataset", "precision", "batch")),
+                    row.get("variant", ""))
+
+
+def cpu_pair(wanted: Workload, cpus) -> Workload | None:
+    """The one rule of a speedup over the CPU (bench/plan/baselines.cpp cpu_row): among the cpu
+    rows (all cores) given, in their order, the one of the same workload and variant without
+    what only a GPU row has (tbdevices.cpu_row_variant), in the wanted precision where the CPU
+    ran it (else fp32, the CPU's only one), in its batch where the CPU ran it (else the first
+    cpu row's). trainbench pairs a run's own rows with it when it plans them (the
+    cpu_baseline column; the upgrade pairs older rows alike); the scripts use it for what the
+    C++ never sees, a row of a reference machine over this machine's cpu row."""
+    variant = tbdevices.cpu_row_variant(wanted.variant)
+    best, best_score = None, -1
+    for c in cpus:
+        if (c.kind, c.model, c.dataset, c.variant) != (wanted.kind, wanted.model, wanted.dataset,
+                                                       variant):
+            continue
+        if c.precision != wanted.precision and c.precision != "fp32":
+            continue
+        score = 2 * (c.precision == wanted.precision) + (c.batch == wanted.batch)
+        if score > best_score:
+            best, best_score = c, score
+    return best
+
+
+def pair_differs(wanted: Workload, cpu: Workload) -> str:
+    """What differs between a row and its cpu row, as the speedup_differs column says it:
+    `bf16 vs fp32, bs 128 vs 8`; empty where precision and batch agree."""
+    parts = []
+    if cpu.precision != wanted.precision:
+        parts.append(f"{wanted.precision} vs {cpu.precision}")
+    if cpu.batch != wanted.batch:
+        parts.append(f"bs {wanted.batch} vs {cpu.batch}")
+    return ", ".join(parts)
+
+
+def _machine_run(row: dict[str, str]) -> tuple:
+    """Rows compared with each other: one machine and build of one file, one framework (the C++
+    pairs a run's own rows; an older file's cpu row may come from another run of the machine)."""
+    return (row.get("host", ""), row.get("cpu_model", ""), row.get("cores", ""),
+            row.get("git_commit", ""), row.get("framework", "") or "trainbench")
+
+
+def _upgrade_comparisons(table: Table) -> None:
+    """Gives the older rows of a file what version 6 compares them with and concludes of them,
+    by the C++'s rules, over the rows of the same machine, build and framework in the file:
+    baseline (bench/plan/baselines.cpp), cpu_baseline and speedup_differs (cpu_pair),
+    speedup_vs_cpu and scaling_efficiency where missing (bench/run/run.cpp comparisons: over
+    the median samples/s of the baseline's ok repetitions), and the verdicts of the
+    repetitions: loaded (bench/run/harness.cpp), above_peak, not_scaling, slower_than_fp32, and
+    inside_band or outside_band with the prediction they were compared with
+    (bench/predict/predict.cpp compare). replicas_differ cannot be recovered: older rows said it
+    in their message only."""
+    groups: dict = {}
+    for row in table.rows:
+        groups.setdefault(_machine_run(row), []).append(row)
+    for rows in groups.values():
+        if any(older(r) for r in rows):
+            _compare_group(rows)
+    _verdict_loaded(table.rows)
+
+
+def _compare_group(rows: list[dict[str, str]]) -> None:
+    measured = [r for r in rows if not is_predicted(r)]
+    rates = samples(measured, lambda r: r["benchmark"], "samples_per_s")
+    median = {name: s.center for name, s in rates.items() if s.center > 0}
+    cpus: dict[Workload, str] = {}  # the cpu rows (all cores) not skipped, by workload
+    for r in measured:
+        if tbdevices.is_all_cores(r["device_kind"]) and r.get("status") != "skipped":
+            cpus.setdefault(workload_of(r), r["benchmark"])
+    ones: dict[tuple, str] = {}  # the one-device rows, by device and workload
+    for r in measured:
+        if tbdevices.is_one_replica(r["device_kind"]):
+            ones.setdefault((field_of(r, "device"), workload_of(r)), r["benchmark"])
+    predictions = [r for r in rows if is_predicted(r) and is_iteration(r)]
+    for row in rows:
+        if not older(row):
+            continue
+        _pair(row, cpus, ones)
+        if is_predicted(row):
+            continue
+        _figures(row, median)
+        if is_iteration(row) and is_ok(row):
+            _verdicts(row, median, ones, measured, predictions)
+
+
+def _pair(row: dict[str, str], cpus: dict, ones: dict) -> None:
+    """baseline, cpu_baseline and speedup_differs: what the row's figures are over."""
+    n = data_parallel(row)
+    w = workload_of(row)
+    if is_predicted(row):
+        row["baseline"] = (row.get("predicted_from") or "").strip()
+    elif n and n >= 2:
+        device = tbdevices.one_device(row["backend"], (row.get("threads") or "").strip())
+        one = ones.get((device, Workload(w.kind, w.model, w.dataset, w.precision, w.batch,
+                                         tbdevices.scaling_variant(w.variant))))
+        row["baseline"] = one or ""
+    if (w.kind != "train" or tbdevices.is_all_cores(row["device_kind"]) or is_predicted(row)
+            or tbdevices.checks_only(row["device_kind"])):
+        return
+    cpu = cpu_pair(w, list(cpus))
+    if cpu is not None:
+        row["cpu_baseline"] = cpus[cpu]
+        row["speedup_differs"] = pair_differs(w, cpu)
+
+
+def _figures(row: dict[str, str], median: dict) -> None:
+    """speedup_vs_cpu, and scaling_efficiency where the row did not write one: the row's
+    samples/s over its cpu row's median, over N times its baseline's median. An aggregate row
+    holds the statistic of its repetitions' figures: the mean, median and standard deviation
+    scale as samples/s does, the cv is samples/s's."""
+    rate = number(row, "samples_per_s")
+    if rate is None or row.get("status") != "ok":
+        return
+    cv = row.get("run_type") == "aggregate" and row.get("aggregate") == "cv"
+    cpu = median.get(row["cpu_baseline"])
+    if cpu:
+        _set(row, "speedup_vs_cpu", rate if cv else rate / cpu)
+    n = data_parallel(row)
+    one = median.get(row["baseline"])
+    if n and n > 1 and one and number(row, "scaling_efficiency") is None:
+        _set(row, "scaling_efficiency", rate if cv else rate / (n * one))
+
+
+def _verdicts(row, median: dict, ones: dict, measured: list, predictions: list) -> None:
+    """An ok repetition's verdicts but `loaded` (_verdict_loaded), in the order trainbench reaches
+    them, and the prediction it was compared with."""
+    words = []
+    rate = number(row, "samples_per_s") or 0
+    utilisation = number(row, "utilisation")
+    if utilisation is not None and utilisation > 1:
+        words.append("above_peak")
+    n = data_parallel(row)
+    one = median.get(row["baseline"])
+    if n and n > 1 and one and rate < one:
+        words.append("not_scaling")
+    if _slower_than_fp32(row, rate, median, ones):
+        words.append("slower_than_fp32")
+    prediction = _prediction_of(row, predictions) if n and n >= 2 and rate > 0 else None
+    if prediction is not None:
+        low, high = number(prediction, "samples_per_s_low"), number(prediction, "samples_per_s_high")
+        row["prediction"] = prediction["benchmark"]
+        words.append("inside_band" if low <= rate <= high else "outside_band")
+    row["verdicts"] = join_verdicts(verdicts(row) + words)
+
+
+def _slower_than_fp32(row, rate: float, median: dict, ones: dict) -> bool:
+    """A GPU one-device train/ row in a precision other than fp32 with fewer samples/s than the
+    median of the same row in fp32 (bench/run/run_train.cpp note_slower_than_fp32)."""
+    w = workload_of(row)
+    if not (on_gpu(row) and tbdevices.is_one_replica(row["device_kind"]) and w.kind == "train"
+            and w.precision != "fp32"):
+        return False
+    fp32 = ones.get((field_of(row, "device"), Workload(w.kind, w.model, w.dataset, "fp32", w.batch,
+                                                       w.variant)))
+    return bool(fp32 and median.get(fp32) and rate < median[fp32])
+
+
+def _prediction_of(row: dict[str, str], predictions: list) -> dict[str, str] | None:
+    """The predicted row a measured data-parallel row is compared with (predict.cpp compare): of
+    the same model, dataset, precision, batch, device and variant less where the ranks ran and
+    what a prediction assumes, made from a one-device row of the ranks' threads, the one over
+    the measured link where there is one, else the first; None without one, or without a band
+    (rows before version 5)."""
+    key = _prediction_key(row)
+    chosen = None
+    for p in predictions:
+        if _prediction_key(p) != key or p.get("threads", "") != row.get("threads", ""):
+            continue
+        if chosen is None or (p.get("link") == MEASURED_LINK and chosen.get("link") != MEASURED_LINK):
+            chosen = p
+    if chosen is None or None in (number(chosen, "samples_per_s_low"),
+                                  number(chosen, "samples_per_s_high")):
+        return None
+    return chosen
+
+
+# The link of a prediction over this run's own measured link (--link=measured).
+MEASURED_LINK = "measured"
+
+
+def _prediction_key(row: dict[str, str]) -> tuple:
+    return (field_of(row, "model"), field_of(row, "dataset"), field_of(row, "precision"),
+            field_of(row, "batch"), tbdevices.comparable_variant(row.get("variant", "")),
+            field_of(row, "device"))
+
+
+# How far load_avg_1m may exceed the threads a run used before a row counts as loaded
+# (bench/run/harness.cpp kSlack).
+LOAD_SLACK = 1.0
+
+
+def _verdict_loaded(rows: list[dict[str, str]]) -> None:
+    """`loaded` on the older ok repetitions that started with the machine's load average above
+    the most threads (and loader workers) the run had used so far, this row's included, + 1
+    (bench/run/harness.cpp loaded): a run is a machine's rows of one start time, in file order;
+    a skipped row used none."""
+    used: dict[tuple, float] = {}
+    for row in rows:
+        if not is_iteration(row) or is_predicted(row) or row.get("status") == "skipped":
+            continue
+        run = (row.get("host", ""), row.get("timestamp", ""), row.get("git_commit", ""))
+        threads = (number(row, "threads") or 0) + (number(row, "loader_workers") or 0)
+        used[run] = max(used.get(run, 0), threads)
+        load = number(row, "load_avg_1m")
+        if older(row) and is_ok(row) and load is not None and load > used[run] + LOAD_SLACK:
+            row["verdicts"] = join_verdicts(["loaded"] + verdicts(row))
+
 
 
 def read_tables(paths: list[str]) -> list[Table]:
@@ -414,32 +653,10 @@ def is_epoch_row(row: dict[str, str]) -> bool:
 
 
 def parse_name(benchmark: str) -> dict[str, str]:
-    """Splits `<kind>/<model>/<dataset>/<device>/<precision>/bs:<batch>` into its parts
-    (empty strings for parts a name lacks); used where a row's own columns are empty. The
-    devices `gpu:1/jobs:K` (K processes sharing a GPU), `gpu:1/threads:K` (K threads of one
-    process) and `cpu:T/jobs:K` hold a slash of their own."""
-    parts = tbdevices.split_name(benchmark.split("/"))
-    keys = ("kind", "model", "dataset", "device", "precision", "batch")
-    out = dict.fromkeys(keys, "")
-    for key, part in zip(keys, parts):
-        out[key] = part.removeprefix("bs:") if key == "batch" else part
-    return out
-
-
-def variant_items(variant: str) -> list[str]:
-    """The flags of a variant: `data_on_device/cuda_graph` -> ['data_on_device', 'cuda_graph']."""
-    return [item for item in (variant or "").split("/") if item]
-
-
-def variant_order(item: str) -> tuple:
-    """Sort key of a variant item: trainbench's fixed order, unknown flags last by name."""
-    flag = item.partition(":")[0]
-    return (VARIANT_FLAGS.index(flag) if flag in VARIANT_FLAGS else len(VARIANT_FLAGS), item)
-
-
-def without_gpu_flags(variant: str) -> str:
-    """The variant with the GPU-only flags removed: the CPU row a GPU variant is compared with."""
-    return "/".join(i for i in variant_items(variant) if i.partition(":")[0] not in GPU_ONLY_FLAGS)
+    """The parts of a benchmark name (kind, model, dataset, device, precision, batch; empty
+    strings for parts a name lacks), as tbdevices reads trainbench's names; used where a row's
+    own columns are empty."""
+    return tbdevices.name_parts(benchmark)
 
 
 def is_predicted(row: dict[str, str]) -> bool:
@@ -447,15 +664,45 @@ def is_predicted(row: dict[str, str]) -> bool:
     return row.get("measurement", "") == "predicted"
 
 
-def is_shared_device(variant: str) -> bool:
-    """N replicas on one GPU: a correctness check, never a scaling figure."""
-    return "shared_device" in variant_items(variant)
+def is_replayed(row: dict[str, str]) -> bool:
+    """A one-device row's steps replayed across ranks (schema 6, --replay_from)."""
+    return row.get("measurement", "") == "replayed"
 
 
-def predicted_link(variant: str) -> str:
-    """`nvlink4` of a variant holding `predicted:nvlink4`, else ''."""
-    return next((i.partition(":")[2] for i in variant_items(variant)
-                 if i.startswith("predicted")), "")
+# ---- what a row is (schema 6's columns; older rows get them from upgrade) --------------------
+
+def on_gpu(row: dict[str, str]) -> bool:
+    """A GPU computed the row's steps (a predicted row: its source's GPU)."""
+    return row.get("backend", "") == tbdevices.GPU
+
+
+def data_parallel(row: dict[str, str]) -> int | None:
+    """N devices of their own sharing gradients (the N of scaling_efficiency), else None."""
+    n = number(row, "data_parallel")
+    return int(n) if n else None
+
+
+def checks_only(row: dict[str, str]) -> bool:
+    """A row that checks a path (replicas sharing one GPU, GPU ranks as emulated nodes): no
+    speedup, no scaling."""
+    return tbdevices.checks_only(row.get("device_kind", ""))
+
+
+def verdicts(row: dict[str, str]) -> list[str]:
+    """The row's verdicts column as words (VERDICTS)."""
+    return [w for w in (row.get("verdicts") or "").split("+") if w]
+
+
+def join_verdicts(words) -> str:
+    """Words as the verdicts column holds them: each once, joined by `+`, in the order given."""
+    return "+".join(dict.fromkeys(words))
+
+
+def loaded(row: dict[str, str]) -> bool:
+    """The machine was busy with other work when the row started: its `loaded` verdict (load
+    average above the threads the run had used so far + 1, bench/run/harness.cpp; older rows get
+    it from the upgrade by the same rule)."""
+    return "loaded" in verdicts(row)
 
 
 def field_of(row: dict[str, str], column: str) -> str:
@@ -464,8 +711,7 @@ def field_of(row: dict[str, str], column: str) -> str:
     return value or parse_name(row.get("benchmark", ""))[column]
 
 
-# The device grammar is tbdevices.py's, the one the scripts share.
-device_count = tbdevices.device_count
+# A device's place among devices (cpu, cpu:1, ..., gpu:1, ...), as tbdevices orders them.
 device_sort_key = tbdevices.sort_key
 
 
@@ -540,27 +786,6 @@ def lower_is_better(column: str) -> bool:
     if column.endswith("_per_s"):
         return False
     return column.endswith(("_s", "_s_per_step", "_bytes")) or "loss" in column
-
-
-# ---- machine load --------------------------------------------------------------------------
-
-# How far load_avg_1m may exceed the machine's cores before a row counts as loaded.
-LOAD_SLACK = 0.5
-
-
-def loaded(row: dict[str, str]) -> bool:
-    """True when the machine was busier than its cores when the row started: load_avg_1m >
-    cores + 0.5 (threads + 0.5 where cores is missing).
-
-    Not load_avg_1m > threads + 0.5: the load average is a one-minute moving average, so at
-    the start of a cpu:1 row it still holds the threads of the cpu (all cores) row that ran
-    just before, and every cpu:1 row would be called loaded. trainbench's own earlier rows use
-    at most all cores, so a load above the cores means someone else's work was runnable."""
-    load = number(row, "load_avg_1m")
-    if load is None:
-        return False
-    cores = number(row, "cores") or number(row, "threads")
-    return cores is not None and load > cores + LOAD_SLACK
 
 
 # ---- machine context -----------------------------------------------------------------------

@@ -25,7 +25,7 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DIMENSIONS = ("device", "precision", "framework", "host")
 MATCHED = ("device", "precision", "framework")
 SYNTAX = ("cpu, cpu:N, gpu:N, gpu:1/jobs:K, mpi:N, a precision (fp32, tf32, fp16, bf16), "
-          "framework:NAME, host:NAME, or a variant flag (" + ", ".join(tbcsv.VARIANT_FLAGS[:-1])
+          "framework:NAME, host:NAME, or a variant flag (" + ", ".join(tbdevices.MEASURED_FLAGS)
           + ")")
 
 
@@ -47,7 +47,7 @@ class Filter:
         return any(d == dim for d, _ in self.dims)
 
     def matches(self, row: dict[str, str]) -> bool:
-        if tuple(sorted(tbcsv.variant_items(row.get("variant", "")))) != self.variant:
+        if tuple(sorted(tbdevices.variant_items(row.get("variant", "")))) != self.variant:
             return False
         return all(dimension(row, d) == v for d, v in self.dims)
 
@@ -74,10 +74,10 @@ def parse_filter(text: str) -> Filter:
             name, value = "precision", term
         elif flag in ("framework", "host") and term.partition(":")[2]:
             name, value = flag, term.partition(":")[2]
-        elif flag == "predicted":
+        elif tbdevices.names_a_prediction(term):
             raise tbcsv.InputError(f"--filters {text!r}: predicted rows are predictions, not "
                                    f"measurements: compare.py never compares them")
-        elif flag in tbcsv.VARIANT_FLAGS:
+        elif tbdevices.is_flag(term):
             variant.append(term)
             continue
         else:
@@ -142,7 +142,7 @@ def side_terms(row: dict[str, str], other: dict[str, str]) -> str:
     for d in ("device", "framework"):
         if dimension(row, d) != dimension(other, d):
             terms.append(dimension(row, d) if d == "device" else f"framework:{dimension(row, d)}")
-    return "/".join(terms + tbcsv.variant_items(row.get("variant", "")))
+    return "/".join(terms + tbdevices.variant_items(row.get("variant", "")))
 
 
 def suggest(base_rows: list, new_rows: list) -> str | None:

@@ -1,19 +1,26 @@
-"""What the charts and the report are drawn from: a row's configuration (its name's parts and
-its variant), the series (machine and framework) it belongs to, and the figures derived from
-the medians (speedup over the cpu row, scaling efficiency). No matplotlib here."""
+"""What the charts and the report are drawn from: a row's configuration (its name's parts, its
+variant, and what schema 6 says its kind is), the series (machine and framework) it belongs to,
+and the figures the rows carry, read as medians over their repetitions: the speedup over the cpu
+row (speedup_vs_cpu, cpu_baseline, speedup_differs) and scaling efficiency (scaling_efficiency,
+data_parallel). Nothing here pairs rows or parses a device: tbcsv gives older rows the columns.
+No matplotlib here."""
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tbcsv
+import tbdevices
 
 
 @dataclass(frozen=True, order=True)
 class Config:
     """What a benchmark ran, without the machine: the parts of its name and its variant (the
     flags that change what it measures: results/SCHEMA.md, schema 4), so that a run with
-    --data_on_device or --optimizer=adam is never merged with one without."""
+    --data_on_device or --optimizer=adam is never merged with one without. Beside them, not part
+    of its identity, what its rows say of their kind (schema 6): device_kind, backend,
+    data_parallel, measurement and the link of a prediction."""
     kind: str
     model: str
     dataset: str
@@ -21,24 +28,50 @@ class Config:
     precision: str
     batch: str
     variant: str = ""
+    device_kind: str = field(default="", compare=False)
+    backend: str = field(default="", compare=False)
+    data_parallel: int | None = field(default=None, compare=False)
+    measurement: str = field(default="measured", compare=False)
+    link: str = field(default="", compare=False)
 
     @property
     def panel(self) -> tuple[str, str, str]:
         return (self.kind, self.model, self.dataset)
 
     @property
-    def shared_device(self) -> bool:
-        return tbcsv.is_shared_device(self.variant)
+    def checks_only(self) -> bool:
+        """Replicas sharing one GPU, GPU ranks as emulated nodes: a check, never a figure of
+        speed or scaling."""
+        return tbdevices.checks_only(self.device_kind)
 
     @property
     def predicted(self) -> bool:
-        return bool(tbcsv.predicted_link(self.variant))
+        return self.measurement == "predicted"
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.backend == tbdevices.GPU
+
+    @property
+    def all_cores(self) -> bool:
+        return tbdevices.is_all_cores(self.device_kind)
+
+    @property
+    def workload(self) -> tbcsv.Workload:
+        return tbcsv.Workload(self.kind, self.model, self.dataset, self.precision, self.batch,
+                              self.variant)
+
+    def but(self, **changes) -> "Config":
+        """The configuration with some fields changed, its kind's facts kept."""
+        return dataclasses.replace(self, **changes)
 
 
 def config_of(row) -> Config:
     return Config(*(tbcsv.field_of(row, c)
                     for c in ("kind", "model", "dataset", "device", "precision", "batch")),
-                  (row.get("variant") or "").strip())
+                  (row.get("variant") or "").strip(), row.get("device_kind", ""),
+                  row.get("backend", ""), tbcsv.data_parallel(row),
+                  row.get("measurement", "") or "measured", (row.get("link") or "").strip())
 
 
 def batch_number(batch: str) -> float:
@@ -50,9 +83,9 @@ def batch_number(batch: str) -> float:
 
 def variant_sort_key(variant: str) -> tuple:
     """Plain first, then measured variants by their flags, predicted ones last."""
-    items = tbcsv.variant_items(variant)
-    return (bool(tbcsv.predicted_link(variant)), len(items),
-            [tbcsv.variant_order(i) for i in items])
+    items = tbdevices.variant_items(variant)
+    return (bool(tbdevices.predicted_link(variant)), len(items),
+            [tbdevices.variant_order(i) for i in items])
 
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -69,20 +102,8 @@ def config_sort_key(c: Config):
             precision_key(c.precision), batch_number(c.batch), c.batch)
 
 
-def variant_words(variant: str, device: str = "") -> list[str]:
-    """A variant as short lines for a label: `shared_device` says what it means (N replicas on
-    one GPU), `predicted:nvlink4` becomes `predicted (nvlink4)`, other flags stay as written."""
-    words = []
-    for item in tbcsv.variant_items(variant):
-        flag, _, value = item.partition(":")
-        if flag == "shared_device":
-            n = tbcsv.device_count(device)
-            words += [f"{n or 'N'} replicas", "on one GPU"]
-        elif flag == "predicted":
-            words.append(f"predicted ({value})")
-        else:
-            words.append(item)
-    return words
+# A variant as short lines for a label (`2 replicas`, `on one GPU`; `predicted (nvlink4)`).
+variant_words = tbdevices.variant_words
 
 
 def config_name(c: Config, sep: str = " ") -> str:
@@ -270,50 +291,15 @@ def clock_notes(data: Data, rows) -> list[str]:
     return notes
 
 
-# ---- derived figures -----------------------------------------------------------------------
-
-def baseline_config(c: Config, available) -> Config | None:
-    """The `cpu` configuration a speedup (x cpu) is taken against, among the same machine's
-    available configurations: the same model and dataset, the variant without its GPU-only flags
-    (a CUDA graph's speedup is over the plain cpu row, an --optimizer=adam run's over the cpu row
-    with adam); of the same precision where the CPU ran it, else fp32, else any; of the same
-    batch where there is one, else the cpu row's own (ResNet-152 224 trains batch 128 on a GPU
-    and 8 on a CPU). pair_label says what differs. trainbench's summary follows the same rule."""
-    variant = tbcsv.without_gpu_flags(c.variant)
-    cpus = [a for a in available if a.panel == c.panel and a.device == "cpu"
-            and a.variant == variant]
-
-    def preference(a: Config) -> tuple:
-        precision = 0 if a.precision == c.precision else 1 if a.precision == "fp32" else 2
-        return (precision, precision_key(a.precision), a.batch != c.batch,
-                batch_distance(a.batch, c.batch), a)
-    return min(cpus, key=preference) if cpus else None
-
-
-def batch_distance(a: str, b: str) -> float:
-    """How far two batches are apart (by ratio): the nearest cpu batch is the baseline."""
-    x, y = batch_number(a), batch_number(b)
-    return abs(math.log(x / y)) if 0 < x < math.inf and 0 < y < math.inf else math.inf
-
-
-def pair_label(c: Config, base: Config) -> str:
-    """What differs between a configuration and the cpu row its speedup is over, as the label
-    beside the ratio says it: `bf16 vs fp32`, `bs 128 vs 8`, both joined by `, `; '' when the
-    pair is alike."""
-    parts = []
-    if c.precision != base.precision:
-        parts.append(f"{c.precision} vs {base.precision}")
-    if c.batch != base.batch:
-        parts.append(f"bs {c.batch} vs {base.batch}")
-    return ", ".join(parts)
-
+# ---- the figures the rows carry -------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Speedup:
-    """x cpu: samples/s of a configuration over the samples/s of its machine's cpu row (base),
-    and what differs between the two (label, empty when nothing does)."""
+    """x cpu: samples/s of a configuration over the samples/s of its machine's cpu row (base:
+    the cpu row's benchmark, or its configuration), and what differs between the two (label,
+    empty when nothing does)."""
     ratio: float
-    base: Config
+    base: object
     label: str
 
     def text(self) -> str:
@@ -327,26 +313,22 @@ def times(ratio: float, sign: str = "×") -> str:
     return f"{ratio:,.0f}{sign}" if ratio >= 100 else f"{ratio:.3g}{sign}"
 
 
-def speedup_pairs(data: Data, rows=None, measured=None) -> dict:
-    """(series, config) -> Speedup over the machine's cpu row, for non-cpu configs.
-    Shared-device rows (N replicas on one GPU) get none: they check correctness, and a
-    speedup bar would read as N GPUs' worth. `rows` adds rows to rate (predicted ones);
-    `measured` are the rows holding the cpu rows (data.step_rows unless given)."""
-    got = tbcsv.samples(data.step_rows if measured is None else measured, data.key,
-                        "samples_per_s")
-    extra = tbcsv.samples(rows or [], data.key, "samples_per_s")
-    by_series: dict = {}
-    for (s, c), sample in got.items():
-        by_series.setdefault(s, {})[c] = sample.center
-    out = {}
-    for (s, c), sample in list(got.items()) + list(extra.items()):
-        configs = by_series.get(s, {})
-        if c.device == "cpu" or c.shared_device:
-            continue
-        base = baseline_config(c, configs)
-        if base is not None and configs[base] > 0 and sample.center > 0:
-            out[(s, c)] = Speedup(sample.center / configs[base], base, pair_label(c, base))
-    return out
+def speedup_pairs(data: Data, rows=None) -> dict:
+    """(series, config) -> Speedup: the rows' own speedup over their machine's cpu row
+    (speedup_vs_cpu, the median over the repetitions), the cpu row it is over (cpu_baseline) and
+    what differs between the two (speedup_differs), as trainbench pairs them
+    (bench/plan/baselines.cpp; tbcsv gives older rows the columns by the same rule). Rows that
+    check a path (N replicas on one GPU) and predicted rows have none. `rows`: the rows to read
+    (data.step_rows and data.predicted_rows unless given)."""
+    rows = data.step_rows + data.predicted_rows if rows is None else rows
+    got = tbcsv.samples(rows, data.key, "speedup_vs_cpu")
+    pairs: dict = {}
+    for r in rows:
+        if data.key(r) in got and (r.get("cpu_baseline") or "").strip():
+            pairs.setdefault(data.key(r), (r["cpu_baseline"].strip(),
+                                           (r.get("speedup_differs") or "").strip()))
+    return {k: Speedup(sample.center, *pairs.get(k, ("", ""))) for k, sample in got.items()
+            if sample.center > 0}
 
 
 def speedups(data: Data, rows=None) -> dict:
@@ -354,35 +336,26 @@ def speedups(data: Data, rows=None) -> dict:
     return {k: v.ratio for k, v in speedup_pairs(data, rows).items()}
 
 
-def scaling_lines(data: Data) -> dict:
-    """(series, panel, precision, batch label) -> {N: efficiency} from gpu:N rows; the label
-    names the variant when there is one, and shared-device rows are never scaling.
+def efficiencies(data: Data, rows=None) -> dict:
+    """(series, config) -> scaling efficiency: the rows' own scaling_efficiency (the median over
+    the repetitions) of the data-parallel configurations (gpu:N, mpi:N; predicted ones too), over
+    N times their one-device row (the baseline column). Rows that check a path have none."""
+    rows = data.step_rows + data.predicted_rows if rows is None else rows
+    got = tbcsv.samples(rows, data.key, "scaling_efficiency")
+    return {k: v.center for k, v in got.items() if k[1].data_parallel and not k[1].checks_only}
 
-    efficiency(N) = samples/s on N devices / (N × samples/s on 1). Rows are matched on the
-    batch; when each N has a single batch (weak scaling written with the global batch) the
-    batches are matched by N instead."""
-    got = tbcsv.samples(data.step_rows, data.key, "samples_per_s")
-    groups: dict = {}
-    for (s, c), sample in got.items():
-        n = tbcsv.device_count(c.device)
-        if n is not None and not c.shared_device:
-            by_n = groups.setdefault((s, c.panel, c.precision, c.variant), {})
-            by_n.setdefault(n, {})[c.batch] = sample.center
-    out = {}
-    for (s, panel, precision, variant), by_n in groups.items():
-        if 1 not in by_n or len(by_n) < 2:
+
+def scaling_lines(data: Data) -> dict:
+    """(series, panel, precision, batch label) -> {N: efficiency} of the measured gpu:N rows
+    against their gpu:1 row (N = 1: 100%); the label names the variant when there is one. The
+    efficiencies are the rows' own (efficiencies), on the batch of their baseline row: the same,
+    by trainbench's rule."""
+    out: dict = {}
+    for (s, c), value in sorted(efficiencies(data, data.step_rows).items(),
+                                key=lambda kv: kv[0][1].data_parallel):
+        if not c.on_gpu:
             continue
-        if all(len(b) == 1 for b in by_n.values()):
-            batches = {n: next(iter(b)) for n, b in by_n.items()}
-            label = (f"bs:{batches[1]}" if len(set(batches.values())) == 1
-                     else "bs:" + "→".join(batches[n] for n in sorted(by_n)))
-            curves = {label: {n: next(iter(b.values())) for n, b in by_n.items()}}
-        else:
-            curves = {f"bs:{batch}": {n: b[batch] for n, b in by_n.items() if batch in b}
-                      for batch in by_n[1]}
-        for label, sps in curves.items():
-            if len(sps) >= 2 and sps[1] > 0:
-                name = " ".join([label] + variant_words(variant))
-                out[(s, panel, precision, name)] = {n: v / (n * sps[1])
-                                                    for n, v in sorted(sps.items())}
+        name = " ".join([f"bs:{c.batch}"] + variant_words(c.variant))
+        line = out.setdefault((s, c.panel, c.precision, name), {1: 1.0})
+        line[c.data_parallel] = value
     return out

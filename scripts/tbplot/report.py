@@ -80,14 +80,16 @@ def summary_table(s: Summary) -> tuple:
 
 def summary_notes(s: Summary, data) -> list[str]:
     notes = clock_notes(data, data.step_rows + data.predicted_rows)
-    notes.append("Medians over ok repetitions (or the median aggregate row). speedup over cpu: "
-                 "samples/s over the same machine's cpu row (all cores) of the workload and "
-                 "variant, in the same precision where the CPU ran it (else fp32) and the same "
-                 "batch where there is one (else the cpu row's); what differs between the two "
-                 "is said beside the figure (bf16 vs fp32, bs 128 vs 8). scaling efficiency: "
-                 "samples/s over N × the one-device row (gpu:1; for mpi:N the cpu:T row of one "
-                 "rank). peak memory: mem_peak_bytes on a GPU, peak_rss_bytes (the process's "
-                 "peak so far) on the CPU. comm share: exposed communication / step time.")
+    notes.append("The rows' own figures, medians over ok repetitions (or the median aggregate "
+                 "row). speedup over cpu (speedup_vs_cpu): samples/s over the same machine's cpu "
+                 "row (all cores, cpu_baseline) of the workload and variant, in the same "
+                 "precision where the CPU ran it (else fp32) and the same batch where it ran it "
+                 "(else the cpu row's); what differs between the two is said beside the figure "
+                 "(speedup_differs: bf16 vs fp32, bs 128 vs 8). scaling efficiency "
+                 "(scaling_efficiency): samples/s over N × the one-device row (baseline: gpu:1; "
+                 "for mpi:N the cpu:T row of one rank). peak memory: mem_peak_bytes on a GPU, "
+                 "peak_rss_bytes (the process's peak so far) on the CPU. comm share: exposed "
+                 "communication / step time.")
     if s.predicted:
         notes.append("Columns named predicted are predictions of N-device scaling from a "
                      "one-device row's timeline and a link model (measurement=predicted), not "

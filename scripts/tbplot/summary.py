@@ -2,15 +2,18 @@
 per device configuration (device and variant) its samples/s (on the wall clock), speedup over
 the same machine's cpu row (with what differs between the pair: `bf16 vs fp32`, `bs 128 vs 8`),
 scaling efficiency over its one-device row (gpu:N, mpi:N), peak memory and communication share.
-Medians, as the charts use. Predicted rows get columns of their own, named
-so; shared-device rows (N replicas on one GPU) get no speedup and no scaling efficiency."""
+It renders the figures the rows carry (speedup_vs_cpu, speedup_differs, scaling_efficiency,
+...: trainbench writes them, tbcsv gives older rows them by the same rules), medians over the
+repetitions as the charts read them, and computes none of its own. Predicted rows get columns of
+their own, named so; rows that check a path (N replicas on one GPU) carry no speedup and no
+scaling efficiency."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import tbcsv
-import tbdevices
-from tbplot.model import Config, config_name, config_sort_key, precision_key, speedup_pairs
+from tbplot.model import (Config, config_name, config_sort_key, efficiencies, precision_key,
+                          speedup_pairs)
 
 GIB = 2 ** 30
 # (metric title with its unit, formatter) in the order the table shows them.
@@ -46,48 +49,12 @@ class Summary:
 
 
 def column_config(c: Config) -> Config:
-    """The configuration a column stands for: device and variant."""
-    return Config("", "", "", c.device, "", "", c.variant)
+    """The configuration a column stands for: device and variant (and its kind's facts)."""
+    return c.but(kind="", model="", dataset="", precision="", batch="")
 
 
 def line_config(c: Config) -> Config:
     return Config(c.kind, c.model, c.dataset, "", c.precision, c.batch, "")
-
-
-# N of gpu:N and mpi:N (N devices or ranks in data parallel), for N >= 2.
-parallel_count = tbdevices.data_parallel_count
-
-
-def one_device(c: Config, rows) -> Config:
-    """The row a gpu:N or mpi:N row's scaling is taken over: gpu:1, or cpu:T for mpi:N (one
-    rank with the threads each rank used), same variant without a predicted:<link> item."""
-    variant = "/".join(i for i in tbcsv.variant_items(c.variant) if not i.startswith("predicted"))
-    device = "gpu:1"
-    if c.device.startswith("mpi:"):
-        threads = tbcsv.distinct(rows, "threads")
-        device = f"cpu:{threads[0]}" if len(threads) == 1 else "cpu:1"
-    return Config(c.kind, c.model, c.dataset, device, c.precision, c.batch, variant)
-
-
-def efficiencies(data, rates: dict, rows: list) -> dict:
-    """(series, config) -> scaling efficiency: the rows' own scaling_efficiency (median)
-    where written, else samples/s / (N x samples/s of the one-device row)."""
-    written = tbcsv.samples(rows, data.key, "scaling_efficiency")
-    by_key: dict = {}
-    for r in rows:
-        by_key.setdefault(data.key(r), []).append(r)
-    out = {}
-    for (s, c), rate in rates.items():
-        n = parallel_count(c.device)
-        if n is None or c.shared_device:
-            continue
-        if (s, c) in written:
-            out[(s, c)] = written[(s, c)].center
-            continue
-        base = rates.get((s, one_device(c, by_key.get((s, c), []))))
-        if base:
-            out[(s, c)] = rate / (n * base)
-    return out
 
 
 def peak_memory(data, rows: list) -> dict:
@@ -95,22 +62,22 @@ def peak_memory(data, rows: list) -> dict:
     resident set (peak_rss_bytes) on the CPU."""
     device = tbcsv.samples(rows, data.key, "mem_peak_bytes")
     rss = tbcsv.samples(rows, data.key, "peak_rss_bytes")
-    out = {k: v.center for k, v in rss.items() if not k[1].device.startswith("gpu")}
-    out.update({k: v.center for k, v in device.items() if k[1].device.startswith("gpu")})
+    out = {k: v.center for k, v in rss.items() if not k[1].on_gpu}
+    out.update({k: v.center for k, v in device.items() if k[1].on_gpu})
     return out
 
 
 def summarise(data) -> Summary:
     rows = data.step_rows + data.predicted_rows
     rates = {k: v.center for k, v in tbcsv.samples(rows, data.key, "samples_per_s").items()}
-    pairs = speedup_pairs(data, data.predicted_rows)
+    pairs = speedup_pairs(data, rows)
     per_metric = {"samples/s": rates,
                   "speedup over cpu (x)": {k: v.ratio for k, v in pairs.items()},
-                  "scaling efficiency (%)": efficiencies(data, rates, rows),
+                  "scaling efficiency (%)": efficiencies(data, rows),
                   "peak memory (GiB)": peak_memory(data, rows),
                   "comm share (%)": {k: v.center for k, v in
                                      tbcsv.samples(rows, data.key, "comm_share").items()
-                                     if parallel_count(k[1].device)}}
+                                     if k[1].data_parallel}}
     lines: dict = {}
     used: dict = {}
     for metric in METRICS:

@@ -1,8 +1,9 @@
 """This machine against the reference runs (issue 37): per workload, each reference's cpu, gpu:1
 and predicted gpu:N samples/s over this machine's cpu row ("H100 gpu:1 / this cpu = 584x"), on
-the wall clock, paired as x cpu is (tbplot.model.baseline_config: the same precision and batch
-where this machine's CPU ran them, else fp32 and its cpu row's batch) and labelled with what
-differs (`bf16 vs fp32`, `bs 128 vs 8`), and what differs in versions between the two runs.
+the wall clock, paired as x cpu is (tbcsv.cpu_pair, the rule trainbench pairs a run's own rows
+with and tbcsv's upgrade pairs older rows with: the same precision and batch where this
+machine's CPU ran them, else fp32 and its cpu row's batch) and labelled with what differs
+(`bf16 vs fp32`, `bs 128 vs 8`), and what differs in versions between the two runs.
 The headline labels the reference bars with the same figures; the report, scripts/bench.sh's
 summary (scripts/reference_table.py) and the console show the table. No matplotlib here."""
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tbcsv
+import tbdevices
 from tbplot.figures import si
-from tbplot.model import (Config, Data, Speedup, baseline_config, config_name, config_of,
-                          config_sort_key, pair_label, panel_title, times)
+from tbplot.model import (Config, Data, Speedup, config_name, config_of, config_sort_key,
+                          panel_title, times)
 
 # The version columns two runs are compared on: the code, the file's schema and the libraries.
 VERSION_COLUMNS = ("git_commit", "schema_version", "compiler", "onednn", "benchmark_lib")
@@ -27,12 +29,12 @@ def reference_bars(data: Data) -> dict:
                              "samples_per_s")
     predicted = tbcsv.samples([r for r in rows if tbcsv.is_predicted(r)], data.key,
                               "samples_per_s")
-    out = {k: v for k, v in measured.items()
-           if not k[1].variant and (k[1].device == "cpu" or k[1].device == "gpu:1")}
+    out = {k: v for k, v in measured.items() if not k[1].variant
+           and (k[1].all_cores or tbdevices.is_one_gpu(k[1].device_kind))}
     largest: dict = {}
     for (s, c), sample in predicted.items():
-        n = tbcsv.device_count(c.device)
-        if n is None:
+        n = c.data_parallel
+        if not n or not c.on_gpu:
             continue
         group = (s, c.panel, c.precision, c.batch, c.variant)
         if group not in largest or n > largest[group][0]:
@@ -44,18 +46,24 @@ def reference_bars(data: Data) -> dict:
 def own_cpu_rates(data: Data, series: str) -> dict:
     """config -> median samples/s of the series' cpu rows (all cores)."""
     got = tbcsv.samples(data.step_rows, data.key, "samples_per_s")
-    return {c: v.center for (s, c), v in got.items() if s == series and c.device == "cpu"}
+    return {c: v.center for (s, c), v in got.items() if s == series and c.all_cores}
 
 
 def over_this_cpu(data: Data, series: str, bars: dict) -> dict:
-    """(reference, config) -> Speedup over the series' cpu row of the workload, for the
-    reference bars that have one."""
+    """(reference, config) -> Speedup over the series' cpu row of the workload (its base: that
+    row's configuration), for the reference bars that have one: the pair two files make, which
+    trainbench never sees, by its rule (tbcsv.cpu_pair)."""
     cpus = own_cpu_rates(data, series)
+    by_workload = {c.workload: c for c in cpus}
     out = {}
     for (ref, c), sample in bars.items():
-        base = baseline_config(c, cpus)
+        # A predicted bar stands for its configuration measured: paired as that would be.
+        wanted = c.but(variant=tbdevices.measured_variant(c.variant)).workload
+        pair = tbcsv.cpu_pair(wanted, list(by_workload))
+        base = by_workload.get(pair) if pair is not None else None
         if base is not None and cpus[base] > 0:
-            out[(ref, c)] = Speedup(sample.center / cpus[base], base, pair_label(c, base))
+            out[(ref, c)] = Speedup(sample.center / cpus[base], base,
+                                    tbcsv.pair_differs(wanted, pair))
     return out
 
 
@@ -83,7 +91,7 @@ class VersusTable:
 
 def column_of(ref: str, c: Config) -> tuple:
     """A reference configuration's column: reference, device (and variant), precision."""
-    return (ref, Config("", "", "", c.device, c.precision, "", c.variant))
+    return (ref, c.but(kind="", model="", dataset="", batch=""))
 
 
 def versus_tables(data: Data) -> list[VersusTable]:

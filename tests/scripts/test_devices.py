@@ -1,5 +1,7 @@
-"""The scripts' device grammar (scripts/tbdevices.py) against the C++ table of device kinds
-(bench/plan/device_kinds.cpp, `trainbench --list_configs --json`): one grammar, two languages."""
+"""The scripts' device grammar and kinds (scripts/tbdevices.py) against the C++ table of device
+kinds (bench/plan/device_kinds.cpp, `trainbench --list_configs --json`, format 2): one table, two
+languages; and the kind tbcsv's upgrade gives an older row (tbdevices.kind_of), as the C++ plans
+it."""
 import json
 import os
 import subprocess
@@ -15,21 +17,24 @@ ROOT = SCRIPTS.parent
 BINARY = Path(os.environ.get("TRAINBENCH", ROOT / "build" / "release" / "bench" / "trainbench"))
 
 
-def cpp_kinds():
+def list_configs() -> dict:
+    """`trainbench --list_configs --json`, format 2: kinds, variant_flags, verdicts."""
     if not BINARY.exists():
         pytest.skip(f"no trainbench at {BINARY} to hold the grammar against (build it, or set $TRAINBENCH)")
     r = subprocess.run([str(BINARY), "--list_configs", "--json"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["format"] == 1
-    return doc["kinds"]
+    assert doc["format"] == 2, "a new format of --list_configs --json: teach tests/scripts what changed"
+    return doc
 
 
-def test_the_scripts_parse_every_device_the_cpp_table_writes_alike():
-    """Every kind's pattern, backend and run are the scripts' too, and nothing more: a kind added
-    to bench/plan/device_kinds.cpp fails here until tbdevices.KINDS has it."""
-    cpp = {(k["pattern"], k["backend"], k["run"]) for k in cpp_kinds()}
-    assert cpp == set(tbdevices.KINDS)
+def test_the_scripts_know_every_kind_of_the_cpp_table_alike():
+    """Every kind's name, pattern, backend, run and check word are the scripts' too, in the
+    table's order, and nothing more: a kind added to bench/plan/device_kinds.cpp fails here until
+    tbdevices.KINDS has it."""
+    cpp = [(k["name"], k["pattern"], k["backend"], k["run"], k["check_word"])
+           for k in list_configs()["kinds"]]
+    assert cpp == [(k.name, k.pattern, k.backend, k.run, k.check_word) for k in tbdevices.KINDS]
 
 
 @pytest.mark.parametrize("device, fields", [
@@ -52,9 +57,54 @@ def test_each_device_reads_as_its_kind(device, fields):
 def test_what_is_no_device_and_the_counts_scripts_ask_for():
     for text in ("", "gpu", "tpu:1", "gpu:all", "gpu:2/jobs:2", "cpu/jobs:2", "mpi:x"):
         assert tbdevices.parse(text) is None, text
-    assert [tbdevices.data_parallel_count(d) for d in ("gpu:1", "gpu:2", "mpi:4", "cpu:2", "gpu:1/threads:2")] == [
+    assert [tbdevices.parse(d).data_parallel for d in ("gpu:1", "gpu:2", "mpi:4", "cpu:2", "gpu:1/threads:2")] == [
         None, 2, 4, None, None]
     assert tbdevices.device_count("gpu:4") == 4 and tbdevices.device_count("mpi:4") is None
     assert sorted(["mpi:2", "gpu:2", "cpu:2", "gpu:1", "cpu", "cpu:1"], key=tbdevices.sort_key) == [
         "cpu", "cpu:1", "cpu:2", "gpu:1", "gpu:2", "mpi:2"]
     assert tbdevices.split_name("train/mlp/mnist/gpu:1/jobs:2/fp32/bs:100".split("/"))[3] == "gpu:1/jobs:2"
+
+
+@pytest.mark.parametrize("device, cells, kind, backend, parallel", [
+    ("cpu", {}, "cpu", "cpu", None),
+    ("cpu:2", {}, "cpu:T", "cpu", None),
+    ("cpu:1/jobs:2", {}, "cpu:T/jobs:K", "cpu", None),
+    ("gpu:1", {}, "gpu:1", "gpu", None),
+    ("gpu:4", {}, "gpu:N over NCCL", "gpu", 4),
+    ("gpu:2", {"variant": "shared_device"}, "gpu:N sharing one GPU", "gpu", None),
+    ("gpu:2", {"shared_device": True}, "gpu:N sharing one GPU", "gpu", None),
+    ("gpu:2", {"ranks": 2}, "gpu:N across ranks", "gpu", 2),
+    ("gpu:2", {"ranks": 2, "emulated_nodes": True}, "gpu:N as emulated nodes", "gpu", None),
+    ("gpu:1/threads:2", {}, "gpu:1/threads:K", "gpu", None),
+    ("gpu:1/jobs:2", {}, "gpu:1/jobs:K", "gpu", None),
+    ("mpi:2", {"ranks": 2}, "mpi:N", "cpu", 2),
+    ("mpi:2", {"ranks": 2, "variant": "emulated_nodes"}, "mpi:N", "cpu", 2),  # CPU ranks scale
+    ("gpu:8", {"variant": "predicted:nvlink4", "measurement": "predicted"}, "gpu:N over NCCL", "gpu", 8),
+    ("mpi:2", {"variant": "predicted:measured", "measurement": "predicted"}, "mpi:N", "cpu", 2),
+    ("gpu:all", {}, "gpu:N over NCCL", "gpu", None),  # skipped where no GPU: no N
+    ("tpu:1", {}, "", "", None),
+])
+def test_an_older_row_gets_the_kind_trainbench_plans(device, cells, kind, backend, parallel):
+    """bench/plan/device_kinds.cpp plan_device: the kinds' order, what each needs (ranks, a
+    repeated --gpus, emulated nodes), and data_parallel only where N devices of their own share
+    gradients; a predicted row stands for gpu:N over NCCL, or mpi:N."""
+    facts = tbdevices.kind_of(device, **cells)
+    assert (facts.name, facts.backend, facts.data_parallel) == (kind, backend, parallel)
+    assert tbdevices.checks_only(facts.name) == (facts.name in ("gpu:N sharing one GPU",
+                                                                "gpu:N as emulated nodes"))
+
+
+def test_variant_rules_are_the_cpps():
+    """What each comparison drops of a variant (baselines.cpp, predict.cpp where_item), and the
+    order items are joined in (configs.cpp join_variant)."""
+    v = "optimizer:adam/data_on_device/cuda_graph/emulated_nodes/nodes:2"
+    assert tbdevices.scaling_variant(v) == "optimizer:adam/data_on_device/cuda_graph"
+    assert tbdevices.cpu_row_variant(v) == "optimizer:adam"
+    assert tbdevices.comparable_variant("augment/emulated_nodes/predicted:10gbit/network:ib") == "augment"
+    assert tbdevices.measured_variant("augment/nodes:2/predicted:10gbit/network:ib") == "augment/nodes:2"
+    assert tbdevices.join_variant(["predicted:x", "nodes:2", "optimizer:adam", "nodes:2"]) == (
+        "optimizer:adam/nodes:2/predicted:x")
+    assert tbdevices.repaired_variant("", True, False, "") == "shared_device"
+    assert tbdevices.repaired_variant("augment", False, True, "pcie5") == "augment/predicted:pcie5"
+    assert tbdevices.variant_words("shared_device/predicted:nvlink4", "gpu:2") == [
+        "2 replicas", "on one GPU", "predicted (nvlink4)"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import data_file, medians, run_script
-from tbplot.model import Data, scaling_lines, speedups
+from tbplot.model import Data, config_of, scaling_lines, speedups
 
 GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
 SKIP_REASON = "skipped: gpu:4 needs 4 GPUs, this machine has 2"
@@ -163,7 +163,9 @@ def test_shared_device_rows_are_never_scaling(gpu_report, tbcsv_mod):
     assert "replicas" not in svg_text(out / "scaling_efficiency.svg")
     assert "replicas" not in svg_text(out / "speedup_vs_cpu.svg")
     data = Data([tbcsv_mod.read_table(GPU)])
-    assert not any(c.shared_device for _, c in speedups(data))
+    shared = [r for r in data.step_rows if config_of(r).checks_only]
+    assert shared and not any(r["cpu_baseline"] or r["scaling_efficiency"] for r in shared)
+    assert not any(c.checks_only for _, c in speedups(data))
     assert all("replicas" not in label for _, _, _, label in scaling_lines(data))
     headers, _ = md_table((out / "report.md").read_text(), "model")
     shared = [h for h in headers if "replicas on one GPU" in h]

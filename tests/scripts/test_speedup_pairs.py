@@ -1,7 +1,9 @@
 """x cpu pairs (issue 31, item 3): a non-cpu row is compared with its machine's cpu row of the
 same workload and variant, of the same precision where the CPU ran it (else fp32), of the same
-batch where there is one (else the cpu row's), and every place that shows the ratio says what
-differs: the report's summary, the headline's bars, the speedup chart."""
+batch where there is one (else the cpu row's): one rule, tbcsv.cpu_pair (trainbench's
+bench/plan/baselines.cpp cpu_row), which gives older rows their cpu_baseline, speedup_vs_cpu and
+speedup_differs; every place that shows the ratio reads them and says what differs: the
+report's summary, the headline's bars, the speedup chart."""
 import csv
 import re
 import xml.etree.ElementTree as ET
@@ -9,8 +11,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import load_generator, run_script
-from tbplot.model import Config, baseline_config, pair_label, speedup_pairs
-from tbplot.model import Data
+from tbcsv import Workload, cpu_pair, pair_differs
+from tbplot.model import Data, speedup_pairs
 
 GENERATE = load_generator()
 # (benchmark, device, precision, batch, samples/s): ResNet-152 224 trains batch 128 on the GPU
@@ -43,24 +45,28 @@ def run_csv(tmp_path_factory):
     return str(path)
 
 
-def config(device, precision, batch, model="resnet152", dataset="imagenet"):
-    return Config("train", model, dataset, device, precision, str(batch))
+def workload(precision, batch, model="resnet152", dataset="imagenet", variant=""):
+    return Workload("train", model, dataset, precision, str(batch), variant)
 
 
 def test_the_baseline_is_same_precision_else_fp32_and_same_batch_else_the_cpus():
-    cpus = [config("cpu", "fp32", 8)]
-    gpu = config("gpu:1", "bf16", 128)
-    assert baseline_config(gpu, cpus) == cpus[0]
-    assert pair_label(gpu, cpus[0]) == "bf16 vs fp32, bs 128 vs 8"
-    assert pair_label(config("gpu:1", "fp32", 128), cpus[0]) == "bs 128 vs 8"
-    assert pair_label(config("gpu:1", "bf16", 8), cpus[0]) == "bf16 vs fp32"
-    # The same precision and batch win where the CPU ran them; fp32 before another precision.
-    cpus += [config("cpu", "bf16", 8), config("cpu", "fp32", 128), config("cpu", "fp16", 128)]
-    assert baseline_config(gpu, cpus) == config("cpu", "bf16", 8)
-    assert baseline_config(config("gpu:1", "tf32", 128), cpus) == config("cpu", "fp32", 128)
-    assert pair_label(config("gpu:1", "fp32", 128), config("cpu", "fp32", 128)) == ""
-    # Another workload or variant is never the baseline.
-    assert baseline_config(config("gpu:1", "fp32", 128, "mlp", "mnist"), cpus) is None
+    cpus = [workload("fp32", 8)]
+    gpu = workload("bf16", 128)
+    assert cpu_pair(gpu, cpus) == cpus[0]
+    assert pair_differs(gpu, cpus[0]) == "bf16 vs fp32, bs 128 vs 8"
+    assert pair_differs(workload("fp32", 128), cpus[0]) == "bs 128 vs 8"
+    assert pair_differs(workload("bf16", 8), cpus[0]) == "bf16 vs fp32"
+    # The same precision and batch win where the CPU ran them; fp32 before another precision;
+    # between two cpu rows alike for the pair, the first (trainbench's order).
+    cpus += [workload("bf16", 8), workload("fp32", 128), workload("fp16", 128)]
+    assert cpu_pair(gpu, cpus) == workload("bf16", 8)
+    assert cpu_pair(workload("tf32", 128), cpus) == workload("fp32", 128)
+    assert cpu_pair(workload("tf32", 64), cpus) == workload("fp32", 8)
+    assert pair_differs(workload("fp32", 128), workload("fp32", 128)) == ""
+    # Another workload or variant is never the baseline; what only a GPU row has is left out.
+    assert cpu_pair(workload("fp32", 128, "mlp", "mnist"), cpus) is None
+    assert cpu_pair(workload("fp32", 8, variant="optimizer:adam"), cpus) is None
+    assert cpu_pair(workload("fp32", 8, variant="data_on_device/cuda_graph"), cpus) == cpus[0]
 
 
 def test_speedups_carry_the_pair(tbcsv_mod, run_csv):

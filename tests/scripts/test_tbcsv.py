@@ -14,12 +14,14 @@ GPU_V2, GPU_V3 = data_file("gpu_v2.csv"), data_file("gpu_v3.csv")
 def test_a_v3_file_is_read_with_its_telemetry(tbcsv_mod):
     t = tbcsv_mod.read_table(GPU_V3)
     assert {r["schema_version"] for r in t.rows} == {"3"}
-    # The file's header, then the device clock's columns its GPU rows were moved to on read.
+    # The file's header, then what the upgrade gave its rows: version 4's identity, version 6's
+    # columns, and the device clock's columns its GPU rows were moved to on read.
+    header = load_generator().V3_HEADER
     moved = ["device_step_time_s", "device_samples_per_s"]
-    assert t.columns[-2:] == moved
-    assert t.columns[-2 - len(tbcsv_mod.SCHEMA_3_COLUMNS):-2] == list(tbcsv_mod.SCHEMA_3_COLUMNS)
-    gpu = [r for r in t.rows if tbcsv_mod.is_iteration(r) and r["device"].startswith("gpu")]
-    cpu = [r for r in t.rows if r["device"] == "cpu"]
+    assert t.columns == header + ["variant", "measurement"] + list(tbcsv_mod.SCHEMA_6_COLUMNS) + moved
+    assert header[-len(tbcsv_mod.SCHEMA_3_COLUMNS):] == list(tbcsv_mod.SCHEMA_3_COLUMNS)
+    gpu = [r for r in t.rows if tbcsv_mod.is_iteration(r) and tbcsv_mod.on_gpu(r)]
+    cpu = [r for r in t.rows if r["device_kind"] == "cpu"]
     assert len(gpu) == 24 and cpu
     for column in ("gpu_util", "gpu_mem_used_bytes", "gpu_power_w", "energy_j_per_sample",
                    "gpu_sm_clock_min_mhz", "gpu_sm_clock_median_mhz", "gpu_temp_max_c",
@@ -27,7 +29,7 @@ def test_a_v3_file_is_read_with_its_telemetry(tbcsv_mod):
         assert all(tbcsv_mod.number(r, column) is not None for r in gpu), column
         assert not any(r[column] for r in cpu), column  # CPU rows leave them empty
     assert {r["gpu_throttle"] for r in gpu} == {"none", "sw_power_cap+sw_thermal_slowdown"}
-    jobs = [r for r in gpu if "/jobs:" in r["device"]]
+    jobs = [r for r in gpu if r["device_kind"] == "gpu:1/jobs:K"]
     assert jobs and all(tbcsv_mod.number(r, "host_cpu_util_per_job") ==
                         pytest.approx(tbcsv_mod.number(r, "host_cpu_util") / 2, rel=1e-5)
                         for r in jobs)
@@ -54,7 +56,7 @@ def test_v2_and_v3_files_are_read_together(tbcsv_mod):
     assert len(sps) == 18 and {v for v, _ in energy} == {"3"}
 
 
-@pytest.mark.parametrize("version", ["9", "6", "", "3.0"])
+@pytest.mark.parametrize("version", ["9", "7", "", "3.0"])
 def test_an_unknown_version_is_refused_naming_the_file_and_line(tbcsv_mod, tmp_path, version):
     lines = open(GPU_V3).read().splitlines()
     lines[3] = version + lines[3][1:]  # the third row (line 4 of the file)
@@ -63,7 +65,7 @@ def test_an_unknown_version_is_refused_naming_the_file_and_line(tbcsv_mod, tmp_p
     with pytest.raises(tbcsv_mod.InputError) as e:
         tbcsv_mod.read_table(str(bad))
     assert str(e.value) == (f"{bad}: line 4: unknown schema_version {version!r} (these scripts "
-                            f"read versions 1, 2, 3, 4, 5)")
+                            f"read versions 1, 2, 3, 4, 5, 6)")
 
 
 def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
@@ -102,8 +104,9 @@ def source_columns() -> tuple[str, list[str]]:
 def test_fixture_headers_are_what_trainbench_writes(tbcsv_mod):
     """The fixtures stand for real files only while their headers are trainbench's: version 3
     is version 2 with SCHEMA_3_COLUMNS appended, version 4 is version 3 with SCHEMA_4_COLUMNS
-    appended, version 5 is version 4 with SCHEMA_5_COLUMNS appended, and bench/ writes the
-    header of the version its kSchemaVersion names."""
+    appended, version 5 is version 4 with SCHEMA_5_COLUMNS appended, version 6 is version 5 with
+    SCHEMA_6_COLUMNS appended, and bench/ writes the header of the version its kSchemaVersion
+    names."""
     generate = load_generator()
     assert generate.V3_HEADER[:len(generate.V2_HEADER)] == generate.V2_HEADER
     assert tuple(generate.V3_HEADER[len(generate.V2_HEADER):]) == tbcsv_mod.SCHEMA_3_COLUMNS
@@ -111,11 +114,13 @@ def test_fixture_headers_are_what_trainbench_writes(tbcsv_mod):
     assert tuple(generate.V4_HEADER[len(generate.V3_HEADER):]) == tbcsv_mod.SCHEMA_4_COLUMNS
     assert generate.V5_HEADER[:len(generate.V4_HEADER)] == generate.V4_HEADER
     assert tuple(generate.V5_HEADER[len(generate.V4_HEADER):]) == tbcsv_mod.SCHEMA_5_COLUMNS
+    assert generate.V6_HEADER[:len(generate.V5_HEADER)] == generate.V5_HEADER
+    assert tuple(generate.V6_HEADER[len(generate.V5_HEADER):]) == tbcsv_mod.SCHEMA_6_COLUMNS
     version, columns = source_columns()
     assert version in tbcsv_mod.SCHEMA_VERSIONS, (
         f"bench/ writes schema_version {version}: teach scripts/tbcsv.py to read it")
     headers = {"2": generate.V2_HEADER, "3": generate.V3_HEADER, "4": generate.V4_HEADER,
-               "5": generate.V5_HEADER}
+               "5": generate.V5_HEADER, "6": generate.V6_HEADER}
     assert version in headers, f"no fixture header for schema_version {version}"
     assert columns == headers[version], (
         f"bench/'s columns differ from tests/scripts/fixtures/generate.py's "

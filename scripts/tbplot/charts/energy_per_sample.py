@@ -11,7 +11,7 @@ QUESTION = "How much GPU energy does one trained sample cost, and did a GPU thro
 
 
 def is_gpu_row(row) -> bool:
-    return tbcsv.field_of(row, "device").startswith("gpu")
+    return tbcsv.on_gpu(row)
 
 
 def energy_per_sample(data: Data) -> dict:

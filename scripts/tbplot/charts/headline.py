@@ -21,12 +21,13 @@ from tbplot.model import (Config, clock_notes, config_name, config_sort_key, pan
                           precision_key, speedup_pairs, times)
 from tbplot.versus import over_this_cpu, reference_bars, version_differences
 
-# Colours of the device configurations by kind, in device order: greys for the CPU's threads,
-# purples for MPI ranks, saturated colours for the GPUs, so a cpu bar never looks like a gpu one.
-PALETTES = {"cpu": ("#7f7f7f", "#bdbdbd", "#525252", "#a3a3a3"),
-            "mpi": ("#9467bd", "#c5b0d5", "#6a3d9a"),
-            "gpu": ("#1f77b4", "#2ca02c", "#ff7f0e", "#d62728", "#17becf", "#8c564b", "#e377c2",
-                    "#bcbd22")}
+# Colours of the device configurations by family, in device order: greys for the CPU's threads,
+# purples for CPU replicas sharing gradients (MPI ranks), saturated colours for the GPUs, so a cpu
+# bar never looks like a gpu one.
+PALETTES = {"cpu threads": ("#7f7f7f", "#bdbdbd", "#525252", "#a3a3a3"),
+            "cpu replicas": ("#9467bd", "#c5b0d5", "#6a3d9a"),
+            "gpus": ("#1f77b4", "#2ca02c", "#ff7f0e", "#d62728", "#17becf", "#8c564b", "#e377c2",
+                     "#bcbd22")}
 PREDICTED_HATCH = "///"
 QUESTION = ("How fast does each model train on each device configuration of this machine, and "
             "how much faster than its CPU (all cores)?")
@@ -51,32 +52,31 @@ class Selection:
     bands: dict = field(default_factory=dict)  # predicted bar -> (low, high) samples/s
 
 
-def shown_device(device: str, has_gpu: bool) -> bool:
-    """cpu / gpu:N on a machine with GPUs (gpu:1/jobs:K is no device count); the CPU
+def shown_device(c: Config, has_gpu: bool) -> bool:
+    """cpu, gpu:1 and gpu:N on a machine with GPUs (not jobs or threads sharing a GPU); the CPU
     configurations on one without."""
     if has_gpu:
-        return device == "cpu" or tbcsv.device_count(device) is not None
-    d = tbdevices.parse(device)
-    return d is not None and d.backend == "cpu"
+        return c.all_cores or (c.on_gpu and (tbdevices.is_one_replica(c.device_kind)
+                                             or bool(c.data_parallel)))
+    return bool(c.device_kind) and not c.on_gpu
 
 
 def select(data) -> Selection:
     measured = tbcsv.samples(data.step_rows, data.key, "samples_per_s")
     predicted = tbcsv.samples(data.predicted_rows, data.key, "samples_per_s")
-    gpu_series = {s for s, c in measured if c.device.startswith("gpu")}
+    gpu_series = {s for s, c in measured if c.on_gpu}
     bars, left_out = {}, []
     for (s, c), sample in list(measured.items()) + list(predicted.items()):
-        if c.shared_device:
-            left_out.append(f"the shared_device rows of {c.device} on {s} "
-                            f"({tbcsv.device_count(c.device) or 'N'} replicas on one GPU: "
-                            f"correctness, not scaling)")
-        elif shown_device(c.device, s in gpu_series):
+        if c.checks_only:
+            left_out.append(f"the {tbdevices.check_word(c.device_kind)} rows of {c.device} on {s} "
+                            f"({tbdevices.what_it_checks(c.device_kind, c.device)})")
+        elif shown_device(c, s in gpu_series):
             bars[(s, c)] = sample
     # The reference runs' bars of the workloads and precisions drawn for the input machines.
     wanted = {(c.panel, c.precision) for _, c in bars}
     refs = {k: v for k, v in reference_bars(data).items() if (k[1].panel, k[1].precision) in wanted}
     bars.update(refs)
-    gpu_series |= {s for s, c in refs if c.device.startswith("gpu")}
+    gpu_series |= {s for s, c in refs if c.on_gpu}
     predicted_keys = {k for k in bars if k[1].predicted}
     return Selection(bars, predicted_keys, gpu_series, list(dict.fromkeys(left_out)),
                      {s for s, _ in refs}, prediction_bands(data, predicted_keys))
@@ -120,21 +120,28 @@ def colour_keys(bars) -> dict:
     """Device configuration (device and measured variant) -> colour; a predicted bar takes
     the colour of the configuration it predicts."""
     keys = sorted({measured_config(c) for _, c in bars}, key=config_sort_key)
-    names = list(dict.fromkeys(config_name(k) for k in keys))
+    families = dict.fromkeys((config_name(k), family(k)) for k in keys)
     used: dict = {}
     out = {}
-    for name in names:
-        kind = name.partition(":")[0].split(" ")[0]
-        palette = PALETTES.get(kind, PALETTES["gpu"])
+    for name, kind in families:
+        palette = PALETTES[kind]
         out[name] = palette[used.get(kind, 0) % len(palette)]
         used[kind] = used.get(kind, 0) + 1
     return out
 
 
+def family(c: Config) -> str:
+    """The palette of a configuration: the GPUs', the CPU's replicas sharing gradients (MPI
+    ranks), or the CPU's threads."""
+    if c.on_gpu:
+        return "gpus"
+    return "cpu replicas" if c.data_parallel else "cpu threads"
+
+
 def measured_config(c: Config) -> Config:
-    """The configuration without its predicted:<link> item, precision and batch."""
-    variant = "/".join(i for i in tbcsv.variant_items(c.variant) if not i.startswith("predicted"))
-    return Config(c.kind, c.model, c.dataset, c.device, "", "", variant)
+    """The configuration a bar stands for, without what a prediction assumed (its link), its
+    precision and batch."""
+    return c.but(precision="", batch="", variant=tbdevices.measured_variant(c.variant))
 
 
 @dataclass
@@ -220,7 +227,7 @@ class Labels:
         if key in self.versus:
             pair = self.versus[key]
             lines = [times(pair.ratio) + " this cpu"]
-        elif c.device == "cpu" and not c.variant:
+        elif c.all_cores and not c.variant:
             pair, lines = None, ["1× (cpu)"]
         else:
             pair = self.own.get(key)
@@ -285,8 +292,7 @@ def legend_entries(figs, chosen: Selection, colours: dict) -> list:
     measured = {config_name(measured_config(c)) for k in chosen.bars
                 if k not in chosen.predicted for c in [k[1]]}
     entries = [(figs.patch(colour), name) for name, colour in colours.items() if name in measured]
-    predicted = sorted({(measured_config(c), tbcsv.predicted_link(c.variant))
-                        for _, c in chosen.predicted},
+    predicted = sorted({(measured_config(c), c.link) for _, c in chosen.predicted},
                        key=lambda p: (config_sort_key(p[0]), p[1]))  # the link too: no set order
     said = set()  # one entry per configuration and link, whatever the models and precisions
     for c, link in predicted:
@@ -341,7 +347,7 @@ def notes(chosen: Selection, data, rows) -> list[str]:
 
 
 def bar_labels(data, chosen: Selection) -> Labels:
-    own = speedup_pairs(data, data.predicted_rows)
+    own = speedup_pairs(data)
     this = this_machine(data, chosen)
     versus = {}
     if this:
@@ -349,9 +355,7 @@ def bar_labels(data, chosen: Selection) -> Labels:
         versus = over_this_cpu(data, this, refs)
     elif chosen.references:
         # Several input machines: each reference bar over its own machine's cpu row.
-        refs = data.reference_rows
-        own.update(speedup_pairs(data, [r for r in refs if tbcsv.is_predicted(r)],
-                                 measured=[r for r in refs if not tbcsv.is_predicted(r)]))
+        own.update(speedup_pairs(data, data.reference_rows))
     return Labels(own, versus)
 
 

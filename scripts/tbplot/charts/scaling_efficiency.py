@@ -1,8 +1,10 @@
 """The multi-GPU scaling chart: efficiency (samples/s on N devices over N times one device)
-against N, one line per machine, precision and batch, from the gpu:N rows."""
+against N, one line per machine, precision and batch, from the gpu:N rows' own
+scaling_efficiency (tbplot.model.scaling_lines)."""
 from __future__ import annotations
 
 import tbcsv
+import tbdevices
 from tbplot.figures import LABEL_BOX, Figures, Skip, style_legend
 from tbplot.model import Data, clock_notes, config_of, panel_title, scaling_lines
 
@@ -16,12 +18,13 @@ def chart_scaling(figs: Figures, data: Data):
         raise Skip("no gpu:1 row with a gpu:N (N >= 2) row of the same machine and model")
     panels = list(dict.fromkeys(k[1] for k in lines))
     series = [s for s in data.series if any(k[0] == s for k in lines)]
-    rows = [r for r in data.step_rows if tbcsv.device_count(config_of(r).device) is not None
-            and not config_of(r).shared_device and tbcsv.is_ok(r)]
+    rows = [r for r in data.step_rows if config_of(r).on_gpu and tbcsv.is_ok(r)
+            and (config_of(r).data_parallel or tbdevices.is_one_gpu(config_of(r).device_kind))]
     fig, axes = figs.new(
         "Multi-GPU scaling efficiency", rows,
-        ["Efficiency = samples/s on N devices / (N × samples/s on 1 device), from the gpu:N "
-         "rows (medians); dashed line: perfect scaling (100%)."] + clock_notes(data, rows),
+        ["Efficiency = samples/s on N devices / (N × samples/s on 1 device): the gpu:N rows' "
+         "scaling_efficiency over their gpu:1 row (medians); dashed line: perfect scaling "
+         "(100%)."] + clock_notes(data, rows),
         [5.6] * len(panels), 3.6, figs.series_legend(series) if len(series) > 1 else None)
     markers = "os^Dvx"
     for ax, panel in zip(axes, panels):

@@ -1,7 +1,7 @@
 """The speedup chart: each configuration's samples/s over the samples/s of the `cpu` row (all
-cores) of the same machine and workload (tbplot.model.baseline_config: the same precision and
-batch where the CPU ran them, else fp32 and the cpu row's batch, said under the bar), on the wall
-clock, with the 1x line kept in view."""
+cores) of the same machine and workload (the rows' speedup_vs_cpu over their cpu_baseline: the
+same precision and batch where the CPU ran them, else fp32 and the cpu row's batch, said under
+the bar from speedup_differs), on the wall clock, with the 1x line kept in view."""
 from __future__ import annotations
 
 import tbcsv
@@ -14,7 +14,7 @@ QUESTION = ("How much faster than the same machine's cpu row (all cores) is each
 
 def chart_speedup(figs: Figures, data: Data):
     """(b) speedup of every configuration over the `cpu` row of the same machine."""
-    pairs = speedup_pairs(data)
+    pairs = speedup_pairs(data, data.step_rows)
     ratios = {k: v.ratio for k, v in pairs.items()}
     if not ratios:
         raise Skip("no configuration besides cpu has a cpu row of the same machine, model and "

@@ -1,0 +1,80 @@
+"""scripts/predictions_table.py reads what the rows say (issue 40, item 3): each measured
+data-parallel row's `prediction` column names the predicted row it was compared with and its
+verdicts say inside_band or outside_band; the table shows them, it never matches rows by name
+or compares with the band itself. Older files get the columns from tbcsv's upgrade: the
+committed table of docs/prediction.md comes out of its schema 5 CSVs unchanged."""
+import csv
+
+from conftest import FIXTURES, ROOT, run_script
+
+RUN = ROOT / "results" / "vm" / "predictions-20261126T102553Z"
+SETTINGS = [("mpi:2, one machine", "one-machine.csv"),
+            ("mpi:2, emulated nodes, 1gbit", "emulated-1gbit.csv"),
+            ("mpi:2, emulated nodes, 10gbit", "emulated-10gbit.csv")]
+BINARY_RUN = FIXTURES / "binary" / "mpi2-measured-link.csv"
+LSTM = "train/lstm/sine/mpi:2/fp32/bs:20"
+
+
+def table_lines(text: str) -> dict:
+    """benchmark -> the cells of its line."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) > 2 and cells[1].startswith("`"):
+            out[cells[1].strip("`")] = cells
+    return out
+
+
+def test_the_committed_table_comes_out_of_its_schema_5_files():
+    r = run_script("predictions_table.py", *(f"{s}={RUN / f}" for s, f in SETTINGS))
+    assert r.returncode == 0, r.stderr
+    committed = (RUN / "table.md").read_text().splitlines()
+    assert r.stdout.splitlines() == committed[:len(r.stdout.splitlines())]
+    assert len(r.stdout.splitlines()) == 14
+
+
+def test_a_schema_6_run_is_read_by_its_prediction_and_verdicts():
+    r = run_script("predictions_table.py", f"here={BINARY_RUN}", "--check")
+    lines = table_lines(r.stdout)
+    assert set(lines) == {"train/mlp/mnist/mpi:2/fp32/bs:100", LSTM}
+    assert lines["train/mlp/mnist/mpi:2/fp32/bs:100"][6] == "yes"
+    assert lines[LSTM][6] == "**no**"
+    # The LSTM's repetitions were outside their band: --check fails naming it.
+    assert r.returncode == 1
+    assert f"here: {LSTM} outside its band (2 of 2 repetitions)" in r.stderr
+
+
+def edited_run(tmp_path, verdicts: list[str]) -> str:
+    """The binary's run with the LSTM's repetitions' verdicts set, one each, as given."""
+    with open(BINARY_RUN, newline="") as f:
+        rows = list(csv.DictReader(f))
+    reps = [r for r in rows if r["benchmark"] == LSTM and r["run_type"] == "iteration"]
+    assert len(reps) == len(verdicts)
+    for r, verdict in zip(reps, verdicts):
+        r["verdicts"] = verdict
+    path = tmp_path / "edited.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def test_the_verdict_is_the_rows_not_worked_out_again(tmp_path):
+    """Rows that say inside_band are inside, whatever the band: the table reads, it does not
+    judge (the LSTM's measured 18,692 lies below its band of 26,566 to 90,403)."""
+    r = run_script("predictions_table.py", f"here={edited_run(tmp_path, ['inside_band'] * 2)}",
+                   "--check")
+    assert table_lines(r.stdout)[LSTM][6] == "yes"
+    assert "outside its band" not in r.stderr
+    r = run_script("predictions_table.py",
+                   f"here={edited_run(tmp_path, ['loaded+inside_band', 'outside_band'])}")
+    assert r.returncode == 0 and table_lines(r.stdout)[LSTM][6] == "1 of 2"
+
+
+def test_a_run_without_compared_rows_is_refused(tmp_path):
+    r = run_script("predictions_table.py", f"here={edited_run(tmp_path, ['loaded', 'loaded'])}")
+    assert r.returncode == 0 and LSTM not in r.stdout  # the other benchmark is still there
+    cpu_only = FIXTURES / "binary" / "cpu-links.csv"
+    r = run_script("predictions_table.py", f"here={cpu_only}")
+    assert r.returncode == 2 and "no measured data-parallel row compared with a prediction" in r.stderr
