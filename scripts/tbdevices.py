@@ -265,7 +265,7 @@ def is_one_replica(kind: str) -> bool:
 # variant_flags: `name:value`, or bare `name` for a switch, joined by `/`).
 VARIANT_FLAGS = ("optimizer", "lr", "data_on_device", "cuda_graph", "gpu_memory_limit",
                  "gpu_layout", "loader_workers", "prefetch", "augment", "shared_device",
-                 "emulated_nodes", "nodes", "timeline", "replayed", "predicted", "network")
+                 "emulated_nodes", "nodes", "timeline", "replayed", "predicted", "network", "from")
 # Rows of versions 1-3 recorded two of them as columns of their own, in this order.
 LEGACY_VARIANT_COLUMNS = ("data_on_device", "cuda_graph")
 # What a variant loses for each comparison, as the C++ drops it: the one-device row of scaling
@@ -275,9 +275,9 @@ LEGACY_VARIANT_COLUMNS = ("data_on_device", "cuda_graph")
 SCALING_DROPS = ("emulated_nodes", "nodes")
 CPU_ROW_DROPS = ("data_on_device", "cuda_graph", "gpu_memory_limit", "gpu_layout",
                  "emulated_nodes", "nodes")
-PREDICTION_DROPS = ("emulated_nodes", "predicted", "network", "replayed")
+PREDICTION_DROPS = ("emulated_nodes", "predicted", "network", "from", "replayed")
 # What makes a row a prediction or a replay rather than the measurement of its configuration.
-_NOT_MEASURED = ("predicted", "network", "replayed")
+_NOT_MEASURED = ("predicted", "network", "from", "replayed")
 
 
 def variant_items(variant: str) -> list[str]:
@@ -329,8 +329,8 @@ def is_flag(term: str) -> bool:
 
 
 def names_a_prediction(term: str) -> bool:
-    """A variant item only predicted rows carry (`predicted:nvlink4`, `network:ib`)."""
-    return term.partition(":")[0] in ("predicted", "network")
+    """A variant item only predicted rows carry (`predicted:nvlink4`, `network:ib`, `from:cpu:1`)."""
+    return term.partition(":")[0] in ("predicted", "network", "from")
 
 
 # The flags of measured rows (a compare.py filter may name them).

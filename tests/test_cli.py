@@ -463,7 +463,7 @@ def test_mpirun_compares_mpi2_with_its_prediction_and_the_row_says_inside_or_out
     m, p = measured[0], predicted[0]
     assert p["link"] == "measured" and float(p["link_busbw_gbps"]) > 0 and p["algorithm"]
     assert p["predicted_from"] == "train/mlp/mnist/cpu:1/fp32/bs:100" == p["baseline"] == m["baseline"]
-    assert p["benchmark"].endswith("/predicted:measured") and "assumes" in p["message"]
+    assert p["benchmark"].endswith("/predicted:measured/from:cpu:1") and "assumes" in p["message"]
     assert "2 ranks stepping together" in p["message"]
     assert "steps through the data-parallel path with one replica" in p["message"]
     low, point, high = (float(p[c]) for c in ("samples_per_s_low", "samples_per_s", "samples_per_s_high"))
@@ -490,8 +490,8 @@ def test_a_prediction_asked_after_the_run_equals_the_runs_own(tmp_path):
             f"--csv={run_csv}")
     assert r.returncode == 0, r.stderr
     in_run = {row["benchmark"]: row for row in read_csv(run_csv) if row["measurement"] == "predicted"}
-    name = "train/mlp/mnist/mpi:8/fp32/bs:100/predicted:custom/nodes:4/network:custom"
-    assert sorted(in_run) == sorted(f"train/mlp/mnist/mpi:{n}/fp32/bs:100/predicted:custom/nodes:4/network:custom"
+    name = "train/mlp/mnist/mpi:8/fp32/bs:100/nodes:4/predicted:custom/network:custom/from:cpu:1"
+    assert sorted(in_run) == sorted(f"train/mlp/mnist/mpi:{n}/fp32/bs:100/nodes:4/predicted:custom/network:custom/from:cpu:1"
                                     for n in (4, 8, 16, 32))
     a = run(f"--predict_from={run_csv}", "--devices=mpi:8", *links, f"--csv={after_csv}")
     assert a.returncode == 0, a.stderr

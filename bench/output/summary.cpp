@@ -84,8 +84,7 @@ std::string render_predictions(const std::vector<const Row*>& rows, bool markdow
     if (const std::string network = cell(*r, "network"); !network.empty())
       link += fmt::format(" + {} nodes, {} ({:.3g} GB/s per NIC)", cell(*r, "nodes"), network,
                           value(*r, "network_busbw_gbps"));
-    lines[{cell(*r, "predicted_from"), link}]
-         [n] = r;
+    lines[{cell(*r, "predicted_from"), link}][n] = r;
   }
   std::sort(counts.begin(), counts.end(),
             [](const auto& a, const auto& b) { return std::atoi(a.c_str()) < std::atoi(b.c_str()); });

@@ -100,6 +100,7 @@ const std::vector<VariantFlag>& variant_flags() {
       {"replayed", "a one-device row's steps replayed across ranks (--replay_from)"},
       {"predicted", "predicted:<link>, a prediction over a link within a node (--link)"},
       {"network", "network:<name>, a prediction's link between nodes (--network)"},
+      {"from", "from:<device>, the one-device row a prediction was made from (cpu:1, cpu, gpu:1)"},
   };
   return flags;
 }

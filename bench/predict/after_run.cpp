@@ -16,6 +16,7 @@
 #include "bench/plan/device_kinds.hpp"
 #include "bench/predict/predict.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/stats.hpp"
 #include "engine/parallel/predict.hpp"
 
 namespace tb::bench {
@@ -101,6 +102,13 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
     plan.links = links_for(flags, backend);
     plan.counts = counts_for(flags, backend);
     plan.nodes = flags.nodes;
+    // The source's cpu row, where the file has it: the predicted rows' speedup over the CPU.
+    std::vector<double> cpu_rates;
+    for (const Row& r : rows)
+      if (cell(r, "benchmark") == cell(*of.back(), "cpu_baseline") && cell(r, "run_type") == "iteration" &&
+          cell(r, "status") == "ok")
+        cpu_rates.push_back(cell_number(r, "samples_per_s"));
+    plan.cpu_samples_per_s = cpu_rates.empty() ? 0 : tb::median(cpu_rates);
     for (const std::string& network : flags.networks) plan.networks.push_back(parallel::parse_network(network));
     if (!flags.devices.empty() && plan.counts.empty()) continue;  // --devices names none of its kind
     std::cout << name << "\n";

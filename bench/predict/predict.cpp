@@ -25,7 +25,7 @@ namespace {
 // measured row it is for share everything else.
 bool where_item(const std::string& item) {
   const std::string flag = item.substr(0, item.find(':'));
-  return flag == "emulated_nodes" || flag == "predicted" || flag == "network" || flag == "replayed";
+  return flag == "emulated_nodes" || flag == "predicted" || flag == "network" || flag == "from" || flag == "replayed";
 }
 
 std::string comparable_variant(const std::string& variant) {
@@ -70,7 +70,7 @@ Row source_identity(const Row& source) {
   for (const auto& [column, value] : source)
     if (!is_counter(column)) row[column] = value;
   for (const char* own : {"message", "repetition", "aggregate", "verdicts", "prediction", "prediction_inputs",
-                          "cpu_baseline", "speedup_differs", "shared_device", "emulated_nodes", "rank_hosts"})
+                          "shared_device", "emulated_nodes", "rank_hosts"})
     row.erase(own);
   return row;
 }
@@ -91,7 +91,7 @@ std::vector<int> default_counts(const parallel::Link& link, bool gpu, int nodes)
 // The predicted row of `one` (from `source`, a one-device row) on `c`, named as on `named_nodes`
 // nodes, with its console line.
 PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, const parallel::Cluster& c,
-                           int named_nodes, bool gpu, const MachineContext& now) {
+                           int named_nodes, bool gpu, double cpu_samples_per_s, const MachineContext& now) {
   const parallel::Prediction q = parallel::predict(one, c);
   const parallel::Link& link = c.link;
   const bool two_levels = c.nodes > 1;
@@ -102,6 +102,7 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
   items.push_back("predicted:" + link.name);
   if (named_nodes > 1) items.push_back(fmt::format("nodes:{}", named_nodes));
   if (two_levels) items.push_back("network:" + c.network.name);
+  items.push_back("from:" + cell(source, "device"));
   Row row = source_identity(source);
   row["variant"] = join_variant(items);
   row["benchmark"] =
@@ -144,6 +145,9 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
                         c.network.name, c.network.source,
                         c.network.low_source.empty() ? "" : "; low: " + c.network.low_source);
   }
+  // Its speed-up over the source's cpu row, where the plan knows that row's rate.
+  if (cpu_samples_per_s > 0 && !row["cpu_baseline"].empty())
+    counters["speedup_vs_cpu"] = q.samples_per_s / cpu_samples_per_s;
   add_counters(row, counters, false);
   row["message"] = fmt::format(
       "predicted from {}'s timeline {}; all-reduce: {}; terms: {}; data-parallel overhead: {}; sharing: {}; assumes {}",
@@ -205,7 +209,7 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
         cluster.network = network;
         // Over the measured link the ranks ran where they ran: on the world's nodes.
         const int named_nodes = measured ? parallel::world().nodes : cluster.nodes;
-        out.push_back(predicted_row(*source, one, cluster, named_nodes, gpu, now));
+        out.push_back(predicted_row(*source, one, cluster, named_nodes, gpu, plan.cpu_samples_per_s, now));
       }
   }
   return out;
@@ -255,11 +259,13 @@ PredictionPlan Predictor::plan_for(const BenchInfo& info) const {
 }
 
 std::vector<PredictedRow> Predictor::after_benchmark(const BenchInfo& info, const std::vector<const Row*>& rows,
-                                                     const MachineContext& machine) {
+                                                     const MachineContext& machine, double cpu_samples_per_s) {
   if (info.kind != Kind::Train || info.run() != RunKind::OneReplica || !info.timeline || info.cuda_graph ||
       parallel::world().rank != 0)
     return {};
-  std::vector<PredictedRow> predicted = predict_rows(rows, plan_for(info), machine);
+  PredictionPlan plan = plan_for(info);
+  plan.cpu_samples_per_s = cpu_samples_per_s;
+  std::vector<PredictedRow> predicted = predict_rows(rows, plan, machine);
   remember(info, predicted);
   return predicted;
 }
@@ -293,7 +299,10 @@ void Predictor::remember(const BenchInfo& from, const std::vector<PredictedRow>&
 }
 
 std::optional<Predictor::Comparison> Predictor::compare(const BenchInfo& measured, double samples_per_s) const {
-  if (measured.data_parallel < 2 || samples_per_s <= 0) return std::nullopt;
+  // Data-parallel rows, and GPU ranks as emulated nodes (a check of the multi-node path, still
+  // the run a prediction over the ranks' measured link is for).
+  const bool ranks = measured.device_kind && measured.device_kind->across_ranks && measured.device_kind->wiring;
+  if ((measured.data_parallel < 2 && !ranks) || samples_per_s <= 0) return std::nullopt;
   const auto it = made_.find(prediction_key(measured.model, measured.dataset, measured.precision,
                                             std::to_string(measured.batch), measured.variant, measured.device));
   if (it == made_.end()) return std::nullopt;

@@ -35,6 +35,8 @@ struct PredictionPlan {
   // For a replay (--replay_from): mpi:N rows of ranks that wait out the compute (they share
   // nothing) and all-reduce over MPI (no overlap), whatever the saved row's backend.
   bool replay = false;
+  // The samples/s of the source's cpu_baseline row, for the predicted rows' speedup_vs_cpu; 0: none.
+  double cpu_samples_per_s = 0;
 };
 
 // The predicted rows of one one-device benchmark from `rows`, its rows in a CSV (the ok
@@ -59,8 +61,10 @@ class Predictor {
   // The policy after the last repetition of `info`: a one-device train row with a timeline is
   // predicted over the run's links from `rows` (its rows so far); anything else is not.
   // Remembers them for compare().
+  // `cpu_samples_per_s`: the run's rate of info's cpu_baseline row (0: none), for the predicted
+  // rows' speedup over the CPU.
   std::vector<PredictedRow> after_benchmark(const BenchInfo& info, const std::vector<const Row*>& rows,
-                                            const MachineContext& machine);
+                                            const MachineContext& machine, double cpu_samples_per_s = 0);
 
   // The prediction a replay is compared with: the saved row predicted for this world's ranks over
   // the run's links (--link, default the ranks' measured one; --nodes, --network). Rank 0 only.

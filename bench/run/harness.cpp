@@ -110,7 +110,8 @@ void Harness::write(const BenchInfo& info, Repetition repetition) {
   if (call < repetitions_) return;
   // The benchmark's last repetition: its aggregates, then what the predictor's policy makes of it.
   rows_->aggregates(info);
-  for (PredictedRow& p : predictor_.after_benchmark(info, rows_->rows_of(info.name), rows_->machine())) {
+  for (PredictedRow& p : predictor_.after_benchmark(info, rows_->rows_of(info.name), rows_->machine(),
+                                                    baselines_.median(info.cpu_baseline))) {
     rows_->keep(p.row);
     rows_->note(info.name, std::move(p.line));
   }

@@ -223,8 +223,8 @@ TEST(Baselines, AVariantPairsOnlyWithItsOwnVariant) {
 TEST(Variant, ItemsGoInTheTablesOrderEachOnce) {
   EXPECT_EQ(join_variant({"predicted:pcie5", "timeline:off", "optimizer:sgd", "nodes:2", "emulated_nodes"}),
             "optimizer:sgd/emulated_nodes/nodes:2/timeline:off/predicted:pcie5");
-  EXPECT_EQ(join_variant({"network:100gbe", "predicted:nvlink4", "nodes:4"}),
-            "nodes:4/predicted:nvlink4/network:100gbe");
+  EXPECT_EQ(join_variant({"from:gpu:1", "network:100gbe", "predicted:nvlink4", "nodes:4"}),
+            "nodes:4/predicted:nvlink4/network:100gbe/from:gpu:1");
   EXPECT_EQ(join_variant({}), "");
   EXPECT_THROW(join_variant({"colour:blue"}), Error) << "a flag the table lacks is a misspelling";
   std::set<std::string> names;

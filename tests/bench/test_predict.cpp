@@ -108,7 +108,7 @@ TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   const Row& row = got[0].row;
   EXPECT_EQ(cell(row, "samples_per_s"), number(q.samples_per_s));
   EXPECT_EQ(cell(row, "samples_per_s_high"), number(q.samples_per_s_high));
-  EXPECT_EQ(cell(row, "benchmark"), "train/mlp/mnist/mpi:4/fp32/bs:100/predicted:custom");
+  EXPECT_EQ(cell(row, "benchmark"), "train/mlp/mnist/mpi:4/fp32/bs:100/predicted:custom/from:cpu:1");
   EXPECT_EQ(cell(row, "device_kind"), "mpi:N");
   EXPECT_EQ(cell(row, "data_parallel"), "4");
   EXPECT_EQ(cell(row, "prediction_inputs"), "") << "a prediction carries no inputs of its own";

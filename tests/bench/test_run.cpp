@@ -159,7 +159,7 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
     EXPECT_EQ(cell(*predicted[k], "samples_per_s"), cell(again[k].row, "samples_per_s"));
     EXPECT_EQ(cell(*predicted[k], "samples_per_s_low"), cell(again[k].row, "samples_per_s_low"));
   }
-  EXPECT_EQ(cell(*predicted[0], "benchmark"), "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:custom");
+  EXPECT_EQ(cell(*predicted[0], "benchmark"), "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:custom/from:cpu:1");
   const std::vector<std::string>& lines = log.notes_of(name);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].rfind("  predicted mpi:2 over custom", 0), 0u) << lines[0];
