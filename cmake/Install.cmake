@@ -4,7 +4,7 @@
 #   libexec/trainbench/      the scripts and the Python modules they import, and tbinstalled.py:
 #                            the relative paths from there to bin/ and share/trainbench/
 #   share/trainbench/        trainbench.sbatch, SCHEMA.md, the reference runs (results/*/reference.json
-#                            and the CSVs they name)
+#                            and the CSVs they name), the ReFrame check (reframe/)
 #   share/doc/trainbench/    README.md and docs/
 # Nothing installed names the source or the build tree: the scripts find their data from their
 # own place in the prefix (scripts/tbprefix.py), and the sources are compiled with their paths
@@ -117,8 +117,10 @@ foreach(entry IN ITEMS "plot plot.py matplotlib" "compare compare.py scipy")
   install(PROGRAMS ${CMAKE_BINARY_DIR}/generated/trainbench-${TB_ENTRY} DESTINATION ${CMAKE_INSTALL_BINDIR})
 endforeach()
 
-# ---- the data: the sbatch template, SCHEMA.md, the reference runs ----------------------------
+# ---- the data: the sbatch template, SCHEMA.md, the reference runs, the ReFrame check --------
 install(FILES ${PROJECT_SOURCE_DIR}/results/SCHEMA.md DESTINATION ${TB_INSTALL_DATADIR})
+install(DIRECTORY ${TB_SCRIPTS_DIR}/reframe/ DESTINATION ${TB_INSTALL_DATADIR}/reframe
+        PATTERN __pycache__ EXCLUDE PATTERN *.pyc EXCLUDE)
 file(GLOB TB_REFERENCE_INDEXES RELATIVE ${PROJECT_SOURCE_DIR}/results ${PROJECT_SOURCE_DIR}/results/*/reference.json)
 foreach(index IN LISTS TB_REFERENCE_INDEXES)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/results/${index})
@@ -139,5 +141,6 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR
 
 # ---- written at install time: tbinstalled.py and the sbatch template with the prefix ---------
 file(RELATIVE_PATH TB_LIBEXEC_TO_PREFIX /prefix/${TB_INSTALL_LIBEXECDIR} /prefix)
+file(RELATIVE_PATH TB_REFRAME_TO_BIN /prefix/${TB_INSTALL_DATADIR}/reframe /prefix/${CMAKE_INSTALL_BINDIR})
 configure_file(${PROJECT_SOURCE_DIR}/cmake/InstallLayout.cmake.in ${CMAKE_BINARY_DIR}/generated/InstallLayout.cmake @ONLY)
 install(SCRIPT ${CMAKE_BINARY_DIR}/generated/InstallLayout.cmake)

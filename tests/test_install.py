@@ -58,6 +58,7 @@ def test_the_layout(prefix):
         "libexec/trainbench/peers/torchpeer/__init__.py",
         "share/trainbench/trainbench.sbatch", "share/trainbench/SCHEMA.md",
         "share/trainbench/results/h100/reference.json", "share/trainbench/results/h100/default-20261124.csv",
+        "share/trainbench/reframe/trainbench_check.py", "share/trainbench/reframe/settings.py",
         "share/doc/trainbench/README.md", "share/doc/trainbench/docs/running.md",
     ]
     missing = [p for p in expected if not (prefix / p).is_file()]
