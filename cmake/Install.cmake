@@ -4,13 +4,14 @@
 #   libexec/trainbench/      the scripts and the Python modules they import, and tbinstalled.py:
 #                            the relative paths from there to bin/ and share/trainbench/
 #   share/trainbench/        trainbench.sbatch, SCHEMA.md, the reference runs (results/*/reference.json
-#                            and the CSVs they name), the ReFrame check (reframe/)
+#                            and the CSVs they name), the ReFrame check (reframe/), a modulefile
+#                            (modulefiles/trainbench/<version>)
 #   share/doc/trainbench/    README.md and docs/
 # Nothing installed names the source or the build tree: the scripts find their data from their
 # own place in the prefix (scripts/tbprefix.py), and the sources are compiled with their paths
 # mapped to relative ones (__FILE__ in error messages, debug information). The sbatch template
-# alone holds an absolute path, the prefix's own bin/trainbench, written at install time: Slurm
-# runs a copy of the script from its spool, so it cannot find the prefix from its own place.
+# and the modulefile alone hold an absolute path, the prefix's own bin/, written at install time:
+# Slurm runs a copy of the script from its spool, so it cannot find the prefix from its own place.
 # Also generates what `trainbench --version` prints beside the commit (the backends built).
 include(GNUInstallDirs)
 
@@ -25,14 +26,14 @@ set(TB_INSTALL_LIBEXECDIR ${CMAKE_INSTALL_LIBEXECDIR}/trainbench)
 set(TB_INSTALL_DATADIR ${CMAKE_INSTALL_DATADIR}/trainbench)
 
 # Source and build paths compiled into the binaries (__FILE__ in every check macro's message,
-# DWARF's file names and compilation folders) become relative ones: the build folder first, as
-# it lies inside the source folder where the presets put it (GCC takes the first map that fits).
-foreach(lang IN ITEMS CXX C)
-  target_compile_options(tb_options INTERFACE
-    $<$<COMPILE_LANGUAGE:${lang}>:-ffile-prefix-map=${CMAKE_BINARY_DIR}/=build/ -ffile-prefix-map=${CMAKE_SOURCE_DIR}/=>)
-endforeach()
-target_compile_options(tb_options INTERFACE
-  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffile-prefix-map=${CMAKE_BINARY_DIR}/=build/,-ffile-prefix-map=${CMAKE_SOURCE_DIR}/=>)
+# DWARF's file names and compilation folders) become relative ones. GCC applies the last map
+# that fits: the build folder's after the source folder's, as the presets put the one inside the
+# other; each folder twice, so that the folder itself (a compilation folder) is mapped too.
+set(TB_PREFIX_MAPS -ffile-prefix-map=${CMAKE_SOURCE_DIR}=. -ffile-prefix-map=${CMAKE_SOURCE_DIR}/=
+                   -ffile-prefix-map=${CMAKE_BINARY_DIR}=build -ffile-prefix-map=${CMAKE_BINARY_DIR}/=build/)
+list(JOIN TB_PREFIX_MAPS "," TB_PREFIX_MAPS_CUDA)
+target_compile_options(tb_options INTERFACE "$<$<COMPILE_LANGUAGE:CXX,C>:${TB_PREFIX_MAPS}>"
+                                            "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${TB_PREFIX_MAPS_CUDA}>")
 
 # ---- trainbench --version: the project's version and the backends this build has -----------
 set(TB_BACKENDS "cpu (oneDNN ${dnnl_VERSION})")
