@@ -1,4 +1,4 @@
-# Install rules (issue 44). With GNUInstallDirs' relative destinations:
+# Install rules and the Debian package (issue 44). With GNUInstallDirs' relative destinations:
 #   bin/                     trainbench, and trainbench-plot / trainbench-compare (plot.py and
 #                            compare.py under Debian's Python, same arguments)
 #   libexec/trainbench/      the scripts and the Python modules they import, and tbinstalled.py:
@@ -145,3 +145,6 @@ file(RELATIVE_PATH TB_LIBEXEC_TO_PREFIX /prefix/${TB_INSTALL_LIBEXECDIR} /prefix
 file(RELATIVE_PATH TB_REFRAME_TO_BIN /prefix/${TB_INSTALL_DATADIR}/reframe /prefix/${CMAKE_INSTALL_BINDIR})
 configure_file(${PROJECT_SOURCE_DIR}/cmake/InstallLayout.cmake.in ${CMAKE_BINARY_DIR}/generated/InstallLayout.cmake @ONLY)
 install(SCRIPT ${CMAKE_BINARY_DIR}/generated/InstallLayout.cmake)
+
+# ---- the Debian package --------------------------------------------------------------------
+include(cmake/Package.cmake)
