@@ -1,48 +1,48 @@
 #!/usr/bin/env bash
-# Proves that the README's two commands set up everything themselves: builds a minimal Debian 12
-# root with mmdebstrap (apt and the essential packages, nothing of ours), copies a clean clone of
-# this repository's HEAD into it, and runs there, as a new user would,
+# Proves that the README's two commands set up everything themselves: in a minimal Debian 12 root
+# that looks like a fresh machine (scripts/clean_root.sh: mmdebstrap's apt and essential packages,
+# nothing of ours; `/` a mount point, /proc, /sys with /sys/fs/cgroup, /dev, /run of its own), it
+# copies a clean clone of this repository's HEAD and runs there, as a new user would,
 #   scripts/bench.sh with a short filter, then scripts/test.sh,
-# printing each command's wall time and ctest's summary. Not part of CI (about 10 minutes and a
-# few GB of packages); run it before changing scripts/deps.sh or the build's dependencies.
+# printing each command's wall time and ctest's summary; afterwards it checks that no mount under
+# the root and no network namespace of the run is left on this machine, and says so. Not part of
+# CI (30-60 minutes: both commands build everything; a few GB of packages); run it before changing
+# scripts/deps.sh or the build's dependencies.
 #
-#   scripts/check_fresh.sh            # as root (mmdebstrap's root mode needs it)
+#   scripts/check_fresh.sh            # as root (the root's mounts and namespaces need it)
 #
-# Environment: TB_FRESH_DIR (where the root goes; default a new folder under /tmp, removed at
-# the end unless TB_FRESH_KEEP=1), TB_FRESH_MIRROR (default: the mirror apt-get uses here),
-# TB_FRESH_TESTS (extra arguments to scripts/test.sh, e.g. '-R Models' for a quicker check),
-# TB_FRESH_FILES (paths whose working-tree versions replace the clone's, to check a change to
-# them before it is committed), TB_FRESH_CUDA_FROM_PYPI=1 (both commands run with
+# Environment: TB_FRESH_DIR (where the root goes: a new or empty folder; default a new folder
+# under /tmp, removed at the end unless TB_FRESH_KEEP=1), TB_FRESH_MIRROR (default: the mirror
+# apt-get uses here), TB_FRESH_TESTS (extra arguments to scripts/test.sh, e.g. '-R Models' for a
+# quicker check), TB_FRESH_FILES (paths whose working-tree versions replace the clone's, to check a
+# change to them before it is committed), TB_FRESH_CUDA_FROM_PYPI=1 (both commands run with
 # TB_CUDA_FROM_PYPI=1, as on a GPU machine with only a driver: the CUDA toolkit, cuDNN and NCCL
 # come from PyPI's wheels, the CUDA backend must build, and its binaries must find those
 # libraries without LD_LIBRARY_PATH; about 2 GB more).
-# Exit status: 0 when both commands succeeded (and, with PyPI's CUDA, the backend was built), else 1.
+# Exit status: 0 when both commands succeeded (and, with PyPI's CUDA, the backend was built) and
+# nothing of the root is left behind, else 1; 2 when this machine cannot make the root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "check_fresh.sh: error: run as root (mmdebstrap builds the root and chroots into it)" >&2
+  echo "check_fresh.sh: error: run as root (scripts/clean_root.sh's mounts and namespaces need it)" >&2
   exit 2
 fi
-# What this script itself needs on the host: mmdebstrap, and git for the clean clone.
+# What this script itself needs on the host: git for the clean clone, ip to list the network
+# namespaces (clean_root.sh installs mmdebstrap where it is missing).
 need=()
-command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v git >/dev/null || need+=(git)
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "check_fresh.sh: installing ${need[*]} on this machine"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
-dir=${TB_FRESH_DIR:-$(mktemp -d /tmp/tb-fresh.XXXXXX)}
-cleanup() {
-  if [ "${TB_FRESH_KEEP:-0}" != 1 ]; then rm -rf "$dir"; else echo "check_fresh.sh: kept $dir"; fi
-}
-trap cleanup EXIT
-mkdir -p "$dir"
-clone=$dir/clone
-root=$dir/root
+work=$(mktemp -d /tmp/tb-fresh-work.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+clone=$work/clone
 git clone -q --no-local "$repo" "$clone"
 echo "check_fresh.sh: clean clone of $(git -C "$clone" rev-parse --short HEAD) in $clone"
 for path in ${TB_FRESH_FILES:-}; do
@@ -51,22 +51,10 @@ for path in ${TB_FRESH_FILES:-}; do
 done
 pypi_cuda=${TB_FRESH_CUDA_FROM_PYPI:-0}
 
-# The mirror apt-get uses on this machine (deb822 or one-line sources), else Debian's.
-mirror=${TB_FRESH_MIRROR:-}
-if [ -z "$mirror" ]; then
-  mirror=$(grep -h -m1 -oE '^URIs: *[^ ]+/debian/?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -1 |
-           sed 's/^URIs: *//') || true
-fi
-if [ -z "$mirror" ]; then
-  mirror=$(grep -h -m1 -oE '^deb +[^ ]+/debian/? +bookworm' /etc/apt/sources.list 2>/dev/null | head -1 |
-           awk '{print $2}') || true
-fi
-mirror=${mirror:-http://deb.debian.org/debian}
-
 # The two commands, timed, inside the root. bench.sh with a short filter (the MLP on one thread,
 # a device its default set leaves out) so that the check is about set-up, not about
 # benchmarking; test.sh as CI runs it.
-inside=$dir/inside.sh
+inside=$work/inside.sh
 cat >"$inside" <<EOF
 #!/bin/bash
 set -uo pipefail
@@ -75,11 +63,11 @@ EOF
 # pip inside the root trusts what this machine trusts (an HTTPS proxy's own CA, say), whatever
 # CA bundle this machine's environment names.
 host_ca=/etc/ssl/certs/ca-certificates.crt
-hooks=()
+uploads=(--upload "$clone:/root/trainbench" --upload "$inside:/root/inside.sh")
 if [ "$pypi_cuda" = 1 ]; then
   echo 'export TB_CUDA_FROM_PYPI=1' >>"$inside"
   if [ -f "$host_ca" ]; then
-    hooks+=(--customize-hook="upload $host_ca /root/host-ca-certificates.crt")
+    uploads+=(--upload "$host_ca:/root/host-ca-certificates.crt")
     echo 'export PIP_CERT=/root/host-ca-certificates.crt REQUESTS_CA_BUNDLE=/root/host-ca-certificates.crt' >>"$inside"
   fi
 fi
@@ -112,16 +100,52 @@ cat >>"$inside" <<EOF
 EOF
 chmod +x "$inside"
 
-echo "check_fresh.sh: building a minimal Debian 12 root (mmdebstrap --variant=apt bookworm, $mirror) in $root"
 if [ "$pypi_cuda" = 1 ]; then echo "check_fresh.sh: TB_CUDA_FROM_PYPI=1: the CUDA backend from PyPI's NVIDIA wheels"; fi
+root_dir=${TB_FRESH_DIR:-/tmp/tb-fresh-root.$$}
+options=(--dir "$root_dir")
+[ "${TB_FRESH_KEEP:-0}" != 1 ] || options+=(--keep)
+[ -z "${TB_FRESH_MIRROR:-}" ] || options+=(--mirror "$TB_FRESH_MIRROR")
+# What this machine has before: afterwards it must have the same network namespaces, and no mount
+# under the root.
+netns_before=$(ip netns list 2>/dev/null | awk '{print $1}' | sort) || true
 start=$(date +%s)
 status=0
-mmdebstrap --variant=apt --mode=root \
-  --customize-hook='mkdir -p "$1/root/trainbench"' \
-  --customize-hook="sync-in '$clone' /root/trainbench" \
-  --customize-hook="upload '$inside' /root/inside.sh" \
-  "${hooks[@]}" \
-  --customize-hook='chroot "$1" /bin/bash /root/inside.sh' \
-  bookworm "$root" "$mirror" || status=1
-echo "check_fresh.sh: total $(( $(date +%s) - start )) s (root, packages, both commands); exit $status"
+# In the background, so that SIGTERM or SIGINT reaches clean_root.sh, which stops the root's
+# processes and removes it.
+scripts/clean_root.sh "${options[@]}" "${uploads[@]}" -- /bin/bash /root/inside.sh &
+clean_root_pid=$!
+trap 'kill -TERM $clean_root_pid 2>/dev/null' TERM HUP
+trap 'kill -INT $clean_root_pid 2>/dev/null' INT
+while kill -0 $clean_root_pid 2>/dev/null; do wait $clean_root_pid || true; done
+trap - TERM HUP INT
+wait $clean_root_pid && status=0 || status=$?
+total_s=$(( $(date +%s) - start ))
+if [ $status -eq 2 ]; then
+  echo "check_fresh.sh: this machine cannot make the clean root (scripts/clean_root.sh's reason is above)" >&2
+  exit 2
+fi
+[ $status -eq 0 ] || status=1
+
+# Nothing of the root on this machine: no mount whose target or source names its folder (which is
+# gone unless kept), and the network namespaces as before.
+left_mounts=$(findmnt -rn -o TARGET,SOURCE | grep -F "$root_dir" || true)
+netns_after=$(ip netns list 2>/dev/null | awk '{print $1}' | sort) || true
+new_netns=$(comm -13 <(echo "$netns_before") <(echo "$netns_after") | tr '\n' ' ')
+if [ -n "$left_mounts" ]; then
+  echo "check_fresh.sh: left behind on this machine: mounts $left_mounts"
+  status=1
+else
+  echo "check_fresh.sh: findmnt: no mount of the root ($root_dir) left on this machine"
+fi
+if [ "${TB_FRESH_KEEP:-0}" != 1 ] && [ -e "$root_dir" ]; then
+  echo "check_fresh.sh: the root is still in $root_dir"
+  status=1
+fi
+if [ -n "${new_netns// /}" ]; then
+  echo "check_fresh.sh: network namespaces that appeared during the run (ip netns list): $new_netns"
+  status=1
+else
+  echo "check_fresh.sh: ip netns list: no network namespace left (as before the run: ${netns_after:-none})"
+fi
+echo "check_fresh.sh: total ${total_s} s (root, packages, both commands); exit $status"
 exit $status

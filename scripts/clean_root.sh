@@ -21,7 +21,9 @@
 # The root: mmdebstrap --variant=apt bookworm (apt and Debian's essential packages, nothing
 # else). COMMAND runs in it as root, through chroot, in namespaces of its own (mount, PID, UTS,
 # IPC, cgroup) and this machine's network, with what a fresh Debian 12 machine has: `/` a mount
-# point, /proc (its own PIDs), /sys with cgroup2 at /sys/fs/cgroup, a /dev of its own (null,
+# point, /proc (its own PIDs), /sys with /sys/fs/cgroup (cgroup2; where this machine's kernel is
+# in hybrid mode, its cgroup v1 hierarchies and cgroup2 under a tmpfs, as the machine has them,
+# since Slurm refuses cgroup2 alone beside v1 hierarchies), a /dev of its own (null,
 # zero, full, random, urandom, tty, net/tun, pts, shm), /run a tmpfs, /tmp a folder on the root's
 # filesystem (Debian 12 has no tmpfs /tmp), /etc/hosts naming localhost and the host, and a login
 # environment (PATH, HOME=/root, TERM). Every mount is made inside the root's own mount namespace
@@ -218,12 +220,28 @@ set -euo pipefail
 root=$1 hostname=$2 grace=$3
 shift 3
 fail() { echo "clean_root.sh: error: $*" >&2; exit 125; }
+trap 'fail "setting up the root failed (line $LINENO of the root'"'"'s init: $BASH_COMMAND)"' ERR
 mnt() { mount "$@" || fail "could not mount in the root: mount $*"; }
 
 mnt --bind "$root" "$root"                       # `/` a mount point, as on a machine
 mnt -t proc -o nosuid,nodev,noexec proc "$root/proc"
 mnt -t sysfs -o nosuid,nodev,noexec sysfs "$root/sys"
-mnt -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$root/sys/fs/cgroup"
+# /sys/fs/cgroup as this machine's kernel has it: cgroup2 alone (a fresh Debian 12), or, where the
+# kernel is in hybrid mode, the same v1 hierarchies and cgroup2 under a tmpfs (/proc/self/cgroup
+# lists the v1 hierarchies whatever the root mounts, and Slurm refuses cgroup2 alone beside them).
+if [ "$(findmnt -n -o FSTYPE /sys/fs/cgroup 2>/dev/null)" = tmpfs ]; then
+  mnt -t tmpfs -o nosuid,nodev,noexec,mode=755 tmpfs "$root/sys/fs/cgroup"
+  while read -r target fstype options; do
+    mkdir -p "$root$target"
+    options=,$options,
+    options=${options//,rw,/,}
+    options=${options#,}
+    options=${options%,}
+    mnt -t "$fstype" -o "nosuid,nodev,noexec${options:+,$options}" "$fstype" "$root$target"
+  done < <(findmnt -rn -o TARGET,FSTYPE,FS-OPTIONS -R /sys/fs/cgroup | awk '$1 != "/sys/fs/cgroup" && ($2 == "cgroup" || $2 == "cgroup2")')
+else
+  mnt -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$root/sys/fs/cgroup"
+fi
 mnt -t tmpfs -o nosuid,mode=755 tmpfs "$root/dev"
 for node in null zero full random urandom tty net/tun; do
   [ -c "/dev/$node" ] || continue
@@ -259,17 +277,23 @@ stop_all() {
   while [ -n "$(others)" ] && [ $waited -lt $((grace * 10)) ]; do sleep 0.1; waited=$((waited + 1)); done
 }
 
+trap - ERR
 signalled=""
 trap 'signalled=TERM' TERM
 trap 'signalled=INT' INT
 trap 'signalled=HUP' HUP
-env -i PATH="$LOGIN_PATH" HOME=/root TERM="${TERM:-dumb}" "$@" &
+# A background job of this shell would start with SIGINT and SIGQUIT ignored, and pass that on to
+# everything it starts (a script could not trap them): the command starts with every signal at
+# its default, as from a login shell; where env cannot reset them, in a process group of its own.
+default_signals=(--default-signal)
+env --default-signal true 2>/dev/null || { default_signals=(); set -m; }
+env "${default_signals[@]}" -i PATH="$LOGIN_PATH" HOME=/root TERM="${TERM:-dumb}" "$@" &
 command_pid=$!
 status=0
 while :; do
   wait "$command_pid" && status=0 || status=$?
   if [ -n "$signalled" ]; then
-    echo "clean_root.sh: SIG$signalled: stopping every process in the root (SIGTERM, SIGKILL after ${grace} s)" >&2
+    echo "clean_root.sh: stopping every process in the root (SIGTERM, SIGKILL after ${grace} s)" >&2
     stop_all
     case $signalled in TERM) exit 143 ;; INT) exit 130 ;; HUP) exit 129 ;; esac
   fi
@@ -370,11 +394,12 @@ teardown() {
 
 on_signal() {
   say "interrupted by SIG$1: stopping the root"
+  # SIGTERM whatever the signal: the root's init, started in the background, ignores SIGINT.
   if [ -n "$unshare_pid" ]; then
     local init
     init=$(cat "/proc/$unshare_pid/task/$unshare_pid/children" 2>/dev/null) || true
     # shellcheck disable=SC2086
-    [ -z "$init" ] || kill -"$1" $init 2>/dev/null || true
+    [ -z "$init" ] || kill -TERM $init 2>/dev/null || true
   fi
   exit $((128 + $2))
 }

@@ -18,10 +18,12 @@ TB_PACKAGES=(
 )
 # What only the tests need, installed by test.sh beside TB_PACKAGES (bench.sh leaves a benchmark
 # machine's scheduler alone): a one-node Slurm with munge for tests/test_slurm.py (Debian's
-# slurm-wlm-basic-plugins, pulled in by slurm-wlm, has srun's pmix plugin), and ip and tc for the
+# slurm-wlm-basic-plugins, pulled in by slurm-wlm, has srun's pmix plugin), ip and tc for the
 # emulated nodes of scripts/emulate_nodes.sh (unshare and taskset are util-linux, always there),
-# and Environment Modules for the installed modulefile (tests/test_install.py).
-TB_TEST_PACKAGES=(slurm-wlm munge iproute2 environment-modules)
+# mount, which every installed Debian has but a root of essential packages lacks, for the
+# tests of scripts/clean_root.sh and of emulate_nodes.sh in a chroot, and Environment Modules for
+# the installed modulefile (tests/test_install.py).
+TB_TEST_PACKAGES=(slurm-wlm munge iproute2 mount environment-modules)
 
 # ReFrame, for the ReFrame check's test (tests/test_reframe.py), from PyPI at this version, in a
 # virtual environment of its own under build/ (Debian's pip installs nothing into the system

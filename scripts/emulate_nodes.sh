@@ -8,6 +8,11 @@
 #     (N > 2), each node's outgoing traffic shaped by tc's token bucket (tbf) to RATE (tc's units:
 #     1gbit, 500mbit; unshaped without --rate). Open MPI talks TCP over that link only (pml ob1,
 #     btl tcp,self, oob and btl on the node's interface): no shared memory between the ranks.
+#   scripts/emulate_nodes.sh --check [--nodes N] [--rate RATE]
+#     Only checks that this machine can run N CPU ranks as emulated nodes (root, CAP_SYS_ADMIN and
+#     CAP_NET_ADMIN, network namespaces that ip netns exec can enter, veth, a bridge past two nodes,
+#     tc's tbf with --rate or --check alone, unshare --uts): exit 0, or 2 with one line naming what
+#     is missing and why. The same checks run before every CPU run.
 #   scripts/emulate_nodes.sh --gpu N -- trainbench --devices=gpu:1,gpu:N ...
 #     N GPU ranks sharing GPU 0 (the first of CUDA_VISIBLE_DEVICES): each rank has its own
 #     NCCL_HOSTID (tb-emulated-node-K), so NCCL takes them for N hosts and talks over its socket
@@ -27,7 +32,7 @@ readonly HOST_PREFIX=tb-emulated-node-
 readonly SUBNET=10.213.0      # the emulated nodes' network, inside their namespaces only
 readonly IFACE=tbnet          # each node's interface, the same name in every namespace
 
-nodes=2 rate="" gpu_mode=0
+nodes=2 rate="" gpu_mode=0 check_only=0
 command_args=()
 run_id="tbemu$$"              # names this run's namespaces and links; TB_EMULATE_RUN marks its processes
 work=""                       # the agent, the rank wrapper and the hostfile
@@ -55,12 +60,18 @@ parse_args() {
       --rate=*) rate=${1#--rate=}; shift ;;
       --gpu) gpu_mode=1; nodes=${2:-}; shift 2 || usage ;;
       --gpu=*) gpu_mode=1; nodes=${1#--gpu=}; shift ;;
+      --check) check_only=1; shift ;;
       -h | --help) usage 0 ;;
       --) shift; command_args=("$@"); break ;;
-      *) die "unknown option '$1' (options: --nodes N, --rate RATE, --gpu N, then -- and the program)" ;;
+      *) die "unknown option '$1' (options: --nodes N, --rate RATE, --gpu N, --check, then -- and the program)" ;;
     esac
   done
-  [ ${#command_args[@]} -gt 0 ] || die "no program: give it after --, e.g. -- trainbench --devices=cpu:1,mpi:2"
+  if [ $check_only -eq 1 ]; then
+    [ ${#command_args[@]} -eq 0 ] || die "--check runs no program: leave out -- and what follows"
+    [ $gpu_mode -eq 0 ] || die "--check is for CPU ranks (--nodes); --gpu needs no namespaces"
+  else
+    [ ${#command_args[@]} -gt 0 ] || die "no program: give it after --, e.g. -- trainbench --devices=cpu:1,mpi:2"
+  fi
   if ! [[ $nodes =~ ^[0-9]+$ ]] || [ "$nodes" -lt 2 ] || [ "$nodes" -gt 250 ]; then
     die "--nodes/--gpu: '$nodes' is not a number of nodes from 2 to 250"
   fi
@@ -143,6 +154,47 @@ export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 CUDA_VISIBLE_DEVICES=${gpu%%,*}
 exec "\$@"
 EOF
   chmod +x "$work/rank"
+}
+
+# CPU mode: what the machine must allow, tried on a throwaway namespace of this run (removed by
+# cleanup whatever happens); exits 2 with one line naming what is missing and why.
+cannot() {
+  die "this machine cannot run emulated nodes: $*"
+}
+
+has_capability() {
+  local mask
+  mask=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status)
+  (( (16#$mask >> $1) & 1 ))
+}
+
+check_cpu_machine() {
+  need ip tc unshare
+  [ "$(id -u)" -eq 0 ] || cannot "network namespaces need root (run it as root or with sudo)"
+  has_capability 21 || cannot "no CAP_SYS_ADMIN (a container without it cannot make namespaces or mounts; docker run --cap-add SYS_ADMIN)"
+  has_capability 12 || cannot "no CAP_NET_ADMIN (a container without it cannot make network links; docker run --cap-add NET_ADMIN)"
+  unshare --uts true 2>/dev/null || cannot "unshare --uts is not permitted here: the nodes cannot have host names of their own"
+  local probe="$run_id-probe" err
+  namespaces+=("$probe")
+  err=$(ip netns add "$probe" 2>&1) || cannot "ip netns add failed (${err:-no message}); /run/netns must be writable"
+  if ! err=$(ip netns exec "$probe" true 2>&1); then
+    if [[ $err == *make-rslave* ]]; then
+      cannot "'/' is not a mount point here (a chroot?), so ip netns exec cannot make it a slave mount to enter a namespace; run it where '/' is a mount point: a machine, a container, systemd-nspawn, or scripts/clean_root.sh"
+    fi
+    cannot "ip netns exec cannot enter a namespace: ${err:-no message}"
+  fi
+  err=$(ip -n "$probe" link add tbprobe0 type veth peer name tbprobe1 2>&1) ||
+    cannot "no veth links (${err:-no message}); the kernel needs CONFIG_VETH (modprobe veth)"
+  if [ "$nodes" -gt 2 ]; then
+    err=$(ip -n "$probe" link add tbprobebr type bridge 2>&1) ||
+      cannot "no bridge for $nodes nodes (${err:-no message}); the kernel needs CONFIG_BRIDGE (modprobe bridge)"
+  fi
+  if [ -n "$rate" ] || [ $check_only -eq 1 ]; then
+    err=$(tc -n "$probe" qdisc add dev tbprobe0 root tbf rate "${rate:-1gbit}" burst 131072 latency 20ms 2>&1) ||
+      cannot "tc cannot shape a link with tbf (${err:-no message}); the kernel needs sch_tbf (modprobe sch_tbf)"
+  fi
+  ip netns del "$probe"
+  unset 'namespaces[-1]'
 }
 
 # CPU mode: the namespaces, their link and its shaping.
@@ -229,15 +281,17 @@ on_signal() {
 
 main() {
   parse_args "$@"
-  need mpirun unshare taskset
-  [ $gpu_mode -eq 1 ] || need ip tc
-  if [ $gpu_mode -eq 0 ] && [ "$(id -u)" -ne 0 ]; then
-    die "network namespaces need root (run it as root or with sudo)"
-  fi
   trap cleanup EXIT
   trap 'on_signal INT 2' INT
   trap 'on_signal TERM 15' TERM
   trap 'on_signal HUP 1' HUP
+  if [ $check_only -eq 1 ]; then
+    check_cpu_machine
+    say "this machine can run $nodes CPU ranks as emulated nodes (namespaces, veth$([ "$nodes" -le 2 ] || echo ", a bridge"), tbf)"
+    return 0
+  fi
+  need mpirun unshare taskset
+  [ $gpu_mode -eq 1 ] || check_cpu_machine
   work=$(mktemp -d "${TMPDIR:-/tmp}/$run_id.XXXXXX")
 
   local uts=1 k hosts=()

@@ -7,8 +7,9 @@ and its share/trainbench/trainbench.sbatch submitted from folders outside the ch
 the prefix's bin/trainbench through srun --mpi=pmix on 2 ranks; an array job sweeps a flag
 (%a), and TB_MPI picks srun's MPI plugin. Afterwards no daemon, step or rank of the test's
 cluster is left, nor its folders. Runs as root (scripts/test.sh installs slurm-wlm and munge);
-skipped, saying why, elsewhere. The build folder comes from $TB_BUILD_DIR, cmake from $CMAKE
-(ctest sets both)."""
+skipped, saying why, elsewhere, and where slurmd cannot start: without a cgroup filesystem on
+/sys/fs/cgroup (a chroot), or with cgroup2 alone there beside the kernel's v1 hierarchies. The
+build folder comes from $TB_BUILD_DIR, cmake from $CMAKE (ctest sets both)."""
 import csv
 import io
 import os
@@ -142,6 +143,26 @@ PartitionName=tb Nodes=ALL Default=YES MaxTime={JOB_MINUTES} State=UP
 """
 
 
+def why_slurmd_cannot_start():
+    """Why this machine's cgroups keep slurmd from starting, or None. Slurm 22.05 (Debian 12) always
+    loads a cgroup plugin (CgroupPlugin has no 'disabled'): it needs a cgroup filesystem on
+    /sys/fs/cgroup, and stops on cgroup2 alone there while /proc/self/cgroup lists v1 hierarchies
+    ("Hybrid mode is not supported")."""
+    on_cgroup_dir = None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == "/sys/fs/cgroup":
+            on_cgroup_dir = fields[fields.index("-") + 1]  # the file system type; the last mount is on top
+    if on_cgroup_dir not in ("cgroup2", "tmpfs", "cgroup"):
+        return ("nothing is mounted on /sys/fs/cgroup (a chroot?), and slurmd 22.05 needs a cgroup file system there; "
+                "run it where /sys/fs/cgroup is mounted: a machine, a container, scripts/clean_root.sh")
+    v1 = [line for line in Path("/proc/self/cgroup").read_text().splitlines() if not line.startswith("0::")]
+    if on_cgroup_dir == "cgroup2" and v1:
+        return ("/sys/fs/cgroup has cgroup2 alone while this kernel has cgroup v1 hierarchies "
+                f"({', '.join(line.split(':')[1] for line in v1)}): slurmd 22.05 stops on that (hybrid mode)")
+    return None
+
+
 def stop(process: subprocess.Popen):
     if process.poll() is None:
         process.terminate()
@@ -162,6 +183,9 @@ def cluster():
             pytest.fail(f"{', '.join(missing)} not found: install slurm-wlm and munge "
                         "(apt-get install slurm-wlm munge; scripts/test.sh installs them)")
         pytest.skip(f"{', '.join(missing)} not found and no apt-get to install slurm-wlm and munge")
+    why = why_slurmd_cannot_start()
+    if why:
+        pytest.skip(why)
     # munged wants every folder above its socket searchable by all (pytest's are 0700).
     folder = Path(tempfile.mkdtemp(prefix="tb-slurm-"))
     folder.chmod(0o755)
