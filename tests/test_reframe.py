@@ -7,7 +7,9 @@ $TB_REFRAME) run from a folder outside the checkout with the installed check and
     the performance check, naming the figure;
   - a workload that matches nothing: the sanity check fails;
   - the Slurm partition, on the one-node Slurm of test_slurm.py (sbatch, squeue, srun --mpi=pmix):
-    passes as on the local one.
+    passes as on the local one;
+and the sanity function alone on rows written by hand refuses each failed check (replicas, loss,
+status, missing rows).
 Pass or fail is ReFrame's (its exit status and its report); this test asserts no timing of its
 own. ReFrame's files (stage, output, perflogs, its ~/.reframe) stay in the test's temporary
 folder. The build folder comes from $TB_BUILD_DIR, cmake from $CMAKE (ctest sets them)."""
@@ -113,3 +115,43 @@ def test_the_check_passes_on_the_slurm_partition(cluster, prefix, tmp_path):  # 
     assert logged[SAMPLES][0] > 0 and logged[EFFICIENCY][0] > 0, logged
     job_script = next((tmp_path / "rfm" / "output").rglob("rfm_job.sh")).read_text()
     assert f"--mpi=pmix --kill-on-bad-exit=1 {prefix}/bin/trainbench " in job_script, job_script
+
+
+SANITY_CASES = r'''
+import json, sys
+import trainbench_check as check
+from reframe.core.exceptions import SanityError
+ok = {"benchmark": "train/mlp/mnist/mpi:2/fp32/bs:100", "device": "mpi:2", "status": "ok", "measurement": "measured",
+      "run_type": "iteration", "loss_first": "2.3", "loss_last": "0.1", "replicas": "2", "message": ""}
+cases = {"ok": [ok], "one replica": [dict(ok, replicas="1")],
+         "replicas_differ": [dict(ok, verdicts="loaded+replicas_differ")], "nan loss": [dict(ok, loss_last="nan")],
+         "failed row": [dict(ok, status="failed", message="the 2 replicas' weights differ after training")],
+         "predicted only": [dict(ok, measurement="predicted")], "no rows": []}
+out = {}
+for name, rows in cases.items():
+    try:
+        out[name] = str(check.check_rows(rows, ["mpi:2"], "train/mlp/mnist/").evaluate())
+    except SanityError as e:
+        out[name] = f"SanityError: {e}"
+print(json.dumps(out))
+'''
+
+
+def test_the_sanity_refuses_rows_that_failed_a_check():
+    """The sanity function on rows written by hand, one check failing in each (under ReFrame's
+    Python, with the check in the checkout)."""
+    python = Path(REFRAME).parent / "python"
+    if not os.access(python, os.X_OK):
+        pytest.fail(f"{python}: no ReFrame there; scripts/test.sh installs it")
+    r = subprocess.run([str(python), "-c", SANITY_CASES], cwd=SOURCE / "scripts" / "reframe", capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, TMPDIR=os.environ.get("TMPDIR", "/tmp")))
+    assert r.returncode == 0, r.stderr
+    verdicts = json.loads(r.stdout)
+    assert verdicts.pop("ok") == "True", verdicts
+    expected = {"one replica": "the replica check did not pass on 2 replicas",
+                "replicas_differ": "the replica check did not pass on 2 replicas",
+                "nan loss": "loss_last is 'nan', not a finite loss",
+                "failed row": "failed: the 2 replicas' weights differ",
+                "predicted only": "no measured row of mpi:2", "no rows": "has no rows"}
+    for name, words in expected.items():
+        assert verdicts[name].startswith("SanityError: ") and words in verdicts[name], (name, verdicts[name])

@@ -87,11 +87,11 @@ def read_rows(path: str) -> list:
 
 
 def measured(rows: list) -> dict:
-    """The measured rows by benchmark: the median aggregate where there are repetitions, else
-    the iteration rows."""
+    """The measured rows by benchmark (not predicted or replayed ones): the median aggregate where
+    there are repetitions, else the iteration rows."""
     out: dict = {}
     for r in rows:
-        if r.get("measurement") == "predicted" or r.get("run_type") == "epoch":
+        if r.get("measurement", "") not in ("", "measured") or r.get("run_type") == "epoch":
             continue
         if r.get("run_type") == "aggregate" and r.get("aggregate") != "median":
             continue
@@ -126,7 +126,10 @@ def check_rows(rows: list, devices: list, workload: str) -> bool:
         device = group[0].get("device", "")
         if device.startswith("mpi:"):
             n = device.split(":", 1)[1]
-            if any(r.get("replicas") != n or "weights differ" in r.get("message", "") for r in group):
+            # The row fails when the replicas' weights differ; its message says so, and from
+            # schema 6 on its verdicts too.
+            if any(r.get("replicas") != n or "weights differ" in r.get("message", "")
+                   or "replicas_differ" in r.get("verdicts", "").split("+") for r in group):
                 raise SanityError(f"{name}: the replica check did not pass on {n} replicas "
                                   f"(replicas {group[0].get('replicas')!r}: {group[0].get('message', '')})")
     return True
