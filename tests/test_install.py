@@ -96,14 +96,16 @@ def strings_around(data: bytes, needle: bytes):
         start = data.find(needle, end if end != -1 else len(data))
 
 
-def asan_module_name(path: Path, string: bytes) -> bool:
-    """GCC's AddressSanitizer names each instrumented translation unit by the path it was compiled
-    from, which -ffile-prefix-map does not map: in a sanitized build (the debug preset), the
-    binary holds the full path of each source file that has globals, and nothing else of the tree."""
+def asan_source_name(path: Path, string: bytes) -> bool:
+    """GCC's AddressSanitizer describes each instrumented global by the path of the file that
+    declares it (a translation unit, or a header as the include path spelt it), which
+    -ffile-prefix-map does not map: in a sanitized build (the debug preset), the binary holds the
+    full paths of such source files of the tree, and nothing else of it."""
     if os.environ.get("TB_SANITIZE") != "ON" or path.name != "trainbench":
         return False
     text = string.decode(errors="replace")
-    return text.startswith(f"{SOURCE}/") and text.endswith((".cpp", ".cu")) and Path(text).is_file()
+    return (text.startswith(f"{SOURCE}/") and text.endswith((".cpp", ".cu", ".hpp", ".cuh", ".h"))
+            and Path(text).is_file())
 
 
 def test_nothing_installed_names_the_source_or_the_build_tree(prefix):
@@ -113,7 +115,7 @@ def test_nothing_installed_names_the_source_or_the_build_tree(prefix):
         if path.is_file() and not path.is_symlink():
             data = path.read_bytes()
             found += [f"{path.relative_to(prefix)}: {string[:200]!r}" for n in needles
-                      for string in set(strings_around(data, n)) if not asan_module_name(path, string)]
+                      for string in set(strings_around(data, n)) if not asan_source_name(path, string)]
     assert not found, "installed files that name the source or build tree:\n" + "\n".join(sorted(found))
 
 
