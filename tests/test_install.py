@@ -7,6 +7,7 @@ scripts find their data from their own place). The build
 folder comes from $TB_BUILD_DIR, cmake from $CMAKE (ctest sets both)."""
 import csv
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -124,11 +125,12 @@ def test_version_names_the_commit_and_the_backends(prefix, outside):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("trainbench ") and lines[0].split()[1][0].isdigit(), r.stdout
-    commit = subprocess.run(["git", "-C", str(SOURCE), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    assert lines[1].startswith("commit "), r.stdout
-    if commit:
-        assert lines[1].split()[1].startswith(commit), (r.stdout, commit)
+    # The commit the build recorded at its last build (cmake/WriteGitCommit.cmake), a commit of this
+    # repository.
+    recorded = re.search(r'return "([^"]+)"', (BUILD / "generated" / "git_commit.cpp").read_text()).group(1)
+    assert lines[1] == f"commit {recorded}", (r.stdout, recorded)
+    commit = recorded.removesuffix("-dirty")
+    assert subprocess.run(["git", "-C", str(SOURCE), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0, commit
     assert lines[2].startswith("backends: cpu (oneDNN "), r.stdout
     # What CMake built (ctest passes it on): each backend is named, built or not.
     for name, built in (("cuda (CUDA ", os.environ.get("TB_HAVE_CUDA")), ("mpi (MPI ", os.environ.get("TB_HAVE_MPI"))):
