@@ -22,7 +22,8 @@ write_docs=1
 if [ -f "$here/tbinstalled.py" ]; then
   # tbinstalled.py (written by cmake --install) holds the paths from here to the prefix's bin/.
   field() { sed -n "s/^$1 = \"\(.*\)\"\$/\1/p" "$here/tbinstalled.py"; }
-  default_bin=$here/$(field TO_PREFIX)/$(field BINDIR)/trainbench
+  default_bin=$(realpath -m "$here/$(field TO_PREFIX)/$(field BINDIR)/trainbench")
+  fix="reinstall trainbench there (cmake --install, or the Debian package), or name one with TB_BIN"
   scripts=$here
   write_docs=0 installed=1
   commit=$(field COMMIT)
@@ -30,11 +31,12 @@ else
   installed=0
   cd "$here/.."
   default_bin=build/release/bench/trainbench
+  fix="cmake --build --preset release, or TB_BIN"
   scripts=scripts
   commit=$(git rev-parse --short=12 HEAD)
 fi
 bin=${TB_BIN:-$default_bin}
-[ -x "$bin" ] || { echo "check_predictions.sh: no trainbench at $bin (cmake --build --preset release, or TB_BIN)" >&2; exit 2; }
+[ -x "$bin" ] || { echo "check_predictions.sh: no trainbench at $bin ($fix)" >&2; exit 2; }
 bin=$(realpath "$bin")
 out=results/${TB_MACHINE:-$(hostname -s)}/predictions-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
