@@ -33,6 +33,12 @@
 #include "engine/parallel/world.hpp"
 #include "models/models.hpp"
 
+namespace tb {
+const char* git_commit();      // generated at build time (cmake/WriteGitCommit.cmake)
+const char* build_version();   // generated at configure time (cmake/Install.cmake)
+const char* build_backends();  // the same: the backends built in, and those not
+}  // namespace tb
+
 namespace {
 
 constexpr int kUsageError = 2;
@@ -173,11 +179,16 @@ std::string ranks_disagree(const tb::bench::Flags& flags) {
       fmt::join(differ, "; "));
 }
 
-// --help, --csv_header, --list_configs and --list_models answer without running anything.
+// --help, --version, --csv_header, --list_configs and --list_models answer without running anything.
 std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
   using namespace tb::bench;
   if (flags.help) {
     std::cout << usage();
+    return 0;
+  }
+  if (flags.version) {
+    std::cout << fmt::format("trainbench {}\ncommit {}\nbackends: {}\n", tb::build_version(), tb::git_commit(),
+                             tb::build_backends());
     return 0;
   }
   if (flags.csv_header) {

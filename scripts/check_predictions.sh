@@ -10,14 +10,34 @@
 # and the measured mpi:2 (gpu:2) row, for the MLP, LeNet-5, the LSTM and ResNet-152 32x32 (batch
 # 32 per rank). CSVs and logs go to results/<machine>/predictions-<UTC time>/.
 #   scripts/check_predictions.sh [--no-docs]     (about 15 minutes on 2 cores)
-# Environment: TB_BIN (default build/release/bench/trainbench), TB_MACHINE, TB_ITERATIONS (20).
+# Installed (<prefix>/libexec/trainbench/check_predictions.sh), it runs the prefix's trainbench,
+# writes results/ under the working folder and prints the table (docs/ is the checkout's).
+# Environment: TB_BIN (default build/release/bench/trainbench, installed <prefix>/bin/trainbench),
+# TB_MACHINE, TB_ITERATIONS (20). Exit status: 0 when every measured row is within its target, 1
+# when one is off it (predictions_table.py --check), 2 without a trainbench.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${TB_BIN:-build/release/bench/trainbench}
-[ -x "$bin" ] || { echo "check_predictions.sh: no trainbench at $bin (cmake --build --preset release, or TB_BIN)" >&2; exit 2; }
-bin=$(realpath "$bin")
+here=$(cd "$(dirname "$0")" && pwd)
 write_docs=1
 [ "${1:-}" = "--no-docs" ] && write_docs=0
+if [ -f "$here/tbinstalled.py" ]; then
+  # tbinstalled.py (written by cmake --install) holds the paths from here to the prefix's bin/.
+  field() { sed -n "s/^$1 = \"\(.*\)\"\$/\1/p" "$here/tbinstalled.py"; }
+  default_bin=$(realpath -m "$here/$(field TO_PREFIX)/$(field BINDIR)/trainbench")
+  fix="reinstall trainbench there (cmake --install, or the Debian package), or name one with TB_BIN"
+  scripts=$here
+  write_docs=0 installed=1
+  commit=$(field COMMIT)
+else
+  installed=0
+  cd "$here/.."
+  default_bin=build/release/bench/trainbench
+  fix="cmake --build --preset release, or TB_BIN"
+  scripts=scripts
+  commit=$(git rev-parse --short=12 HEAD)
+fi
+bin=${TB_BIN:-$default_bin}
+[ -x "$bin" ] || { echo "check_predictions.sh: no trainbench at $bin ($fix)" >&2; exit 2; }
+bin=$(realpath "$bin")
 out=results/${TB_MACHINE:-$(hostname -s)}/predictions-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 iterations=${TB_ITERATIONS:-20}
@@ -42,7 +62,7 @@ echo "check_predictions.sh: mpi:2 on this machine"
 run_setting "$out/one-machine.csv" cpu:1,mpi:2 "${mpi[@]}" && settings+=("mpi:2, one machine=$out/one-machine.csv")
 for rate in 1gbit 10gbit; do
   echo "check_predictions.sh: mpi:2 across emulated nodes at $rate"
-  if run_setting "$out/emulated-$rate.csv" cpu:1,mpi:2 scripts/emulate_nodes.sh --nodes 2 --rate "$rate" --; then
+  if run_setting "$out/emulated-$rate.csv" cpu:1,mpi:2 "$scripts/emulate_nodes.sh" --nodes 2 --rate "$rate" --; then
     settings+=("mpi:2, emulated nodes, $rate=$out/emulated-$rate.csv")
   else
     echo "check_predictions.sh: emulated nodes at $rate did not run (root, iproute2?): see $out/emulated-$rate-log.txt" >&2
@@ -51,23 +71,25 @@ done
 gpu_note="gpu:2 across emulated nodes sharing one GPU: not run (no GPU here)"
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "check_predictions.sh: gpu:2 across emulated nodes sharing one GPU"
-  if run_setting "$out/emulated-gpu.csv" gpu:1,gpu:2 scripts/emulate_nodes.sh --gpu 2 --; then
+  if run_setting "$out/emulated-gpu.csv" gpu:1,gpu:2 "$scripts/emulate_nodes.sh" --gpu 2 --; then
     settings+=("gpu:2, emulated nodes on one GPU=$out/emulated-gpu.csv")
     gpu_note=""
   fi
 fi
 
-table=$("$python" scripts/predictions_table.py "${settings[@]}") || true
+table=$("$python" "$scripts/predictions_table.py" "${settings[@]}") || true
 {
   echo "$table"
   [ -z "$gpu_note" ] || echo "$gpu_note."
   echo
-  echo "Made by \`scripts/check_predictions.sh\` at $(git rev-parse --short=12 HEAD) on $(hostname -s)," \
+  where=$out
+  [ $installed -eq 1 ] || where="[$out]($(realpath --relative-to=docs "$out"))"
+  echo "Made by \`scripts/check_predictions.sh\` at $commit on $(hostname -s)," \
     "$(date -u +%Y-%m-%d), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'));" \
-    "CSVs and logs in [$out]($(realpath --relative-to=docs "$out"))."
+    "CSVs and logs in $where."
 } >"$out/table.md"
 cat "$out/table.md"
-"$python" scripts/predictions_table.py --check "${settings[@]}" >/dev/null || status=$?
+"$python" "$scripts/predictions_table.py" --check "${settings[@]}" >/dev/null || status=$?
 if [ $write_docs -eq 1 ]; then
   "$python" - "$out/table.md" <<'EOF'
 import re, sys

@@ -20,9 +20,16 @@ TB_PACKAGES=(
 # machine's scheduler alone): a one-node Slurm with munge for tests/test_slurm.py (Debian's
 # slurm-wlm-basic-plugins, pulled in by slurm-wlm, has srun's pmix plugin), ip and tc for the
 # emulated nodes of scripts/emulate_nodes.sh (unshare and taskset are util-linux, always there),
-# and mount, which every installed Debian has but a root of essential packages lacks, for the
-# tests of scripts/clean_root.sh and of emulate_nodes.sh in a chroot.
-TB_TEST_PACKAGES=(slurm-wlm munge iproute2 mount)
+# mount, which every installed Debian has but a root of essential packages lacks, for the
+# tests of scripts/clean_root.sh and of emulate_nodes.sh in a chroot, and Environment Modules for
+# the installed modulefile (tests/test_install.py).
+TB_TEST_PACKAGES=(slurm-wlm munge iproute2 mount environment-modules)
+
+# ReFrame, for the ReFrame check's test (tests/test_reframe.py), from PyPI at this version, in a
+# virtual environment of its own under build/ (Debian's pip installs nothing into the system
+# Python: PEP 668). scripts/test.sh installs it (tb_install_reframe); the test finds it there.
+TB_REFRAME_VERSION=4.10.4
+TB_REFRAME_DIR=${TB_REFRAME_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/reframe}
 
 # The CUDA pieces the backend needs, as PyPI's NVIDIA wheels, newest set first: the lowest CUDA
 # version the driver must support, a label, then the pinned wheels. CUDA 13.0 Update 2 with the
@@ -274,4 +281,24 @@ tb_cuda_toolkit_tree() {
   for lib in "$toolkit"/lib/lib*.so.*; do
     [ -e "${lib%%.so.*}.so" ] || ln -s "$(basename "$lib")" "${lib%%.so.*}.so"
   done
+}
+
+# Installs reframe-hpc==TB_REFRAME_VERSION into a virtual environment at TB_REFRAME_DIR (Debian's
+# Python with python3-venv), unless that version is there; says which in one line. Returns 1,
+# saying why, where pip cannot install it (no registry, say).
+tb_install_reframe() {
+  local dir=$TB_REFRAME_DIR
+  if [ "$("$dir/bin/reframe" --version 2>/dev/null)" = "$TB_REFRAME_VERSION" ]; then
+    echo "trainbench: ReFrame $TB_REFRAME_VERSION is installed in $dir"
+    return 0
+  fi
+  echo "trainbench: installing ReFrame $TB_REFRAME_VERSION (reframe-hpc from PyPI) into $dir"
+  if [ -n "$(tb_missing_packages python3-venv)" ]; then tb_apt_install python3-venv; fi
+  rm -rf "$dir"
+  if ! /usr/bin/python3 -m venv "$dir" ||
+     ! "$dir/bin/python" -m pip install -q --disable-pip-version-check "reframe-hpc==$TB_REFRAME_VERSION"; then
+    echo "trainbench: error: ReFrame could not be installed into $dir (see above); the reframe test needs it:" \
+         "run this again where PyPI can be reached" >&2
+    return 1
+  fi
 }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds the debug preset (AddressSanitizer + UBSan) and runs every
-# test with ctest. Usage: scripts/test.sh [extra ctest arguments, e.g. -R Models]
+# Installs what is missing (and ReFrame, pinned, into build/reframe), builds the debug preset
+# (AddressSanitizer + UBSan) and runs every test with ctest.
+# Usage: scripts/test.sh [extra ctest arguments, e.g. -R Models]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 TB_PACKAGES+=("${TB_TEST_PACKAGES[@]}")
 tb_install_deps
+tb_install_reframe  # for the reframe test
 
 jobs=$(nproc)
 # Where the CUDA toolkit is installed, the CUDA backend must build (every .cu and cuDNN call is

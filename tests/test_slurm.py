@@ -2,11 +2,14 @@
 one-node cluster of 2 CPUs (munged, slurmctld and slurmd on localhost, with a key, a slurm.conf,
 state, spool, logs and pid files of this test's own in one temporary folder; free ports, so a
 system Slurm is left alone). The script is submitted as users do (sbatch --wait, trainbench's
-flags after it) and runs trainbench through srun --mpi=pmix on 2 ranks. Afterwards no daemon,
-step or rank of the test's cluster is left, nor its folder. Runs as root (scripts/test.sh installs
-slurm-wlm and munge); skipped, saying why, elsewhere, and where slurmd cannot start: without a
-cgroup filesystem on /sys/fs/cgroup (a chroot), or with cgroup2 alone there beside the kernel's v1
-hierarchies. The binary comes from $TRAINBENCH (ctest)."""
+flags after it), as installed: this build is installed (cmake --install) into a temporary prefix
+and its share/trainbench/trainbench.sbatch submitted from folders outside the checkout, running
+the prefix's bin/trainbench through srun --mpi=pmix on 2 ranks; an array job sweeps a flag
+(%a), and TB_MPI picks srun's MPI plugin. Afterwards no daemon, step or rank of the test's
+cluster is left, nor its folders. Runs as root (scripts/test.sh installs slurm-wlm and munge);
+skipped, saying why, elsewhere, and where slurmd cannot start: without a cgroup filesystem on
+/sys/fs/cgroup (a chroot), or with cgroup2 alone there beside the kernel's v1 hierarchies. The
+build folder comes from $TB_BUILD_DIR, cmake from $CMAKE (ctest sets both)."""
 import csv
 import io
 import os
@@ -22,8 +25,10 @@ from pathlib import Path
 
 import pytest
 
-BINARY = os.environ.get("TRAINBENCH", "build/release/bench/trainbench")
-SBATCH_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "slurm" / "trainbench.sbatch"
+from installed import install_prefix
+
+SOURCE = Path(__file__).resolve().parents[1]
+BUILD = Path(os.environ.get("TB_BUILD_DIR", SOURCE / "build" / "release")).resolve()
 CLUSTER = "tbtest"
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo")
 SEARCH_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
@@ -93,10 +98,13 @@ class Cluster:
         return subprocess.run(list(args), env=self.env, capture_output=True, text=True, timeout=timeout, **kwargs)
 
     def job_env(self):
-        """The submitter's environment: the binary, and Open MPI's session and shared-memory
-        files in the test's folder (a killed rank leaves no file behind elsewhere)."""
-        return dict(self.env, TB_BIN=BINARY, TMPDIR=str(self.folder / "jobs"),
-                    OMPI_MCA_btl_vader_backing_directory=str(self.folder / "jobs"))
+        """The submitter's environment: Open MPI's session and shared-memory files in the test's
+        folder (a killed rank leaves no file behind elsewhere); no TB_BIN, so the installed
+        template runs its prefix's binary."""
+        env = dict(self.env, TMPDIR=str(self.folder / "jobs"),
+                   OMPI_MCA_btl_vader_backing_directory=str(self.folder / "jobs"))
+        env.pop("TB_BIN", None)
+        return env
 
 
 def slurm_conf(folder: Path, node: str) -> str:
@@ -262,11 +270,19 @@ def tear_down(folder, env, daemons, outputs):
     assert not folder.exists(), f"{folder} left behind"
 
 
-def submit(cluster, cwd, sbatch_args, flags, **popen):
-    """sbatch --wait of the script from `cwd`, trainbench's flags after it."""
-    return subprocess.Popen(["sbatch", "--wait", f"--time={JOB_MINUTES}", *sbatch_args, str(SBATCH_SCRIPT), *flags],
-                            cwd=cwd, env=cluster.job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **popen)
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory):
+    """This build, installed into a temporary prefix (removed afterwards)."""
+    with install_prefix(BUILD, tmp_path_factory.mktemp("slurm-install") / "prefix") as installed:
+        yield installed
+
+
+def submit(cluster, prefix, cwd, sbatch_args, flags, env=None, **popen):
+    """sbatch --wait of the installed script from `cwd`, trainbench's flags after it."""
+    script = prefix / "share" / "trainbench" / "trainbench.sbatch"
+    return subprocess.Popen(["sbatch", "--wait", f"--time={JOB_MINUTES}", *sbatch_args, str(script), *flags],
+                            cwd=cwd, env=dict(cluster.job_env(), **(env or {})), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)
 
 
 def job_id_of(cluster, name):
@@ -276,10 +292,10 @@ def job_id_of(cluster, name):
     return wait_for(f"job {name} in squeue", find, 30)
 
 
-def test_sbatch_runs_two_ranks_and_rank_0_writes_the_csv(cluster, tmp_path):
+def test_sbatch_runs_two_ranks_and_rank_0_writes_the_csv(cluster, prefix, tmp_path):
     submit_dir = tmp_path / "submit"
     submit_dir.mkdir()
-    job = submit(cluster, submit_dir, ["--job-name=tb-ok"],
+    job = submit(cluster, prefix, submit_dir, ["--job-name=tb-ok"],
                  ["--devices=cpu:1,mpi:2", "--benchmark_filter=^train/(mlp/mnist|lstm/sine)/", "--iterations=3"])
     out, err = job.communicate(timeout=240)
     job_id = re.search(r"Submitted batch job (\d+)", out).group(1)
@@ -287,6 +303,7 @@ def test_sbatch_runs_two_ranks_and_rank_0_writes_the_csv(cluster, tmp_path):
     assert job.returncode == 0, f"{out}{err}\n{log.read_text() if log.exists() else 'no job output'}\n{logs(cluster.folder)}"
     text = log.read_text()
     assert f"job {job_id} on 1 node(s) ({cluster.node}), 2 ranks" in text, text
+    assert f"; {prefix}/bin/trainbench; --mpi=pmix;" in text, text
     assert "srun exited with status 0" in text, text
     # The default place: results/<cluster>/slurm-<job id>.csv under the submit folder, and the summary.
     csv_path = submit_dir / "results" / CLUSTER / f"slurm-{job_id}.csv"
@@ -320,10 +337,10 @@ def test_sbatch_runs_two_ranks_and_rank_0_writes_the_csv(cluster, tmp_path):
         assert r["rank_hosts"] == f"{host}:0;{host}:1", (r["benchmark"], r["rank_hosts"])
 
 
-def test_a_killed_rank_ends_the_job_with_the_reason_and_keeps_the_rows_before(cluster, tmp_path):
+def test_a_killed_rank_ends_the_job_with_the_reason_and_keeps_the_rows_before(cluster, prefix, tmp_path):
     csv_path = tmp_path / "killed.csv"
     # Far more repetitions than the job will live for: it ends only because a rank dies.
-    job = submit(cluster, tmp_path, ["--job-name=tb-kill"],
+    job = submit(cluster, prefix, tmp_path, ["--job-name=tb-kill"],
                  ["--devices=mpi:2", "--benchmark_filter=^train/mlp/mnist/", "--iterations=3",
                   "--benchmark_repetitions=100000", f"--csv={csv_path}"])
     try:
@@ -365,3 +382,49 @@ def test_a_killed_rank_ends_the_job_with_the_reason_and_keeps_the_rows_before(cl
     assert len(rows) >= 2 and all(r["status"] == "ok" and r["ranks"] == "2" for r in rows)
     assert all(r["run_type"] == "iteration" for r in rows), [r["aggregate"] for r in rows]
     assert not pids_with_env(f"SLURM_JOB_ID={job_id}"), "a rank of the killed job is still running"
+
+
+def test_an_array_job_sweeps_a_flag_and_writes_a_csv_per_task(cluster, prefix, tmp_path):
+    """sbatch --array=1,2 with --devices=cpu:%a: task 1 runs cpu:1, task 2 cpu:2, each one rank,
+    each its own CSV named after the array job and the task."""
+    job = submit(cluster, prefix, tmp_path, ["--job-name=tb-array", "--array=1,2", "--ntasks=1"],
+                 ["--devices=cpu:%a", "--benchmark_filter=^train/mlp/mnist/", "--benchmark_min_time=0.05"])
+    out, err = job.communicate(timeout=240)
+    array_id = re.search(r"Submitted batch job (\d+)", out).group(1)
+    outputs = sorted(tmp_path.glob("trainbench-*.out"))
+    texts = "\n".join(f"--- {o.name}\n{o.read_text()}" for o in outputs)
+    assert job.returncode == 0, f"{out}{err}\n{texts}\n{logs(cluster.folder)}"
+    assert len(outputs) == 2, texts
+    for task in (1, 2):
+        csv_path = tmp_path / "results" / CLUSTER / f"slurm-{array_id}_{task}.csv"
+        assert f"(array task {array_id}_{task})" in texts and f"CSV results/{CLUSTER}/slurm-{array_id}_{task}.csv" in texts
+        rows = rows_of(complete_lines(csv_path))
+        assert [r["benchmark"] for r in rows] == [f"train/mlp/mnist/cpu:{task}/fp32/bs:100"], rows
+        assert rows[0]["status"] == "ok" and rows[0]["ranks"] == "1", rows[0]
+        assert (tmp_path / "results" / CLUSTER / f"slurm-{array_id}_{task}-summary.md").stat().st_size > 0
+
+
+def test_the_mpi_plugin_is_a_parameter(cluster, prefix, tmp_path):
+    """TB_MPI=pmi2 makes srun start the ranks through PMI-2 (Debian's Open MPI has no PMI-2
+    client, so the ranks here are a script that prints what srun gave it); a plugin srun lacks
+    stops the job before srun, naming the variable and the plugins there are."""
+    probe = tmp_path / "probe.sh"
+    probe.write_text("#!/bin/sh\necho \"probe: rank=${PMI_RANK:-none} pmi2_fd=${PMI_FD:+set} pmix=${PMIX_RANK:-none}\"\n")
+    probe.chmod(0o755)
+    job = submit(cluster, prefix, tmp_path, ["--job-name=tb-pmi2", "--ntasks=2"], ["--devices=cpu:1"],
+                 env={"TB_MPI": "pmi2", "TB_BIN": str(probe)})
+    out, err = job.communicate(timeout=120)
+    job_id = re.search(r"Submitted batch job (\d+)", out).group(1)
+    text = (tmp_path / f"trainbench-{job_id}.out").read_text()
+    assert job.returncode == 0, f"{out}{err}\n{text}"
+    assert f"; {probe}; --mpi=pmi2;" in text, text
+    for rank in (0, 1):
+        assert f"probe: rank={rank} pmi2_fd=set pmix=none" in text, text
+
+    job = submit(cluster, prefix, tmp_path, ["--job-name=tb-nosuch"], ["--devices=cpu:1"], env={"TB_MPI": "nosuch"})
+    out, err = job.communicate(timeout=120)
+    job_id = re.search(r"Submitted batch job (\d+)", out).group(1)
+    text = (tmp_path / f"trainbench-{job_id}.out").read_text()
+    assert job.returncode != 0, text
+    assert "TB_MPI=nosuch: srun has no such MPI plugin here" in text and "pmix" in text, text
+    assert "srun exited" not in text, text

@@ -206,6 +206,7 @@ is N x --batch.
                         optimizers, parameters, FLOPs), for other tools to read; with
                         --list_configs: the device kinds, with a pattern for a row's device
   --csv_header          print the CSV header (schema of --csv), and exit
+  --version             print the version, the git commit and the backends built in, and exit
   --help                this text
 
 Google Benchmark's flags work as usual: --benchmark_filter=REGEX, --benchmark_list_tests,
@@ -330,6 +331,7 @@ const std::vector<std::pair<const char*, bool Flags::*>>& switch_flags() {
       {"--list_configs", &Flags::list_configs},
       {"--json", &Flags::json},
       {"--csv_header", &Flags::csv_header},
+      {"--version", &Flags::version},
       {"--cuda_graph", &Flags::cuda_graph},
       {"--data_on_device", &Flags::data_on_device},
       {"--augment", &Flags::augment},

@@ -47,6 +47,7 @@ struct Flags {
   bool list_configs = false;  // --list_configs
   bool json = false;          // --json (with --list_models or --list_configs)
   bool csv_header = false;    // --csv_header
+  bool version = false;       // --version
 };
 
 // Removes trainbench's flags from argv (leaving argv[0] and everything else in order) and

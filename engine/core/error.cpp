@@ -20,12 +20,8 @@ void fail_call(CallFailure kind, std::string_view library, std::string_view stat
   throw BackendError(message);
 }
 
-const char* source_file(const char* file) {
-#ifdef TB_SOURCE_DIR
-  const std::string_view root = TB_SOURCE_DIR;
-  if (std::string_view(file).starts_with(root)) return file + root.size();
-#endif
-  return file;
-}
+// __FILE__ is relative to the tree already: every source is compiled with the tree's path mapped
+// away (-ffile-prefix-map, cmake/Install.cmake), so that no binary, installed or not, names it.
+const char* source_file(const char* file) { return file; }
 
 }  // namespace tb

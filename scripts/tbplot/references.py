@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tbcsv
+import tbprefix
 
 INDEX = "reference.json"
 FIELDS = ("name", "machine", "cpu", "gpu", "date", "commit", "csv", "clock", "about")
 CLOCKS = {"wall": "samples/s on the wall clock in the file",
           "device": "a GPU row's samples/s on the device clock in the file (CUDA events), read "
                     "on the wall clock from wall_step_time_s"}
-# Where `all` looks: every index under the repository's results/.
-RESULTS = Path(__file__).resolve().parents[2] / "results"
+# Where `all` looks: every index under the repository's results/, or, installed, under
+# <prefix>/share/trainbench/results/ (tbprefix.py).
+RESULTS = tbprefix.RESULTS
 # TB_REFERENCE's and --reference's words besides folders.
 ALL, NONE = "all", "none"
 
@@ -58,7 +60,10 @@ class Reference:
 
 
 def display(path: Path) -> str:
-    """A path as the user would type it: relative to the repository where it lies in it."""
+    """A path as the user would type it: relative to the repository where it lies in it (in a
+    checkout), else in full."""
+    if tbprefix.INSTALLED:
+        return str(path)
     try:
         return str(path.resolve().relative_to(RESULTS.parent))
     except ValueError:
@@ -83,6 +88,10 @@ def chosen_indexes(choices: list[str] | None) -> list[Path]:
     out: list[Path] = []
     for word in words:
         if word == ALL:
+            if not RESULTS.is_dir():
+                raise tbcsv.InputError(f"--reference {ALL}: {RESULTS} does not exist (the reference "
+                                       f"runs of {tbprefix.where()}): {tbprefix.REINSTALL}, or "
+                                       f"pass --reference {NONE} (TB_REFERENCE={NONE})")
             out += find_indexes()
             continue
         path = Path(word)

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from torchpeer import PROG, ROOT
+from torchpeer import PROG, ROOT, tbprefix
 from torchpeer.environment import CRIPPLING_VARIABLES, cpu_setting, machine_cores
 
 
@@ -26,7 +26,9 @@ def onednn_version() -> str:
 
 def git_commit() -> str:
     """The repository's commit as trainbench records its own (-dirty with local changes);
-    read-only git commands, no lock taken."""
+    read-only git commands, no lock taken. Installed, the commit it was installed from."""
+    if tbprefix.INSTALLED:
+        return tbprefix.COMMIT
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True, timeout=30)

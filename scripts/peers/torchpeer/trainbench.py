@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from torchpeer import PROG, ROOT, InputError
+from torchpeer import PROG, InputError, tbprefix
 from torchpeer.workloads import Workload, json_fields, workload_from_json
 
 # The schema_version trainbench writes (bench/output/columns.hpp kSchemaVersion, results/SCHEMA.md),
@@ -16,11 +16,14 @@ from torchpeer.workloads import Workload, json_fields, workload_from_json
 SCHEMA_VERSION = "5"
 SCHEMA_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings", "device_step_time_s",
                     "device_samples_per_s")
-DEFAULT_TRAINBENCH = ROOT / "build" / "release" / "bench" / "trainbench"
+DEFAULT_TRAINBENCH = tbprefix.TRAINBENCH  # build/release/bench/trainbench, or <prefix>/bin/trainbench
 JSON_FORMAT = 1  # the "format" of trainbench --list_models --json that the peer reads
 
 
 def how_to_get_trainbench(verb: str) -> str:
+    if tbprefix.INSTALLED:
+        return (f"{tbprefix.REINSTALL}, or give another trainbench with --trainbench PATH or "
+                f"$TRAINBENCH")
     return (f"{verb} it with `cmake --build build/release` (or scripts/bench.sh, which also runs "
             f"it), or give another with --trainbench PATH or $TRAINBENCH")
 
