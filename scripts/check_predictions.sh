@@ -8,8 +8,14 @@
 #   only where a GPU can run: elsewhere the table says it was not run).
 # Each runs the cpu:1 (gpu:1) row, the prediction made from it over the link measured at start-up,
 # and the measured mpi:2 (gpu:2) row, for the MLP, LeNet-5, the LSTM and ResNet-152 32x32 (batch
-# 32 per rank). CSVs and logs go to results/<machine>/predictions-<UTC time>/.
-#   scripts/check_predictions.sh [--no-docs]     (about 15 minutes on 2 cores)
+# 32 per rank). Then the checks at N = 4 and 8 (docs/prediction.md, "Replay"): the cpu:1 rows
+# replayed (trainbench --replay_from) on N = 2, 4 and 8 ranks across emulated nodes at 1 and 10
+# Gbit/s, one rank per node (flat) and two (shared memory within a node, the shaped link between),
+# each against the two-level prediction made in the same run from the links measured at N = 2:
+# within a node the shared memory of two ranks on one machine, between nodes the shaped link of
+# two nodes of one rank. With --replays-only the mpi:2 settings are left out. CSVs and logs go
+# to results/<machine>/predictions-<UTC time>/.
+#   scripts/check_predictions.sh [--no-docs] [--replays-only]     (about 40 minutes on 2 cores)
 # Installed (<prefix>/libexec/trainbench/check_predictions.sh), it runs the prefix's trainbench,
 # writes results/ under the working folder and prints the table (docs/ is the checkout's).
 # Environment: TB_BIN (default build/release/bench/trainbench, installed <prefix>/bin/trainbench),
@@ -17,8 +23,14 @@
 # when one is off it (predictions_table.py --check), 2 without a trainbench.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-write_docs=1
-[ "${1:-}" = "--no-docs" ] && write_docs=0
+write_docs=1 replays_only=0
+for arg in "$@"; do
+  case $arg in
+    --no-docs) write_docs=0 ;;
+    --replays-only) replays_only=1 ;;
+    *) echo "check_predictions.sh: unknown option '$arg' (--no-docs, --replays-only)" >&2; exit 2 ;;
+  esac
+done
 if [ -f "$here/tbinstalled.py" ]; then
   # tbinstalled.py (written by cmake --install) holds the paths from here to the prefix's bin/.
   field() { sed -n "s/^$1 = \"\(.*\)\"\$/\1/p" "$here/tbinstalled.py"; }
@@ -57,7 +69,34 @@ run_setting() {
   done
 }
 
+# The replays of one setting: the sources' rows on the ranks of the command prefix, predicted over
+# the given links (--link=... [--nodes=M --network=...]), ResNet-152 with fewer steps (its
+# all-reduce at 1 Gbit/s takes seconds).
+run_replay() {
+  local csv=$1 links=$2
+  shift 2
+  local models=("train/(mlp/mnist|lenet5/cifar10|lstm/sine)/" "train/resnet152/cifar10/")
+  local steps=("$iterations" "$((iterations / 4 > 3 ? iterations / 4 : 3))")
+  for k in 0 1; do
+    # shellcheck disable=SC2086
+    "$@" "$bin" --replay_from="$out/sources.csv" --benchmark_filter="${models[$k]}" $links \
+      --iterations="${steps[$k]}" --csv="$csv" >>"${csv%.csv}-log.txt" 2>&1 || return 1
+  done
+}
+
+# The measured link of a replay's CSV (its predictions over link=measured): BUSBW,LATENCY_US.
+measured_link() {
+  "$python" - "$1" <<'PYEOF'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["link"] == "measured" and r["measurement"] == "predicted"]
+if not rows:
+    sys.exit("check_predictions.sh: no prediction over the measured link in " + sys.argv[1])
+print(f"{float(rows[0]['link_busbw_gbps']):.6g},{float(rows[0]['link_latency_us']):.6g}")
+PYEOF
+}
+
 settings=()
+if [ $replays_only -eq 0 ]; then
 echo "check_predictions.sh: mpi:2 on this machine"
 run_setting "$out/one-machine.csv" cpu:1,mpi:2 "${mpi[@]}" && settings+=("mpi:2, one machine=$out/one-machine.csv")
 for rate in 1gbit 10gbit; do
@@ -68,8 +107,50 @@ for rate in 1gbit 10gbit; do
     echo "check_predictions.sh: emulated nodes at $rate did not run (root, iproute2?): see $out/emulated-$rate-log.txt" >&2
   fi
 done
+fi
+
+# The replays: the sources first (one-device rows, no mpirun), then N = 2 for the links, then
+# N = 4 and 8 against the two-level model.
+echo "check_predictions.sh: the one-device rows the replays step"
+for k in 0 1; do
+  models=("train/(mlp/mnist|lenet5/cifar10|lstm/sine)/" "train/resnet152/cifar10/")
+  extra=("" "--batch=32")
+  # shellcheck disable=SC2086
+  "$bin" --benchmark_filter="${models[$k]}" --devices=cpu:1 --iterations="$iterations" --timeline=on \
+    --csv="$out/sources.csv" ${extra[$k]} >>"$out/sources-log.txt" 2>&1 ||
+    { echo "check_predictions.sh: the sources did not run: see $out/sources-log.txt" >&2; exit 1; }
+done
+echo "check_predictions.sh: replayed on 2 ranks of this machine (the link within a node)"
+if run_replay "$out/replay-shm-2.csv" --link=measured "${mpi[@]}"; then
+  settings+=("replayed mpi:2, one machine=$out/replay-shm-2.csv")
+  intra=$(measured_link "$out/replay-shm-2.csv")
+  for rate in 1gbit 10gbit; do
+    echo "check_predictions.sh: replayed on 2 emulated nodes at $rate (the link between nodes)"
+    run_replay "$out/replay-$rate-2.csv" --link=measured "$scripts/emulate_nodes.sh" --nodes 2 --rate "$rate" -- ||
+      { echo "check_predictions.sh: emulated nodes at $rate did not run: see $out/replay-$rate-2-log.txt" >&2; continue; }
+    settings+=("replayed mpi:2, 2 nodes, $rate=$out/replay-$rate-2.csv")
+    inter=$(measured_link "$out/replay-$rate-2.csv")
+    for n in 4 8; do
+      for per_node in 1 2; do
+        nodes=$((n / per_node))
+        csv=$out/replay-$rate-$n-$per_node.csv
+        echo "check_predictions.sh: replayed on $n ranks, $nodes emulated nodes of $per_node, at $rate" \
+          "(predicted over $intra within a node, $inter between)"
+        if run_replay "$csv" "--link=$intra --nodes=$nodes --network=$inter" \
+          "$scripts/emulate_nodes.sh" --nodes "$nodes" --ranks-per-node "$per_node" --rate "$rate" --; then
+          settings+=("replayed mpi:$n, $nodes nodes of $per_node, $rate=$csv")
+        else
+          echo "check_predictions.sh: $n ranks on $nodes emulated nodes did not run: see ${csv%.csv}-log.txt" >&2
+        fi
+      done
+    done
+  done
+else
+  echo "check_predictions.sh: the replay on 2 ranks did not run: see $out/replay-shm-2-log.txt" >&2
+fi
+
 gpu_note="gpu:2 across emulated nodes sharing one GPU: not run (no GPU here)"
-if nvidia-smi -L >/dev/null 2>&1; then
+if nvidia-smi -L >/dev/null 2>&1 && [ $replays_only -eq 0 ]; then
   echo "check_predictions.sh: gpu:2 across emulated nodes sharing one GPU"
   if run_setting "$out/emulated-gpu.csv" gpu:1,gpu:2 "$scripts/emulate_nodes.sh" --gpu 2 --; then
     settings+=("gpu:2, emulated nodes on one GPU=$out/emulated-gpu.csv")

@@ -507,7 +507,7 @@ def test_a_prediction_asked_after_the_run_equals_the_runs_own(tmp_path):
     assert "4 nodes of 2" in after["message"]
     assert "predicted mpi:8 on 4 nodes over custom" in a.stdout
     # What cannot be predicted after the run is refused, saying why.
-    for bad, says in ((["--devices=gpu:1"], "gpu:N (from GPU rows) or mpi:N"),
+    for bad, says in ((["--devices=gpu:1", "--link=20,2"], "gpu:N (from GPU rows) or mpi:N"),
                       (["--link=measured"], "--link=measured"),
                       (["--nodes=4"], "--network"),
                       (["--benchmark_filter=lstm"], "no one-device train/ row")):
@@ -532,7 +532,7 @@ def test_one_device_rows_predict_gpu_or_mpi_scaling_over_named_links(tmp_path):
         # N devices each at the measured step, lengthened by the terms: the exposed communication
         # among them; efficiency is over the measured row's own step, on the wall clock.
         n, exposed, predicted_step = int(row["replicas"]), float(row["comm_s_per_step"]), float(row["step_time_s"])
-        assert predicted_step >= step + exposed - 1e-9
+        assert predicted_step >= (step + exposed) * (1 - 1e-5)  # the CSV's 6 significant digits
         assert float(row["scaling_efficiency"]) == pytest.approx(step / predicted_step, rel=1e-4)
         assert float(row["samples_per_s"]) == pytest.approx(n * 100 / predicted_step, rel=1e-4)
         low, high = float(row["samples_per_s_low"]), float(row["samples_per_s_high"])

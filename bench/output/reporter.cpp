@@ -98,11 +98,11 @@ std::string display_name(const Row& row) {
 }
 
 // The Time column: a row's step (step_time_s: the wall clock of the timed steps) in ms, an epochs/
-// row's whole training in s; a cv row's is a ratio, shown in percent.
+// row's whole run of epochs in s (elapsed_s, validation included); a cv row's is a ratio, shown
+// in percent.
 std::string time_text(const Row& row, bool epochs) {
-  const double v = epochs && cell(row, "aggregate") != "cv"
-                       ? cell_number(row, "step_time_s") * cell_number(row, "iterations")
-                       : cell_number(row, "step_time_s");
+  const double v =
+      epochs && cell(row, "aggregate") != "cv" ? cell_number(row, "elapsed_s") : cell_number(row, "step_time_s");
   if (std::isnan(v)) return fmt::format("{:>12}", "");
   if (cell(row, "aggregate") == "cv") return fmt::format("{:>9.4g} %  ", 100 * v);
   return fmt::format("{:>9.4g} {:<2}", epochs ? v : v * 1e3, epochs ? "s" : "ms");

@@ -102,7 +102,8 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
   if (!info_.plan_note.empty()) note(info_.plan_note);
   Outcome out;
   for (const auto& [name, counter] : st.counters) out.counters[name] = counter.value;
-  out.steps = std::int64_t(window.steps);
+  // A run of epochs is one iteration (results/SCHEMA.md: its epoch rows count the steps).
+  out.steps = info_.kind == Kind::Epochs ? 1 : std::int64_t(window.steps);
   out.message = fmt::format("{}", fmt::join(notes_, "; "));
   out.verdicts = verdicts_;
   out.prediction_inputs = prediction_inputs_;
