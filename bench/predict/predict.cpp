@@ -227,8 +227,12 @@ void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
   const auto say = [&](const parallel::Link& link) {
     if (world.rank == 0)
       std::cerr << fmt::format(
-          "trainbench: measured link: {}: 2(N-1) steps of {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s\n", link.source,
-          link.latency_us, link.busbw_gbps);
+          "trainbench: measured link: {}: 2(N-1) steps of {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s{}\n", link.source,
+          link.latency_us, link.busbw_gbps,
+          link.sweep_back_to_back.empty()
+              ? ""
+              : fmt::format("; 4 KiB: {:.3g} us after a barrier, {:.3g} us each of 20 back to back",
+                            link.sweep.front().second * 1e6, link.sweep_back_to_back.front() * 1e6));
   };
   world_link_ = parallel::measure_world_link(-1);
   say(*world_link_);

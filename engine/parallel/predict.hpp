@@ -69,7 +69,9 @@ struct Link {
   // A measured link's sweep among `sweep_ranks` ranks: (bytes, seconds) per size, ascending; an
   // all-reduce among that many ranks takes the curve's time for its size.
   std::vector<std::pair<double, double>> sweep;
-  std::vector<double> sweep_slowest;  // per size: the slowest repetition (the band's slow end)
+  // Per size: the slowest repetition, or up to 256 KiB the mean of 20 issued back to back where
+  // that is slower (the band's slow end); and that mean (0 above 256 KiB).
+  std::vector<double> sweep_slowest, sweep_back_to_back;
   int sweep_ranks = 0;
   double low_busbw() const { return busbw_low_gbps > 0 ? busbw_low_gbps : busbw_gbps; }
   double high_busbw() const { return busbw_high_gbps > 0 ? busbw_high_gbps : busbw_gbps; }
@@ -92,8 +94,9 @@ class Communicator;
 // The link of `comm` measured as nccl-tests defines it: all-reduces of buffers of 4 KiB to
 // `max_bytes` (host buffers for MPI: overlaps_compute false; `device_buffer` gives a device
 // buffer of that many bytes for NCCL, which overlaps), each size's median time (the slowest
-// rank's), kept as the sweep and fitted as 2(N-1) x latency + 2(N-1)/N x bytes / busbw. A
-// collective: every rank calls it.
+// rank's), kept as the sweep and fitted as 2(N-1) x latency + 2(N-1)/N x bytes / busbw; small
+// sizes are also issued back to back, as a short training step issues them (the band's slow end).
+// A collective: every rank calls it.
 Link measure_link(Communicator& comm, std::size_t max_bytes = std::size_t(16) << 20, void* device_buffer = nullptr);
 
 // N devices on M nodes (M divides N; 1: one level), the link within a node and, with M > 1, the
