@@ -117,6 +117,9 @@ def test_filter_that_matches_nothing_is_an_error():
     ("--gpu_memory_limit=lots", "--gpu_memory_limit"),
     ("--gpu_memory_limit=1.5", "--gpu_memory_limit"),
     ("--devices=gpu:2/jobs:2", "jobs are K processes on one GPU"),
+    ("--devices=cpu/jobs:2", "cpu:T/jobs:K"),
+    ("--nodes=2", "--network"),
+    ("--network=10,50", "give the nodes too"),
     ("--devices=mpi:x", "mpi:x"),
     ("--iterations=0", "--iterations"),
     ("--gpus=0,1,1", "--gpus=0,1,1"),
@@ -782,7 +785,10 @@ def test_a_filter_matching_nothing_gives_the_name_grammar_and_the_nearest_names(
 
 def test_a_summary_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     out = tmp_path / "run.csv"
-    for bad, why in ((tmp_path / "no-such-folder" / "s.md", "does not exist"), (tmp_path, "is a folder")):
+    # /proc is a folder that exists, where no file can be created (tried as a new user would: it was
+    # accepted, reported after the run, and the run exited 0).
+    for bad, why in ((tmp_path / "no-such-folder" / "s.md", "does not exist"), (tmp_path, "is a folder"),
+                     ("/proc/x.md", "cannot be created")):
         r = run("--benchmark_filter=train/lstm/sine/cpu/", f"--summary={bad}", f"--csv={out}", *FAST)
         assert r.returncode == 2 and f"--summary={bad}" in r.stderr and why in r.stderr, r.stderr
         assert not out.exists(), "nothing measured, nothing written"
