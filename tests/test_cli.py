@@ -520,6 +520,50 @@ def test_a_prediction_asked_after_the_run_equals_the_runs_own(tmp_path):
     assert missing.returncode == 2 and "--predict_from=" in missing.stderr
 
 
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_a_saved_row_replayed_on_two_ranks(tmp_path):
+    """--replay_from: the LSTM's cpu:1 row stepped on 2 ranks without its model: every step waits
+    out the saved compute and all-reduces the saved buckets for real. The replayed rows carry the
+    saved row's bytes, name the prediction made for them in the same run, and say inside or
+    outside its band; without mpirun the configuration is a skipped row saying how to run it."""
+    saved, replayed = tmp_path / "saved.csv", tmp_path / "replayed.csv"
+    r = run("--benchmark_filter=train/lstm/sine/cpu:1/", "--devices=cpu:1", "--iterations=30", f"--csv={saved}")
+    assert r.returncode == 0, r.stderr
+    [source] = [row for row in read_csv(saved) if row["run_type"] == "iteration"]
+    buckets = re.search(r"buckets=([^;]*)", source["prediction_inputs"]).group(1).split(",")
+    gradient_bytes = sum(float(b.split("@")[0]) for b in buckets)
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")
+    m = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY, f"--replay_from={saved}",
+                        "--iterations=10", "--benchmark_repetitions=2", f"--csv={replayed}"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert m.returncode == 0, (m.stdout[-2000:], m.stderr[-2000:])
+    rows = read_csv(replayed)
+    name = "train/lstm/sine/mpi:2/fp32/bs:20/replayed"
+    runs = [row for row in rows if row["benchmark"] == name and row["run_type"] == "iteration"]
+    [predicted] = [row for row in rows if row["measurement"] == "predicted"]
+    assert len(runs) == 2 and {row["measurement"] for row in runs} == {"replayed"}
+    assert predicted["device"] == "mpi:2" and predicted["link"] == "measured"
+    for row in runs:
+        assert row["status"] == "ok", row["message"]
+        assert row["iterations"] == "10" and row["replicas"] == "2" and row["data_parallel"] == "2"
+        assert row["baseline"] == source["benchmark"] == row["predicted_from"] and row["backend"] == "cpu"
+        assert float(row["allreduce_bytes_per_step"]) == pytest.approx(gradient_bytes, rel=0.01)
+        assert float(row["comm_s_per_step"]) >= 0 and float(row["samples_per_s"]) > 0
+        assert float(row["scaling_efficiency"]) == pytest.approx(
+            float(row["samples_per_s"]) / (2 * float(source["samples_per_s"])), rel=1e-4)
+        assert row["prediction"] == predicted["benchmark"]
+        low, high = float(predicted["samples_per_s_low"]), float(predicted["samples_per_s_high"])
+        inside = low <= float(row["samples_per_s"]) <= high
+        assert ("inside_band" in row["verdicts"]) == inside and ("outside_band" in row["verdicts"]) == (not inside)
+        assert "steps replayed on 2 ranks" in row["message"]
+    alone = run(f"--replay_from={saved}", f"--csv={tmp_path / 'alone.csv'}")
+    assert alone.returncode == 0, alone.stderr
+    [skipped] = read_csv(tmp_path / "alone.csv")
+    assert skipped["status"] == "skipped" and "mpirun -np N" in skipped["message"]
+    nothing = run(f"--replay_from={saved}", "--benchmark_filter=resnet")
+    assert nothing.returncode == 2 and "--replay_from=" in nothing.stderr and "holds prediction_inputs" in nothing.stderr
+
+
 def test_one_device_rows_predict_gpu_or_mpi_scaling_over_named_links(tmp_path):
     out = tmp_path / "run.csv"
     r = run("--benchmark_filter=train/lenet5/cifar10/cpu/", "--link=pcie5+100,5", f"--csv={out}", *FAST)

@@ -149,6 +149,23 @@ def test_each_rank_is_a_host_of_its_own_on_the_link(cpu_nodes, runs, nodes):
     assert f"joined by {link} (10.213.0.0/24) shaped to 1gbit (tbf)" in err, err
 
 
+def test_two_ranks_per_node_share_a_host_and_its_memory(cpu_nodes, runs):
+    """--ranks-per-node: the second level. Consecutive ranks share a host (node-local ranks 0 and
+    1), its network namespace and its address; Open MPI adds shared memory (vader) for them."""
+    status, out, err = run_script(runs, ["--nodes", "2", "--ranks-per-node", "2", "--rate", "1gbit", "--", "sh", "-c",
+                                         PROBE], timeout=120)
+    assert status == 0, err
+    ranks = probes(out)
+    assert sorted(ranks) == [0, 1, 2, 3], out
+    for k, r in ranks.items():
+        assert r["host"] == f"tb-emulated-node-{k // 2}" and r["local"] == str(k % 2), r
+        assert r["emulated"] == "2" and r["addr"] == f"10.213.0.{k // 2 + 1}/24", r
+    assert ranks[0]["net"] == ranks[1]["net"] != ranks[2]["net"] == ranks[3]["net"]
+    assert "2 ranks each, shared memory between them" in err, err
+    bad, _, why = run_script(runs, ["--nodes", "2", "--ranks-per-node", "0", "--", "true"], timeout=60)
+    assert bad == 2 and "--ranks-per-node: '0'" in why, why
+
+
 def test_mlp_over_links_shaped_to_1_and_10_gbit(cpu_nodes, runs, tmp_path):
     measured = {}
     rows_at = {}
@@ -216,7 +233,7 @@ def assert_two_emulated_hosts(rows, spanning):
         assert r["rank_hosts"] == "tb-emulated-node-0:0;tb-emulated-node-1:0", (r["benchmark"], r["rank_hosts"])
     measured = [r for r in rows if r["device"] == spanning and r["measurement"] == "measured"]
     assert len(measured) == 1 and measured[0]["emulated_nodes"] == "1", [(r["benchmark"], r["emulated_nodes"]) for r in rows]
-    assert measured[0]["benchmark"].endswith("/emulated_nodes"), measured[0]["benchmark"]
+    assert measured[0]["benchmark"].endswith("/emulated_nodes/nodes:2"), measured[0]["benchmark"]
     if measured[0]["status"] == "ok":
         assert "emulated nodes" in measured[0]["message"], measured[0]["message"]
     # The one-device baseline runs on rank 0 alone: not an emulated-node row.

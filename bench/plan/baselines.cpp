@@ -12,21 +12,6 @@
 namespace tb::bench {
 namespace {
 
-// The variant's items without those that `drop` names (by flag).
-std::string variant_without(const std::string& variant, std::initializer_list<std::string_view> drop) {
-  std::vector<std::string> kept;
-  std::size_t start = 0;
-  while (start < variant.size()) {
-    std::size_t slash = variant.find('/', start);
-    if (slash == std::string::npos) slash = variant.size();
-    const std::string item = variant.substr(start, slash - start);
-    const std::string_view flag = std::string_view(item).substr(0, item.find(':'));
-    if (!item.empty() && std::find(drop.begin(), drop.end(), flag) == drop.end()) kept.push_back(item);
-    start = slash + 1;
-  }
-  return fmt::format("{}", fmt::join(kept, "/"));
-}
-
 bool same_workload(const BenchInfo& a, const BenchInfo& b) {
   return a.kind == b.kind && a.model == b.model && a.dataset == b.dataset;
 }

@@ -120,6 +120,20 @@ std::string join_variant(std::vector<std::string> items) {
   return fmt::format("{}", fmt::join(items, "/"));
 }
 
+std::string variant_without(const std::string& variant, std::initializer_list<std::string_view> drop) {
+  std::vector<std::string> kept;
+  std::size_t start = 0;
+  while (start < variant.size()) {
+    std::size_t slash = variant.find('/', start);
+    if (slash == std::string::npos) slash = variant.size();
+    const std::string item = variant.substr(start, slash - start);
+    const std::string_view flag = std::string_view(item).substr(0, item.find(':'));
+    if (!item.empty() && std::find(drop.begin(), drop.end(), flag) == drop.end()) kept.push_back(item);
+    start = slash + 1;
+  }
+  return fmt::format("{}", fmt::join(kept, "/"));
+}
+
 std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload) {
   std::vector<std::string> parts;
   if (b.optimizer.kind != workload.kind) parts.push_back(fmt::format("optimizer:{}", optimizer_name(b.optimizer.kind)));

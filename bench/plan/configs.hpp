@@ -4,9 +4,11 @@
 // as skipped.
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -94,6 +96,8 @@ std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload_optim
 // `items` as a variant: in variant_flags()'s order, each once, joined by "/" (tb::Error for an
 // item whose flag the table lacks).
 std::string join_variant(std::vector<std::string> items);
+// `variant` without the items whose flag `drop` names: what two rows compared share.
+std::string variant_without(const std::string& variant, std::initializer_list<std::string_view> drop);
 
 // The --devices entries (or the default set) planned by their kinds (device_kinds.hpp); throws
 // tb::InputError on an unknown device. A configuration this machine cannot run is returned with

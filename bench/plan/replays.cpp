@@ -1,13 +1,13 @@
 // The benchmarks of --replay_from (configs.hpp, plan_replays): a saved one-device row's steps
 // replayed on the ranks of this MPI world, an mpi:N benchmark each.
 #include <algorithm>
-#include <regex>
 
 #include <fmt/format.h>
 
 #include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/plan/configs.hpp"
+#include "bench/predict/inputs.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
 #include "engine/parallel/world.hpp"
@@ -17,74 +17,54 @@ namespace tb::bench {
 
 std::vector<BenchInfo> plan_replays(const Flags& flags) {
   const std::vector<Row> rows = read_csv(flags.replay_from, "--replay_from");
-  std::regex filter;
-  try {
-    filter = std::regex(flags.benchmark_filter);
-  } catch (const std::regex_error& e) {
-    throw InputError(
-        fmt::format("--benchmark_filter={}: not a regular expression ({})", flags.benchmark_filter, e.what()));
-  }
+  const SavedRows saved = saved_one_device_rows(rows, flags.benchmark_filter, "--replay_from", flags.replay_from);
   const parallel::World& world = parallel::world();
   const DeviceKind& kind = kind_named("mpi:N");
   std::vector<BenchInfo> out;
-  for (const Row& r : rows) {
-    const std::string name = cell(r, "benchmark");
-    if (cell(r, "kind") != "train" || cell(r, "measurement") != "measured" || cell(r, "status") != "ok" ||
-        cell(r, "run_type") != "iteration" || !cell(r, "data_parallel").empty() ||
-        cell(r, "prediction_inputs").empty() || !std::regex_search(name, filter))
-      continue;
-    auto found = std::find_if(out.begin(), out.end(), [&](const BenchInfo& b) { return b.replay->of == name; });
-    if (found == out.end()) {
-      BenchInfo b;
-      b.kind = Kind::Train;
-      b.model = cell(r, "model");
-      b.dataset = cell(r, "dataset");
-      b.precision = cell(r, "precision");
-      b.batch = i64(cell_number(r, "batch"));
-      b.threads = std::max(1, int(cell_number(r, "threads")));
-      b.device = fmt::format("mpi:{}", world.size);
-      b.device_kind = &kind;
-      b.backend = Backend::Cpu;  // the replay's: waits and MPI; the row says the source's
-      b.data_parallel = world.size;
-      b.emulated_nodes = world.emulated_nodes;
-      b.data_source = cell(r, "data_source");
-      b.optimizer.kind = cell(r, "optimizer") == "adam" ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
-      b.warmup_steps = 2;
-      try {  // the workload's parameters and FLOPs, for the row (a row of a model this build lacks has none)
-        b.spec = models::workload(b.model, b.dataset).spec;
-        b.cost = model_cost(b.spec);
-      } catch (const Error&) {
-      }
-      std::vector<std::string> items;
-      if (const std::string v = cell(r, "variant"); !v.empty()) items.push_back(v);
-      items.emplace_back("replayed");
-      if (world.emulated_nodes) items.emplace_back("emulated_nodes");
-      if (world.nodes > 1) items.push_back(fmt::format("nodes:{}", world.nodes));
-      b.variant = join_variant(items);
-      b.name = fmt::format("train/{}/{}/{}/{}/bs:{}/{}", b.model, b.dataset, b.device, b.precision, b.batch, b.variant);
-      b.baseline = name;
-      b.replay = BenchInfo::Replay{.of = name, .backend = cell(r, "backend")};
-      if (world.size < 2)
-        b.skip_reason = fmt::format(
-            "{}: --replay_from replays a one-device row on the ranks of an MPI job: start it with mpirun -np N (N >= "
-            "2)",
-            b.device);
-      b.skip_scope = b.device;
-      out.push_back(std::move(b));
-      found = out.end() - 1;
+  for (const std::string& name : saved.names) {
+    const Row& r = *saved.rows.at(name).back();
+    BenchInfo b;
+    b.kind = Kind::Train;
+    b.model = cell(r, "model");
+    b.dataset = cell(r, "dataset");
+    b.precision = cell(r, "precision");
+    b.batch = i64(cell_number(r, "batch"));
+    b.threads = std::max(1, int(cell_number(r, "threads")));
+    b.device = fmt::format("mpi:{}", world.size);
+    b.device_kind = &kind;
+    b.backend = Backend::Cpu;  // the replay's: waits and MPI; the row says the source's
+    b.data_parallel = world.size;
+    b.emulated_nodes = world.emulated_nodes;
+    b.data_source = cell(r, "data_source");
+    b.optimizer.kind = cell(r, "optimizer") == "adam" ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
+    b.warmup_steps = 2;
+    try {  // the workload's parameters and FLOPs, for the row (a row of a model this build lacks has none)
+      b.spec = models::workload(b.model, b.dataset).spec;
+      b.cost = model_cost(b.spec);
+    } catch (const Error&) {
     }
-    found->replay->rows.push_back(r);
-  }
-  if (out.empty())
-    throw InputError(fmt::format(
-        "--replay_from={}: no one-device train/ row matching --benchmark_filter='{}' holds prediction_inputs (rows "
-        "carry them from schema 6 on, unless run with --timeline=off or --cuda_graph)",
-        flags.replay_from, flags.benchmark_filter));
-  for (BenchInfo& b : out) {
+    std::vector<std::string> items;
+    if (const std::string v = cell(r, "variant"); !v.empty()) items.push_back(v);
+    items.emplace_back("replayed");
+    if (world.emulated_nodes) items.emplace_back("emulated_nodes");
+    if (world.nodes > 1) items.push_back(fmt::format("nodes:{}", world.nodes));
+    b.variant = join_variant(items);
+    b.name = fmt::format("train/{}/{}/{}/{}/bs:{}/{}", b.model, b.dataset, b.device, b.precision, b.batch, b.variant);
+    b.baseline = name;
     std::vector<double> rates;
-    for (const Row& r : b.replay->rows) rates.push_back(cell_number(r, "samples_per_s"));
-    b.replay->samples_per_s = tb::median(rates);
-    b.replay->inputs = cell(b.replay->rows.back(), "prediction_inputs");
+    BenchInfo::Replay replay{.of = name, .backend = cell(r, "backend"), .inputs = cell(r, "prediction_inputs")};
+    for (const Row* saved_row : saved.rows.at(name)) {
+      replay.rows.push_back(*saved_row);
+      rates.push_back(cell_number(*saved_row, "samples_per_s"));
+    }
+    replay.samples_per_s = tb::median(rates);
+    b.replay = std::move(replay);
+    if (world.size < 2)
+      b.skip_reason = fmt::format(
+          "{}: --replay_from replays a one-device row on the ranks of an MPI job: start it with mpirun -np N (N >= 2)",
+          b.device);
+    b.skip_scope = b.device;
+    out.push_back(std::move(b));
   }
   return out;
 }

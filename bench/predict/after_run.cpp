@@ -4,7 +4,6 @@
 
 #include <iostream>
 #include <memory>
-#include <regex>
 #include <set>
 
 #include <fmt/format.h>
@@ -14,6 +13,7 @@
 #include "bench/output/rows.hpp"
 #include "bench/output/summary.hpp"
 #include "bench/plan/device_kinds.hpp"
+#include "bench/predict/inputs.hpp"
 #include "bench/predict/predict.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
@@ -60,43 +60,14 @@ std::vector<parallel::Link> links_for(const Flags& flags, const std::string& bac
 
 int predict_from_csv(const Flags& flags, const MachineContext& now) {
   const std::vector<Row> rows = read_csv(flags.predict_from, "--predict_from");
-  std::regex filter;
-  try {
-    filter = std::regex(flags.benchmark_filter);
-  } catch (const std::regex_error& e) {
-    throw InputError(
-        fmt::format("--benchmark_filter={}: not a regular expression ({})", flags.benchmark_filter, e.what()));
-  }
-  // The one-device train rows the filter takes, each benchmark once, in the file's order.
-  std::vector<std::string> names;
-  std::set<std::string> seen, without_inputs;
-  for (const Row& r : rows) {
-    const std::string name = cell(r, "benchmark");
-    if (cell(r, "kind") != "train" || cell(r, "measurement") != "measured" || cell(r, "status") != "ok" ||
-        !cell(r, "data_parallel").empty() || !std::regex_search(name, filter))
-      continue;
-    if (cell(r, "prediction_inputs").empty()) {
-      without_inputs.insert(name);
-      continue;
-    }
-    if (seen.insert(name).second) names.push_back(name);
-  }
-  if (names.empty())
-    throw InputError(fmt::format(
-        "--predict_from={}: no one-device train/ row matching --benchmark_filter='{}' holds prediction_inputs{}. "
-        "Rows carry them from schema 6 on, unless run with --timeline=off or --cuda_graph: run the one-device "
-        "benchmark again with this trainbench (trainbench --devices=gpu:1 --csv=run.csv)",
-        flags.predict_from, flags.benchmark_filter,
-        without_inputs.empty() ? "" : fmt::format(" ({} rows without them)", without_inputs.size())));
+  const SavedRows saved = saved_one_device_rows(rows, flags.benchmark_filter, "--predict_from", flags.predict_from);
   std::unique_ptr<CsvWriter> csv;
   if (!flags.csv.empty()) csv = std::make_unique<CsvWriter>(flags.csv);
   std::vector<Row> predicted;
   std::cout << fmt::format("trainbench: predictions from {} (no training); they assume {}\n", flags.predict_from,
                            parallel::kPredictionAssumptions);
-  for (const std::string& name : names) {
-    std::vector<const Row*> of;
-    for (const Row& r : rows)
-      if (cell(r, "benchmark") == name) of.push_back(&r);
+  for (const std::string& name : saved.names) {
+    const std::vector<const Row*>& of = saved.rows.at(name);
     const std::string backend = cell(*of.back(), "backend");
     PredictionPlan plan;
     plan.links = links_for(flags, backend);

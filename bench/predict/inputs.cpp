@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <regex>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench/output/rows.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
 
@@ -127,6 +129,37 @@ PredictionInputs parse_prediction_inputs(const std::string& text) {
     one.sharing_source = "no ranks shared this machine in the run";
   }
   return in;
+}
+
+SavedRows saved_one_device_rows(const std::vector<Row>& rows, const std::string& filter, const std::string& flag,
+                                const std::string& path) {
+  std::regex pattern;
+  try {
+    pattern = std::regex(filter);
+  } catch (const std::regex_error& e) {
+    throw InputError(fmt::format("--benchmark_filter={}: not a regular expression ({})", filter, e.what()));
+  }
+  SavedRows saved;
+  std::size_t without_inputs = 0;
+  for (const Row& r : rows) {
+    const std::string name = cell(r, "benchmark");
+    if (cell(r, "kind") != "train" || cell(r, "measurement") != "measured" || cell(r, "status") != "ok" ||
+        cell(r, "run_type") != "iteration" || !cell(r, "data_parallel").empty() || !std::regex_search(name, pattern))
+      continue;
+    if (cell(r, "prediction_inputs").empty()) {
+      ++without_inputs;
+      continue;
+    }
+    if (!saved.rows.count(name)) saved.names.push_back(name);
+    saved.rows[name].push_back(&r);
+  }
+  if (saved.names.empty())
+    throw InputError(fmt::format(
+        "{}={}: no one-device train/ row matching --benchmark_filter='{}' holds prediction_inputs{}. Rows carry them "
+        "from schema 6 on, unless run with --timeline=off or --cuda_graph: run the one-device benchmark again with "
+        "this trainbench (e.g. trainbench --devices=gpu:1 --csv=run.csv)",
+        flag, path, filter, without_inputs ? fmt::format(" ({} such rows without them)", without_inputs) : ""));
+  return saved;
 }
 
 }  // namespace tb::bench

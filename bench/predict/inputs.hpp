@@ -5,7 +5,11 @@
 // replays (--replay_from) all read it from there, so each is made from the same figures.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
+
+#include "bench/output/csv.hpp"
 
 #include "engine/parallel/predict.hpp"
 
@@ -27,5 +31,17 @@ struct PredictionInputs {
   int sharing_ranks = 0, sharing_hosts = 0;  // 0: no sharing measured
 };
 PredictionInputs parse_prediction_inputs(const std::string& text);
+
+// The rows of a saved run that predictions (--predict_from) and replays (--replay_from) start
+// from: its ok, measured, one-device train/ iteration rows that `filter` (--benchmark_filter, a
+// regular expression searched in the name) takes and that hold prediction_inputs, by benchmark
+// in the file's order. Throws tb::InputError naming `flag` and `path` where there are none (with
+// how many rows lacked the inputs) or the filter is no regular expression.
+struct SavedRows {
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<const Row*>> rows;  // by benchmark
+};
+SavedRows saved_one_device_rows(const std::vector<Row>& rows, const std::string& filter, const std::string& flag,
+                                const std::string& path);
 
 }  // namespace tb::bench

@@ -21,24 +21,10 @@ namespace tb::bench {
 
 namespace {
 
-// The variant items of where ranks ran or what a prediction assumed: a prediction and the
-// measured row it is for share everything else.
-bool where_item(const std::string& item) {
-  const std::string flag = item.substr(0, item.find(':'));
-  return flag == "emulated_nodes" || flag == "predicted" || flag == "network" || flag == "from" || flag == "replayed";
-}
-
+// A prediction and the measured row it is for share everything but where the ranks ran and what
+// the prediction assumed.
 std::string comparable_variant(const std::string& variant) {
-  std::vector<std::string> kept;
-  std::size_t start = 0;
-  while (start < variant.size()) {
-    std::size_t slash = variant.find('/', start);
-    if (slash == std::string::npos) slash = variant.size();
-    const std::string item = variant.substr(start, slash - start);
-    if (!item.empty() && !where_item(item)) kept.push_back(item);
-    start = slash + 1;
-  }
-  return fmt::format("{}", fmt::join(kept, "/"));
+  return variant_without(variant, {"emulated_nodes", "predicted", "network", "from", "replayed"});
 }
 
 // A prediction and the measured row it is for share this key.

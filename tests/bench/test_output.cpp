@@ -12,10 +12,14 @@
 #include <string>
 #include <vector>
 
+#include <benchmark/benchmark.h>
+
 #include "bench/output/columns.hpp"
 #include "bench/output/csv.hpp"
+#include "bench/output/reporter.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/output/summary.hpp"
+#include "bench/run/harness.hpp"
 #include "engine/core/error.hpp"
 
 namespace tb::bench {
@@ -173,6 +177,54 @@ TEST(ReadCsv, BrokenFilesAreRefusedNamingTheFileAndTheLine) {
   EXPECT_NE(refused(write_file("other.csv", "a,b\n1,2\n")).find("not a trainbench CSV"), std::string::npos);
   const std::string cut = refused(write_file("cut.csv", "schema_version,benchmark,status\n6,a,ok\n6,b\n"));
   EXPECT_NE(cut.find("line 3 has 2 fields, the header has 3"), std::string::npos) << cut;
+}
+
+// ---- the console: the rows, rendered ----
+
+// The reporter shows what the harness wrote, nothing it computes: a benchmark's rows when Google
+// Benchmark reports it (the same figures as the CSV), its notes after them, a skipped
+// configuration once.
+TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
+  Flags flags;
+  flags.devices = {"cpu:1", "gpu:1"};
+  flags.benchmark_filter = "mlp/mnist";
+  const Harness harness(flags, 2);
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const std::string name = "train/mlp/mnist/cpu:1/fp32/bs:100";
+  const BenchInfo* info = harness.find(name);
+  ASSERT_NE(info, nullptr);
+  log.repetition(
+      *info,
+      Repetition{.counters = {{"samples_per_s", 1234.5}, {"step_time_s", 0.081}}, .steps = 7, .message = "a note"});
+  log.note(name, "  predicted mpi:2 over custom: ...");
+  Reporter reporter(harness, log, DisplayOptions{});
+  std::ostringstream out, err;
+  reporter.SetOutputStream(&out);
+  reporter.SetErrorStream(&err);
+  benchmark::BenchmarkReporter::Run run;
+  run.run_name.function_name = name;
+  reporter.ReportRuns({run});
+  reporter.ReportRuns({run});  // its aggregates' call: shown once already
+  const std::string text = out.str();
+  EXPECT_NE(text.find(name + " "), std::string::npos) << text;
+  EXPECT_NE(text.find("81 ms"), std::string::npos) << text;  // the row's step, in the row's unit
+  EXPECT_NE(text.find(" 7 "), std::string::npos) << text;    // its steps, not Google Benchmark's 1
+  EXPECT_NE(text.find("1234"), std::string::npos) << text;
+  EXPECT_NE(text.find("a note"), std::string::npos) << text;
+  EXPECT_NE(text.find("  predicted mpi:2 over custom"), std::string::npos) << text;
+  EXPECT_EQ(text.find(name), text.rfind(name)) << "rendered twice:\n" << text;
+  // A skipped configuration: one line for its scope, whatever its benchmarks.
+  const std::string gpu = "train/mlp/mnist/gpu:1/fp32/bs:100";
+  const BenchInfo* gpu_info = harness.find(gpu);
+  ASSERT_NE(gpu_info, nullptr);
+  log.repetition(*gpu_info, Repetition{.status = "skipped", .message = "gpu:1: no CUDA device"});
+  benchmark::BenchmarkReporter::Run skipped;
+  skipped.run_name.function_name = gpu;
+  reporter.ReportRuns({skipped});
+  EXPECT_NE(out.str().find("skipped gpu:1"), std::string::npos) << out.str();
+  EXPECT_EQ(reporter.skipped(), 1);
 }
 
 }  // namespace
