@@ -145,6 +145,16 @@ if run_replay "$out/replay-shm-2.csv" --link=measured "${mpi[@]}"; then
       done
     done
   done
+  # How much waiting ranks distort a replay of 8 on 2 cores: the last setting again with Open MPI
+  # yielding the core while it waits (mpi_yield_when_idle).
+  if [ -n "${inter:-}" ]; then
+    csv=$out/replay-10gbit-8-2-yield.csv
+    echo "check_predictions.sh: replayed on 8 ranks, 4 emulated nodes of 2, at 10gbit, Open MPI yielding when idle"
+    if OMPI_MCA_mpi_yield_when_idle=1 run_replay "$csv" "--link=$intra --nodes=4 --network=$inter" \
+      "$scripts/emulate_nodes.sh" --nodes 4 --ranks-per-node 2 --rate 10gbit --; then
+      settings+=("replayed mpi:8, 4 nodes of 2, 10gbit, yield when idle=$csv")
+    fi
+  fi
 else
   echo "check_predictions.sh: the replay on 2 ranks did not run: see $out/replay-shm-2-log.txt" >&2
 fi

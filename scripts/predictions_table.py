@@ -97,15 +97,30 @@ def lines_of(setting: str, table: tbcsv.Table) -> list[Line]:
     out = []
     for benchmark, reps in by_benchmark.items():
         p = prediction_of(reps[0], predicted)
-        step = steps.get((p or {}).get("predicted_from", ""))
-        if p is None or step is None or benchmark not in rates:
+        if p is None or benchmark not in rates:
             continue
-        out.append(Line(setting, benchmark, step.center * 1e3, rates[benchmark].center,
+        # The one-device step: its row's, where the file has it; a replay's file has only the
+        # prediction, whose efficiency is that step over its own.
+        source = steps.get(p.get("predicted_from", ""))
+        efficiency, predicted_step = tbcsv.number(p, "scaling_efficiency"), tbcsv.number(p, "step_time_s")
+        step_s = source.center if source else efficiency * predicted_step if efficiency and predicted_step else None
+        if step_s is None:
+            continue
+        out.append(Line(setting, benchmark, step_s * 1e3, rates[benchmark].center,
                         tbcsv.number(p, "samples_per_s"), tbcsv.number(p, "samples_per_s_low"),
                         tbcsv.number(p, "samples_per_s_high"), p.get("dominant_term") or "",
-                        f"{tbcsv.number(p, 'link_busbw_gbps'):.3g} GB/s",
+                        link_text(p),
                         [compared(r) for r in reps]))
     return out
+
+
+def link_text(p: dict[str, str]) -> str:
+    """The prediction's link: its bus bandwidth, and over nodes the network's per NIC beside it."""
+    text = f"{tbcsv.number(p, 'link_busbw_gbps'):.3g} GB/s"
+    network = tbcsv.number(p, "network_busbw_gbps")
+    if network is not None:
+        text += f", {tbcsv.number(p, 'network_busbw_gbps'):.3g} GB/s between {p.get('nodes')} nodes"
+    return text
 
 
 def markdown(lines: list[Line]) -> str:

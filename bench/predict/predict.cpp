@@ -217,7 +217,7 @@ void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
           link.latency_us, link.busbw_gbps,
           link.sweep_back_to_back.empty()
               ? ""
-              : fmt::format("; 4 KiB: {:.3g} us after a barrier, {:.3g} us each of 20 back to back",
+              : fmt::format("; 256 B: {:.3g} us after a barrier, {:.3g} us each of 20 back to back",
                             link.sweep.front().second * 1e6, link.sweep_back_to_back.front() * 1e6));
   };
   world_link_ = parallel::measure_world_link(-1);

@@ -130,13 +130,15 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     st.SkipWithError(skip_message("one-replica baseline, run by rank 0").c_str());
     return;
   }
-  // A replay's prediction is made before its first repetition, from the saved row: its measured
-  // rows are compared with it as they end.
-  if (info.replay && calls_[info.name] == 0)
+  // A replay's baseline is the saved row (its rates, for scaling efficiency) and its prediction is
+  // made before its first repetition, from that row: its replayed rows are compared with it.
+  if (info.replay && calls_[info.name] == 0) {
+    for (const Row& saved : info.replay->rows) baselines_.add(info.replay->of, cell_number(saved, "samples_per_s"));
     for (PredictedRow& p : predictor_.for_replay(info, rows_->machine())) {
       rows_->keep(p.row);
       rows_->note(info.name, std::move(p.line));
     }
+  }
   const double load = load_average_1m();
   const bool busy = loaded(info, load);
   try {

@@ -173,8 +173,7 @@ class ReplayRun final : public BenchmarkRun {
     c["host_cpu_util"] = w.cpu / w.wall;
     c["replicas"] = total;
     communication_counters(st, w, total, run_->comm_stats(), c0_);
-    c["scaling_efficiency"] = c["samples_per_s"] / (total * info_.replay->samples_per_s);
-    if (c["samples_per_s"] < info_.replay->samples_per_s) verdict("not_scaling");
+    comparisons(st, total);  // over the saved row (the harness holds its rates as a baseline's)
     note_first(fmt::format(
         "{}'s steps replayed on {} ranks ({} host(s)): its compute waited out (each step drawn from its saved step "
         "times), its {} gradient bucket(s) all-reduced for real at their saved times; efficiency over its {:.0f} "

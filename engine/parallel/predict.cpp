@@ -409,7 +409,9 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   std::vector<float> host;
   std::vector<double> x, y;  // ring bytes, seconds
   Link link{.name = "measured", .overlaps_compute = device_buffer != nullptr, .sweep_ranks = n};
-  for (std::size_t bytes = std::size_t(4) << 10; bytes <= max_bytes; bytes *= 4) {
+  // From 256 bytes: the smallest buckets (the LSTM's 1 KB of gradients) cost what a tiny
+  // all-reduce costs, which a line from larger sizes to the fitted latency misses.
+  for (std::size_t bytes = 256; bytes <= max_bytes; bytes *= 4) {
     void* data = device_buffer;
     if (!data) {
       host.assign(bytes / sizeof(float), 1.0f);
@@ -444,14 +446,15 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
     x.push_back(allreduce_bus_factor(n) * double(bytes));
     y.push_back(median);
   }
-  // Least squares: y = a + b x.
-  const double mx = std::accumulate(x.begin(), x.end(), 0.0) / double(x.size());
-  const double my = std::accumulate(y.begin(), y.end(), 0.0) / double(y.size());
+  // The latency is the smallest size's time (256 bytes: nothing but latency), which a line fitted
+  // through every size misses by a factor of several on TCP (the large sizes set its intercept);
+  // the bus bandwidth the least-squares slope over the rest: y = a + b x with a fixed.
+  const double intercept = y.front();
   double sxy = 0, sxx = 0;
-  for (std::size_t k = 0; k < x.size(); ++k) sxy += (x[k] - mx) * (y[k] - my), sxx += (x[k] - mx) * (x[k] - mx);
-  const double slope = std::max(sxy / sxx, 1e-15), intercept = std::max(0.0, my - slope * mx);
+  for (std::size_t k = 0; k < x.size(); ++k) sxy += x[k] * (y[k] - intercept), sxx += x[k] * x[k];
+  const double slope = std::max(sxy / sxx, 1e-15);
   link.busbw_gbps = 1.0 / slope * 1e-9;
-  // A ring all-reduce among n takes 2(n-1) steps: the fitted latency is that many of them.
+  // A ring all-reduce among n takes 2(n-1) steps: the latency is that many of them.
   link.latency_us = intercept * 1e6 / (2.0 * std::max(1, n - 1));
   // The band: the sizes of 1 MiB and more, each one's bus bandwidth beside the fit's, either way.
   double low = link.busbw_gbps, high = link.busbw_gbps;
@@ -464,7 +467,7 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   link.busbw_high_gbps = high;
   link.low_source = "the slowest and fastest size of the sweep (1 MiB and up) against the fit";
   link.source =
-      fmt::format("{} all-reduce of {} ranks, 4 KiB to {} MiB, measured at start-up", comm.kind(), n, max_bytes >> 20);
+      fmt::format("{} all-reduce of {} ranks, 256 B to {} MiB, measured at start-up", comm.kind(), n, max_bytes >> 20);
   return link;
 }
 

@@ -91,7 +91,7 @@ const std::vector<Link>& network_presets();
 Link parse_network(const std::string& text);
 
 class Communicator;
-// The link of `comm` measured as nccl-tests defines it: all-reduces of buffers of 4 KiB to
+// The link of `comm` measured as nccl-tests defines it: all-reduces of buffers of 256 B to
 // `max_bytes` (host buffers for MPI: overlaps_compute false; `device_buffer` gives a device
 // buffer of that many bytes for NCCL, which overlaps), each size's median time (the slowest
 // rank's), kept as the sweep and fitted as 2(N-1) x latency + 2(N-1)/N x bytes / busbw; small

@@ -23,9 +23,6 @@ ReplayNetwork::ReplayNetwork(StepTimeline timeline, std::vector<double> step_tim
   std::size_t floats = 0;
   for (double bytes : timeline_.bucket_bytes) floats += std::size_t(std::ceil(bytes / sizeof(float)));
   gradients_.assign(floats, 0.0f);
-  // The process sleeps through most of a step: waking on time matters more than the timer's
-  // default 50 us slack (Linux: PR_SET_TIMERSLACK).
-  ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 }
 
 // Bucket k (ready k-th) is node K - k, so that a backward hook of node K - k starts it and no
@@ -58,14 +55,20 @@ std::uint64_t ReplayNetwork::param_checksum() {
   return h;
 }
 
+// The compute is waited out to the microsecond: the timer's slack (Linux's default 50 us, which
+// would lengthen every wait) is lifted for the wait alone, so that the data-parallel path's own
+// polling (MPI's waits) keeps the slack it has in training.
 void ReplayNetwork::wait_until(double seconds_after_start) const {
   const double left = start_ + seconds_after_start - wall_seconds();
   if (left <= 0) return;
+  const int slack = ::prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
+  ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   timespec t{};
   t.tv_sec = time_t(left);
   t.tv_nsec = long((left - double(t.tv_sec)) * 1e9);
   while (::nanosleep(&t, &t) != 0) {
   }
+  if (slack > 0) ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0UL, 0UL, 0UL);
 }
 
 float ReplayNetwork::forward() {

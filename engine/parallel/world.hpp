@@ -56,7 +56,7 @@ Communicators nccl_ranks_wiring(const std::vector<Network*>& networks, Communica
 std::unique_ptr<Communicator> one_replica_comm(Network& network);
 
 // The link between the ranks of the MPI world, swept at start-up (a collective): MPI's of host
-// buffers (4 KiB to 16 MiB), or with `gpu` >= 0 NCCL's of device buffers on that GPU (4 KiB
+// buffers (256 B to 16 MiB), or with `gpu` >= 0 NCCL's of device buffers on that GPU (256 B
 // to 64 MiB). Throws tb::Error where this build lacks NCCL.
 struct Link;
 Link measure_world_link(int gpu);
