@@ -276,6 +276,7 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.replicas = d.replicas;
   b.gpu_ordinals = d.gpu_ordinals;
   b.data_parallel = d.data_parallel;
+  b.job_device = d.job_device;
   b.emulated_nodes = world().emulated_nodes && d.kind->across_ranks;
   b.timeline = flags.timeline;
   b.batch = flags.batch.value_or(b.gpu() ? gpu_batch(w, d, precision, flags) : w.batch);

@@ -46,6 +46,7 @@ struct BenchInfo {
   int replicas = 1;                         // replicas in this process (threads), or jobs
   std::vector<int> gpu_ordinals;            // one per local replica on GPUs
   int data_parallel = 0;                    // N devices of their own sharing gradients; 0: not a scaling figure
+  std::string job_device;                   // jobs rows: the one-device configuration each job runs
   bool emulated_nodes = false;              // ranks of emulated nodes on one machine (world.hpp)
   bool timeline = true;                     // one-device train rows record their bucket timeline
   i64 batch = 0;                            // per replica

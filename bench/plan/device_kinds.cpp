@@ -89,6 +89,7 @@ bool cpu_jobs_matches(const DeviceEntry& e, const Machine&) { return is(e, "cpu"
 void cpu_jobs_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
   d.threads = e.count;
   d.replicas = e.split_count;
+  d.job_device = fmt::format("cpu:{}", e.count);
   // Checked before any process starts: a typo (jobs:100000) must not start them.
   const std::int64_t need = std::int64_t(e.count) * e.split_count;
   if (need > m.cores)
@@ -177,6 +178,7 @@ void gpu_threads_configure(const DeviceEntry& e, const Machine& m, DeviceConfig&
 bool gpu_jobs_matches(const DeviceEntry& e, const Machine&) { return is(e, "gpu", "jobs") && e.count == 1; }
 void gpu_jobs_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
   one_gpu(d, std::vector<int>(std::size_t(e.split_count), first_gpus(m.flags, 1).at(0)));
+  d.job_device = "gpu:1";
   d.skip_reason = gpu_missing(d, m);  // their memory is checked per workload (configs.cpp)
 }
 

@@ -75,6 +75,7 @@ struct DeviceConfig {
   int replicas = 1;               // replicas in this process, or jobs
   std::vector<int> gpu_ordinals;  // one per local replica on GPUs
   int data_parallel = 0;          // N devices of their own sharing gradients (scaling_efficiency's N); 0: none
+  std::string job_device;         // jobs kinds: the one-device configuration each job runs (gpu:1, cpu:T)
   std::string skip_reason;
 };
 

@@ -43,15 +43,13 @@ constexpr double kWindowSeconds = 2;  // the timed window every job runs in
 // From the last job ready to the window's start: time for every job to see the others ready.
 constexpr double kStartMargin = 0.05;
 
-// The one-device benchmark each job runs: the row's own, on its device without "/jobs:K".
-std::string job_device(const BenchInfo& info) { return info.device.substr(0, info.device.find('/')); }
-
+// The one-device benchmark each job runs: the row's own, on the kind's one device (job_device).
 std::vector<std::string> job_arguments(const BenchInfo& info, const Flags& flags, const fs::path& csv) {
   std::vector<std::string> a{fs::read_symlink("/proc/self/exe").string(),
-                             "--devices=" + job_device(info),
+                             "--devices=" + info.job_device,
                              "--precisions=" + info.precision,
                              fmt::format("--benchmark_filter=^train/{}/{}/{}/{}/bs:{}(/.*)?$", info.model, info.dataset,
-                                         job_device(info), info.precision, info.batch),
+                                         info.job_device, info.precision, info.batch),
                              "--csv=" + csv.string(),
                              "--timeline=off",
                              fmt::format("--batch={}", info.batch),
