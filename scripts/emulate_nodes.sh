@@ -260,7 +260,10 @@ report_traffic() {
 
 cleanup() {
   local status=$?
-  trap - EXIT INT TERM HUP
+  # A second signal during the cleanup (a TERM after an interrupt, the caller's pipe gone) must
+  # not end it before the namespaces are removed: ignored until it is done.
+  trap - EXIT
+  trap '' INT TERM HUP PIPE
   if [ -n "$mpirun_pid" ] && kill -0 "$mpirun_pid" 2>/dev/null; then
     kill -TERM "$mpirun_pid" 2>/dev/null || true
     local i

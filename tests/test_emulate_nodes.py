@@ -265,6 +265,30 @@ def test_an_interrupted_run_removes_everything(cpu_nodes, runs, sig, status):
     assert f"interrupted by SIG{sig.name[3:]}" in err, err
 
 
+def test_a_second_signal_during_the_clean_up_does_not_stop_it(cpu_nodes, runs):
+    """Ranks that ignore SIGTERM keep mpirun, and so the clean-up, waiting for seconds; a TERM sent
+    then (a caller giving up after its interrupt) must not end the script before the namespaces
+    are gone (the runs fixture checks that nothing is left)."""
+    p = start_script(runs, ["--rate", "1gbit", "--", "sh", "-c", "trap '' TERM; sleep 300"])
+    try:
+        deadline = time.monotonic() + 60
+        while not (len(ours := [n for n in namespaces() if n.startswith(f"tbemu{p.pid}-")]) == 2
+                   and all(sleeping_in(n) for n in ours)):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        assert p.poll() is None, "the clean-up ended within 1 s: the second signal would test nothing"
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130, err
+    assert "interrupted by SIGINT" in err, err
+
+
 def test_a_failing_program_leaves_nothing(cpu_nodes, runs):
     status, _, err = run_script(runs, ["--", "sh", "-c", "exit 3"], timeout=120)
     assert status != 0 and "mpirun exited with status" in err, err
