@@ -143,6 +143,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR
 # ---- written at install time: tbinstalled.py and the sbatch template with the prefix ---------
 file(RELATIVE_PATH TB_LIBEXEC_TO_PREFIX /prefix/${TB_INSTALL_LIBEXECDIR} /prefix)
 file(RELATIVE_PATH TB_REFRAME_TO_BIN /prefix/${TB_INSTALL_DATADIR}/reframe /prefix/${CMAKE_INSTALL_BINDIR})
+file(RELATIVE_PATH TB_REFRAME_TO_LIBEXEC /prefix/${TB_INSTALL_DATADIR}/reframe /prefix/${TB_INSTALL_LIBEXECDIR})
 configure_file(${PROJECT_SOURCE_DIR}/cmake/InstallLayout.cmake.in ${CMAKE_BINARY_DIR}/generated/InstallLayout.cmake @ONLY)
 install(SCRIPT ${CMAKE_BINARY_DIR}/generated/InstallLayout.cmake)
 

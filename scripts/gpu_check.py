@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tbcsv  # noqa: E402
+import tbdevices  # noqa: E402
 
 PROG = "gpu_check.py"
 
@@ -191,6 +192,25 @@ def device(row: dict[str, str]) -> str:
     return tbcsv.field_of(row, "device")
 
 
+def one_gpu(row: dict[str, str]) -> bool:
+    return tbdevices.is_one_gpu(row.get("device_kind", ""))
+
+
+def all_cores(row: dict[str, str]) -> bool:
+    return tbdevices.is_all_cores(row.get("device_kind", ""))
+
+
+def timeline_off(row: dict[str, str]) -> bool:
+    """A row measured with --timeline=off."""
+    return tbdevices.variant_value(row.get("variant", ""), "timeline") == "off"
+
+
+def configuration(row: dict[str, str]) -> tuple:
+    """What a row measured, whether the timeline was on or off."""
+    return (tuple(tbcsv.field_of(row, c) for c in tbdevices.NAME_PARTS)
+            + (tbdevices.without(row.get("variant", ""), ("timeline",)),))
+
+
 def workload(row: dict[str, str]) -> str:
     return f"{tbcsv.field_of(row, 'model')}/{tbcsv.field_of(row, 'dataset')}"
 
@@ -257,9 +277,9 @@ def cmd_machine(args, figures: list[str]) -> str:
     figures.append(f"- host `{first.get('host', '?')}`: {first.get('cpu_model', '?')}, {first.get('cores', '?')} "
                    f"cores; trainbench `{first.get('git_commit', '?')}`, {first.get('compiler', '?')}, "
                    f"oneDNN {first.get('onednn', '?')}")
-    gpu_rows = [r for r in rows if device(r).startswith("gpu")]
+    gpu_rows = [r for r in rows if tbcsv.on_gpu(r)]
     if not args.gpu:
-        cpu = [r for r in rows if device(r).startswith("cpu")]
+        cpu = [r for r in rows if r.get("backend") == tbdevices.CPU]
         first_failed(cpu)
         ok = [r for r in cpu if tbcsv.is_ok(r)]
         if not ok:
@@ -310,17 +330,17 @@ def cmd_default(args, figures: list[str]) -> str:
     skipped = sorted({f"{device(r)} {precision(r)}: {r.get('message', '').removeprefix('skipped: ')}"
                       for r in measured if r.get("status") == "skipped"})
     first_failed(measured)
-    ok_gpu = [r for r in measured if device(r) == "gpu:1" and tbcsv.is_ok(r)]
+    ok_gpu = [r for r in measured if one_gpu(r) and tbcsv.is_ok(r)]
     if not ok_gpu:
-        reason = next((why(r) for r in measured if device(r) == "gpu:1"), "it wrote no gpu:1 row")
+        reason = next((why(r) for r in measured if one_gpu(r)), "it wrote no gpu:1 row")
         raise Verdict("failed", f"trainbench measured no gpu:1 row: {reason}")
     figures += ["| workload | precision | cpu samples/s | gpu:1 samples/s (wall clock) | gpu:1 (device clock) "
                 "| gpu:1 x cpu |", "| --- | --- | ---: | ---: | ---: | ---: |"]
-    cpu = {workload(r) for r in measured if device(r) == "cpu" and tbcsv.is_ok(r)}
+    cpu = {workload(r) for r in measured if all_cores(r) and tbcsv.is_ok(r)}
     for name, group in by_benchmark(ok_gpu).items():
         w = workload(group[0])
         wall, dev = median(group, "samples_per_s"), median(group, "device_samples_per_s")
-        cpu_sps = median([r for r in measured if device(r) == "cpu" and workload(r) == w], "samples_per_s")
+        cpu_sps = median([r for r in measured if all_cores(r) and workload(r) == w], "samples_per_s")
         figures.append(f"| {w} | {precision(group[0])} | {fmt(cpu_sps)} | {fmt(wall)} | {fmt(dev)} "
                        f"| {f'{wall / cpu_sps:.2f}x' if wall and cpu_sps else '-'} |")
     figures += [f"- skipped {s}" for s in skipped]
@@ -405,7 +425,7 @@ def cmd_spanning(args, figures: list[str]) -> str:
                        f"| {fmt(got)} | {'yes' if within else 'no'} |")
     first_failed(rows)
     if args.emulated:
-        unmarked = [r["benchmark"] for r in measured if r.get("emulated_nodes") != "1"]
+        unmarked = [r["benchmark"] for r in measured if not tbdevices.on_emulated_nodes(r)]
         if unmarked:
             raise Verdict("failed", f"{unmarked[0]}: not marked as emulated nodes (emulated_nodes is empty)")
     if len(by_benchmark(ok)) < args.expect:
@@ -418,11 +438,11 @@ def cmd_spanning(args, figures: list[str]) -> str:
 def cmd_timeline(args, figures: list[str]) -> str:
     rows = [r for r in iterations(args.csv) if not tbcsv.is_predicted(r)]
     first_failed(rows)
-    off = [r for r in rows if "timeline:off" in tbcsv.variant_items(r.get("variant", "")) and tbcsv.is_ok(r)]
-    on = [r for r in rows if "timeline:off" not in tbcsv.variant_items(r.get("variant", "")) and tbcsv.is_ok(r)]
+    off = [r for r in rows if timeline_off(r) and tbcsv.is_ok(r)]
+    on = [r for r in rows if not timeline_off(r) and tbcsv.is_ok(r)]
     pairs = 0
     for name, group in by_benchmark(on).items():
-        partner = [r for r in off if r["benchmark"] == f"{name}/timeline:off"]
+        partner = [r for r in off if configuration(r) == configuration(group[0])]
         if not partner:
             continue
         marked, unmarked = median(group, "samples_per_s"), median(partner, "samples_per_s")

@@ -145,6 +145,11 @@ def one_device(backend: str, threads: str) -> str:
     return "gpu:1" if backend == GPU else f"cpu:{threads}"
 
 
+# The smallest run that has a scaling efficiency on the CPU: one thread, and two MPI ranks of one
+# thread each (the ReFrame check's default devices).
+ONE_CPU_AND_TWO_RANKS = "cpu:1,mpi:2"
+
+
 # ---- kinds --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -218,6 +223,12 @@ def older_row_variant(row: dict[str, str], legacy: bool) -> str:
         variant = (row.get("variant") or "").strip()
     return repaired_variant(variant, _cell_is_one(row, "shared_device"),
                             row.get("measurement") == "predicted", (row.get("link") or "").strip())
+
+
+def on_emulated_nodes(row: dict[str, str]) -> bool:
+    """The row's ranks ran as emulated nodes of one machine (its `emulated_nodes` column, beside
+    the variant word of the same name)."""
+    return row.get("emulated_nodes", "") == "1"
 
 
 def kind_named(name: str) -> Kind | None:
@@ -337,10 +348,15 @@ def names_a_prediction(term: str) -> bool:
 MEASURED_FLAGS = tuple(f for f in VARIANT_FLAGS if not names_a_prediction(f))
 
 
+def variant_value(variant: str, flag: str) -> str | None:
+    """The value of a flag's item in a variant (`off` of `timeline:off`, '' of a bare switch),
+    None where the variant lacks the flag."""
+    return next((i.partition(":")[2] for i in variant_items(variant) if i.partition(":")[0] == flag), None)
+
+
 def predicted_link(variant: str) -> str:
     """`nvlink4` of a variant holding `predicted:nvlink4`, else ''."""
-    return next((i.partition(":")[2] for i in variant_items(variant)
-                 if i.partition(":")[0] == "predicted"), "")
+    return variant_value(variant, "predicted") or ""
 
 
 def legacy_variant(data_on_device: bool, cuda_graph: bool) -> str:

@@ -121,8 +121,9 @@ SANITY_CASES = r'''
 import json, sys
 import trainbench_check as check
 from reframe.core.exceptions import SanityError
-ok = {"benchmark": "train/mlp/mnist/mpi:2/fp32/bs:100", "device": "mpi:2", "status": "ok", "measurement": "measured",
-      "run_type": "iteration", "loss_first": "2.3", "loss_last": "0.1", "replicas": "2", "message": ""}
+ok = {"benchmark": "train/mlp/mnist/mpi:2/fp32/bs:100", "device": "mpi:2", "device_kind": "mpi:N",
+      "data_parallel": "2", "status": "ok", "measurement": "measured", "run_type": "iteration", "loss_first": "2.3",
+      "loss_last": "0.1", "replicas": "2", "message": ""}
 cases = {"ok": [ok], "one replica": [dict(ok, replicas="1")],
          "replicas_differ": [dict(ok, verdicts="loaded+replicas_differ")], "nan loss": [dict(ok, loss_last="nan")],
          "failed row": [dict(ok, status="failed", message="the 2 replicas' weights differ after training")],

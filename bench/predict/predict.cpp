@@ -49,14 +49,15 @@ std::string link_text(const parallel::Link& link) {
                      link.latency_us);
 }
 
-// The columns a predicted row takes from its source row: its identity and machine context, none
-// of what the source measured or concluded.
+// The columns a predicted row takes from its source row: its identity and machine context (the
+// ranks and hosts of the run that measured it among them), none of what the source measured or
+// concluded.
 Row source_identity(const Row& source) {
   Row row;
   for (const auto& [column, value] : source)
     if (!is_counter(column)) row[column] = value;
   for (const char* own : {"message", "repetition", "aggregate", "verdicts", "prediction", "prediction_inputs",
-                          "shared_device", "emulated_nodes", "rank_hosts"})
+                          "shared_device", "emulated_nodes"})
     row.erase(own);
   return row;
 }
@@ -121,8 +122,9 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
                                          {"link_latency_us", link.latency_us}};
   std::string where =
       fmt::format("over {} ({}{})", link.name, link.source, link.low_source.empty() ? "" : "; low: " + link.low_source);
-  if (two_levels) {
+  if (two_levels) {  // nodes it never ran on: no hosts to name
     row["nodes"] = std::to_string(c.nodes);
+    row.erase("rank_hosts");
     row["network"] = c.network.name;
     counters["network_busbw_gbps"] = c.network.busbw_gbps;
     counters["network_latency_us"] = c.network.latency_us;

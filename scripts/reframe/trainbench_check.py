@@ -37,12 +37,12 @@ with no reference is logged only. A site fills in its own from a run it trusts.
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
 import shlex
 import statistics
+import sys
 from pathlib import Path
 
 import reframe as rfm
@@ -54,6 +54,12 @@ CSV = "trainbench.csv"
 # Where an installed copy finds the prefix's binary, relative to this file's folder; cmake
 # --install writes it (cmake/InstallLayout.cmake.in). None in a checkout: trainbench on PATH.
 BIN_FROM_HERE = None  # written by cmake --install
+# Where tbcsv.py and tbdevices.py are, relative to this file's folder: scripts/ in a checkout,
+# the prefix's libexec/trainbench/ once installed (cmake --install writes that path).
+SCRIPTS_FROM_HERE = ".."  # written by cmake --install
+sys.path.insert(0, str((Path(__file__).resolve().parent / SCRIPTS_FROM_HERE).resolve()))
+import tbcsv  # noqa: E402
+import tbdevices  # noqa: E402
 
 
 def default_trainbench() -> str:
@@ -67,23 +73,25 @@ def config_name(benchmark: str, workload: str) -> str:
     and dataset where the workload names them ('train/mlp/mnist/mpi:2/fp32/bs:100' under
     workload train/mlp/mnist/ -> 'mpi_2_fp32_bs_100'; under train/ -> 'mlp_mnist_mpi_2_fp32_bs_100')."""
     named = len([p for p in workload.split("/") if p])
-    rest = benchmark.split("/")[min(named, 3):]
-    return re.sub(r"\W+", "_", "/".join(rest)).strip("_")
+    parts = tbdevices.name_parts(benchmark)
+    head = "/".join(parts[p] for p in tbdevices.NAME_PARTS[:min(named, 3)])
+    return re.sub(r"\W+", "_", benchmark[len(head):]).strip("_")
 
 
 def ranks_of(devices: str) -> int:
     """The tasks the job needs: the largest mpi:N of the devices, else 1."""
-    counts = [int(m.group(1)) for m in re.finditer(r"(?:^|,)mpi:(\d+)", devices)]
-    return max(counts, default=1)
+    parsed = [tbdevices.parse(d) for d in devices.split(",")]
+    return max((d.ranks for d in parsed if d and d.ranks), default=1)
 
 
 @sn.deferrable
 def read_rows(path: str) -> list:
+    if not Path(path).is_file():
+        raise SanityError(f"{path}: trainbench wrote no CSV; see the job's output")
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            return list(csv.DictReader(f))
-    except OSError as e:
-        raise SanityError(f"{path}: trainbench wrote no CSV ({e.strerror}); see the job's output") from None
+        return tbcsv.read_table(path).rows
+    except tbcsv.InputError as e:
+        raise SanityError(str(e)) from None
 
 
 def measured(rows: list) -> dict:
@@ -123,9 +131,8 @@ def check_rows(rows: list, devices: list, workload: str) -> bool:
                     finite = False
                 if not finite:
                     raise SanityError(f"{name}: {column} is {r.get(column)!r}, not a finite loss")
-        device = group[0].get("device", "")
-        if device.startswith("mpi:"):
-            n = device.split(":", 1)[1]
+        if group[0].get("device_kind") == tbdevices.MPI:
+            n = str(tbcsv.data_parallel(group[0]))
             # The row fails when the replicas' weights differ; its message says so, and from
             # schema 6 on its verdicts too.
             if any(r.get("replicas") != n or "weights differ" in r.get("message", "")
@@ -153,7 +160,7 @@ class TrainbenchCheck(rfm.RunOnlyRegressionTest):
 
     trainbench = variable(str, value=default_trainbench())
     workload = variable(str, value="train/mlp/mnist/")
-    devices = variable(str, value="cpu:1,mpi:2")
+    devices = variable(str, value=tbdevices.ONE_CPU_AND_TWO_RANKS)
     batch = variable(int, value=0)
     iterations = variable(int, value=20)
     extra_flags = variable(str, value="")
@@ -214,7 +221,7 @@ class TrainbenchCheck(rfm.RunOnlyRegressionTest):
             config = config_name(name, self.workload)
             variables[f"samples_per_s_{config}"] = sn.make_performance_function(
                 column_median(rows, name, "samples_per_s"), "samples/s")
-            if group[0].get("device", "").startswith("mpi:") and group[0].get("scaling_efficiency"):
+            if tbcsv.data_parallel(group[0]) and group[0].get("scaling_efficiency"):
                 variables[f"efficiency_{config}"] = sn.make_performance_function(
                     column_median(rows, name, "scaling_efficiency"), "")
         self.perf_variables = variables

@@ -116,6 +116,31 @@ TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   EXPECT_TRUE(predict_rows(pointers(one_device_rows("")), plan, MachineContext{}).empty());
 }
 
+// A predicted row keeps the ranks' hosts of the run that measured its source (the run's rows all
+// say where its ranks ran); one across nodes of its own names no hosts, only how many nodes.
+TEST(PredictRows, KeepTheSourceRunsHostsUnlessTheyPredictNodesOfTheirOwn) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) {
+    r["ranks"] = "2";
+    r["nodes"] = "1";
+    r["rank_hosts"] = "vm:0;vm:1";
+  }
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2};
+  std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(cell(got[0].row, "rank_hosts"), "vm:0;vm:1");
+  EXPECT_EQ(cell(got[0].row, "nodes"), "1");
+  plan.nodes = 4;
+  plan.networks = {parallel::parse_link("1,30")};
+  plan.counts = {8};
+  got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(cell(got[0].row, "nodes"), "4");
+  EXPECT_EQ(cell(got[0].row, "rank_hosts"), "") << "nodes it never ran on have no hosts";
+}
+
 // The policy: one-device train rows with a timeline are predicted; a measured row is compared with
 // the prediction made from a row of its per-rank threads, the measured link's first.
 TEST(Predictor, ComparesAMeasuredRowWithItsPredictionAndSaysInsideOrOutside) {
