@@ -150,8 +150,9 @@ def test_the_root_looks_like_a_fresh_machine_and_goes_away(root_tar, tmp_path):
 
 def test_the_commands_status_comes_back_and_what_it_left_is_stopped(root_tar, tmp_path):
     root = tmp_path / "root"
-    r = clean_root("--tar", str(root_tar), "--dir", str(root), "--grace", "2", "--",
-                   "/bin/sh", "-c", "sleep 300 & sleep 301 & exit 7")
+    # Exits once its background sleep runs (a forked child is still "sh" until it execs).
+    r = clean_root("--tar", str(root_tar), "--dir", str(root), "--grace", "2", "--", "/bin/sh", "-c",
+                   'sleep 300 & while [ "$(cat /proc/$!/comm)" != sleep ]; do :; done; exit 7')
     assert r.returncode == 7, r.stderr
     assert "the command left processes running in the root, stopped now:" in r.stderr, r.stderr
     assert "sleep[" in r.stderr, r.stderr
