@@ -4,8 +4,9 @@
 # nothing of ours; `/` a mount point, /proc, /sys with /sys/fs/cgroup, /dev, /run of its own), it
 # copies a clean clone of this repository's HEAD and runs there, as a new user would,
 #   scripts/bench.sh with a short filter, then scripts/test.sh,
-# printing each command's wall time and ctest's summary; afterwards it checks that no mount under
-# the root and no network namespace of the run is left on this machine, and says so. Not part of
+# printing each command's wall time and ctest's summary; afterwards it checks that the tests left
+# no network namespace in the root (ip netns list, findmnt -t nsfs) and that no mount of the root
+# is left on this machine (findmnt), and says so. Not part of
 # CI (30-60 minutes: both commands build everything; a few GB of packages); run it before changing
 # scripts/deps.sh or the build's dependencies.
 #
@@ -20,7 +21,7 @@
 # come from PyPI's wheels, the CUDA backend must build, and its binaries must find those
 # libraries without LD_LIBRARY_PATH; about 2 GB more).
 # Exit status: 0 when both commands succeeded (and, with PyPI's CUDA, the backend was built) and
-# nothing of the root is left behind, else 1; 2 when this machine cannot make the root.
+# nothing of the tests or the root is left behind, else 1; 2 when this machine cannot make the root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -83,6 +84,17 @@ scripts/test.sh ${TB_FRESH_TESTS:-} 2>&1 | tee /root/test.log || tstatus=1
 test_s=\$(( \$(date +%s) - start ))
 echo "check_fresh.sh: scripts/test.sh exited \$tstatus after \${test_s} s"
 grep -E 'tests passed|tests failed' /root/test.log | tail -1
+# What the tests leave in the root: no network namespace, no nsfs mount (ip netns add's).
+if command -v ip >/dev/null; then
+  left_netns=\$(ip netns list | awk '{print \$1}' | tr '\\n' ' ')
+  left_nsfs=\$(findmnt -rn -t nsfs -o TARGET | tr '\\n' ' ')
+  if [ -n "\${left_netns// /}\${left_nsfs// /}" ]; then
+    echo "check_fresh.sh: in the root after the tests: network namespaces [\$left_netns] nsfs mounts [\$left_nsfs] left behind"
+    tstatus=1
+  else
+    echo "check_fresh.sh: in the root after the tests: ip netns list empty, no nsfs mount (findmnt -t nsfs)"
+  fi
+fi
 EOF
 if [ "$pypi_cuda" = 1 ]; then
   # The backend was required and built from the wheels, and its test binary finds every CUDA
@@ -127,7 +139,9 @@ fi
 [ $status -eq 0 ] || status=1
 
 # Nothing of the root on this machine: no mount whose target or source names its folder (which is
-# gone unless kept), and the network namespaces as before.
+# gone unless kept; a mount of the root's run/netns would be there). The root's network
+# namespaces lived on its own /run, a tmpfs of its own mount namespace: any new in this machine's
+# `ip netns list` is another program's, said with the processes holding it.
 left_mounts=$(findmnt -rn -o TARGET,SOURCE | grep -F "$root_dir" || true)
 netns_after=$(ip netns list 2>/dev/null | awk '{print $1}' | sort) || true
 new_netns=$(comm -13 <(echo "$netns_before") <(echo "$netns_after") | tr '\n' ' ')
@@ -142,10 +156,14 @@ if [ "${TB_FRESH_KEEP:-0}" != 1 ] && [ -e "$root_dir" ]; then
   status=1
 fi
 if [ -n "${new_netns// /}" ]; then
-  echo "check_fresh.sh: network namespaces that appeared during the run (ip netns list): $new_netns"
-  status=1
+  holders=()
+  for ns in $new_netns; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do holders+=("$(cat "/proc/$pid/comm" 2>/dev/null)[$pid]"); done
+  done
+  echo "check_fresh.sh: ip netns list on this machine: ${new_netns}appeared during the run, held by" \
+       "${holders[*]:-no process}: another program's, not the root's (its /run/netns went with its mount namespace)"
 else
-  echo "check_fresh.sh: ip netns list: no network namespace left (as before the run: ${netns_after:-none})"
+  echo "check_fresh.sh: ip netns list on this machine: none new (as before the run: ${netns_after:-none})"
 fi
 echo "check_fresh.sh: total ${total_s} s (root, packages, both commands); exit $status"
 exit $status

@@ -340,13 +340,10 @@ stop_unshared() {
   wait "$pid" 2>/dev/null || true
 }
 
-# Processes of this machine whose root folder is the root or under it.
+# Processes of this machine whose root folder is the root: the same folder, by device and inode
+# (its path reads differently from another mount namespace, as when this script runs in a root).
 processes_in_root() {
-  local p link
-  for p in /proc/[0-9]*; do
-    link=$(readlink "$p/root" 2>/dev/null) || continue
-    if [ "$link" = "$root" ] || [[ $link == "$root"/* ]]; then echo "${p#/proc/}"; fi
-  done
+  find -L /proc/[0-9]*/root -maxdepth 0 -samefile "$root" 2>/dev/null | sed -e 's|^/proc/||' -e 's|/root$||' || true
 }
 
 mounts_under_root() {
