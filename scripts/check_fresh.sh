@@ -61,16 +61,17 @@ cat >"$inside" <<EOF
 set -uo pipefail
 cd /root/trainbench
 EOF
-# pip inside the root trusts what this machine trusts (an HTTPS proxy's own CA, say), whatever
-# CA bundle this machine's environment names.
+# pip inside the root (ReFrame for test.sh; PyPI's CUDA wheels with TB_FRESH_CUDA_FROM_PYPI=1)
+# trusts what this machine trusts (an HTTPS proxy's own CA, say), whatever CA bundle this
+# machine's environment names.
 host_ca=/etc/ssl/certs/ca-certificates.crt
 uploads=(--upload "$clone:/root/trainbench" --upload "$inside:/root/inside.sh")
+if [ -f "$host_ca" ]; then
+  uploads+=(--upload "$host_ca:/root/host-ca-certificates.crt")
+  echo 'export PIP_CERT=/root/host-ca-certificates.crt REQUESTS_CA_BUNDLE=/root/host-ca-certificates.crt' >>"$inside"
+fi
 if [ "$pypi_cuda" = 1 ]; then
   echo 'export TB_CUDA_FROM_PYPI=1' >>"$inside"
-  if [ -f "$host_ca" ]; then
-    uploads+=(--upload "$host_ca:/root/host-ca-certificates.crt")
-    echo 'export PIP_CERT=/root/host-ca-certificates.crt REQUESTS_CA_BUNDLE=/root/host-ca-certificates.crt' >>"$inside"
-  fi
 fi
 cat >>"$inside" <<EOF
 status=0
