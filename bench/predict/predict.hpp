@@ -33,7 +33,7 @@ struct PredictionPlan {
   std::vector<parallel::Link> networks;  // with nodes > 1
   std::vector<int> counts;               // empty: per link (2, 4, 8, the machine's GPUs, or the run's ranks)
   // For a replay (--replay_from): mpi:N rows of ranks that wait out the compute (they share
-  // nothing) and all-reduce over MPI (no overlap), whatever the saved row's backend.
+  // nothing, and the all-reduces overlap the wait), whatever the saved row's backend.
   bool replay = false;
   // The samples/s of the source's cpu_baseline row, for the predicted rows' speedup_vs_cpu; 0: none.
   double cpu_samples_per_s = 0;
