@@ -39,9 +39,9 @@ std::string refusal(const std::vector<std::string>& args) {
 }
 
 TEST(Flags, TrainbenchsOwnAreTakenOutAndGoogleBenchmarksLeftInOrder) {
-  const Parsed p = parse({"--benchmark_filter=^train/mlp/", "--devices=cpu,cpu:1", "--seed=7",
-                          "--benchmark_repetitions=3", "--csv=out.csv", "--benchmark_min_time=0.5", "--augment",
-                          "--benchmark_format=json"});
+  const Parsed p =
+      parse({"--benchmark_filter=^train/mlp/", "--devices=cpu,cpu:1", "--seed=7", "--benchmark_repetitions=3",
+             "--csv=out.csv", "--benchmark_min_time=0.5", "--augment", "--benchmark_format=json"});
   EXPECT_EQ(p.left, (std::vector<std::string>{"trainbench", "--benchmark_filter=^train/mlp/",
                                               "--benchmark_repetitions=3", "--benchmark_format=json"}))
       << "--benchmark_min_time is trainbench's own (a repetition's steps): Google Benchmark never sees it";
