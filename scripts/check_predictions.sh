@@ -55,17 +55,18 @@ mkdir -p "$out"
 iterations=${TB_ITERATIONS:-20}
 python=/usr/bin/python3
 mpi=(mpirun -np 2 --allow-run-as-root --oversubscribe)
+# The workloads of every setting, in two runs: the three small models, then ResNet-152 32x32.
+models=("train/(mlp/mnist|lenet5/cifar10|lstm/sine)/" "train/resnet152/cifar10/")
+batch_flag=("" "--batch=32")  # ResNet-152 at 32 a rank
 
 # The runs of one setting: its command prefix, its CSV, the devices.
 run_setting() {
   local csv=$1 devices=$2
   shift 2
-  local models=("train/(mlp/mnist|lenet5/cifar10|lstm/sine)/" "train/resnet152/cifar10/")
-  local extra=("" "--batch=32")
   for k in 0 1; do
     # shellcheck disable=SC2086
     "$@" "$bin" --benchmark_filter="${models[$k]}" --devices="$devices" --link=measured \
-      --iterations="$iterations" --csv="$csv" ${extra[$k]} >>"${csv%.csv}-log.txt" 2>&1 || return 1
+      --iterations="$iterations" --csv="$csv" ${batch_flag[$k]} >>"${csv%.csv}-log.txt" 2>&1 || return 1
   done
 }
 
@@ -75,7 +76,6 @@ run_setting() {
 run_replay() {
   local csv=$1 links=$2
   shift 2
-  local models=("train/(mlp/mnist|lenet5/cifar10|lstm/sine)/" "train/resnet152/cifar10/")
   local steps=("$iterations" "$((iterations / 4 > 3 ? iterations / 4 : 3))")
   for k in 0 1; do
     # shellcheck disable=SC2086
@@ -113,11 +113,9 @@ fi
 # N = 4 and 8 against the two-level model.
 echo "check_predictions.sh: the one-device rows the replays step"
 for k in 0 1; do
-  models=("train/(mlp/mnist|lenet5/cifar10|lstm/sine)/" "train/resnet152/cifar10/")
-  extra=("" "--batch=32")
   # shellcheck disable=SC2086
   "$bin" --benchmark_filter="${models[$k]}" --devices=cpu:1 --iterations="$iterations" --timeline=on \
-    --csv="$out/sources.csv" ${extra[$k]} >>"$out/sources-log.txt" 2>&1 ||
+    --csv="$out/sources.csv" ${batch_flag[$k]} >>"$out/sources-log.txt" 2>&1 ||
     { echo "check_predictions.sh: the sources did not run: see $out/sources-log.txt" >&2; exit 1; }
 done
 echo "check_predictions.sh: replayed on 2 ranks of this machine (the link within a node)"

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from processes import marked_processes
+
 BINARY = os.environ.get("TRAINBENCH", "build/release/bench/trainbench")
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "emulate_nodes.sh"
 MLP = ["--benchmark_filter=^train/mlp/mnist/", "--iterations=10"]
@@ -49,16 +51,9 @@ def sleeping_in(namespace):
     return False
 
 
-def marked_processes(run_id):
+def marked(run_id):
     """Processes of one run of the script (it marks them with TB_EMULATE_RUN=tbemu<its pid>)."""
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if f"TB_EMULATE_RUN={run_id}".encode() in environ.read_bytes().split(b"\0"):
-                found.append(environ.parent.name)
-        except OSError:
-            continue
-    return found
+    return marked_processes("TB_EMULATE_RUN", run_id)
 
 
 def leftovers(pid):
@@ -69,7 +64,7 @@ def leftovers(pid):
     return {
         "namespaces": sorted(n for n in namespaces() if n.startswith(f"{run_id}-")),
         "links": re.findall(rf"^\d+: (te{pid}[ab]\d+)[@:]", links, re.M),
-        "processes": marked_processes(run_id),
+        "processes": marked(run_id),
         "files": [str(p) for p in Path(os.environ.get("TMPDIR", "/tmp")).glob(f"{run_id}.*")],
     }
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from processes import marked_processes
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 BINARY = os.environ.get("TRAINBENCH", str(ROOT / "build" / "release" / "bench" / "trainbench"))
@@ -41,16 +43,9 @@ def environment(**extra):
     return env
 
 
-def marked_processes(pid):
+def marked(pid):
     """Processes of the check with process id `pid` (it marks them TB_GPU_CHECK_RUN=gpucheck-<pid>)."""
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if f"TB_GPU_CHECK_RUN=gpucheck-{pid}".encode() in environ.read_bytes().split(b"\0"):
-                found.append(environ.parent.name)
-        except OSError:
-            continue
-    return found
+    return marked_processes("TB_GPU_CHECK_RUN", f"gpucheck-{pid}")
 
 
 def run_check(out, *args, env=None, timeout=240):
@@ -62,7 +57,7 @@ def run_check(out, *args, env=None, timeout=240):
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=60)
         pytest.fail(f"gpu_check.sh ran past {timeout} s")
-    assert not marked_processes(p.pid), "the check left processes behind"
+    assert not marked(p.pid), "the check left processes behind"
     return p.returncode, stdout, stderr
 
 
@@ -154,7 +149,7 @@ def test_an_interrupted_check_writes_what_it_has_and_leaves_no_process(tmp_path)
         # Interrupted while the machine step's trainbench runs.
         deadline = time.monotonic() + 60
         while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "trainbench"
-                      for pid in marked_processes(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
             assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
             time.sleep(0.1)
         p.send_signal(signal.SIGTERM)
@@ -169,7 +164,7 @@ def test_an_interrupted_check_writes_what_it_has_and_leaves_no_process(tmp_path)
     assert steps["1"] == "failed: interrupted by SIGTERM"
     assert all(steps[s] == "skipped: the check was interrupted (SIGTERM)" for s in GPU_STEPS), steps
     assert "check.md" in archived(archive)
-    assert not marked_processes(p.pid)
+    assert not marked(p.pid)
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
