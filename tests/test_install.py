@@ -6,6 +6,7 @@ cpu:1), trainbench-plot and trainbench-compare on its CSVs, after the prefix has
 scripts find their data from their own place). The build
 folder comes from $TB_BUILD_DIR, cmake from $CMAKE (ctest sets both)."""
 import csv
+import json
 import os
 import re
 import shutil
@@ -26,6 +27,8 @@ def run(*args, cwd, timeout=300, env=None):
                           env=env)
 
 
+# The H100 reference run its index names (installed beside the index).
+H100_RUN = json.loads((SOURCE / "results" / "h100" / "reference.json").read_text())["csv"]
 MODULES_INIT = Path("/usr/share/modules/init/bash")  # Environment Modules (scripts/test.sh installs it)
 
 
@@ -75,7 +78,7 @@ def test_the_layout(prefix):
         "libexec/trainbench/predictions_table.py", "libexec/trainbench/peers/pytorch_train.py",
         "libexec/trainbench/peers/torchpeer/__init__.py",
         "share/trainbench/trainbench.sbatch", "share/trainbench/SCHEMA.md",
-        "share/trainbench/results/h100/reference.json", "share/trainbench/results/h100/default-20261124.csv",
+        "share/trainbench/results/h100/reference.json", f"share/trainbench/results/h100/{H100_RUN}",
         "share/trainbench/reframe/trainbench_check.py", "share/trainbench/reframe/settings.py",
         "share/doc/trainbench/README.md", "share/doc/trainbench/docs/running.md",
     ]
@@ -159,7 +162,7 @@ def test_a_benchmark_then_plot_and_compare_from_outside_the_checkout(prefix, out
     for chart in ("headline.png", "headline.svg", "samples_per_s.png", "report.md", "report.html"):
         assert (outside / "charts" / chart).stat().st_size > 0, chart
     # The reference run read from the prefix, and drawn beside this machine's row.
-    assert str(prefix / "share" / "trainbench" / "results" / "h100" / "default-20261124.csv") in r.stdout + r.stderr
+    assert str(prefix / "share" / "trainbench" / "results" / "h100" / H100_RUN) in r.stdout + r.stderr
     assert "reference run of H100" in (outside / "charts" / "report.md").read_text()
 
     r = run(prefix / "bin" / "trainbench-compare", *runs, cwd=outside)

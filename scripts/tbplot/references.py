@@ -11,7 +11,7 @@ The index (JSON, every key required; `csv` is relative to the index's folder):
   cpu, gpu the CPU model and cores, the GPU ("" for none)
   date     the run's date; commit: the git_commit its rows carry
   csv      the run's CSV
-  clock    "wall": samples_per_s on the wall clock in the file (schema 5); "device": a GPU row's
+  clock    "wall": samples_per_s on the wall clock in the file (schema 5 and later); "device": a GPU row's
            samples_per_s is the device clock's in the file (schema 4 and earlier) and tbcsv reads
            it on the wall clock from wall_step_time_s
   about    what ran (the set, the devices, the precisions), one line
