@@ -11,6 +11,7 @@ left in the check's folder: GoogleTest's and compute-sanitizer's output, and tra
     gpu_check.py spanning CSV --device D [--emulated] [--expect N]   gpu:N against its prediction
     gpu_check.py timeline CSV                                     --timeline=on against off
     gpu_check.py peer TRAINBENCH.csv PYTORCH.csv [...]            the PyTorch peer on the GPU
+    gpu_check.py killed LOG RANK             mpirun's line naming RANK killed by signal 9, or nothing
 
 The commands that read CSVs also take --status N (the exit status of the step's command),
 --timed-out S (the check stopped it after S seconds; empty: it was not stopped) and --log FILE (its output, for the line
@@ -511,6 +512,22 @@ def decide(args, figures: list[str]) -> str:
     return verdict
 
 
+# mpirun's line for a rank that a signal ended: "process rank 1 with PID 9699 on node n1 exited on
+# signal 9 (Killed)". Its output can hold NUL bytes (PMIx's messages on the GPU machine), which
+# made grep take the log for binary and find nothing.
+KILLED_RANK = r"rank {rank} .*(signal 9|Killed)"
+
+
+def killed_line(path: str, rank: int) -> str:
+    """The first line of the log that names rank `rank` ended by signal 9; empty when none does."""
+    pattern = re.compile(KILLED_RANK.format(rank=rank))
+    for line in read_lines(path):
+        line = line.replace("\0", "")
+        if pattern.search(line):
+            return line.strip()
+    return ""
+
+
 def seconds(text: str) -> int | None:
     """--timed-out's value: seconds, or empty for a command that was not stopped."""
     return int(text) if text else None
@@ -526,6 +543,9 @@ def main() -> int:
         s.add_argument("--timed-out", type=seconds, default=None)
         s.add_argument("--what", default="test_cuda" if name == "sanitizer" else "the tests")
         s.add_argument("--ranks", type=int, default=1, help="MPI ranks whose output the log holds")
+    killed = sub.add_parser("killed", help="print mpirun's line that names a rank killed by signal 9 (none: nothing)")
+    killed.add_argument("log")
+    killed.add_argument("rank", type=int)
     parsers = {name: sub.add_parser(name) for name in CSV_COMMANDS}
     for name, s in parsers.items():
         if name == "peer":
@@ -544,6 +564,9 @@ def main() -> int:
     parsers["spanning"].add_argument("--emulated", action="store_true", help="its rows must be marked emulated nodes")
     parsers["spanning"].add_argument("--expect", type=int, default=1, help="rows of the device that must be ok")
     args = p.parse_args()
+    if args.command == "killed":
+        print(killed_line(args.log, args.rank))
+        return 0
     figures: list[str] = []
     print(one_line(decide(args, figures)))
     for line in figures:

@@ -2,28 +2,28 @@
 # Checks a GPU machine end to end in one command: whether trainbench works there, and what the
 # machine does, before anyone trusts a benchmark of it. Steps, most valuable first, each under a
 # time bound (none can hang the check), with the time each is planned to take on one H100 (from
-# the H100 runs of 2026-11-23/24 in results/h100/; the whole run fits 8 minutes there):
+# the check's run on one H100 on 2026-11-27 in results/h100/; the whole run fits 8 minutes there):
 #   1   the machine: GPU, driver, CUDA, cuDNN, cuBLAS, NCCL, NVML; a step loop on the GPU with
 #       NVML's instantaneous power sampled by nvidia-smi beside its 1-s average and trainbench's
 #       gpu_power_w (without a GPU: the loop on the CPU, and trainbench's reason for no gpu:1)  20 s
 #   2a  test_cuda: every GPU unit test, NcclOneRank in fp32 only (its tf32, fp16 and bf16 take
-#       25 s each and passed on the H100; TB_CHECK_CUDA_FILTER='*' runs them)                  55 s
+#       25 s each and passed on the H100; TB_CHECK_CUDA_FILTER='*' runs them)                  40 s
 #   2b  compute-sanitizer --tool memcheck over the CUDA layer tests in fp32, where the tool is
-#       (a runtime that refuses it, as gVisor does, makes this step skipped, in its words)     45 s
+#       (a runtime that refuses it, as gVisor does, makes this step skipped, in its words)     10 s
 #   3   the default set (scripts/bench.sh's devices and precisions, 0.2 s per benchmark): gpu:1
-#       in fp32 and bf16 beside the cpu rows, wall clock and device clock, gpu:1 x cpu          70 s
+#       in fp32 and bf16 beside the cpu rows, wall clock and device clock, gpu:1 x cpu         100 s
 #   4   gpu:1/jobs:2 and gpu:1/threads:2 on the MLP and LeNet-5 (one window), and the memory
-#       bound refusing gpu:1/jobs:1000                                                         30 s
+#       bound refusing gpu:1/jobs:1000                                                         20 s
 #   5a  emulated nodes: scripts/emulate_nodes.sh --gpu 2 running gpu:1,gpu:2 --link=measured
 #       (NCCL's sweep) on the MLP, LeNet-5 and ResNet-152 32x32 in fp32 and bf16, each gpu:2
-#       row beside its prediction                                                              60 s
-#   5b  test_mpi's NCCL-rank equivalence tests (mpirun -np 2)                                  20 s
+#       row beside its prediction                                                              65 s
+#   5b  test_mpi's NCCL-rank equivalence tests (mpirun -np 2)                                  10 s
 #   5c  one rank of an emulated-node gpu:2 row killed mid-row: the job must end within 10 s    25 s
-#   6   --timeline=off against on, for the MLP and the LSTM (3 repetitions each)               20 s
+#   6   --timeline=off against on, for the MLP and the LSTM (3 repetitions each)               15 s
 #   7   the PyTorch peer on the GPU (scripts/compare_pytorch.sh, TB_COMPARE_DEVICE=gpu) on the
 #       MLP, LeNet-5, the LSTM and ResNet-152 224 at batch 128, one process a side with 2
-#       repetitions, where torch imports: bf16 (120 s), then fp32 and tf32 while the budget
-#       lasts (the step takes what is left of it)                                             120 s
+#       repetitions, where torch imports: bf16 (165 s), then fp32 and tf32 while the budget
+#       lasts (the step takes what is left of it; fp32 took over 190 s)                       165 s
 #   8   with two or more GPUs: real gpu:2 against its prediction over the measured link        40 s
 # A step that needs a GPU (2a to 8) is skipped on a machine without one, saying why. When the
 # budget runs out, the steps left are `skipped: budget`; check.md and the archive are still
@@ -59,15 +59,15 @@ STEPS=(1 2a 2b 3 4 5a 5b 5c 6 7 8)
 declare -A TITLE PLAN BOUND NEEDS
 step_def() { TITLE[$1]=$2; PLAN[$1]=$3; BOUND[$1]=$4; NEEDS[$1]=$5; }
 step_def 1 "the machine" 20 60 none
-step_def 2a "test_cuda" 55 150 gpu
-step_def 2b "compute-sanitizer memcheck over the CUDA layer tests" 45 90 gpu
-step_def 3 "the default set: gpu:1 beside cpu" 70 150 gpu
-step_def 4 "gpu:1/jobs:2, gpu:1/threads:2 and the memory bound" 30 90 gpu
-step_def 5a "emulated nodes: gpu:1,gpu:2 with --link=measured" 60 150 gpu
-step_def 5b "test_mpi's NCCL ranks" 20 60 gpu
+step_def 2a "test_cuda" 40 150 gpu
+step_def 2b "compute-sanitizer memcheck over the CUDA layer tests" 10 90 gpu
+step_def 3 "the default set: gpu:1 beside cpu" 100 150 gpu
+step_def 4 "gpu:1/jobs:2, gpu:1/threads:2 and the memory bound" 20 90 gpu
+step_def 5a "emulated nodes: gpu:1,gpu:2 with --link=measured" 65 150 gpu
+step_def 5b "test_mpi's NCCL ranks" 10 60 gpu
 step_def 5c "a rank killed mid-row" 25 60 gpu
-step_def 6 "--timeline=off against on" 20 60 gpu
-step_def 7 "the PyTorch peer on the GPU" 120 0 gpu
+step_def 6 "--timeline=off against on" 15 60 gpu
+step_def 7 "the PyTorch peer on the GPU" 165 0 gpu
 step_def 8 "real gpu:2 against its prediction" 40 120 gpus
 RESERVE=5  # seconds kept for check.md and the archive at the end
 KILL_LIMIT=10  # a killed rank must end the job within this many seconds (step 5c)
@@ -425,7 +425,7 @@ step_5c() {
   if ! kill -0 "$job" 2>/dev/null; then
     wait "$job"; status=$?
     current=""
-    STATUS[5c]="failed: the job ended (exit status $status) before a rank could be killed: $(one_line "$(grep -iE 'error|skipped|killed' "$log" | tail -1)")"
+    STATUS[5c]="failed: the job ended (exit status $status) before a rank could be killed: $(one_line "$(grep -aiE 'error|skipped|killed' "$log" | tail -1)")"
     return
   fi
   if ! grep -q "$one_row" "$csv" 2>/dev/null; then
@@ -472,7 +472,7 @@ PY
   wait "$job"; status=$?
   current=""
   local named
-  named=$(grep -m1 -E 'rank 1 .*(signal 9|Killed)' "$log")
+  named=$("${reader[@]}" killed "$log" 1)
   FIGURES[5c]="- rank 1 (pid $pid) killed $delay s after the $one row was written: the job ended $took s later, exit status $status"
   [ -z "$named" ] || FIGURES[5c]+=$'\n'"- mpirun: $named"
   if [ "$status" -eq 0 ]; then
@@ -530,7 +530,7 @@ step_7() {
     if [ -n "$timed_out" ]; then
       failures+=("$p did not finish in the $timed_out s the budget left it (a hang, or a plan too short: peer-$p-log.txt)")
     elif [ "$status" -ne 0 ]; then
-      failures+=("$p: compare_pytorch.sh exited $status: $(one_line "$(grep -E 'exit status|error' "$dir/peer-$p-log.txt" | head -1)")")
+      failures+=("$p: compare_pytorch.sh exited $status: $(one_line "$(grep -aE 'exit status|error' "$dir/peer-$p-log.txt" | head -1)")")
     fi
   done
   if [ ${#csvs[@]} -gt 0 ]; then

@@ -264,3 +264,32 @@ def test_an_unreadable_csv_is_a_failed_step_not_a_traceback(tmp_path, command):
     bad.write_text("not,a,trainbench,csv\n1,2,3,4\n")
     verdict, _ = judge(command, bad)
     assert verdict == f"failed: trainbench wrote no rows to read ({bad}: not a trainbench CSV (no schema_version column))"
+
+
+# ---- step 5c: the line that names the killed rank -------------------------------------------
+
+KILLED_LOG = H100 / "check-20261127T060400Z" / "killed-log.txt"
+
+
+def killed(log, rank):
+    r = subprocess.run([sys.executable, str(READER), "killed", str(log), str(rank)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_the_killed_rank_is_found_in_a_log_that_holds_nul_bytes():
+    # The H100's log of step 5c (2026-11-27): mpirun's and PMIx's output held NUL bytes, grep took
+    # the file for binary, and the step failed although mpirun had named rank 1 and signal 9.
+    assert b"\0" in KILLED_LOG.read_bytes()
+    assert killed(KILLED_LOG, 1) == ("orterun noticed that process rank 1 with PID 9699 on node tb-emulated-node-1 "
+                                     "exited on signal 9 (Killed).")
+
+
+def test_no_line_names_a_rank_that_was_not_killed(tmp_path):
+    assert killed(KILLED_LOG, 0) == ""
+    log = tmp_path / "log.txt"
+    log.write_text("rank 1 finished\nprocess rank 2 exited on signal 9 (Killed).\n")
+    assert killed(log, 1) == ""
+    assert killed(log, 2) == "process rank 2 exited on signal 9 (Killed)."
+    assert killed(tmp_path / "missing.txt", 1) == ""
