@@ -91,19 +91,27 @@ def test_a_failed_write_stops_the_run_naming_the_file_and_the_last_row(tmp_path)
     assert rows[0][0] == "schema_version" and len(rows[1]) == header_width() and rows[1][15] == "ok"
 
 
-def test_cut_last_line_is_repaired_never_glued(tmp_path):
+@pytest.mark.parametrize("where", ["a plain field", "a quoted field"])
+def test_cut_last_line_is_repaired_never_glued(tmp_path, where):
     out = tmp_path / "run.csv"
     assert run(LSTM, f"--csv={out}", *FAST).returncode == 0
-    size = out.stat().st_size
+    data = out.read_bytes()
+    row = data.index(b"\n") + 1
+    # The row cut as a full disk leaves it: in its benchmark name, or inside its prediction inputs
+    # (quoted: they hold commas), where a bare line break would belong to the field.
+    cut = data.index(b"train/lstm/", row) + 8 if where == "a plain field" else data.index(b'"v1;', row) + 40
     with open(out, "r+b") as f:
-        f.truncate(size - 400)  # the row cut in the middle, as a full disk leaves it
+        f.truncate(cut)
     r = run(LSTM, f"--csv={out}", *FAST)
     assert r.returncode == 0, r.stderr
     assert "did not end with a line break" in r.stderr and "stays as it was" in r.stderr
+    assert ("its last field's quote closed" in r.stderr) == (where == "a quoted field"), r.stderr
     rows = read_rows(out)
     width = header_width()
-    assert len(rows) == 3
-    assert len(rows[0]) == width and len(rows[1]) < width and len(rows[2]) == width
+    assert len(rows) == 3, [len(x) for x in rows]
+    # The cut row keeps the fields it had (all of them, cut in the last: the prediction inputs).
+    assert len(rows[0]) == width and len(rows[1]) <= width and len(rows[2]) == width
+    assert data[row:cut].decode().replace('"', "").endswith(rows[1][-1])  # the cut field as it was
     assert rows[2][1].startswith("train/lstm/")  # the new row starts on its own line
 
 

@@ -97,6 +97,20 @@ std::string kind_of(mode_t mode) {
 }
 
 // Everything of `data` to `fd`, through interruptions; false on an error (errno says which).
+// Whether a file ends inside a quoted field: every complete row holds its quotes in pairs (a
+// quote inside a field is doubled), so an odd count over the file is the last row's open quote.
+bool ends_inside_quotes(int fd, off_t size) {
+  char buffer[1 << 16];
+  std::size_t quotes = 0;
+  for (off_t at = 0; at < size;) {
+    const ssize_t got = ::pread(fd, buffer, std::size_t(std::min<off_t>(size - at, off_t(sizeof buffer))), at);
+    if (got <= 0) break;
+    quotes += std::size_t(std::count(buffer, buffer + got, '"'));
+    at += got;
+  }
+  return quotes % 2 == 1;
+}
+
 bool write_all(int fd, const char* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
@@ -181,15 +195,19 @@ CsvWriter::CsvWriter(const std::string& path) : path_(path) {
                       eol == std::string::npos && head.size() == kMaxHeaderBytes ? ", a first line over 64 KiB" : "",
                       kSchemaVersion, csv_columns().size()));
     }
-    // A last row cut short (a full disk, a killed run) stays on its own line: never glued.
+    // A last row cut short (a full disk, a killed run) stays on its own line: never glued. Cut
+    // inside a quoted field (a message, the prediction inputs), its quote is closed first, or the
+    // line break would be part of that field and the next row glued to it.
     char last = '\n';
     if (::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') {
-      if (!write_all(fd_, "\n", 1))
+      const bool open_quote = ends_inside_quotes(fd_, st.st_size);
+      const std::string repair = open_quote ? "\"\n" : "\n";
+      if (!write_all(fd_, repair.data(), repair.size()))
         throw InputError(fmt::format("--csv={}: cannot repair its last line ({})", path, std::strerror(errno)));
       std::cerr << fmt::format(
           "trainbench: note: --csv={} did not end with a line break (a row cut short by an "
-          "earlier run?); that line stays as it was, and new rows start on the next line\n",
-          path);
+          "earlier run?); that line stays as it was{}, and new rows start on the next line\n",
+          path, open_quote ? " (its last field's quote closed)" : "");
     }
   } catch (...) {
     ::close(fd_);
