@@ -124,15 +124,15 @@ def test_a_failing_step_is_reported_failed_with_its_first_error_line(tmp_path):
 
 
 def test_a_budget_too_small_skips_the_steps_left_and_still_writes_the_folder(tmp_path):
-    # 59 s: the machine step (planned 20 s) runs, within 54 s (5 s are kept for the report); then
-    # at most 54 s are left, and test_cuda plans 55.
-    status, stdout, stderr = run_check(tmp_path / "some", "--budget", 59)
+    # 44 s: the machine step (planned 20 s) runs, within 39 s (5 s are kept for the report); then
+    # at most 39 s are left, and test_cuda plans 40.
+    status, stdout, stderr = run_check(tmp_path / "some", "--budget", 44)
     assert status == 0, stdout + stderr
     folder, archive, steps = the_check(tmp_path / "some")
     assert steps["1"].startswith("passed"), steps["1"]
     for step in GPU_STEPS:
         assert steps[step].startswith("skipped: budget ("), (step, steps[step])
-    assert "which plans 55 s" in steps["2a"] and steps["2a"].endswith("; no GPU either")
+    assert "which plans 40 s" in steps["2a"] and steps["2a"].endswith("; no GPU either")
     assert {"check.md", "machine.csv"} <= archived(archive)
     # Less than the first step plans: nothing runs, and the folder and archive are still written.
     status, stdout, stderr = run_check(tmp_path / "none", "--budget", 3)
