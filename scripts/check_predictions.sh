@@ -84,14 +84,16 @@ run_replay() {
   done
 }
 
-# The measured link of a replay's CSV (its predictions over link=measured): BUSBW,LATENCY_US.
+# The measured link of a replay's CSV (its predictions over link=measured), as --link and
+# --network take it, band included: BUSBW:LOW-HIGH,LATENCY_US:LOW-HIGH (the message's "as figures").
 measured_link() {
   "$python" - "$1" <<'PYEOF'
-import csv, sys
+import csv, re, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["link"] == "measured" and r["measurement"] == "predicted"]
-if not rows:
-    sys.exit("check_predictions.sh: no prediction over the measured link in " + sys.argv[1])
-print(f"{float(rows[0]['link_busbw_gbps']):.6g},{float(rows[0]['link_latency_us']):.6g}")
+figures = [m.group(1) for r in rows for m in [re.search(r"as figures: ([0-9.eE+:,-]+)", r["message"])] if m]
+if not figures:
+    sys.exit("check_predictions.sh: no prediction over the measured link, with its figures, in " + sys.argv[1])
+print(figures[0])
 PYEOF
 }
 

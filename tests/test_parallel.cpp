@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -412,9 +413,38 @@ TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
 
 TEST(Predict, TheSlowestOfNDrawsIsExpectedHigherTheMoreDevices) {
   EXPECT_DOUBLE_EQ(parallel::expected_max({1, 2}, 1), 1.5);
-  EXPECT_DOUBLE_EQ(parallel::expected_max({1, 2}, 2), 1.75);  // the max of two draws is 1 only if both are
+  EXPECT_DOUBLE_EQ(parallel::expected_max({1, 2}, 2), 5.0 / 3);  // the larger of two uniform draws on [1, 2]
   EXPECT_DOUBLE_EQ(parallel::expected_max({3, 3, 3}, 8), 3);
+  EXPECT_DOUBLE_EQ(parallel::expected_max({4}, 8), 4);
   EXPECT_GT(parallel::expected_max({1, 2, 3, 4}, 8), parallel::expected_max({1, 2, 3, 4}, 2));
+  EXPECT_LT(parallel::expected_max({1, 2, 3, 4}, 1000), 4);  // never beyond the slowest
+}
+
+// The distribution expected_max reads is the one a replay draws from: a uniform draw read off the
+// sorted samples with straight lines between (ReplayNetwork::forward). Against many such draws,
+// for 21 quantiles with one slow outlier as a saved row has them.
+TEST(Predict, TheSlowestOfNIsTheLargestOfNDrawsAsAReplayDrawsThem) {
+  std::vector<double> q;
+  for (int k = 0; k < 20; ++k) q.push_back(0.27 + 0.001 * k);
+  q.push_back(0.35);
+  std::mt19937 random(7);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  const auto draw = [&] {
+    const double u = uniform(random) * double(q.size() - 1);
+    const std::size_t k = std::min(std::size_t(u), q.size() - 1);
+    const double next = q[std::min(k + 1, q.size() - 1)];
+    return q[k] + (next - q[k]) * (u - double(k));
+  };
+  for (int n : {1, 2, 8}) {
+    double sum = 0;
+    constexpr int kTrials = 200000;
+    for (int t = 0; t < kTrials; ++t) {
+      double most = 0;
+      for (int d = 0; d < n; ++d) most = std::max(most, draw());
+      sum += most;
+    }
+    EXPECT_NEAR(parallel::expected_max(q, n), sum / kTrials, 2e-4) << n << " draws";
+  }
 }
 
 // One device's 50 ms step of 64 samples with two 1 GB buckets, ready at 10 and 30 ms of it;
@@ -530,6 +560,51 @@ TEST(Predict, NetworksByNameByFiguresWithTheirNics) {
   EXPECT_EQ(parallel::parse_network("12.5,5x2").nics, 2);
   for (const char* bad : {"", "ib_ndr800", "10,50x", "10,50x0", "x8", "nvlink4"})
     EXPECT_THROW(parallel::parse_network(bad), InputError) << bad;
+}
+
+// Figures with their bands, VALUE:LOW-HIGH: the band's ends move the prediction's, and a link's
+// figures, written back the same way, give the same link (a measured link predicted elsewhere).
+TEST(Predict, FiguresCarryTheirBandAndRoundTrip) {
+  const parallel::Link l = parallel::parse_network("0.46:0.43-0.5,233:180-250e0x2");
+  EXPECT_EQ(l.busbw_gbps, 0.46);
+  EXPECT_EQ(l.low_busbw(), 0.43);
+  EXPECT_EQ(l.high_busbw(), 0.5);
+  EXPECT_EQ(l.latency_us, 233);
+  EXPECT_EQ(l.low_latency(), 180);
+  EXPECT_EQ(l.high_latency(), 250);
+  EXPECT_EQ(l.nics, 2);
+  EXPECT_FALSE(l.low_source.empty()) << "a band says where it comes from";
+  const parallel::Link plain = parallel::parse_link("100,20");
+  EXPECT_EQ(plain.low_latency(), 20);
+  EXPECT_EQ(plain.high_latency(), 20);
+  EXPECT_EQ(parallel::link_figures(plain), "100,20");
+  EXPECT_EQ(parallel::parse_link("1e-3:5e-4-2e-3,0").low_busbw(), 5e-4);  // exponents are not dashes
+  for (const char* bad : {"10:11-12", "10:8-9", "10:8", "10:8-", "10,5:6-7", "10,5:-1-6", "10:0-11"})
+    EXPECT_THROW(parallel::parse_link(bad), InputError) << bad;
+
+  parallel::Link measured{.name = "measured", .busbw_gbps = 0.5, .latency_us = 300};
+  measured.busbw_low_gbps = 0.45;
+  measured.busbw_high_gbps = 0.52;
+  measured.latency_low_us = 250;
+  measured.latency_high_us = 340;
+  EXPECT_EQ(parallel::link_figures(measured), "0.5:0.45-0.52,300:250-340");
+  const parallel::Link again = parallel::parse_link(parallel::link_figures(measured));
+  EXPECT_EQ(again.low_busbw(), 0.45);
+  EXPECT_EQ(again.high_busbw(), 0.52);
+  EXPECT_EQ(again.low_latency(), 250);
+  EXPECT_EQ(again.high_latency(), 340);
+
+  // Over two levels of such links, a latency-bound all-reduce's band is the latencies' band.
+  parallel::Cluster c;
+  c.devices = 8;
+  c.nodes = 4;
+  c.link = again;
+  c.network = parallel::parse_network("0.05:0.04-0.06,400:300-500");
+  const double point = parallel::all_reduce(1024, c, parallel::End::Point).s;
+  const double fast = parallel::all_reduce(1024, c, parallel::End::Fast).s;
+  const double slow = parallel::all_reduce(1024, c, parallel::End::Slow).s;
+  EXPECT_LT(fast, point * 0.85);
+  EXPECT_GT(slow, point * 1.15);
 }
 
 // The recorder sees the buckets ReplicaNetwork would plan, ready in backward order, each no

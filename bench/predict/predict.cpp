@@ -120,8 +120,10 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
                                          {"replicas", double(c.devices)},
                                          {"link_busbw_gbps", link.busbw_gbps},
                                          {"link_latency_us", link.latency_us}};
-  std::string where =
-      fmt::format("over {} ({}{})", link.name, link.source, link.low_source.empty() ? "" : "; low: " + link.low_source);
+  // A measured link says its figures as --link and --network take them, to predict over it elsewhere.
+  std::string where = fmt::format("over {} ({}{}{})", link.name, link.source,
+                                  link.low_source.empty() ? "" : "; low: " + link.low_source,
+                                  link.name == "measured" ? "; as figures: " + parallel::link_figures(link) : "");
   if (two_levels) {  // nodes it never ran on: no hosts to name
     row["nodes"] = std::to_string(c.nodes);
     row.erase("rank_hosts");

@@ -64,6 +64,10 @@ struct Link {
   // The high end: a measured link's sweep spread the other way; 0: busbw_gbps itself (a preset's
   // ideal is its most).
   double busbw_high_gbps = 0;
+  // The latency's band: the fast and the slow end of a step's latency (a measured link's 256-byte
+  // all-reduce issued back to back and its slowest; figures given as LATENCY_US:LOW-HIGH);
+  // negative: latency_us itself.
+  double latency_low_us = -1, latency_high_us = -1;
   Hw hw = Hw::None;
   int nics = 1;  // a network link: NICs per node, each of busbw_gbps
   // A measured link's sweep among `sweep_ranks` ranks: (bytes, seconds) per size, ascending; an
@@ -75,18 +79,25 @@ struct Link {
   int sweep_ranks = 0;
   double low_busbw() const { return busbw_low_gbps > 0 ? busbw_low_gbps : busbw_gbps; }
   double high_busbw() const { return busbw_high_gbps > 0 ? busbw_high_gbps : busbw_gbps; }
+  double low_latency() const { return latency_low_us >= 0 ? latency_low_us : latency_us; }
+  double high_latency() const { return latency_high_us >= 0 ? latency_high_us : latency_us; }
 };
+
+// A link's figures as --link and --network take them, its band included:
+// BUSBW_GBPS[:LOW-HIGH],LATENCY_US[:LOW-HIGH] (a measured link's, to predict over it elsewhere).
+std::string link_figures(const Link& link);
 
 // The presets --link names (within a node): NVLink 4 on an 8-GPU H100 board, NVLink 3 on an A100
 // board, PCIe 4 and 5 x16 between GPUs; and, for one level, InfiniBand NDR 400 per GPU.
 const std::vector<Link>& link_presets();
-// --link=NAME or --link=BUSBW_GBPS[,LATENCY_US]; "measured" is returned as a Link named
+// --link=NAME or --link=BUSBW_GBPS[:LOW-HIGH][,LATENCY_US[:LOW-HIGH]] (each figure with the band
+// either side of it, if known); "measured" is returned as a Link named
 // "measured" with no figures (the run measures them). Throws tb::InputError naming the flag.
 Link parse_link(const std::string& text);
 // The presets --network names (between nodes, per NIC): InfiniBand NDR 400, 100 and 25 Gbit
 // Ethernet over TCP sockets; each measured figure cited (docs/prediction.md).
 const std::vector<Link>& network_presets();
-// --network=NAME|BUSBW_GBPS[,LATENCY_US][xNICS]: a preset or figures per NIC, NICS per node
+// --network=NAME|BUSBW_GBPS[:LOW-HIGH][,LATENCY_US[:LOW-HIGH]][xNICS]: a preset or figures per NIC, NICS per node
 // (ib_ndr400x8: a DGX H100 node's eight). Throws tb::InputError naming the flag.
 Link parse_network(const std::string& text);
 
@@ -166,7 +177,9 @@ Prediction predict(const OneDevice& one, int devices, const Link& link);
 // From a timeline and a step alone (no stragglers, overhead or sharing measured).
 Prediction predict(const StepTimeline& timeline, double step_s, double batch, int devices, const Link& link);
 
-// The expected largest of n draws from `samples` (each equally likely, drawn independently).
+// The expected largest of n independent draws from the distribution of `samples`: the sorted
+// samples at equal steps of probability with straight lines between (quantile_of_sorted's reading
+// of them, which a replay draws its steps from); n = 1 gives its mean.
 double expected_max(std::vector<double> samples, int n);
 
 }  // namespace tb::parallel
