@@ -76,7 +76,9 @@ def test_a_failed_write_stops_the_run_naming_the_file_and_the_last_row(tmp_path)
     probe = tmp_path / "probe.csv"
     assert run(LSTM, f"--csv={probe}", *FAST).returncode == 0
     header, row = probe.read_bytes().splitlines(keepends=True)[:2]
-    limit = len(header) + len(row) + 16  # the first row fits; the second cannot (rows differ by a few bytes)
+    # The first row fits; the second cannot. Rows differ by tens of bytes (their step-time quantiles'
+    # digits; a 'loaded' verdict where the machine is busy, as under ctest -j2): half a row of room.
+    limit = len(header) + len(row) * 3 // 2
 
     def limited():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing
