@@ -273,7 +273,8 @@ def median_of(values: list[float]) -> float | None:
 
 
 def cmd_machine(args, figures: list[str]) -> str:
-    rows = iterations(args.csv)
+    # The step loop's measured rows: its gpu:N predictions are other devices' rates.
+    rows = [r for r in iterations(args.csv) if not tbcsv.is_predicted(r)]
     first = rows[0] if rows else {}
     figures.append(f"- host `{first.get('host', '?')}`: {first.get('cpu_model', '?')}, {first.get('cores', '?')} "
                    f"cores; trainbench `{first.get('git_commit', '?')}`, {first.get('compiler', '?')}, "

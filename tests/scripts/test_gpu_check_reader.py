@@ -194,6 +194,19 @@ def test_the_machine_step_sets_nvml_instantaneous_power_beside_the_average(tmp_p
     assert verdict.startswith("failed: trainbench's gpu_power_w is empty while nvidia-smi reads the board's power")
 
 
+def test_the_machine_steps_rate_is_its_measured_row_not_its_predictions():
+    # The H100's step loop of 2026-11-27: one gpu:1 row at 16,298 samples/s and its gpu:2/4/8
+    # predictions; check.md said 36,441 on the wall clock, the median of all four rows.
+    csv_path = H100 / "check-20261127T060400Z" / "machine.csv"
+    measured = [r for r in rows_of(csv_path) if r["measurement"] == "measured"]
+    assert len(measured) == 1 and len(rows_of(csv_path)) == 4
+    verdict, figures = judge("machine", csv_path, "--gpu", "--power", H100 / "check-20261127T060400Z" / "power.csv")
+    assert verdict.startswith("passed: NVIDIA H100 80GB HBM3"), verdict
+    loop = next(f for f in figures if f.startswith("- step loop:"))
+    assert f"{float(measured[0]['samples_per_s']):,.0f} samples/s on the wall clock" in loop, loop
+    assert "16,298 samples/s on the wall clock, 16,363 on the device clock" in loop, loop
+
+
 def test_a_gpu_trainbench_cannot_use_fails_the_machine_step_with_its_reason():
     verdict, _ = judge("machine", VM / "default-20261126.csv", "--gpu")
     assert verdict.startswith("failed: trainbench cannot use the GPU nvidia-smi lists: skipped: gpu:1: ")
