@@ -96,7 +96,6 @@ std::string kind_of(mode_t mode) {
   return "not a regular file";
 }
 
-// Everything of `data` to `fd`, through interruptions; false on an error (errno says which).
 // Whether a file ends inside a quoted field: every complete row holds its quotes in pairs (a
 // quote inside a field is doubled), so an odd count over the file is the last row's open quote.
 bool ends_inside_quotes(int fd, off_t size) {
@@ -111,6 +110,7 @@ bool ends_inside_quotes(int fd, off_t size) {
   return quotes % 2 == 1;
 }
 
+// Everything of `data` to `fd`, through interruptions; false on an error (errno says which).
 bool write_all(int fd, const char* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);

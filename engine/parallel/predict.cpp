@@ -113,7 +113,6 @@ const std::vector<Link>& network_presets() {
 
 namespace {
 
-// BUSBW_GBPS[,LATENCY_US]: true where `text` is that (busbw > 0, latency >= 0), the figures set.
 // One figure: VALUE, or VALUE:LOW-HIGH with the band either side of it (LOW <= VALUE <= HIGH).
 struct Figure {
   double value = 0, low = 0, high = 0;
@@ -153,7 +152,9 @@ std::optional<Link> parse_figures(const std::string& text, const std::string& fl
   if (busbw.high > busbw.value) link.busbw_high_gbps = busbw.high;
   if (latency.low < latency.value) link.latency_low_us = latency.low;
   if (latency.high > latency.value) link.latency_high_us = latency.high;
-  if (busbw.low < busbw.value || latency.high > latency.value) link.low_source = "the band given with " + flag;
+  const bool band = busbw.low < busbw.value || busbw.high > busbw.value || latency.low < latency.value ||
+                    latency.high > latency.value;
+  if (band) link.low_source = "the band given with " + flag;
   return link;
 }
 
