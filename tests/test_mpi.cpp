@@ -21,6 +21,9 @@
 #include "engine/parallel/nccl_comm.hpp"
 #endif
 #include "engine/parallel/mpi_comm.hpp"
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"
 #include "tests/large_batch.hpp"
@@ -59,6 +62,41 @@ TEST(MpiComm, CollectivesAgreeAcrossRanks) {
   comm->broadcast(b.data(), 4, ElemType::F32, n - 1);
   EXPECT_EQ(b, std::vector<float>(4, float(n - 1)));
   comm->barrier();
+}
+
+// The value of Open MPI's coll_libnbc_iallreduce_algorithm now, read through MPI_T; -1 where there
+// is none (another MPI, Open MPI before 4.1).
+int nbc_allreduce_algorithm() {
+  int provided = 0, index = 0, count = 0, value = -1;
+  if (MPI_T_init_thread(MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return -1;
+  MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS &&
+      MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+    if (MPI_T_cvar_read(handle, &value) != MPI_SUCCESS) value = -1;
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+  return value;
+}
+
+// On both sides of kMpiRingFromBytes the mean is exact, and the communicator asked Open MPI for
+// the algorithm it names: its ring (libnbc's 1) for 64 KiB and more, its binomial tree (2) below.
+TEST(MpiComm, AllReducesRingFrom64KiBAndTreeBelowAgree) {
+  auto comm = parallel::make_mpi_comm(60);
+  const int r = comm->rank(), n = comm->size();
+  const bool chooses =
+      std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm") == nullptr && nbc_allreduce_algorithm() >= 0;
+  if (chooses) EXPECT_NE(comm->algorithms().find("ring from 64 KiB"), std::string::npos) << comm->algorithms();
+  for (const i64 count : {i64(16383), i64(16384), i64(250001)}) {
+    std::vector<float> v(static_cast<std::size_t>(count));
+    for (std::size_t k = 0; k < v.size(); ++k) v[k] = float(r * 1000 + int(k % 1000));
+    comm->start_all_reduce_mean(v.data(), count, ElemType::F32);
+    comm->wait();
+    const float mean_r = float(n - 1) / 2;
+    for (std::size_t k = 0; k < v.size(); ++k)
+      ASSERT_FLOAT_EQ(v[k], mean_r * 1000 + float(k % 1000)) << count << " " << k;
+    if (chooses) EXPECT_EQ(nbc_allreduce_algorithm(), count * 4 >= 65536 ? 1 : 2) << count << " floats";
+  }
 }
 
 // Each rank trains its shard of every batch; the weights must equal (to fp32 summation order,

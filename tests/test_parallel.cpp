@@ -370,6 +370,31 @@ TEST(Predict, TwoLevelsTakeTheSlowerLevelAndNcclsStepCounts) {
   EXPECT_NEAR(parallel::all_reduce(1e9, c).s, 14 * 1e-6 + 1.75 * 1e9 / 20e9, 1e-12);
 }
 
+// MPI runs what the communicator asks Open MPI for, not the quicker of the two: a ring from
+// kMpiRingFromBytes even where a tree's fewer steps would win, and below it a binomial tree that
+// moves the whole buffer in each of its 2 log2 N rounds, each over its own level's link.
+TEST(Predict, MpiRunsTheCommunicatorsRingFrom64KiBAndItsBinomialTreeBelow) {
+  parallel::Cluster c;
+  c.devices = 8;
+  c.nodes = 4;
+  c.library = parallel::Library::Mpi;
+  c.link = parallel::Link{.name = "shm", .busbw_gbps = 20, .latency_us = 1, .source = "a test"};
+  c.network = parallel::Link{.name = "net", .busbw_gbps = 10, .latency_us = 5000, .source = "a test"};
+  // 64 KiB: the ring's 8 network steps of 5 ms, where NCCL's choice would be the tree's 4.
+  const double ring = (6 * 1 + 8 * 5000) * 1e-6 + 1.75 * 65536 / 10e9;
+  EXPECT_NEAR(parallel::all_reduce(65536, c).s, ring, 1e-12);
+  EXPECT_EQ(parallel::all_reduce(65536, c).algorithm, "ring");
+  c.library = parallel::Library::Nccl;
+  EXPECT_EQ(parallel::all_reduce(65536, c).algorithm, "tree");
+  // Just under 64 KiB: the binomial tree, one round within a node and two between, each way,
+  // the whole buffer in every round.
+  c.library = parallel::Library::Mpi;
+  const double bytes = 65535;
+  EXPECT_NEAR(parallel::all_reduce(bytes, c).s, 2 * (1 * 1 + 2 * 5000) * 1e-6 + 2 * (bytes / 20e9 + 2 * bytes / 10e9),
+              1e-12);
+  EXPECT_EQ(parallel::all_reduce(bytes, c).algorithm, "tree");
+}
+
 // NCCL's links take its protocols: LL for small messages, Simple for large, LL128 only on NVLink,
 // and a DGX H100 node's eight NICs carry eight times one NIC's bus bandwidth.
 TEST(Predict, NcclLinksChooseAProtocolAndNameIt) {

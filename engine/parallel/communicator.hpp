@@ -25,12 +25,18 @@ std::size_t elem_bytes(ElemType t);
 // reads the same for any n. 0 for one rank, which moves nothing.
 inline double allreduce_bus_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 
+// The MPI communicator's rule (mpi_comm.cpp), which the model follows (predict.cpp): an all-reduce
+// of this many bytes or more runs Open MPI's ring, a smaller one its binomial tree.
+inline constexpr double kMpiRingFromBytes = 64 * 1024;
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string kind() const = 0;  // "threads", "mpi", "nccl"
+  // The all-reduce algorithms it runs, where it chooses them ("" where the library does).
+  virtual std::string algorithms() const { return ""; }
 
   // Starts replacing `count` elements at `data` by their mean over all ranks. Returns at once
   // where the backend can overlap (the caller must not touch `data` until wait()); wait()

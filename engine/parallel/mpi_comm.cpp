@@ -48,6 +48,67 @@ constexpr auto kPollInterval = std::chrono::microseconds(50);
 // MPI counts are int; longer buffers go in pieces of this many elements.
 constexpr i64 kMaxPiece = i64(1) << 30;
 
+// Which algorithm Open MPI's nonblocking all-reduce (its libnbc component) runs. Left to itself,
+// libnbc takes a binomial tree for every buffer reduced in place, as ours are: the whole buffer
+// up the tree to rank 0 and back down, log2 N rounds each way, so that two ranks move it twice
+// in turn and reach half their link's bandwidth (a 1 Gbit/s link measured 0.059 GB/s), less at
+// larger N. From kMpiRingFromBytes we ask for its ring instead (2(N-1) rounds of a 1/N share:
+// the link's full bandwidth at any N, the algorithm NCCL and the model use); below that the
+// binomial tree's 2 log2 N rounds are the quicker. The choice goes through MPI_T's control
+// variable coll_libnbc_iallreduce_algorithm (Open MPI 4.1 and later), set before each
+// all-reduce, the same on every rank. Another MPI, an older Open MPI, or a user's own
+// OMPI_MCA_coll_libnbc_iallreduce_algorithm are left to choose for themselves.
+class NbcAlgorithm {
+ public:
+  // After MPI_Init.
+  void open() {
+    if (std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm")) return;
+    int provided = 0, index = 0, count = 0;
+    if (MPI_T_init_thread(MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return;
+    t_open_ = true;
+    if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) != MPI_SUCCESS ||
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle_, &count) != MPI_SUCCESS || count != 1) {
+      close();
+      return;
+    }
+    active_ = true;
+  }
+
+  // Before MPI_Finalize: MPI_T ends first (Open MPI 4.1 crashes the other way round).
+  void close() {
+    if (active_) (void)MPI_T_cvar_handle_free(&handle_);
+    if (t_open_) (void)MPI_T_finalize();
+    active_ = t_open_ = false;
+  }
+
+  void choose(double bytes) {
+    if (!active_) return;
+    int algorithm = bytes >= kMpiRingFromBytes ? kRing : kBinomial;
+    if (algorithm == current_) return;
+    TB_CHECK(MPI_T_cvar_write(handle_, &algorithm) == MPI_SUCCESS,
+             "mpi: Open MPI refused coll_libnbc_iallreduce_algorithm = {}; set "
+             "OMPI_MCA_coll_libnbc_iallreduce_algorithm to leave the choice to it",
+             algorithm);
+    current_ = algorithm;
+  }
+
+  std::string describe() const {
+    return active_ ? fmt::format("Open MPI's ring from {} KiB, its binomial tree below", int(kMpiRingFromBytes) / 1024)
+                   : "";
+  }
+
+ private:
+  static constexpr int kRing = 1, kBinomial = 2;  // libnbc's numbers
+  MPI_T_cvar_handle handle_ = MPI_T_CVAR_HANDLE_NULL;
+  bool t_open_ = false, active_ = false;
+  int current_ = 0;
+};
+
+NbcAlgorithm& nbc_algorithm() {
+  static NbcAlgorithm algorithm;
+  return algorithm;
+}
+
 class MpiComm final : public Communicator {
  public:
   explicit MpiComm(double timeout_s) : timeout_s_(timeout_s) {
@@ -74,6 +135,7 @@ class MpiComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string kind() const override { return "mpi"; }
+  std::string algorithms() const override { return nbc_algorithm().describe(); }
 
   void start_all_reduce_mean(void* data, i64 count, ElemType type) override {
     check_usable();
@@ -87,6 +149,7 @@ class MpiComm final : public Communicator {
     for (i64 offset = 0; offset < count; offset += kMaxPiece) {
       MPI_Request request = MPI_REQUEST_NULL;
       const int piece = int(std::min(kMaxPiece, count - offset));
+      nbc_algorithm().choose(double(piece) * sizeof(float));
       TB_MPI(MPI_Iallreduce(MPI_IN_PLACE, values + offset, piece, MPI_FLOAT, MPI_SUM, comm_, &request));
       requests_.push_back(request);
     }
@@ -158,6 +221,7 @@ class MpiComm final : public Communicator {
     check_usable();
     double result = value;
     MPI_Request request = MPI_REQUEST_NULL;
+    nbc_algorithm().choose(sizeof value);
     TB_MPI(MPI_Iallreduce(&value, &result, 1, MPI_DOUBLE, op, comm_, &request));
     wait_for(&request, 1, what);
     return result;
@@ -209,10 +273,14 @@ MpiSession::MpiSession() {
   int provided = 0;
   TB_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
   initialised_here_ = true;
+  nbc_algorithm().open();
 }
 
 MpiSession::~MpiSession() {
-  if (initialised_here_ && !mpi_finalized()) (void)MPI_Finalize();
+  if (initialised_here_ && !mpi_finalized()) {
+    nbc_algorithm().close();
+    (void)MPI_Finalize();
+  }
 }
 
 int MpiSession::rank() const {

@@ -290,11 +290,24 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     if (t < best.s) best = {t, std::move(name)};
   };
   if (link.hw == Hw::None) {
-    // One protocol at the links' own latency per step; within a node a tree of log2 steps too
-    // (MPI's recursive doubling).
+    // One protocol at the links' own latency per step: a ring, or a tree of log2 steps within a
+    // node and log2 between nodes, up and down.
     const double intra = latency_at(link, end), inter = latency_at(c.network, end);
+    const double tree_latency_us = 2 * (log2_steps(per_node) * intra + log2_steps(nodes) * inter);
+    if (c.library == Library::Mpi) {
+      // MPI runs what the communicator asks for. Its binomial tree moves the whole buffer in every
+      // round, each over the link of its level.
+      if (bytes >= kMpiRingFromBytes) {
+        consider(intra_steps * intra + inter_steps * inter, allreduce_bus_factor(n) * bytes / busbw, "ring");
+      } else {
+        const double intra_s = log2_steps(per_node) * bytes / (busbw_at(link, end) * 1e9);
+        const double inter_s = nodes > 1 ? log2_steps(nodes) * bytes / (busbw_at(c.network, end) * 1e9) : 0;
+        consider(tree_latency_us, 2 * (intra_s + inter_s), "tree");
+      }
+      return best;
+    }
     consider(intra_steps * intra + inter_steps * inter, allreduce_bus_factor(n) * bytes / busbw, "ring");
-    consider(2 * (log2_steps(per_node) * intra + log2_steps(nodes) * inter), 2 * bytes / busbw, "tree");
+    consider(tree_latency_us, 2 * bytes / busbw, "tree");
     return best;
   }
   const int intra_hw = link.hw == Hw::NVLink ? 0 : link.hw == Hw::PCIe ? 1 : 2;
@@ -499,11 +512,13 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   for (std::size_t k = 0; k < x.size(); ++k) sxy += x[k] * (y[k] - intercept), sxx += x[k] * x[k];
   const double slope = std::max(sxy / sxx, 1e-15);
   link.busbw_gbps = 1.0 / slope * 1e-9;
-  // A ring all-reduce among n takes 2(n-1) steps: the latency is that many of them.
-  link.latency_us = intercept * 1e6 / (2.0 * std::max(1, n - 1));
+  // A ring all-reduce among n takes 2(n-1) steps: the latency is that many of them; where the
+  // communicator runs a binomial tree for small buffers (MPI's, kMpiRingFromBytes), 2 log2 n.
+  const bool tree_below = !comm.algorithms().empty();
+  const double steps = tree_below ? 2.0 * std::max(1, log2_steps(n)) : 2.0 * std::max(1, n - 1);
+  link.latency_us = intercept * 1e6 / steps;
   // Its band: the 256 bytes issued back to back where that was faster than after a barrier, and
   // the slowest (repetition, or back to back).
-  const double steps = 2.0 * std::max(1, n - 1);
   const double back_to_back = link.sweep_back_to_back.front();
   link.latency_low_us = (back_to_back > 0 ? std::min(intercept, back_to_back) : intercept) * 1e6 / steps;
   link.latency_high_us = std::max(intercept, link.sweep_slowest.front()) * 1e6 / steps;
@@ -517,8 +532,8 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   link.busbw_low_gbps = low;
   link.busbw_high_gbps = high;
   link.low_source = "the slowest and fastest size of the sweep (1 MiB and up) against the fit";
-  link.source =
-      fmt::format("{} all-reduce of {} ranks, 256 B to {} MiB, measured at start-up", comm.kind(), n, max_bytes >> 20);
+  link.source = fmt::format("{} all-reduce of {} ranks{}, 256 B to {} MiB, measured at start-up", comm.kind(), n,
+                            tree_below ? " (" + comm.algorithms() + ")" : "", max_bytes >> 20);
   return link;
 }
 

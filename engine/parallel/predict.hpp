@@ -112,11 +112,17 @@ Link measure_link(Communicator& comm, std::size_t max_bytes = std::size_t(16) <<
 
 // N devices on M nodes (M divides N; 1: one level), the link within a node and, with M > 1, the
 // network between nodes.
+// Which library all-reduces: NCCL runs the quickest of its algorithms for each size (the model
+// takes the quickest); MPI the communicator's rule (kMpiRingFromBytes: a ring from 64 KiB, a
+// binomial tree below).
+enum class Library { Nccl, Mpi };
+
 struct Cluster {
   int devices = 1;
   int nodes = 1;
   Link link;
   Link network;
+  Library library = Library::Nccl;
   int per_node() const { return devices / nodes; }
 };
 
