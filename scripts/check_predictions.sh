@@ -23,7 +23,7 @@
 # when one is off it (predictions_table.py --check), 2 without a trainbench.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-write_docs=1 replays_only=0
+write_docs=1 replays_only=0 busy=""
 for arg in "$@"; do
   case $arg in
     --no-docs) write_docs=0 ;;
@@ -73,15 +73,34 @@ run_setting() {
 # The replays of one setting: the sources' rows on the ranks of the command prefix, predicted over
 # the given links (--link=... [--nodes=M --network=...]), ResNet-152 with fewer steps (its
 # all-reduce at 1 Gbit/s takes seconds).
+# A replay's compute is slept through, so this machine stands for N machines only while its cores
+# keep up with the ranks' communication: `busy` is how busy they were over the replay (from
+# /proc/stat; the setting's name carries it).
 run_replay() {
   local csv=$1 links=$2
   shift 2
   local steps=("$iterations" "$((iterations / 4 > 3 ? iterations / 4 : 3))")
+  local before
+  before=$(cpu_ticks)
   for k in 0 1; do
     # shellcheck disable=SC2086
     "$@" "$bin" --replay_from="$out/sources.csv" --benchmark_filter="${models[$k]}" $links \
       --iterations="${steps[$k]}" --csv="$csv" >>"${csv%.csv}-log.txt" 2>&1 || return 1
   done
+  busy=$(cpu_busy "$before" "$(cpu_ticks)")
+}
+
+# The machine's CPU ticks so far, busy and all ("busy total"), from /proc/stat's first line.
+cpu_ticks() {
+  awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9; exit}' /proc/stat 2>/dev/null
+}
+
+# ", cores N% busy" between two cpu_ticks readings; nothing where /proc/stat was not read.
+cpu_busy() {
+  # shellcheck disable=SC2086
+  set -- $1 $2
+  [ $# -eq 4 ] && [ "$4" -gt "$2" ] || return 0
+  echo ", cores $(((100 * ($3 - $1) + ($4 - $2) / 2) / ($4 - $2)))% busy"
 }
 
 # The measured link of a replay's CSV (its predictions over link=measured), as --link and
@@ -122,13 +141,13 @@ for k in 0 1; do
 done
 echo "check_predictions.sh: replayed on 2 ranks of this machine (the link within a node)"
 if run_replay "$out/replay-shm-2.csv" --link=measured "${mpi[@]}"; then
-  settings+=("replayed mpi:2, one machine=$out/replay-shm-2.csv")
+  settings+=("replayed mpi:2, one machine$busy=$out/replay-shm-2.csv")
   intra=$(measured_link "$out/replay-shm-2.csv")
   for rate in 1gbit 10gbit; do
     echo "check_predictions.sh: replayed on 2 emulated nodes at $rate (the link between nodes)"
     run_replay "$out/replay-$rate-2.csv" --link=measured "$scripts/emulate_nodes.sh" --nodes 2 --rate "$rate" -- ||
       { echo "check_predictions.sh: emulated nodes at $rate did not run: see $out/replay-$rate-2-log.txt" >&2; continue; }
-    settings+=("replayed mpi:2, 2 nodes, $rate=$out/replay-$rate-2.csv")
+    settings+=("replayed mpi:2, 2 nodes, $rate$busy=$out/replay-$rate-2.csv")
     inter=$(measured_link "$out/replay-$rate-2.csv")
     for n in 4 8; do
       for per_node in 1 2; do
@@ -138,7 +157,7 @@ if run_replay "$out/replay-shm-2.csv" --link=measured "${mpi[@]}"; then
           "(predicted over $intra within a node, $inter between)"
         if run_replay "$csv" "--link=$intra --nodes=$nodes --network=$inter" \
           "$scripts/emulate_nodes.sh" --nodes "$nodes" --ranks-per-node "$per_node" --rate "$rate" --; then
-          settings+=("replayed mpi:$n, $nodes nodes of $per_node, $rate=$csv")
+          settings+=("replayed mpi:$n, $nodes nodes of $per_node, $rate$busy=$csv")
         else
           echo "check_predictions.sh: $n ranks on $nodes emulated nodes did not run: see ${csv%.csv}-log.txt" >&2
         fi
@@ -152,7 +171,7 @@ if run_replay "$out/replay-shm-2.csv" --link=measured "${mpi[@]}"; then
     echo "check_predictions.sh: replayed on 8 ranks, 4 emulated nodes of 2, at 10gbit, Open MPI yielding when idle"
     if OMPI_MCA_mpi_yield_when_idle=1 run_replay "$csv" "--link=$intra --nodes=4 --network=$inter" \
       "$scripts/emulate_nodes.sh" --nodes 4 --ranks-per-node 2 --rate 10gbit --; then
-      settings+=("replayed mpi:8, 4 nodes of 2, 10gbit, yield when idle=$csv")
+      settings+=("replayed mpi:8, 4 nodes of 2, 10gbit, yield when idle$busy=$csv")
     fi
   fi
 else
