@@ -221,8 +221,8 @@ void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
   const auto say = [&](const parallel::Link& link) {
     if (world.rank == 0)
       std::cerr << fmt::format(
-          "trainbench: measured link: {}: 2(N-1) steps of {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s{}\n", link.source,
-          link.latency_us, link.busbw_gbps,
+          "trainbench: measured link: {}: {} steps of {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s{}\n", link.source,
+          link.tree_below ? "2 log2 N" : "2(N-1)", link.latency_us, link.busbw_gbps,
           link.sweep_back_to_back.empty()
               ? ""
               : fmt::format("; 256 B: {:.3g} us after a barrier, {:.3g} us each of 20 back to back",

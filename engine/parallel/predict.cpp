@@ -514,7 +514,7 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   link.busbw_gbps = 1.0 / slope * 1e-9;
   // A ring all-reduce among n takes 2(n-1) steps: the latency is that many of them; where the
   // communicator runs a binomial tree for small buffers (MPI's, kMpiRingFromBytes), 2 log2 n.
-  const bool tree_below = !comm.algorithms().empty();
+  const bool tree_below = link.tree_below = !comm.algorithms().empty();
   const double steps = tree_below ? 2.0 * std::max(1, log2_steps(n)) : 2.0 * std::max(1, n - 1);
   link.latency_us = intercept * 1e6 / steps;
   // Its band: the 256 bytes issued back to back where that was faster than after a barrier, and

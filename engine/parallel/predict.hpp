@@ -77,6 +77,9 @@ struct Link {
   // that is slower (the band's slow end); and that mean (0 above 256 KiB).
   std::vector<double> sweep_slowest, sweep_back_to_back;
   int sweep_ranks = 0;
+  // A measured link whose communicator ran a binomial tree below kMpiRingFromBytes (MPI's): its
+  // latency_us is the 256-byte all-reduce over 2 log2 N steps, not 2(N-1).
+  bool tree_below = false;
   double low_busbw() const { return busbw_low_gbps > 0 ? busbw_low_gbps : busbw_gbps; }
   double high_busbw() const { return busbw_high_gbps > 0 ? busbw_high_gbps : busbw_gbps; }
   double low_latency() const { return latency_low_us >= 0 ? latency_low_us : latency_us; }
