@@ -152,9 +152,8 @@ std::optional<Link> parse_figures(const std::string& text, const std::string& fl
   if (busbw.high > busbw.value) link.busbw_high_gbps = busbw.high;
   if (latency.low < latency.value) link.latency_low_us = latency.low;
   if (latency.high > latency.value) link.latency_high_us = latency.high;
-  const bool band = busbw.low < busbw.value || busbw.high > busbw.value || latency.low < latency.value ||
-                    latency.high > latency.value;
-  if (band) link.low_source = "the band given with " + flag;
+  if (link.busbw_low_gbps > 0 || link.busbw_high_gbps > 0 || link.latency_low_us >= 0 || link.latency_high_us >= 0)
+    link.low_source = "the band given with " + flag;
   return link;
 }
 
