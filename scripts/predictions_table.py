@@ -8,16 +8,24 @@ whether each repetition fell inside its band (inside_band, outside_band). The li
 measured median, the band, the verdicts and the term that dominates the prediction. Files
 before schema 6 get those columns from tbcsv's upgrade, by trainbench's rule.
 
-    scripts/predictions_table.py SETTING=CSV [SETTING=CSV ...] [--check]
+    scripts/predictions_table.py SETTING=CSV[=PROBE_CSV] [SETTING=CSV[=PROBE_CSV] ...] [--check]
 
 SETTING names where the CSV's runs ran ("mpi:2, one machine", "mpi:2, emulated nodes, 1 Gbit/s").
+PROBE_CSV, for replays on more ranks than the links were measured with, is the same replays run
+on the same ranks over the link they measured among themselves at start-up (--link=measured):
+its predictions say what this machine delivers at that N. Where such a prediction leaves the
+band of the one checked, the machine's link at N, not the model, sets the replay's pace (8 ranks
+on 2 cores): the line says the link fell short and is no check of the model; with probes the
+table ends with counts per group (measured and replayed at N = 2, replayed at N > 2 where the
+machine carried the link and where it fell short).
 --check exits 1 when a measured repetition lies outside its band, or the median is more than 10%
-from the point where the one-device step is over 1 ms (the targets of docs/prediction.md).
-Standard library only.
+from the point where the one-device step is over 1 ms (the targets of docs/prediction.md), on a
+line that is a check (not one whose link fell short). Standard library only.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +51,24 @@ class Line:
     dominant: str
     link: str
     verdicts: list[str] = field(default_factory=list)  # each ok repetition's: inside or outside
+    at_n: float | None = None  # predicted over the link the ranks measured among themselves (a probe)
+
+    @property
+    def ranks(self) -> int:
+        """N, from the benchmark's device (mpi:N, gpu:N)."""
+        m = re.search(r"/(?:mpi|gpu):(\d+)/", self.benchmark)
+        return int(m.group(1)) if m else 0
+
+    @property
+    def replayed(self) -> bool:
+        return "/replayed" in self.benchmark
+
+    @property
+    def carried(self) -> bool | None:
+        """Whether this machine delivered the links at N as the prediction assumed them: the
+        prediction over the link its ranks measured lies inside the band of the one checked.
+        None without a probe."""
+        return None if self.at_n is None else self.low <= self.at_n <= self.high
 
     @property
     def ratio(self) -> float:
@@ -114,6 +140,22 @@ def lines_of(setting: str, table: tbcsv.Table) -> list[Line]:
     return out
 
 
+def with_probe(lines: list[Line], probe: list[Line]) -> None:
+    """Gives each line the point its probe predicted for the same benchmark."""
+    at_n = {ln.benchmark: ln.predicted for ln in probe}
+    for ln in lines:
+        ln.at_n = at_n.get(ln.benchmark)
+
+
+def compared_lines(setting: str, path: str) -> list[Line]:
+    found = lines_of(setting, tbcsv.read_table(path))
+    if not found:
+        raise tbcsv.InputError(f"{path}: no measured data-parallel row compared with a prediction "
+                               f"(its prediction column and an inside_band or outside_band "
+                               f"verdict: run mpirun ... --devices=cpu:1,mpi:2 --link=measured)")
+    return found
+
+
 def link_text(p: dict[str, str]) -> str:
     """The prediction's link: its bus bandwidth, and over nodes the network's per NIC beside it."""
     text = f"{tbcsv.number(p, 'link_busbw_gbps'):.3g} GB/s"
@@ -124,14 +166,42 @@ def link_text(p: dict[str, str]) -> str:
 
 
 def markdown(lines: list[Line]) -> str:
-    out = ["| setting | benchmark | one-device step (ms) | measured samples/s | predicted (band) | "
-           "measured / predicted | in band | dominant term | link |",
-           "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+    probed = any(ln.at_n is not None for ln in lines)
+    head = ("| setting | benchmark | one-device step (ms) | measured samples/s | predicted (band) | "
+            "measured / predicted | in band | dominant term | link |")
+    out = [head + (" over the link measured at N |" if probed else ""),
+           "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- |" + (" --- |" if probed else "")]
     for ln in lines:
-        out.append(f"| {ln.setting} | `{ln.benchmark}` | {ln.step_ms:.3g} | {ln.measured:,.0f} | "
-                   f"{ln.predicted:,.0f} ({ln.low:,.0f} to {ln.high:,.0f}) | {ln.ratio:.2f} | "
-                   f"{ln.in_band} | {ln.dominant} | {ln.link} |")
+        row = (f"| {ln.setting} | `{ln.benchmark}` | {ln.step_ms:.3g} | {ln.measured:,.0f} | "
+               f"{ln.predicted:,.0f} ({ln.low:,.0f} to {ln.high:,.0f}) | {ln.ratio:.2f} | "
+               f"{ln.in_band} | {ln.dominant} | {ln.link} |")
+        if probed:
+            row += " - |" if ln.at_n is None else f" {ln.at_n:,.0f}, {'carried' if ln.carried else '**fell short**'} |"
+        out.append(row)
+    if probed:
+        out += ["", *counts(lines)]
     return "\n".join(out) + "\n"
+
+
+def counts(lines: list[Line]) -> list[str]:
+    """Per group, how many lines lie inside their bands and, of those whose one-device step is
+    over 1 ms, how many lie within 10% of the point."""
+    groups = [("measured, N = 2", lambda ln: not ln.replayed and ln.ranks == 2),
+              ("replayed, N = 2", lambda ln: ln.replayed and ln.ranks == 2),
+              ("replayed, N > 2, links carried at N", lambda ln: ln.replayed and ln.ranks > 2 and ln.carried),
+              ("replayed, N > 2, links fell short at N (no check of the model)",
+               lambda ln: ln.replayed and ln.ranks > 2 and ln.carried is False),
+              ("replayed, N > 2, links not measured at N", lambda ln: ln.replayed and ln.ranks > 2 and ln.carried is None)]
+    out = []
+    for name, member in groups:
+        group = [ln for ln in lines if member(ln)]
+        if not group:
+            continue
+        long = [ln for ln in group if ln.step_ms > LONG_STEP_S * 1e3]
+        out.append(f"- {name}: {sum(ln.inside for ln in group)} of {len(group)} inside their bands; "
+                   f"steps over 1 ms: {sum(abs(ln.ratio - 1) <= POINT_TOLERANCE for ln in long)} of "
+                   f"{len(long)} within 10% of the point")
+    return out
 
 
 def main(argv=None) -> int:
@@ -143,17 +213,20 @@ def main(argv=None) -> int:
     def run() -> int:
         lines = []
         for item in args.runs:
-            setting, sep, path = item.partition("=")
+            setting, sep, paths = item.partition("=")
+            path, _, probe = paths.partition("=")
             if not sep or not path:
                 raise tbcsv.InputError(f"{item!r}: give SETTING=CSV, e.g. 'mpi:2, one machine=run.csv'")
-            found = lines_of(setting, tbcsv.read_table(path))
-            if not found:
-                raise tbcsv.InputError(f"{path}: no measured data-parallel row compared with a prediction "
-                                       f"(its prediction column and an inside_band or outside_band "
-                                       f"verdict: run mpirun ... --devices=cpu:1,mpi:2 --link=measured)")
+            found = compared_lines(setting, path)
+            if probe:
+                with_probe(found, compared_lines(setting, probe))
             lines += found
         print(markdown(lines), end="")
-        off = [ln for ln in lines if not ln.on_target]
+        for ln in lines:
+            if ln.carried is False:
+                print(f"{PROG}: {ln.setting}: {ln.benchmark} is no check of the model: over the link its "
+                      f"ranks measured, the prediction is {ln.at_n:,.0f}, outside the band", file=sys.stderr)
+        off = [ln for ln in lines if ln.carried is not False and not ln.on_target]
         for ln in off:
             why = (f"outside its band ({ln.verdicts.count(OUTSIDE)} of {len(ln.verdicts)} repetitions)"
                    if not ln.inside else
