@@ -189,8 +189,9 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
     cluster.link = link;
     // CPU ranks all-reduce on the cores backward needs: nothing hides, whatever the link. A
     // replay's compute is waited out, the cores left free: its buckets' all-reduces run beside
-    // the wait, as on GPUs (its ResNet-152 measured 1.05 to 1.40 times the no-overlap point).
-    if (!gpu && !plan.replay) cluster.link.overlaps_compute = false;
+    // the wait, as on GPUs (its ResNet-152 measured 1.05 to 1.40 times the no-overlap point),
+    // over the ranks' measured link too (a sweep of host buffers says it cannot overlap).
+    if (!gpu) cluster.link.overlaps_compute = plan.replay;
     // CPU ranks and replays all-reduce through MPI, GPUs through NCCL.
     cluster.library = gpu ? parallel::Library::Nccl : parallel::Library::Mpi;
     // The measured link is the run's own ranks as they ran: one level, whatever --nodes says.

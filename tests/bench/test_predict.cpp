@@ -141,6 +141,38 @@ TEST(PredictRows, KeepTheSourceRunsHostsUnlessTheyPredictNodesOfTheirOwn) {
   EXPECT_EQ(cell(got[0].row, "rank_hosts"), "") << "nodes it never ran on have no hosts";
 }
 
+// A replay waits its compute out, its cores free: its all-reduces overlap the wait over any link,
+// the ranks' measured one included, whose sweep of host buffers says a CPU step's cannot.
+TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  parallel::Link measured = parallel::parse_link("10,20");
+  measured.name = "measured";
+  measured.overlaps_compute = false;  // as measure_link sets it for host buffers
+  PredictionPlan plan;
+  plan.links = {measured};
+  plan.counts = {2};
+  plan.replay = true;
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  parallel::OneDevice one = parse_prediction_inputs(cell(rows[0], "prediction_inputs")).one;
+  one.step_s = 100 / 1100.0;
+  one.batch = 100;
+  one.sharing = parallel::Range::exactly(1);
+  parallel::Link overlapping = measured;
+  overlapping.overlaps_compute = true;
+  const parallel::Prediction with = parallel::predict(one, 2, overlapping);
+  EXPECT_EQ(cell(got[0].row, "samples_per_s"), number(with.samples_per_s));
+  // The 4 MB bucket ready at 6 ms runs beside the wait: the point is above the no-overlap one.
+  EXPECT_GT(with.samples_per_s, parallel::predict(one, 2, measured).samples_per_s);
+  // Without the replay, CPU ranks' all-reduces do not overlap, over any link.
+  plan.replay = false;
+  plan.links = {parallel::parse_link("10,20")};
+  parallel::Link preset = parallel::parse_link("10,20");
+  preset.overlaps_compute = false;
+  EXPECT_EQ(cell(predict_rows(pointers(rows), plan, MachineContext{})[0].row, "samples_per_s"),
+            number(parallel::predict(one, 2, preset).samples_per_s));
+}
+
 // The policy: one-device train rows with a timeline are predicted; a measured row is compared with
 // the prediction made from a row of its per-rank threads, the measured link's first.
 TEST(Predictor, ComparesAMeasuredRowWithItsPredictionAndSaysInsideOrOutside) {
