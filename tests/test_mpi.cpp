@@ -99,6 +99,25 @@ TEST(MpiComm, AllReducesRingFrom64KiBAndTreeBelowAgree) {
   }
 }
 
+// progress() alone moves an all-reduce to its end (the turns a replay gives it while it waits
+// out the compute): once it says none is in flight, wait() has nothing left to do.
+TEST(MpiComm, ProgressAloneFinishesAnAllReduce) {
+  auto comm = parallel::make_mpi_comm(60);
+  const int r = comm->rank(), n = comm->size();
+  EXPECT_FALSE(comm->progress()) << "nothing started";
+  std::vector<float> v(std::size_t(1) << 20, float(r));  // 4 MiB: Open MPI's ring, many rounds
+  comm->start_all_reduce_mean(v.data(), i64(v.size()), ElemType::F32);
+  while (comm->progress()) {
+  }
+  // The sums are in before wait(), which only divides them by N.
+  const float sum = float(n * (n - 1) / 2);
+  EXPECT_FLOAT_EQ(v.front(), sum);
+  EXPECT_FLOAT_EQ(v.back(), sum);
+  comm->wait();
+  EXPECT_FLOAT_EQ(v.front(), sum / float(n));
+  EXPECT_FLOAT_EQ(v.back(), sum / float(n));
+}
+
 // Each rank trains its shard of every batch; the weights must equal (to fp32 summation order,
 // 1e-4 relative after 4 SGD steps) those of one network trained on the whole batches, which
 // every rank computes on its own without communication (tests/large_batch.hpp).

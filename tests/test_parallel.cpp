@@ -19,6 +19,7 @@
 #include "engine/cpu/network.hpp"
 #include "engine/parallel/communicator.hpp"
 #include "engine/parallel/predict.hpp"
+#include "engine/parallel/replay.hpp"
 #include "engine/parallel/replica.hpp"
 #include "engine/parallel/timeline.hpp"
 #include "models/models.hpp"
@@ -470,6 +471,39 @@ TEST(Predict, TheSlowestOfNIsTheLargestOfNDrawsAsAReplayDrawsThem) {
     }
     EXPECT_NEAR(parallel::expected_max(q, n), sum / kTrials, 2e-4) << n << " draws";
   }
+}
+
+// While a replay waits out its compute it gives the communicator's all-reduces a turn every
+// kTurn, until the communicator says none is in flight; each later wait asks again (a hook may
+// have started one), and a wait with nothing to ask sleeps through.
+TEST(Replay, GivesTheAllReducesInFlightTheirTurnsWhileItWaits) {
+  parallel::StepTimeline t;
+  t.bucket_bytes = {1000};
+  t.bucket_ready_s = {0.02};
+  t.backward_end_s = 0.03;
+  t.step_end_s = 0.035;
+  t.steps = 1;
+  parallel::ReplayNetwork replay(t, {}, 1);
+  int started = 0, turns = 0, turns_when_started = -1;
+  replay.set_backward_hook([&](int) {
+    ++started;
+    turns_when_started = turns;
+  });
+  replay.set_progress([&] { return ++turns < 5; });
+  replay.forward();
+  replay.backward();
+  replay.update();
+  EXPECT_EQ(started, 1);
+  // Five turns up to the bucket's 20 ms (the fifth says none is left in flight), one as the wait
+  // for backward's end begins, one as the update's does.
+  EXPECT_EQ(turns_when_started, 5);
+  EXPECT_EQ(turns, 7);
+  // Without a communicator to ask, the same step asks nothing.
+  parallel::ReplayNetwork alone(t, {}, 1);
+  alone.forward();
+  alone.backward();
+  alone.update();
+  EXPECT_EQ(turns, 7);
 }
 
 // One device's 50 ms step of 64 samples with two 1 GB buckets, ready at 10 and 30 ms of it;

@@ -145,6 +145,11 @@ class ReplayRun final : public BenchmarkRun {
     };
     run_ = std::make_unique<parallel::ReplicaRun>(info_.device_kind->wiring, true, 1, nullptr, make,
                                                   parallel::ReplayNetwork::kBucketBytes);
+    // While it waits out the compute, the replay gives its all-reduces their turns, as a GPU's
+    // communication moves beside its kernels.
+    parallel::Replica& replica = run_->replicas()[0];
+    parallel::Communicator& comm = replica.replica->comm();
+    static_cast<parallel::ReplayNetwork&>(*replica.backend).set_progress([&comm] { return comm.progress(); });
   }
 
   void warm_up() override { run_->warm_up(info_.warmup_steps); }

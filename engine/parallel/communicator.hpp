@@ -44,6 +44,10 @@ class Communicator {
   // and the reduction is ordered after everything enqueued on the stream given at construction.
   virtual void start_all_reduce_mean(void* data, i64 count, ElemType type) = 0;
   virtual void wait() = 0;
+  // Gives the reductions started a turn without waiting for them, where the backend moves them
+  // only inside its own calls (MPI); true while some are still in flight. Elsewhere (threads,
+  // NCCL on its stream) they move by themselves: false.
+  virtual bool progress() { return false; }
   // Every rank's `count` elements at `data` become the root's.
   virtual void broadcast(void* data, i64 count, ElemType type, int root) = 0;
   virtual void barrier() = 0;

@@ -167,6 +167,13 @@ class MpiComm final : public Communicator {
     TB_MPI(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
   }
 
+  bool progress() override {
+    if (requests_.empty() || failed_) return false;
+    int done = 0;
+    TB_MPI(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
+    return !done;
+  }
+
   void wait() override {
     check_usable();
     wait_for(requests_.data(), int(requests_.size()), "an all-reduce");

@@ -62,20 +62,26 @@ std::uint64_t ReplayNetwork::param_checksum() {
 // microseconds on the 2-core VM each time, a third more on the LSTM's 0.2 ms step of four waits.
 // The timer's slack (Linux's default 50 us, which would lengthen every sleep) is lifted for the
 // sleep alone, so that the data-parallel path's own polling keeps the slack it has in training.
+// While all-reduces are in flight the sleep wakes every kTurn to give them a turn (progress_).
 void ReplayNetwork::wait_until(double seconds_after_start) const {
   constexpr double kWake = 200e-6;
   const double end = start_ + seconds_after_start;
-  const double asleep = end - kWake - wall_seconds();
-  if (asleep > 0) {
-    const int slack = ::prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
-    ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  bool in_flight = bool(progress_);
+  int slack = -1;
+  for (double asleep = end - kWake - wall_seconds(); asleep > 0; asleep = end - kWake - wall_seconds()) {
+    if (slack < 0) {
+      slack = ::prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
+      ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    }
+    if (in_flight) asleep = std::min(asleep, kTurn);
     timespec t{};
     t.tv_sec = time_t(asleep);
     t.tv_nsec = long((asleep - double(t.tv_sec)) * 1e9);
     while (::nanosleep(&t, &t) != 0) {
     }
-    if (slack > 0) ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0UL, 0UL, 0UL);
+    if (in_flight) in_flight = progress_();
   }
+  if (slack > 0) ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0UL, 0UL, 0UL);
   while (wall_seconds() < end) std::this_thread::yield();
 }
 

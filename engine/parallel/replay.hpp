@@ -43,6 +43,13 @@ class ReplayNetwork final : public Network {
   std::uint64_t param_checksum() override;
   void set_backward_hook(std::function<void(int node)> hook) override { hook_ = std::move(hook); }
 
+  // Called every kTurn while the compute is waited out, until it returns false: the
+  // communicator's progress(), so that MPI moves the all-reduces in flight beside the wait as
+  // NCCL moves a GPU's beside its kernels (between MPI calls, Open MPI moves none of a TCP
+  // all-reduce beyond what its sockets hold).
+  void set_progress(std::function<bool()> progress) { progress_ = std::move(progress); }
+  static constexpr double kTurn = 100e-6;
+
   // The bucket size to give ReplicaNetwork: each segment is one saved bucket.
   static constexpr std::size_t kBucketBytes = 1;
   // The seconds the last step was drawn to take (its compute, before any communication).
@@ -57,6 +64,7 @@ class ReplayNetwork final : public Network {
   std::vector<float> gradients_;  // every bucket's bytes, as floats
   std::vector<float> params_{0.0f};
   std::function<void(int node)> hook_;
+  std::function<bool()> progress_;
   double start_ = 0, step_s_ = 0, scale_ = 1;
 };
 
