@@ -52,7 +52,11 @@ def edited_run(tmp_path, verdicts: list[str]) -> str:
     assert len(reps) == len(verdicts)
     for r, verdict in zip(reps, verdicts):
         r["verdicts"] = verdict
-    path = tmp_path / "edited.csv"
+    return written(rows, tmp_path / "edited.csv")
+
+
+def written(rows: list[dict], path) -> str:
+    """The rows written to path as a CSV, with their header."""
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
         w.writeheader()
@@ -98,12 +102,7 @@ def probe_with(tmp_path, scale: dict[str, float]) -> str:
     for r in rows:
         if r["measurement"] == "predicted" and r["benchmark"] in named:
             r["samples_per_s"] = str(float(r["samples_per_s"]) * named[r["benchmark"]])
-    path = tmp_path / "probe.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    return str(path)
+    return written(rows, tmp_path / "probe.csv")
 
 
 def test_a_probe_inside_the_band_keeps_the_line_a_check():
