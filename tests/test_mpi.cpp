@@ -118,6 +118,18 @@ TEST(MpiComm, ProgressAloneFinishesAnAllReduce) {
   EXPECT_FLOAT_EQ(v.back(), sum / float(n));
 }
 
+// keep_sums(): wait() leaves the sums (a replay's buffers, whose mean nobody reads).
+TEST(MpiComm, KeepSumsLeavesTheSums) {
+  auto comm = parallel::make_mpi_comm(60);
+  const int r = comm->rank(), n = comm->size();
+  comm->keep_sums();
+  std::vector<float> v(1000, float(r + 1));
+  comm->start_all_reduce_mean(v.data(), i64(v.size()), ElemType::F32);
+  comm->wait();
+  EXPECT_FLOAT_EQ(v.front(), float(n * (n + 1) / 2));
+  EXPECT_FLOAT_EQ(v.back(), float(n * (n + 1) / 2));
+}
+
 // Each rank trains its shard of every batch; the weights must equal (to fp32 summation order,
 // 1e-4 relative after 4 SGD steps) those of one network trained on the whole batches, which
 // every rank computes on its own without communication (tests/large_batch.hpp).

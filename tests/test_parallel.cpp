@@ -506,6 +506,27 @@ TEST(Replay, GivesTheAllReducesInFlightTheirTurnsWhileItWaits) {
   EXPECT_EQ(turns, 7);
 }
 
+// The saved device's data-parallel overhead is waited out after the all-reduces, on top of the
+// step (a wait ends no earlier than asked: a lower bound, whatever the machine's load).
+TEST(Replay, WaitsOutTheSavedDataParallelOverheadAfterTheStep) {
+  parallel::StepTimeline t;
+  t.bucket_bytes = {1000};
+  t.bucket_ready_s = {0.001};
+  t.backward_end_s = 0.002;
+  t.step_end_s = 0.003;
+  t.steps = 1;
+  parallel::ReplayNetwork replay(t, {}, 1, 0.005);
+  const auto start = std::chrono::steady_clock::now();
+  replay.forward();
+  replay.backward();
+  const auto backward = std::chrono::steady_clock::now();
+  replay.update();
+  const auto end = std::chrono::steady_clock::now();
+  EXPECT_GE(std::chrono::duration<double>(backward - start).count(), 0.002);
+  EXPECT_GE(std::chrono::duration<double>(end - backward).count(), 0.001 + 0.005 - 1e-4);
+  EXPECT_THROW(parallel::ReplayNetwork(t, {}, 1, -0.001), Error);
+}
+
 // One device's 50 ms step of 64 samples with two 1 GB buckets, ready at 10 and 30 ms of it;
 // backward ends at 30 ms, the update at 45.
 parallel::OneDevice two_bucket_step() {

@@ -139,7 +139,8 @@ class ReplayRun final : public BenchmarkRun {
     const int rank = parallel::world().rank;
     auto make = [&](int) {
       std::unique_ptr<Network> net = std::make_unique<parallel::ReplayNetwork>(in.one.timeline, in.one.step_times,
-                                                                               info_.seed + 7919 * std::uint64_t(rank));
+                                                                               info_.seed + 7919 * std::uint64_t(rank),
+                                                                               std::max(0.0, in.one.dp_overhead.value));
       return std::make_pair(std::move(net),
                             std::unique_ptr<Dataset>(std::make_unique<parallel::ReplayData>(info_.batch)));
     };
@@ -149,6 +150,7 @@ class ReplayRun final : public BenchmarkRun {
     // communication moves beside its kernels.
     parallel::Replica& replica = run_->replicas()[0];
     parallel::Communicator& comm = replica.replica->comm();
+    comm.keep_sums();
     static_cast<parallel::ReplayNetwork&>(*replica.backend).set_progress([&comm] { return comm.progress(); });
   }
 

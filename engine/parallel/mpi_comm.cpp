@@ -167,6 +167,8 @@ class MpiComm final : public Communicator {
     TB_MPI(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
   }
 
+  void keep_sums() override { sums_ = true; }
+
   bool progress() override {
     if (requests_.empty() || failed_) return false;
     int done = 0;
@@ -179,6 +181,7 @@ class MpiComm final : public Communicator {
     wait_for(requests_.data(), int(requests_.size()), "an all-reduce");
     requests_.clear();
     const float ranks = float(size_);
+    if (sums_) pending_.clear();
     for (const Pending& p : pending_)
       for (i64 i = 0; i < p.count; ++i) p.data[i] /= ranks;
     pending_.clear();
@@ -271,6 +274,7 @@ class MpiComm final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   bool failed_ = false;
+  bool sums_ = false;                  // keep_sums()
   std::vector<MPI_Request> requests_;  // all-reductions started since the last wait()
   std::vector<Pending> pending_;       // their buffers, divided by size() once complete
 };

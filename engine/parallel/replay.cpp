@@ -14,8 +14,10 @@
 
 namespace tb::parallel {
 
-ReplayNetwork::ReplayNetwork(StepTimeline timeline, std::vector<double> step_times, std::uint64_t seed)
-    : timeline_(std::move(timeline)), step_times_(std::move(step_times)), random_(seed) {
+ReplayNetwork::ReplayNetwork(StepTimeline timeline, std::vector<double> step_times, std::uint64_t seed,
+                             double dp_overhead_s)
+    : timeline_(std::move(timeline)), step_times_(std::move(step_times)), random_(seed), dp_overhead_s_(dp_overhead_s) {
+  TB_CHECK(dp_overhead_s_ >= 0, "replay: a data-parallel overhead of {} s", dp_overhead_s_);
   TB_CHECK(!timeline_.empty() && timeline_.bucket_bytes.size() == timeline_.bucket_ready_s.size(),
            "replay: a timeline of {} buckets and {} ready times", timeline_.bucket_bytes.size(),
            timeline_.bucket_ready_s.size());
@@ -110,8 +112,9 @@ void ReplayNetwork::backward() {
 }
 
 void ReplayNetwork::update() {
-  // The update starts once every all-reduce is done: the rest of the step from there.
-  const double rest = (timeline_.step_end_s - timeline_.backward_end_s) * scale_;
+  // The update starts once every all-reduce is done: the rest of the step from there, and the
+  // saved device's data-parallel overhead.
+  const double rest = (timeline_.step_end_s - timeline_.backward_end_s) * scale_ + dp_overhead_s_;
   const double from = wall_seconds() - start_;
   wait_until(from + rest);
 }

@@ -21,8 +21,10 @@ class ReplayNetwork final : public Network {
  public:
   // `timeline`: the saved buckets (bytes, ready times), backward's end and the step's end, the
   // means of the saved steps; `step_times`: the saved steps' distribution (its quantiles) that
-  // each step's time is drawn from; `seed`: this replica's draws.
-  ReplayNetwork(StepTimeline timeline, std::vector<double> step_times, std::uint64_t seed);
+  // each step's time is drawn from; `seed`: this replica's draws; `dp_overhead_s`: what the saved
+  // device's data-parallel path added to a step (its probe's point; 0 where not measured), waited
+  // out once the all-reduces are done, since the replay's own path moves no real gradients.
+  ReplayNetwork(StepTimeline timeline, std::vector<double> step_times, std::uint64_t seed, double dp_overhead_s = 0);
 
   void set_batch(const BatchView&) override {}
   float forward() override;  // the step starts: its time drawn
@@ -65,6 +67,7 @@ class ReplayNetwork final : public Network {
   std::vector<float> params_{0.0f};
   std::function<void(int node)> hook_;
   std::function<bool()> progress_;
+  double dp_overhead_s_ = 0;
   double start_ = 0, step_s_ = 0, scale_ = 1;
 };
 
