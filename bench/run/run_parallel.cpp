@@ -147,7 +147,7 @@ class ReplayRun final : public BenchmarkRun {
     run_ = std::make_unique<parallel::ReplicaRun>(info_.device_kind->wiring, true, 1, nullptr, make,
                                                   parallel::ReplayNetwork::kBucketBytes);
     // While it waits out the compute, the replay gives its all-reduces their turns, as a GPU's
-    // communication moves beside its kernels.
+    // communication moves beside its kernels; their sums stay undivided (nobody reads them).
     parallel::Replica& replica = run_->replicas()[0];
     parallel::Communicator& comm = replica.replica->comm();
     comm.keep_sums();
