@@ -473,16 +473,22 @@ TEST(Predict, TheSlowestOfNIsTheLargestOfNDrawsAsAReplayDrawsThem) {
   }
 }
 
+// A saved step of one 1000-byte bucket, ready at `ready`, backward ending at `backward_end`.
+parallel::StepTimeline one_bucket_step(double ready, double backward_end, double step_end) {
+  parallel::StepTimeline t;
+  t.bucket_bytes = {1000};
+  t.bucket_ready_s = {ready};
+  t.backward_end_s = backward_end;
+  t.step_end_s = step_end;
+  t.steps = 1;
+  return t;
+}
+
 // While a replay waits out its compute it gives the communicator's all-reduces a turn every
 // kTurn, until the communicator says none is in flight; each later wait asks again (a hook may
 // have started one), and a wait with nothing to ask sleeps through.
 TEST(Replay, GivesTheAllReducesInFlightTheirTurnsWhileItWaits) {
-  parallel::StepTimeline t;
-  t.bucket_bytes = {1000};
-  t.bucket_ready_s = {0.02};
-  t.backward_end_s = 0.03;
-  t.step_end_s = 0.035;
-  t.steps = 1;
+  const parallel::StepTimeline t = one_bucket_step(0.02, 0.03, 0.035);
   parallel::ReplayNetwork replay(t, {}, 1);
   int started = 0, turns = 0, turns_when_started = -1;
   replay.set_backward_hook([&](int) {
@@ -509,12 +515,7 @@ TEST(Replay, GivesTheAllReducesInFlightTheirTurnsWhileItWaits) {
 // The saved device's data-parallel overhead is waited out after the all-reduces, on top of the
 // step (a wait ends no earlier than asked: a lower bound, whatever the machine's load).
 TEST(Replay, WaitsOutTheSavedDataParallelOverheadAfterTheStep) {
-  parallel::StepTimeline t;
-  t.bucket_bytes = {1000};
-  t.bucket_ready_s = {0.001};
-  t.backward_end_s = 0.002;
-  t.step_end_s = 0.003;
-  t.steps = 1;
+  const parallel::StepTimeline t = one_bucket_step(0.001, 0.002, 0.003);
   parallel::ReplayNetwork replay(t, {}, 1, 0.005);
   const auto start = std::chrono::steady_clock::now();
   replay.forward();
