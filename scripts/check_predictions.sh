@@ -105,10 +105,8 @@ run_replay() {
 run_probe() {
   local csv=$1
   shift
-  for k in 0 1 2; do
-    "$@" "$bin" --replay_from="$out/sources.csv" --benchmark_filter="${models[$k]}" --link=measured \
-      --iterations=1 --csv="$csv" >>"${csv%.csv}-log.txt" 2>&1 || return 1
-  done
+  local replay_steps=(1 1 1)  # run_replay's steps, here (bash scopes a local for the functions it calls)
+  run_replay "$csv" --link=measured "$@"
 }
 
 # The machine's CPU ticks so far, busy and all ("busy total"), from /proc/stat's first line.
@@ -203,11 +201,9 @@ if run_replay "$out/replay-shm-2.csv" --link=measured "${mpi[@]}"; then
     csv=$out/replay-10gbit-8-2-yield.csv
     echo "check_predictions.sh: replayed on 8 ranks, 4 emulated nodes of 2, at 10gbit, Open MPI yielding when idle"
     emulated=("$scripts/emulate_nodes.sh" --nodes 4 --ranks-per-node 2 --rate 10gbit --)
-    export OMPI_MCA_mpi_yield_when_idle=1
-    if run_replay "$csv" "--link=$intra --nodes=4 --network=$inter" "${emulated[@]}"; then
-      settings+=("replayed mpi:8, 4 nodes of 2, 10gbit, yield when idle$busy=$csv$(probe "${emulated[@]}")")
+    if OMPI_MCA_mpi_yield_when_idle=1 run_replay "$csv" "--link=$intra --nodes=4 --network=$inter" "${emulated[@]}"; then
+      settings+=("replayed mpi:8, 4 nodes of 2, 10gbit, yield when idle$busy=$csv$(OMPI_MCA_mpi_yield_when_idle=1 probe "${emulated[@]}")")
     fi
-    unset OMPI_MCA_mpi_yield_when_idle
   fi
 else
   echo "check_predictions.sh: the replay on 2 ranks did not run: see $out/replay-shm-2-log.txt" >&2

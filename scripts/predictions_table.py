@@ -88,8 +88,17 @@ class Line:
         return "**no**" if inside == 0 else f"{inside} of {len(self.verdicts)}"
 
     @property
+    def long_step(self) -> bool:
+        """The one-device step is over 1 ms: the point itself is a target."""
+        return self.step_ms > LONG_STEP_S * 1e3
+
+    @property
+    def near_point(self) -> bool:
+        return abs(self.ratio - 1) <= POINT_TOLERANCE
+
+    @property
     def on_target(self) -> bool:
-        return self.inside and (self.step_ms <= LONG_STEP_S * 1e3 or abs(self.ratio - 1) <= POINT_TOLERANCE)
+        return self.inside and (not self.long_step or self.near_point)
 
 
 def compared(row: dict[str, str]) -> str:
@@ -197,9 +206,9 @@ def counts(lines: list[Line]) -> list[str]:
         group = [ln for ln in lines if member(ln)]
         if not group:
             continue
-        long = [ln for ln in group if ln.step_ms > LONG_STEP_S * 1e3]
+        long = [ln for ln in group if ln.long_step]
         out.append(f"- {name}: {sum(ln.inside for ln in group)} of {len(group)} inside their bands; "
-                   f"steps over 1 ms: {sum(abs(ln.ratio - 1) <= POINT_TOLERANCE for ln in long)} of "
+                   f"steps over 1 ms: {sum(ln.near_point for ln in long)} of "
                    f"{len(long)} within 10% of the point")
     return out
 

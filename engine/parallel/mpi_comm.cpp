@@ -163,8 +163,7 @@ class MpiComm final : public Communicator {
     pending_.push_back({values, count});
     // Open MPI advances nonblocking collectives only inside MPI calls: give the earlier ones a
     // turn while the caller computes the next gradients.
-    int done = 0;
-    TB_MPI(MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
+    progress();
   }
 
   void keep_sums() override { sums_ = true; }
@@ -181,9 +180,9 @@ class MpiComm final : public Communicator {
     wait_for(requests_.data(), int(requests_.size()), "an all-reduce");
     requests_.clear();
     const float ranks = float(size_);
-    if (sums_) pending_.clear();
-    for (const Pending& p : pending_)
-      for (i64 i = 0; i < p.count; ++i) p.data[i] /= ranks;
+    if (!sums_)
+      for (const Pending& p : pending_)
+        for (i64 i = 0; i < p.count; ++i) p.data[i] /= ranks;
     pending_.clear();
   }
 
