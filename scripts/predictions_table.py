@@ -13,9 +13,10 @@ before schema 6 get those columns from tbcsv's upgrade, by trainbench's rule.
 SETTING names where the CSV's runs ran ("mpi:2, one machine", "mpi:2, emulated nodes, 1 Gbit/s").
 PROBE_CSV, for replays on more ranks than the links were measured with, is the same replays run
 on the same ranks over the link they measured among themselves at start-up (--link=measured):
-its predictions say what this machine delivers at that N. Where such a prediction leaves the
-band of the one checked, the machine's link at N, not the model, sets the replay's pace (8 ranks
-on 2 cores): the line says the link fell short and is no check of the model; with probes the
+its predictions say what this machine delivers at that N. Where such a prediction's
+communication (its exposed all-reduce time a step) leaves the band of the checked prediction's
+communication term, the machine's link at N, not the model, sets the replay's pace (8 ranks on 2
+cores): the line says the link fell short and is no check of the model; with probes the
 table ends with counts per group (measured and replayed at N = 2, replayed at N > 2 where the
 machine carried the link and where it fell short).
 --check exits 1 when a measured repetition lies outside its band, or the median is more than 10%
@@ -37,6 +38,7 @@ PROG = "predictions_table.py"
 POINT_TOLERANCE = 0.10  # within 10% of the point, for steps over 1 ms
 LONG_STEP_S = 1e-3
 INSIDE, OUTSIDE = "inside_band", "outside_band"
+TERM_ROUNDING = 0.005  # a message's terms have 3 significant digits
 
 
 @dataclass
@@ -51,7 +53,9 @@ class Line:
     dominant: str
     link: str
     verdicts: list[str] = field(default_factory=list)  # each ok repetition's: inside or outside
+    communication: tuple[float, float, float] | None = None  # the prediction's term: point, low, high (s)
     at_n: float | None = None  # predicted over the link the ranks measured among themselves (a probe)
+    at_n_communication: float | None = None  # that prediction's communication (s)
 
     @property
     def ranks(self) -> int:
@@ -65,10 +69,17 @@ class Line:
 
     @property
     def carried(self) -> bool | None:
-        """Whether this machine delivered the links at N as the prediction assumed them: the
-        prediction over the link its ranks measured lies inside the band of the one checked.
-        None without a probe."""
-        return None if self.at_n is None else self.low <= self.at_n <= self.high
+        """Whether this machine delivered the links at N as the prediction assumed them: over the
+        link its ranks measured, the communication lies inside the band of the checked
+        prediction's communication term (the other terms are the same one-device row's). Rows
+        without the terms in their message: the whole prediction inside the whole band. None
+        without a probe."""
+        if self.at_n is None:
+            return None
+        if self.communication is None or self.at_n_communication is None:
+            return self.low <= self.at_n <= self.high
+        _, low, high = self.communication
+        return low * (1 - TERM_ROUNDING) <= self.at_n_communication <= high * (1 + TERM_ROUNDING)
 
     @property
     def ratio(self) -> float:
@@ -99,6 +110,13 @@ class Line:
     @property
     def on_target(self) -> bool:
         return self.inside and (not self.long_step or self.near_point)
+
+
+def communication(p: dict[str, str]) -> tuple[float, float, float] | None:
+    """A predicted row's communication term, from its message ("communication +2.66 (2.54 to
+    2.76) ms", trainbench's terms_text): point, low, high in seconds; None where it has none."""
+    m = re.search(r"communication \+([-+.\de]+) \(([-+.\de]+) to ([-+.\de]+)\)[^;]* ms", p.get("message", ""))
+    return tuple(float(x) * 1e-3 for x in m.groups()) if m else None
 
 
 def compared(row: dict[str, str]) -> str:
@@ -145,15 +163,18 @@ def lines_of(setting: str, table: tbcsv.Table) -> list[Line]:
                         tbcsv.number(p, "samples_per_s"), tbcsv.number(p, "samples_per_s_low"),
                         tbcsv.number(p, "samples_per_s_high"), p.get("dominant_term") or "",
                         link_text(p),
-                        [compared(r) for r in reps]))
+                        [compared(r) for r in reps], communication(p)))
     return out
 
 
 def with_probe(lines: list[Line], probe: list[Line]) -> None:
     """Gives each line the point its probe predicted for the same benchmark."""
-    at_n = {ln.benchmark: ln.predicted for ln in probe}
+    at_n = {ln.benchmark: ln for ln in probe}
     for ln in lines:
-        ln.at_n = at_n.get(ln.benchmark)
+        if ln.benchmark in at_n:
+            p = at_n[ln.benchmark]
+            ln.at_n = p.predicted
+            ln.at_n_communication = p.communication[0] if p.communication else None
 
 
 def compared_lines(setting: str, path: str) -> list[Line]:
@@ -185,11 +206,21 @@ def markdown(lines: list[Line]) -> str:
                f"{ln.predicted:,.0f} ({ln.low:,.0f} to {ln.high:,.0f}) | {ln.ratio:.2f} | "
                f"{ln.in_band} | {ln.dominant} | {ln.link} |")
         if probed:
-            row += " - |" if ln.at_n is None else f" {ln.at_n:,.0f}, {'carried' if ln.carried else '**fell short**'} |"
+            row += " - |" if ln.at_n is None else f" {at_n_text(ln)} |"
         out.append(row)
     if probed:
         out += ["", *counts(lines)]
     return "\n".join(out) + "\n"
+
+
+def at_n_text(ln: Line) -> str:
+    """The probe's prediction, its communication beside the checked term's band, and the verdict."""
+    verdict = "carried" if ln.carried else "**fell short**"
+    if ln.communication is None or ln.at_n_communication is None:
+        return f"{ln.at_n:,.0f}, {verdict}"
+    _, low, high = ln.communication
+    return (f"{ln.at_n:,.0f}; communication {ln.at_n_communication * 1e3:.3g} ms against "
+            f"{low * 1e3:.3g} to {high * 1e3:.3g}, {verdict}")
 
 
 def counts(lines: list[Line]) -> list[str]:
@@ -234,7 +265,7 @@ def main(argv=None) -> int:
         for ln in lines:
             if ln.carried is False:
                 print(f"{PROG}: {ln.setting}: {ln.benchmark} is no check of the model: over the link its "
-                      f"ranks measured, the prediction is {ln.at_n:,.0f}, outside the band", file=sys.stderr)
+                      f"ranks measured, {at_n_text(ln).rsplit(', ', 1)[0]}: outside the band", file=sys.stderr)
         off = [ln for ln in lines if ln.carried is not False and not ln.on_target]
         for ln in off:
             why = (f"outside its band ({ln.verdicts.count(OUTSIDE)} of {len(ln.verdicts)} repetitions)"
