@@ -607,23 +607,25 @@ TEST(Predict, ASweptLinksSlowEndIsItsSlowestRepetitions) {
   EXPECT_NEAR(p.terms.back().high, 5e-3, 1e-12);
 }
 
-// Between two swept sizes the curve is a line; the band also holds what the fit's figures allow,
-// where that is wider: the slowest bus bandwidth a size of 1 MiB and up reached.
+// Between two swept sizes the curve is a line; from 1 MiB, where the fit's bus bandwidth band was
+// measured, the band also holds what those figures allow where that is wider. Below, the curve's.
 TEST(Predict, ASweptLinksBandIsTheWiderOfItsCurvesAndItsFits) {
   parallel::Link link{.name = "measured",
                       .busbw_gbps = 1,
                       .latency_us = 0,
                       .busbw_low_gbps = 0.8,
                       .busbw_high_gbps = 1.25,
-                      .sweep = {{1e5, 1e-4}, {1e6, 1e-3}},
-                      .sweep_slowest = {1.1e-4, 1.1e-3},
+                      .sweep = {{1e5, 1e-4}, {1e6, 1e-3}, {1e7, 1e-2}},
+                      .sweep_slowest = {1.1e-4, 1.1e-3, 1.1e-2},
                       .sweep_ranks = 2};
-  EXPECT_NEAR(flat(5.5e5, 2, link).s, 5.5e-4, 1e-12);
-  EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Slow).s, 5.5e5 / 0.8e9, 1e-12) << "the fit's low bus bandwidth";
-  EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Fast).s, 5.5e5 / 1.25e9, 1e-12);
+  EXPECT_NEAR(flat(5.5e6, 2, link).s, 5.5e-3, 1e-12);
+  EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Slow).s, 5.5e6 / 0.8e9, 1e-12) << "the fit's low bus bandwidth";
+  EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Fast).s, 5.5e6 / 1.25e9, 1e-12);
+  EXPECT_EQ(flat(5.5e6, 2, link, parallel::End::Slow).algorithm, "measured");
+  EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Slow).s, 6.05e-4, 1e-12) << "below 1 MiB: the curve's";
+  EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Fast).s, 5.5e-4 / 1.25, 1e-12);
   link.busbw_low_gbps = 0.95;
-  EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Slow).s, 6.05e-4, 1e-12) << "the slowest repetitions, wider";
-  EXPECT_EQ(flat(5.5e5, 2, link, parallel::End::Slow).algorithm, "measured");
+  EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Slow).s, 6.05e-3, 1e-12) << "the slowest repetitions, wider";
 }
 
 TEST(Predict, LinksByNameByFiguresAndRefused) {

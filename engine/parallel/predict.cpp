@@ -213,6 +213,9 @@ Link parse_network(const std::string& text) {
 
 namespace {
 
+// A measured link's bus bandwidth band comes from the swept sizes of this many bytes and up.
+constexpr double kFitBandFromBytes = double(1 << 20);
+
 // The swept time of `bytes` among the sweep's ranks, on `times` (one per swept size): between two
 // sizes, on the line through them; beyond the largest, at the link's bus bandwidth from there;
 // below the smallest, on the line from the fitted latency at no bytes to the smallest size's time.
@@ -272,14 +275,18 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     for (const auto& [b, t] : link.sweep) medians.push_back(t);
     if (end == End::Point) return {swept_s(bytes, link, medians), "measured"};
     // The band: the curve's own ends (its slowest repetitions; its medians at the fastest bus
-    // bandwidth), widened to the fitted figures' band where that is wider. Between two swept
-    // sizes the curve is a straight line, and what a size of 1 MiB and up reached at its
-    // slowest (fastest) may hold there too: over shared memory the 7.4 MB of the MLP's bucket, on
-    // the line between 4 and 16 MiB, took 1.87 ms by the curve and 2.57 in its replay, where the
-    // fit's low bus bandwidth gives 2.6.
+    // bandwidth), from kFitBandFromBytes widened to the fitted figures' band where that is wider.
+    // Between two swept sizes the curve is a straight line, and what a size of 1 MiB and up
+    // reached at its slowest (fastest) may hold there too: over shared memory the 7.4 MB of the
+    // MLP's bucket, on the line between 4 and 16 MiB, took 1.87 ms by the curve and 2.57 in its
+    // replay, where the fit's low bus bandwidth gives 2.6. Below, latency rules and the fit's bus
+    // bandwidth says nothing (its binomial tree moving the LSTM's 2 KB twice at 0.105 GB/s put the
+    // slow end at three times the 20 us the curve measured).
     Cluster figures = c;
     figures.link.sweep.clear();
-    const double fitted = all_reduce(bytes, figures, end).s;
+    const double fitted = bytes >= kFitBandFromBytes ? all_reduce(bytes, figures, end).s
+                          : end == End::Slow         ? 0
+                                                     : INFINITY;
     if (end == End::Slow) {
       const bool slowest = link.sweep_slowest.size() == link.sweep.size();
       return {std::max(fitted, swept_s(bytes, link, slowest ? link.sweep_slowest : medians)), "measured"};
@@ -539,7 +546,7 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   // a band of 0.3%); the fast end the fastest size's median.
   double low = link.busbw_gbps, high = link.busbw_gbps;
   for (std::size_t k = 0; k < x.size(); ++k) {
-    if (link.sweep[k].first < double(1 << 20)) continue;
+    if (link.sweep[k].first < kFitBandFromBytes) continue;
     if (link.sweep_slowest[k] > intercept) low = std::min(low, x[k] / (link.sweep_slowest[k] - intercept) * 1e-9);
     if (y[k] > intercept) high = std::max(high, x[k] / (y[k] - intercept) * 1e-9);
   }
