@@ -73,7 +73,8 @@ struct Link {
   // A measured link's sweep among `sweep_ranks` ranks: (bytes, seconds) per size, ascending; an
   // all-reduce among that many ranks takes the curve's time for its size.
   std::vector<std::pair<double, double>> sweep;
-  // Per size: the slowest repetition, or up to 256 KiB the mean of 20 issued back to back where
+  // Per size: the slowest repetition, or up to 256 KiB the mean of those issued one after the other
+  // 0.2 ms apart (200 up to 16 KiB, else 20) where
   // that is slower (the band's slow end); and that mean (0 above 256 KiB).
   std::vector<double> sweep_slowest, sweep_back_to_back;
   int sweep_ranks = 0;
