@@ -15,9 +15,9 @@
 # within a node the shared memory of two ranks on one machine, between nodes the shaped link of
 # two nodes of one rank. Each replay at N = 4 and 8 is run again for a step, predicted over the link
 # its ranks measure among themselves: where that prediction's communication leaves the band of
-# the checked one's communication term, this machine did not deliver the links at that N, and the table counts the line as no check of the model. With
-# --replays-only the mpi:2 settings are left out. CSVs and logs go to
-# results/<machine>/predictions-<UTC time>/.
+# the checked one's communication term, this machine did not deliver the links at that N, and the
+# table counts the line as no check of the model. With --replays-only the mpi:2 settings are left
+# out. CSVs and logs go to results/<machine>/predictions-<UTC time>/.
 #   scripts/check_predictions.sh [--no-docs] [--replays-only]     (about 40 minutes on 2 cores)
 # Installed (<prefix>/libexec/trainbench/check_predictions.sh), it runs the prefix's trainbench,
 # writes results/ under the working folder and prints the table (docs/ is the checkout's).
@@ -100,8 +100,9 @@ run_replay() {
 # What this machine delivers of the links at N: the replays of one setting again on the same ranks,
 # one step each, predicted over the link those ranks measure among themselves at start-up. Where
 # that prediction's communication leaves the band of the checked one's communication term (made
-# from the links measured at N = 2), the machine, not the model, sets the replay's pace (predictions_table.py counts the line apart): on
-# 2 cores the per-step latency of 8 ranks was 6 times that of 2, each rank waiting for a core.
+# from the links measured at N = 2), the machine, not the model, sets the replay's pace
+# (predictions_table.py counts the line apart): on 2 cores the per-step latency of 8 ranks was 6
+# times that of 2, each rank waiting for a core.
 run_probe() {
   local csv=$1
   shift

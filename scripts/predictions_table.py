@@ -54,8 +54,7 @@ class Line:
     link: str
     verdicts: list[str] = field(default_factory=list)  # each ok repetition's: inside or outside
     communication: tuple[float, float, float] | None = None  # the prediction's term: point, low, high (s)
-    at_n: float | None = None  # predicted over the link the ranks measured among themselves (a probe)
-    at_n_communication: float | None = None  # that prediction's communication (s)
+    at_n: Line | None = None  # the same, predicted over the link its ranks measured (a probe)
 
     @property
     def ranks(self) -> int:
@@ -76,10 +75,10 @@ class Line:
         without a probe."""
         if self.at_n is None:
             return None
-        if self.communication is None or self.at_n_communication is None:
-            return self.low <= self.at_n <= self.high
+        if self.communication is None or self.at_n.communication is None:
+            return self.low <= self.at_n.predicted <= self.high
         _, low, high = self.communication
-        return low * (1 - TERM_ROUNDING) <= self.at_n_communication <= high * (1 + TERM_ROUNDING)
+        return low * (1 - TERM_ROUNDING) <= self.at_n.communication[0] <= high * (1 + TERM_ROUNDING)
 
     @property
     def ratio(self) -> float:
@@ -171,10 +170,7 @@ def with_probe(lines: list[Line], probe: list[Line]) -> None:
     """Gives each line the point its probe predicted for the same benchmark."""
     at_n = {ln.benchmark: ln for ln in probe}
     for ln in lines:
-        if ln.benchmark in at_n:
-            p = at_n[ln.benchmark]
-            ln.at_n = p.predicted
-            ln.at_n_communication = p.communication[0] if p.communication else None
+        ln.at_n = at_n.get(ln.benchmark)
 
 
 def compared_lines(setting: str, path: str) -> list[Line]:
@@ -206,21 +202,22 @@ def markdown(lines: list[Line]) -> str:
                f"{ln.predicted:,.0f} ({ln.low:,.0f} to {ln.high:,.0f}) | {ln.ratio:.2f} | "
                f"{ln.in_band} | {ln.dominant} | {ln.link} |")
         if probed:
-            row += " - |" if ln.at_n is None else f" {at_n_text(ln)} |"
+            verdict = "carried" if ln.carried else "**fell short**"
+            row += " - |" if ln.at_n is None else f" {at_n_figures(ln)}, {verdict} |"
         out.append(row)
     if probed:
         out += ["", *counts(lines)]
     return "\n".join(out) + "\n"
 
 
-def at_n_text(ln: Line) -> str:
-    """The probe's prediction, its communication beside the checked term's band, and the verdict."""
-    verdict = "carried" if ln.carried else "**fell short**"
-    if ln.communication is None or ln.at_n_communication is None:
-        return f"{ln.at_n:,.0f}, {verdict}"
+def at_n_figures(ln: Line) -> str:
+    """The probe's prediction and, where both have the terms, its communication beside the
+    checked term's band."""
+    if ln.communication is None or ln.at_n.communication is None:
+        return f"{ln.at_n.predicted:,.0f}"
     _, low, high = ln.communication
-    return (f"{ln.at_n:,.0f}; communication {ln.at_n_communication * 1e3:.3g} ms against "
-            f"{low * 1e3:.3g} to {high * 1e3:.3g}, {verdict}")
+    return (f"{ln.at_n.predicted:,.0f}; communication {ln.at_n.communication[0] * 1e3:.3g} ms against "
+            f"{low * 1e3:.3g} to {high * 1e3:.3g}")
 
 
 def counts(lines: list[Line]) -> list[str]:
@@ -265,7 +262,7 @@ def main(argv=None) -> int:
         for ln in lines:
             if ln.carried is False:
                 print(f"{PROG}: {ln.setting}: {ln.benchmark} is no check of the model: over the link its "
-                      f"ranks measured, {at_n_text(ln).rsplit(', ', 1)[0]}: outside the band", file=sys.stderr)
+                      f"ranks measured, {at_n_figures(ln)}: outside the band", file=sys.stderr)
         off = [ln for ln in lines if ln.carried is not False and not ln.on_target]
         for ln in off:
             why = (f"outside its band ({ln.verdicts.count(OUTSIDE)} of {len(ln.verdicts)} repetitions)"

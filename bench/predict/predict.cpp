@@ -226,8 +226,9 @@ void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
           link.tree_below ? "2 log2 N" : "2(N-1)", link.latency_us, link.busbw_gbps,
           link.sweep_back_to_back.empty()
               ? ""
-              : fmt::format("; 256 B: {:.3g} us after a barrier, {:.3g} us each of 200 issued 0.2 ms apart",
-                            link.sweep.front().second * 1e6, link.sweep_back_to_back.front() * 1e6));
+              : fmt::format("; 256 B: {:.3g} us after a barrier, {:.3g} us each of {} issued {:.3g} ms apart",
+                            link.sweep.front().second * 1e6, link.sweep_back_to_back.front() * 1e6,
+                            parallel::kSweepSmallAllReduces, parallel::kSweepStepGapS * 1e3));
   };
   world_link_ = parallel::measure_world_link(-1);
   say(*world_link_);

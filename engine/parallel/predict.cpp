@@ -282,16 +282,14 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     // replay, where the fit's low bus bandwidth gives 2.6. Below, latency rules and the fit's bus
     // bandwidth says nothing (its binomial tree moving the LSTM's 2 KB twice at 0.105 GB/s put the
     // slow end at three times the 20 us the curve measured).
+    const bool slowest = link.sweep_slowest.size() == link.sweep.size();
+    const double curve = end == End::Slow ? swept_s(bytes, link, slowest ? link.sweep_slowest : medians)
+                                          : swept_s(bytes, link, medians) * link.busbw_gbps / busbw_at(link, end);
+    if (bytes < kFitBandFromBytes) return {curve, "measured"};
     Cluster figures = c;
     figures.link.sweep.clear();
-    const double fitted = bytes >= kFitBandFromBytes ? all_reduce(bytes, figures, end).s
-                          : end == End::Slow         ? 0
-                                                     : INFINITY;
-    if (end == End::Slow) {
-      const bool slowest = link.sweep_slowest.size() == link.sweep.size();
-      return {std::max(fitted, swept_s(bytes, link, slowest ? link.sweep_slowest : medians)), "measured"};
-    }
-    return {std::min(fitted, swept_s(bytes, link, medians) * link.busbw_gbps / busbw_at(link, end)), "measured"};
+    const double fitted = all_reduce(bytes, figures, end).s;
+    return {end == End::Slow ? std::max(curve, fitted) : std::min(curve, fitted), "measured"};
   }
   const int nodes = std::max(1, c.nodes), per_node = n / nodes;
   // The slower level sets the pace: within a node its link, between nodes the NICs a node's
@@ -478,13 +476,10 @@ Prediction predict(const StepTimeline& t, double step_s, double batch, int devic
 namespace {
 constexpr std::size_t kBackToBackBytes = std::size_t(256) << 10;
 constexpr int kBackToBack = 20;
-// Up to kManyBytes, as many as a short step's run issues: their mean holds the rare stall that
-// 20 miss (over TCP here, one of some hundreds 2,180-byte all-reduces after 200 us of compute took
-// 1 to 4 ms, 2 to 6 us on the mean).
+// Up to kManyBytes, kSweepSmallAllReduces of them (predict.hpp): their mean holds the rare stall
+// that 20 miss (over TCP here, one of some hundreds 2,180-byte all-reduces after 200 us of compute
+// took 1 to 4 ms, 2 to 6 us on the mean).
 constexpr std::size_t kManyBytes = std::size_t(16) << 10;
-constexpr int kMany = 200;
-// The compute between two of them: the LSTM's step, spent busy, as a training step's core is.
-constexpr double kStepGap = 200e-6;
 }  // namespace
 
 Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer) {
@@ -512,16 +507,16 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
     const double median = comm.max(times[2 + (times.size() - 2) / 2]);
     link.sweep.emplace_back(double(bytes), median);
     // Small all-reduces the way training issues them: one after the other, no barrier between,
-    // each rank starting its next once its last is done and a short step's compute (kStepGap,
+    // each rank starting its next once its last is done and a short step's compute (kSweepStepGapS,
     // busy) has passed, as the LSTM's 0.2 ms steps do; the mean of the all-reduces alone. Where
     // that costs more than one after a barrier, the band's slow end is it.
     double back_to_back = 0;
     if (bytes <= kBackToBackBytes) {
-      const int reps = bytes <= kManyBytes ? kMany : kBackToBack;
+      const int reps = bytes <= kManyBytes ? kSweepSmallAllReduces : kBackToBack;
       double in_all_reduce = 0;
       comm.barrier();
       for (int rep = 0; rep < reps; ++rep) {
-        for (const double gap = wall_seconds(); wall_seconds() - gap < kStepGap;) {
+        for (const double gap = wall_seconds(); wall_seconds() - gap < kSweepStepGapS;) {
         }
         const double t0 = wall_seconds();
         comm.start_all_reduce_mean(data, i64(bytes / sizeof(float)), ElemType::F32);

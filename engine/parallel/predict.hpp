@@ -110,8 +110,11 @@ class Communicator;
 // `max_bytes` (host buffers for MPI: overlaps_compute false; `device_buffer` gives a device
 // buffer of that many bytes for NCCL, which overlaps), each size's median time (the slowest
 // rank's), kept as the sweep and fitted as 2(N-1) x latency + 2(N-1)/N x bytes / busbw; small
-// sizes are also issued back to back, as a short training step issues them (the band's slow end).
+// sizes are also issued one after the other, as a short training step issues them (the band's
+// slow end): the smallest kSweepSmallAllReduces times, each after kSweepStepGapS of busy compute.
 // A collective: every rank calls it.
+inline constexpr int kSweepSmallAllReduces = 200;
+inline constexpr double kSweepStepGapS = 200e-6;  // the LSTM's step
 Link measure_link(Communicator& comm, std::size_t max_bytes = std::size_t(16) << 20, void* device_buffer = nullptr);
 
 // N devices on M nodes (M divides N; 1: one level), the link within a node and, with M > 1, the
