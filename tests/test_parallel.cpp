@@ -605,6 +605,35 @@ TEST(Predict, ASweptLinksSlowEndIsItsSlowestRepetitions) {
   const parallel::Prediction p = parallel::predict(one, 2, link);
   EXPECT_NEAR(p.terms.back().s, 3e-3, 1e-12);
   EXPECT_NEAR(p.terms.back().high, 5e-3, 1e-12);
+  // The fast end: each size's fastest, at the fast bus bandwidth (here the same).
+  EXPECT_NEAR(p.terms.back().low, 3e-3, 1e-12) << "without fastest times, the curve's own";
+  link.sweep_fastest = {0.5e-3, 2e-3};
+  EXPECT_NEAR(parallel::predict(one, 2, link).terms.back().low, 2e-3, 1e-12);
+  EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Fast).s, 1.25e-3, 1e-12) << "on the line between the fastest";
+}
+
+// A measured link over threads: each size swept, its time between its band's ends; small sizes
+// (issued as a step issues them) carry a band of their own, the latency's.
+TEST(Predict, AMeasuredLinksSizesLieInsideTheirBands) {
+  auto comms = thread_comms(2);
+  std::vector<parallel::Link> links(2);
+  on_threads(2, [&](int r) { links[std::size_t(r)] = parallel::measure_link(*comms[std::size_t(r)], 1 << 20); });
+  const parallel::Link& link = links[0];
+  ASSERT_EQ(link.sweep.size(), 7u) << "256 B to 1 MiB, by fours";
+  ASSERT_EQ(link.sweep_slowest.size(), link.sweep.size());
+  ASSERT_EQ(link.sweep_fastest.size(), link.sweep.size());
+  EXPECT_EQ(link.sweep.front().first, 256);
+  for (std::size_t k = 0; k < link.sweep.size(); ++k) {
+    const double t = link.sweep[k].second;
+    EXPECT_GT(t, 0) << link.sweep[k].first;
+    EXPECT_LE(link.sweep_fastest[k], t) << link.sweep[k].first;
+    EXPECT_GE(link.sweep_slowest[k], t) << link.sweep[k].first;
+    EXPECT_EQ(links[1].sweep[k].second, t) << "every rank keeps the slowest rank's figures";
+  }
+  EXPECT_LE(link.low_latency(), link.latency_us);
+  EXPECT_GE(link.high_latency(), link.latency_us);
+  EXPECT_GT(link.busbw_gbps, 0);
+  EXPECT_EQ(link.sweep_ranks, 2);
 }
 
 // Between two swept sizes the curve is a line; from 1 MiB, where the fit's bus bandwidth band was

@@ -224,11 +224,12 @@ void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
       std::cerr << fmt::format(
           "trainbench: measured link: {}: {} steps of {:.3g} us + 2(N-1)/N x bytes / {:.3g} GB/s{}\n", link.source,
           link.tree_below ? "2 log2 N" : "2(N-1)", link.latency_us, link.busbw_gbps,
-          link.sweep_back_to_back.empty()
+          link.sweep_slowest.empty()
               ? ""
-              : fmt::format("; 256 B: {:.3g} us after a barrier, {:.3g} us each of {} issued {:.3g} ms apart",
-                            link.sweep.front().second * 1e6, link.sweep_back_to_back.front() * 1e6,
-                            parallel::kSweepSmallAllReduces, parallel::kSweepStepGapS * 1e3));
+              : fmt::format("; 256 B: {:.3g} us ({:.3g} to {:.3g}), the mean of {} issued {:.3g} ms apart",
+                            link.sweep.front().second * 1e6, link.sweep_fastest.front() * 1e6,
+                            link.sweep_slowest.front() * 1e6, parallel::kSweepSmallAllReduces,
+                            parallel::kSweepStepGapS * 1e3));
   };
   world_link_ = parallel::measure_world_link(-1);
   say(*world_link_);

@@ -271,20 +271,20 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
   if (n <= 1 || bytes <= 0) return {0, ""};
   const Link& link = c.link;
   if (!link.sweep.empty() && n == link.sweep_ranks) {
-    std::vector<double> medians;
-    for (const auto& [b, t] : link.sweep) medians.push_back(t);
-    if (end == End::Point) return {swept_s(bytes, link, medians), "measured"};
-    // The band: the curve's own ends (its slowest repetitions; its medians at the fastest bus
-    // bandwidth), from kFitBandFromBytes widened to the fitted figures' band where that is wider.
+    std::vector<double> times;
+    for (const auto& [b, t] : link.sweep) times.push_back(t);
+    if (end == End::Point) return {swept_s(bytes, link, times), "measured"};
+    // The band: the curve's own ends (each size's slowest, its fastest at the fastest bus bandwidth),
+    // from kFitBandFromBytes widened to the fitted figures' band where that is wider.
     // Between two swept sizes the curve is a straight line, and what a size of 1 MiB and up
     // reached at its slowest (fastest) may hold there too: over shared memory the 7.4 MB of the
     // MLP's bucket, on the line between 4 and 16 MiB, took 1.87 ms by the curve and 2.57 in its
     // replay, where the fit's low bus bandwidth gives 2.6. Below, latency rules and the fit's bus
     // bandwidth says nothing (its binomial tree moving the LSTM's 2 KB twice at 0.105 GB/s put the
     // slow end at three times the 20 us the curve measured).
-    const bool slowest = link.sweep_slowest.size() == link.sweep.size();
-    const double curve = end == End::Slow ? swept_s(bytes, link, slowest ? link.sweep_slowest : medians)
-                                          : swept_s(bytes, link, medians) * link.busbw_gbps / busbw_at(link, end);
+    const auto& ends = end == End::Slow ? link.sweep_slowest : link.sweep_fastest;
+    const double curve = swept_s(bytes, link, ends.size() == times.size() ? ends : times) *
+                         (end == End::Slow ? 1.0 : link.busbw_gbps / busbw_at(link, end));
     if (bytes < kFitBandFromBytes) return {curve, "measured"};
     Cluster figures = c;
     figures.link.sweep.clear();
@@ -475,11 +475,14 @@ Prediction predict(const StepTimeline& t, double step_s, double batch, int devic
 
 namespace {
 constexpr std::size_t kBackToBackBytes = std::size_t(256) << 10;
-constexpr int kBackToBack = 20;
-// Up to kManyBytes, kSweepSmallAllReduces of them (predict.hpp): their mean holds the rare stall
-// that 20 miss (over TCP here, one of some hundreds 2,180-byte all-reduces after 200 us of compute
-// took 1 to 4 ms, 2 to 6 us on the mean).
+constexpr int kBackToBack = 100;
+// Up to kManyBytes, kSweepSmallAllReduces of them (predict.hpp). Over TCP between emulated nodes
+// here, about one 2 KB all-reduce in a thousand stalls for 1 to 4 ms, which moves the mean of 200
+// from 26 us to 30-47, and the level itself drifts between about 20, 26 and 35 us from one second
+// to the next: the mean of 2,000 holds a few stalls, and the means of its kSweepBlocks blocks of
+// consecutive ones (the band) the drift the sweep saw.
 constexpr std::size_t kManyBytes = std::size_t(16) << 10;
+constexpr int kSweepBlocks = 10;
 }  // namespace
 
 Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer) {
@@ -504,16 +507,17 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
       times.push_back(wall_seconds() - t0);
     }
     std::sort(times.begin() + 2, times.end());  // the first two warm up
-    const double median = comm.max(times[2 + (times.size() - 2) / 2]);
-    link.sweep.emplace_back(double(bytes), median);
+    const double after_barrier = comm.max(times[2 + (times.size() - 2) / 2]);
     // Small all-reduces the way training issues them: one after the other, no barrier between,
     // each rank starting its next once its last is done and a short step's compute (kSweepStepGapS,
-    // busy) has passed, as the LSTM's 0.2 ms steps do; the mean of the all-reduces alone. Where
-    // that costs more than one after a barrier, the band's slow end is it.
-    double back_to_back = 0;
+    // busy) has passed, as the LSTM's 0.2 ms steps do; the mean of the all-reduces alone is the
+    // size's time. Over TCP here a 2 KB all-reduce after a barrier took 19 to 31 us in the median
+    // of five, run by run, and 31 us in the mean of 200 so issued, as the LSTM's replays spent
+    // (31 to 34 us; the median after a barrier put their point 3 to 5% too fast).
+    double time = after_barrier, slowest_block = 0, fastest_block = INFINITY;
     if (bytes <= kBackToBackBytes) {
       const int reps = bytes <= kManyBytes ? kSweepSmallAllReduces : kBackToBack;
-      double in_all_reduce = 0;
+      std::vector<double> in_step;
       comm.barrier();
       for (int rep = 0; rep < reps; ++rep) {
         for (const double gap = wall_seconds(); wall_seconds() - gap < kSweepStepGapS;) {
@@ -521,14 +525,24 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
         const double t0 = wall_seconds();
         comm.start_all_reduce_mean(data, i64(bytes / sizeof(float)), ElemType::F32);
         comm.wait();
-        in_all_reduce += wall_seconds() - t0;
+        in_step.push_back(wall_seconds() - t0);
       }
-      back_to_back = comm.max(in_all_reduce / reps);
+      // Their band: the slowest and the fastest mean of kSweepBlocks blocks of consecutive ones.
+      const int per = reps / kSweepBlocks;
+      for (int b = 0; b < kSweepBlocks; ++b) {
+        const double block = std::accumulate(in_step.begin() + b * per, in_step.begin() + (b + 1) * per, 0.0) / per;
+        slowest_block = std::max(slowest_block, block);
+        fastest_block = std::min(fastest_block, block);
+      }
+      time = comm.max(std::accumulate(in_step.begin(), in_step.end(), 0.0) / reps);
+      slowest_block = comm.max(slowest_block);
+      fastest_block = comm.max(fastest_block);
     }
-    link.sweep_back_to_back.push_back(back_to_back);
-    link.sweep_slowest.push_back(std::max(comm.max(times.back()), back_to_back));
+    link.sweep.emplace_back(double(bytes), time);
+    link.sweep_slowest.push_back(std::max(comm.max(times.back()), slowest_block));
+    link.sweep_fastest.push_back(std::min(after_barrier, fastest_block));
     x.push_back(allreduce_bus_factor(n) * double(bytes));
-    y.push_back(median);
+    y.push_back(time);
   }
   // The latency is the smallest size's time (256 bytes: nothing but latency), which a line fitted
   // through every size misses by a factor of several on TCP (the large sizes set its intercept);
@@ -543,11 +557,9 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   const bool tree_below = link.tree_below = !comm.algorithms().empty();
   const double steps = tree_below ? 2.0 * std::max(1, log2_steps(n)) : 2.0 * std::max(1, n - 1);
   link.latency_us = intercept * 1e6 / steps;
-  // Its band: the 256 bytes issued back to back where that was faster than after a barrier, and
-  // the slowest (repetition, or back to back).
-  const double back_to_back = link.sweep_back_to_back.front();
-  link.latency_low_us = (back_to_back > 0 ? std::min(intercept, back_to_back) : intercept) * 1e6 / steps;
-  link.latency_high_us = std::max(intercept, link.sweep_slowest.front()) * 1e6 / steps;
+  // Its band: the 256 bytes' own.
+  link.latency_low_us = link.sweep_fastest.front() * 1e6 / steps;
+  link.latency_high_us = link.sweep_slowest.front() * 1e6 / steps;
   // The band: the sizes of 1 MiB and more, each one's bus bandwidth beside the fit's. The slow end
   // takes each size's slowest repetition, as the curve's slow end does among the swept ranks, so
   // that figures carried to another N keep the spread the sweep saw (the medians' alone gave 1 Gbit/s

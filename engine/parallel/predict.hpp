@@ -71,12 +71,14 @@ struct Link {
   Hw hw = Hw::None;
   int nics = 1;  // a network link: NICs per node, each of busbw_gbps
   // A measured link's sweep among `sweep_ranks` ranks: (bytes, seconds) per size, ascending; an
-  // all-reduce among that many ranks takes the curve's time for its size.
+  // all-reduce among that many ranks takes the curve's time for its size. Up to 256 KiB a size's
+  // time is the mean of those issued as a short training step issues them (one after the other,
+  // kSweepStepGapS of compute apart, no barrier), above it the median after a barrier.
   std::vector<std::pair<double, double>> sweep;
-  // Per size: the slowest repetition, or up to 256 KiB the mean of those issued one after the other
-  // 0.2 ms apart (200 up to 16 KiB, else 20) where
-  // that is slower (the band's slow end); and that mean (0 above 256 KiB).
-  std::vector<double> sweep_slowest, sweep_back_to_back;
+  // Per size, the band's ends: the slowest repetition after a barrier, or the slowest mean of a
+  // tenth of those issued as a step issues them where slower; the median after a barrier, or the
+  // fastest such mean where quicker.
+  std::vector<double> sweep_slowest, sweep_fastest;
   int sweep_ranks = 0;
   // A measured link whose communicator ran a binomial tree below kMpiRingFromBytes (MPI's): its
   // latency_us is the 256-byte all-reduce over 2 log2 N steps, not 2(N-1).
@@ -108,12 +110,13 @@ Link parse_network(const std::string& text);
 class Communicator;
 // The link of `comm` measured as nccl-tests defines it: all-reduces of buffers of 256 B to
 // `max_bytes` (host buffers for MPI: overlaps_compute false; `device_buffer` gives a device
-// buffer of that many bytes for NCCL, which overlaps), each size's median time (the slowest
-// rank's), kept as the sweep and fitted as 2(N-1) x latency + 2(N-1)/N x bytes / busbw; small
-// sizes are also issued one after the other, as a short training step issues them (the band's
-// slow end): the smallest kSweepSmallAllReduces times, each after kSweepStepGapS of busy compute.
-// A collective: every rank calls it.
-inline constexpr int kSweepSmallAllReduces = 200;
+// buffer of that many bytes for NCCL, which overlaps), each size's median time after a barrier
+// (the slowest rank's); sizes up to 256 KiB also issued as a short training step issues them, one
+// after the other, each after kSweepStepGapS of busy compute (up to 16 KiB kSweepSmallAllReduces
+// times, above 100), whose mean is their time, the means of each tenth of them its band. Kept as
+// the sweep and fitted as 2(N-1) x latency + 2(N-1)/N x bytes / busbw. A collective: every rank
+// calls it.
+inline constexpr int kSweepSmallAllReduces = 2000;
 inline constexpr double kSweepStepGapS = 200e-6;  // the LSTM's step
 Link measure_link(Communicator& comm, std::size_t max_bytes = std::size_t(16) << 20, void* device_buffer = nullptr);
 
