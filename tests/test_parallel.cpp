@@ -586,8 +586,8 @@ TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
   EXPECT_NEAR(comm.high, 0.030, 1e-12);
 }
 
-// A swept link's slow end is each size's slowest repetition.
-TEST(Predict, ASweptLinksSlowEndIsItsSlowestRepetitions) {
+// A swept link's ends are each size's slowest and fastest (sweep_slowest, sweep_fastest).
+TEST(Predict, ASweptLinksEndsAreItsSlowestAndItsFastest) {
   parallel::OneDevice one;
   one.timeline.bucket_ready_s = {0.030};
   one.timeline.bucket_bytes = {1e6};

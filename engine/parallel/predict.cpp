@@ -511,9 +511,8 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
     // Small all-reduces the way training issues them: one after the other, no barrier between,
     // each rank starting its next once its last is done and a short step's compute (kSweepStepGapS,
     // busy) has passed, as the LSTM's 0.2 ms steps do; the mean of the all-reduces alone is the
-    // size's time. Over TCP here a 2 KB all-reduce after a barrier took 19 to 31 us in the median
-    // of five, run by run, and 31 us in the mean of 200 so issued, as the LSTM's replays spent
-    // (31 to 34 us; the median after a barrier put their point 3 to 5% too fast).
+    // size's time (over TCP here the median of five after a barrier put a 2 KB all-reduce at 19 to
+    // 31 us run by run, where the LSTM's replays spent 31 to 34: their point 3 to 5% too fast).
     double time = after_barrier, slowest_block = 0, fastest_block = INFINITY;
     if (bytes <= kBackToBackBytes) {
       const int reps = bytes <= kManyBytes ? kSweepSmallAllReduces : kBackToBack;
