@@ -32,6 +32,7 @@ set -euo pipefail
 readonly HOST_PREFIX=tb-emulated-node-
 readonly SUBNET=10.213.0      # the emulated nodes' network, inside their namespaces only
 readonly IFACE=tbnet          # each node's interface, the same name in every namespace
+readonly QUEUE=20ms           # how long tbf holds what TCP hands it (make_network says why)
 
 nodes=2 per_node=1 rate="" gpu_mode=0 check_only=0
 command_args=()
@@ -199,7 +200,7 @@ check_cpu_machine() {
   if [ -n "$rate" ] || [ $check_only -eq 1 ]; then
     err=$(ip -n "$probe" link set dev tbprobe0 gso_max_size 16384 2>&1) ||
       cannot "ip cannot cut a link's packets to 16 KiB (${err:-no message}); gso_max_size needs iproute2 and a kernel of 4.16 or later"
-    err=$(tc -n "$probe" qdisc add dev tbprobe0 root tbf rate "${rate:-1gbit}" burst 32768 latency 20ms 2>&1) ||
+    err=$(tc -n "$probe" qdisc add dev tbprobe0 root tbf rate "${rate:-1gbit}" burst 32768 latency $QUEUE 2>&1) ||
       cannot "tc cannot shape a link with tbf (${err:-no message}); the kernel needs sch_tbf (modprobe sch_tbf)"
   fi
   ip netns del "$probe"
@@ -255,7 +256,7 @@ make_network() {
   for ((k = 0; k < nodes; k++)); do
     ip -n "$run_id-$k" link set dev $IFACE gso_max_size "$packet" ||
       die "ip could not set gso_max_size on $IFACE (iproute2 and a kernel of 4.16 or later needed)"
-    tc -n "$run_id-$k" qdisc add dev $IFACE root tbf rate "$rate" burst $((2 * packet)) latency 20ms ||
+    tc -n "$run_id-$k" qdisc add dev $IFACE root tbf rate "$rate" burst $((2 * packet)) latency $QUEUE ||
       die "tc could not shape $IFACE with tbf (is sch_tbf in this kernel?)"
   done
 }

@@ -483,6 +483,8 @@ constexpr int kBackToBack = 100;
 // consecutive ones (the band) the drift the sweep saw.
 constexpr std::size_t kManyBytes = std::size_t(16) << 10;
 constexpr int kSweepBlocks = 10;
+static_assert(kSweepSmallAllReduces % kSweepBlocks == 0 && kBackToBack % kSweepBlocks == 0,
+              "the blocks split the small all-reduces evenly: their means average to the size's time");
 }  // namespace
 
 Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer) {
@@ -526,14 +528,17 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
         comm.wait();
         in_step.push_back(wall_seconds() - t0);
       }
-      // Their band: the slowest and the fastest mean of kSweepBlocks blocks of consecutive ones.
+      // Their band: the slowest and the fastest mean of kSweepBlocks blocks of consecutive ones,
+      // whose mean is their time.
       const int per = reps / kSweepBlocks;
+      double blocks = 0;
       for (int b = 0; b < kSweepBlocks; ++b) {
         const double block = std::accumulate(in_step.begin() + b * per, in_step.begin() + (b + 1) * per, 0.0) / per;
         slowest_block = std::max(slowest_block, block);
         fastest_block = std::min(fastest_block, block);
+        blocks += block;
       }
-      time = comm.max(std::accumulate(in_step.begin(), in_step.end(), 0.0) / reps);
+      time = comm.max(blocks / kSweepBlocks);
       slowest_block = comm.max(slowest_block);
       fastest_block = comm.max(fastest_block);
     }
