@@ -156,6 +156,14 @@ TEST(MpiDataParallel, EqualsLargeBatch) {
     replica.check_weights_agree();
     testing_support::expect_params_match(spec, data.batch(), replica, whole, 1e-4, "rank " + std::to_string(r));
     EXPECT_GT(replica.stats().bytes, 0);
+    // The mean costs no pass of its own: MPI leaves the sums of the shards' mean gradients (n
+    // times the whole batch's mean) and the optimizer's pass divides them.
+    testing_support::for_each_param(spec, data.batch(), [&](int node, int k, const std::string& name) {
+      std::vector<float> scaled = whole.read_param_grad(node, k);
+      for (float& g : scaled) g *= float(n);
+      EXPECT_LT(testing_support::relative_difference(replica.read_param_grad(node, k), scaled), 1e-4)
+          << "rank " << r << " " << name << ": the replica's gradients are not the sums";
+    });
   }
 }
 

@@ -491,7 +491,9 @@ TEST(Replay, GivesTheAllReducesInFlightTheirTurnsWhileItWaits) {
   const parallel::StepTimeline t = one_bucket_step(0.02, 0.03, 0.035);
   parallel::ReplayNetwork replay(t, {}, 1);
   int started = 0, turns = 0, turns_when_started = -1;
-  replay.set_backward_hook([&](int) {
+  std::vector<int> ends;  // the hook's calls after the bucket's: backward's end, then the step's
+  replay.set_step_hook([&](int node) {
+    if (node < 0) return ends.push_back(node);
     ++started;
     turns_when_started = turns;
   });
@@ -500,6 +502,7 @@ TEST(Replay, GivesTheAllReducesInFlightTheirTurnsWhileItWaits) {
   replay.backward();
   replay.update();
   EXPECT_EQ(started, 1);
+  EXPECT_EQ(ends, (std::vector<int>{kBackwardDone, kStepEnqueued}));
   // Five turns up to the bucket's 20 ms (the fifth says none is left in flight), one as the wait
   // for backward's end begins, one as the update's does.
   EXPECT_EQ(turns_when_started, 5);

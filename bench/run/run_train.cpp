@@ -4,7 +4,6 @@
 // events from the batch upload to the end of the update) has columns of its own.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <thread>
 
 #include <benchmark/benchmark.h>
@@ -18,7 +17,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
 #include "engine/core/timer.hpp"
-#include "engine/parallel/replica.hpp"
+#include "engine/parallel/probe.hpp"
 #include "engine/parallel/timeline.hpp"
 #include "engine/parallel/world.hpp"
 #include "engine/train/trainer.hpp"
@@ -138,24 +137,14 @@ class TrainRun final : public BenchmarkRun {
   }
 
   // Steps through the data-parallel path with a communicator of one replica (bucket bookkeeping,
-  // collective launches, the wait), against the plain steps just timed.
+  // collective launches, the device's wait for them), against the plain steps just timed: one
+  // untimed step first, then at least 5 steps and 0.5 s of them (parallel::time_replica_steps).
   void probe_dp_overhead(const std::vector<double>& plain) {
     const double step = tb::median(plain);
-    const int steps = std::clamp(int(std::ceil(0.2 / step)), 2, 10);
     std::vector<double> wrapped;
     try {
-      std::unique_ptr<Network> own = trainer_->swap_network(nullptr);
-      std::unique_ptr<parallel::Communicator> comm = parallel::one_replica_comm(*own);
-      trainer_->swap_network(std::make_unique<parallel::ReplicaNetwork>(std::move(own), std::move(comm)));
-      double last = wall_seconds();
-      for (int k = 0; k < steps; ++k) {
-        trainer_->step();
-        const double now = wall_seconds();
-        wrapped.push_back(now - last);
-        last = now;
-      }
-      std::unique_ptr<Network> replica = trainer_->swap_network(nullptr);
-      trainer_->swap_network(static_cast<parallel::ReplicaNetwork&>(*replica).release());
+      wrapped = parallel::time_replica_steps(*trainer_, parallel::one_replica_comm(trainer_->network()),
+                                             parallel::ProbeSteps{});
     } catch (const Error& e) {
       measured_.dp_overhead_source = fmt::format("not measured ({})", e.what());
       return;
@@ -166,9 +155,9 @@ class TrainRun final : public BenchmarkRun {
     const double noise = std::max(interquartile_range(plain), interquartile_range(wrapped)) / 2;
     measured_.dp_overhead = {std::max(0.0, overhead), std::max(0.0, overhead - noise), std::max(0.0, overhead + noise)};
     measured_.dp_overhead_source = fmt::format(
-        "{} steps through the data-parallel path with one replica, {:.3g} ms against the plain step's {:.3g} ms "
-        "(noise {:.2g} ms)",
-        steps, tb::median(wrapped) * 1e3, step * 1e3, noise * 1e3);
+        "{} steps through the data-parallel path with one replica after an untimed one, {:.3g} ms against the plain "
+        "step's {:.3g} ms (noise {:.2g} ms)",
+        wrapped.size(), tb::median(wrapped) * 1e3, step * 1e3, noise * 1e3);
   }
 
   // Under mpirun: every rank steps its own replica at once, with no communication, as rank 0's
@@ -181,13 +170,12 @@ class TrainRun final : public BenchmarkRun {
       return;
     }
     if (!world_) world_ = parallel::world_comm();
-    // Half the row's steps, at most about half a second of them, at least 3.
-    const int steps = int(std::clamp<i64>(std::min<i64>(env_.flags->iterations / 2, i64(std::ceil(0.5 / alone))), 3,
-                                          std::max<i64>(3, env_.flags->iterations)));
-    world_->barrier();
-    const double t0 = wall_seconds();
-    for (int k = 0; k < steps; ++k) trainer_->step();
-    const double mine = (wall_seconds() - t0) / steps;
+    // As the data-parallel probe: an untimed step, then at least 5 steps and 0.5 s of them, timed
+    // from a barrier so that the ranks step together.
+    const std::vector<double> steps =
+        parallel::time_steps(*trainer_, parallel::ProbeSteps{}, [this] { world_->barrier(); });
+    double mine = 0;
+    for (double s : steps) mine += s / double(steps.size());
     const double slowest = world_->max(mine), fastest = world_->min(mine);
     const parallel::World& w = parallel::world();
     if (bystander()) return;

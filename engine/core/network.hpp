@@ -107,6 +107,10 @@ struct StepTimes {
   double data = -1;
 };
 
+// What the step hook (Network::set_step_hook) hears besides a node's index.
+inline constexpr int kBackwardDone = -1;  // every gradient is final; the update comes next
+inline constexpr int kStepEnqueued = -2;  // the update is enqueued: the step's end
+
 // How a flat buffer's elements are stored.
 enum class ElemType { F32, F16, BF16 };
 
@@ -167,9 +171,17 @@ class Network {
   virtual void params_written() {}
   // A hash of every parameter's bits (fp32 masters): replicas that agree have equal ones.
   virtual std::uint64_t param_checksum() = 0;
-  // Called after each node's backward (last node first) with the node's index, once its
-  // gradients are final; the hook may start communicating them. Empty: no hook.
-  virtual void set_backward_hook(std::function<void(int node)> hook) = 0;
+  // Called while a training step is enqueued (on an asynchronous backend before the device has
+  // run it): with a node's index after the node's backward (last node first), once its
+  // gradients are final, so that the hook may start communicating them; with kBackwardDone once
+  // every gradient is final, before the update is enqueued, so that the hook may order the
+  // update after its communication; with kStepEnqueued once the update is enqueued (the step's
+  // last work). Empty: no hook.
+  virtual void set_step_hook(std::function<void(int node)> hook) = 0;
+  // The update multiplies every gradient by `scale` in its own pass, from now on (a
+  // data-parallel mean folded into the optimizer, where the communicator leaves sums); false
+  // where the backend cannot, and then nothing changes.
+  virtual bool scale_gradients_in_update(float /*scale*/) { return false; }
   // Waits for the backend's work (device streams); a no-op on the host.
   virtual void synchronize() {}
 

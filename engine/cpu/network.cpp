@@ -218,10 +218,11 @@ void CpuNetwork::backward() {
       for (i64 k = 0; k < count; ++k) into[k] += from[k];
     }
     poison(plan_.backward_time(plan_.step_of_node(int(i))));
-    if (backward_hook_ && !slots_[i].empty()) backward_hook_(int(i));
+    if (step_hook_ && !slots_[i].empty()) step_hook_(int(i));
   }
   ctx_.stream.wait();
   clock_ = plan_.last_time();
+  if (step_hook_) step_hook_(kBackwardDone);
 }
 
 std::vector<FlatSegment> CpuNetwork::segments(float* base) const {
@@ -236,7 +237,15 @@ std::vector<FlatSegment> CpuNetwork::segments(float* base) const {
   return out;
 }
 
-void CpuNetwork::update() { optimizer_->step(params_.data(), grads_flat_.data()); }
+void CpuNetwork::update() {
+  optimizer_->step(params_.data(), grads_flat_.data());
+  if (step_hook_) step_hook_(kStepEnqueued);
+}
+
+bool CpuNetwork::scale_gradients_in_update(float scale) {
+  optimizer_->set_gradient_scale(scale);
+  return true;
+}
 
 std::vector<float> CpuNetwork::read_output(int node) const {
   if (has_loss_ && node == int(layers_.size()) - 1) return {layers_.back()->loss()};

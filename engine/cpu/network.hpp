@@ -36,7 +36,8 @@ class CpuNetwork final : public Network {
   std::int64_t param_bytes() const override { return params_.size() * i64(sizeof(float)); }
   std::vector<FlatSegment> gradient_segments() override { return segments(grads_flat_.data()); }
   std::vector<FlatSegment> param_segments() override { return segments(params_.data()); }
-  void set_backward_hook(std::function<void(int node)> hook) override { backward_hook_ = std::move(hook); }
+  void set_step_hook(std::function<void(int node)> hook) override { step_hook_ = std::move(hook); }
+  bool scale_gradients_in_update(float scale) override;
   std::uint64_t param_checksum() override { return fnv1a(params_.data(), std::size_t(params_.size()) * sizeof(float)); }
 
   // The arena of values and their gradients, as planned.
@@ -77,7 +78,7 @@ class CpuNetwork final : public Network {
   BatchView batch_;
   bool has_loss_;
   i64 target_count_ = 0;  // labels or target values per batch
-  std::function<void(int node)> backward_hook_;
+  std::function<void(int node)> step_hook_;
   int clock_ = 0;  // plan time at the end of the last pass: forward S, backward 2S
 };
 

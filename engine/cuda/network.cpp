@@ -130,7 +130,7 @@ struct CudaNetwork::Impl {
   std::vector<std::vector<Accumulate>> accumulate;  // by step
   DeviceBuffer workspace, cublas_workspace, result;
   DeviceBuffer backward_scale;  // the loss scale the last backward used, for reading gradients
-  std::function<void(int node)> backward_hook;
+  std::function<void(int node)> step_hook;
   DeviceTargets device_targets;
   Stream upload_stream;
   Upload uploads[2];
@@ -554,10 +554,11 @@ void CudaNetwork::enqueue_backward() {
     for (const Impl::Accumulate& a : m.accumulate[s])
       kernels::accumulate(ctx.dtype, a.into, a.from, a.count, ctx.stream);
     m.poison(m.plan.backward_time(int(s)), ctx.stream);
-    if (m.backward_hook && m.hook_after[s] >= 0) m.backward_hook(m.hook_after[s]);
+    if (m.step_hook && m.hook_after[s] >= 0) m.step_hook(m.hook_after[s]);
   }
   if (timed) m.timing.backward[0]->record(ctx.stream);
   m.clock = m.plan.last_time();
+  if (m.step_hook) m.step_hook(kBackwardDone);
 }
 
 namespace {
@@ -605,7 +606,7 @@ void CudaNetwork::params_written() {
   synchronize();
 }
 
-void CudaNetwork::set_backward_hook(std::function<void(int node)> hook) { impl_->backward_hook = std::move(hook); }
+void CudaNetwork::set_step_hook(std::function<void(int node)> hook) { impl_->step_hook = std::move(hook); }
 
 std::uint64_t CudaNetwork::param_checksum() {
   const std::vector<float> params = download(impl_->params32.get(), DType::F32, impl_->n);
@@ -643,6 +644,7 @@ void CudaNetwork::enqueue_update() {
   else
     kernels::sgd_step(a, ctx.stream);
   kernels::finish_step(a.state, m.scaled, m.config.loss_scale_growth_interval, ctx.stream);
+  if (m.step_hook) m.step_hook(kStepEnqueued);
 }
 
 void CudaNetwork::backward() {
@@ -712,7 +714,7 @@ void CudaNetwork::capture_step() {
   // conversion stays outside the graph (it reads one of two upload buffers).
   Impl& m = *impl_;
   Context& ctx = *ctx_;
-  TB_CHECK(!m.backward_hook, "a CUDA graph replays backward without its hook; replicas run without --cuda_graph");
+  TB_CHECK(!m.step_hook, "a CUDA graph replays backward without its hook; replicas run without --cuda_graph");
   cudaGraph_t graph = nullptr;
   TB_CU(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
   try {

@@ -59,7 +59,7 @@ class CudaNetwork final : public Network, public ResidentData, public MemoryRepo
   std::vector<FlatSegment> param_segments() override;
   // Refreshes the compute copy from the fp32 masters.
   void params_written() override;
-  void set_backward_hook(std::function<void(int node)> hook) override;
+  void set_step_hook(std::function<void(int node)> hook) override;
   std::uint64_t param_checksum() override;
   void synchronize() override;
 

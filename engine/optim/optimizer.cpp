@@ -21,13 +21,13 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::int64_t n)
 void Optimizer::step(float* params, const float* grads) {
   ++steps_;
   const std::int64_t n = n_;
-  const float lr = float(config_.lr), wd = float(config_.weight_decay);
+  const float lr = float(config_.lr), wd = float(config_.weight_decay), scale = grad_scale_;
   float* m = first_.data();
   if (config_.kind == OptimizerConfig::Kind::SGD) {
     const float mu = float(config_.momentum);
 #pragma omp parallel for simd schedule(dynamic, kChunk)
     for (std::int64_t i = 0; i < n; ++i) {
-      const float g = grads[i] + wd * params[i];
+      const float g = grads[i] * scale + wd * params[i];
       m[i] = mu * m[i] + g;
       params[i] -= lr * m[i];
     }
@@ -39,7 +39,7 @@ void Optimizer::step(float* params, const float* grads) {
   const float c2 = float(1.0 / (1.0 - std::pow(config_.beta2, double(steps_))));
 #pragma omp parallel for simd schedule(dynamic, kChunk)
   for (std::int64_t i = 0; i < n; ++i) {
-    const float g = grads[i] + wd * params[i];
+    const float g = grads[i] * scale + wd * params[i];
     m[i] = b1 * m[i] + (1 - b1) * g;
     v[i] = b2 * v[i] + (1 - b2) * g * g;
     params[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);

@@ -44,6 +44,17 @@ class Communicator {
   // and the reduction is ordered after everything enqueued on the stream given at construction.
   virtual void start_all_reduce_mean(void* data, i64 count, ElemType type) = 0;
   virtual void wait() = 0;
+  // wait() in two halves, so that a training step's host need not wait in its middle.
+  // wait_on_device(): what the caller enqueues next on its stream (the update) is ordered after
+  // every reduction started since the last wait. Where reductions run on a device stream (NCCL,
+  // replicas sharing a GPU) the stream waits for them on the device and this returns at once;
+  // elsewhere the host waits here, as in wait(). finish_device_step(): once the caller has
+  // enqueued the rest of its step, waits (within the deadline, watching the library's errors,
+  // polling without sleeping) until the device has done all of it, and returns the seconds its
+  // stream waited for the reductions (the communication backward did not hide, device clock);
+  // -1 at once where wait_on_device() waited on the host.
+  virtual void wait_on_device() { wait(); }
+  virtual double finish_device_step() { return -1; }
   // Gives the reductions started a turn without waiting for them, where the backend moves them
   // only inside its own calls (MPI); true while some are still in flight. Elsewhere (threads,
   // NCCL on its stream) they move by themselves: false.
@@ -53,6 +64,9 @@ class Communicator {
   // memory (17 ms a step for ResNet-152's 58 M floats on the 2-core VM). Where the mean costs
   // nothing on the host (threads, NCCL), it is kept.
   virtual void keep_sums() {}
+  // Whether wait()'s mean is a pass of its own over host memory (MPI divides the sums after the
+  // reduction); a caller that can fold the 1/N into its own pass calls keep_sums().
+  virtual bool mean_costs_a_pass() const { return false; }
   // Every rank's `count` elements at `data` become the root's.
   virtual void broadcast(void* data, i64 count, ElemType type, int root) = 0;
   virtual void barrier() = 0;

@@ -167,6 +167,7 @@ class MpiComm final : public Communicator {
   }
 
   void keep_sums() override { sums_ = true; }
+  bool mean_costs_a_pass() const override { return true; }
 
   bool progress() override {
     if (requests_.empty() || failed_) return false;

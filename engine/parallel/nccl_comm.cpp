@@ -1,6 +1,8 @@
 // The NCCL communicator: collectives on a stream of its own per GPU, ordered after the compute
 // stream by events, and completed by polling with a deadline that also watches NCCL's
-// asynchronous errors, so that a rank that died or hangs makes the others fail, not hang.
+// asynchronous errors, so that a rank that died or hangs makes the others fail, not hang. In a
+// training step the compute stream waits for the all-reduces on the device, and the host polls
+// once, at the step's end.
 #include "engine/parallel/nccl_comm.hpp"
 #include "engine/parallel/predict.hpp"
 
@@ -77,6 +79,9 @@ class NcclComm final : public Communicator {
       TB_CU(cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest));
       TB_CU(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
       TB_CU(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+      TB_CU(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
+      TB_CU(cudaEventCreate(&backward_end_));
+      TB_CU(cudaEventCreate(&comm_waited_));
       TB_CU(cudaMalloc(&scalar_, sizeof(double)));
       // On the comm stream: a legacy-stream memset is not ordered with non-blocking streams.
       TB_CU(cudaMemsetAsync(scalar_, 0, sizeof(double), comm_stream_));
@@ -116,6 +121,31 @@ class NcclComm final : public Communicator {
     check_usable();
     DeviceGuard guard(device_);
     finish("an all-reduce");
+  }
+
+  void wait_on_device() override {
+    check_usable();
+    DeviceGuard guard(device_);
+    TB_CU(cudaEventRecord(backward_end_, compute_));
+    TB_CU(cudaEventRecord(comm_done_, comm_stream_));
+    TB_CU(cudaStreamWaitEvent(compute_, comm_done_, 0));
+    TB_CU(cudaEventRecord(comm_waited_, compute_));
+    waiting_on_device_ = true;
+  }
+
+  double finish_device_step() override {
+    if (!waiting_on_device_) return -1;
+    check_usable();
+    DeviceGuard guard(device_);
+    // Everything the step enqueued on the compute stream (its update ordered after the
+    // all-reduces) is done when this is.
+    TB_CU(cudaEventRecord(step_done_, compute_));
+    poll(step_done_, "a training step's all-reduces", Poll::Spin);
+    waiting_on_device_ = false;
+    pending_ = false;
+    float ms = 0;
+    TB_CU(cudaEventElapsedTime(&ms, backward_end_, comm_waited_));
+    return double(ms) * 1e-3;
   }
 
   void broadcast(void* data, i64 count, ElemType type, int root) override {
@@ -178,9 +208,23 @@ class NcclComm final : public Communicator {
   // work on the compute stream after it. The current device must be device_.
   void finish(const char* what) {
     TB_CU(cudaEventRecord(comm_done_, comm_stream_));
+    poll(comm_done_, what, Poll::Sleep);
+    TB_CU(cudaStreamWaitEvent(compute_, comm_done_, 0));
+    pending_ = false;
+  }
+
+  // How a wait polls: sleeping between polls (set-up and agreement: a wait that may be long, and
+  // another rank on this machine may want the core), or spinning with a yield (a step's end: a
+  // wait as short as the step, which a sleep's wake-up would lengthen; the spin is what CUDA's
+  // own synchronisation does by default).
+  enum class Poll { Sleep, Spin };
+
+  // Until `event` completes, at most timeout_s, watching NCCL's asynchronous errors; aborts the
+  // communicator and throws on an error or at the deadline.
+  void poll(cudaEvent_t event, const char* what, Poll how) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
     for (;;) {
-      const cudaError_t status = cudaEventQuery(comm_done_);
+      const cudaError_t status = cudaEventQuery(event);
       if (status == cudaSuccess) break;
       if (status != cudaErrorNotReady) {
         abort_comm();
@@ -205,10 +249,11 @@ class NcclComm final : public Communicator {
                         "its error above); the communicator was aborted",
                         rank_, timeout_s_, what));
       }
-      std::this_thread::sleep_for(kPollInterval);
+      if (how == Poll::Sleep)
+        std::this_thread::sleep_for(kPollInterval);
+      else
+        std::this_thread::yield();
     }
-    TB_CU(cudaStreamWaitEvent(compute_, comm_done_, 0));
-    pending_ = false;
   }
 
   void abort_comm() noexcept {
@@ -225,7 +270,8 @@ class NcclComm final : public Communicator {
     comm_ = nullptr;
     if (host_scalar_) (void)cudaFreeHost(host_scalar_);
     if (scalar_) (void)cudaFree(scalar_);
-    if (comm_done_) (void)cudaEventDestroy(comm_done_);
+    for (cudaEvent_t e : {comm_done_, step_done_, backward_end_, comm_waited_})
+      if (e) (void)cudaEventDestroy(e);
     if (compute_ready_) (void)cudaEventDestroy(compute_ready_);
     if (comm_stream_) (void)cudaStreamDestroy(comm_stream_);
     if (restore) (void)cudaSetDevice(previous);
@@ -238,10 +284,15 @@ class NcclComm final : public Communicator {
   int rank_ = 0, size_ = 1;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;  // recorded on compute_ before each collective
-  cudaEvent_t comm_done_ = nullptr;      // recorded on comm_stream_ by finish()
-  double* scalar_ = nullptr;             // device: barrier and max/min operand
-  double* host_scalar_ = nullptr;        // pinned host: max/min value in and out
-  bool pending_ = false;                 // collectives enqueued since the last finish()
+  cudaEvent_t comm_done_ = nullptr;      // recorded on comm_stream_ by finish() and wait_on_device()
+  cudaEvent_t step_done_ = nullptr;      // on compute_: a step's end, for finish_device_step()
+  // On compute_, timed: backward's end, and the end of the compute stream's wait for the
+  // all-reduces after it (their difference: the communication backward did not hide).
+  cudaEvent_t backward_end_ = nullptr, comm_waited_ = nullptr;
+  bool waiting_on_device_ = false;  // wait_on_device() since the last finish_device_step()
+  double* scalar_ = nullptr;        // device: barrier and max/min operand
+  double* host_scalar_ = nullptr;   // pinned host: max/min value in and out
+  bool pending_ = false;            // collectives enqueued since the last finish()
   bool aborted_ = false;
 };
 

@@ -16,7 +16,9 @@ namespace tb::parallel {
 // device; a reduction waits for the work already on the compute stream `streams[i]`, and
 // wait() blocks the host until every reduction since the last wait() finished (at most
 // timeout_s, checking NCCL's asynchronous errors meanwhile), then orders later work on the
-// compute stream after them. A timeout or an NCCL error aborts the communicator and throws
+// compute stream after them; wait_on_device() orders the compute stream after them without
+// blocking, and finish_device_step() blocks the host once, until the compute stream is done, with
+// the same deadline and checks. A timeout or an NCCL error aborts the communicator and throws
 // tb::Error naming the rank; the communicator cannot be used after that.
 //
 // Every call on one communicator must come from one thread, and the communicators of a group

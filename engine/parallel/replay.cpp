@@ -109,6 +109,7 @@ void ReplayNetwork::backward() {
     if (hook_) hook_(buckets - k);
   }
   wait_until(timeline_.backward_end_s * scale_);
+  if (hook_) hook_(kBackwardDone);
 }
 
 void ReplayNetwork::update() {
@@ -117,6 +118,7 @@ void ReplayNetwork::update() {
   const double rest = (timeline_.step_end_s - timeline_.backward_end_s) * scale_ + dp_overhead_s_;
   const double from = wall_seconds() - start_;
   wait_until(from + rest);
+  if (hook_) hook_(kStepEnqueued);
 }
 
 }  // namespace tb::parallel

@@ -43,7 +43,7 @@ class ReplayNetwork final : public Network {
   std::vector<FlatSegment> gradient_segments() override;
   std::vector<FlatSegment> param_segments() override;
   std::uint64_t param_checksum() override;
-  void set_backward_hook(std::function<void(int node)> hook) override { hook_ = std::move(hook); }
+  void set_step_hook(std::function<void(int node)> hook) override { hook_ = std::move(hook); }
 
   // Called every kTurn while the compute is waited out, until it returns false: the
   // communicator's progress(), so that MPI moves the all-reduces in flight beside the wait as

@@ -7,7 +7,6 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
-#include "engine/parallel/timeline.hpp"
 
 namespace tb::parallel {
 
@@ -52,29 +51,37 @@ ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr
   // Weights start identical: rank 0's (optimizer state starts at zero everywhere).
   for (const FlatSegment& s : net_->param_segments()) comm_->broadcast(s.data, s.count, s.type, 0);
   net_->params_written();
-  net_->set_backward_hook([this](int node) { on_node_done(node); });
-  if (const std::optional<CommEndpoint> e = net_->comm_endpoint())
-    device_clock_ = make_device_clock(e->device, e->stream);
+  // Where the mean would be a pass of its own over host memory (MPI's division after the sums),
+  // the optimizer's pass takes it instead.
+  if (comm_->mean_costs_a_pass() && net_->scale_gradients_in_update(1.0f / float(comm_->size()))) comm_->keep_sums();
+  net_->set_step_hook([this](int node) { on_step_hook(node); });
 }
 
 ReplicaNetwork::~ReplicaNetwork() {
-  if (net_) net_->set_backward_hook({});
+  if (net_) net_->set_step_hook({});
 }
 
 std::unique_ptr<Network> ReplicaNetwork::release() {
-  net_->set_backward_hook({});
+  net_->set_step_hook({});
   return std::move(net_);
 }
 
-void ReplicaNetwork::set_backward_hook(std::function<void(int node)>) {
-  throw Error("a replica's backward hook starts its all-reduces; it cannot be replaced");
+void ReplicaNetwork::set_step_hook(std::function<void(int node)>) {
+  throw Error("a replica's step hook starts its all-reduces; it cannot be replaced");
 }
 
 void ReplicaNetwork::write_param(int node, int index, const std::vector<float>& value) {
   net_->write_param(node, index, value);
 }
 
-void ReplicaNetwork::on_node_done(int node) {
+void ReplicaNetwork::on_step_hook(int node) {
+  if (node >= 0)
+    start_ready(node);
+  else if (node == kBackwardDone)
+    backward_done();
+}
+
+void ReplicaNetwork::start_ready(int node) {
   // Every bucket whose first node has run is complete; start them in plan order (the same on
   // every rank, as collectives require).
   while (next_ < buckets_.size() && buckets_[next_].first_node >= node) {
@@ -86,47 +93,57 @@ void ReplicaNetwork::on_node_done(int node) {
   }
 }
 
-void ReplicaNetwork::finish_backward() {
-  const double t0 = wall_seconds();
-  on_node_done(0);  // anything not started yet (nothing, when the hooks saw every node)
-  comm_->wait();
-  stats_.wait_s += wall_seconds() - t0;
+void ReplicaNetwork::backward_done() {
+  start_ready(0);  // anything not started yet (nothing, when the hook saw every node)
   next_ = 0;
   ++stats_.steps;
+  // In a step the host waits here only where the device cannot (host buffers: threads, MPI).
+  const double t0 = wall_seconds();
+  if (in_step_)
+    comm_->wait_on_device();
+  else
+    comm_->wait();
+  host_wait_s_ = wall_seconds() - t0;
+  if (!in_step_) stats_.wait_s += host_wait_s_;
+}
+
+template <class F>
+auto ReplicaNetwork::aborting_on_error(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    in_step_ = false;
+    comm_->abort(e.what());
+    throw;
+  }
 }
 
 void ReplicaNetwork::backward() {
-  try {
-    net_->backward();
-    finish_backward();
-  } catch (const std::exception& e) {
-    comm_->abort(e.what());
-    throw;
-  }
+  aborting_on_error([&] { net_->backward(); });
+}
+
+void ReplicaNetwork::start_step() {
+  TB_CHECK(!in_step_, "a replica's step was started and not finished");
+  in_step_ = true;
+  aborting_on_error([&] { net_->start_step(); });
+}
+
+float ReplicaNetwork::finish_step(StepTimes& times) {
+  TB_CHECK(in_step_, "finish_step without start_step");
+  return aborting_on_error([&] {
+    // Where the device waited for the all-reduces, the host waits here for the step's end (its
+    // one wait), within the communicator's deadline; the backend's own wait then finds it done.
+    const double device_wait = comm_->finish_device_step();
+    in_step_ = false;
+    const float loss = net_->finish_step(times);
+    stats_.wait_s += device_wait >= 0 ? device_wait : host_wait_s_;
+    return loss;
+  });
 }
 
 float ReplicaNetwork::train_step(StepTimes& times) {
-  try {
-    if (device_clock_) device_clock_->mark(0);
-    const double t0 = wall_seconds();
-    const float loss = net_->forward();
-    const double t1 = wall_seconds();
-    net_->backward();
-    finish_backward();
-    const double t2 = wall_seconds();
-    net_->update();
-    const double t3 = wall_seconds();
-    double device = -1;  // the step on the device clock, from forward to the update's end
-    if (device_clock_) {
-      device_clock_->mark(1);
-      device = device_clock_->read(2).at(0);
-    }
-    times = StepTimes{.forward = t1 - t0, .backward = t2 - t1, .update = t3 - t2, .device = device};
-    return loss;
-  } catch (const std::exception& e) {
-    comm_->abort(e.what());
-    throw;
-  }
+  start_step();
+  return finish_step(times);
 }
 
 void ReplicaNetwork::check_weights_agree() {

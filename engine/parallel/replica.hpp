@@ -2,6 +2,9 @@
 // start as rank 0's; during backward, gradient buckets are all-reduced (averaged) as soon as
 // every layer feeding them is done, overlapping communication with the rest of backward; the
 // update waits for the last bucket, so every replica applies the same averaged gradients.
+// The step is as asynchronous as the backend's own: on a GPU the update's stream waits for the
+// all-reduces on the device, the host waits once at the step's end (within the communicator's
+// deadline), and the trainer prepares the next batch meanwhile, as PyTorch DDP's step does.
 #pragma once
 
 #include <memory>
@@ -12,8 +15,6 @@
 #include "engine/parallel/communicator.hpp"
 
 namespace tb::parallel {
-
-class MarkClock;  // timeline.hpp
 
 // The replicas' weights differ after training: the data-parallel path is broken (the row fails,
 // and its verdicts say replicas_differ).
@@ -43,7 +44,9 @@ inline constexpr std::size_t kDefaultBucketBytes = std::size_t(25) << 20;
 // Communication of the steps since construction (or reset_stats()).
 struct CommStats {
   i64 steps = 0;
-  double wait_s = 0;      // backward's end to the last bucket done: communication not hidden
+  // Backward's end to the last bucket done: communication not hidden (on the device clock where
+  // the device waited for it, on the wall clock where the host did).
+  double wait_s = 0;
   double bytes = 0;       // gradient bytes all-reduced
   i64 buckets_early = 0;  // buckets started while backward still had layers to run
   i64 buckets = 0;
@@ -60,10 +63,15 @@ class ReplicaNetwork final : public Network {
   float forward() override { return net_->forward(); }
   float evaluate() override { return net_->evaluate(); }
   std::int64_t correct() const override { return net_->correct(); }
-  // Backward with the buckets' all-reduces, then the wait for the last one.
+  // Backward with the buckets' all-reduces, then the host's wait for the last one.
   void backward() override;
   void update() override { net_->update(); }
+  // The backend's step with the all-reduces in it: start_step enqueues it (or, on a synchronous
+  // backend, runs it), finish_step waits for its end once; asynchronous() as the backend.
   float train_step(StepTimes& times) override;
+  void start_step() override;
+  float finish_step(StepTimes& times) override;
+  bool asynchronous() const override { return net_->asynchronous(); }
 
   std::vector<float> read_output(int node) const override { return net_->read_output(node); }
   std::vector<float> read_grad(int node) const override { return net_->read_grad(node); }
@@ -75,7 +83,8 @@ class ReplicaNetwork final : public Network {
   std::vector<FlatSegment> gradient_segments() override { return net_->gradient_segments(); }
   std::vector<FlatSegment> param_segments() override { return net_->param_segments(); }
   void params_written() override { net_->params_written(); }
-  void set_backward_hook(std::function<void(int node)>) override;
+  void set_step_hook(std::function<void(int node)>) override;
+  bool scale_gradients_in_update(float scale) override { return net_->scale_gradients_in_update(scale); }
   std::uint64_t param_checksum() override { return net_->param_checksum(); }
   void synchronize() override { net_->synchronize(); }
   ResidentData* resident_data() override { return net_->resident_data(); }
@@ -94,16 +103,22 @@ class ReplicaNetwork final : public Network {
   std::unique_ptr<Network> release();
 
  private:
-  void on_node_done(int node);
-  void finish_backward();  // starts what is left, waits for every bucket
+  void on_step_hook(int node);
+  void start_ready(int node);  // starts every bucket whose first node has run
+  void backward_done();        // starts what is left; orders the update after every bucket
+  template <class F>
+  auto aborting_on_error(F&& f) -> decltype(f());  // tells the other ranks of an exception
 
   std::unique_ptr<Network> net_;
   std::unique_ptr<Communicator> comm_;
-  // On a GPU: the step measured on the device, as a one-device row's is (CUDA events).
-  std::unique_ptr<MarkClock> device_clock_;
   std::vector<Bucket> buckets_;
   std::size_t next_ = 0;      // the next bucket to start
   int first_param_node_ = 0;  // backward's last node with gradients
+  // Inside start_step .. finish_step: the communicator orders the update after the all-reduces
+  // on the device where it can, and finish_step waits for the step; outside it (backward()
+  // called alone) the host waits at backward's end.
+  bool in_step_ = false;
+  double host_wait_s_ = 0;  // the last backward's end on the host, in the communicator's wait
   CommStats stats_;
 };
 

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -92,9 +93,10 @@ class Group {
     cv_.notify_all();
   }
 
-  // Blocks until collective `seq` is issued and finished on the device; returns its event, for
-  // the caller's stream to wait on. The last rank to collect it frees it.
-  void collect(std::uint64_t seq, cudaStream_t stream) {
+  // Blocks until collective `seq` is issued (every replica has enqueued its part) and, with
+  // `host_waits`, finished on the device; then orders `stream` after it. The last rank to
+  // collect it frees it.
+  void collect(std::uint64_t seq, cudaStream_t stream, bool host_waits) {
     std::unique_lock lock(mutex_);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
     while (!failed_ && !calls_[seq].issued)
@@ -107,12 +109,31 @@ class Group {
     Call& c = calls_[seq];
     const cudaEvent_t done = c.done;
     lock.unlock();
-    TB_CU(cudaEventSynchronize(done));
+    if (host_waits) TB_CU(cudaEventSynchronize(done));
     TB_CU(cudaStreamWaitEvent(stream, done, 0));
     lock.lock();
     if (++c.waited == size_) {
       TB_CU(cudaEventDestroy(c.done));
       calls_.erase(seq);
+    }
+  }
+
+  // Polls `event` until it completes (a replica's step, spinning with a yield), at most the
+  // group's deadline, stopping if a replica fails meanwhile.
+  void poll(cudaEvent_t event) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    for (;;) {
+      const cudaError_t status = cudaEventQuery(event);
+      if (status == cudaSuccess) return;
+      if (status != cudaErrorNotReady) TB_CU(status);
+      (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
+      {
+        std::lock_guard lock(mutex_);
+        check_alive();
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(fmt::format("shared-device communicator: a step's end still not reached after {:g} s", timeout_s_));
+      std::this_thread::yield();
     }
   }
 
@@ -135,7 +156,7 @@ class Group {
   const int size_, device_;
   const double timeout_s_;
   cudaStream_t stream_ = nullptr;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::map<std::uint64_t, Call> calls_;
   bool failed_ = false;
@@ -148,6 +169,8 @@ class SharedDeviceComm final : public Communicator {
       : group_(std::move(group)), host_(std::move(host)), rank_(rank), stream_(stream) {}
   ~SharedDeviceComm() override {
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+    for (cudaEvent_t e : {step_done_, backward_end_, comm_waited_})
+      if (e) (void)cudaEventDestroy(e);
   }
   SharedDeviceComm(const SharedDeviceComm&) = delete;
   SharedDeviceComm& operator=(const SharedDeviceComm&) = delete;
@@ -160,10 +183,28 @@ class SharedDeviceComm final : public Communicator {
     TB_CHECK(count >= 0, "shared-device all-reduce of {} elements", count);
     start(Call{.op = Call::Op::Mean, .count = count, .type = type, .data = {data}});
   }
-  void wait() override {
-    for (std::uint64_t seq : pending_) group_->collect(seq, stream_);
-    pending_.clear();
-    in_flight_ = 0;
+  void wait() override { collect_all(true); }
+
+  void wait_on_device() override {
+    if (!step_done_) {
+      TB_CU(cudaEventCreateWithFlags(&step_done_, cudaEventDisableTiming));
+      TB_CU(cudaEventCreate(&backward_end_));
+      TB_CU(cudaEventCreate(&comm_waited_));
+    }
+    TB_CU(cudaEventRecord(backward_end_, stream_));
+    collect_all(false);
+    TB_CU(cudaEventRecord(comm_waited_, stream_));
+    waiting_on_device_ = true;
+  }
+
+  double finish_device_step() override {
+    if (!waiting_on_device_) return -1;
+    waiting_on_device_ = false;
+    TB_CU(cudaEventRecord(step_done_, stream_));
+    group_->poll(step_done_);
+    float ms = 0;
+    TB_CU(cudaEventElapsedTime(&ms, backward_end_, comm_waited_));
+    return double(ms) * 1e-3;
   }
   void broadcast(void* data, i64 count, ElemType type, int root) override {
     TB_CHECK(root >= 0 && root < size(), "shared-device broadcast from rank {} of {}", root, size());
@@ -179,6 +220,12 @@ class SharedDeviceComm final : public Communicator {
   }
 
  private:
+  void collect_all(bool host_waits) {
+    for (std::uint64_t seq : pending_) group_->collect(seq, stream_, host_waits);
+    pending_.clear();
+    in_flight_ = 0;
+  }
+
   // An event per collective in flight, reused after each wait().
   void start(const Call& call) {
     if (in_flight_ == events_.size()) {
@@ -200,6 +247,10 @@ class SharedDeviceComm final : public Communicator {
   std::size_t in_flight_ = 0;
   std::vector<std::uint64_t> pending_;
   std::uint64_t next_seq_ = 0;
+  // For a step's wait on the device (made at its first): its end, and backward's end and the
+  // end of the stream's wait for the collectives after it (timed).
+  cudaEvent_t step_done_ = nullptr, backward_end_ = nullptr, comm_waited_ = nullptr;
+  bool waiting_on_device_ = false;
 };
 
 }  // namespace

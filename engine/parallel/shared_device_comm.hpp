@@ -17,7 +17,8 @@ namespace tb::parallel {
 // One communicator per replica: rank i's reductions are ordered after the work on streams[i]
 // (a CUDA event per bucket); once every rank has started a bucket, one kernel on a stream of
 // the group averages the N buffers in place, and each rank's wait() blocks until its buckets
-// are averaged, then orders its stream after them. Host values (max, min, barrier) go through
+// are averaged, then orders its stream after them (wait_on_device() blocks only until every
+// replica has enqueued them, and the step's end is polled once). Host values (max, min, barrier) go through
 // the in-process thread group. Calls of one communicator come from one thread; the
 // communicators of a group from different threads.
 std::vector<std::unique_ptr<Communicator>> make_shared_device_group(int device,

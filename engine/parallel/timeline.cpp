@@ -31,27 +31,31 @@ class HostClock final : public MarkClock {
 std::unique_ptr<MarkClock> make_host_clock() { return std::make_unique<HostClock>(); }
 
 #ifndef TB_HAVE_CUDA
-std::unique_ptr<MarkClock> make_device_clock(int, void*) {
+std::unique_ptr<MarkClock> make_device_clock(int, void*, std::size_t) {
   throw Error("a device clock needs the CUDA backend, which this build lacks");
 }
 #endif
 
-TimelineRecorder::TimelineRecorder(Network& network, std::size_t bucket_bytes) : network_(network) {
+TimelineRecorder::TimelineRecorder(Network& network, std::size_t bucket_bytes, std::unique_ptr<MarkClock> clock)
+    : network_(network), clock_(std::move(clock)) {
   const auto segments = network_.gradient_segments();
   TB_CHECK(!segments.empty(), "a timeline needs a model with parameters");
   buckets_ = plan_buckets(segments, bucket_bytes);
   std::stable_sort(buckets_.begin(), buckets_.end(),
                    [](const Bucket& a, const Bucket& b) { return a.first_node > b.first_node; });
-  const std::optional<CommEndpoint> endpoint = network_.comm_endpoint();
-  clock_ = endpoint ? make_device_clock(endpoint->device, endpoint->stream) : make_host_clock();
+  if (!clock_) {
+    // Time 0, a mark per bucket at most, and the step's end.
+    const std::optional<CommEndpoint> endpoint = network_.comm_endpoint();
+    clock_ = endpoint ? make_device_clock(endpoint->device, endpoint->stream, buckets_.size() + 2) : make_host_clock();
+  }
   ready_sum_.assign(buckets_.size(), 0.0);
   bucket_slot_.assign(buckets_.size(), 0);
-  network_.set_backward_hook([this](int node) { on_node_done(node); });
+  network_.set_step_hook([this](int node) { on_step_hook(node); });
 }
 
 TimelineRecorder::~TimelineRecorder() {
   try {
-    network_.set_backward_hook({});
+    network_.set_step_hook({});
   } catch (...) {
   }
 }
@@ -59,27 +63,33 @@ TimelineRecorder::~TimelineRecorder() {
 void TimelineRecorder::before_step() {
   next_bucket_ = 0;
   next_slot_ = 1;
+  end_slot_ = 0;
   clock_->mark(0);
 }
 
-// Every bucket whose first node has run is complete (ReplicaNetwork::on_node_done's rule): one
-// mark for all that complete at this node.
-void TimelineRecorder::on_node_done(int node) {
+// Every bucket whose first node has run is complete (ReplicaNetwork's rule): one mark for all
+// that complete at this node; at backward's end every bucket left (one the hook did not see
+// complete); at the step's end, the end.
+void TimelineRecorder::on_step_hook(int node) {
+  if (node == kStepEnqueued) {
+    end_slot_ = next_slot_++;
+    clock_->mark(end_slot_);
+    return;
+  }
   bool marked = false;
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first_node >= node) {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first_node >= std::max(node, 0)) {
     if (!marked) clock_->mark(next_slot_++), marked = true;
     bucket_slot_[next_bucket_++] = next_slot_ - 1;
   }
 }
 
 void TimelineRecorder::after_step() {
-  on_node_done(0);  // buckets the hook did not see complete at the end of backward
-  const std::size_t end_slot = next_slot_++;
-  clock_->mark(end_slot);
+  TB_CHECK(end_slot_ > 0 && next_bucket_ == buckets_.size(),
+           "the timeline's network did not report its backward's and its step's end to the step hook");
   const std::vector<double> t = clock_->read(next_slot_);  // t[k - 1]: slot k
   for (std::size_t b = 0; b < buckets_.size(); ++b) ready_sum_[b] += t[bucket_slot_[b] - 1];
   backward_end_sum_ += t[bucket_slot_.back() - 1];
-  step_end_sum_ += t[end_slot - 1];
+  step_end_sum_ += t[end_slot_ - 1];
   ++steps_;
 }
 

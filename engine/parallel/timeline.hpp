@@ -1,8 +1,9 @@
 // The timeline of a one-device network's training steps, for predicted N-device scaling
 // (predict.hpp): when each gradient bucket the data-parallel path would all-reduce becomes ready
-// during backward, read from the network's backward hook with the device's clock (CUDA events on
+// during backward, read from the network's step hook with the device's clock (CUDA events on
 // the compute stream) on a GPU and the wall clock on the CPU. Marks are taken only when a bucket
-// completes (a few per step) and read after the step, so the step itself is not slowed.
+// completes (a few per step) and at the step's end as the step is enqueued, and read once the
+// step's own wait has ended: the timeline synchronises nothing of its own.
 #pragma once
 
 #include <cstddef>
@@ -15,8 +16,9 @@
 
 namespace tb::parallel {
 
-// Marks on a clock: mark(k) notes "now" in slot k; read(n) gives slots 1..n-1 in seconds after
-// slot 0, once every mark is done.
+// Marks on a clock: mark(k) notes "now" in slot k (on a device: when the device reaches it);
+// read(n) gives slots 1..n-1 in seconds after slot 0. A caller reads once the marks' step has
+// ended (on a device: after the host's wait for it), so that reading waits for nothing.
 class MarkClock {
  public:
   virtual ~MarkClock() = default;
@@ -24,32 +26,38 @@ class MarkClock {
   virtual std::vector<double> read(std::size_t count) = 0;
 };
 std::unique_ptr<MarkClock> make_host_clock();
-// CUDA events on `stream` of `device` (builds with the CUDA backend; throws tb::Error elsewhere).
-std::unique_ptr<MarkClock> make_device_clock(int device, void* stream);
+// CUDA events on `stream` of `device`, `slots` of them made at once so that a mark is one record
+// (builds with the CUDA backend; throws tb::Error elsewhere).
+std::unique_ptr<MarkClock> make_device_clock(int device, void* stream, std::size_t slots);
 
 class TimelineRecorder {
  public:
-  // Watches `network`'s backward through the buckets ReplicaNetwork would plan for it. The
-  // network must outlive the recorder, which removes its hook when it goes. A network that
-  // cannot call a hook (a step replayed as a CUDA graph) must not be given one.
-  explicit TimelineRecorder(Network& network, std::size_t bucket_bytes = kDefaultBucketBytes);
+  // Watches `network`'s backward through the buckets ReplicaNetwork would plan for it, on
+  // `clock` (by default the network's device's, or the host's). The network must outlive the
+  // recorder, which removes its hook when it goes. A network that cannot call a hook (a step
+  // replayed as a CUDA graph) must not be given one.
+  explicit TimelineRecorder(Network& network, std::size_t bucket_bytes = kDefaultBucketBytes,
+                            std::unique_ptr<MarkClock> clock = nullptr);
   ~TimelineRecorder();
   TimelineRecorder(const TimelineRecorder&) = delete;
   TimelineRecorder& operator=(const TimelineRecorder&) = delete;
 
   void before_step();  // the step's time 0
-  void after_step();   // the step's end: its marks are read and added to the mean
+  // After the step's own wait: its marks (the last at its end, as it was enqueued) are read
+  // and added to the mean.
+  void after_step();
   // The mean over the steps recorded so far.
   StepTimeline timeline() const;
 
  private:
-  void on_node_done(int node);
+  void on_step_hook(int node);
 
   Network& network_;
   std::vector<Bucket> buckets_;  // in the order the data-parallel path starts them
   std::unique_ptr<MarkClock> clock_;
   std::vector<std::size_t> bucket_slot_;  // this step: the mark at which each bucket was ready
   std::size_t next_bucket_ = 0, next_slot_ = 0;
+  std::size_t end_slot_ = 0;  // this step: the mark at its end (0: not reached)
   std::vector<double> ready_sum_;
   double backward_end_sum_ = 0, step_end_sum_ = 0;
   long steps_ = 0;

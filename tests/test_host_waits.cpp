@@ -1,0 +1,171 @@
+// What the host waits for in a training step, counted on a stand-in for an asynchronous backend
+// (tests/stand_in.hpp), so that it runs without a GPU: a data-parallel replica's step waits no
+// more often than the plain step and the trainer prepares the next batch under it; the timeline
+// of a one-device row adds no wait and reads the device's clock; a probe's first step through a
+// new path is not timed.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/parallel/probe.hpp"
+#include "engine/parallel/replica.hpp"
+#include "engine/parallel/timeline.hpp"
+#include "engine/train/trainer.hpp"
+#include "tests/stand_in.hpp"
+
+namespace tb {
+namespace {
+
+using testing_support::NoData;
+using testing_support::StandInClock;
+using testing_support::StandInComm;
+using testing_support::StandInDevice;
+using testing_support::StandInNetwork;
+
+// Each layer's 8 parameters (32 bytes) a bucket of its own: four all-reduces a step, started
+// during backward.
+constexpr std::size_t kBucketBytes = 32;
+constexpr int kSteps = 6;
+
+struct Counts {
+  int waits = 0, prefetched = 0, steps = 0;
+};
+
+// kSteps trainer steps after a first one (whose batch is fetched before the step: no prefetch
+// yet); what the device and the network counted over them.
+Counts count_steps(Trainer& trainer, StandInDevice& device, StandInNetwork& net) {
+  trainer.step();
+  const Counts before{device.waits(), net.prefetched(), net.steps()};
+  for (int s = 0; s < kSteps; ++s) trainer.step();
+  return Counts{device.waits() - before.waits, net.prefetched() - before.prefetched, net.steps() - before.steps};
+}
+
+TEST(HostWaits, APlainStepWaitsOnceWithTheNextBatchPreparedUnderIt) {
+  StandInDevice device;
+  auto owned = std::make_unique<StandInNetwork>(device);
+  StandInNetwork& net = *owned;
+  Trainer trainer(std::move(owned), std::make_unique<NoData>());
+  const Counts c = count_steps(trainer, device, net);
+  EXPECT_EQ(c.steps, kSteps);
+  EXPECT_EQ(c.waits, kSteps);
+  EXPECT_EQ(c.prefetched, kSteps);
+}
+
+// The replica's step is the backend's own, with the all-reduces in it: the device orders the
+// update after them, the host waits once at the step's end, and the trainer prefetches under it.
+TEST(HostWaits, AReplicaStepAddsNoWaitAndTheTrainerPrefetchesUnderIt) {
+  StandInDevice device;
+  auto owned = std::make_unique<StandInNetwork>(device);
+  StandInNetwork& net = *owned;
+  auto comm = std::make_unique<StandInComm>(device);
+  auto replica = std::make_unique<parallel::ReplicaNetwork>(std::move(owned), std::move(comm), kBucketBytes);
+  parallel::ReplicaNetwork& r = *replica;
+  ASSERT_EQ(r.buckets().size(), 4u);
+  ASSERT_TRUE(r.asynchronous()) << "a replica of an asynchronous backend must be asynchronous";
+  Trainer trainer(std::move(replica), std::make_unique<NoData>());
+  const Counts c = count_steps(trainer, device, net);
+  EXPECT_EQ(c.steps, kSteps);
+  EXPECT_EQ(c.waits, kSteps) << "the replica's step waits on the host more often than the plain step";
+  EXPECT_EQ(c.prefetched, kSteps) << "the trainer did not prepare the next batch under the replica's step";
+  EXPECT_EQ(device.all_reduces, 4 * (kSteps + 1));
+  EXPECT_EQ(r.stats().steps, kSteps + 1);
+  EXPECT_EQ(r.stats().buckets_early, 3 * (kSteps + 1)) << "every bucket but the last starts during backward";
+}
+
+// Called alone, backward waits for its all-reduces on the host (the step's halves are not there
+// to wait for them): nothing is left in flight when it returns.
+TEST(HostWaits, AReplicasBackwardAloneLeavesNothingInFlight) {
+  StandInDevice device;
+  parallel::ReplicaNetwork r(std::make_unique<StandInNetwork>(device), std::make_unique<StandInComm>(device),
+                             kBucketBytes);
+  r.forward();
+  r.backward();
+  EXPECT_TRUE(device.idle());
+  r.update();
+  EXPECT_TRUE(device.idle());
+  EXPECT_EQ(r.stats().steps, 1);
+}
+
+// The timeline marks the step's end as the step is enqueued and reads its marks after the step's
+// own wait: no wait of its own, and every time on the device's clock.
+TEST(HostWaits, TheTimelineAddsNoWaitAndReadsTheDevicesClock) {
+  StandInDevice device;
+  auto owned = std::make_unique<StandInNetwork>(device);
+  StandInNetwork& net = *owned;
+  Trainer trainer(std::move(owned), std::make_unique<NoData>());
+  trainer.step();
+  parallel::TimelineRecorder recorder(trainer.network(), kBucketBytes, std::make_unique<StandInClock>(device));
+  const int waits = device.waits(), prefetched = net.prefetched();
+  for (int s = 0; s < kSteps; ++s) {
+    recorder.before_step();
+    trainer.step();
+    recorder.after_step();
+  }
+  EXPECT_EQ(device.waits() - waits, kSteps) << "the timeline made the host wait";
+  EXPECT_EQ(net.prefetched() - prefetched, kSteps);
+  // On the device: time 0, four forward operations, then each layer's backward followed by its
+  // bucket's mark (two operations of 1 ms each), the update, the step's end.
+  const parallel::StepTimeline t = recorder.timeline();
+  const double ms = StandInDevice::kOpSeconds;
+  EXPECT_EQ(t.steps, kSteps);
+  ASSERT_EQ(t.bucket_ready_s.size(), 4u);
+  for (std::size_t k = 0; k < 4; ++k) EXPECT_NEAR(t.bucket_ready_s[k], (6 + 2 * double(k)) * ms, 1e-12) << k;
+  EXPECT_NEAR(t.backward_end_s, 12 * ms, 1e-12);
+  EXPECT_NEAR(t.step_end_s, 14 * ms, 1e-12);
+}
+
+// A network that never tells the hook where its step ends gives no timeline, rather than a
+// wrong one.
+TEST(HostWaits, ATimelineRefusesAStepWhoseEndWasNotReported) {
+  StandInDevice device;
+  StandInNetwork net(device);
+  parallel::TimelineRecorder recorder(net, kBucketBytes, std::make_unique<StandInClock>(device));
+  recorder.before_step();
+  net.forward();  // a step's forward alone: no backward, no update
+  EXPECT_THROW(recorder.after_step(), Error);
+}
+
+// The data-parallel probe steps once through the replica untimed (its first all-reduce pays the
+// communicator's set-up: 0.2 s here), then times at least the steps asked for, on the trainer's
+// own path (its prefetch), and gives the trainer its network back. The replica's buckets are the
+// default's: the stand-in's 128 bytes of gradients in one.
+TEST(HostWaits, TheProbesFirstStepThroughTheReplicaIsNotTimed) {
+  StandInDevice device;
+  auto owned = std::make_unique<StandInNetwork>(device);
+  StandInNetwork& net = *owned;
+  Trainer trainer(std::move(owned), std::make_unique<NoData>());
+  trainer.step();
+  const int steps = net.steps(), prefetched = net.prefetched();
+  const std::vector<double> times = parallel::time_replica_steps(trainer, std::make_unique<StandInComm>(device, 0.2),
+                                                                 parallel::ProbeSteps{.steps = 5, .seconds = 0.01});
+  ASSERT_GE(times.size(), 5u);
+  for (double t : times) EXPECT_LT(t, 0.1) << "the first step through the replica was timed";
+  EXPECT_EQ(net.steps() - steps, int(times.size()) + 1);
+  EXPECT_EQ(net.prefetched() - prefetched, int(times.size()) + 1);
+  EXPECT_EQ(device.all_reduces, int(times.size()) + 1) << "the probe's steps skipped the replica";
+  EXPECT_EQ(&trainer.network(), &net) << "the trainer did not get its own network back";
+  trainer.step();  // and trains on without the replica's hook
+  EXPECT_EQ(device.all_reduces, int(times.size()) + 1);
+}
+
+// A probe times at least its steps and its seconds, after the untimed step and what is to run
+// between (the sharing probe's barrier).
+TEST(HostWaits, AProbeTimesAtLeastItsStepsAndItsSecondsAfterTheUntimedOne) {
+  StandInDevice device;
+  auto owned = std::make_unique<StandInNetwork>(device);
+  StandInNetwork& net = *owned;
+  Trainer trainer(std::move(owned), std::make_unique<NoData>());
+  int steps_at_barrier = -1;
+  const std::vector<double> few = parallel::time_steps(trainer, parallel::ProbeSteps{.steps = 7, .seconds = 0},
+                                                       [&] { steps_at_barrier = net.steps(); });
+  EXPECT_EQ(steps_at_barrier, 1);
+  EXPECT_EQ(few.size(), 7u);
+  const std::vector<double> timed = parallel::time_steps(trainer, parallel::ProbeSteps{.steps = 1, .seconds = 0.05});
+  double total = 0;
+  for (double t : timed) total += t;
+  EXPECT_GE(total, 0.05);
+}
+
+}  // namespace
+}  // namespace tb
