@@ -228,8 +228,7 @@ void Predictor::measure_world_link(const std::vector<BenchInfo>& benchmarks) {
               ? ""
               : fmt::format("; 256 B: {:.3g} us ({:.3g} to {:.3g}), the mean of {} issued {:.3g} ms apart",
                             link.sweep.front().second * 1e6, link.sweep_fastest.front() * 1e6,
-                            link.sweep_slowest.front() * 1e6, parallel::kSweepSmallAllReduces,
-                            parallel::kSweepStepGapS * 1e3));
+                            link.sweep_slowest.front() * 1e6, link.sweep_in_step, parallel::kSweepStepGapS * 1e3));
   };
   world_link_ = parallel::measure_world_link(-1);
   say(*world_link_);

@@ -485,6 +485,17 @@ constexpr std::size_t kManyBytes = std::size_t(16) << 10;
 constexpr int kSweepBlocks = 10;
 static_assert(kSweepSmallAllReduces % kSweepBlocks == 0 && kBackToBack % kSweepBlocks == 0,
               "the blocks split the small all-reduces evenly: their means average to the size's time");
+
+// How many of a size's all-reduces to issue as a step issues them: `wanted`, unless that would
+// take over kSweepSecondsPerSize at the time one took after a barrier (the same on every rank:
+// it is the slowest rank's); then as many as fit, a whole number of blocks, at least ten blocks'
+// worth. NCCL over the socket transport between emulated nodes took 4.8 ms per 256-byte
+// all-reduce: 2,000 of each small size made 38 s of start-up.
+int in_step_count(int wanted, double after_barrier_s) {
+  const double each = after_barrier_s + kSweepStepGapS;
+  const int fit = int(kSweepSecondsPerSize / each) / kSweepBlocks * kSweepBlocks;
+  return std::clamp(fit, 10 * kSweepBlocks, wanted);
+}
 }  // namespace
 
 Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer) {
@@ -517,7 +528,8 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
     // 31 us run by run, where the LSTM's replays spent 31 to 34: their point 3 to 5% too fast).
     double time = after_barrier, slowest_block = 0, fastest_block = INFINITY;
     if (bytes <= kBackToBackBytes) {
-      const int reps = bytes <= kManyBytes ? kSweepSmallAllReduces : kBackToBack;
+      const int reps = in_step_count(bytes <= kManyBytes ? kSweepSmallAllReduces : kBackToBack, after_barrier);
+      if (bytes == 256) link.sweep_in_step = reps;
       std::vector<double> in_step;
       comm.barrier();
       for (int rep = 0; rep < reps; ++rep) {

@@ -80,6 +80,7 @@ struct Link {
   // fastest such mean where quicker.
   std::vector<double> sweep_slowest, sweep_fastest;
   int sweep_ranks = 0;
+  int sweep_in_step = 0;  // how many 256-byte all-reduces were issued as a step issues them
   // A measured link whose communicator ran a binomial tree below kMpiRingFromBytes (MPI's): its
   // latency_us is the 256-byte all-reduce over 2 log2 N steps, not 2(N-1).
   bool tree_below = false;
@@ -118,6 +119,9 @@ class Communicator;
 // calls it.
 inline constexpr int kSweepSmallAllReduces = 2000;
 inline constexpr double kSweepStepGapS = 200e-6;  // the LSTM's step
+// At most about this long per size for those issued as a step issues them (fewer where each is
+// slow: never under 100).
+inline constexpr double kSweepSecondsPerSize = 1.5;
 Link measure_link(Communicator& comm, std::size_t max_bytes = std::size_t(16) << 20, void* device_buffer = nullptr);
 
 // N devices on M nodes (M divides N; 1: one level), the link within a node and, with M > 1, the
