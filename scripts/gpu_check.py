@@ -356,8 +356,53 @@ def cmd_default(args, figures: list[str]) -> str:
             raise Verdict("failed", f"{name}: the wall clock's {fmt(wall)} samples/s is above the device "
                                     f"clock's {fmt(dev)}: the two clocks are mixed up")
     missing = sorted({workload(r) for r in ok_gpu} - cpu)
+    over, unmeasured = dp_overhead_table(ok_gpu, args.dp_limit, figures)
+    if over:
+        raise Verdict("failed", f"the data-parallel path adds more than {fmt(args.dp_limit)}% to {len(over)} gpu:1 "
+                                f"step(s): {'; '.join(over)}")
+    if unmeasured:
+        raise Verdict("failed", f"no data-parallel overhead measured for {len(unmeasured)} gpu:1 row(s) (no dp= in "
+                                f"prediction_inputs: a run with --timeline=off, or a probe that failed): "
+                                f"{', '.join(unmeasured)}")
     return (f"passed: {len(by_benchmark(ok_gpu))} gpu:1 rows beside {len(cpu)} cpu rows"
-            + (f" (no cpu row for {', '.join(missing)})" if missing else ""))
+            + (f" (no cpu row for {', '.join(missing)})" if missing else "")
+            + f"; the data-parallel path adds at most {fmt(args.dp_limit)}% to each")
+
+
+def prediction_input(row: dict[str, str], key: str) -> list[float] | None:
+    """The numbers of `key=` in a row's prediction_inputs (bench/predict/inputs.hpp: `KEY=V,LOW,HIGH`
+    among `;`-separated fields); None where the row has none."""
+    for field in (row.get("prediction_inputs") or "").split(";"):
+        name, _, values = field.partition("=")
+        if name == key:
+            try:
+                return [float(v) for v in values.split(",") if v]
+            except ValueError:
+                return None
+    return None
+
+
+def dp_overhead_table(rows: list[dict[str, str]], limit: float,
+                      figures: list[str]) -> tuple[list[str], list[str]]:
+    """Each row's data-parallel overhead (its probe's `dp=` in prediction_inputs) as a share of its
+    step on the wall clock, as a table under `figures`; the rows above `limit` percent, described,
+    and the rows without the figure."""
+    figures += ["", "| gpu:1 row | step ms (wall clock) | data-parallel overhead ms (band) | share of the step |",
+                "| --- | ---: | ---: | ---: |"]
+    over, unmeasured = [], []
+    for name, group in by_benchmark(rows).items():
+        step = median(group, "step_time_s")
+        dp = next((v for r in group if (v := prediction_input(r, "dp"))), None)
+        if not step or not dp:
+            figures.append(f"| {name} | {fmt(step * 1e3 if step else None)} | not measured | - |")
+            unmeasured.append(name)
+            continue
+        share = 100 * dp[0] / step
+        band = f" ({fmt(dp[1] * 1e3)} to {fmt(dp[2] * 1e3)})" if len(dp) >= 3 else ""
+        figures.append(f"| {name} | {fmt(step * 1e3)} | {fmt(dp[0] * 1e3)}{band} | {fmt(share, 2)}% |")
+        if share > limit:
+            over.append(f"{name} {fmt(share, 2)}%")
+    return over, unmeasured
 
 
 def cmd_jobs(args, figures: list[str]) -> str:
@@ -443,6 +488,7 @@ def cmd_timeline(args, figures: list[str]) -> str:
     off = [r for r in rows if timeline_off(r) and tbcsv.is_ok(r)]
     on = [r for r in rows if not timeline_off(r) and tbcsv.is_ok(r)]
     pairs = 0
+    costly = []
     for name, group in by_benchmark(on).items():
         partner = [r for r in off if configuration(r) == configuration(group[0])]
         if not partner:
@@ -452,11 +498,15 @@ def cmd_timeline(args, figures: list[str]) -> str:
         pairs += 1
         figures.append(f"- {name}: {fmt(marked)} samples/s with the timeline, {fmt(unmarked)} without (medians of "
                        f"{len(group)} and {len(partner)} repetitions): the timeline costs {fmt(cost, 2)}% of the step")
+        if cost is None or cost > args.limit:
+            costly.append(f"{name} {fmt(cost, 2)}%")
     if not pairs:
         reason = next((why(r) for r in rows if not tbcsv.is_ok(r)), "")
         raise Verdict("failed", "no benchmark has both a --timeline=on and a --timeline=off row"
                                 + (f": {reason}" if reason else ""))
-    return f"passed: {pairs} workloads with and without the timeline"
+    if costly:
+        raise Verdict("failed", f"the timeline costs more than {fmt(args.limit)}% of the step: {'; '.join(costly)}")
+    return f"passed: {pairs} workloads with and without the timeline, each at most {fmt(args.limit)}% apart"
 
 
 def cmd_peer(args, figures: list[str]) -> str:
@@ -561,6 +611,10 @@ def main() -> int:
     parsers["machine"].add_argument("--power", help="nvidia-smi's power samples taken during the step loop")
     parsers["jobs"].add_argument("--max-runnable", type=int, default=16,
                                  help="a jobs:K row with more jobs must be refused by the memory bound")
+    parsers["default"].add_argument("--dp-limit", type=float, default=5,
+                                    help="percent of a gpu:1 step the data-parallel path may add")
+    parsers["timeline"].add_argument("--limit", type=float, default=3,
+                                     help="percent of a step the timeline may cost")
     parsers["spanning"].add_argument("--device", required=True, help="the measured data-parallel device, e.g. gpu:2")
     parsers["spanning"].add_argument("--emulated", action="store_true", help="its rows must be marked emulated nodes")
     parsers["spanning"].add_argument("--expect", type=int, default=1, help="rows of the device that must be ok")

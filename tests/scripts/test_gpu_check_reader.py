@@ -125,13 +125,47 @@ def test_a_clean_memcheck_run_passes_and_a_run_without_its_summary_does_not(tmp_
 
 # ---- trainbench's CSVs ---------------------------------------------------------------------------
 
+def with_dp_overhead(rows, share):
+    """Schema 6 rows, each gpu:1 row's probe saying the data-parallel path added `share` of its
+    step (a function of the row's benchmark name)."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        if "/gpu:1/" in r["benchmark"] and r.get("status") == "ok" and r.get("step_time_s"):
+            dp = float(r["step_time_s"]) * share(r["benchmark"])
+            inputs = [f for f in r["prediction_inputs"].split(";") if not f.startswith("dp=")]
+            r["prediction_inputs"] = ";".join(inputs + [f"dp={dp:.6g},{0.9 * dp:.6g},{1.1 * dp:.6g}"])
+        out.append(r)
+    return out
+
+
+H100_DEFAULT = H100 / "default-20261127T060200Z.csv"
+
+
 def test_the_default_set_puts_gpu1_on_both_clocks_beside_cpu():
     verdict, figures = judge("default", H100 / "default-20261124.csv")
-    assert verdict == "passed: 10 gpu:1 rows beside 5 cpu rows"
     # The README's table of that run, re-derived on the wall clock by tbcsv.
     assert "| mlp/mnist | fp32 | 49,935 | 368,370 | 481,784 | 7.38x |" in figures
     assert "| resnet152/imagenet | bf16 | 12.07 | 2,245 | 2,257 | 186.01x |" in figures
     assert any(f.startswith("- skipped gpu:all fp32: gpu:all: this machine has 1 GPU") for f in figures)
+    # Those rows predate the data-parallel probe: they prove nothing of its overhead.
+    assert verdict.startswith("failed: no data-parallel overhead measured for 10 gpu:1 row(s) (no dp= in "
+                              "prediction_inputs: ")
+    assert "| train/lstm/sine/gpu:1/fp32/bs:20 | 1.27 | not measured | - |" in figures
+
+
+def test_each_gpu1_rows_data_parallel_overhead_is_a_share_of_its_step_at_most_5_percent(tmp_path):
+    # The H100's check of 2026-11-27: the MLP's bf16 step 82% longer through the data-parallel path.
+    verdict, figures = judge("default", H100_DEFAULT)
+    assert verdict.startswith("failed: the data-parallel path adds more than 5% to 6 gpu:1 step(s): "
+                              "train/mlp/mnist/gpu:1/fp32/bs:100 39%; train/mlp/mnist/gpu:1/bf16/bs:100 82%; ")
+    assert "| train/mlp/mnist/gpu:1/bf16/bs:100 | 0.2918 | 0.2392 (0.2232 to 0.2552) | 82% |" in figures
+    assert judge("default", H100_DEFAULT, "--dp-limit", 150)[0].startswith("passed: ")
+    # The same rows with an overhead of 1% of each step pass.
+    rows = with_dp_overhead(rows_of(H100_DEFAULT), lambda name: 0.01)
+    verdict, figures = judge("default", write_rows(tmp_path / "default.csv", rows))
+    assert verdict == "passed: 10 gpu:1 rows beside 5 cpu rows; the data-parallel path adds at most 5% to each"
+    assert "| train/mlp/mnist/gpu:1/fp32/bs:100 | 0.2982 | 0.002982 (0.002684 to 0.003281) | 1% |" in figures
 
 
 def test_clocks_mixed_up_or_a_failed_row_fail_the_default_set(tmp_path):
@@ -157,7 +191,8 @@ def test_a_command_that_stopped_before_writing_rows_is_failed_with_its_error(tmp
     log.write_text("trainbench 0123 on host\ntrainbench: error: --devices: 'gpu:1/jobz:2': after the slash, jobs:K\n")
     verdict, _ = judge("jobs", tmp_path / "none.csv", "--status", 2, "--log", log)
     assert verdict == "failed: trainbench exited 2: trainbench: error: --devices: 'gpu:1/jobz:2': after the slash, jobs:K"
-    verdict, _ = judge("default", H100 / "default-20261124.csv", "--status", 0, "--timed-out", 150)
+    rows = with_dp_overhead(rows_of(H100_DEFAULT), lambda name: 0.01)
+    verdict, _ = judge("default", write_rows(tmp_path / "default.csv", rows), "--status", 0, "--timed-out", 150)
     assert verdict == "failed: trainbench timed out after 150 s"
 
 
@@ -258,9 +293,20 @@ def test_rows_not_marked_as_emulated_nodes_fail_the_emulated_step(tmp_path):
 
 def test_the_timeline_cost_is_read_from_rows_with_and_without_it():
     verdict, figures = judge("timeline", H100 / "resnet224-timeline-20261124.csv")
-    assert verdict == "passed: 2 workloads with and without the timeline"
+    assert verdict == "passed: 2 workloads with and without the timeline, each at most 3% apart"
     assert any(f.startswith("- train/resnet152/imagenet/gpu:1/bf16/bs:128: 2,246 samples/s with the timeline, "
                             "2,253 without") for f in figures)
+
+
+def test_a_timeline_that_costs_more_than_3_percent_of_a_step_fails(tmp_path):
+    rows = rows_of(H100 / "resnet224-timeline-20261124.csv")
+    for r in rows:  # the H200's MLP at 7049d87: 313,618 samples/s with the timeline, 408,523 without
+        if "timeline:off" not in r.get("variant", "") and "/bf16/" in r["benchmark"] and r.get("samples_per_s"):
+            r["samples_per_s"] = str(float(r["samples_per_s"]) * 0.77)
+    verdict, figures = judge("timeline", write_rows(tmp_path / "costly.csv", rows))
+    assert verdict.startswith("failed: the timeline costs more than 3% of the step: "
+                              "train/resnet152/imagenet/gpu:1/bf16/bs:128 23")
+    assert judge("timeline", write_rows(tmp_path / "costly.csv", rows), "--limit", 30)[0].startswith("passed: ")
 
 
 def test_the_peer_sets_trainbench_beside_pytorch_on_both_clocks():
