@@ -1,10 +1,15 @@
-// Test inputs the layer suites share (test_cpu_layers.cpp, test_cuda.cpp): random tensors,
-// optionally rounded onto a coarser grid (the GPU suite uses bf16's, so that every precision
-// holds the same inputs exactly), distinct values for max pooling, identity matrices.
+// Test inputs the layer suites share (test_cpu_layers.cpp, test_cpu_kernels.cpp, test_cuda.cpp):
+// random tensors, optionally rounded onto a coarser grid (the GPU suite uses bf16's, so that every
+// precision holds the same inputs exactly), distinct values for max pooling, identity matrices;
+// and the comparison of an fp32 tensor with its double reference.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cmath>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "engine/core/spec.hpp"
@@ -44,6 +49,56 @@ inline std::vector<float> eye(i64 n) {
   std::vector<float> v(static_cast<std::size_t>(n * n), 0.f);
   for (i64 i = 0; i < n; ++i) v[i * n + i] = 1.f;
   return v;
+}
+
+// fp32 against a double reference computed from the same fp32 inputs. oneDNN reorders the
+// reductions (blocked channels, split batch and spatial loops, gemm-based kernels, Winograd
+// where it chooses it), and trainbench's own kernels sum in vector lanes, so results differ from
+// any fixed summation order by a few ulps per term; with fp32 accumulation over up to ~1e4 terms
+// of O(1) values that is ~1e-5 absolute at worst. 1e-4 + 1e-3 |ref| per element and 1e-4 in the
+// whole-tensor norm leave margin over that noise, while a wrong index, a missing term or a wrong
+// layout is off by O(1).
+inline constexpr double kAtol = 1e-4;
+inline constexpr double kRtol = 1e-3;
+inline constexpr double kNormTol = 1e-4;
+// Zero trust (benchdnn's idea): a comparison where most of the reference is exactly zero says
+// little, so it fails unless the test says that many zeros are expected.
+inline constexpr double kMaxZeroFraction = 0.5;
+
+inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// Compares a backend tensor with its reference: same size, all finite, not mostly zero (unless
+// `max_zero_fraction` allows it), every element within atol + rtol |ref|, and the whole tensor
+// within kNormTol in relative L2 norm.
+inline testing::AssertionResult close(const std::vector<float>& got, const std::vector<double>& ref,
+                                      double max_zero_fraction = kMaxZeroFraction) {
+  if (got.size() != ref.size())
+    return testing::AssertionFailure() << "size " << got.size() << ", reference " << ref.size();
+  if (ref.empty()) return testing::AssertionFailure() << "empty tensor";
+  std::size_t zeros = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i]) || !std::isfinite(ref[i]))
+      return testing::AssertionFailure() << "non-finite value at " << i << ": " << got[i] << " vs reference " << ref[i];
+    zeros += ref[i] == 0.0;
+  }
+  if (double(zeros) > max_zero_fraction * double(ref.size()))
+    return testing::AssertionFailure() << zeros << " of " << ref.size()
+                                       << " reference values are exactly zero: the check would prove little";
+  std::ostringstream bad;
+  std::size_t mismatches = 0;
+  double diff2 = 0, ref2 = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::abs(double(got[i]) - ref[i]);
+    diff2 += d * d;
+    ref2 += ref[i] * ref[i];
+    if (d > kAtol + kRtol * std::abs(ref[i]) && mismatches++ < 8)
+      bad << "\n  [" << i << "] " << got[i] << " vs reference " << ref[i];
+  }
+  const double norm_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  if (mismatches > 0 || norm_err > kNormTol)
+    return testing::AssertionFailure() << mismatches << " of " << ref.size()
+                                       << " elements out of tolerance, normalised error " << norm_err << bad.str();
+  return testing::AssertionSuccess();
 }
 
 }  // namespace tb::testing_support

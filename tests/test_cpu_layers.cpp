@@ -25,24 +25,13 @@ namespace {
 using Vec = std::vector<float>;
 using DVec = std::vector<double>;
 
-// fp32 against a double reference computed from the same fp32 inputs. oneDNN reorders the
-// reductions (blocked channels, split batch and spatial loops, gemm-based kernels, Winograd
-// where it chooses it), so its results differ from any fixed summation order by a few ulps per
-// term; with fp32 accumulation over up to ~1e4 terms of O(1) values that is ~1e-5 absolute at
-// worst. 1e-4 + 1e-3 |ref| per element and 1e-4 in the whole-tensor norm leave margin over that
-// noise, while a wrong index, a missing term or a wrong layout is off by O(1).
-constexpr double kAtol = 1e-4;
-constexpr double kRtol = 1e-3;
-constexpr double kNormTol = 1e-4;
-// Zero trust (benchdnn's idea): a comparison where most of the reference is exactly zero says
-// little, so it fails unless the test says that many zeros are expected.
-constexpr double kMaxZeroFraction = 0.5;
+using testing_support::close;
+using testing_support::kMaxZeroFraction;
+using testing_support::to_double;
 
 // An absent optional tensor (bias, input gradient) of the double reference ops; typed, so that
 // the templates can deduce their scalar.
 constexpr double* kNoTensor = nullptr;
-
-DVec to_double(const Vec& v) { return DVec(v.begin(), v.end()); }
 
 using testing_support::eye;
 using testing_support::signed_away_from_zero;
@@ -50,39 +39,6 @@ using testing_support::uniform;
 
 // Values 1/64 apart (exact in fp32).
 Vec distinct(std::mt19937& rng, i64 n) { return testing_support::distinct(rng, n, 1.0 / 64); }
-
-// Compares a backend tensor with its reference: same size, all finite, not mostly zero (unless
-// `max_zero_fraction` allows it), every element within atol + rtol |ref|, and the whole tensor
-// within kNormTol in relative L2 norm.
-testing::AssertionResult close(const Vec& got, const DVec& ref, double max_zero_fraction = kMaxZeroFraction) {
-  if (got.size() != ref.size())
-    return testing::AssertionFailure() << "size " << got.size() << ", reference " << ref.size();
-  if (ref.empty()) return testing::AssertionFailure() << "empty tensor";
-  std::size_t zeros = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i]) || !std::isfinite(ref[i]))
-      return testing::AssertionFailure() << "non-finite value at " << i << ": " << got[i] << " vs reference " << ref[i];
-    zeros += ref[i] == 0.0;
-  }
-  if (double(zeros) > max_zero_fraction * double(ref.size()))
-    return testing::AssertionFailure() << zeros << " of " << ref.size()
-                                       << " reference values are exactly zero: the check would prove little";
-  std::ostringstream bad;
-  std::size_t mismatches = 0;
-  double diff2 = 0, ref2 = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::abs(double(got[i]) - ref[i]);
-    diff2 += d * d;
-    ref2 += ref[i] * ref[i];
-    if (d > kAtol + kRtol * std::abs(ref[i]) && mismatches++ < 8)
-      bad << "\n  [" << i << "] " << got[i] << " vs reference " << ref[i];
-  }
-  const double norm_err = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-  if (mismatches > 0 || norm_err > kNormTol)
-    return testing::AssertionFailure() << mismatches << " of " << ref.size()
-                                       << " elements out of tolerance, normalised error " << norm_err << bad.str();
-  return testing::AssertionSuccess();
-}
 
 ModelSpec named(const std::string& name, i64 classes = 0, Task task = Task::Classification) {
   ModelSpec m;

@@ -213,9 +213,7 @@ void CpuNetwork::backward() {
       // Same descriptor on both sides, so the sum is elementwise whatever the layout.
       float* into = static_cast<float*>(a.into.get_data_handle());
       const float* from = static_cast<const float*>(a.from.get_data_handle());
-      const i64 count = padded_floats(a.into.get_desc());
-#pragma omp parallel for simd schedule(static)
-      for (i64 k = 0; k < count; ++k) into[k] += from[k];
+      kernels_.add(into, from, padded_floats(a.into.get_desc()));
     }
     poison(plan_.backward_time(plan_.step_of_node(int(i))));
     if (step_hook_ && !slots_[i].empty()) step_hook_(int(i));

@@ -8,6 +8,7 @@
 #include "engine/core/buffer.hpp"
 #include "engine/core/network.hpp"
 #include "engine/core/planner.hpp"
+#include "engine/cpu/kernels/kernels.hpp"
 #include "engine/cpu/layer.hpp"
 #include "engine/optim/optimizer.hpp"
 
@@ -79,7 +80,8 @@ class CpuNetwork final : public Network {
   bool has_loss_;
   i64 target_count_ = 0;  // labels or target values per batch
   std::function<void(int node)> step_hook_;
-  int clock_ = 0;  // plan time at the end of the last pass: forward S, backward 2S
+  const kernels::Table& kernels_ = kernels::active();  // the ISA active when the network was made
+  int clock_ = 0;                                      // plan time at the end of the last pass: forward S, backward 2S
 };
 
 }  // namespace tb::cpu

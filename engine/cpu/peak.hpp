@@ -19,5 +19,8 @@ struct SgemmRate {
 SgemmRate measure_sgemm(int threads);
 inline double measure_sgemm_gflops(int threads) { return measure_sgemm(threads).gflops; }
 std::string onednn_version();  // "2.6.3"
+// The instruction set oneDNN's kernels run here, after ONEDNN_MAX_CPU_ISA ("avx512_core",
+// "avx2"; oneDNN's names).
+std::string onednn_isa();
 
 }  // namespace tb::cpu

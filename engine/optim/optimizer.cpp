@@ -1,49 +1,39 @@
-// SGD with momentum and Adam over flat buffers, parallel with OpenMP, vectorised per thread.
+// SGD with momentum and Adam over flat buffers: the kernels of the ISA found at run time
+// (engine/cpu/kernels), parallel with OpenMP, vectorised per thread.
 #include "engine/optim/optimizer.hpp"
 
 #include <cmath>
 
 namespace tb {
-namespace {
-// Elements per piece of work: the threads take pieces as they finish the last, because their
-// shares are not equally fast. After backward the gradients and weights of the first layers
-// (the last to be computed) are still in cache and the others are not: with equal static
-// halves one thread waited for the other (on the MLP, perf counted the second thread twice as
-// long in this loop as the first).
-constexpr std::int64_t kChunk = 16384;
-}  // namespace
 
 const char* optimizer_name(OptimizerConfig::Kind kind) { return kind == OptimizerConfig::Kind::Adam ? "adam" : "sgd"; }
 
 Optimizer::Optimizer(const OptimizerConfig& config, std::int64_t n)
-    : config_(config), n_(n), first_(n), second_(config.kind == OptimizerConfig::Kind::Adam ? n : 0) {}
+    : config_(config),
+      n_(n),
+      first_(n),
+      second_(config.kind == OptimizerConfig::Kind::Adam ? n : 0),
+      kernels_(cpu::kernels::active()) {}
 
 void Optimizer::step(float* params, const float* grads) {
   ++steps_;
-  const std::int64_t n = n_;
-  const float lr = float(config_.lr), wd = float(config_.weight_decay), scale = grad_scale_;
-  float* m = first_.data();
+  cpu::kernels::Update u{.n = n_,
+                         .params = params,
+                         .grads = grads,
+                         .first = first_.data(),
+                         .second = second_.data(),
+                         .lr = float(config_.lr),
+                         .weight_decay = float(config_.weight_decay),
+                         .grad_scale = grad_scale_};
   if (config_.kind == OptimizerConfig::Kind::SGD) {
-    const float mu = float(config_.momentum);
-#pragma omp parallel for simd schedule(dynamic, kChunk)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float g = grads[i] * scale + wd * params[i];
-      m[i] = mu * m[i] + g;
-      params[i] -= lr * m[i];
-    }
+    u.momentum = float(config_.momentum);
+    kernels_.sgd(u);
     return;
   }
-  float* v = second_.data();
-  const float b1 = float(config_.beta1), b2 = float(config_.beta2), eps = float(config_.eps);
-  const float c1 = float(1.0 / (1.0 - std::pow(config_.beta1, double(steps_))));
-  const float c2 = float(1.0 / (1.0 - std::pow(config_.beta2, double(steps_))));
-#pragma omp parallel for simd schedule(dynamic, kChunk)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float g = grads[i] * scale + wd * params[i];
-    m[i] = b1 * m[i] + (1 - b1) * g;
-    v[i] = b2 * v[i] + (1 - b2) * g * g;
-    params[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
-  }
+  u.beta1 = float(config_.beta1), u.beta2 = float(config_.beta2), u.eps = float(config_.eps);
+  u.bias1 = float(1.0 / (1.0 - std::pow(config_.beta1, double(steps_))));
+  u.bias2 = float(1.0 / (1.0 - std::pow(config_.beta2, double(steps_))));
+  kernels_.adam(u);
 }
 
 }  // namespace tb

@@ -5,6 +5,7 @@
 
 #include "engine/core/buffer.hpp"
 #include "engine/core/network.hpp"
+#include "engine/cpu/kernels/kernels.hpp"
 
 namespace tb {
 
@@ -24,8 +25,9 @@ class Optimizer {
   std::int64_t n_;
   std::int64_t steps_ = 0;
   float grad_scale_ = 1.0f;
-  HostBuffer first_;   // SGD velocity, Adam first moment
-  HostBuffer second_;  // Adam second moment
+  HostBuffer first_;                    // SGD velocity, Adam first moment
+  HostBuffer second_;                   // Adam second moment
+  const cpu::kernels::Table& kernels_;  // the ISA active when the optimizer was made
 };
 
 }  // namespace tb

@@ -1,0 +1,152 @@
+// A benchmark, not a test: each of trainbench's own CPU kernels (engine/cpu/kernels) in every ISA
+// this machine runs, on the shapes the models give them: LeNet-5's first convolution (3 -> 6
+// channels, 5x5, 32x32, batch 100) forward and weight gradient, its 2x2 max pooling, the sine
+// LSTM (5 units, 50 steps, batch 20), SGD and Adam over the MLP's 1.8 M parameters, and a
+// gradient sum of ResNet-152 32x32's largest (128 x 256 x 8 x 8). One thread, so that the ISAs
+// compare without the machine's thread count in the way; docs/cpu-kernels.md shows a run.
+//   build/release/tests/bench_cpu_kernels [--benchmark_filter=conv] [--benchmark_min_time=0.5]
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/isa.hpp"
+#include "engine/cpu/kernels/kernels.hpp"
+
+namespace {
+
+using namespace tb::cpu;
+using kernels::i64;
+
+std::vector<float> random_floats(i64 n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+struct LeNetConv {
+  kernels::SmallConv s{.N = 100, .C = 3, .O = 6, .K = 5, .HP = 32, .WP = 32, .OH = 28, .OW = 28};
+  std::vector<float> x = random_floats(s.N * s.C * s.HP * s.WP, 1), w = random_floats(s.O * 75, 2),
+                     bias = random_floats(s.O, 3), y = std::vector<float>(std::size_t(s.N * s.O * 28 * 28)),
+                     dy = random_floats(s.N * s.O * 28 * 28, 4), dw = std::vector<float>(std::size_t(s.O * 75)),
+                     db = std::vector<float>(std::size_t(s.O));
+  LeNetConv() { s.x = x.data(), s.w = w.data(), s.bias = bias.data(), s.y = y.data(), s.dy = dy.data(); }
+};
+
+void conv_forward(benchmark::State& state, Isa isa) {
+  const kernels::Table& k = kernels::table(isa);
+  LeNetConv c;
+  for (auto _ : state) k.small_conv_forward(c.s, 0, c.s.N * c.s.OH);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 100 * 6 * 28 * 28 * 75 * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+void conv_weight_grad(benchmark::State& state, Isa isa) {
+  const kernels::Table& k = kernels::table(isa);
+  LeNetConv c;
+  for (auto _ : state) k.small_conv_weight_grad(c.s, 0, c.s.N, c.dw.data(), c.db.data());
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 100 * 6 * 28 * 28 * 75 * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+void pool_forward(benchmark::State& state, Isa isa) {
+  const kernels::Table& k = kernels::table(isa);
+  std::vector<float> x = random_floats(600 * 28 * 28, 5), y(600 * 14 * 14);
+  std::vector<std::int32_t> arg(y.size());
+  kernels::PlainPool p{.planes = 600, .K = 2, .H = 28, .W = 28, .OH = 14, .OW = 14};
+  p.x = x.data(), p.y = y.data(), p.argmax = arg.data();
+  for (auto _ : state) k.plain_pool_forward(p, 0, p.planes * p.OH);
+}
+
+void lstm_step(benchmark::State& state, Isa isa) {
+  const kernels::Table& k = kernels::table(isa);
+  const i64 T = 35, N = 20, I = 5, H = 5, G = 4 * H;
+  std::vector<float> x = random_floats(T * N * I, 6), wx = random_floats(I * G, 7), wh = random_floats(H * G, 8),
+                     bias = random_floats(G, 9), h(std::size_t(T * N * H)), gates(std::size_t(T * N * G)),
+                     cells(std::size_t(T * N * H)), tanh_cells(cells.size()), act(std::size_t(G), 1.0f),
+                     dh = random_floats(T * N * H, 10), dx(x.size()), dwx(wx.size()), dwh(wh.size()),
+                     dbias(bias.size()), dgates(std::size_t(N * G)), dh_next(std::size_t(N * H)),
+                     dc_next(std::size_t(N * H));
+  for (i64 j = 2 * H; j < 3 * H; ++j) act[std::size_t(j)] = 2.0f;
+  kernels::SmallLstm s{.T = T,
+                       .N = N,
+                       .I = I,
+                       .H = H,
+                       .x = x.data(),
+                       .wx = wx.data(),
+                       .wh = wh.data(),
+                       .bias = bias.data(),
+                       .h = h.data(),
+                       .gates = gates.data(),
+                       .cells = cells.data(),
+                       .tanh_cells = tanh_cells.data(),
+                       .act_scale = act.data(),
+                       .dh = dh.data(),
+                       .dx = dx.data(),
+                       .dwx = dwx.data(),
+                       .dwh = dwh.data(),
+                       .dbias = dbias.data(),
+                       .dgates = dgates.data(),
+                       .dh_next = dh_next.data(),
+                       .dc_next = dc_next.data()};
+  for (auto _ : state) {
+    k.small_lstm_forward(s);
+    k.small_lstm_backward(s);
+  }
+}
+
+void update(benchmark::State& state, Isa isa, bool adam) {
+  const kernels::Table& k = kernels::table(isa);
+  const i64 n = 1796010;  // the MLP's parameters
+  std::vector<float> p = random_floats(n, 11), g = random_floats(n, 12), m(static_cast<std::size_t>(n)),
+                     v(static_cast<std::size_t>(n));
+  kernels::Update u{.n = n,
+                    .params = p.data(),
+                    .grads = g.data(),
+                    .first = m.data(),
+                    .second = v.data(),
+                    .lr = 1e-3f,
+                    .momentum = 0.9f,
+                    .beta1 = 0.9f,
+                    .beta2 = 0.999f,
+                    .eps = 1e-8f};
+  for (auto _ : state) (adam ? k.adam : k.sgd)(u);
+  state.counters["GB/s"] = benchmark::Counter(double(n) * 4 * (adam ? 7 : 5) * double(state.iterations()),
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+void add(benchmark::State& state, Isa isa) {
+  const kernels::Table& k = kernels::table(isa);
+  const i64 n = 128 * 256 * 8 * 8;
+  std::vector<float> a = random_floats(n, 13), b = random_floats(n, 14);
+  for (auto _ : state) k.add(a.data(), b.data(), n);
+}
+
+int register_all() {
+  for (Isa isa : runnable_isas()) {
+    const std::string name = isa_name(isa);
+    benchmark::RegisterBenchmark(("conv_forward/lenet5/" + name).c_str(), conv_forward, isa);
+    benchmark::RegisterBenchmark(("conv_weight_grad/lenet5/" + name).c_str(), conv_weight_grad, isa);
+    benchmark::RegisterBenchmark(("pool_forward/lenet5/" + name).c_str(), pool_forward, isa);
+    benchmark::RegisterBenchmark(("lstm_forward_backward/sine/" + name).c_str(), lstm_step, isa);
+    benchmark::RegisterBenchmark(("sgd/mlp/" + name).c_str(), update, isa, false);
+    benchmark::RegisterBenchmark(("adam/mlp/" + name).c_str(), update, isa, true);
+    benchmark::RegisterBenchmark(("add/resnet152/" + name).c_str(), add, isa);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  omp_set_num_threads(1);
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

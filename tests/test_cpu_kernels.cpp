@@ -1,0 +1,351 @@
+// trainbench's own CPU kernels (engine/cpu/kernels) in every instruction set this machine runs,
+// against the plain-loop reference ops in double, in every shape the models give them and the
+// edges of their tiles: LeNet-5's first convolution and pooling, the sine LSTM, the optimizers
+// over flat buffers, gradient sums; forward and backward. Also the ISA's choice, its cap
+// (TB_MAX_CPU_ISA) and the networks that take it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "engine/cpu/isa.hpp"
+#include "engine/cpu/kernels/kernels.hpp"
+#include "engine/cpu/network.hpp"
+#include "engine/reference/ops.hpp"
+#include "models/models.hpp"
+#include "tests/tensors.hpp"
+
+namespace tb {
+namespace {
+
+using cpu::Isa;
+using testing_support::close;
+using testing_support::to_double;
+using testing_support::uniform;
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+// Every ISA the machine runs, by name, for the parameterised suites.
+std::vector<Isa> isas() { return cpu::runnable_isas(); }
+std::string isa_label(const testing::TestParamInfo<Isa>& i) { return cpu::isa_name(i.param); }
+
+// Restores the ISA cap a test changed.
+class IsaCap {
+ public:
+  explicit IsaCap(Isa isa) : before_(cpu::active_isa()) { cpu::cap_isa(isa); }
+  ~IsaCap() { cpu::cap_isa(before_); }
+  IsaCap(const IsaCap&) = delete;
+  IsaCap& operator=(const IsaCap&) = delete;
+
+ private:
+  Isa before_;
+};
+
+class CpuKernels : public testing::TestWithParam<Isa> {
+ protected:
+  const cpu::kernels::Table& k() const { return cpu::kernels::table(GetParam()); }
+};
+
+// ---- small convolutions ----
+
+struct SmallConvCase {
+  i64 N, C, H, W, O, K, pad;
+  bool bias;
+  std::string what;
+};
+
+// The layer's kernels on `c` against the reference: the output and the weight (and bias) gradient.
+void check_small_conv(const cpu::kernels::Table& k, const SmallConvCase& c) {
+  SCOPED_TRACE(c.what);
+  std::mt19937 rng(17);
+  const i64 HP = c.H + 2 * c.pad, WP = c.W + 2 * c.pad, OH = HP - c.K + 1, OW = WP - c.K + 1;
+  const Vec x = uniform(rng, c.N * c.C * c.H * c.W), w = uniform(rng, c.O * c.C * c.K * c.K, -0.5f, 0.5f),
+            b = uniform(rng, c.O, -0.5f, 0.5f), dy = uniform(rng, c.N * c.O * OH * OW);
+  // The input inside its zero padding, as the layer gives it.
+  Vec xp(static_cast<std::size_t>(c.N * c.C * HP * WP), 0.0f);
+  for (i64 plane = 0; plane < c.N * c.C; ++plane)
+    for (i64 h = 0; h < c.H; ++h)
+      for (i64 v = 0; v < c.W; ++v)
+        xp[std::size_t((plane * HP + h + c.pad) * WP + v + c.pad)] = x[std::size_t((plane * c.H + h) * c.W + v)];
+  Vec y(static_cast<std::size_t>(c.N * c.O * OH * OW), std::numeric_limits<float>::quiet_NaN());
+  Vec dw(w.size(), 0.0f), db(b.size(), 0.0f);
+  cpu::kernels::SmallConv s{.N = c.N, .C = c.C, .O = c.O, .K = c.K, .HP = HP, .WP = WP, .OH = OH, .OW = OW};
+  s.x = xp.data(), s.w = w.data(), s.bias = c.bias ? b.data() : nullptr, s.y = y.data(), s.dy = dy.data();
+  // In two shares, as two threads take them.
+  k.small_conv_forward(s, 0, c.N * OH / 2);
+  k.small_conv_forward(s, c.N * OH / 2, c.N * OH);
+  k.small_conv_weight_grad(s, 0, c.N / 2, dw.data(), c.bias ? db.data() : nullptr);
+  k.small_conv_weight_grad(s, c.N / 2, c.N, dw.data(), c.bias ? db.data() : nullptr);
+
+  const ref::ConvShape shape{c.N, c.C, c.H, c.W, c.O, c.K, 1, c.pad};
+  const DVec xd = to_double(x), wd = to_double(w), bd = to_double(b), dyd = to_double(dy);
+  DVec yr(y.size()), dwr(w.size()), dbr(b.size());
+  ref::conv2d_forward(xd.data(), wd.data(), c.bias ? bd.data() : nullptr, yr.data(), shape);
+  ref::conv2d_backward(xd.data(), wd.data(), dyd.data(), static_cast<double*>(nullptr), dwr.data(),
+                       c.bias ? dbr.data() : nullptr, shape);
+  EXPECT_TRUE(close(y, yr)) << "output";
+  EXPECT_TRUE(close(dw, dwr)) << "weight gradient";
+  if (c.bias) {
+    EXPECT_TRUE(close(db, dbr)) << "bias gradient";
+  }
+}
+
+// LeNet-5's first convolution as the model runs it, and the tiles' edges: rows of one, two and
+// several vector-wide pieces, the last overlapping or not (16, 18, 28, 37, 64 wide), output
+// channels a multiple of the tiles' or not (5, 6, 7, 8), kernels 3, 5, 7, padding, one channel in.
+TEST_P(CpuKernels, SmallConvolutionsMatchTheReference) {
+  for (const SmallConvCase& c : {SmallConvCase{4, 3, 32, 32, 6, 5, 0, true, "LeNet-5's conv1"},
+                                 SmallConvCase{3, 3, 18, 18, 7, 3, 0, false, "18 wide, 7 channels"},
+                                 SmallConvCase{2, 1, 20, 20, 8, 7, 2, true, "padded 7x7, 8 channels"},
+                                 SmallConvCase{2, 4, 37, 37, 5, 5, 1, true, "37 wide, padded"},
+                                 SmallConvCase{2, 3, 16, 18, 6, 3, 0, true, "16 wide: one piece"},
+                                 SmallConvCase{2, 2, 8, 68, 3, 5, 0, true, "64 wide"}})
+    check_small_conv(k(), c);
+}
+
+// ---- plain max pooling ----
+
+TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
+  struct Case {
+    i64 planes, H, W, K;
+    std::string what;
+  };
+  for (const Case& c : {Case{6, 28, 28, 2, "LeNet-5's pool1 (a sample's 6 planes)"},
+                        Case{3, 10, 26, 2, "13 outputs a row: a short last piece"},
+                        Case{2, 12, 66, 2, "33 outputs a row"}, Case{2, 9, 9, 3, "3x3 windows"}}) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(29);
+    const i64 OH = c.H / c.K, OW = c.W / c.K;
+    const Vec x = testing_support::distinct(rng, c.planes * c.H * c.W, 1.0 / 64);
+    const Vec dy = uniform(rng, c.planes * OH * OW);
+    Vec y(static_cast<std::size_t>(c.planes * OH * OW)), dx(x.size(), 1.0f);
+    std::vector<std::int32_t> arg(y.size());
+    cpu::kernels::PlainPool p{.planes = c.planes, .K = c.K, .H = c.H, .W = c.W, .OH = OH, .OW = OW};
+    p.x = x.data(), p.y = y.data(), p.argmax = arg.data(), p.dy = dy.data(), p.dx = dx.data();
+    k().plain_pool_forward(p, 0, c.planes * OH);
+    k().plain_pool_backward(p, 0, c.planes);
+    const ref::PoolShape shape{1, c.planes, c.H, c.W, c.K, c.K, 0};
+    const DVec xd = to_double(x), dyd = to_double(dy);
+    DVec yr(y.size()), dxr(x.size());
+    ref::maxpool2d_forward(xd.data(), yr.data(), shape);
+    ref::maxpool2d_backward(xd.data(), dyd.data(), dxr.data(), shape);
+    EXPECT_TRUE(close(y, yr)) << "output";
+    // One input of every K x K window receives the gradient.
+    EXPECT_TRUE(close(dx, dxr, 1.0 - 1.0 / double(c.K * c.K) + 1e-9)) << "input gradient";
+  }
+  // A NaN wins its window, as in the reference (and oneDNN).
+  Vec x(16, 0.0f), y(4), dy(4, 1.0f), dx(16);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::int32_t> arg(4);
+  cpu::kernels::PlainPool p{.planes = 1, .K = 2, .H = 4, .W = 4, .OH = 2, .OW = 2};
+  p.x = x.data(), p.y = y.data(), p.argmax = arg.data();
+  k().plain_pool_forward(p, 0, 2);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(arg[0], 3);
+}
+
+// ---- the small LSTM ----
+
+TEST_P(CpuKernels, TheSmallLstmMatchesTheReference) {
+  struct Case {
+    i64 T, N, I, H;
+    std::string what;
+  };
+  for (const Case& c : {Case{35, 20, 5, 5, "the sine model's (35 steps, batch 20, 5 units)"},
+                        Case{4, 3, 2, 7, "4H = 28 gates"}, Case{3, 2, 1, 1, "one unit"}}) {
+    SCOPED_TRACE(c.what);
+    std::mt19937 rng(31);
+    const i64 G = 4 * c.H;
+    const Vec x = uniform(rng, c.T * c.N * c.I), wx = uniform(rng, c.I * G, -0.5f, 0.5f),
+              wh = uniform(rng, c.H * G, -0.5f, 0.5f), bias = uniform(rng, G, -0.5f, 0.5f),
+              dh = uniform(rng, c.T * c.N * c.H);
+    Vec h(static_cast<std::size_t>(c.T * c.N * c.H)), gates(static_cast<std::size_t>(c.T * c.N * G)), cells(h.size()),
+        tanh_cells(h.size()), act(static_cast<std::size_t>(G), 1.0f), dx(x.size()), dwx(wx.size()), dwh(wh.size()),
+        dbias(bias.size()), dgates(static_cast<std::size_t>(c.N * G)), dh_next(static_cast<std::size_t>(c.N * c.H)),
+        dc_next(dh_next.size());
+    for (i64 j = 2 * c.H; j < 3 * c.H; ++j) act[std::size_t(j)] = 2.0f;
+    const cpu::kernels::SmallLstm s{.T = c.T,
+                                    .N = c.N,
+                                    .I = c.I,
+                                    .H = c.H,
+                                    .x = x.data(),
+                                    .wx = wx.data(),
+                                    .wh = wh.data(),
+                                    .bias = bias.data(),
+                                    .h = h.data(),
+                                    .gates = gates.data(),
+                                    .cells = cells.data(),
+                                    .tanh_cells = tanh_cells.data(),
+                                    .act_scale = act.data(),
+                                    .dh = dh.data(),
+                                    .dx = dx.data(),
+                                    .dwx = dwx.data(),
+                                    .dwh = dwh.data(),
+                                    .dbias = dbias.data(),
+                                    .dgates = dgates.data(),
+                                    .dh_next = dh_next.data(),
+                                    .dc_next = dc_next.data()};
+    k().small_lstm_forward(s);
+    k().small_lstm_backward(s);
+    const ref::LstmShape shape{c.T, c.N, c.I, c.H};
+    const DVec xd = to_double(x), wxd = to_double(wx), whd = to_double(wh), bd = to_double(bias), dhd = to_double(dh);
+    DVec hr(h.size()), dxr(x.size()), dwxr(wx.size()), dwhr(wh.size()), dbr(bias.size());
+    ref::LstmCache<double> cache;
+    ref::lstm_forward(xd.data(), wxd.data(), whd.data(), bd.data(), hr.data(), cache, shape);
+    ref::lstm_backward(xd.data(), wxd.data(), whd.data(), hr.data(), cache, dhd.data(), dxr.data(), dwxr.data(),
+                       dwhr.data(), dbr.data(), shape);
+    EXPECT_TRUE(close(h, hr)) << "output";
+    EXPECT_TRUE(close(dx, dxr)) << "input gradient";
+    EXPECT_TRUE(close(dwx, dwxr)) << "input weights' gradient";
+    EXPECT_TRUE(close(dwh, dwhr)) << "recurrent weights' gradient";
+    EXPECT_TRUE(close(dbias, dbr)) << "bias gradient";
+  }
+}
+
+// ---- the optimizers and sums over flat buffers ----
+
+// Three steps over 40,003 elements (several of the kernels' pieces of work, and an end that fills
+// no vector), with a gradient scale (a data-parallel mean folded in), against the reference given
+// the scaled gradients; compared on the steps taken, not the parameters, which barely move.
+testing::AssertionResult same_steps(const Vec& after, const DVec& reference, const Vec& before) {
+  Vec moved(after.size());
+  DVec moved_ref(after.size());
+  for (std::size_t e = 0; e < after.size(); ++e) {
+    moved[e] = after[e] - before[e];
+    moved_ref[e] = reference[e] - double(before[e]);
+  }
+  return close(moved, moved_ref);
+}
+
+TEST_P(CpuKernels, SgdMatchesTheReferenceWithWeightDecayAndAGradientScale) {
+  const i64 n = 40003;
+  std::mt19937 rng(37);
+  Vec p = uniform(rng, n), m(static_cast<std::size_t>(n), 0.0f);
+  const Vec before = p;
+  DVec pr = to_double(p), mr(m.size(), 0.0);
+  for (int step = 1; step <= 3; ++step) {
+    const Vec g = uniform(rng, n);
+    k().sgd(cpu::kernels::Update{.n = n,
+                                 .params = p.data(),
+                                 .grads = g.data(),
+                                 .first = m.data(),
+                                 .lr = 0.01f,
+                                 .weight_decay = 1e-3f,
+                                 .grad_scale = 0.5f,
+                                 .momentum = 0.9f});
+    DVec gd = to_double(g);
+    for (double& e : gd) e *= 0.5;
+    ref::sgd_momentum_update(pr.data(), gd.data(), mr.data(), n, 0.01, 0.9, 1e-3);
+  }
+  EXPECT_TRUE(same_steps(p, pr, before)) << "SGD's steps";
+}
+
+TEST_P(CpuKernels, AdamMatchesTheReferenceWithAGradientScale) {
+  const i64 n = 40003;
+  std::mt19937 rng(41);
+  Vec p = uniform(rng, n), m(static_cast<std::size_t>(n), 0.0f), v(m.size(), 0.0f);
+  const Vec before = p;
+  DVec pr = to_double(p), mr(m.size(), 0.0), vr(m.size(), 0.0);
+  for (int step = 1; step <= 3; ++step) {
+    const Vec g = uniform(rng, n);
+    cpu::kernels::Update u{.n = n,
+                           .params = p.data(),
+                           .grads = g.data(),
+                           .first = m.data(),
+                           .second = v.data(),
+                           .lr = 0.01f,
+                           .grad_scale = 0.5f,
+                           .beta1 = 0.9f,
+                           .beta2 = 0.999f,
+                           .eps = 1e-8f};
+    u.bias1 = float(1.0 / (1.0 - std::pow(0.9, step)));
+    u.bias2 = float(1.0 / (1.0 - std::pow(0.999, step)));
+    k().adam(u);
+    DVec gd = to_double(g);
+    for (double& e : gd) e *= 0.5;
+    ref::adam_update(pr.data(), gd.data(), mr.data(), vr.data(), n, 0.01, 0.9, 0.999, 1e-8, step);
+  }
+  EXPECT_TRUE(same_steps(p, pr, before)) << "Adam's steps";
+}
+
+TEST_P(CpuKernels, AddSumsEveryElement) {
+  std::mt19937 rng(43);
+  const i64 n = 128 * 256 + 3;
+  Vec a = uniform(rng, n);
+  const Vec b = uniform(rng, n);
+  DVec sum(a.size());
+  for (std::size_t e = 0; e < a.size(); ++e) sum[e] = double(a[e]) + double(b[e]);
+  k().add(a.data(), b.data(), n);
+  EXPECT_TRUE(close(a, sum));
+}
+
+// ---- networks on each ISA ----
+
+// LeNet-5 (the small convolution, the plain pooling, Adam) and the sine LSTM trained a few
+// steps with each ISA's kernels take the same steps as with the machine's best, to fp32 noise.
+TEST_P(CpuKernels, ModelsTrainAlikeOnEveryIsa) {
+  for (const auto& [model, dataset] : {std::pair{"lenet5", "cifar10"}, std::pair{"lstm", "sine"}}) {
+    SCOPED_TRACE(model);
+    const models::Workload w = models::workload(model, dataset);
+    const i64 batch = 8;
+    std::vector<float> losses[2];
+    for (int run = 0; run < 2; ++run) {
+      IsaCap cap(run == 0 ? cpu::machine_isa() : GetParam());
+      cpu::CpuNetwork net(w.spec, NetworkOptions{.batch = batch, .optimizer = w.optimizer, .seed = 5});
+      std::mt19937 rng(47);
+      const std::vector<i64> shape = infer_shapes(w.spec, batch).front();
+      const Vec input = uniform(rng, product(shape));
+      std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+      for (auto& l : labels) l = std::int32_t(rng() % 10);
+      const Vec targets = uniform(rng, product(target_shape(w.spec, batch)));
+      net.set_batch(BatchView{input.data(), labels.data(), targets.data()});
+      for (int step = 0; step < 4; ++step) {
+        StepTimes t;
+        losses[run].push_back(net.train_step(t));
+      }
+    }
+    for (std::size_t s = 0; s < losses[0].size(); ++s)
+      EXPECT_NEAR(losses[1][s], losses[0][s], 1e-4 * (1 + std::abs(losses[0][s]))) << "step " << s;
+    EXPECT_LT(losses[0].back(), losses[0].front()) << "training on one batch lowers its loss";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, CpuKernels, testing::ValuesIn(isas()), isa_label);
+
+// ---- the choice and its cap ----
+
+TEST(CpuIsa, TheCapChoosesAnIsaTheMachineRunsAndBadNamesAreRefused) {
+  const Isa best = cpu::machine_isa();
+  EXPECT_EQ(cpu::runnable_isas().back(), best);
+  EXPECT_EQ(cpu::runnable_isas().front(), Isa::Sse2) << "every x86-64 runs the baseline";
+  {
+    IsaCap cap(Isa::Sse2);
+    EXPECT_EQ(cpu::active_isa(), Isa::Sse2);
+    EXPECT_EQ(cpu::kernels::active().isa, Isa::Sse2);
+    EXPECT_EQ(cpu::kernels::active().lanes, 4);
+  }
+  {
+    IsaCap cap(Isa::Avx512);  // above the machine's best: its best
+    EXPECT_EQ(cpu::active_isa(), best);
+  }
+  for (Isa isa : cpu::runnable_isas()) {
+    EXPECT_EQ(cpu::parse_isa(cpu::isa_name(isa), "TB_MAX_CPU_ISA"), isa);
+    EXPECT_EQ(cpu::kernels::table(isa).isa, isa);
+  }
+  try {
+    cpu::parse_isa("avx512_core", "TB_MAX_CPU_ISA");
+    FAIL() << "an unknown ISA was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("TB_MAX_CPU_ISA: 'avx512_core' is not an instruction set"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("sse2, avx2, avx512"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tb
