@@ -74,9 +74,27 @@ void add_json_context(const tb::bench::MachineContext& m, const std::vector<tb::
   const tb::bench::BenchInfo* first = benchmarks.empty() ? nullptr : &benchmarks.front();
   tb::bench::BenchInfo none;
   const tb::bench::Row row = tb::bench::identity_row(first ? *first : none, m);
-  for (const char* key : {"host", "os", "cpu_model", "cores", "compiler", "onednn", "benchmark_lib", "git_commit",
-                          "timestamp", "sgemm_gflops", "gpu_name", "gpu_cc", "gpu_memory_gib", "driver_version",
-                          "cuda_driver_version", "cuda_version", "cudnn_version", "cublas_version", "nccl_version"})
+  for (const char* key : {"host",
+                          "os",
+                          "cpu_model",
+                          "cores",
+                          "compiler",
+                          "onednn",
+                          "onednn_isa",
+                          "cpu_isa",
+                          "benchmark_lib",
+                          "git_commit",
+                          "timestamp",
+                          "sgemm_gflops",
+                          "gpu_name",
+                          "gpu_cc",
+                          "gpu_memory_gib",
+                          "driver_version",
+                          "cuda_driver_version",
+                          "cuda_version",
+                          "cudnn_version",
+                          "cublas_version",
+                          "nccl_version"})
     if (auto it = row.find(key); it != row.end() && !it->second.empty())
       benchmark::AddCustomContext(std::string("trainbench_") + key, it->second);
   benchmark::AddCustomContext("trainbench_schema_version", tb::bench::kSchemaVersion);
@@ -279,6 +297,7 @@ int main(int argc, char** argv) {
   Flags flags;
   try {
     flags = parse_flags(argc, argv);
+    tb::own_cpu_isa();  // a bad TB_MAX_CPU_ISA stops the run before anything is measured
   } catch (const tb::InputError& e) {
     std::cerr << "trainbench: error: " << e.what() << "\n";
     return kUsageError;

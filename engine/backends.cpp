@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/cpu/isa.hpp"
 #include "engine/cpu/network.hpp"
 #include "engine/cpu/peak.hpp"
 #include "engine/cuda/plan.hpp"
@@ -138,6 +139,13 @@ std::size_t gpu_free_bytes(int) { no_cuda(); }
 double cpu_peak_gflops(int threads) { return cpu::measure_sgemm(threads).gflops; }
 double cpu_peak_spread(int threads) { return cpu::measure_sgemm(threads).spread; }
 std::string cpu_library_version() { return cpu::onednn_version(); }
+std::string cpu_library_isa() { return cpu::onednn_isa(); }
+std::string own_cpu_isa() { return cpu::isa_name(cpu::active_isa()); }
+std::vector<std::string> own_cpu_isas() {
+  std::vector<std::string> out;
+  for (cpu::Isa isa : cpu::runnable_isas()) out.push_back(cpu::isa_name(isa));
+  return out;
+}
 
 std::unique_ptr<Network> make_network(Backend backend, const ModelSpec& model, const NetworkOptions& o) {
   if (backend == Backend::Cpu) return std::make_unique<cpu::CpuNetwork>(model, o);

@@ -30,8 +30,16 @@ std::unique_ptr<Network> make_network(Backend backend, const ModelSpec& model, c
 double cpu_peak_gflops(int threads);
 // (max - min) / median of the rounds behind cpu_peak_gflops(threads).
 double cpu_peak_spread(int threads);
-// The version of the CPU backend's library, oneDNN ("2.6.3").
+// The version of the CPU backend's library, oneDNN ("2.6.3"), and the instruction set its kernels
+// run here ("avx512_core"; ONEDNN_MAX_CPU_ISA caps it).
 std::string cpu_library_version();
+std::string cpu_library_isa();
+// The instruction set of trainbench's own CPU kernels ("avx512", "avx2", "sse2": the machine's
+// best, TB_MAX_CPU_ISA caps it; engine/cpu/isa.hpp). Throws tb::InputError for a bad
+// TB_MAX_CPU_ISA.
+std::string own_cpu_isa();
+// Every instruction set of trainbench's own CPU kernels this machine runs, ascending.
+std::vector<std::string> own_cpu_isas();
 
 // ---- GPUs (CUDA devices, after CUDA_VISIBLE_DEVICES) ----
 

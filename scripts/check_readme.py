@@ -39,7 +39,7 @@ where: column=value pairs, all of which a row must hold (b=... is short for benc
 Rows must have status ok unless status="any" is given; unless run_type or aggregate is given,
 the iteration rows are used, or where there are none the median aggregate rows, as
 scripts/compare.py and scripts/plot.py read a benchmark. CSV files are read by tbcsv.py, as the
-other scripts read them: older rows as version 6 writes them (a GPU row's samples_per_s of a
+other scripts read them: older rows as version 7 writes them (a GPU row's samples_per_s of a
 file before version 5 on the wall clock, its device clock in device_samples_per_s; the columns
 of version 6), the median as theirs.
 
@@ -157,7 +157,7 @@ class Sources:
         return path
 
     def csv_rows(self, name: str) -> tuple[list[str], list[dict]]:
-        """The columns and rows of a trainbench CSV, as tbcsv reads it (upgraded to version 6)."""
+        """The columns and rows of a trainbench CSV, as tbcsv reads it (upgraded to version 7)."""
         path = self.path(name)
         if name not in self.cache:
             try:

@@ -6,7 +6,7 @@
     scripts/compare.py CSV [CSV...] --filters A B [options]   # e.g. --filters cpu gpu:1
 
 The files may be of different schema versions (1 to 6): columns are matched by name, older
-rows read as version 6 writes them (tbcsv.upgrade). A row's
+rows read as version 7 writes them (tbcsv.upgrade). A row's
 identity is its benchmark name, which ends with its variant (the flags that change what it
 measures; tbcsv derives it from cuda_graph/data_on_device in rows before version 4), so a run
 with --cuda_graph never matches a plain one. With two files, benchmarks are matched by name;

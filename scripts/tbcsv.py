@@ -38,7 +38,7 @@ import tbdevices
 # every row), version 6 what a row is and what it is compared with; all read the same way (by
 # column name, older rows upgraded), so files of any of them can be compared and plotted
 # together.
-SCHEMA_VERSIONS = ("1", "2", "3", "4", "5", "6")
+SCHEMA_VERSIONS = ("1", "2", "3", "4", "5", "6", "7")
 CURRENT = SCHEMA_VERSIONS[-1]
 
 # The columns version 3 appended, in header order (SCHEMA.md "GPU telemetry"): per-row
@@ -69,6 +69,10 @@ SCHEMA_6_COLUMNS = ("device_kind", "backend", "data_parallel", "baseline", "cpu_
                     "network", "network_busbw_gbps", "network_latency_us", "network_nics",
                     "prediction_inputs")
 
+# The columns version 7 appended after prediction_inputs: the instruction sets oneDNN's kernels and
+# trainbench's own CPU kernels ran (machine context; empty on older rows, which did not say).
+SCHEMA_7_COLUMNS = ("onednn_isa", "cpu_isa")
+
 # The words of the verdicts column, in the order of trainbench's table (bench/output/columns.cpp
 # verdicts(), `trainbench --list_configs --json`, SCHEMA.md's table of verdicts).
 VERDICTS = ("loaded", "above_peak", "slower_than_fp32", "not_scaling", "inside_band",
@@ -92,7 +96,7 @@ REQUIRED_COLUMNS = ("schema_version", "benchmark", "run_type", "status")
 
 # The machine context written on every row (SCHEMA.md "Machine context"), in the order the
 # scripts show it. timestamp is handled separately because it is shown as a range.
-MACHINE_COLUMNS = ("host", "cpu_model", "cores", "os", "compiler", "onednn", "benchmark_lib",
+MACHINE_COLUMNS = ("host", "cpu_model", "cores", "os", "compiler", "onednn", "onednn_isa", "cpu_isa", "benchmark_lib",
                    "git_commit")
 
 # GPU context columns are recognised by name so that a context column added later shows up
@@ -170,11 +174,12 @@ def _parse(path: str, f) -> Table:
     return table
 
 
-# ---- the upgrade: every row as version 6 writes it ------------------------------------------
+# ---- the upgrade: every row as version 7 writes it ------------------------------------------
 
 def older(row: dict[str, str]) -> bool:
-    """A row of a version before this one (6): the upgrade gives it the columns it lacks."""
-    return row["schema_version"] != CURRENT
+    """A row of a version before 6, which said what it is: the upgrade gives it version 6's
+    columns, comparisons and verdicts."""
+    return row["schema_version"] in SCHEMA_VERSIONS[:SCHEMA_VERSIONS.index("6")]
 
 
 def upgrade(table: Table) -> None:
@@ -195,6 +200,17 @@ def upgrade(table: Table) -> None:
                           if c not in table.columns]
     _upgrade_clock(table)
     _upgrade_comparisons(table)
+    _upgrade_isa(table)
+
+
+def _upgrade_isa(table: Table) -> None:
+    """Gives a row before version 7 version 7's instruction-set columns, empty: it did not say."""
+    before = [r for r in table.rows if r["schema_version"] != CURRENT]
+    for row in before:
+        for column in SCHEMA_7_COLUMNS:
+            row.setdefault(column, "")
+    if before:
+        table.columns += [c for c in SCHEMA_7_COLUMNS if c not in table.columns]
 
 
 def _upgrade_driver(row: dict[str, str]) -> None:

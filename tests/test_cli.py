@@ -37,8 +37,9 @@ def test_mlp_run_writes_a_checked_csv_row(tmp_path):
     rows = read_csv(out)
     assert len(rows) == 1
     row = rows[0]
-    assert row["schema_version"] == "6"
+    assert row["schema_version"] == "7"
     assert (row["device_kind"], row["backend"], row["data_parallel"]) == ("cpu", "cpu", "")
+    assert row["cpu_isa"] in ("sse2", "avx2", "avx512") and row["onednn_isa"] != ""
     assert row["baseline"] == "" and row["cpu_baseline"] == ""  # the cpu row is compared with nothing
     assert row["prediction_inputs"].startswith("v1;buckets=")
     assert row["variant"] == "" and row["measurement"] == "measured" and row["shared_device"] == ""
@@ -733,7 +734,7 @@ def test_benchmark_format_json_is_json_on_stdout_with_the_machine_context(tmp_pa
             "--precisions=fp32", *FAST)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)  # nothing but JSON: skip lines and the summary go to stderr
-    assert doc["context"]["trainbench_schema_version"] == "6"
+    assert doc["context"]["trainbench_schema_version"] == "7"
     for key in ("trainbench_host", "trainbench_cpu_model", "trainbench_git_commit", "trainbench_onednn"):
         assert doc["context"][key], key
     assert any(b["name"].startswith("train/lstm/sine/cpu/") for b in doc["benchmarks"])

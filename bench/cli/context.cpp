@@ -51,11 +51,13 @@ MachineContext read_machine_context() {
   c.cpu_model = cpu_model_name();
   c.cores = omp_get_num_procs();
 #if defined(__clang__)
-  c.compiler = fmt::format("clang {}", __clang_version__);
+  c.compiler = fmt::format("clang {}, {}", __clang_version__, TB_BUILD_TARGET);
 #elif defined(__GNUC__)
-  c.compiler = fmt::format("gcc {}", __VERSION__);
+  c.compiler = fmt::format("gcc {}, {}", __VERSION__, TB_BUILD_TARGET);
 #endif
   c.onednn = cpu_library_version();
+  c.onednn_isa = cpu_library_isa();
+  c.cpu_isa = own_cpu_isa();
   c.benchmark_lib = TB_BENCHMARK_VERSION;
   c.git_commit = git_commit();
   const std::time_t now = std::time(nullptr);
@@ -68,8 +70,9 @@ MachineContext read_machine_context() {
 std::string describe(const MachineContext& c) {
   return fmt::format(
       "trainbench {} on {} ({})\n  CPU: {}, {} cores, fp32 sgemm {:.1f} GFLOP/s (oneDNN, all cores)\n"
-      "  oneDNN {}, Google Benchmark {}, {}\n",
-      c.git_commit, c.host, c.os, c.cpu_model, c.cores, c.sgemm_gflops, c.onednn, c.benchmark_lib, c.compiler);
+      "  oneDNN {} ({}), trainbench's own CPU kernels {}, Google Benchmark {}, {}\n",
+      c.git_commit, c.host, c.os, c.cpu_model, c.cores, c.sgemm_gflops, c.onednn, c.onednn_isa, c.cpu_isa,
+      c.benchmark_lib, c.compiler);
 }
 
 }  // namespace tb::bench

@@ -148,10 +148,13 @@ void list_configs_json(std::ostream& out) {
     variants.push_back(fmt::format(R"(  {{"name": {}, "meaning": {}}})", json_string(v.name), json_string(v.meaning)));
   for (const Verdict& v : verdicts())
     words.push_back(fmt::format(R"(  {{"word": {}, "meaning": {}}})", json_string(v.word), json_string(v.meaning)));
+  std::vector<std::string> isas;
+  for (const std::string& isa : own_cpu_isas()) isas.push_back(json_string(isa));
   out << fmt::format(
       "{{\"format\": 2,\n \"grammar\": {},\n \"kinds\": [\n{}],\n \"variant_flags\": [\n{}],\n \"verdicts\": "
-      "[\n{}]}}\n",
-      json_string(device_grammar()), fmt::join(kinds, ",\n"), fmt::join(variants, ",\n"), fmt::join(words, ",\n"));
+      "[\n{}],\n \"cpu_isa\": {},\n \"cpu_isas\": [{}]}}\n",
+      json_string(device_grammar()), fmt::join(kinds, ",\n"), fmt::join(variants, ",\n"), fmt::join(words, ",\n"),
+      json_string(own_cpu_isa()), fmt::join(isas, ", "));
 }
 
 }  // namespace tb::bench

@@ -1,7 +1,7 @@
-// The table of the CSV's columns (columns.hpp), in schema version 6's order: version 2's
+// The table of the CSV's columns (columns.hpp), in schema version 7's order: version 2's
 // columns, then the NVML ones (telemetry/), then version 4's identity, load and link columns,
 // then version 5's device clock, prediction band, jobs window and nodes, then version 6's kind
-// facts, comparisons, verdicts and prediction inputs.
+// facts, comparisons, verdicts and prediction inputs, then version 7's instruction sets.
 #include "bench/output/columns.hpp"
 
 #include <algorithm>
@@ -176,6 +176,14 @@ std::vector<Column> kind_columns() {
   };
 }
 
+// Version 7: the instruction sets oneDNN's kernels and trainbench's own CPU kernels ran.
+std::vector<Column> isa_columns() {
+  return {
+      {"onednn_isa", X},
+      {"cpu_isa", X},
+  };
+}
+
 }  // namespace
 
 std::string number(double value) { return fmt::format("{:.6g}", value); }
@@ -183,8 +191,8 @@ std::string number(double value) { return fmt::format("{:.6g}", value); }
 const std::vector<Column>& columns() {
   static const std::vector<Column> all = [] {
     std::vector<Column> out;
-    for (const auto& part :
-         {run_columns(), machine_columns(), nvml_columns(), identity_columns(), wall_clock_columns(), kind_columns()})
+    for (const auto& part : {run_columns(), machine_columns(), nvml_columns(), identity_columns(), wall_clock_columns(),
+                             kind_columns(), isa_columns()})
       out.insert(out.end(), part.begin(), part.end());
     return out;
   }();

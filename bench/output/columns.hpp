@@ -10,7 +10,7 @@
 
 namespace tb::bench {
 
-inline constexpr const char* kSchemaVersion = "6";
+inline constexpr const char* kSchemaVersion = "7";
 
 enum class ColumnKind { Identity, Counter, Context };
 

@@ -66,6 +66,8 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
           {"cores", std::to_string(machine.cores)},
           {"compiler", machine.compiler},
           {"onednn", machine.onednn},
+          {"onednn_isa", machine.onednn_isa},
+          {"cpu_isa", machine.cpu_isa},
           {"benchmark_lib", machine.benchmark_lib},
           {"git_commit", machine.git_commit},
           {"timestamp", machine.timestamp}};

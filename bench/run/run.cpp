@@ -86,9 +86,26 @@ std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env) {
   throw Error("make_run: a device kind without a run");
 }
 
+// Work per OpenMP thread below which a step's parallel regions cost more than they save: the
+// LSTM's step (0.88 MFLOP) ran at 145,000-151,000 sequences/s on one thread of the 2-core VM and
+// 94,000-132,000 on both; on a 16-core host, where each region wakes 16 threads, it ran at 4,600.
+constexpr double kFlopsPerThread = 10e6;
+
+int BenchmarkRun::step_threads() {
+  if (info_.backend != Backend::Cpu || info_.device_kind->name != std::string("cpu")) return info_.threads;
+  const double flops = info_.cost.train_flops_per_sample() * double(info_.batch);
+  const int fit = std::max(1, int(flops / kFlopsPerThread));
+  if (fit >= info_.threads) return info_.threads;
+  note(
+      fmt::format("ran on {} of the {} cores: its step of {:.2g} MFLOP is too small to share (an OpenMP "
+                  "parallel region would cost more than its part of the work)",
+                  fit, info_.threads, flops * 1e-6));
+  return fit;
+}
+
 Outcome BenchmarkRun::walk(benchmark::State& st) {
-  omp_set_num_threads(info_.threads);
   notes_.clear();
+  omp_set_num_threads(step_threads());
   verdicts_.clear();
   prediction_inputs_.clear();
   if (!prepared_) {

@@ -132,6 +132,9 @@ class BenchmarkRun {
   void timed_counters(benchmark::State& st, const Window& w, const Timed& t, const Trainer& trainer,
                       const PhaseTimes& p0) const;
   void note_utilisation(benchmark::State& st);
+  // The OpenMP threads of the row's steps: the device's, except that a `cpu` row (all cores, the
+  // machine's choice) whose step is too small to share runs on fewer, and says so.
+  int step_threads();
   void note(std::string text) { notes_.push_back(std::move(text)); }
   void note_first(std::string text) { notes_.insert(notes_.begin(), std::move(text)); }
   void verdict(const char* word) { verdicts_.emplace_back(word); }

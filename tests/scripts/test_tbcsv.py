@@ -15,10 +15,11 @@ def test_a_v3_file_is_read_with_its_telemetry(tbcsv_mod):
     t = tbcsv_mod.read_table(GPU_V3)
     assert {r["schema_version"] for r in t.rows} == {"3"}
     # The file's header, then what the upgrade gave its rows: version 4's identity, version 6's
-    # columns, and the device clock's columns its GPU rows were moved to on read.
+    # columns, the device clock's columns its GPU rows were moved to on read, version 7's.
     header = load_generator().V3_HEADER
     moved = ["device_step_time_s", "device_samples_per_s"]
-    assert t.columns == header + ["variant", "measurement"] + list(tbcsv_mod.SCHEMA_6_COLUMNS) + moved
+    assert t.columns == (header + ["variant", "measurement"] + list(tbcsv_mod.SCHEMA_6_COLUMNS) + moved
+                         + list(tbcsv_mod.SCHEMA_7_COLUMNS))
     assert header[-len(tbcsv_mod.SCHEMA_3_COLUMNS):] == list(tbcsv_mod.SCHEMA_3_COLUMNS)
     gpu = [r for r in t.rows if tbcsv_mod.is_iteration(r) and tbcsv_mod.on_gpu(r)]
     cpu = [r for r in t.rows if r["device_kind"] == "cpu"]
@@ -56,7 +57,7 @@ def test_v2_and_v3_files_are_read_together(tbcsv_mod):
     assert len(sps) == 18 and {v for v, _ in energy} == {"3"}
 
 
-@pytest.mark.parametrize("version", ["9", "7", "", "3.0"])
+@pytest.mark.parametrize("version", ["9", "8", "", "3.0"])
 def test_an_unknown_version_is_refused_naming_the_file_and_line(tbcsv_mod, tmp_path, version):
     lines = open(GPU_V3).read().splitlines()
     lines[3] = version + lines[3][1:]  # the third row (line 4 of the file)
@@ -65,7 +66,7 @@ def test_an_unknown_version_is_refused_naming_the_file_and_line(tbcsv_mod, tmp_p
     with pytest.raises(tbcsv_mod.InputError) as e:
         tbcsv_mod.read_table(str(bad))
     assert str(e.value) == (f"{bad}: line 4: unknown schema_version {version!r} (these scripts "
-                            f"read versions 1, 2, 3, 4, 5, 6)")
+                            f"read versions 1, 2, 3, 4, 5, 6, 7)")
 
 
 def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
@@ -116,11 +117,13 @@ def test_fixture_headers_are_what_trainbench_writes(tbcsv_mod):
     assert tuple(generate.V5_HEADER[len(generate.V4_HEADER):]) == tbcsv_mod.SCHEMA_5_COLUMNS
     assert generate.V6_HEADER[:len(generate.V5_HEADER)] == generate.V5_HEADER
     assert tuple(generate.V6_HEADER[len(generate.V5_HEADER):]) == tbcsv_mod.SCHEMA_6_COLUMNS
+    assert generate.V7_HEADER[:len(generate.V6_HEADER)] == generate.V6_HEADER
+    assert tuple(generate.V7_HEADER[len(generate.V6_HEADER):]) == tbcsv_mod.SCHEMA_7_COLUMNS
     version, columns = source_columns()
     assert version in tbcsv_mod.SCHEMA_VERSIONS, (
         f"bench/ writes schema_version {version}: teach scripts/tbcsv.py to read it")
     headers = {"2": generate.V2_HEADER, "3": generate.V3_HEADER, "4": generate.V4_HEADER,
-               "5": generate.V5_HEADER, "6": generate.V6_HEADER}
+               "5": generate.V5_HEADER, "6": generate.V6_HEADER, "7": generate.V7_HEADER}
     assert version in headers, f"no fixture header for schema_version {version}"
     assert columns == headers[version], (
         f"bench/'s columns differ from tests/scripts/fixtures/generate.py's "
