@@ -321,6 +321,14 @@ int main(int argc, char** argv) {
     std::cerr << fmt::format("trainbench: error: unknown flag '{}' (see trainbench --help)\n", argv[1]);
     return kUsageError;
   }
+  if (flags.predict_allreduce > 0) {
+    try {
+      return predict_allreduce(flags);
+    } catch (const tb::Error& e) {
+      std::cerr << "trainbench: error: " << e.what() << "\n";
+      return kUsageError;
+    }
+  }
   if (!flags.predict_from.empty()) {
     try {
       return predict_from_csv(flags, read_machine_context());

@@ -346,6 +346,26 @@ def test_mpi_device_outside_mpirun_is_a_skipped_row_naming_the_command(tmp_path)
     assert "mpirun -np 2" in rows[0]["message"]
 
 
+def test_the_own_kernels_isa_is_capped_recorded_and_a_bad_cap_refused(tmp_path):
+    out = tmp_path / "run.csv"
+    env = dict(os.environ, TB_MAX_CPU_ISA="sse2")
+    r = subprocess.run([BINARY, "--benchmark_filter=train/lenet5/cifar10/cpu/", "--iterations=3", f"--csv={out}"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "trainbench's own CPU kernels sse2" in r.stderr + r.stdout
+    row, = [row for row in read_csv(out) if row["measurement"] == "measured"]
+    assert row["cpu_isa"] == "sse2" and row["status"] == "ok"
+    listing = json.loads(subprocess.run([BINARY, "--list_configs", "--json"], capture_output=True, text=True,
+                                        timeout=60, env=env).stdout)
+    assert listing["cpu_isa"] == "sse2" and listing["cpu_isas"][0] == "sse2"
+    bad = subprocess.run([BINARY, "--benchmark_filter=train/mlp/mnist/cpu/", "--iterations=3"], capture_output=True,
+                         text=True, timeout=60, env=dict(os.environ, TB_MAX_CPU_ISA="avx9"))
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("trainbench: error: TB_MAX_CPU_ISA: 'avx9' is not an instruction set of "
+                                 "trainbench's own CPU kernels (sse2, avx2, avx512; e.g. TB_MAX_CPU_ISA=avx2)")
+    assert "train/mlp" not in bad.stdout, "nothing was run"
+
+
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
 def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path):
     out = tmp_path / "run.csv"
@@ -503,8 +523,13 @@ def test_a_prediction_asked_after_the_run_equals_the_runs_own(tmp_path):
     assert after["benchmark"] == name
     for column in ("samples_per_s", "samples_per_s_low", "samples_per_s_high", "step_time_s", "scaling_efficiency",
                    "algorithm", "nodes", "network", "network_busbw_gbps", "network_latency_us", "link",
-                   "link_busbw_gbps", "dominant_term", "message", "predicted_from", "device_kind"):
+                   "link_busbw_gbps", "dominant_term", "message", "predicted_from", "device_kind",
+                   "prediction_model"):
         assert after[column] == in_run[name][column], column
+    assert after["prediction_model"] == "2", "every predicted row names the model that made it"
+    # Asked of a file whose own predictions are there, it sets each beside the file's, by its model.
+    assert f"the file's own: {float(in_run[name]['samples_per_s']):.0f} samples/s, by this model (this prediction " \
+           "+0.0%)" in a.stdout
     assert float(after["samples_per_s_low"]) <= float(after["samples_per_s"]) <= float(after["samples_per_s_high"])
     assert after["algorithm"] in ("ring", "tree", "ring+tree", "tree+ring")
     assert "--link=20,2" in after["message"] and "--network=10,50" in after["message"]
@@ -519,6 +544,37 @@ def test_a_prediction_asked_after_the_run_equals_the_runs_own(tmp_path):
         assert b.returncode == 2 and says in b.stderr, (bad, b.stderr)
     missing = run(f"--predict_from={tmp_path / 'none.csv'}")
     assert missing.returncode == 2 and "--predict_from=" in missing.stderr
+
+
+def test_every_link_and_network_preset_help_names_is_taken_and_nvlink_nodes_are_bounded(tmp_path):
+    """--help names the presets from the model's own tables: each one --help names is accepted by
+    --predict_from (of a GPU row: the H100 reference), and 64 GPUs over nvlink4 on one node are
+    refused, naming --nodes and --gpus_per_node."""
+    help_text = run("--help").stdout
+
+    def presets(after, until):
+        block = help_text[help_text.index(after):help_text.index(until)]
+        names = re.findall(r"\b(?:nvlink\w*|pcie\d|ib_\w+|\d+gbe)\b", block)
+        return sorted({re.sub(r"x\d+$", "", name) for name in names})  # ib_ndr400x8: the preset with its NICs
+
+    links = presets("--link=L", "--nodes=M")
+    networks = presets("--nodes=M", "--gpus_per_node=K")
+    assert {"nvlink4", "nvlink4_nvls", "nvlink3", "pcie3", "pcie4", "pcie5"} <= set(links), links
+    assert {"ib_ndr400", "100gbe", "25gbe", "10gbe"} <= set(networks), networks
+    reference = os.path.join(os.path.dirname(__file__), "..", "results", "h100", "default-20261127T060200Z.csv")
+    one = "--benchmark_filter=train/lstm/sine/gpu:1/fp32/"
+    for link in links:
+        r = run(f"--predict_from={reference}", one, f"--link={link}", "--devices=gpu:2")
+        assert r.returncode == 0 and "predicted gpu:2" in r.stdout, (link, r.stderr)
+    for network in networks:
+        r = run(f"--predict_from={reference}", one, "--link=nvlink4", "--nodes=2", f"--network={network}x8",
+                "--devices=gpu:16")
+        assert r.returncode == 0 and "predicted gpu:16 on 2 nodes" in r.stdout, (network, r.stderr)
+    big = run(f"--predict_from={reference}", one, "--link=nvlink4", "--devices=gpu:64")
+    assert big.returncode == 2
+    assert "64 devices over nvlink4: an NVLink link joins at most 8 GPUs of one node (--gpus_per_node=8)" in big.stderr
+    ok = run(f"--predict_from={reference}", one, "--link=nvlink4", "--devices=gpu:64", "--gpus_per_node=64")
+    assert ok.returncode == 0, ok.stderr
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
@@ -870,3 +926,34 @@ def test_a_job_that_fails_fails_the_row_with_its_own_message(tmp_path):
     [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
     assert row["status"] == "failed" and "job 0 of 2" in row["message"] and "loss" in row["message"]
     assert r.returncode == 1
+
+
+def test_the_published_measurements_table_is_what_its_commands_predict():
+    """docs/prediction.md's "Published measurements": each row's command, run here, prints the
+    prediction and band the table shows, and the table's "inside" is whether the published figure
+    (or range) meets that band."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    page = open(os.path.join(root, "docs", "prediction.md")).read()
+    table = page[page.index("<!-- published measurements"):].split("\n\n")[0].splitlines()[1:]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split(" | ")))) for line in table[2:]]
+    assert len(rows) >= 5 and header[-1] == "inside", header
+
+    def numbers(text):
+        return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", text.replace(",", ""))]
+
+    for row in rows:
+        command = re.fullmatch(r"`(.*)`", row["trainbench's command"]).group(1).split()
+        r = subprocess.run([os.path.abspath(BINARY), *command], capture_output=True, text=True, timeout=120, cwd=root)
+        assert r.returncode == 0, (command, r.stderr)
+        if command[0].startswith("--predict_allreduce"):
+            got = re.search(r"busbw ([\d.]+) GB/s \(([\d.]+) to ([\d.]+)\)", r.stdout)
+        else:
+            got = re.search(r"(\d+)% efficiency \((\d+)% to (\d+)%\)", r.stdout)
+        assert got, (command, r.stdout)
+        point, low, high = (float(x) for x in got.groups())
+        shown = numbers(row["predicted (band)"])
+        assert shown == [point, low, high], (row["what was measured"], shown, got.group(0))
+        published = numbers(row["published"])
+        inside = published[0] <= high and published[-1] >= low  # a range: where it meets the band
+        assert row["inside"] == ("yes" if inside else "no"), (row["what was measured"], published, low, high)

@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -318,9 +319,11 @@ TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
   const parallel::Prediction p = parallel::predict(t, 0.050, 64, 2, link);
   EXPECT_NEAR(p.comm_s, 0.020, 1e-12);
   EXPECT_NEAR(p.exposed_comm_s, 0.010, 1e-12);
-  EXPECT_NEAR(p.step_s, 0.060, 1e-12);
-  EXPECT_NEAR(p.samples_per_s, 2 * 64 / 0.060, 1e-9);
-  EXPECT_NEAR(p.efficiency, 0.050 / 0.060, 1e-12);
+  // Plus the contention of the first all-reduce's 10 ms beside backward (on a GPU).
+  const double step = 0.060 + parallel::kContentionPoint * 0.010;
+  EXPECT_NEAR(p.step_s, step, 1e-12);
+  EXPECT_NEAR(p.samples_per_s, 2 * 64 / step, 1e-9);
+  EXPECT_NEAR(p.efficiency, 0.050 / step, 1e-12);
   EXPECT_EQ(p.algorithm, "ring");
   // Ready together at the end: the two queue one after the other, all exposed.
   t.bucket_ready_s = {0.030, 0.030};
@@ -350,22 +353,22 @@ TEST(Predict, LatencyGrowsWithNAndATreeTakesSmallBuckets) {
 }
 
 // Two levels: N devices on M nodes take the slower level's bus bandwidth (the network's, times
-// the NICs a node's devices reach) and NCCL's step counts: 2M of the ring's 2(N-1) steps cross
-// the network; a tree is a chain within a node and log2 M steps between nodes, each way.
+// the NICs a node's devices reach) and NCCL 2.28's step counts: 2(M-1) of the ring's 2(N-1) steps
+// cross the network; a tree is a chain within a node and log2 M steps between nodes, each way.
 TEST(Predict, TwoLevelsTakeTheSlowerLevelAndNcclsStepCounts) {
   parallel::Cluster c;
   c.devices = 8;
   c.nodes = 4;
   c.link = parallel::Link{.name = "shm", .busbw_gbps = 20, .latency_us = 1, .source = "a test"};
   c.network = parallel::Link{.name = "net", .busbw_gbps = 10, .latency_us = 50, .source = "a test"};
-  // 8 ranks, 4 nodes: of 14 ring steps 8 cross the network; 10 GB/s, one NIC per node.
-  EXPECT_NEAR(parallel::all_reduce(1e9, c).s, (6 * 1 + 8 * 50) * 1e-6 + 1.75 * 1e9 / 10e9, 1e-12);
+  // 8 ranks, 4 nodes: of 14 ring steps 6 cross the network; 10 GB/s, one NIC per node.
+  EXPECT_NEAR(parallel::all_reduce(1e9, c).s, (8 * 1 + 6 * 50) * 1e-6 + 1.75 * 1e9 / 10e9, 1e-12);
   // Small: a tree of one intra step and log2 4 = 2 network steps, each way.
   EXPECT_NEAR(parallel::all_reduce(1e3, c).s, 2 * (1 * 1 + 2 * 50) * 1e-6 + 2 * 1e3 / 10e9, 1e-15);
   EXPECT_EQ(parallel::all_reduce(1e3, c).algorithm, "tree");
   // Two NICs per node carry both of a node's ranks: the link within the node is now the slower.
   c.network.nics = 2;
-  EXPECT_NEAR(parallel::all_reduce(1e9, c).s, (6 * 1 + 8 * 50) * 1e-6 + 1.75 * 1e9 / 20e9, 1e-12);
+  EXPECT_NEAR(parallel::all_reduce(1e9, c).s, (8 * 1 + 6 * 50) * 1e-6 + 1.75 * 1e9 / 20e9, 1e-12);
   // The same 8 as one node: the network plays no part.
   c.nodes = 1;
   EXPECT_NEAR(parallel::all_reduce(1e9, c).s, 14 * 1e-6 + 1.75 * 1e9 / 20e9, 1e-12);
@@ -381,8 +384,8 @@ TEST(Predict, MpiRunsTheCommunicatorsRingFrom64KiBAndItsBinomialTreeBelow) {
   c.library = parallel::Library::Mpi;
   c.link = parallel::Link{.name = "shm", .busbw_gbps = 20, .latency_us = 1, .source = "a test"};
   c.network = parallel::Link{.name = "net", .busbw_gbps = 10, .latency_us = 5000, .source = "a test"};
-  // 64 KiB: the ring's 8 network steps of 5 ms, where NCCL's choice would be the tree's 4.
-  const double ring = (6 * 1 + 8 * 5000) * 1e-6 + 1.75 * 65536 / 10e9;
+  // 64 KiB: the ring's 6 network steps of 5 ms, where NCCL's choice would be the tree's 4.
+  const double ring = (8 * 1 + 6 * 5000) * 1e-6 + 1.75 * 65536 / 10e9;
   EXPECT_NEAR(parallel::all_reduce(65536, c).s, ring, 1e-12);
   EXPECT_EQ(parallel::all_reduce(65536, c).algorithm, "ring");
   c.library = parallel::Library::Nccl;
@@ -423,6 +426,89 @@ TEST(Predict, NcclLinksChooseAProtocolAndNameIt) {
   c.network = parallel::parse_network("ib_ndr400");
   const double one = parallel::all_reduce(1e9, c).s;
   EXPECT_NEAR(one / eight, 8, 0.5) << "bandwidth-bound: about 8x";
+}
+
+// NVLink SHARP (nvlink4_nvls) joins the ring and the tree where NCCL runs it, within one node:
+// at 5 to 8 GPUs its measured bus bandwidth (420-480 GB/s) beats the ring's 370 for large buffers;
+// up to 4 GPUs it reaches the ring's and gains nothing but latency (25 us against the ring's 28.8
+// at 4); its band's slow end takes no gain over the ring's bandwidth.
+TEST(Predict, NvlsBeatsTheRingFromFiveGpusOfOneNodeOnly) {
+  parallel::Cluster c, ring;
+  c.link = parallel::parse_link("nvlink4_nvls");
+  ring.link = parallel::parse_link("nvlink4");
+  c.devices = ring.devices = 8;
+  const parallel::AllReduce big = parallel::all_reduce(1e9, c);
+  EXPECT_EQ(big.algorithm, "nvls/simple");
+  EXPECT_NEAR(big.s, 25e-6 + 1.75 * 1e9 / 480e9, 1e-9);
+  EXPECT_LT(big.s, 0.8 * parallel::all_reduce(1e9, ring).s);
+  EXPECT_NEAR(parallel::all_reduce(1e9, c, parallel::End::Slow).s,
+              parallel::all_reduce(1e9, ring, parallel::End::Slow).s, 50e-6)
+      << "the slow end: the ring's bandwidth";
+  c.devices = ring.devices = 4;
+  EXPECT_NEAR(parallel::all_reduce(1e9, c).s, parallel::all_reduce(1e9, ring).s, 5e-6) << "no gain at 4 GPUs";
+  EXPECT_EQ(parallel::nvls_busbw(8), 480);
+  EXPECT_EQ(parallel::nvls_busbw(9), 0) << "outside an 8-GPU board";
+  // Across nodes NCCL 2.28 runs no NVLS without CollNet.
+  c.devices = 16;
+  c.nodes = 2;
+  c.network = parallel::parse_network("ib_ndr400x8");
+  EXPECT_EQ(parallel::all_reduce(1e9, c).algorithm.find("nvls"), std::string::npos);
+  // Without NVLS the same board's ring.
+  c = parallel::Cluster{};
+  c.link = parallel::parse_link("nvlink4");
+  c.devices = 8;
+  EXPECT_EQ(parallel::all_reduce(1e9, c).algorithm, "ring/simple");
+}
+
+// On a GPU, compute beside an all-reduce slows: the contention term is kContentionPoint of the
+// backward time an all-reduce overlapped (0 to kContentionHigh); CPU ranks' all-reduces overlap
+// nothing and take none.
+TEST(Predict, ContentionSlowsTheComputeAnAllReduceOverlapsOnAGpu) {
+  // One 1 GB bucket ready at 10 ms of a 50 ms step, backward ending at 30: over 100 GB/s at N=2
+  // it runs 10-20 ms, 10 ms beside backward.
+  parallel::StepTimeline t;
+  t.bucket_ready_s = {0.010};
+  t.bucket_bytes = {1e9};
+  t.backward_end_s = 0.030;
+  t.step_end_s = 0.045;
+  t.steps = 100;
+  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
+  const parallel::Prediction p = parallel::predict(t, 0.050, 64, 2, link);
+  const parallel::Term& contention = p.terms.back();
+  ASSERT_EQ(contention.name, "contention");
+  EXPECT_NEAR(contention.s, parallel::kContentionPoint * 0.010, 1e-12);
+  EXPECT_EQ(contention.low, 0);
+  EXPECT_NEAR(contention.high, parallel::kContentionHigh * 0.010, 1e-12);
+  EXPECT_NEAR(p.step_s, 0.050 + parallel::kContentionPoint * 0.010, 1e-12) << "the rest is hidden";
+  parallel::Link host = link;
+  host.overlaps_compute = false;
+  EXPECT_EQ(parallel::predict(t, 0.050, 64, 2, host).terms.back().s, 0) << "CPU ranks overlap nothing";
+}
+
+// A band is never narrower than its evidence: the compute term moves by kStepRepeatSpread at the
+// least, and by sqrt(kEnoughSteps / steps) times that below kEnoughSteps timed steps.
+TEST(Predict, TheComputeBandIsNeverNarrowerThanARepeatedStepMoves) {
+  parallel::OneDevice one;
+  one.timeline.bucket_ready_s = {0.010};
+  one.timeline.bucket_bytes = {1e3};
+  one.timeline.backward_end_s = 0.030;
+  one.timeline.step_end_s = 0.045;
+  one.step_s = 0.050;
+  one.batch = 64;
+  one.step_times.assign(21, 0.050);  // no spread at all in the steps sampled
+  const parallel::Link link = parallel::parse_link("nvlink4");
+  for (const long steps : {2L, 5L, 20L, 500L}) {
+    one.timeline.steps = steps;
+    const parallel::Prediction p = parallel::predict(one, 8, link);
+    const parallel::Term& compute = p.terms.front();
+    const double half = parallel::kStepRepeatSpread * std::sqrt(20.0 / double(std::min(steps, 20L)));
+    EXPECT_NEAR(compute.high, 0.050 * (1 + half), 1e-12) << steps << " steps";
+    EXPECT_NEAR(compute.low, 0.050 * (1 - half), 1e-12) << steps << " steps";
+  }
+  // The whole band of 8 GPUs is then at least 2% of its point wide.
+  one.timeline.steps = 500;
+  const parallel::Prediction p = parallel::predict(one, 8, link);
+  EXPECT_GE((p.samples_per_s_high - p.samples_per_s_low) / p.samples_per_s, 0.02);
 }
 
 TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
@@ -531,6 +617,13 @@ TEST(Replay, WaitsOutTheSavedDataParallelOverheadAfterTheStep) {
   EXPECT_THROW(parallel::ReplayNetwork(t, {}, 1, -0.001), Error);
 }
 
+// The term of `p` named `name`.
+const parallel::Term& term_named(const parallel::Prediction& p, const std::string& name) {
+  for (const parallel::Term& t : p.terms)
+    if (t.name == name) return t;
+  throw std::runtime_error("no term " + name);
+}
+
 // One device's 50 ms step of 64 samples with two 1 GB buckets, ready at 10 and 30 ms of it;
 // backward ends at 30 ms, the update at 45.
 parallel::OneDevice two_bucket_step() {
@@ -554,7 +647,7 @@ TEST(Predict, TermsAddUpToTheStepWithABandAndTheDominantTermNamed) {
   parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
   link.busbw_low_gbps = 40;
   const parallel::Prediction p = parallel::predict(one, 2, link);
-  ASSERT_EQ(p.terms.size(), 5u);
+  ASSERT_EQ(p.terms.size(), 6u);
   double sum = 0;
   for (const parallel::Term& t : p.terms) {
     EXPECT_LE(t.low, t.s + 1e-15) << t.name;
@@ -582,7 +675,7 @@ TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
   host.overlaps_compute = false;
   const parallel::Prediction p = parallel::predict(one, 2, host);
   EXPECT_NEAR(p.exposed_comm_s, 0.020, 1e-12);  // both all-reduces after backward
-  const parallel::Term& comm = p.terms.back();
+  const parallel::Term& comm = term_named(p, "communication");
   EXPECT_NEAR(comm.low, 0.010, 1e-12);  // overlapped as on a GPU: only the second is exposed
   // Overlapping on the cores backward needs may cost more than one after the other: the slow
   // end counts the 10 ms that could overlap twice.
@@ -606,12 +699,13 @@ TEST(Predict, ASweptLinksEndsAreItsSlowestAndItsFastest) {
                       .sweep_slowest = {2e-3, 5e-3},
                       .sweep_ranks = 2};
   const parallel::Prediction p = parallel::predict(one, 2, link);
-  EXPECT_NEAR(p.terms.back().s, 3e-3, 1e-12);
-  EXPECT_NEAR(p.terms.back().high, 5e-3, 1e-12);
+  const parallel::Term& comm = term_named(p, "communication");
+  EXPECT_NEAR(comm.s, 3e-3, 1e-12);
+  EXPECT_NEAR(comm.high, 5e-3, 1e-12);
   // The fast end: each size's fastest, at the fast bus bandwidth (here the same).
-  EXPECT_NEAR(p.terms.back().low, 3e-3, 1e-12) << "without fastest times, the curve's own";
+  EXPECT_NEAR(comm.low, 3e-3, 1e-12) << "without fastest times, the curve's own";
   link.sweep_fastest = {0.5e-3, 2e-3};
-  EXPECT_NEAR(parallel::predict(one, 2, link).terms.back().low, 2e-3, 1e-12);
+  EXPECT_NEAR(term_named(parallel::predict(one, 2, link), "communication").low, 2e-3, 1e-12);
   EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Fast).s, 1.25e-3, 1e-12) << "on the line between the fastest";
 }
 

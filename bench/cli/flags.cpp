@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
+#include "engine/parallel/predict.hpp"
 
 namespace tb::bench {
 namespace {
@@ -110,6 +111,23 @@ double parse_memory(const std::string& flag, const std::string& v) {
   return x;
 }
 
+// BYTES: a whole number of bytes with an optional KiB, MiB or GiB (1000000, 256MiB, 4GiB).
+double parse_byte_count(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  const std::string suffix = end ? std::string(end) : std::string();
+  const double unit = suffix == "KiB"   ? 1024.0
+                      : suffix == "MiB" ? 1024.0 * 1024
+                      : suffix == "GiB" ? 1024.0 * 1024 * 1024
+                      : suffix.empty()  ? 1
+                                        : 0;
+  const double bytes = x * unit;
+  if (v.empty() || !std::isfinite(bytes) || bytes < 1 || bytes != std::floor(bytes) || bytes > double(1ULL << 50))
+    throw InputError(
+        fmt::format("--{}: '{}' is not a byte count from 1 byte to 1 PiB (e.g. 4GiB, 256MiB, 1000000)", flag, v));
+  return bytes;
+}
+
 }  // namespace
 
 namespace {
@@ -148,17 +166,25 @@ trainbench flags:
                         CUDA_VISIBLE_DEVICES applies first). One ordinal repeated (--gpus=0,0)
                         runs gpu:N as N replicas sharing that GPU, all-reduced by a kernel: a
                         check of the data-parallel path on one GPU, not a measure of scaling
-  --link=L[+L...]       the links predicted N-device rows assume: nvlink4, nvlink3, pcie4,
-                        pcie5, ib_ndr400, measured (the run's MPI world, swept at start-up) or
-                        BUSBW_GBPS[,LATENCY_US]. Default: nvlink4 for GPU rows, measured for
-                        CPU rows under mpirun (none otherwise). See docs/prediction.md
+  --link=L[+L...]       the links predicted N-device rows assume: a preset,
+@LINKS@,
+                        measured (the run's MPI world, swept at start-up) or
+                        BUSBW_GBPS[,LATENCY_US]. Default: nvlink4 for GPU rows, measured for CPU
+                        rows under mpirun (none otherwise). See docs/prediction.md
   --nodes=M             predicted devices spread over M nodes (N = M x devices per node), joined
-                        by --network=NAME|BUSBW_GBPS[,LATENCY_US][xNICS]: ib_ndr400, ib_ndr400x8
-                        (8 NICs per node, a DGX H100), 100gbe, 25gbe, 10gbe; --link is then the
-                        link within a node
+                        by --network=NAME[xNICS]|BUSBW_GBPS[,LATENCY_US][xNICS], a preset
+@NETWORKS@
+                        (ib_ndr400x8: 8 NICs per node, a DGX H100); --link is then the link
+                        within a node
+  --gpus_per_node=K     the most GPUs an NVLink link joins in one node (default 8, an HGX or
+                        DGX board): more over nvlink4 or nvlink3 need --nodes
   --predict_from=CSV    no training: predicted rows from the one-device rows of an earlier run's
                         CSV (their prediction_inputs column), for --devices=gpu:N,mpi:N (default
                         2, 4, 8 devices), --link, --nodes and --network; with --csv=OUT
+  --predict_allreduce=BYTES
+                        no training: one all-reduce of BYTES (4GiB, 256MiB, 1000000) predicted
+                        for --devices=gpu:N (default 2, 4, 8), --link, --nodes and --network:
+                        its time, algorithm and bus bandwidth (nccl-tests' busbw) with its band
   --replay_from=CSV     under mpirun -np N: each one-device row of CSV (filtered) replayed on
                         N ranks: its measured compute waited out step by step, its gradient
                         buckets all-reduced for real at their measured times (mpi:N rows,
@@ -220,7 +246,24 @@ Any other flag is an error.
 
 }  // namespace
 
-std::string usage() { return std::string(usage_benchmarks()) + usage_training(); }
+std::string usage() {
+  // The presets are the model's own tables (engine/parallel/predict.cpp), named as they are, in
+  // lines of the flags' column.
+  const auto names = [](const std::vector<parallel::Link>& presets) {
+    std::string out, line;
+    for (const parallel::Link& l : presets) {
+      if (!line.empty() && line.size() + l.name.size() + 2 > 72)
+        out += std::string(24, ' ') + line + "\n", line.clear();
+      line += (line.empty() ? "" : ", ") + l.name;
+    }
+    return out + std::string(24, ' ') + line;
+  };
+  std::string text = std::string(usage_benchmarks()) + usage_training();
+  for (const auto& [mark, value] : {std::pair{std::string("@LINKS@"), names(parallel::link_presets())},
+                                    std::pair{std::string("@NETWORKS@"), names(parallel::network_presets())}})
+    text.replace(text.find(mark), mark.size(), value);
+  return text;
+}
 
 namespace {
 
@@ -261,6 +304,10 @@ const std::vector<std::pair<const char*, Setter>>& valued_flags() {
       {"link", [](Flags& f, const std::string& v) { f.links = plus_list(v); }},
       {"network", [](Flags& f, const std::string& v) { f.networks = plus_list(v); }},
       {"nodes", [](Flags& f, const std::string& v) { f.nodes = int(parse_int("nodes", v, 1, kMaxNodes)); }},
+      {"gpus_per_node",
+       [](Flags& f, const std::string& v) { f.gpus_per_node = int(parse_int("gpus_per_node", v, 1, 1024)); }},
+      {"predict_allreduce",
+       [](Flags& f, const std::string& v) { f.predict_allreduce = parse_byte_count("predict_allreduce", v); }},
       {"predict_from",
        file_flag(&Flags::predict_from, "predict_from", "a trainbench CSV, e.g. --predict_from=run.csv")},
       {"replay_from", file_flag(&Flags::replay_from, "replay_from", "a trainbench CSV, e.g. --replay_from=run.csv")},
@@ -384,6 +431,10 @@ Flags parse_flags(int& argc, char** argv) {
                     f.nodes));
   if (!f.predict_from.empty() && !f.replay_from.empty())
     throw InputError("--predict_from and --replay_from are two runs: give one of them");
+  if (f.predict_allreduce > 0 && (!f.predict_from.empty() || !f.replay_from.empty()))
+    throw InputError(
+        "--predict_allreduce predicts one all-reduce, no run's rows: give it without --predict_from or "
+        "--replay_from");
   if (f.json && !f.list_models && !f.list_configs)
     throw InputError(
         "--json goes with --list_models or --list_configs (trainbench --list_models --json); results go to "
@@ -416,6 +467,7 @@ std::string shaping_flags(const Flags& f) {
       {"iterations", std::to_string(f.iterations)},
       {"link", fmt::format("{}", fmt::join(f.links, "+"))},
       {"nodes", std::to_string(f.nodes)},
+      {"gpus_per_node", std::to_string(f.gpus_per_node)},
       {"network", fmt::format("{}", fmt::join(f.networks, "+"))},
       {"replay_from", f.replay_from},
       {"timeline", f.timeline ? "on" : "off"},

@@ -38,8 +38,10 @@ struct Flags {
   std::string summary;                       // --summary=FILE: the end-of-run table as Markdown
   std::vector<std::string> links;            // --link=A+B: links predictions assume (empty: per device)
   int nodes = 1;                             // --nodes=M: predicted devices spread over M nodes
+  int gpus_per_node = 8;                     // --gpus_per_node=K: what an NVLink link joins at most
   std::vector<std::string> networks;         // --network=A+B: the links between nodes (with --nodes)
   std::string predict_from;                  // --predict_from=CSV: predicted rows from a run's rows, no training
+  double predict_allreduce = 0;              // --predict_allreduce=BYTES: one all-reduce predicted, no training
   std::string replay_from;                   // --replay_from=CSV: a run's one-device rows replayed across ranks
   bool timeline = true;                      // --timeline=off: no bucket timeline, no predictions
   bool help = false;

@@ -1,7 +1,8 @@
 // The table of the CSV's columns (columns.hpp), in schema version 7's order: version 2's
 // columns, then the NVML ones (telemetry/), then version 4's identity, load and link columns,
 // then version 5's device clock, prediction band, jobs window and nodes, then version 6's kind
-// facts, comparisons, verdicts and prediction inputs, then version 7's instruction sets.
+// facts, comparisons, verdicts and prediction inputs, then version 7's instruction sets,
+// prediction model and windows.
 #include "bench/output/columns.hpp"
 
 #include <algorithm>
@@ -176,11 +177,15 @@ std::vector<Column> kind_columns() {
   };
 }
 
-// Version 7: the instruction sets oneDNN's kernels and trainbench's own CPU kernels ran.
+// Version 7: the instruction sets oneDNN's kernels and trainbench's own CPU kernels ran; the
+// version of the prediction model a predicted row was made by; the samples/s of consecutive
+// windows of a repetition's timed steps.
 std::vector<Column> isa_columns() {
   return {
       {"onednn_isa", X},
       {"cpu_isa", X},
+      {"prediction_model", I},
+      {"window_samples_per_s", I},
   };
 }
 

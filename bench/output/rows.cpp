@@ -137,6 +137,9 @@ Row RowLog::repetition(const BenchInfo& info, const Repetition& r) {
   row["verdicts"] = verdicts_cell(r.verdicts);
   row["prediction"] = r.prediction;
   row["prediction_inputs"] = r.prediction_inputs;
+  std::vector<std::string> windows;
+  for (double w : r.windows) windows.push_back(number(w));
+  row["window_samples_per_s"] = fmt::format("{}", fmt::join(windows, ";"));
   if (r.status == "ok") add_counters(row, r.counters, false);
   keep(row);
   return row;

@@ -37,6 +37,7 @@ struct Repetition {
   std::vector<std::string> verdicts;
   std::string prediction;         // the predicted row it was compared with, if any
   std::string prediction_inputs;  // one-device train rows (bench/predict/inputs.hpp)
+  std::vector<double> windows;    // samples/s of consecutive parts of its timed steps (window_rates)
 };
 
 // Where every row of a run goes, the moment it is final: the CSV (--csv, on rank 0), so that an

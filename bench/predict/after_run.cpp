@@ -2,7 +2,9 @@
 // through the same rows-to-prediction path the run itself takes (predict_rows).
 #include "bench/predict/after_run.hpp"
 
+#include <cmath>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -24,15 +26,15 @@ namespace {
 
 // The device counts --devices asks of rows of `backend` ("gpu": gpu:N, "cpu": mpi:N); empty for
 // the defaults. Other entries are refused: a prediction is of N devices sharing gradients.
-std::vector<int> counts_for(const Flags& flags, const std::string& backend) {
+std::vector<int> counts_for(const Flags& flags, const std::string& backend, const char* flag = "--predict_from") {
   std::vector<int> counts;
   for (const std::string& entry : flags.devices) {
     const DeviceEntry e = parse_device_entry(entry);
     if (!((e.device == "gpu" || e.device == "mpi") && e.count >= 2 && e.split.empty()))
-      throw InputError(fmt::format(
-          "--devices={}: with --predict_from, give the devices to predict: gpu:N (from GPU rows) or mpi:N (from CPU "
-          "rows), N >= 2, e.g. --devices=gpu:16,mpi:8",
-          entry));
+      throw InputError(
+          fmt::format("--devices={}: with {}, give the devices to predict: gpu:N (from GPU rows) or mpi:N (from CPU "
+                      "rows), N >= 2, e.g. --devices=gpu:16,mpi:8",
+                      entry, flag));
     if ((e.device == "gpu") == (backend == "gpu")) counts.push_back(e.count);
   }
   return counts;
@@ -56,6 +58,19 @@ std::vector<parallel::Link> links_for(const Flags& flags, const std::string& bac
   return links;
 }
 
+// "    the file's own: 1,234 samples/s by model 1 (this one +4.2%)": a re-predicted row beside the
+// file's row of the same name, saying which model made that.
+std::string beside_committed(const Row& theirs, const Row& ours) {
+  const std::string model = cell(theirs, "prediction_model");
+  const double was = cell_number(theirs, "samples_per_s"), now = cell_number(ours, "samples_per_s");
+  const bool same = model == std::to_string(parallel::kPredictionModel);
+  return fmt::format("    the file's own: {:.0f} samples/s, {}{}", was,
+                     same            ? "by this model"
+                     : model.empty() ? "by a model before version 2 (it did not say)"
+                                     : "by model " + model,
+                     was > 0 ? fmt::format(" (this prediction {:+.1f}%)", 100 * (now / was - 1)) : "");
+}
+
 }  // namespace
 
 int predict_from_csv(const Flags& flags, const MachineContext& now) {
@@ -64,15 +79,29 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
   std::unique_ptr<CsvWriter> csv;
   if (!flags.csv.empty()) csv = std::make_unique<CsvWriter>(flags.csv);
   std::vector<Row> predicted;
-  std::cout << fmt::format("trainbench: predictions from {} (no training); they assume {}\n", flags.predict_from,
-                           parallel::kPredictionAssumptions);
+  std::cout << fmt::format("trainbench: predictions from {} (no training) by prediction model {}; they assume {}\n",
+                           flags.predict_from, parallel::kPredictionModel, parallel::kPredictionAssumptions);
+  // The file's own predicted rows, by name: each one re-predicted here is set beside them, saying
+  // where another model made them.
+  std::vector<std::string> cpu_without_link;
+  std::map<std::string, const Row*> committed;
+  for (const Row& r : rows)
+    if (cell(r, "measurement") == "predicted" && cell(r, "run_type") == "iteration")
+      committed[cell(r, "benchmark")] = &r;
   for (const std::string& name : saved.names) {
     const std::vector<const Row*>& of = saved.rows.at(name);
     const std::string backend = cell(*of.back(), "backend");
     PredictionPlan plan;
-    plan.links = links_for(flags, backend);
     plan.counts = counts_for(flags, backend);
+    if (!flags.devices.empty() && plan.counts.empty()) continue;  // --devices names none of its kind
+    if (backend != "gpu" && flags.links.empty()) {
+      // A CPU row has no default link after its run: left out where GPU rows are predicted.
+      cpu_without_link.push_back(name);
+      continue;
+    }
+    plan.links = links_for(flags, backend);
     plan.nodes = flags.nodes;
+    plan.gpus_per_node = flags.gpus_per_node;
     // The source's cpu row, where the file has it: the predicted rows' speedup over the CPU.
     std::vector<double> cpu_rates;
     for (const Row& r : rows)
@@ -81,14 +110,21 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
         cpu_rates.push_back(cell_number(r, "samples_per_s"));
     plan.cpu_samples_per_s = cpu_rates.empty() ? 0 : tb::median(cpu_rates);
     for (const std::string& network : flags.networks) plan.networks.push_back(parallel::parse_network(network));
-    if (!flags.devices.empty() && plan.counts.empty()) continue;  // --devices names none of its kind
     std::cout << name << "\n";
     for (PredictedRow& p : predict_rows(of, plan, now)) {
       std::cout << p.line << "\n";
+      if (const auto it = committed.find(cell(p.row, "benchmark")); it != committed.end())
+        std::cout << beside_committed(*it->second, p.row) << "\n";
       if (csv) csv->write_row(p.row);
       predicted.push_back(std::move(p.row));
     }
   }
+  if (predicted.empty() && !cpu_without_link.empty()) links_for(flags, "cpu");  // throws: which link to give
+  if (!cpu_without_link.empty())
+    std::cout << fmt::format(
+        "not predicted: {} cpu row(s) (a CPU row has no default link after its run: give one, "
+        "e.g. --link=10,20, and --devices=mpi:N)\n",
+        cpu_without_link.size());
   if (predicted.empty()) {
     std::cerr << "trainbench: error: --devices names no device of the rows' kind (gpu:N from GPU rows, mpi:N from "
                  "CPU rows)\n";
@@ -96,6 +132,37 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
   }
   std::cout << "\nSummary\n" << summary_table(predicted, false) << std::flush;
   if (csv) std::cout << fmt::format("trainbench: {} predicted rows in {}\n", predicted.size(), flags.csv);
+  return 0;
+}
+
+// "4 GiB (4,294,967,296 bytes)", "1,000,000 bytes".
+std::string byte_text(double bytes) {
+  std::string digits = fmt::format("{:.0f}", bytes);
+  for (int i = int(digits.size()) - 3; i > 0; i -= 3) digits.insert(std::size_t(i), ",");
+  for (const auto& [unit, size] : {std::pair{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}})
+    if (bytes >= size && std::fmod(bytes, size) == 0)
+      return fmt::format("{:.0f} {} ({} bytes)", bytes / size, unit, digits);
+  return digits + " bytes";
+}
+
+int predict_allreduce(const Flags& flags) {
+  PredictionPlan plan;
+  plan.links = links_for(flags, "gpu");
+  plan.counts = counts_for(flags, "gpu", "--predict_allreduce");
+  if (!flags.devices.empty() && plan.counts.empty())
+    throw InputError(
+        "--predict_allreduce: give GPUs, e.g. --devices=gpu:8 (an mpi:N all-reduce runs over a link you "
+        "measure: trainbench under mpirun --link=measured)");
+  plan.nodes = flags.nodes;
+  plan.gpus_per_node = flags.gpus_per_node;
+  for (const std::string& network : flags.networks) plan.networks.push_back(parallel::parse_network(network));
+  const std::vector<std::string> lines = predict_allreduce_lines(flags.predict_allreduce, plan);
+  std::cout << fmt::format(
+      "trainbench: one all-reduce of {} predicted by prediction model {} (no training): its time (band), "
+      "NCCL's algorithm/protocol, busbw = bytes / time x 2(N-1)/N as nccl-tests reports it\n",
+      byte_text(flags.predict_allreduce), parallel::kPredictionModel);
+  for (const std::string& line : lines) std::cout << line << "\n";
+  std::cout << std::flush;
   return 0;
 }
 

@@ -15,4 +15,9 @@ namespace tb::bench {
 // Throws tb::InputError on a file or flag that cannot be used (exit status 2).
 int predict_from_csv(const Flags& flags, const MachineContext& now);
 
+// trainbench --predict_allreduce=BYTES: one all-reduce of BYTES predicted for --devices=gpu:N over
+// --link (--nodes, --network), as nccl-tests would measure it; prints the lines, returns the exit
+// status. Nothing is trained or run.
+int predict_allreduce(const Flags& flags);
+
 }  // namespace tb::bench

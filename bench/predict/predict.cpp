@@ -57,21 +57,23 @@ Row source_identity(const Row& source) {
   for (const auto& [column, value] : source)
     if (!is_counter(column)) row[column] = value;
   for (const char* own : {"message", "repetition", "aggregate", "verdicts", "prediction", "prediction_inputs",
-                          "shared_device", "emulated_nodes"})
+                          "window_samples_per_s", "shared_device", "emulated_nodes"})
     row.erase(own);
   return row;
 }
 
-// 2, 4 and 8 devices (per node, over nodes), and this machine's GPUs beyond 8; over the run's
-// measured link, the run's ranks.
-std::vector<int> default_counts(const parallel::Link& link, bool gpu, int nodes) {
+bool joins_one_node(const parallel::Link& link) { return link.hw == parallel::Hw::NVLink; }
+
+// 2, 4 and 8 devices (per node, over nodes), and this machine's GPUs beyond 8 (where the link
+// joins that many); over the run's measured link, the run's ranks.
+std::vector<int> default_counts(const parallel::Link& link, bool gpu, int nodes, int gpus_per_node) {
   if (link.name == "measured") return {parallel::world().size};
   std::vector<int> per_node{1, 2, 4, 8};
   std::vector<int> counts;
   for (int k : per_node)
-    if (nodes * k > 1) counts.push_back(nodes * k);
+    if (nodes * k > 1 && (!joins_one_node(link) || k <= gpus_per_node)) counts.push_back(nodes * k);
   const int gpus = int(gpu_inventory().devices.size());
-  if (gpu && nodes == 1 && gpus > 8) counts.push_back(gpus);
+  if (gpu && nodes == 1 && gpus > 8 && (!joins_one_node(link) || gpus <= gpus_per_node)) counts.push_back(gpus);
   return counts;
 }
 
@@ -106,6 +108,7 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
   row["status"] = "ok";
   row["iterations"] = std::to_string(one.timeline.steps);
   row["dominant_term"] = q.dominant;
+  row["prediction_model"] = std::to_string(parallel::kPredictionModel);
   row["algorithm"] = q.algorithm;
   row["git_commit"] = now.git_commit;
   row["timestamp"] = now.timestamp;
@@ -148,12 +151,48 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
   return PredictedRow{
       std::move(row),
       fmt::format("  predicted {}{} over {}{}: {:.0f} samples/s (band {:.0f} to {:.0f}, dominated by {}), {:.0f}% "
-                  "efficiency, exposed communication {:.3g} ms of {:.3g} ms per step ({})",
+                  "efficiency ({:.0f}% to {:.0f}%), exposed communication {:.3g} ms of {:.3g} ms per step ({})",
                   device, on, link_text(link), between, q.samples_per_s, q.samples_per_s_low, q.samples_per_s_high,
-                  q.dominant, 100 * q.efficiency, q.exposed_comm_s * 1e3, q.comm_s * 1e3, q.algorithm)};
+                  q.dominant, 100 * q.efficiency, 100 * q.efficiency * q.samples_per_s_low / q.samples_per_s,
+                  100 * q.efficiency * q.samples_per_s_high / q.samples_per_s, q.exposed_comm_s * 1e3, q.comm_s * 1e3,
+                  q.algorithm)};
 }
 
 }  // namespace
+
+void check_prediction_shape(const parallel::Link& link, int devices, int nodes, int gpus_per_node) {
+  if (!joins_one_node(link) || devices / std::max(1, nodes) <= gpus_per_node) return;
+  const int needed = (devices + gpus_per_node - 1) / gpus_per_node;
+  throw InputError(fmt::format(
+      "{} devices over {}{}: an NVLink link joins at most {} GPUs of one node (--gpus_per_node={}); spread them "
+      "over nodes (e.g. --nodes={} --network=ib_ndr400x8), or give the GPUs one node holds with --gpus_per_node",
+      devices, link.name, nodes > 1 ? fmt::format(" on {} nodes", nodes) : "", gpus_per_node, gpus_per_node, needed));
+}
+
+std::vector<std::string> predict_allreduce_lines(double bytes, const PredictionPlan& plan) {
+  std::vector<std::string> lines;
+  const int nodes = std::max(1, plan.nodes);
+  const std::vector<parallel::Link> none{parallel::Link{}};
+  for (const parallel::Link& link : plan.links) {
+    for (const parallel::Link& network : nodes > 1 ? plan.networks : none) {
+      for (int n : plan.counts.empty() ? default_counts(link, true, nodes, plan.gpus_per_node) : plan.counts) {
+        check_prediction_shape(link, n, nodes, plan.gpus_per_node);
+        const parallel::Cluster c{.devices = n, .nodes = nodes, .link = link, .network = network};
+        const parallel::AllReduce point = parallel::all_reduce(bytes, c);
+        const double slow = parallel::all_reduce(bytes, c, parallel::End::Slow).s;
+        const double fast = parallel::all_reduce(bytes, c, parallel::End::Fast).s;
+        const auto busbw = [&](double s) { return parallel::allreduce_bus_factor(n) * bytes / s / 1e9; };
+        lines.push_back(fmt::format(
+            "  gpu:{}{} over {}{}: {:.4g} ms ({:.4g} to {:.4g}), {}; busbw {:.4g} GB/s ({:.4g} to {:.4g}), algbw "
+            "{:.4g} GB/s",
+            n, nodes > 1 ? fmt::format(" on {} nodes", nodes) : "", link.name, nodes > 1 ? " and " + network.name : "",
+            point.s * 1e3, fast * 1e3, slow * 1e3, point.algorithm, busbw(point.s), busbw(slow), busbw(fast),
+            bytes / point.s / 1e9));
+      }
+    }
+  }
+  return lines;
+}
 
 std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, const PredictionPlan& plan,
                                        const MachineContext& now) {
@@ -198,8 +237,9 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
     const bool measured = link.name == "measured";
     cluster.nodes = measured ? 1 : nodes;
     for (const parallel::Link& network : cluster.nodes > 1 ? plan.networks : one_level)
-      for (int n : plan.counts.empty() ? default_counts(link, gpu, cluster.nodes) : plan.counts) {
+      for (int n : plan.counts.empty() ? default_counts(link, gpu, cluster.nodes, plan.gpus_per_node) : plan.counts) {
         if (n % cluster.nodes != 0 || n < 2) continue;
+        if (gpu) check_prediction_shape(link, n, cluster.nodes, plan.gpus_per_node);
         cluster.devices = n;
         cluster.network = network;
         // Over the measured link the ranks ran where they ran: on the world's nodes.
@@ -254,6 +294,7 @@ PredictionPlan Predictor::plan_for(const BenchInfo& info) const {
   if (flags_.links.empty() && info.gpu()) plan.links.push_back(parallel::parse_link("nvlink4"));
   if (flags_.links.empty() && !info.gpu() && world_link_) plan.links.push_back(*world_link_);
   plan.nodes = flags_.nodes;
+  plan.gpus_per_node = flags_.gpus_per_node;
   for (const std::string& network : flags_.networks) plan.networks.push_back(parallel::parse_network(network));
   return plan;
 }

@@ -37,7 +37,19 @@ struct PredictionPlan {
   bool replay = false;
   // The samples/s of the source's cpu_baseline row, for the predicted rows' speedup_vs_cpu; 0: none.
   double cpu_samples_per_s = 0;
+  int gpus_per_node = 8;  // the most an NVLink link joins in one node (--gpus_per_node)
 };
+
+// Refuses (tb::InputError naming the flags) `devices` on `nodes` nodes over `link` where one node
+// would hold more than an NVLink link joins (gpus_per_node).
+void check_prediction_shape(const parallel::Link& link, int devices, int nodes, int gpus_per_node);
+
+// One all-reduce of `bytes` predicted over each of `plan`'s links (and networks, with nodes) for
+// each of its counts (empty: 2, 4 and 8 per node): a line each with its time, NCCL's algorithm
+// and protocol, and its bus bandwidth as nccl-tests reports it (bytes / time x 2(N-1)/N), each
+// with its band (the links' slow and fast ends). Throws tb::InputError on a shape
+// check_prediction_shape refuses.
+std::vector<std::string> predict_allreduce_lines(double bytes, const PredictionPlan& plan);
 
 // The predicted rows of one one-device benchmark from `rows`, its rows in a CSV (the ok
 // iteration rows: their median samples/s, the last one's prediction_inputs), for `backend`'s

@@ -20,97 +20,6 @@ namespace tb::parallel {
 
 double StepTimeline::gradient_bytes() const { return std::accumulate(bucket_bytes.begin(), bucket_bytes.end(), 0.0); }
 
-// Bus bandwidths are what NCCL's ring all-reduce reaches (nccl-tests' busbw), not the line rate;
-// latencies are per step of a ring: on NCCL's links the ring/Simple step of its tuning model
-// (NVIDIA/nccl src/graph/tuning.cc, hwLat: NVLink 3.4 us, PCIe 5.7, network 14), whose table
-// gives the other protocols and the tree (kProtocols below). Sources:
-// - nvlink4: H100 SXM on an 8-GPU HGX board. NVLink 4 line rate 450 GB/s per direction (NVIDIA
-//   H100 datasheet: 900 GB/s bidirectional); "with the protocol overhead (~20%) NCCL can get an
-//   effective NVLink bandwidth of 370GB/s" as ring busbw (NCCL's maintainer, NVIDIA/nccl-tests
-//   issue 212). NVLink SHARP reaches more (~480 GB/s); the ring figure is the one this model's
-//   formula describes.
-// - nvlink3: A100 SXM on an 8-GPU board: 300 GB/s per direction (A100 datasheet: 600 GB/s);
-//   nccl-tests all_reduce busbw of about 200-208 GB/s reported on 8x A100 boards
-//   (NVIDIA/nccl-tests issues 149 and 178).
-// - pcie4, pcie5: x16 between GPUs: 16 and 32 GT/s per lane, about 31.5 and 63 GB/s per
-//   direction (PCI-SIG PCIe 4.0 and 5.0); 75% of that as busbw (protocol and the switch).
-// - pcie4, pcie5 (low): eight GPUs whose ring crosses a PCIe switch or a CPU socket reach far
-//   less than the link: about 20 GB/s busbw across sockets on an 8x A100 board
-//   (NVIDIA/nccl-tests issue 178), 28 GB/s with 8x RTX 5090 on PCIe 5.0 behind switches on two
-//   sockets, 35 with 4 (NVIDIA/nccl issue 1639, where NCCL's maintainer notes that on PCIe
-//   systems the CPUs' and memory's bandwidth sets it).
-// - ib_ndr400 (per NIC): one 400 Gb/s InfiniBand NDR port (NVIDIA ConnectX-7): 50 GB/s line,
-//   45 as busbw; nccl-tests measure 46-49 GB/s per NIC (NVIDIA/nccl-tests issues 267 and 290).
-//   A DGX H100 node has eight (ib_ndr400x8): 300-370 GB/s busbw across nodes of 8 H100
-//   (NVIDIA/nccl issue 1221, NVIDIA/nccl-tests issue 283), so 37.5 per NIC at the low end.
-// - 100gbe: 100 Gb Ethernet over NCCL's TCP sockets: 4-6 GB/s busbw across 4 nodes of 8 V100
-//   (NVIDIA/nccl issue 450).
-// - 25gbe: 25 Gb Ethernet over TCP sockets: NCCL's all-reduce topped at 1.7 GB/s busbw across two
-//   Azure nodes whose TCP carried 21-25 Gb/s (NVIDIA/nccl-tests issue 83).
-const std::vector<Link>& link_presets() {
-  static const std::vector<Link> presets{
-      {.name = "nvlink4",
-       .busbw_gbps = 370,
-       .latency_us = 3.4,
-       .source = "NVLink 4 (H100 SXM, 8-GPU board): ring busbw ~370 GB/s, NVIDIA/nccl-tests#212",
-       .hw = Hw::NVLink},
-      {.name = "nvlink3",
-       .busbw_gbps = 200,
-       .latency_us = 3.4,
-       .source = "NVLink 3 (A100 SXM, 8-GPU board): busbw ~200 GB/s, NVIDIA/nccl-tests#149, #178",
-       .hw = Hw::NVLink},
-      {.name = "pcie4",
-       .busbw_gbps = 24,
-       .latency_us = 5.7,
-       .source = "PCIe 4.0 x16: 31.5 GB/s per direction (PCI-SIG), 75% as busbw",
-       .busbw_low_gbps = 20,
-       .low_source = "~20 GB/s with 8 GPUs across CPU sockets, NVIDIA/nccl-tests#178",
-       .hw = Hw::PCIe},
-      {.name = "pcie5",
-       .busbw_gbps = 48,
-       .latency_us = 5.7,
-       .source = "PCIe 5.0 x16: 63 GB/s per direction (PCI-SIG), 75% as busbw",
-       .busbw_low_gbps = 28,
-       .low_source = "28 GB/s with 8 GPUs behind PCIe switches on two sockets, NVIDIA/nccl#1639",
-       .hw = Hw::PCIe},
-      {.name = "ib_ndr400",
-       .busbw_gbps = 45,
-       .latency_us = 14,
-       .source = "InfiniBand NDR 400 Gb/s per GPU (NVIDIA ConnectX-7): 50 GB/s, 90% as busbw (46-49 measured, "
-                 "NVIDIA/nccl-tests#267, #290)",
-       .hw = Hw::Net},
-  };
-  return presets;
-}
-
-const std::vector<Link>& network_presets() {
-  static const std::vector<Link> presets{
-      {.name = "ib_ndr400",
-       .busbw_gbps = 45,
-       .latency_us = 14,
-       .source = "InfiniBand NDR 400 Gb/s per NIC (ConnectX-7): 45 GB/s busbw (46-49 measured, NVIDIA/nccl-tests#267, "
-                 "#290)",
-       .busbw_low_gbps = 37.5,
-       .low_source = "300-370 GB/s across nodes of 8 H100 with 8 NDR NICs (NVIDIA/nccl#1221, nccl-tests#283): 37.5 per "
-                     "NIC",
-       .hw = Hw::Net},
-      {.name = "100gbe",
-       .busbw_gbps = 5,
-       .latency_us = 14,
-       .source = "100 Gb Ethernet, NCCL over TCP sockets: 4-6 GB/s busbw, 4 nodes of 8 V100 (NVIDIA/nccl#450)",
-       .busbw_low_gbps = 4,
-       .low_source = "the low end of NVIDIA/nccl#450's 4-6 GB/s",
-       .busbw_high_gbps = 6,
-       .hw = Hw::Net},
-      {.name = "25gbe",
-       .busbw_gbps = 1.7,
-       .latency_us = 14,
-       .source = "25 Gb Ethernet, NCCL over TCP sockets: 1.7 GB/s busbw at most, 2 Azure nodes (NVIDIA/nccl-tests#83)",
-       .hw = Hw::Net},
-  };
-  return presets;
-}
-
 namespace {
 
 // One figure: VALUE, or VALUE:LOW-HIGH with the band either side of it (LOW <= VALUE <= HIGH).
@@ -238,21 +147,25 @@ double swept_s(double bytes, const Link& link, const std::vector<double>& times)
 
 namespace {
 
-// NCCL's protocols, from its tuning model (NVIDIA/nccl src/graph/tuning.cc, 2.2x: baseLat, hwLat
-// and the bandwidth refinements of ncclTopoTuneModel): a base latency per algorithm, a latency per
+// NCCL's protocols, from its tuning model (NVIDIA/nccl src/graph/tuning.cc, 2.28: baseLat,
+// hwLat and the bandwidth refinements of ncclTopoTuneModel; the GPU machines ran 2.28.9, whose
+// Hopper and Ampere figures are 2.28.3's and 2.28.7's): a base latency per algorithm, a latency per
 // step over NVLink, PCIe and the network, and the share of the bus bandwidth each reaches. LL128
-// runs only within NVLink nodes.
+// runs only within NVLink nodes; its tree reaches 7/9 of the bus within one node, 120/128 across.
 struct Protocol {
   const char* name;
   double ring_base_us, tree_base_us;
   double ring_step_us[3], tree_step_us[3];  // NVLink, PCIe, network
   double ring_share, tree_share;            // of the bus bandwidth (trees x 0.92 besides)
+  double tree_share_one_node;               // within one node, where it differs
 };
 constexpr Protocol kProtocols[] = {
-    {"ll", 6.6, 6.8, {0.6, 1.0, 2.7}, {0.6, 1.0, 5.0}, 1.0 / 4, 1.0 / 3.8},
-    {"ll128", 14.0, 14.0, {1.9, 2.5, 4.0}, {1.25, 1.9, 8.5}, 0.92, 120.0 / 128},
-    {"simple", 8.4, 0.0, {3.4, 5.7, 14.0}, {28.0, 28.0, 28.0}, 1.0, 1.0},
+    {"ll", 6.6, 6.8, {0.6, 1.0, 2.7}, {0.6, 1.0, 5.0}, 0.5, 1.0 / 3.8, 1.0 / 3.8},
+    {"ll128", 14.0, 14.0, {1.9, 2.5, 4.0}, {1.25, 1.9, 8.5}, 0.92, 120.0 / 128, 7.0 / 9},
+    {"simple", 8.4, 8.4, {3.4, 5.7, 14.0}, {4.0, 4.0, 14.0}, 1.0, 1.0, 1.0},
 };
+// NVLink SHARP's latency: NCCL 2.28's hwLat for NVLS over NVLink (Simple), its base latency 0.
+constexpr double kNvlsLatencyUs = 25;
 
 double busbw_at(const Link& link, End end) {
   return end == End::Slow ? link.low_busbw() : end == End::Fast ? link.high_busbw() : link.busbw_gbps;
@@ -297,9 +210,9 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
   double busbw = busbw_at(link, end);
   if (nodes > 1) busbw = std::min(busbw, busbw_at(c.network, end) * std::min(c.network.nics, per_node));
   busbw *= 1e9;
-  // NCCL's ring: 2(N-1) steps, 2M of them between nodes (its 2.2x model); its tree: a chain within
-  // a node, a tree of log2 M between nodes, up and down.
-  const int inter_steps = nodes > 1 ? std::min(2 * nodes, 2 * (n - 1)) : 0, intra_steps = 2 * (n - 1) - inter_steps;
+  // NCCL's ring: 2(N-1) steps, 2(M-1) of them between nodes (its 2.28 model); its tree: a chain
+  // within a node, a tree of log2 M between nodes, up and down.
+  const int inter_steps = nodes > 1 ? 2 * (nodes - 1) : 0, intra_steps = 2 * (n - 1) - inter_steps;
   AllReduce best{INFINITY, ""};
   const auto consider = [&](double latency_us, double s, std::string name) {
     const double t = latency_us * 1e-6 + s;
@@ -331,12 +244,24 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     if (std::string_view(p.name) == "ll128" && link.hw != Hw::NVLink) continue;
     const double ring_inter = c.network.hw == Hw::Net ? p.ring_step_us[2] : latency_at(c.network, end);
     const double tree_inter = c.network.hw == Hw::Net ? p.tree_step_us[2] : latency_at(c.network, end);
+    const double tree_share = nodes > 1 ? p.tree_share : p.tree_share_one_node;
     consider(p.ring_base_us + intra_steps * p.ring_step_us[intra_hw] + inter_steps * ring_inter,
              allreduce_bus_factor(n) * bytes / (p.ring_share * busbw), fmt::format("ring/{}", p.name));
     consider(p.tree_base_us + 2 * ((per_node - 1) * p.tree_step_us[intra_hw] + log2_steps(nodes) * tree_inter),
-             2 * bytes / (0.92 * p.tree_share * busbw), fmt::format("tree/{}", p.name));
+             2 * bytes / (0.92 * tree_share * busbw), fmt::format("tree/{}", p.name));
+  }
+  // NVLink SHARP, within one node (NCCL 2.28 runs it across nodes only with CollNet): its slow end
+  // takes no gain over the ring's bus bandwidth.
+  if (link.nvls && nodes == 1 && nvls_busbw(n) > 0) {
+    const double nvls = end == End::Slow ? busbw_at(link, end) : nvls_busbw(n);
+    consider(kNvlsLatencyUs, allreduce_bus_factor(n) * bytes / (nvls * 1e9), "nvls/simple");
   }
   return best;
+}
+
+double nvls_busbw(int n) {
+  constexpr double kByGpus[] = {0, 0, 370, 370, 370, 420, 440, 460, 480};  // GB/s at n = 0 .. 8
+  return n >= 2 && n <= 8 ? kByGpus[n] : 0;
 }
 
 double expected_max(std::vector<double> samples, int n) {
@@ -363,6 +288,7 @@ namespace {
 
 struct Queue {
   double exposed = 0, total = 0;
+  double overlapped = 0;                // backward's compute with an all-reduce running beside it
   std::vector<std::string> algorithms;  // each bucket's, in order
 };
 
@@ -376,7 +302,9 @@ Queue queue(const StepTimeline& t, const Cluster& c, double slower, End end, boo
     const AllReduce a = all_reduce(t.bucket_bytes[k], c, end);
     // On cores shared with compute, nothing starts before backward has let go of them.
     const double ready = (overlaps ? t.bucket_ready_s[k] : t.backward_end_s) * slower;
-    done = std::max(done, ready) + a.s;
+    const double start = std::max(done, ready);
+    done = start + a.s;
+    if (overlaps) q.overlapped += std::max(0.0, std::min(done, t.backward_end_s * slower) - start);
     q.total += a.s;
     q.algorithms.push_back(a.algorithm);
   }
@@ -411,6 +339,9 @@ Prediction predict(const OneDevice& one, const Cluster& cluster) {
   // window, minutes later) moves by about its interquartile range; half of it, which bounds one
   // window's median, left the measured mpi:2 of the MLP 0.4% below the band in a debug build.
   const double step = one.step_s, spread = relative_spread(one.step_times);
+  // No narrower than a step measured again moves, wider below kEnoughSteps timed steps.
+  const double repeat =
+      kStepRepeatSpread * std::sqrt(double(kEnoughSteps) / double(std::clamp<long>(t.steps, 1, kEnoughSteps)));
   const Range sharing = devices > 1 ? one.sharing : Range::exactly(1);
   const Range dp = devices > 1 ? one.dp_overhead : Range{};
   // A synchronous step waits for the slowest of N: the expected largest of N step times, over
@@ -428,16 +359,23 @@ Prediction predict(const OneDevice& one, const Cluster& cluster) {
   // twice.
   const Queue fast = queue(t, cluster, sharing.low, End::Fast, true);
   if (!link.overlaps_compute) slow.exposed += slow.exposed - queue(t, cluster, sharing.high, End::Slow, true).exposed;
+  // On a GPU the compute beside an all-reduce slows (kContentionPoint); CPU ranks' all-reduces do
+  // not overlap (their slow end counts the overlap twice instead, above).
+  const bool contends = devices > 1 && link.overlaps_compute && cluster.library == Library::Nccl;
   Prediction p;
   p.devices = devices;
   p.terms = {
       // A step measured again is no faster than the fastest step seen (a very noisy row's spread
-      // can exceed the step itself).
-      {"compute", step, std::max(step * (1 - spread), fastest_step(one.step_times, step)), step * (1 + spread)},
+      // can exceed the step itself), and moves by the floor at least.
+      {"compute", step,
+       std::min(step * (1 - repeat), std::max(step * (1 - spread), fastest_step(one.step_times, step))),
+       step * (1 + std::max(spread, repeat))},
       {"sharing", step * (sharing.value - 1), step * (sharing.low - 1), step * (sharing.high - 1)},
       {"stragglers", stragglers, 0, stragglers},
       {"data-parallel overhead", dp.value, dp.low, dp.high},
       {"communication", point.exposed, fast.exposed, slow.exposed},
+      {"contention", contends ? kContentionPoint * point.overlapped : 0, 0,
+       contends ? kContentionHigh * slow.overlapped : 0},
   };
   for (const Term& term : p.terms) p.step_s += term.s;
   double fastest = 0, slowest = 0;
@@ -502,7 +440,8 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   const int n = comm.size();
   std::vector<float> host;
   std::vector<double> x, y;  // ring bytes, seconds
-  Link link{.name = "measured", .overlaps_compute = device_buffer != nullptr, .sweep_ranks = n};
+  Link link{.name = "measured", .overlaps_compute = device_buffer != nullptr};
+  link.sweep_ranks = n;
   // From 256 bytes: the smallest buckets (the LSTM's 1 KB of gradients) cost what a tiny
   // all-reduce costs, which a line from larger sizes to the fitted latency misses.
   for (std::size_t bytes = 256; bytes <= max_bytes; bytes *= 4) {

@@ -10,8 +10,8 @@
 // (kPredictionAssumptions): buckets are those the data-parallel path plans, not fused further;
 // one communication stream; a synchronous step waits for the slowest of N devices; between CPU
 // ranks the all-reduce runs on the cores backward needs and is counted as not overlapped (the
-// band's fast end lets it overlap, as MPI's progress can); on a GPU, communication is assumed
-// not to slow the computation it overlaps (not measured without a GPU).
+// band's fast end lets it overlap, as MPI's progress can); on a GPU, communication slows the
+// computation it overlaps by the published share kContentionPoint (0 to kContentionHigh).
 #pragma once
 
 #include <string>
@@ -20,14 +20,38 @@
 
 namespace tb::parallel {
 
+// The version of the model below, which every predicted row names (its prediction_model column),
+// so that a prediction asked later of a CSV says where the CSV's own were made by another:
+//   1  (until 2026-11-28) NCCL 2.2x's tuning constants, bands from the sampled steps alone, no
+//      contention between communication and compute;
+//   2  NCCL 2.28's constants (the GPU machines ran 2.28.9), NVLink SHARP as nvlink4_nvls, a
+//      contention term on GPUs, a band never narrower than its evidence (kStepRepeatSpread,
+//      widened below kEnoughSteps).
+inline constexpr int kPredictionModel = 2;
+
 inline constexpr const char* kPredictionAssumptions =
-    "every device computes as the measured one (slowed where devices share a machine, as measured); a step waits "
-    "for the slowest of N (stragglers from the measured step times); the data-parallel path's own overhead as "
-    "measured on one device; per 25 MiB bucket the fastest of a ring (2(N-1) steps, 2M of them between M nodes) "
-    "and a tree (a chain within a node, 2 log2 M steps between nodes), with NCCL's protocols and latencies on its "
-    "links (src/graph/tuning.cc), at the slower level's bus bandwidth (the measured curve where the link was swept "
-    "at this N); one communication stream; no contention between communication and compute on a GPU (between CPU "
-    "ranks the all-reduce runs on the computing cores: counted as not overlapped)";
+    "every device computes as the measured one (slowed where devices share a machine, as measured), within 1% "
+    "(more below 20 timed steps); a step waits for the slowest of N (stragglers from the measured step times); the "
+    "data-parallel path's own overhead as measured on one device; per 25 MiB bucket the fastest of a ring (2(N-1) "
+    "steps, 2(M-1) of them between M nodes), a tree (a chain within a node, 2 log2 M steps between nodes) and, on "
+    "nvlink4_nvls, NVLink SHARP, with NCCL 2.28's protocols and latencies (src/graph/tuning.cc), at the slower "
+    "level's bus bandwidth (the measured curve where the link was swept at this N); one communication stream; on "
+    "a GPU, compute that overlaps an all-reduce slowed by 18.9% (0 to 40%: published measurements of contention "
+    "between NCCL and kernels); between CPU ranks the all-reduce runs on the computing cores: counted as not "
+    "overlapped";
+
+// A step measured again, in another window, moves by about this share of itself at the least
+// (repetitions of one-GPU rows moved by up to 0.4%, ResNet-152 224 on the H100, and by 0.5-20% for
+// the small models' short steps): the compute term's band is never narrower. Below kEnoughSteps
+// timed steps it widens as the standard error of their median does, sqrt(kEnoughSteps / steps).
+inline constexpr double kStepRepeatSpread = 0.01;
+inline constexpr int kEnoughSteps = 20;
+// The slow-down of GPU compute while an all-reduce runs beside it (NCCL's kernels take SMs and,
+// above all, memory bandwidth): 18.9% on average, 40% at most, over A100, H100 and MI250 training
+// runs (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed
+// Deep Learning", arXiv 2507.03114); the model's point and the band's slow end, 0 its fast end.
+inline constexpr double kContentionPoint = 0.189;
+inline constexpr double kContentionHigh = 0.40;
 
 // What one-device training steps showed, averaged over the timed steps. Times in seconds from
 // the start of the step (the trainer's step, batch wait included).
@@ -84,6 +108,9 @@ struct Link {
   // A measured link whose communicator ran a binomial tree below kMpiRingFromBytes (MPI's): its
   // latency_us is the 256-byte all-reduce over 2 log2 N steps, not 2(N-1).
   bool tree_below = false;
+  // NVLink SHARP within a node (NVLS: the NVSwitch reduces): NCCL's algorithm beside the ring and
+  // the tree, at the bus bandwidth nccl-tests measured for it at each N (nvls_busbw).
+  bool nvls = false;
   double low_busbw() const { return busbw_low_gbps > 0 ? busbw_low_gbps : busbw_gbps; }
   double high_busbw() const { return busbw_high_gbps > 0 ? busbw_high_gbps : busbw_gbps; }
   double low_latency() const { return latency_low_us >= 0 ? latency_low_us : latency_us; }
@@ -94,8 +121,9 @@ struct Link {
 // BUSBW_GBPS[:LOW-HIGH],LATENCY_US[:LOW-HIGH] (a measured link's, to predict over it elsewhere).
 std::string link_figures(const Link& link);
 
-// The presets --link names (within a node): NVLink 4 on an 8-GPU H100 board, NVLink 3 on an A100
-// board, PCIe 4 and 5 x16 between GPUs; and, for one level, InfiniBand NDR 400 per GPU.
+// The presets --link names (within a node): NVLink 4 on an 8-GPU H100 board (with NVLink SHARP:
+// nvlink4_nvls), NVLink 3 on an A100 board, PCIe 3, 4 and 5 x16 between GPUs; and, for one level,
+// InfiniBand NDR 400 per GPU. --help, the README and docs/prediction.md list these tables' names.
 const std::vector<Link>& link_presets();
 // --link=NAME or --link=BUSBW_GBPS[:LOW-HIGH][,LATENCY_US[:LOW-HIGH]] (each figure with the band
 // either side of it, if known); "measured" is returned as a Link named
@@ -144,8 +172,14 @@ struct Cluster {
 // a swept link's slowest repetitions) or the fast end (at its high).
 enum class End { Point, Slow, Fast };
 
+// NVLink SHARP's bus bandwidth among n GPUs of an 8-GPU H100 board, as nccl-tests measured it
+// (NCCL_ALGO=NVLS, 2-4 GB buffers: NVIDIA/nccl#1455): the ring's 370 GB/s up to 4 GPUs, then 420,
+// 440, 460 and 480 GB/s at 5 to 8; 0 where n is outside the board.
+double nvls_busbw(int n);
+
 // One all-reduce of `bytes` over `c`: its seconds and the algorithm chosen ("ring/simple",
-// "tree/ll", or "ring"/"tree" where no protocols apply, "measured" on a swept link's curve).
+// "tree/ll", "nvls/simple", or "ring"/"tree" where no protocols apply, "measured" on a swept
+// link's curve).
 struct AllReduce {
   double s = 0;
   std::string algorithm;
@@ -184,7 +218,7 @@ struct Prediction {
   double samples_per_s = 0;                              // devices x batch / step_s
   double efficiency = 0;                                 // samples_per_s / (devices x the measured row's)
   double samples_per_s_low = 0, samples_per_s_high = 0;  // every term at its slow end, at its fast end
-  std::vector<Term> terms;  // compute, sharing, stragglers, data-parallel overhead, communication
+  std::vector<Term> terms;  // compute, sharing, stragglers, data-parallel overhead, communication, contention
   std::string dominant;     // the term whose range moves the step most
   std::string algorithm;    // the buckets' all-reduce algorithms, each once, joined by '+'
 };

@@ -116,6 +116,50 @@ TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   EXPECT_TRUE(predict_rows(pointers(one_device_rows("")), plan, MachineContext{}).empty());
 }
 
+// Every predicted row names the model that made it (prediction_model), so that a prediction asked
+// later of its CSV can say where another model made the file's own.
+TEST(PredictRows, NameTheModelThatMadeThem) {
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2, 8};
+  for (const PredictedRow& p : predict_rows(pointers(rows), plan, MachineContext{}))
+    EXPECT_EQ(cell(p.row, "prediction_model"), std::to_string(parallel::kPredictionModel));
+  EXPECT_EQ(cell(rows[0], "prediction_model"), "") << "the measured row names none";
+}
+
+// An NVLink link joins one node's GPUs, 8 by default (--gpus_per_node): 64 GPUs over nvlink4 on one
+// node are refused, naming the flags; spread over 8 nodes they are predicted; the default counts
+// never go past the node.
+TEST(PredictRows, RefuseMoreGpusThanAnNvlinkNodeJoins) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r["backend"] = "gpu", r["device"] = "gpu:1";
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("nvlink4")};
+  plan.counts = {64};
+  try {
+    predict_rows(pointers(rows), plan, MachineContext{});
+    FAIL() << "64 GPUs on one NVLink node were predicted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "64 devices over nvlink4: an NVLink link joins at most 8 GPUs of one node (--gpus_per_node=8); spread "
+              "them over nodes (e.g. --nodes=8 --network=ib_ndr400x8), or give the GPUs one node holds with "
+              "--gpus_per_node");
+  }
+  plan.nodes = 8;
+  plan.networks = {parallel::parse_network("ib_ndr400x8")};
+  ASSERT_EQ(predict_rows(pointers(rows), plan, MachineContext{}).size(), 1u);
+  EXPECT_NO_THROW(check_prediction_shape(parallel::parse_link("pcie5"), 64, 1, 8)) << "PCIe: no such bound";
+  // The defaults (2, 4, 8) stop at a smaller node.
+  plan = PredictionPlan{};
+  plan.links = {parallel::parse_link("nvlink4")};
+  plan.gpus_per_node = 4;
+  std::vector<std::string> devices;
+  for (const PredictedRow& p : predict_rows(pointers(rows), plan, MachineContext{}))
+    devices.push_back(cell(p.row, "device"));
+  EXPECT_EQ(devices, (std::vector<std::string>{"gpu:2", "gpu:4"}));
+}
+
 // A predicted row keeps the ranks' hosts of the run that measured its source (the run's rows all
 // say where its ranks ran); one across nodes of its own names no hosts, only how many nodes.
 TEST(PredictRows, KeepTheSourceRunsHostsUnlessTheyPredictNodesOfTheirOwn) {
@@ -158,12 +202,15 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
   one.step_s = 100 / 1100.0;
   one.batch = 100;
   one.sharing = parallel::Range::exactly(1);
-  parallel::Link overlapping = measured;
-  overlapping.overlaps_compute = true;
-  const parallel::Prediction with = parallel::predict(one, 2, overlapping);
+  // Through MPI, as a replay's ranks all-reduce: no contention, which is a GPU's.
+  parallel::Cluster overlapping{.devices = 2, .link = measured, .library = parallel::Library::Mpi};
+  overlapping.link.overlaps_compute = true;
+  const parallel::Prediction with = parallel::predict(one, overlapping);
   EXPECT_EQ(cell(got[0].row, "samples_per_s"), number(with.samples_per_s));
   // The 4 MB bucket ready at 6 ms runs beside the wait: the point is above the no-overlap one.
-  EXPECT_GT(with.samples_per_s, parallel::predict(one, 2, measured).samples_per_s);
+  parallel::Cluster apart = overlapping;
+  apart.link.overlaps_compute = false;
+  EXPECT_GT(with.samples_per_s, parallel::predict(one, apart).samples_per_s);
   // Without the replay, CPU ranks' all-reduces do not overlap, over any link.
   plan.replay = false;
   plan.links = {parallel::parse_link("10,20")};
