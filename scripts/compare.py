@@ -5,7 +5,7 @@
                        [--fail-if-slower PCT] [--alpha 0.05] [--correction bh|holm|none]
     scripts/compare.py CSV [CSV...] --filters A B [options]   # e.g. --filters cpu gpu:1
 
-The files may be of different schema versions (1 to 6): columns are matched by name, older
+The files may be of different schema versions (1 to 7): columns are matched by name, older
 rows read as version 7 writes them (tbcsv.upgrade). A row's
 identity is its benchmark name, which ends with its variant (the flags that change what it
 measures; tbcsv derives it from cuda_graph/data_on_device in rows before version 4), so a run
@@ -19,7 +19,9 @@ more than 15% or a side ran on a loaded machine (rows whose verdicts say `loaded
 never compared.
 
 The verdict: a two-sided Mann-Whitney U test (SciPy's, as Google Benchmark's compare.py uses)
-over each benchmark's repetitions, its p adjusted across all the benchmarks tested
+over each benchmark's repetitions (where a side has too few of them, over the windows of their
+timed steps, window_samples_per_s: ten consecutive parts of each repetition, "n=10/10 windows"),
+its p adjusted across all the benchmarks tested
 (--correction: Benjamini-Hochberg by default, which keeps false verdicts to a share alpha of the
 verdicts; Holm, which keeps the chance of any false verdict below alpha; or none) and held to
 alpha. "beyond noise" (adjusted p < alpha) is the only verdict: only there does the change say
@@ -132,9 +134,10 @@ class NoiseVerdict:
     """One benchmark's noise test: TOO_FEW where it cannot reach alpha (never tested), else
     BEYOND or WITHIN once decide() has held its adjusted p to alpha."""
     kind: str
-    n1: int  # repetitions of BASE and NEW; 0: a median aggregate only
+    n1: int  # repetitions (or windows) of BASE and NEW; 0: a median aggregate only
     n2: int
     p: float | None = None  # the raw two-sided p
+    unit: str = ""  # "" for repetitions; " windows" where the test took the rows' windows
     p_adjusted: float | None = None
     u_base: float | None = None  # U of BASE's repetitions: which side tends larger
     adjusted_shown: bool = True  # False with --correction none: the two p are one
@@ -155,13 +158,21 @@ class NoiseVerdict:
             return (f"{TOO_FEW} (n={self.n1}/{self.n2}: p cannot go below "
                     f"{smallest_p(self.n1, self.n2):.2g})")
         adjusted = f", adjusted {self.p_adjusted:.3g}" if self.adjusted_shown else ""
-        return f"{self.kind} (U test p={self.p:.3g}{adjusted}, n={self.n1}/{self.n2})"
+        return f"{self.kind} (U test p={self.p:.3g}{adjusted}, n={self.n1}/{self.n2}{self.unit})"
 
 
 def noise_test(base: tbcsv.Sample, new: tbcsv.Sample, alpha: float) -> NoiseVerdict:
-    """The U test of one benchmark, before the correction across benchmarks (decide)."""
+    """The U test of one benchmark, before the correction across benchmarks (decide): over the
+    repetitions, or where they are too few on a side for the test to reach alpha, over the
+    windows of their timed steps (schema 7), where both sides have enough of them."""
     n1, n2 = base.repetitions, new.repetitions
     if n1 == 0 or n2 == 0 or smallest_p(n1, n2) >= alpha:
+        w1, w2 = len(base.windows), len(new.windows)
+        if n1 and n2 and w1 and w2 and smallest_p(w1, w2) < alpha:
+            # A row's windows are consecutive parts of one run: they share its machine's state,
+            # so the verdict says the runs differ beyond the noise within a run.
+            u, p = mann_whitney(base.windows, new.windows)
+            return NoiseVerdict(WITHIN, w1, w2, p=p, u_base=u, unit=" windows")
         # 3 against 3 repetitions: even all of NEW above all of BASE gives p = 0.1, so the
         # test cannot tell that from chance at 0.05 (chance alone parts the two ranges in a
         # tenth of such comparisons). No test, no verdict.

@@ -70,8 +70,11 @@ SCHEMA_6_COLUMNS = ("device_kind", "backend", "data_parallel", "baseline", "cpu_
                     "prediction_inputs")
 
 # The columns version 7 appended after prediction_inputs: the instruction sets oneDNN's kernels and
-# trainbench's own CPU kernels ran (machine context; empty on older rows, which did not say).
-SCHEMA_7_COLUMNS = ("onednn_isa", "cpu_isa")
+# trainbench's own CPU kernels ran (machine context), the version of the prediction model that
+# made a predicted row, and the samples/s of consecutive windows of a repetition's timed steps
+# (what the noise test takes where a row has too few repetitions); empty on older rows, which did
+# not say.
+SCHEMA_7_COLUMNS = ("onednn_isa", "cpu_isa", "prediction_model", "window_samples_per_s")
 
 # The words of the verdicts column, in the order of trainbench's table (bench/output/columns.cpp
 # verdicts(), `trainbench --list_configs --json`, SCHEMA.md's table of verdicts).
@@ -204,12 +207,13 @@ def upgrade(table: Table) -> None:
 
 
 def _upgrade_isa(table: Table) -> None:
-    """Gives a row before version 7 version 7's instruction-set columns, empty: it did not say."""
-    before = [r for r in table.rows if r["schema_version"] != CURRENT]
-    for row in before:
+    """Gives a row without them version 7's columns (instruction sets, prediction model), empty: it
+    did not say."""
+    lacking = [r for r in table.rows if any(c not in r for c in SCHEMA_7_COLUMNS)]
+    for row in lacking:
         for column in SCHEMA_7_COLUMNS:
             row.setdefault(column, "")
-    if before:
+    if lacking:
         table.columns += [c for c in SCHEMA_7_COLUMNS if c not in table.columns]
 
 
@@ -736,9 +740,11 @@ device_sort_key = tbdevices.sort_key
 @dataclass
 class Sample:
     """The values of one metric for one benchmark: the ok repetitions, or when a side has
-    only aggregates, the single median aggregate."""
+    only aggregates, the single median aggregate; and the windows of its repetitions' timed
+    steps, where the rows have them (schema 7: window_samples_per_s)."""
     values: list[float]
     source: str  # "iterations" or "median aggregate"
+    windows: list[float] = field(default_factory=list)
 
     @property
     def center(self) -> float:
@@ -749,15 +755,40 @@ class Sample:
         return len(self.values) if self.source == "iterations" else 0
 
 
+# The metrics a row's windows can be read in: its samples/s as written, its step times derived.
+WINDOW_METRICS = ("samples_per_s", "step_time_s", "wall_step_time_s")
+
+
+def window_values(row: dict[str, str], metric: str) -> list[float]:
+    """The metric over each window of the row's timed steps (window_samples_per_s, schema 7):
+    samples/s as written; a step time as the row's step time scaled by the row's samples/s over
+    the window's. Empty for another metric or a row without windows."""
+    text = row.get("window_samples_per_s") or ""
+    if metric not in WINDOW_METRICS or not text:
+        return []
+    try:
+        rates = [float(v) for v in text.split(";") if v]
+    except ValueError:
+        return []
+    if metric == "samples_per_s":
+        return rates
+    step, sps = number(row, metric), number(row, "samples_per_s")
+    if not step or not sps:
+        return []
+    return [step * sps / r for r in rates if r > 0]
+
+
 def samples(rows, key, metric: str) -> dict:
     """Groups rows by key(row) and returns key -> Sample of the metric.
 
     Uses the ok iteration rows that have a value; a key with none of those falls back to its
     ok `median` aggregate rows (files written with --benchmark_report_aggregates_only). Other
     aggregates are never used: `cv` is a ratio in every column and `stddev` is not a level.
+    Each Sample also holds its iteration rows' window values (window_values).
     """
     iterations: dict = {}
     medians: dict = {}
+    windows: dict = {}
     for row in rows:
         if not is_ok(row):
             continue
@@ -766,9 +797,10 @@ def samples(rows, key, metric: str) -> dict:
             continue
         if is_iteration(row):
             iterations.setdefault(key(row), []).append(value)
+            windows.setdefault(key(row), []).extend(window_values(row, metric))
         elif is_median_aggregate(row):
             medians.setdefault(key(row), []).append(value)
-    out = {k: Sample(v, "iterations") for k, v in iterations.items()}
+    out = {k: Sample(v, "iterations", windows.get(k, [])) for k, v in iterations.items()}
     for k, v in medians.items():
         out.setdefault(k, Sample(v, "median aggregate"))
     return out

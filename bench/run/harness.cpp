@@ -162,7 +162,8 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
                            .steps = outcome.steps,
                            .message = std::move(outcome.message),
                            .verdicts = std::move(outcome.verdicts),
-                           .prediction_inputs = std::move(outcome.prediction_inputs)});
+                           .prediction_inputs = std::move(outcome.prediction_inputs),
+                           .windows = std::move(outcome.windows)});
   } catch (const CsvWriteError&) {
     throw;  // the run stops (main)
   } catch (const std::exception& e) {

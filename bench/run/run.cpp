@@ -103,6 +103,22 @@ int BenchmarkRun::step_threads() {
   return fit;
 }
 
+std::vector<double> window_rates(const std::vector<double>& step_seconds, double samples_per_s) {
+  const std::size_t n = step_seconds.size(), parts = std::min<std::size_t>(kWindows, n);
+  if (parts < 2 || samples_per_s <= 0) return {};
+  double total = 0;
+  for (double s : step_seconds) total += s;
+  std::vector<double> out;
+  for (std::size_t k = 0; k < parts; ++k) {
+    const std::size_t first = n * k / parts, last = n * (k + 1) / parts;
+    double part = 0;
+    for (std::size_t i = first; i < last; ++i) part += step_seconds[i];
+    // The row's rate over the whole window, scaled by how much longer this part's steps took.
+    if (part > 0) out.push_back(samples_per_s * (total / double(n)) / (part / double(last - first)));
+  }
+  return out;
+}
+
 Outcome BenchmarkRun::walk(benchmark::State& st) {
   notes_.clear();
   omp_set_num_threads(step_threads());
@@ -124,6 +140,8 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
   out.message = fmt::format("{}", fmt::join(notes_, "; "));
   out.verdicts = verdicts_;
   out.prediction_inputs = prediction_inputs_;
+  if (const auto sps = st.counters.find("samples_per_s"); sps != st.counters.end())
+    out.windows = window_rates(window.step_seconds, sps->second.value);
   return out;
 }
 

@@ -71,6 +71,7 @@ struct Outcome {
   std::string message;
   std::vector<std::string> verdicts;
   std::string prediction_inputs;  // one-device train rows: what predictions are made from (predict/inputs.hpp)
+  std::vector<double> windows;    // window_rates of the repetition's steps
 };
 
 // What a run takes from the harness that owns it, which outlives it.
@@ -90,8 +91,16 @@ struct Window {
   double wall = 0;               // seconds, the whole window (the slowest rank's under MPI)
   double cpu = 0;                // this process's CPU seconds in the window, NVML's sampling left out
   double device_step_time = -1;  // seconds per step on the device clock (CUDA events); < 0: none
+  // Each timed step's wall clock, where the run has them (this process's): the row's windows.
+  std::vector<double> step_seconds;
   double step_time() const { return wall / steps; }
 };
+
+// The samples/s of up to kWindows consecutive parts of a repetition's timed steps, from the row's
+// samples/s and its steps' times: what compare.py's noise test takes where a row has too few
+// repetitions for it (docs/scripts.md). Fewer windows where there are fewer steps; none for one.
+inline constexpr int kWindows = 10;
+std::vector<double> window_rates(const std::vector<double>& step_seconds, double samples_per_s);
 
 // What the engine says of the row's devices, asked once, when the run is prepared.
 struct RowDevices {

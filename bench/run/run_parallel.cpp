@@ -66,14 +66,19 @@ class ReplicasRun final : public BenchmarkRun {
     c0_ = run_->comm_stats();
     double device_total = 0;
     std::int64_t steps = 0;
+    std::vector<double> step_seconds;
     const StepBudget budget = this->budget();  // fixed under mpirun: every rank takes as many steps
     for (auto _ : st) {                        // one iteration: the repetition's window of steps
       window.open();
-      for (const double start = wall_seconds(); budget.more(steps, wall_seconds() - start); ++steps)
-        device_total += run_->step().device;
+      for (const double start = wall_seconds(); budget.more(steps, wall_seconds() - start); ++steps) {
+        const parallel::ReplicaRun::StepSeconds s = run_->step();
+        device_total += s.device;
+        step_seconds.push_back(s.wall);
+      }
     }
     // This process's GPUs trained its replicas' samples (under MPI, rank 0's GPU its own).
     Window w = window.close(st, double(steps), double(steps) * double(info_.batch) * info_.replicas);
+    w.step_seconds = std::move(step_seconds);
     // The step is the slowest rank's: its wall clock over the window, and its device time.
     w.wall = run_->slowest(w.wall);
     if (info_.gpu()) w.device_step_time = run_->slowest(device_total) / w.steps;

@@ -108,6 +108,7 @@ class TrainRun final : public BenchmarkRun {
     }
     Window w = window.close(st, double(steps), double(steps) * double(info_.batch));
     add_device_clock(w);
+    w.step_seconds = times;
     if (predicting()) measure_for_predictions(timeline.get(), std::move(times), w);
     return w;
   }

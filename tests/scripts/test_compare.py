@@ -375,3 +375,51 @@ def test_energy_of_a_v2_file_names_the_schema_version():
     r = run_script("compare.py", GPU_V2, GPU_V3, "--metric", "energy_j_per_sample")
     assert_one_line_error(r, GPU_V2, "no column 'energy_j_per_sample'",
                           "schema_version 3 added it and this file is version 2")
+
+
+# ---- windows: a verdict for rows of one repetition -------------------------------------------
+
+def one_repetition(src: str, dst: Path, windows: dict) -> str:
+    """The fixture's first ok iteration row of each benchmark alone (one repetition), as schema 7
+    with the given window samples/s (benchmark -> list), or none."""
+    with open(src, newline="") as f:
+        rows = list(csv.DictReader(f))
+    seen, out = set(), []
+    for r in rows:
+        if r["run_type"] != "iteration" or r["status"] != "ok" or r["benchmark"] in seen:
+            continue
+        seen.add(r["benchmark"])
+        out.append({**r, "schema_version": "7",
+                    "window_samples_per_s": ";".join(f"{v:g}" for v in windows.get(r["benchmark"], []))})
+    header = list(out[0])
+    with open(dst, "w", newline="") as f:
+        w = csv.DictWriter(f, header, lineterminator="\n")
+        w.writeheader()
+        w.writerows(out)
+    return str(dst)
+
+
+def test_rows_of_one_repetition_are_tested_over_their_windows(tmp_path):
+    rng = random.Random(7)
+    # The MLP's ten windows around 100 against around 200: beyond noise; the LeNet's around 50 on
+    # both sides: within noise; the LSTM without windows: still too few.
+    base = one_repetition(BASE, tmp_path / "base.csv", {
+        MLP: [100 * rng.uniform(0.97, 1.03) for _ in range(10)], LENET: [50 * rng.uniform(0.97, 1.03) for _ in range(10)]})
+    new = one_repetition(NEW, tmp_path / "new.csv", {
+        MLP: [200 * rng.uniform(0.97, 1.03) for _ in range(10)], LENET: [50 * rng.uniform(0.97, 1.03) for _ in range(10)]})
+    r = run_script("compare.py", base, new)
+    assert r.returncode == 0, r.stderr
+    assert "better  beyond noise (U test p=" in table_line(r.stdout, MLP)
+    assert table_line(r.stdout, MLP).endswith("n=10/10 windows)")
+    assert "within noise (U test p=" in table_line(r.stdout, LENET)
+    assert "too few repetitions (n=1/1" in table_line(r.stdout, LSTM)
+    # The ratio is still the rows' own figures', not the windows'.
+    assert ratio_column(table_line(r.stdout, MLP)) == pytest.approx(2.0, abs=0.05)
+
+
+def test_window_values_of_a_step_time_follow_the_rows_samples_per_s(tbcsv_mod):
+    row = {"samples_per_s": "100", "step_time_s": "1", "window_samples_per_s": "50;100;200"}
+    assert tbcsv_mod.window_values(row, "samples_per_s") == [50, 100, 200]
+    assert tbcsv_mod.window_values(row, "step_time_s") == [2, 1, 0.5]
+    assert tbcsv_mod.window_values(row, "host_cpu_s_per_step") == []
+    assert tbcsv_mod.window_values({**row, "window_samples_per_s": ""}, "samples_per_s") == []

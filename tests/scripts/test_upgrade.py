@@ -58,7 +58,8 @@ def test_a_schema_6_file_is_read_as_written_with_version_7s_columns_empty(tbcsv_
     for got, want in zip(table.rows, raw):
         assert {c: got[c] for c in want} == want
         assert got["clock"] == tbcsv_mod.CLOCK_WALL
-        assert (got["onednn_isa"], got["cpu_isa"]) == ("", "")  # it did not say
+        assert (got["onednn_isa"], got["cpu_isa"], got["prediction_model"], got["window_samples_per_s"]) == \
+            ("", "", "", "")  # it did not say
 
 
 @pytest.mark.parametrize("name", RUNS)

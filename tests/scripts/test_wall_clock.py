@@ -64,7 +64,8 @@ def test_a_schema_4_gpu_row_is_read_on_the_wall_clock(tbcsv_mod, tmp_path):
     assert table.notes == [f"{table.path}: schema 4 GPU rows: samples_per_s read on the wall "
                            f"clock from wall_step_time_s (the device clock is kept as "
                            f"device_samples_per_s)"]
-    assert table.columns[-4:] == ["device_step_time_s", "device_samples_per_s", "onednn_isa", "cpu_isa"]
+    assert table.columns[-6:] == ["device_step_time_s", "device_samples_per_s", "onednn_isa", "cpu_isa",
+                                  "prediction_model", "window_samples_per_s"]
 
 
 def test_cpu_epoch_and_schema_5_rows_are_left_as_written(tbcsv_mod, tmp_path):
