@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Draws the trainbench charts and a report from one or more CSVs (results/SCHEMA.md), headless.
 
+    scripts/plot.py run.csv                                  # into run-charts/, beside run.csv
     scripts/plot.py results/*/*.csv --out charts/
     scripts/plot.py --latest results/*/*.csv --out charts/   # the newest rows per machine
     scripts/plot.py run.csv --reference all --out charts/    # beside results/*/reference.json
@@ -21,7 +22,8 @@ draws reference runs beside these rows in the headline, and adds to the report t
 cpu rows against them (tbplot/references.py, tbplot/versus.py; scripts/bench.sh passes
 TB_REFERENCE, default all).
 
-Writes each chart as PNG and SVG into the --out folder:
+Writes each chart as PNG and SVG into the --out folder (for one CSV, by default <csv stem>-charts/
+beside it, as scripts/bench.sh draws them; several CSVs need --out):
   headline            per workload, every machine's samples/s of cpu / gpu:1 / gpu:N (or the
                       CPU configurations of a machine without GPU rows) on one axis, the
                       speedup over its machine's cpu row on each bar (and what differs: bf16
@@ -112,8 +114,9 @@ def write_charts(plt, data: Data, out: Path, skipped: dict | None = None) -> lis
 def parse_args(argv):
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("csv", nargs="+", metavar="CSV", help="trainbench CSV files")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="folder for the PNG and SVG files and report.md/report.html")
+    p.add_argument("--out", metavar="DIR",
+                   help="folder for the PNG and SVG files and report.md/report.html (default for "
+                        "one CSV: <csv stem>-charts/ beside it)")
     p.add_argument("--latest", action="store_true",
                    help="per benchmark, only the newest run of each machine and framework")
     p.add_argument("--reference", action="append", metavar="DIR",
@@ -121,7 +124,15 @@ def parse_args(argv):
                         "in the report (tbplot/references.py): a folder holding a "
                         "reference.json, several separated by commas or given again; 'all': "
                         "every one under results/; 'none' (the default): none")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.out is None:
+        if len(args.csv) != 1:
+            p.error(f"{len(args.csv)} CSVs: say where their charts go with --out DIR (one CSV's go "
+                    f"to <csv stem>-charts/ beside it)")
+        csv = Path(args.csv[0])
+        args.out = str(csv.with_name(csv.stem + "-charts"))
+        print(f"{PROG}: charts and report into {args.out}/ (beside {csv}; --out DIR for another folder)")
+    return args
 
 
 def main(argv=None) -> int:

@@ -64,16 +64,18 @@ class Figures:
         self.data = data
 
     def new(self, title: str, rows, notes: list[str], panel_widths: list[float],
-            panel_h: float, legend=None, grow: bool = False):
+            panel_h: float, legend=None, grow: bool = False, machines: bool = True):
         """A figure with one axes per entry of panel_widths (inches), packed into rows of
         at most three; panels keep their width, so bars are equally wide in every panel.
         grow: a panel wider than MAX_WIDTH widens the figure instead of being squeezed (the
-        headline of many machines, whose tick labels would overlap)."""
+        headline of many machines, whose tick labels would overlap). machines: a line per
+        machine above the notes (the headline leaves them to the report)."""
         packed = pack_rows(panel_widths)
         widest = max(MAX_WIDTH, *panel_widths) if grow else MAX_WIDTH
         width = min(widest, max(MIN_WIDTH, *(sum(r) for r in packed)))
         chars = int(width * 72 / (0.58 * SUBTITLE_PT))  # DejaVu Sans is ~0.58 em wide
-        lines = [w for line in describe_machines(self.data, rows) + notes
+        described = describe_machines(self.data, rows) if machines else []
+        lines = [w for line in described + notes
                  for w in textwrap.wrap(line, chars, subsequent_indent="    ")]
         legend = legend or []
         legend_cols, legend_rows = self._legend_shape(legend, width)

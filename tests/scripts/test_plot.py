@@ -95,13 +95,49 @@ def test_every_chart_is_written_as_a_real_png_and_svg(two_machines):
         svg_text(out / f"{name}.svg")
 
 
+MACHINE_LINES = ("vm: AMD EPYC, 2 cores", "commit a1d1702", "2026-11-20T09:00:00Z",
+                 "ws-alpha: Intel(R) Xeon(R) Gold 6230", "commit b2e2f13-dirty")
+
+
 def test_titles_name_the_machines_and_the_run(two_machines):
+    """Every chart but the headline names its machines and runs above its panels; the headline
+    leaves them to the report, which keeps every one."""
     out, _ = two_machines
     for name in CPU_CHARTS:
+        if name == "headline":
+            continue
         text = svg_text(out / f"{name}.svg")
-        for needle in ("vm: AMD EPYC, 2 cores", "commit a1d1702", "2026-11-20T09:00:00Z",
-                       "ws-alpha: Intel(R) Xeon(R) Gold 6230", "commit b2e2f13-dirty"):
+        for needle in MACHINE_LINES:
             assert needle in text, (name, needle)
+    report = (out / "report.md").read_text()
+    for needle in ("| cpu_model | AMD EPYC | Intel(R) Xeon(R) Gold 6230", "| git_commit | a1d1702 | b2e2f13-dirty |",
+                   "| timestamp | 2026-11-20T09:00:00Z |"):
+        assert needle in report, needle
+
+
+def test_the_headline_carries_a_title_a_legend_and_at_most_two_lines_of_notes(two_machines):
+    out, _ = two_machines
+    text = svg_text(out / "headline.svg")
+    assert ("Training throughput per device configuration: vm (AMD EPYC, 2 cores), ws-alpha (Intel Xeon Gold 6230, "
+            "8 cores)") in text
+    assert "commit a1d1702" not in text and "2026-11-20T09:00:00Z" not in text, "versions and times are the report's"
+    # The notes: the first says what a bar and its label are, the last where the rest is.
+    first, last = text.index("Bars: median samples/s"), text.index("report.md.")
+    notes = text[first:last]
+    assert len(notes) < 2 * 150, notes  # two lines of the figure's width at most
+    assert "cpu" in text  # the legend names the configurations
+
+
+def test_one_csv_without_out_draws_beside_it_and_says_where(tmp_path):
+    run_csv = tmp_path / "run.csv"
+    run_csv.write_bytes(Path(TWO_MACHINES[0]).read_bytes())
+    r = run_script("plot.py", run_csv)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "run-charts"
+    assert f"charts and report into {out}/ (beside {run_csv}" in r.stdout
+    assert "headline" in charts_in(out) and (out / "report.html").is_file()
+    several = run_script("plot.py", *TWO_MACHINES)
+    assert several.returncode == 2 and "2 CSVs: say where their charts go with --out DIR" in several.stderr
 
 
 def test_axes_have_units(two_machines):

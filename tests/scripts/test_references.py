@@ -88,10 +88,13 @@ def test_the_headline_draws_this_machine_beside_the_h100_with_labels_and_ratios(
     # ResNet-152 224: batch 128 on the H100's GPU against 8 on this CPU, said on the bar.
     assert "bs 128 vs 8" in text
     assert "1× (cpu)" in text
-    assert "Reference run H100: NVIDIA H100 80GB HBM3" in text
-    assert "Samples/s on the wall clock" in text
-    assert "Versions differ between H100 and this machine" in text
-    assert f"schema_version {H100_SCHEMA} vs 5" in text
+    # The chart's two lines of notes; the machines, versions and the rest are the report's.
+    assert "Bars: median samples/s on the wall clock" in text and "reference runs over this machine's cpu row" in text
+    report = " ".join((out / "report.md").read_text().split())
+    assert "Reference run H100: NVIDIA H100 80GB HBM3" in report
+    assert "Samples/s on the wall clock" in report
+    assert "Versions differ between H100 and this machine" in report
+    assert f"schema_version {H100_SCHEMA} vs 5" in report
     if H100_REF["clock"] == "device":
         # The reference file's notes are printed once.
         assert r.stdout.count("schema 4 GPU rows: samples_per_s read on the wall clock") == 1

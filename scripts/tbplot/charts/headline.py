@@ -113,7 +113,26 @@ def caption(data) -> str:
                  f"precisions, its bars labelled with their samples/s over this machine's cpu row.")
     if chosen.predicted:
         text += " Hatched bars are predicted (measurement=predicted), not measured."
-    return text
+    # The chart carries two lines of notes; the report keeps them all.
+    rows = [r for r in data.step_rows + data.predicted_rows + data.reference_rows
+            if data.key(r) in chosen.bars and tbcsv.is_ok(r)]
+    return text + " " + " ".join(notes(chosen, data, rows))
+
+
+def brief_notes(chosen: Selection) -> list[str]:
+    """The chart's own notes, two short lines at most: what a bar and its label are, and what
+    hatched bars and reference runs are; the rest (machines, versions, every definition) is the
+    report's."""
+    first = ("Bars: median samples/s on the wall clock. Labels: samples/s and the speedup over "
+             "the machine's own cpu row (what differs in brackets).")
+    second = []
+    if chosen.predicted:
+        second.append("Hatched: predicted, not measured" + (" (whiskers: its band)" if chosen.bands else ""))
+    if chosen.references:
+        second.append("reference runs over this machine's cpu row")
+    second.append("machines, versions and notes: report.md")
+    text = "; ".join(second)
+    return [first, text[0].upper() + text[1:] + "."]
 
 
 def colour_keys(bars) -> dict:
@@ -371,9 +390,11 @@ def chart_headline(figs, data):
     widths = [panel_width(panel_title(p), groups) for p, groups in by_panel.items()]
     rows = [r for r in data.step_rows + data.predicted_rows + data.reference_rows
             if data.key(r) in chosen.bars and tbcsv.is_ok(r)]
-    fig, axes = figs.new("Training throughput per device configuration", rows,
-                         notes(chosen, data, rows), widths, PANEL_H,
-                         legend_entries(figs, chosen, colours), grow=True)
+    series = list(dict.fromkeys(s for s, _ in chosen.bars))
+    machines = ", ".join(data.machine_name(s) for s in series)
+    title = "Training throughput per device configuration" + (f": {machines}" if len(machines) <= 70 else "")
+    fig, axes = figs.new(title, rows, brief_notes(chosen), widths, PANEL_H,
+                         legend_entries(figs, chosen, colours), grow=True, machines=False)
     for ax, (panel, groups) in zip(axes, by_panel.items()):
         # A log axis only where a panel's bars differ by more than 20x (cpu against gpu).
         values = [chosen.bars[k].center for g in groups for k in g.keys]
