@@ -1,12 +1,16 @@
-#!/usr/bin/env python3
-"""Checks the figures README.md quotes from result files: each figure is tied to its source by a
-marker (an HTML comment, invisible on GitHub) placed before the paragraph or table that shows it;
-this script recomputes every marked figure from its file and compares it with the README's text,
-within the rounding the README shows it with. It also checks that the README's relative links
-point at files that exist. Standard library only.
+"""Checks the figures README.md and the docs/ pages quote from result files: each figure is tied to
+its source by a marker (an HTML comment, invisible on GitHub) placed before the paragraph or table
+that shows it; this script recomputes every marked figure from its file and compares it with the
+page's text, within the rounding the page shows it with. It also checks that each page's relative
+links point at files that exist. Standard library only.
 
-Usage: scripts/check_readme.py [README.md] [--root DIR]   (exit 1 naming each figure that no
-longer matches its file, or whose file is missing; 2 for a README that cannot be read)
+Usage: scripts/check_readme.py [FILE] [--root DIR]   (exit 1 naming each figure that no longer
+matches its file, or whose file is missing; 2 for a FILE that cannot be read)
+
+Without FILE it checks README.md and every docs/*.md of this checkout, one summary line per page;
+with FILE, that page alone. Markers name their files relative to DIR (default: this checkout, or
+FILE's folder for a FILE outside it), whichever page they are on; a page's links are relative to
+its own folder (for a FILE outside DIR, to DIR). README.md must hold figures; a docs page need not.
 
 A marker is a comment opening with `<!-- figures` whose lines (until `-->`) are each one of:
 
@@ -21,8 +25,9 @@ A marker is a comment opening with `<!-- figures` whose lines (until `-->`) are 
                                FILE.md that has its headers, rows matched by the COL cells
 
 The next paragraph or table is the first block of non-blank lines after the marker, other
-markers skipped. EXPR is arithmetic (+ - * / and parentheses over numbers, names and strings;
-+ also joins strings) over these functions:
+markers skipped; a marker inside fenced code (```) is an example and is not read. EXPR is
+arithmetic (+ - * / and parentheses over numbers, names and strings; + also joins strings) over
+these functions:
 
   median(F, COLUMN, **where)   median of COLUMN over the rows of CSV file F that match where
   lo(...), hi(...)             the same rows' minimum, maximum
@@ -79,8 +84,8 @@ class Figure:
     label: str  # how messages name it: the text snippet, [ROW | COLUMN], or a table cell
     expr: str  # the expression, or a description for table comparisons
     marker_line: int  # 1-based line of the marker line that defines it
-    shown: str | None = None  # the README's text of the figure, once located
-    shown_line: int | None = None  # 1-based README line that shows it, once located
+    shown: str | None = None  # the page's text of the figure, once located
+    shown_line: int | None = None  # 1-based line of the page that shows it, once located
     value: object = None  # what the file gives, once computed
     error: str | None = None
 
@@ -99,7 +104,7 @@ class Block:
 
 
 def shown_number(text: str) -> tuple[float, float] | None:
-    """(value, tolerance) of the first number in text, as the README shows it, or None."""
+    """(value, tolerance) of the first number in text, as the page shows it, or None."""
     m = NUMBER.search(text)
     if not m:
         return None
@@ -110,7 +115,7 @@ def shown_number(text: str) -> tuple[float, float] | None:
 
 
 def matches(shown: str, value: object) -> bool:
-    """Whether the README's text shows value (a number within its rounding, or equal text)."""
+    """Whether the page's text shows value (a number within its rounding, or equal text)."""
     number = value if isinstance(value, (int, float)) else as_number(str(value))
     if number is None:
         return shown.strip() == str(value).strip()
@@ -331,7 +336,7 @@ class Evaluator:
         raise FigureError(f"not allowed in a figure's expression: {ast.dump(n)[:60]}")
 
 
-# ---- the README --------------------------------------------------------------------------------
+# ---- the pages ---------------------------------------------------------------------------------
 
 
 def normal(cell: str) -> str:
@@ -369,10 +374,13 @@ def blocks(lines: list[str]) -> list[Block]:
 
 
 def markers(lines: list[str]) -> list[tuple[int, int, list[tuple[int, str]]]]:
-    """(first line, last line, [(line, text)]) of every figure marker, 0-based."""
-    found, i = [], 0
+    """(first line, last line, [(line, text)]) of every figure marker outside fenced code,
+    0-based."""
+    found, i, fenced = [], 0, False
     while i < len(lines):
-        if lines[i].lstrip().startswith(MARKER_OPEN):
+        if lines[i].lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and lines[i].lstrip().startswith(MARKER_OPEN):
             start, body = i, []
             body.append((i, lines[i].split(MARKER_OPEN, 1)[1]))
             while "-->" not in lines[i]:
@@ -434,13 +442,17 @@ def locate_cell(block: Block, row: str, column: str) -> tuple[str, int]:
 
 
 def table_lines(block: Block) -> list[int]:
-    """The 1-based README lines of a table's rows (header first, the --- row left out)."""
+    """The 1-based lines of a table's rows (header first, the --- row left out)."""
     return [block.start + i + 1 for i, line in enumerate(block.lines) if table_rows([line])]
 
 
-def check(readme: Path, root: Path) -> tuple[list[Figure], list[str]]:
-    """Every marked figure, computed and compared; and the links to files that do not exist."""
-    lines = readme.read_text(encoding="utf-8").splitlines()
+def check(page: Path, root: Path, base: Path | None = None) -> tuple[list[Figure], list[str]]:
+    """Every marked figure of a page, computed from the files under root; and the page's links
+    (relative to base: the page's folder where it lies under root, else root) to files that do
+    not exist."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    if base is None:
+        base = page.resolve().parent if inside(page, root) else root
     sources = Sources(root)
     evaluate = Evaluator(sources)
     figures: list[Figure] = []
@@ -476,7 +488,7 @@ def check(readme: Path, root: Path) -> tuple[list[Figure], list[str]]:
                 evaluate.names[name.strip()] = evaluate(expr)
             except FigureError as e:
                 figures.append(Figure(name.strip(), expr.strip(), n + 1, error=str(e)))
-    return figures, broken_links(lines, root)
+    return figures, broken_links(lines, base)
 
 
 def expand(location: str) -> list[tuple[str, str]]:
@@ -509,7 +521,7 @@ def locate(figure: Figure, block: Block | None) -> None:
         figure.shown = inner.group(1) if inner else plain
         before = flat[:at + (inner.start() if inner else 0)]
     else:
-        # The text around the figure is there, the figure changed: say what the README shows.
+        # The text around the figure is there, the figure changed: say what the page shows.
         around = None
         if inner:
             left, right = (re.sub(r"\s+", " ", part) for part in (snippet[:inner.start()],
@@ -519,7 +531,7 @@ def locate(figure: Figure, block: Block | None) -> None:
             raise FigureError("the paragraph after the marker does not contain this text")
         figure.shown = around.group(1)
         before = flat[:around.start(1)]
-    # The README line of the figure: count the block's words up to it.
+    # The page's line of the figure: count the block's words up to it.
     words, line = len(before.split()), block.start
     for i, text in enumerate(block.lines):
         if words < len(text.split()) or i == len(block.lines) - 1:
@@ -586,45 +598,97 @@ def broken_links(lines: list[str], base: Path) -> list[str]:
     return broken
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("readme", nargs="?",
-                        default=str(Path(__file__).resolve().parent.parent / "README.md"))
-    parser.add_argument("--root", help="folder the markers' file names and the links are "
-                                       "relative to (default: the README's)")
-    args = parser.parse_args(argv)
-    readme = Path(args.readme)
-    if not readme.is_file():
-        print(f"check_readme.py: {readme}: no such file", file=sys.stderr)
-        return 2
-    root = Path(args.root) if args.root else readme.resolve().parent
+def inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def visible_lines(text: str) -> int:
+    """Lines of a Markdown page outside HTML comments: what GitHub shows (blank lines count)."""
+    count, in_comment = 0, False
+    for line in text.splitlines():
+        outside, rest = False, line
+        while True:
+            if in_comment:
+                end = rest.find("-->")
+                if end < 0:
+                    break
+                in_comment, rest = False, rest[end + 3:]
+            else:
+                start = rest.find("<!--")
+                outside = outside or bool(rest[:start if start >= 0 else len(rest)].strip())
+                if start < 0:
+                    break
+                in_comment, rest = True, rest[start + 4:]
+        if outside or (not in_comment and line.strip() == ""):
+            count += 1
+    return count
+
+
+def pages(checkout: Path) -> list[Path]:
+    """What is checked without a FILE: the README and every page of docs/."""
+    return [checkout / "README.md"] + sorted((checkout / "docs").glob("*.md"))
+
+
+def report(page: Path, root: Path) -> bool:
+    """Checks one page and prints what does not match and one summary line; True if it passed."""
+    name = (page.resolve().relative_to(root.resolve()).as_posix() if inside(page, root)
+            else page.name)
+    shows = "the README" if page.name == "README.md" else "the page"
     try:
-        figures, links = check(readme, root)
+        figures, links = check(page, root)
     except FigureError as e:
-        print(f"{readme.name}: {e}", file=sys.stderr)
-        return 1
+        print(f"{name}: {e}", file=sys.stderr)
+        return False
     bad = 0
     for f in figures:
-        where = f"{readme.name}:{f.shown_line or f.marker_line}"
+        where = f"{name}:{f.shown_line or f.marker_line}"
         if f.error:
             print(f"{where}: figure {f.label}: {f.error}")
             bad += 1
         elif not matches(f.shown or "", f.value):
-            print(f"{where}: figure {f.label}: the README shows {f.shown!r}, "
+            print(f"{where}: figure {f.label}: {shows} shows {f.shown!r}, "
                   f"its file gives {display(f.value)} ({f.expr})")
             bad += 1
     for link in links:
-        print(f"{readme.name}: {link}")
-    if not figures:
-        print(f"check_readme.py: no figure markers in {readme.name}")
-        return 1
+        print(f"{name}: {link}")
+    if not figures and page.name == "README.md":
+        print(f"check_readme.py: no figure markers in {name}")
+        return False
     if bad or links:
-        print(f"check_readme.py: {bad} of {len(figures)} figures do not match their files"
+        print(f"check_readme.py: {bad} of {len(figures)} figures in {name} do not match their files"
               + (f"; {len(links)} broken links" if links else ""))
-        return 1
-    print(f"check_readme.py: all {len(figures)} figures in {readme.name} match their files")
-    return 0
+        return False
+    if figures:
+        print(f"check_readme.py: all {len(figures)} figures in {name} match their files")
+    else:
+        print(f"check_readme.py: no figures in {name}; its links resolve")
+    return True
+
+
+def main(argv=None) -> int:
+    checkout = Path(__file__).resolve().parent.parent
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("page", nargs="?", metavar="FILE",
+                        help="the one page to check (default: README.md and docs/*.md)")
+    parser.add_argument("--root", help="folder the markers' file names are relative to "
+                                       "(default: this checkout, or FILE's folder outside it)")
+    args = parser.parse_args(argv)
+    if args.page is None:
+        checked = pages(checkout)
+    else:
+        checked = [Path(args.page)]
+        if not checked[0].is_file():
+            print(f"check_readme.py: {args.page}: no such file", file=sys.stderr)
+            return 2
+    if args.root:
+        root = Path(args.root)
+    elif args.page is None or inside(checked[0], checkout):
+        root = checkout
+    else:
+        root = checked[0].resolve().parent
+    passed = [report(page, root) for page in checked]
+    return 0 if all(passed) else 1
 
 
 if __name__ == "__main__":

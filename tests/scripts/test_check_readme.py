@@ -1,6 +1,7 @@
-"""scripts/check_readme.py: the README's figures match the result files they are quoted from; a
-copy with one figure changed, or with a marker naming a file that does not exist, fails and
-names it; and the rounding rule that decides a match."""
+"""scripts/check_readme.py: the figures of the README and of every docs/ page match the result
+files they are quoted from; a copy with one figure changed, or with a marker naming a file that
+does not exist, fails and names it; the rounding rule that decides a match; and the README stays
+a front page of at most 250 visible lines."""
 import re
 from pathlib import Path
 
@@ -10,10 +11,13 @@ import check_readme
 from conftest import ROOT, run_script
 
 README = ROOT / "README.md"
+RESULTS = ROOT / "docs" / "results.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+MOST_VISIBLE_LINES = 250  # issue 56: the README is a front page, the detail lives in docs/
 
 
-def figures():
-    found, _ = check_readme.check(README, ROOT)
+def figures(page: Path = README):
+    found, _ = check_readme.check(page, ROOT)
     return found
 
 
@@ -37,18 +41,47 @@ def test_the_readme_matches_its_files():
     assert re.search(r"all \d+ figures in README.md match their files", r.stdout), r.stdout
 
 
+def test_every_docs_page_matches_its_files_and_its_links_resolve():
+    """Without arguments every docs/ page is checked too, each with one summary line."""
+    r = run_script("check_readme.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for page in DOCS:
+        name = f"docs/{page.name}"
+        assert (re.search(rf"all \d+ figures in {re.escape(name)} match their files", r.stdout)
+                or f"no figures in {name}; its links resolve" in r.stdout), (name, r.stdout)
+    assert re.search(r"all \d+ figures in docs/results.md match their files", r.stdout), r.stdout
+
+
+def test_the_readme_has_at_most_250_visible_lines():
+    """Visible: outside HTML comments, which hold the figure markers and GitHub does not show."""
+    visible = check_readme.visible_lines(README.read_text(encoding="utf-8"))
+    assert visible <= MOST_VISIBLE_LINES, \
+        f"README.md has {visible} visible lines: move the detail to docs/"
+
+
+def test_visible_lines_leave_out_comments_only():
+    text = "a\n<!-- figures X = 1\n\"{1}\" = X -->\n\nb <!-- c --> b\n<!-- d -->e\n<!-- one -->\n"
+    assert check_readme.visible_lines(text) == 4  # a, the blank line, b ... b, e
+
+
 def test_every_results_section_figure_is_marked():
-    """The Results section holds markers, and they cover tables and paragraphs alike."""
-    kinds = {f.label[0] for f in figures()}
-    assert kinds == {"[", '"'}, kinds
-    assert len(figures()) >= 50
+    """Wherever the results live (the README's short Results, docs/results.md with the rest), they
+    hold markers, covering tables and paragraphs alike, and each of the checked sections of
+    docs/results.md (those above its older runs) has its marker."""
+    for page, least in ((README, 10), (RESULTS, 50)):
+        kinds = {f.label[0] for f in figures(page)}
+        assert kinds == {"[", '"'}, (page.name, kinds)
+        assert len(figures(page)) >= least, page.name
+    checked = RESULTS.read_text(encoding="utf-8").split("\n## Charts of the newest run")[0]
+    for section in checked.split("\n## ")[1:]:
+        assert "<!-- figures" in section, "a results section without markers: " + section[:80]
 
 
-def candidate(kind: str):
-    """A figure of one kind ("[": a table cell, '"': in a paragraph) that one edit of its README
+def candidate(kind: str, page: Path = README):
+    """A figure of one kind ("[": a table cell, '"': in a paragraph) that one edit of its page's
     line changes alone: a unique label, shown once on its line."""
-    found = figures()
-    lines = README.read_text(encoding="utf-8").splitlines(keepends=True)
+    found = figures(page)
+    lines = page.read_text(encoding="utf-8").splitlines(keepends=True)
     for f in found:
         line = lines[f.shown_line - 1]
         has_digits = any(c.isdigit() for c in f.shown or "")
@@ -66,6 +99,41 @@ def test_a_changed_figure_fails_naming_it(kind, tmp_path):
     r = check_copy("".join(lines), tmp_path)
     assert r.returncode == 1, r.stdout
     assert f"figure {figure.label}: the README shows {changed!r}" in r.stdout, r.stdout
+
+
+def docs_copy(tmp_path: Path, text: str) -> Path:
+    """docs/results.md with text instead, in a tree of links to this checkout's files, so that its
+    markers and its ../ links resolve as in the checkout (a link out of the checkout does not)."""
+    (tmp_path / "docs").mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in ("docs", ".git"):
+            (tmp_path / entry.name).symlink_to(entry)
+    for page in DOCS:
+        if page != RESULTS:
+            (tmp_path / "docs" / page.name).symlink_to(page)
+    copy = tmp_path / "docs" / RESULTS.name
+    copy.write_text(text, encoding="utf-8")
+    return copy
+
+
+def test_a_changed_figure_on_a_docs_page_fails_naming_it(tmp_path):
+    figure, lines = candidate("[", RESULTS)
+    changed = altered(figure.shown)
+    lines[figure.shown_line - 1] = lines[figure.shown_line - 1].replace(figure.shown, changed)
+    r = run_script("check_readme.py", docs_copy(tmp_path, "".join(lines)), "--root", tmp_path)
+    assert r.returncode == 1, r.stdout
+    where = f"docs/results.md:{figure.shown_line}"
+    assert f"{where}: figure {figure.label}: the page shows {changed!r}" in r.stdout, r.stdout
+    summary = r"check_readme.py: 1 of \d+ figures in docs/results.md do not match"
+    assert re.search(summary, r.stdout), r.stdout
+
+
+def test_a_broken_link_on_a_docs_page_fails(tmp_path):
+    """A page's links are relative to its own folder: ../results/ from docs/, results/ is not."""
+    text = RESULTS.read_text(encoding="utf-8")
+    r = run_script("check_readme.py", docs_copy(tmp_path, text + "\n[wrong](results/vm/)\n"),
+                   "--root", tmp_path)
+    assert r.returncode == 1 and "link to results/vm/, which does not exist" in r.stdout, r.stdout
 
 
 def test_a_changed_copied_table_cell_fails_naming_it(tmp_path):
