@@ -34,6 +34,9 @@ set(TB_PREFIX_MAPS -ffile-prefix-map=${CMAKE_SOURCE_DIR}=. -ffile-prefix-map=${C
 list(JOIN TB_PREFIX_MAPS "," TB_PREFIX_MAPS_CUDA)
 target_compile_options(tb_options INTERFACE "$<$<COMPILE_LANGUAGE:CXX,C>:${TB_PREFIX_MAPS}>"
                                             "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${TB_PREFIX_MAPS_CUDA}>")
+# trainbench's own CPU kernels compile without tb_options (its -march=native would override each
+# ISA's flags): the maps given to them alone.
+target_compile_options(tb_cpu_kernels PRIVATE ${TB_PREFIX_MAPS})
 
 # ---- trainbench --version: the project's version and the backends this build has -----------
 set(TB_BACKENDS "cpu (oneDNN ${dnnl_VERSION})")

@@ -108,7 +108,7 @@ def asan_source_name(path: Path, string: bytes) -> bool:
     if os.environ.get("TB_SANITIZE") != "ON" or path.name != "trainbench":
         return False
     text = string.decode(errors="replace")
-    return (text.startswith(f"{SOURCE}/") and text.endswith((".cpp", ".cu", ".hpp", ".cuh", ".h"))
+    return (text.startswith(f"{SOURCE}/") and text.endswith((".cpp", ".cu", ".hpp", ".cuh", ".h", ".inc"))
             and Path(text).is_file())
 
 
@@ -163,9 +163,9 @@ def test_a_benchmark_then_plot_and_compare_from_outside_the_checkout(prefix, out
         assert (outside / "charts" / chart).stat().st_size > 0, chart
     # The reference run read from the prefix, and drawn beside this machine's row.
     assert "reference run of H100" in (outside / "charts" / "report.md").read_text()
-    # The headline names the reference's file: the one installed beside its index.
+    # The report names the reference's file: the one installed beside its index.
     assert (prefix / "share" / "trainbench" / "results" / "h100" / H100_RUN).is_file()
-    assert H100_RUN in (outside / "charts" / "headline.svg").read_text()
+    assert H100_RUN in (outside / "charts" / "report.md").read_text()
 
     r = run(prefix / "bin" / "trainbench-compare", *runs, cwd=outside)
     assert r.returncode == 0, r.stdout + r.stderr

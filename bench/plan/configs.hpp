@@ -118,9 +118,4 @@ void pair_baselines(std::vector<BenchInfo>& benchmarks);
 // apply here (a --data_dir that is not a folder, a --gpu_memory_limit above a GPU's memory).
 std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores);
 
-// --replay_from=CSV: a benchmark per one-device train/ row of the file that the filter takes and
-// that holds prediction_inputs, as mpi:N over this MPI world (plan/replays.cpp). Throws
-// tb::InputError on a file that cannot be read or holds no such row.
-std::vector<BenchInfo> plan_replays(const Flags& flags);
-
 }  // namespace tb::bench

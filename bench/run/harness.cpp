@@ -13,6 +13,7 @@
 #include "bench/output/columns.hpp"
 #include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
+#include "bench/predict/replays.hpp"
 #include "bench/run/jobs.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"

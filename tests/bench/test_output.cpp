@@ -16,10 +16,10 @@
 
 #include "bench/output/columns.hpp"
 #include "bench/output/csv.hpp"
-#include "bench/output/reporter.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/output/summary.hpp"
 #include "bench/run/harness.hpp"
+#include "bench/run/reporter.hpp"
 #include "engine/core/error.hpp"
 
 namespace tb::bench {

@@ -1,5 +1,7 @@
-// The benchmarks of --replay_from (configs.hpp, plan_replays): a saved one-device row's steps
-// replayed on the ranks of this MPI world, an mpi:N benchmark each.
+// The benchmarks of --replay_from (replays.hpp): a saved one-device row's steps replayed on the
+// ranks of this MPI world, an mpi:N benchmark each.
+#include "bench/predict/replays.hpp"
+
 #include <algorithm>
 
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 // Console and CSV reporting of each run.
-#include "bench/output/reporter.hpp"
+#include "bench/run/reporter.hpp"
 
 #include <unistd.h>
 

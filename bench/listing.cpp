@@ -1,5 +1,5 @@
 // The --list_models and --list_configs outputs (listing.hpp).
-#include "bench/cli/listing.hpp"
+#include "bench/listing.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
