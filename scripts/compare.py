@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,6 +142,9 @@ class NoiseVerdict:
     p_adjusted: float | None = None
     u_base: float | None = None  # U of BASE's repetitions: which side tends larger
     adjusted_shown: bool = True  # False with --correction none: the two p are one
+    # Windows only: the medians' difference is inside the rows' own spread (the larger
+    # interquartile range of their windows), so it stays within noise whatever its p.
+    inside_spread: bool = False
 
     @property
     def beyond(self) -> bool:
@@ -158,7 +162,15 @@ class NoiseVerdict:
             return (f"{TOO_FEW} (n={self.n1}/{self.n2}: p cannot go below "
                     f"{smallest_p(self.n1, self.n2):.2g})")
         adjusted = f", adjusted {self.p_adjusted:.3g}" if self.adjusted_shown else ""
-        return f"{self.kind} (U test p={self.p:.3g}{adjusted}, n={self.n1}/{self.n2}{self.unit})"
+        spread = ", inside the windows' spread" if self.inside_spread and self.kind == WITHIN else ""
+        within_run = " within a run" if self.unit and self.kind == BEYOND else ""
+        return (f"{self.kind}{within_run} (U test p={self.p:.3g}{adjusted}, n={self.n1}/{self.n2}{self.unit}"
+                f"{spread})")
+
+
+def interquartile_range(values: list[float]) -> float:
+    quartiles = statistics.quantiles(values, n=4, method="inclusive")
+    return quartiles[2] - quartiles[0]
 
 
 def noise_test(base: tbcsv.Sample, new: tbcsv.Sample, alpha: float) -> NoiseVerdict:
@@ -172,7 +184,11 @@ def noise_test(base: tbcsv.Sample, new: tbcsv.Sample, alpha: float) -> NoiseVerd
             # A row's windows are consecutive parts of one run: they share its machine's state,
             # so the verdict says the runs differ beyond the noise within a run.
             u, p = mann_whitney(base.windows, new.windows)
-            return NoiseVerdict(WITHIN, w1, w2, p=p, u_base=u, unit=" windows")
+            # Windows of one run vary less than runs do: a shift smaller than a row's own spread
+            # of windows is no difference between the runs worth a verdict.
+            shift = abs(statistics.median(new.windows) - statistics.median(base.windows))
+            spread = max(interquartile_range(base.windows), interquartile_range(new.windows))
+            return NoiseVerdict(WITHIN, w1, w2, p=p, u_base=u, unit=" windows", inside_spread=shift <= spread)
         # 3 against 3 repetitions: even all of NEW above all of BASE gives p = 0.1, so the
         # test cannot tell that from chance at 0.05 (chance alone parts the two ranges in a
         # tenth of such comparisons). No test, no verdict.
@@ -188,7 +204,7 @@ def decide(verdicts: list[NoiseVerdict], alpha: float, correction: str) -> None:
     for v, p in zip(tested, adjust([v.p for v in tested], correction)):
         v.p_adjusted = p
         v.adjusted_shown = correction != "none"
-        v.kind = BEYOND if p < alpha else WITHIN
+        v.kind = BEYOND if p < alpha and not v.inside_spread else WITHIN
 
 
 # ---- sides and matching --------------------------------------------------------------------
@@ -554,7 +570,18 @@ def summary_lines(c: Comparison) -> list[str]:
     few = len(c.results) - c.tests
     counts = (f"beyond noise: {len(beyond) - worse} better, {worse} worse; within noise: "
               f"{c.tests - len(beyond)}; {TOO_FEW} (not counted): {few}; {verdict_words(c)}")
-    return geomean_lines(c) + [counts] + repetition_advice(c) + correction_note(c)
+    return geomean_lines(c) + [counts] + window_note(c) + repetition_advice(c) + correction_note(c)
+
+
+def window_note(c: Comparison) -> list[str]:
+    """What a verdict from windows says: that the two runs differ, not why."""
+    windows = [r for r in c.results if r.noise.counted and r.noise.unit]
+    if not windows:
+        return []
+    return [f"{len(windows)} verdict(s) from windows (too few repetitions a side, each row's timed "
+            f"steps in tenths): they say whether the two runs differ by more than each varied "
+            f"within itself, which two runs of the same code on a busy machine can; both sides "
+            f"with --benchmark_repetitions=5 ask whether the code did."]
 
 
 def repetition_advice(c: Comparison) -> list[str]:

@@ -409,12 +409,27 @@ def test_rows_of_one_repetition_are_tested_over_their_windows(tmp_path):
         MLP: [200 * rng.uniform(0.97, 1.03) for _ in range(10)], LENET: [50 * rng.uniform(0.97, 1.03) for _ in range(10)]})
     r = run_script("compare.py", base, new)
     assert r.returncode == 0, r.stderr
-    assert "better  beyond noise (U test p=" in table_line(r.stdout, MLP)
+    assert "better  beyond noise within a run (U test p=" in table_line(r.stdout, MLP)
     assert table_line(r.stdout, MLP).endswith("n=10/10 windows)")
+    # The counts say what a verdict from windows means, and how to ask about the code.
+    assert "2 verdict(s) from windows" in r.stdout and "--benchmark_repetitions=5 ask whether the code did" in r.stdout
     assert "within noise (U test p=" in table_line(r.stdout, LENET)
     assert "too few repetitions (n=1/1" in table_line(r.stdout, LSTM)
     # The ratio is still the rows' own figures', not the windows'.
     assert ratio_column(table_line(r.stdout, MLP)) == pytest.approx(2.0, abs=0.05)
+
+
+def test_a_shift_inside_the_windows_own_spread_stays_within_noise(tmp_path):
+    """Windows apart by 0.5% that never overlap (p < 0.001) but spread 2% each: within noise,
+    saying why; apart by 10%: beyond."""
+    steady = [100 + 0.2 * k for k in range(10)]  # 100.0 to 101.8: interquartile range 0.9
+    base = one_repetition(BASE, tmp_path / "base.csv", {MLP: steady, LENET: steady})
+    new = one_repetition(NEW, tmp_path / "new.csv", {MLP: [v + 0.5 for v in steady], LENET: [v + 10 for v in steady]})
+    r = run_script("compare.py", base, new)
+    assert r.returncode == 0, r.stderr
+    assert "within noise (U test p=" in table_line(r.stdout, MLP)
+    assert table_line(r.stdout, MLP).endswith("n=10/10 windows, inside the windows' spread)")
+    assert "beyond noise within a run" in table_line(r.stdout, LENET)
 
 
 def test_window_values_of_a_step_time_follow_the_rows_samples_per_s(tbcsv_mod):
