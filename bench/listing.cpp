@@ -1,5 +1,8 @@
-// The --list_models and --list_configs outputs (listing.hpp).
+// The --list_models, --list_configs and --csv_header --json outputs (listing.hpp).
 #include "bench/listing.hpp"
+
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -155,6 +158,13 @@ void list_configs_json(std::ostream& out) {
       "[\n{}],\n \"cpu_isa\": {},\n \"cpu_isas\": [{}]}}\n",
       json_string(device_grammar()), fmt::join(kinds, ",\n"), fmt::join(variants, ",\n"), fmt::join(words, ",\n"),
       json_string(own_cpu_isa()), fmt::join(isas, ", "));
+}
+
+void csv_header_json(std::ostream& out) {
+  std::vector<std::string> names;
+  for (const std::string& c : csv_columns()) names.push_back(json_string(c));
+  out << fmt::format("{{\"schema_version\": {},\n \"columns\": [{}]}}\n", json_string(kSchemaVersion),
+                     fmt::join(names, ", "));
 }
 
 }  // namespace tb::bench

@@ -1,5 +1,5 @@
-// trainbench --list_models and --list_configs: the registered workloads with their parameters, FLOPs and memory
-// plans as a table, or (--json) as one JSON object that other tools read instead of retyping the
+// trainbench --list_models, --list_configs and --csv_header --json: the registered workloads with their parameters,
+// FLOPs and memory plans as a table, or (--json) as one JSON object that other tools read instead of retyping the
 // models (scripts/peers/pytorch_train.py).
 #pragma once
 
@@ -24,5 +24,9 @@ void list_models_json(std::ostream& out, const Flags& flags);
 // (scripts/tbcsv.py) are held against.
 void list_configs(std::ostream& out);
 void list_configs_json(std::ostream& out);
+
+// trainbench --csv_header --json: {"schema_version": "7", "columns": [...]}, the schema a tool that
+// writes trainbench's rows (the PyTorch peer) takes, version included, from the binary.
+void csv_header_json(std::ostream& out);
 
 }  // namespace tb::bench

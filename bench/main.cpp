@@ -209,6 +209,10 @@ std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
                              tb::build_backends());
     return 0;
   }
+  if (flags.csv_header && flags.json) {
+    csv_header_json(std::cout);
+    return 0;
+  }
   if (flags.csv_header) {
     std::cout << fmt::format("{}\n", fmt::join(csv_columns(), ","));
     return 0;

@@ -1,7 +1,9 @@
 // The one door from a harness to the engines: a network made for a backend, and the GPUs of
 // this machine. The backends a build has are registered in engine/backends.cpp, the one place
-// outside CMake that knows them; a harness includes this header, engine/core and
-// engine/parallel/world.hpp (communicators), never engine/cpu or engine/cuda.
+// outside CMake that knows them. A harness (bench/) includes this header, engine/core,
+// engine/train (the trainer and its epochs) and engine/parallel (communicators, replicas, their
+// runs and replays, the probe, the timeline and the prediction model), never engine/cpu or
+// engine/cuda.
 #pragma once
 
 #include <cstddef>

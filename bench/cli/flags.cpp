@@ -230,7 +230,8 @@ is N x --batch.
                         each runs, what its rows measure), and exit
   --json                with --list_models: the workloads as one JSON object (shapes, batches,
                         optimizers, parameters, FLOPs), for other tools to read; with
-                        --list_configs: the device kinds, with a pattern for a row's device
+                        --list_configs: the device kinds, with a pattern for a row's device;
+                        with --csv_header: the schema version and the columns
   --csv_header          print the CSV header (schema of --csv), and exit
   --version             print the version, the git commit and the backends built in, and exit
   --help                this text
@@ -435,10 +436,10 @@ Flags parse_flags(int& argc, char** argv) {
     throw InputError(
         "--predict_allreduce predicts one all-reduce, no run's rows: give it without --predict_from or "
         "--replay_from");
-  if (f.json && !f.list_models && !f.list_configs)
+  if (f.json && !f.list_models && !f.list_configs && !f.csv_header)
     throw InputError(
-        "--json goes with --list_models or --list_configs (trainbench --list_models --json); results go to "
-        "--csv=FILE");
+        "--json goes with --list_models, --list_configs or --csv_header (trainbench --list_models --json); results "
+        "go to --csv=FILE");
   return f;
 }
 

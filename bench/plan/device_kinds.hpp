@@ -50,17 +50,17 @@ struct DeviceKind {
   const char* label;    // what its rows measure, one line
   Backend backend;
   RunKind run;
-  parallel::Wiring wiring;  // how its replicas communicate; null: they do not
-  bool across_ranks;        // one replica per MPI rank: needs mpirun
-  bool one_process;         // its replicas live in one process, or it starts its own: not under mpirun
-  bool shares_device;       // its replicas share one device: the peak of one, never a scaling figure
-  // Its rows check a path (the data-parallel path on one GPU, the multi-node path on one
-  // machine); they measure neither a speed-up nor scaling. The variant word that says so, or "".
-  const char* check_word;
   // Whether this kind is what `entry` names on `machine` (the table's first that says so is).
   bool (*matches)(const DeviceEntry& entry, const Machine& machine);
   // Threads, replicas and GPUs of `d`, and where the machine cannot run it, d.skip_reason.
   void (*configure)(const DeviceEntry& entry, const Machine& machine, DeviceConfig& d);
+  parallel::Wiring wiring = nullptr;  // how its replicas communicate; null: they do not
+  bool across_ranks = false;          // one replica per MPI rank: needs mpirun
+  bool one_process = false;           // its replicas live in one process, or it starts its own: not under mpirun
+  bool shares_device = false;         // its replicas share one device: the peak of one, never a scaling figure
+  // Its rows check a path (the data-parallel path on one GPU, the multi-node path on one
+  // machine); they measure neither a speed-up nor scaling. The variant word that says so, or "".
+  const char* check_word = "";
 };
 
 // Every kind, in the order they are tried.

@@ -78,7 +78,8 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
   const SavedRows saved = saved_one_device_rows(rows, flags.benchmark_filter, "--predict_from", flags.predict_from);
   std::unique_ptr<CsvWriter> csv;
   if (!flags.csv.empty()) csv = std::make_unique<CsvWriter>(flags.csv);
-  std::vector<Row> predicted;
+  // Every predicted row goes to the CSV through the log a run's rows go through.
+  RowLog log(now, csv.get(), std::cout);
   std::cout << fmt::format("trainbench: predictions from {} (no training) by prediction model {}; they assume {}\n",
                            flags.predict_from, parallel::kPredictionModel, parallel::kPredictionAssumptions);
   // The file's own predicted rows, by name: each one re-predicted here is set beside them, saying
@@ -115,10 +116,10 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
       std::cout << p.line << "\n";
       if (const auto it = committed.find(cell(p.row, "benchmark")); it != committed.end())
         std::cout << beside_committed(*it->second, p.row) << "\n";
-      if (csv) csv->write_row(p.row);
-      predicted.push_back(std::move(p.row));
+      log.keep(p.row);
     }
   }
+  const std::vector<Row>& predicted = log.rows();
   if (predicted.empty() && !cpu_without_link.empty()) links_for(flags, "cpu");  // throws: which link to give
   if (!cpu_without_link.empty())
     std::cout << fmt::format(

@@ -1,4 +1,4 @@
-// Console and CSV reporting of each run.
+// The console's reporting of each run (reporter.hpp): the CSV is written by the RowLog, not here.
 #include "bench/run/reporter.hpp"
 
 #include <unistd.h>

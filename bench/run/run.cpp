@@ -149,7 +149,7 @@ void BenchmarkRun::comparisons(benchmark::State& st, int devices) {
   auto& c = st.counters;
   const double rate = c["samples_per_s"];
   if (const double one = env_.baselines->median(info_.baseline); one > 0 && devices > 1) {
-    c["scaling_efficiency"] = rate / (devices * one);
+    c["scaling_efficiency"] = scaling_efficiency(rate, devices, one);
     if (rate < one) verdict("not_scaling");  // N devices did less than one
   }
   if (const double cpu = env_.baselines->median(info_.cpu_baseline); cpu > 0) c["speedup_vs_cpu"] = rate / cpu;

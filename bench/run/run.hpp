@@ -2,9 +2,9 @@
 // networks, the data), warm up, the timed steps, the counters of its row, and the report (the
 // row's notes). The harness keeps a run across Google Benchmark's calls of its benchmark, so
 // preparing and warming up happen once, and each call walks the timed steps, the counters and
-// the report. Four kinds, one file each: one replica (run_train.cpp), replicas of data
-// parallelism and jobs as processes (run_parallel.cpp), and a whole run of epochs
-// (run_epochs.cpp).
+// the report. Five factories (make_run below picks one) in three files: one replica
+// (run_train.cpp); replicas of data parallelism, their replays and jobs as processes
+// (run_parallel.cpp); and a whole run of epochs (run_epochs.cpp).
 #pragma once
 
 #include <cstdint>
@@ -170,7 +170,7 @@ class BenchmarkRun {
 // The run of `info`'s benchmark: its kind chosen by the benchmark's kind and parallel mode.
 std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env);
 
-// The kinds, each in a file of its own.
+// The five kinds: run_train.cpp, run_parallel.cpp (replicas, jobs, replays), run_epochs.cpp.
 std::unique_ptr<BenchmarkRun> make_train_run(const BenchInfo& info, RunEnv env);
 std::unique_ptr<BenchmarkRun> make_replicas_run(const BenchInfo& info, RunEnv env);
 std::unique_ptr<BenchmarkRun> make_jobs_run(const BenchInfo& info, RunEnv env);

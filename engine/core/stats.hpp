@@ -1,6 +1,7 @@
 // The statistics every figure of a run is taken with, one definition each: the median of
 // repetitions (rates, steps), a quantile of step times, and the spread of step times (their
-// interquartile range). The harness, the prediction model and its inputs all use these.
+// interquartile range), and scaling efficiency. The harness, the prediction model and its inputs
+// all use these.
 #pragma once
 
 #include <algorithm>
@@ -35,6 +36,14 @@ inline double interquartile_range(std::vector<double> values) {
 inline double relative_spread(const std::vector<double>& values) {
   const double m = median(values);
   return m > 0 ? interquartile_range(values) / m : 0;
+}
+
+// Scaling efficiency: the samples/s of N devices sharing gradients over N times one device's
+// alone (1: perfect scaling). A measured row's (bench/run/run.cpp) and a predicted one's
+// (engine/parallel/predict.cpp) both take it from here; scripts/tbcsv.py's scaling_efficiency()
+// is the same definition for rows written before the column.
+inline double scaling_efficiency(double samples_per_s, int devices, double one_device_samples_per_s) {
+  return samples_per_s / (double(devices) * one_device_samples_per_s);
 }
 
 }  // namespace tb

@@ -385,7 +385,7 @@ Prediction predict(const OneDevice& one, const Cluster& cluster) {
   p.samples_per_s = devices * one.batch / p.step_s;
   p.samples_per_s_low = devices * one.batch / slowest;
   p.samples_per_s_high = devices * one.batch / fastest;
-  p.efficiency = step / p.step_s;
+  p.efficiency = scaling_efficiency(p.samples_per_s, devices, one.batch / step);
   double widest = -1;
   for (const Term& term : p.terms)
     if (devices > 1 && term.high - term.low > widest) widest = term.high - term.low, p.dominant = term.name;

@@ -1,12 +1,27 @@
 // bench/cli: trainbench's own flags taken out of the command line, refused with the flag's name
-// on a bad value, and the flags that shape a run written the same way on every rank.
+// on a bad value, and the flags that shape a run written the same way on every rank; the machine
+// context every row carries; and bench/listing, what trainbench answers without running.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <ctime>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bench/cli/context.hpp"
 #include "bench/cli/flags.hpp"
+#include "bench/listing.hpp"
+#include "bench/output/columns.hpp"
+#include "bench/plan/device_kinds.hpp"
+#include "engine/backends.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/spec.hpp"
+#include "models/models.hpp"
 
 namespace tb::bench {
 namespace {
@@ -89,6 +104,88 @@ TEST(Flags, ShapingFlagsAreTheSameTextForTheSameRun) {
   EXPECT_NE(a.find("--batch=default\n"), std::string::npos) << a;
   // Where the CSV goes does not change what is measured.
   EXPECT_EQ(shaping_flags(parse({"--csv=x.csv"}).flags), shaping_flags(parse({}).flags));
+}
+
+// cli/context: the machine a row was measured on, read from this one.
+TEST(MachineContext, NamesThisMachineItsCoresAndTheKernelsItRuns) {
+  const MachineContext c = read_machine_context();
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  EXPECT_EQ(c.host, host);
+  EXPECT_EQ(c.os.rfind("Linux ", 0), 0u) << c.os;
+  EXPECT_GT(c.cores, 0);
+  EXPECT_FALSE(c.cpu_model.empty());
+  EXPECT_TRUE(c.compiler.find("generic x86-64") != std::string::npos ||
+              c.compiler.find("-march=native") != std::string::npos)
+      << c.compiler << ": says what the host code was built for";
+  EXPECT_FALSE(c.onednn.empty());
+  EXPECT_FALSE(c.onednn_isa.empty());
+  const std::vector<std::string> isas = own_cpu_isas();
+  EXPECT_NE(std::find(isas.begin(), isas.end(), c.cpu_isa), isas.end()) << c.cpu_isa;
+  // UTC, ISO 8601 to the second, and now.
+  std::tm tm{};
+  const char* end = strptime(c.timestamp.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  ASSERT_TRUE(end != nullptr && *end == '\0') << c.timestamp;
+  EXPECT_LT(std::abs(double(timegm(&tm) - std::time(nullptr))), 120.0) << c.timestamp;
+}
+
+TEST(MachineContext, ItsDescriptionSaysEveryFieldOfIt) {
+  MachineContext c;
+  c.host = "hostA", c.os = "osB", c.cpu_model = "cpuC", c.compiler = "compilerD", c.onednn = "onednnE";
+  c.benchmark_lib = "benchmarkF", c.git_commit = "commitG", c.onednn_isa = "isaH", c.cpu_isa = "isaI";
+  c.cores = 7, c.sgemm_gflops = 123.45;
+  const std::string d = describe(c);
+  for (const std::string& word : {"hostA", "osB", "cpuC", "compilerD", "onednnE", "benchmarkF", "commitG", "isaH",
+                                  "isaI", "7 cores", "123.5 GFLOP/s"})
+    EXPECT_NE(d.find(word), std::string::npos) << word << " not in: " << d;
+}
+
+// listing: --csv_header --json is the schema a tool writing trainbench's rows takes from it.
+TEST(Listing, CsvHeaderJsonIsTheSchemaVersionAndEveryColumnInOrder) {
+  std::ostringstream out;
+  csv_header_json(out);
+  EXPECT_EQ(out.str(), fmt::format("{{\"schema_version\": \"{}\",\n \"columns\": [\"{}\"]}}\n", kSchemaVersion,
+                                   fmt::join(csv_columns(), "\", \"")));
+}
+
+TEST(Listing, ModelsJsonHasEveryWorkloadWithItsCountsAndTheBatchFlag) {
+  Flags flags;
+  std::ostringstream out;
+  list_models_json(out, flags);
+  const std::string s = out.str();
+  EXPECT_EQ(s.rfind("{\"format\": 1,", 0), 0u) << s.substr(0, 40);
+  ASSERT_FALSE(models::workloads().empty());
+  for (const models::Workload& w : models::workloads()) {
+    const std::string entry = fmt::format(R"({{"model": "{}", "dataset": "{}")", w.model, w.dataset);
+    const std::size_t at = s.find(entry);
+    ASSERT_NE(at, std::string::npos) << entry;
+    const std::string rest = s.substr(at, s.find('\n', at) - at);
+    EXPECT_NE(rest.find(fmt::format(R"("params": {},)", model_cost(w.spec).parameters)), std::string::npos) << rest;
+    EXPECT_NE(rest.find(fmt::format(R"("batch": {}, "gpu_batch": {},)", w.batch, w.batch_on_gpu())), std::string::npos)
+        << rest;
+  }
+  flags.batch = 7;
+  std::ostringstream seven;
+  list_models_json(seven, flags);
+  std::size_t count = 0;
+  for (std::size_t at = 0; (at = seven.str().find(R"("batch": 7, "gpu_batch": 7,)", at)) != std::string::npos; ++at)
+    ++count;
+  EXPECT_EQ(count, models::workloads().size()) << "--batch sets every workload's batch, on the CPU and the GPU";
+}
+
+TEST(Listing, ConfigsNameEveryKindWithItsPatternInBothForms) {
+  std::ostringstream table, json;
+  list_configs(table);
+  list_configs_json(json);
+  for (const DeviceKind& k : device_kinds()) {
+    EXPECT_NE(table.str().find(k.name), std::string::npos) << k.name;
+    EXPECT_NE(
+        json.str().find(fmt::format(R"("name": "{}", "grammar": "{}", "pattern": "{}")", k.name, k.grammar, k.pattern)),
+        std::string::npos)
+        << k.name;
+  }
+  for (const Verdict& v : verdicts())
+    EXPECT_NE(json.str().find(fmt::format(R"("word": "{}")", v.word)), std::string::npos);
 }
 
 }  // namespace

@@ -1,17 +1,22 @@
 // The prediction stage (bench/predict/): the prediction_inputs column, predicted rows made from a
 // one-device row's CSV rows, and the policy: what is predicted, and the verdict of a measured row
-// against its prediction.
+// against its prediction; and predict/after_run, --predict_from and --predict_allreduce.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/output/columns.hpp"
+#include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/plan/device_kinds.hpp"
+#include "bench/predict/after_run.hpp"
 #include "bench/predict/inputs.hpp"
 #include "bench/predict/predict.hpp"
 #include "engine/core/error.hpp"
@@ -259,6 +264,105 @@ TEST(Predictor, ComparesAMeasuredRowWithItsPredictionAndSaysInsideOrOutside) {
   epochs.kind = Kind::Epochs;
   EXPECT_TRUE(predictor.after_benchmark(epochs, pointers(rows), MachineContext{}).empty());
   EXPECT_TRUE(predictor.after_benchmark(mpi, pointers(rows), MachineContext{}).empty());
+}
+
+// What std::cout printed while it lived.
+class CapturedCout {
+ public:
+  CapturedCout() : old_(std::cout.rdbuf(text_.rdbuf())) {}
+  ~CapturedCout() { std::cout.rdbuf(old_); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::streambuf* old_;
+};
+
+// The H100 reference run (results/h100/): 5 workloads' cpu rows, gpu:1 and gpu:all rows in 2
+// precisions, and the
+// predicted rows that run made.
+const std::string kReference = std::string(TB_SOURCE_DIR) + "/results/h100/default-20261127T060200Z.csv";
+
+TEST(PredictFromCsv, WritesTheGpuRowsPredictionsAndSaysWhatItLeftOut) {
+  Flags flags;
+  flags.predict_from = kReference;
+  flags.devices = {"gpu:8"};
+  flags.csv = ::testing::TempDir() + "predict_from_test.csv";
+  std::remove(flags.csv.c_str());
+  std::string text;
+  int status = -1;
+  {
+    CapturedCout out;
+    status = predict_from_csv(flags, MachineContext{});
+    text = out.text();
+  }
+  EXPECT_EQ(status, 0) << text;
+  const std::vector<Row> rows = read_csv(flags.csv, "the test's --csv");
+  ASSERT_EQ(rows.size(), 10u) << "one gpu:8 row per gpu:1 row: 5 workloads in 2 precisions";
+  for (const Row& r : rows) {
+    EXPECT_EQ(cell(r, "measurement"), "predicted");
+    EXPECT_EQ(cell(r, "device"), "gpu:8");
+    EXPECT_EQ(cell(r, "prediction_model"), std::to_string(parallel::kPredictionModel));
+    EXPECT_NE(cell(r, "benchmark").find("/predicted:nvlink4/"), std::string::npos) << cell(r, "benchmark");
+    const double low = cell_number(r, "samples_per_s_low"), mid = cell_number(r, "samples_per_s"),
+                 high = cell_number(r, "samples_per_s_high");
+    EXPECT_TRUE(low <= mid && mid <= high) << low << " " << mid << " " << high;
+    EXPECT_GT(cell_number(r, "speedup_vs_cpu"), 1) << "the file's cpu row is its baseline";
+  }
+  // The file made gpu:8 predictions of its own (model 1): each is set beside its re-prediction.
+  EXPECT_NE(text.find("the file's own: "), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("trainbench: 10 predicted rows in {}", flags.csv)), std::string::npos) << text;
+  EXPECT_EQ(text.find("not predicted"), std::string::npos) << "--devices asked for GPUs only: " << text;
+  std::remove(flags.csv.c_str());
+  // The default devices (2, 4 and 8 of each kind): a CPU row has no link after its run, and is
+  // left out saying so.
+  flags.devices.clear();
+  flags.csv.clear();
+  {
+    CapturedCout out;
+    EXPECT_EQ(predict_from_csv(flags, MachineContext{}), 0);
+    text = out.text();
+  }
+  EXPECT_NE(text.find("not predicted: 5 cpu row(s)"), std::string::npos) << text;
+  EXPECT_NE(text.find("predicted gpu:2 over nvlink4"), std::string::npos) << text;
+}
+
+TEST(PredictFromCsv, RefusesADeviceItCannotPredictAndAFileThatIsNotThere) {
+  Flags flags;
+  flags.predict_from = kReference;
+  flags.devices = {"cpu:4"};
+  CapturedCout out;
+  try {
+    predict_from_csv(flags, MachineContext{});
+    ADD_FAILURE() << "--devices=cpu:4 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--devices=cpu:4"), std::string::npos) << e.what();
+  }
+  flags.devices = {"gpu:8"};
+  flags.predict_from = ::testing::TempDir() + "no_such_run.csv";
+  try {
+    predict_from_csv(flags, MachineContext{});
+    ADD_FAILURE() << "a missing file accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_run.csv"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PredictAllreduce, SaysTheSizeAndAPredictionPerDeviceCount) {
+  Flags flags;
+  flags.predict_allreduce = double(1 << 30);
+  flags.devices = {"gpu:4", "gpu:8"};
+  std::string text;
+  {
+    CapturedCout out;
+    EXPECT_EQ(predict_allreduce(flags), 0);
+    text = out.text();
+  }
+  EXPECT_NE(text.find("1 GiB (1,073,741,824 bytes)"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpu:4"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpu:8"), std::string::npos) << text;
+  flags.devices = {"mpi:4"};
+  EXPECT_THROW(predict_allreduce(flags), InputError) << "an mpi:N all-reduce runs over a measured link";
 }
 
 }  // namespace
