@@ -405,17 +405,22 @@ def dp_overhead_table(rows: list[dict[str, str]], limit: float,
     return over, unmeasured
 
 
+# The kinds the jobs step runs, by the word its figures name them with.
+JOBS_KINDS = {tbdevices.GPU_JOBS: "jobs", tbdevices.GPU_THREADS: "threads"}
+
+
 def cmd_jobs(args, figures: list[str]) -> str:
     rows = [r for r in iterations(args.csv) if not tbcsv.is_predicted(r)]
     first_failed(rows)
     ran = {"jobs": 0, "threads": 0}
     refused = 0
     for name, group in by_benchmark(rows).items():
-        d = device(group[0])
-        m = re.search(r"/(jobs|threads):(\d+)$", d)
-        if not m:
+        kind = JOBS_KINDS.get(group[0].get("device_kind", ""))
+        if kind is None:
             continue
-        kind, count = m.group(1), int(m.group(2))
+        # K of gpu:1/jobs:K. A refused row has no replicas column (a measurement), so K comes from
+        # its device by tbdevices' grammar.
+        count = tbdevices.parse(device(group[0])).jobs if kind == "jobs" else None
         ok = [r for r in group if tbcsv.is_ok(r)]
         message = group[0].get("message", "")
         if kind == "jobs" and count > args.max_runnable:

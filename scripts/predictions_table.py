@@ -52,19 +52,11 @@ class Line:
     high: float
     dominant: str
     link: str
+    ranks: int  # N, the devices sharing gradients: the measured row's data_parallel
+    replayed: bool  # a one-device row's steps replayed across the ranks (measurement=replayed)
     verdicts: list[str] = field(default_factory=list)  # each ok repetition's: inside or outside
     communication: tuple[float, float, float] | None = None  # the prediction's term: point, low, high (s)
     at_n: Line | None = None  # the same, predicted over the link its ranks measured (a probe)
-
-    @property
-    def ranks(self) -> int:
-        """N, from the benchmark's device (mpi:N, gpu:N)."""
-        m = re.search(r"/(?:mpi|gpu):(\d+)/", self.benchmark)
-        return int(m.group(1)) if m else 0
-
-    @property
-    def replayed(self) -> bool:
-        return "/replayed" in self.benchmark
 
     @property
     def carried(self) -> bool | None:
@@ -161,7 +153,7 @@ def lines_of(setting: str, table: tbcsv.Table) -> list[Line]:
         out.append(Line(setting, benchmark, step_s * 1e3, rates[benchmark].center,
                         tbcsv.number(p, "samples_per_s"), tbcsv.number(p, "samples_per_s_low"),
                         tbcsv.number(p, "samples_per_s_high"), p.get("dominant_term") or "",
-                        link_text(p),
+                        link_text(p), tbcsv.data_parallel(reps[0]) or 0, tbcsv.is_replayed(reps[0]),
                         [compared(r) for r in reps], communication(p)))
     return out
 

@@ -76,7 +76,7 @@ SCHEMA_6_COLUMNS = ("device_kind", "backend", "data_parallel", "baseline", "cpu_
 # not say.
 SCHEMA_7_COLUMNS = ("onednn_isa", "cpu_isa", "prediction_model", "window_samples_per_s")
 
-# The words of the verdicts column, in the order of trainbench's table (bench/output/columns.cpp
+# The words of the verdicts column, in the order of trainbench's table (bench/schema/columns.cpp
 # verdicts(), `trainbench --list_configs --json`, SCHEMA.md's table of verdicts).
 VERDICTS = ("loaded", "above_peak", "slower_than_fp32", "not_scaling", "inside_band",
             "outside_band", "replicas_differ")
@@ -384,11 +384,13 @@ def _rederive_predicted(table: Table) -> tuple[int, int]:
             continue
         wall = source.center
         step = wall + comm
+        rate = replicas * batch / step
         row["device_step_time_s"], row["device_samples_per_s"] = (row["step_time_s"],
                                                                   row["samples_per_s"])
         _set(row, "step_time_s", step)
-        _set(row, "samples_per_s", replicas * batch / step)
-        _set(row, "scaling_efficiency", wall / step)
+        _set(row, "samples_per_s", rate)
+        # N x batch / step over N x (batch / wall), as predict.cpp takes it: the two steps' ratio.
+        _set(row, "scaling_efficiency", scaling_efficiency(rate, replicas, batch / wall))
         _set(row, "comm_share", comm / step)
         row[CLOCK] = CLOCK_REDERIVED
         done += 1
@@ -531,7 +533,7 @@ def _figures(row: dict[str, str], median: dict) -> None:
     n = data_parallel(row)
     one = median.get(row["baseline"])
     if n and n > 1 and one and number(row, "scaling_efficiency") is None:
-        _set(row, "scaling_efficiency", rate if cv else rate / (n * one))
+        _set(row, "scaling_efficiency", rate if cv else scaling_efficiency(rate, n, one))
 
 
 def _verdicts(row, median: dict, ones: dict, measured: list, predictions: list) -> None:
@@ -539,8 +541,7 @@ def _verdicts(row, median: dict, ones: dict, measured: list, predictions: list) 
     them, and the prediction it was compared with."""
     words = []
     rate = number(row, "samples_per_s") or 0
-    utilisation = number(row, "utilisation")
-    if utilisation is not None and utilisation > 1:
+    if above_peak(number(row, "utilisation")):
         words.append("above_peak")
     n = data_parallel(row)
     one = median.get(row["baseline"])
@@ -602,6 +603,20 @@ def _prediction_key(row: dict[str, str]) -> tuple:
 LOAD_SLACK = 1.0
 
 
+def started_loaded(load: float | None, threads_used: float) -> bool:
+    """The rule of the `loaded` verdict (bench/run/harness.cpp Harness::loaded): the load average
+    when the row started, above the most threads (and loader workers) its run had used so far,
+    this row's included, + LOAD_SLACK. The upgrade judges older rows by it, and the PyTorch peer
+    its own rows."""
+    return load is not None and load > threads_used + LOAD_SLACK
+
+
+def above_peak(utilisation: float | None) -> bool:
+    """The rule of the `above_peak` verdict (bench/run/run.cpp note_utilisation): utilisation
+    above 1, so the peak it is over was measured low or the FLOP count is high."""
+    return utilisation is not None and utilisation > 1
+
+
 def _verdict_loaded(rows: list[dict[str, str]]) -> None:
     """`loaded` on the older ok repetitions that started with the machine's load average above
     the most threads (and loader workers) the run had used so far, this row's included, + 1
@@ -614,8 +629,7 @@ def _verdict_loaded(rows: list[dict[str, str]]) -> None:
         run = (row.get("host", ""), row.get("timestamp", ""), row.get("git_commit", ""))
         threads = (number(row, "threads") or 0) + (number(row, "loader_workers") or 0)
         used[run] = max(used.get(run, 0), threads)
-        load = number(row, "load_avg_1m")
-        if older(row) and is_ok(row) and load is not None and load > used[run] + LOAD_SLACK:
+        if older(row) and is_ok(row) and started_loaded(number(row, "load_avg_1m"), used[run]):
             row["verdicts"] = join_verdicts(["loaded"] + verdicts(row))
 
 
@@ -700,6 +714,15 @@ def data_parallel(row: dict[str, str]) -> int | None:
     """N devices of their own sharing gradients (the N of scaling_efficiency), else None."""
     n = number(row, "data_parallel")
     return int(n) if n else None
+
+
+def scaling_efficiency(samples_per_s: float, devices: float, one_device_samples_per_s: float) -> float:
+    """Scaling efficiency, the one definition the scripts use: the samples/s of N devices sharing
+    gradients over N times one device's samples/s alone (1: perfect scaling). It is the same
+    definition as trainbench's (engine/core/stats.hpp scaling_efficiency), which a measured row's
+    (bench/run/run.cpp comparisons) and a predicted row's (engine/parallel/predict.cpp) take; the
+    upgrade gives older rows the column by it."""
+    return samples_per_s / (devices * one_device_samples_per_s)
 
 
 def checks_only(row: dict[str, str]) -> bool:

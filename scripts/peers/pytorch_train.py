@@ -34,7 +34,7 @@ The framework baseline of issue 7: the same layer shapes, batch sizes, optimizer
 synthetic data of the same shape as trainbench, timed the way Google Benchmark times
 trainbench (whole steps, repeated until --min_time seconds), and reported under the same
 benchmark names (train/<model>/<dataset>/<device>/fp32/bs:<n>[/<variant>]) in trainbench's CSV
-schema (results/SCHEMA.md, version 4), so scripts/compare.py and scripts/plot.py read both. The
+schema (results/SCHEMA.md), version included, so scripts/compare.py and scripts/plot.py read both. The
 variant is trainbench's for the same flags (`optimizer:sgd`, `lr:0.01`, and `data_on_device` on
 a GPU), so that a row matches the trainbench row of the same flags.
 scripts/compare_pytorch.sh runs the two side by side.
@@ -42,9 +42,10 @@ scripts/compare_pytorch.sh runs the two side by side.
 The trainbench binary (--trainbench, $TRAINBENCH, else build/release/bench/trainbench) is
 the one source of what to train: `trainbench --list_models --json` gives each workload's
 input shape, sequence length, classes, batch and GPU batch, warm-up, optimizer, parameters
-and FLOPs, and `trainbench --csv_header` the CSV columns. This script only adds a PyTorch
-definition of each model (BUILDERS in torchpeer/models.py, keyed by model name), so a model
-added to trainbench is measured here once it has one; until then its benchmarks are skipped
+and FLOPs, and `trainbench --csv_header --json` the CSV schema: the schema_version every row
+carries and the columns. This script only adds a PyTorch definition of each model (BUILDERS in
+torchpeer/models.py, keyed by model name), so a model added to trainbench is measured here once
+it has one; until then its benchmarks are skipped
 with one line on stderr. Workloads trainbench runs on real data only are skipped too (this
 script generates synthetic data). Before a row is timed, the PyTorch model's parameters and
 its own count of FLOPs (on the meta device) must equal trainbench's, or the row fails naming
@@ -77,7 +78,8 @@ rows, a trial).
 Exit status: 0 (skipped benchmarks included), 1 when a row failed (loss not finite or not
 falling, or the PyTorch model's counts differ from trainbench's), 2 for bad flags, a filter
 that matches nothing, a CSV with another header, or no trainbench binary that answers
---list_models --json and --csv_header with schema 4's columns. Standard library and torch only.
+--list_models --json and --csv_header --json with schema 6's columns. Standard library and torch
+only.
 """
 from __future__ import annotations
 
@@ -94,7 +96,7 @@ from torchpeer.cli import (fail, parse_args, per_benchmark_processes,  # noqa: E
 from torchpeer.csvout import CsvWriter, check_csv_file  # noqa: E402
 from torchpeer.environment import (cpu_setting, machine_cores,  # noqa: E402
                                    reexec_with_tuned_environment)
-from torchpeer.trainbench import read_csv_header, read_workloads  # noqa: E402
+from torchpeer.trainbench import read_schema, read_workloads  # noqa: E402
 from torchpeer.workloads import batch_of  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()  # what the re-exec and each benchmark's child process run
@@ -110,8 +112,8 @@ def settle(argv: list[str]):
     args.workloads = read_workloads(Path(args.trainbench))
     if not args.list_models:
         args.chosen, args.skipped = select_benchmarks(args)
-        args.columns = read_csv_header(Path(args.trainbench))
-        args.write_header = check_csv_file(args.csv, args.columns) if args.csv else False
+        args.schema = read_schema(Path(args.trainbench))
+        args.write_header = check_csv_file(args.csv, args.schema.columns) if args.csv else False
         if not args.chosen:  # the filter matched only what this script cannot run
             report_skipped(args.skipped)
             sys.exit(0)
@@ -149,7 +151,7 @@ def main(args) -> int:
     report_environment(args)
     print(f"{PROG}: workloads and CSV columns from {args.trainbench}", file=sys.stderr)
     report_skipped(args.skipped)
-    writer = CsvWriter(args.csv, args.columns, args.write_header) if args.csv else None
+    writer = CsvWriter(args.csv, args.schema.columns, args.write_header) if args.csv else None
     context = machine_context()
     if args.threads > machine_cores() and not cuda:
         write_skipped(args, writer, context)

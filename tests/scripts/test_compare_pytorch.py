@@ -25,11 +25,13 @@ HEADER = ("schema_version,benchmark,kind,model,dataset,device,threads,precision,
           "samples_per_s,utilisation,peak_gflops,wall_step_time_s,host,cpu_model,cores,variant,"
           "measurement,peer_settings")
 CHOSEN = "threads:2/blas_threads:1/omp_wait:passive"
+SCHEMA_VERSION = "4"  # the stand-ins' rows are of schema 4: the readers upgrade them
 
 # What both stand-ins share: the call log, the benchmark a filter names, and writing a row.
 COMMON = f"""
 import csv, json, os, sys
 HEADER = {HEADER!r}.split(",")
+SCHEMA_VERSION = {SCHEMA_VERSION!r}
 CALLS = os.environ["STUB_CALLS"]
 with open(CALLS, "a") as f:
     f.write(json.dumps(sys.argv) + "\\n")
@@ -47,7 +49,7 @@ def write_row(path, name, framework, wall, device_share, settings=""):
     step = wall * device_share if gpu else wall
     variant = "optimizer:" + flags["optimizer"] + ("/data_on_device" if gpu else "")
     batch = int(name.rsplit("bs:", 1)[1])
-    row = {{"schema_version": "4", "benchmark": name + "/" + variant, "kind": "train",
+    row = {{"schema_version": SCHEMA_VERSION, "benchmark": name + "/" + variant, "kind": "train",
            "framework": framework, "run_type": "iteration", "repetition": "0", "status": "ok",
            "batch": str(batch), "step_time_s": str(step), "wall_step_time_s": str(wall),
            "samples_per_s": str(batch / step), "utilisation": "0.5", "peak_gflops": "200",
@@ -60,8 +62,8 @@ def write_row(path, name, framework, wall, device_share, settings=""):
 """
 
 TRAINBENCH = COMMON + """
-if sys.argv[1:] == ["--csv_header"]:
-    print(",".join(HEADER))
+if sys.argv[1:] == ["--csv_header", "--json"]:  # as trainbench answers the peer (this one's stand-in does not ask)
+    print(json.dumps({"schema_version": SCHEMA_VERSION, "columns": HEADER}))
     sys.exit(0)
 write_row(flags["csv"], benchmark(flags["benchmark_filter"]), "trainbench", 0.005 * (1 + 0.01 * k), 0.8)
 """

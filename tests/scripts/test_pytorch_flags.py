@@ -1,10 +1,11 @@
 """scripts/peers/pytorch_train.py before it imports torch (so these run without PyTorch): its
 flags, the GPU mode's device, precisions and benchmark names, and what it reads from the
-trainbench binary (`--list_models --json`, `--csv_header`), here a fake one written by the
-test: the workloads come from its JSON, a model with no PyTorch definition is skipped with a
+trainbench binary (`--list_models --json`, `--csv_header --json`), here a fake one written by
+the test: the workloads come from its JSON, a model with no PyTorch definition is skipped with a
 note, and a missing, old or broken binary is refused in one line naming it and the fix; and
 bad flags or a CSV with another header answer in one line, the CSV untouched; a trainbench whose
-header lacks schema 4's columns is too old; the settings flags (--settings, --settings_out,
+schema lacks the columns the peer fills is too old, and one whose schema is not the JSON the peer
+reads is named; the settings flags (--settings, --settings_out,
 --search_only) refuse what cannot run; the parts the script runs before its re-exec do not
 load torch.
 
@@ -22,12 +23,14 @@ from conftest import SCRIPTS
 
 PEER = SCRIPTS / "peers" / "pytorch_train.py"
 
-# A short header: enough for the peer to write rows by column name (schema 4's and 5's columns
-# included).
+# A short header: enough for the peer to write rows by column name (the columns of schemas 4 to 6
+# it fills included).
 FAKE_HEADER = ("schema_version,benchmark,kind,model,dataset,device,precision,batch,optimizer,"
                "framework,run_type,repetition,status,message,params,train_flops_per_sample,"
                "step_time_s,wall_step_time_s,samples_per_s,variant,load_avg_1m,measurement,"
-               "peer_settings,device_step_time_s,device_samples_per_s")
+               "peer_settings,device_step_time_s,device_samples_per_s,device_kind,backend,"
+               "data_parallel,verdicts")
+FAKE_SCHEMA_VERSION = "7"  # what the fake says it writes, unless a test gives another
 
 
 def workload(model, dataset, batch, input_shape, classes, params, forward_flops, optimizer,
@@ -67,20 +70,31 @@ FIFTH = workload("toymodel", "blobs", 16, [8], 4, 40, 64, ADAM)
 
 
 def fake_trainbench(folder: Path, workloads=None, *, listing: str | None = None,
-                    header: str | None = FAKE_HEADER) -> Path:
-    """An executable that answers as trainbench does: --csv_header prints `header` (None: it
-    refuses the flag, as an old trainbench), --list_models (with or without --json) prints
-    `listing`, by default the JSON of `workloads` (TODAY unless given)."""
+                    header: str = FAKE_HEADER, schema_version: str | None = FAKE_SCHEMA_VERSION,
+                    schema: str | None = None) -> Path:
+    """An executable that answers as trainbench does: --csv_header prints `header`, and
+    --csv_header --json `schema`, by default the JSON of schema_version and header's columns
+    (schema_version None: it refuses --json there, as a trainbench older than that flag does);
+    --list_models (with or without --json) prints `listing`, by default the JSON of `workloads`
+    (TODAY unless given)."""
     if listing is None:
         listing = json.dumps({"format": 1, "workloads": TODAY if workloads is None else workloads})
+    if schema is None and schema_version is not None:
+        schema = json.dumps({"schema_version": schema_version, "columns": header.split(",")})
     path = folder / "trainbench"
     path.write_text(f"""#!{sys.executable}
 import sys
 args = sys.argv[1:]
-if args == ["--csv_header"] and {header!r} is not None:
+if args == ["--csv_header"]:
     print({header!r})
+elif args == ["--csv_header", "--json"] and {schema!r} is not None:
+    print({schema!r})
 elif "--list_models" in args:
     sys.stdout.write({listing!r})
+elif "--json" in args:
+    print("trainbench: error: --json goes with --list_models or --list_configs (trainbench "
+          "--list_models --json); results go to --csv=FILE", file=sys.stderr)
+    sys.exit(2)
 else:
     print(f"trainbench: error: unknown flag '{{args[-1]}}' (see trainbench --help)", file=sys.stderr)
     sys.exit(2)
@@ -186,12 +200,29 @@ def test_a_settings_file_that_cannot_be_read_is_named(tmp_path):
         run("--filter=lstm", f"--settings=@{other}", "--trainbench", binary))
 
 
-def test_a_trainbench_without_schema_4_columns_is_too_old(tmp_path):
+def test_a_trainbench_without_the_columns_the_peer_fills_is_too_old(tmp_path):
     v3 = FAKE_HEADER.replace(",variant,load_avg_1m,measurement,peer_settings", "")
-    binary = fake_trainbench(tmp_path, header=v3)
+    binary = fake_trainbench(tmp_path, header=v3, schema_version="3")
     line = one_line(run("--filter=lstm", "--trainbench", binary))
-    assert "has no variant, load_avg_1m, measurement, peer_settings column(s)" in line
-    assert "older than schema 5" in line and "cmake --build build/release" in line
+    assert f"{binary} --csv_header --json: schema 3 has no" in line
+    assert "variant, load_avg_1m, measurement, peer_settings column(s)" in line
+    assert "older than schema 6" in line and "cmake --build build/release" in line
+
+
+@pytest.mark.parametrize("schema, why", [
+    ("schema_version,benchmark", "Expecting value"),  # the CSV header, not JSON
+    (json.dumps({"columns": FAKE_HEADER.split(",")}), "has no 'schema_version'"),
+    (json.dumps({"schema_version": 7, "columns": FAKE_HEADER.split(",")}), "schema_version is 7, not a string"),
+    (json.dumps({"schema_version": "", "columns": FAKE_HEADER.split(",")}), "an empty schema_version"),
+    (json.dumps({"schema_version": "7", "columns": FAKE_HEADER}), "columns is \"schema_version"),
+    (json.dumps({"schema_version": "7", "columns": FAKE_HEADER.split(",")[1:]}),
+     "not a list of names starting with schema_version"),
+])
+def test_a_schema_the_peer_cannot_read_names_the_binary(tmp_path, schema, why):
+    binary = fake_trainbench(tmp_path, schema=schema)
+    line = one_line(run("--filter=lstm", "--trainbench", binary))
+    assert f"{binary} --csv_header --json: not the schema this script reads" in line, line
+    assert why in line and "cmake --build build/release" in line, line
 
 
 def test_the_names_come_from_the_json(tmp_path):
@@ -265,10 +296,12 @@ def test_a_trainbench_without_json_is_too_old(tmp_path):
 
 
 def test_a_trainbench_that_refuses_a_flag_is_too_old(tmp_path):
-    no_header = fake_trainbench(tmp_path, header=None)
-    line = one_line(run("--filter=mlp/mnist", "--trainbench", no_header))
-    assert f"{no_header} --csv_header" in line and "status 2" in line
-    assert "unknown flag '--csv_header'" in line and "cmake --build build/release" in line
+    # A trainbench before `--csv_header --json` refuses --json with anything but the listings.
+    old = fake_trainbench(tmp_path, schema_version=None)
+    line = one_line(run("--filter=mlp/mnist", "--trainbench", old))
+    assert f"{old} --csv_header --json exited with status 2" in line
+    assert "--json goes with --list_models or --list_configs" in line
+    assert "a trainbench older than --csv_header --json" in line and "cmake --build build/release" in line
 
 
 def test_malformed_json_names_the_binary(tmp_path):

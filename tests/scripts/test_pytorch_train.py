@@ -1,8 +1,9 @@
 """Tests of scripts/peers/pytorch_train.py, the PyTorch baseline of issue 7, with torch: its
 models count the parameters and FLOPs trainbench counts (its --list_models against
 `trainbench --list_models --json` and trainbench's own table), a short run writes rows
-trainbench's readers take (trainbench's columns and benchmark names, the workload's optimizer,
-parameters and FLOPs from the JSON, one row per repetition and a median), a PyTorch definition
+trainbench's readers take (the schema trainbench reports, version included, its benchmark names
+and kinds, the workload's optimizer, parameters and FLOPs from the JSON, one row per repetition
+and a median), a PyTorch definition
 that drifted from trainbench's fails its row naming both counts, a model without one is skipped
 while the others run, and --optimizer and --lr override as trainbench's do. Issue 20: the settings
 search tries both layouts of an image model in child processes and times the fastest, naming it
@@ -83,10 +84,11 @@ def trainbench_workloads(trainbench) -> dict:
     return {(w["model"], w["dataset"]): w for w in json.loads(r.stdout)["workloads"]}
 
 
-def trainbench_columns(binary: Path) -> list[str]:
-    r = subprocess.run([str(binary), "--csv_header"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout.startswith("schema_version,"), r.stderr
-    return r.stdout.strip().split(",")
+def trainbench_schema(binary: Path) -> dict:
+    """trainbench --csv_header --json: {"schema_version": ..., "columns": [...]}."""
+    r = subprocess.run([str(binary), "--csv_header", "--json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"{binary} --csv_header --json: {r.stderr} (a stale build: rebuild it)"
+    return json.loads(r.stdout)
 
 
 def run_peer(*args, timeout=300) -> subprocess.CompletedProcess:
@@ -151,7 +153,8 @@ def short_run(tmp_path_factory, trainbench):
 
 def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, trainbench_workloads):
     r, _, header, rows = short_run
-    assert header == trainbench_columns(trainbench)
+    schema = trainbench_schema(trainbench)
+    assert header == schema["columns"]
     cores = len(os.sched_getaffinity(0))
     device = "cpu" if cores == 1 else "cpu:1"
     expected = {}
@@ -166,7 +169,10 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, tr
         assert [row["repetition"] for row in iterations] == ["0", "1"]
         assert [row["aggregate"] for row in medians] == ["median"]
         for row in mine:
-            assert row["schema_version"] == "5" and row["status"] == "ok", row
+            assert row["schema_version"] == schema["schema_version"] and row["status"] == "ok", row
+            # The kind's facts trainbench writes for a one-thread CPU row (tbdevices' table).
+            assert (row["device_kind"], row["backend"], row["data_parallel"]) == (
+                "cpu:T" if device == "cpu:1" else "cpu", "cpu", ""), row
             assert row["measurement"] == "measured" and row["variant"] == ""
             assert row["peer_settings"] == ONE_THREAD  # no layout: neither takes images
             # The CPU has one clock: the wall's, and no device columns.
@@ -247,6 +253,21 @@ def test_a_model_without_a_definition_is_skipped_while_the_others_run(tmp_path):
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(row["model"], row["status"]) for row in rows] == [("lstm", "ok")]
+
+
+def test_rows_carry_the_schema_version_trainbench_reports(tmp_path):
+    """The version is the binary's, not one the peer keeps: a trainbench that says it writes
+    schema 99 gets rows of schema 99."""
+    out = tmp_path / "rows.csv"
+    r = run_peer("--filter", "train/lstm/", "--threads", 1, "--min_time", 0.02, "--repetitions", 2,
+                 "--csv", out, "--trainbench", fake_trainbench(tmp_path, schema_version="99"),
+                 "--settings", ONE_THREAD)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["run_type"], row["status"]) for row in rows] == [
+        ("iteration", "ok"), ("iteration", "ok"), ("aggregate", "ok")], rows
+    assert {row["schema_version"] for row in rows} == {"99"}
 
 
 @pytest.fixture(scope="module")

@@ -89,9 +89,14 @@ def formatted(values: dict[str, float]) -> dict[str, str]:
     return out
 
 
-def load_average() -> str:
-    """The machine's 1-minute load average now (load_avg_1m)."""
+def load_average() -> float | None:
+    """The machine's 1-minute load average now (load_avg_1m); None where the system cannot say."""
     try:
-        return number(os.getloadavg()[0])
+        return os.getloadavg()[0]
     except OSError:
-        return ""
+        return None
+
+
+def number_or_empty(v: float | None) -> str:
+    """number(v), or the empty cell of a figure not known."""
+    return "" if v is None else number(v)

@@ -11,14 +11,15 @@ import sys
 import torch
 
 import settings_search
+import tbcsv
+import tbdevices
 from settings_search import Setting
 from torchpeer import CheckFailed
-from torchpeer.csvout import formatted, iteration_values, load_average, number
+from torchpeer.csvout import formatted, iteration_values, load_average, number, number_or_empty
 from torchpeer.environment import machine_cores
 from torchpeer.models import count_mismatch, count_model
 from torchpeer.session import Session, make_session
 from torchpeer.timing import run_repetition
-from torchpeer.trainbench import SCHEMA_VERSION
 from torchpeer.workloads import Workload, batch_of, device_name, optimizer_of, variant_of
 
 
@@ -28,18 +29,30 @@ def row_setting(w: Workload, args) -> Setting:
                                     args.device == "cuda")
 
 
+def row_threads(args) -> int:
+    """The row's threads column: a GPU row's is 1, as trainbench writes it."""
+    return 1 if args.device == "cuda" else args.threads
+
+
 def row_identity(w: Workload, precision: str, name: str, batch: int, args, context) -> dict[str, str]:
-    """The columns every row of a benchmark shares."""
+    """The columns every row of a benchmark shares, in the schema of the trainbench asked
+    (args.schema), version included."""
     cuda = args.device == "cuda"
-    identity = {"schema_version": SCHEMA_VERSION, "benchmark": name, "kind": "train", "model": w.model,
+    device = device_name(args.threads, machine_cores(), cuda)
+    variant = variant_of(w, batch, args)
+    # A row of schema 6 on says its kind in columns, which readers take instead of its device
+    # text; tbdevices holds trainbench's table of kinds.
+    kind = tbdevices.kind_of(device, variant)
+    identity = {"schema_version": args.schema.version, "benchmark": name, "kind": "train", "model": w.model,
                 "dataset": w.dataset,
                 "data_source": "generated" if w.task == "regression" else "synthetic",
-                "device": device_name(args.threads, machine_cores(), cuda),
-                "threads": "1" if cuda else str(args.threads), "precision": precision, "batch": str(batch),
+                "device": device, "device_kind": kind.name, "backend": kind.backend,
+                "data_parallel": str(kind.data_parallel or ""),
+                "threads": str(row_threads(args)), "precision": precision, "batch": str(batch),
                 "optimizer": optimizer_of(w, batch, args).kind, "framework": "pytorch",
                 "params": str(w.params), "train_flops_per_sample": number(w.train_flops_per_sample),
                 "warmup_steps": str(w.warmup_steps if args.warmup_steps is None else args.warmup_steps),
-                "variant": variant_of(w, batch, args), "measurement": "measured",
+                "variant": variant, "measurement": "measured",
                 "peer_settings": row_setting(w, args).text(), **context}
     if cuda and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
@@ -54,7 +67,8 @@ def time_repetitions(session: Session, w: Workload, batch: int, args, emit) -> t
     failed = False
     steps = 1
     for rep in range(args.repetitions):
-        row = {"run_type": "iteration", "repetition": str(rep), "load_avg_1m": load_average()}
+        load = load_average()
+        row = {"run_type": "iteration", "repetition": str(rep), "load_avg_1m": number_or_empty(load)}
         try:
             trial = run_repetition(session, steps, args.min_time)
             steps = trial.steps  # later repetitions start from the count found
@@ -69,9 +83,17 @@ def time_repetitions(session: Session, w: Workload, batch: int, args, emit) -> t
             values["mem_peak_bytes"] = torch.cuda.max_memory_allocated()
             values["mem_reserved_bytes"] = torch.cuda.max_memory_reserved()
         ok_values.append(values)
+        # The verdicts of trainbench's one-device repetitions that the peer can judge itself, by
+        # the rules the scripts judge older rows with (tbcsv): readers of a schema 6 row take its
+        # verdicts column as written. Each process of the peer runs one row's threads.
+        verdicts = []
+        if tbcsv.started_loaded(load, row_threads(args)):
+            verdicts.append("loaded")
+        if tbcsv.above_peak(values.get("utilisation")):
+            verdicts.append("above_peak")
         util = f" utilisation {values['utilisation']:.3f}" if "utilisation" in values else ""
         wall = (f" (device {values['device_step_time_s'] * 1e3:.2f})" if session.cuda else "")
-        emit({**row, "status": "ok", **formatted(values)},
+        emit({**row, "status": "ok", "verdicts": tbcsv.join_verdicts(verdicts), **formatted(values)},
              f"{values['samples_per_s']:>12.1f} samples/s  {values['step_time_s'] * 1e3:9.2f} ms/step{wall} "
              f"({trial.steps} steps) host_cpu_util {values['host_cpu_util']:.2f}{util} "
              f"loss {loss_last:.4g}")
@@ -108,7 +130,7 @@ def run_benchmark(w: Workload, precision: str, name: str, batch: int, args, cont
         failed = True
         message = str(e) if isinstance(e, CheckFailed) else f"{type(e).__name__}: {e}"[:500]
         emit({"run_type": "iteration", "repetition": "0", "status": "failed", "message": message,
-              "load_avg_1m": load_average()}, f"FAILED: {e}")
+              "load_avg_1m": number_or_empty(load_average())}, f"FAILED: {e}")
     finally:
         session = None  # free the model before the next benchmark builds its own
         if cuda:

@@ -1,21 +1,25 @@
 """Asking the trainbench binary what to train and what to write: `--list_models --json` for
-the workloads, `--csv_header` for the columns. An InputError naming the binary and the fix
-where it cannot answer. Standard library only."""
+the workloads, `--csv_header --json` for the schema (its version and columns). An InputError
+naming the binary and the fix where it cannot answer. Standard library only."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from torchpeer import PROG, InputError, tbprefix
 from torchpeer.workloads import Workload, json_fields, workload_from_json
 
-# The schema_version trainbench writes (bench/output/columns.hpp kSchemaVersion, results/SCHEMA.md),
-# and the columns of versions 4 and 5 the peer fills: a trainbench without them is refused.
-SCHEMA_VERSION = "5"
+# The schema version and columns come from the binary (`--csv_header --json`), so that the peer's
+# rows are always of the schema the trainbench beside it writes. What the peer needs of that
+# schema: the columns it fills beyond the first versions', added by version 4 (variant to
+# peer_settings), 5 (the device clock) and 6 (the kind's facts); a trainbench without them is
+# older than OLDEST_SCHEMA and is refused.
 SCHEMA_COLUMNS = ("variant", "load_avg_1m", "measurement", "peer_settings", "device_step_time_s",
-                    "device_samples_per_s")
+                  "device_samples_per_s", "device_kind", "backend", "data_parallel", "verdicts")
+OLDEST_SCHEMA = "6"
 DEFAULT_TRAINBENCH = tbprefix.TRAINBENCH  # build/release/bench/trainbench, or <prefix>/bin/trainbench
 JSON_FORMAT = 1  # the "format" of trainbench --list_models --json that the peer reads
 
@@ -43,7 +47,7 @@ def ask_trainbench(binary: Path, *flags: str) -> str:
     if r.returncode != 0:
         said = ([line for line in r.stderr.splitlines() if line.strip()] or ["no message"])[-1]
         raise InputError(f"{command} exited with status {r.returncode} ({said.strip()[:200]}), as "
-                         f"a trainbench older than that flag does: {how_to_get_trainbench('rebuild')}")
+                         f"a trainbench older than {' '.join(flags)} does: {how_to_get_trainbench('rebuild')}")
     return r.stdout
 
 
@@ -69,17 +73,31 @@ def read_workloads(binary: Path) -> list[Workload]:
                          f"{how_to_get_trainbench('rebuild')}, or update {PROG}") from None
 
 
-def read_csv_header(binary: Path) -> list[str]:
-    """trainbench --csv_header: the columns trainbench writes, in its order."""
-    out = ask_trainbench(binary, "--csv_header")
-    line = (out.strip().splitlines() or [""])[0]
-    if not line.startswith("schema_version,"):
-        raise InputError(f"{binary} --csv_header printed {line[:60]!r}, not trainbench's CSV header "
-                         f"(schema_version,...): {how_to_get_trainbench('rebuild')}")
-    columns = line.split(",")
+class Schema(NamedTuple):
+    """What trainbench writes (results/SCHEMA.md): the schema_version every row carries, and the
+    columns in header order."""
+    version: str
+    columns: list[str]
+
+
+def read_schema(binary: Path) -> Schema:
+    """trainbench --csv_header --json: the schema trainbench writes, version included, which the
+    peer's rows take as their own."""
+    out = ask_trainbench(binary, "--csv_header", "--json")
+    command = f"{binary} --csv_header --json"
+    try:
+        doc = json_fields(json.loads(out), "the JSON", schema_version=str, columns=list)
+        version, columns = doc["schema_version"], doc["columns"]
+        if not version:
+            raise ValueError("an empty schema_version")
+        if not all(isinstance(c, str) and c for c in columns) or columns[:1] != ["schema_version"]:
+            raise ValueError("columns is not a list of names starting with schema_version")
+    except ValueError as e:  # json.JSONDecodeError is one
+        raise InputError(f"{command}: not the schema this script reads ({e}); "
+                         f"{how_to_get_trainbench('rebuild')}, or update {PROG}") from None
     missing = [c for c in SCHEMA_COLUMNS if c not in columns]
     if missing:
-        raise InputError(f"{binary} --csv_header has no {', '.join(missing)} column(s): a trainbench "
-                         f"older than schema {SCHEMA_VERSION}, which this script writes; "
+        raise InputError(f"{command}: schema {version} has no {', '.join(missing)} column(s), "
+                         f"which this script fills: a trainbench older than schema {OLDEST_SCHEMA}; "
                          f"{how_to_get_trainbench('rebuild')}")
-    return columns
+    return Schema(version, columns)

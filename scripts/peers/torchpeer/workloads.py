@@ -48,7 +48,8 @@ class Workload:
     train_flops_per_sample: float
 
 
-JSON_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+JSON_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+              list: "a list"}
 
 
 def json_fields(obj, where: str, **kinds) -> dict:
