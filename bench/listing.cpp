@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/output/columns.hpp"
 #include "bench/plan/configs.hpp"
 #include "bench/plan/device_kinds.hpp"
+#include "bench/schema/columns.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/replica.hpp"
 #include "models/models.hpp"

@@ -21,13 +21,13 @@
 #include "bench/cli/context.hpp"
 #include "bench/cli/flags.hpp"
 #include "bench/listing.hpp"
-#include "bench/output/columns.hpp"
 #include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/output/summary.hpp"
 #include "bench/predict/after_run.hpp"
 #include "bench/run/harness.hpp"
 #include "bench/run/reporter.hpp"
+#include "bench/schema/columns.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/parallel/world.hpp"
@@ -74,29 +74,9 @@ void add_json_context(const tb::bench::MachineContext& m, const std::vector<tb::
   const tb::bench::BenchInfo* first = benchmarks.empty() ? nullptr : &benchmarks.front();
   tb::bench::BenchInfo none;
   const tb::bench::Row row = tb::bench::identity_row(first ? *first : none, m);
-  for (const char* key : {"host",
-                          "os",
-                          "cpu_model",
-                          "cores",
-                          "compiler",
-                          "onednn",
-                          "onednn_isa",
-                          "cpu_isa",
-                          "benchmark_lib",
-                          "git_commit",
-                          "timestamp",
-                          "sgemm_gflops",
-                          "gpu_name",
-                          "gpu_cc",
-                          "gpu_memory_gib",
-                          "driver_version",
-                          "cuda_driver_version",
-                          "cuda_version",
-                          "cudnn_version",
-                          "cublas_version",
-                          "nccl_version"})
-    if (auto it = row.find(key); it != row.end() && !it->second.empty())
-      benchmark::AddCustomContext(std::string("trainbench_") + key, it->second);
+  for (const tb::bench::Column& c : tb::bench::columns())
+    if (c.kind == tb::bench::ColumnKind::Context && !c.cell(row).empty())
+      benchmark::AddCustomContext(std::string("trainbench_") + c.name, c.cell(row));
   benchmark::AddCustomContext("trainbench_schema_version", tb::bench::kSchemaVersion);
 }
 

@@ -221,18 +221,13 @@ CsvWriter::~CsvWriter() {
 }
 
 void CsvWriter::write_row(const Row& row) {
-  for (const auto& [column, value] : row)
-    TB_CHECK(std::find(csv_columns().begin(), csv_columns().end(), column) != csv_columns().end(),
-             "CSV row has a value for '{}', which is not a column", column);
   std::string line;
-  for (std::size_t i = 0; i < csv_columns().size(); ++i) {
-    if (i) line += ',';
-    auto it = row.find(csv_columns()[i]);
-    if (it != row.end()) line += csv_escape(it->second);
+  for (const Column& c : columns()) {
+    if (&c != &columns().front()) line += ',';
+    line += csv_escape(c.cell(row));
   }
   line += '\n';
-  const auto name = row.find("benchmark");
-  const std::string benchmark = name == row.end() ? "?" : name->second;
+  const std::string benchmark = row.benchmark.empty() ? "?" : row.benchmark;
   const WriteGuard guard;  // a SIGINT now waits for the row
   if (!write_all(fd_, line.data(), line.size())) {
     const int error = errno;
@@ -249,6 +244,7 @@ std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
   if (!in) throw InputError(fmt::format("{}={}: cannot be read ({})", flag, path, std::strerror(errno)));
   std::vector<Row> rows;
   std::vector<std::string> header;
+  std::vector<const Column*> by_header;  // the column of each of the header's fields; null: not this schema's
   std::string line, record;
   int number = 0, first = 0;
   while (std::getline(in, line)) {
@@ -267,6 +263,11 @@ std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
                         "schema_version)",
                         flag, path));
       header = fields;
+      for (const std::string& name : header) {
+        const auto c =
+            std::find_if(columns().begin(), columns().end(), [&](const Column& c) { return name == c.name; });
+        by_header.push_back(c == columns().end() ? nullptr : &*c);
+      }
       continue;
     }
     if (fields.size() == 1 && fields[0].empty()) continue;  // a blank line
@@ -275,7 +276,13 @@ std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
       throw InputError(fmt::format("{}={}: line {} has {} fields, the header has {} (a row cut short?)", flag, path,
                                    first, fields.size(), header.size()));
     Row row;
-    for (std::size_t k = 0; k < header.size(); ++k) row[header[k]] = fields[k];
+    for (std::size_t k = 0; k < header.size(); ++k) {
+      const Column* c = by_header[k];
+      if (c && !c->set(row, fields[k]))
+        throw InputError(fmt::format("{}={}: line {}: {} is '{}', not a {} (a row edited by hand, or another tool's?)",
+                                     flag, path, first, c->name, fields[k],
+                                     c->type == CellType::Count ? "whole number" : "number"));
+    }
     rows.push_back(std::move(row));
   }
   if (header.empty()) throw InputError(fmt::format("{}={}: empty file (no header, no rows)", flag, path));

@@ -3,17 +3,14 @@
 // results/SCHEMA.md.
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
-#include "bench/output/columns.hpp"
+#include "bench/schema/columns.hpp"
+#include "bench/schema/row.hpp"
 #include "engine/core/error.hpp"
 
 namespace tb::bench {
-
-// Values by column name; columns without a value are written empty.
-using Row = std::map<std::string, std::string>;
 
 // A row that could not be written (disk full, I/O error): the run stops, naming the file and the
 // last row that is on disk.
@@ -33,9 +30,9 @@ class CsvWriter {
   ~CsvWriter();
   CsvWriter(const CsvWriter&) = delete;
   CsvWriter& operator=(const CsvWriter&) = delete;
-  // Writes the row with one write call and returns once the kernel has it. Throws tb::Error for
-  // a value whose column is not in the schema, CsvWriteError when the write fails. SIGINT and
-  // SIGTERM wait for a row being written (see defer_signals_during_writes).
+  // Writes the row with one write call and returns once the kernel has it. Throws CsvWriteError
+  // when the write fails. SIGINT and SIGTERM wait for a row being written (see
+  // defer_signals_during_writes).
   void write_row(const Row& row);
   const std::string& path() const { return path_; }
 
@@ -55,10 +52,12 @@ std::string csv_escape(const std::string& field);
 // Splits one CSV line (RFC 4180 quoting) into fields.
 std::vector<std::string> csv_split(const std::string& line);
 
-// Every row of a trainbench CSV at `path`, by column (a quoted field may span lines). `flag` names
-// where the path came from in errors (--predict_from, a job's CSV). Throws tb::InputError naming
-// the file and what is wrong: missing, not a trainbench CSV, a line whose fields do not match the
-// header. Rows of any schema are read; what a caller needs of them it checks.
+// Every row of a trainbench CSV at `path`, each cell into its field (a quoted field may span
+// lines). `flag` names where the path came from in errors (--predict_from, a job's CSV). Throws
+// tb::InputError naming the file and what is wrong: missing, not a trainbench CSV, a line whose
+// fields do not match the header, a cell not of its column's type (a count or a number that is
+// none). Rows of any schema are read: columns this schema lacks are left out, columns the file
+// lacks stay empty; what a caller needs of them it checks.
 std::vector<Row> read_csv(const std::string& path, const std::string& flag);
 
 }  // namespace tb::bench

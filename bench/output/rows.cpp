@@ -20,106 +20,91 @@ void add_gpu_context(Row& row, const BenchInfo& info, const MachineContext& mach
   const int ordinal = info.gpu() ? info.gpu_ordinal : 0;
   if (ordinal < 0 || ordinal >= int(inv.devices.size())) return;
   const GpuDevice& g = inv.devices[std::size_t(ordinal)];
-  row["gpu_name"] = g.name;
-  row["gpu_cc"] = g.cc;
-  row["gpu_sms"] = std::to_string(g.sms);
-  row["gpu_memory_gib"] = fmt::format("{:.1f}", g.memory_gib);
-  row["gpu_clock_mhz"] = std::to_string(g.clock_mhz);
-  row["gpu_memory_clock_mhz"] = std::to_string(g.memory_clock_mhz);
-  row["driver_version"] = machine.nvidia_driver;
-  row["cuda_driver_version"] = g.cuda_driver;
-  row["cuda_version"] = g.cuda;
-  row["cudnn_version"] = g.cudnn;
-  row["cublas_version"] = g.cublas;
-  row["nccl_version"] = g.nccl;
+  row.gpu_name = g.name;
+  row.gpu_cc = g.cc;
+  row.gpu_sms = g.sms;
+  row.gpu_memory_gib = fmt::format("{:.1f}", g.memory_gib);
+  row.gpu_clock_mhz = g.clock_mhz;
+  row.gpu_memory_clock_mhz = g.memory_clock_mhz;
+  row.driver_version = machine.nvidia_driver;
+  row.cuda_driver_version = g.cuda_driver;
+  row.cuda_version = g.cuda;
+  row.cudnn_version = g.cudnn;
+  row.cublas_version = g.cublas;
+  row.nccl_version = g.nccl;
   if (info.gpu() && !info.precision.empty() && info.skip_reason.empty())
-    row["peak_source"] = gpu_peak(ordinal, info.precision).source;
+    row.peak_source = gpu_peak(ordinal, info.precision).source;
 }
 
 }  // namespace
 
-void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate) {
-  for (auto& [column, cell] : counter_cells(counters, aggregate)) row[column] = std::move(cell);
-}
-
 Row identity_row(const BenchInfo& info, const MachineContext& machine) {
-  Row row{{"schema_version", kSchemaVersion},
-          {"benchmark", info.name},
-          {"kind", kind_name(info.kind)},
-          {"model", info.model},
-          {"dataset", info.dataset},
-          {"data_source", info.data_source},
-          {"device", info.device},
-          {"threads", std::to_string(info.threads)},
-          {"precision", info.precision},
-          {"batch", std::to_string(info.batch)},
-          {"optimizer", optimizer_name(info.optimizer.kind)},
-          {"framework", "trainbench"},
-          {"warmup_steps", std::to_string(info.warmup_steps)},
-          {"params", std::to_string(info.cost.parameters)},
-          {"train_flops_per_sample", number(info.cost.train_flops_per_sample())},
-          {"loader_workers", std::to_string(info.loader.workers)},
-          {"target_acc", info.target_accuracy > 0 ? number(info.target_accuracy) : ""},
-          {"host", machine.host},
-          {"os", machine.os},
-          {"cpu_model", machine.cpu_model},
-          {"cores", std::to_string(machine.cores)},
-          {"compiler", machine.compiler},
-          {"onednn", machine.onednn},
-          {"onednn_isa", machine.onednn_isa},
-          {"cpu_isa", machine.cpu_isa},
-          {"benchmark_lib", machine.benchmark_lib},
-          {"git_commit", machine.git_commit},
-          {"timestamp", machine.timestamp}};
+  Row row;
+  row.schema_version = kSchemaVersion;
+  row.benchmark = info.name;
+  row.kind = kind_name(info.kind);
+  row.model = info.model;
+  row.dataset = info.dataset;
+  row.data_source = info.data_source;
+  row.device = info.device;
+  row.threads = info.threads;
+  row.precision = info.precision;
+  row.batch = info.batch;
+  row.optimizer = optimizer_name(info.optimizer.kind);
+  row.framework = "trainbench";
+  row.warmup_steps = info.warmup_steps;
+  row.params = info.cost.parameters;
+  row.train_flops_per_sample = info.cost.train_flops_per_sample();
+  row.loader_workers = info.loader.workers;
+  if (info.target_accuracy > 0) row.target_acc = info.target_accuracy;
+  row.host = machine.host;
+  row.os = machine.os;
+  row.cpu_model = machine.cpu_model;
+  row.cores = machine.cores;
+  row.compiler = machine.compiler;
+  row.onednn = machine.onednn;
+  row.onednn_isa = machine.onednn_isa;
+  row.cpu_isa = machine.cpu_isa;
+  row.benchmark_lib = machine.benchmark_lib;
+  row.git_commit = machine.git_commit;
+  row.timestamp = machine.timestamp;
   const parallel::World& world = parallel::world();
-  row["ranks"] = std::to_string(world.size);
+  row.ranks = world.size;
   if (world.size > 1) {
-    row["nodes"] = std::to_string(world.nodes);
-    row["rank_hosts"] = fmt::format("{}", fmt::join(world.rank_hosts, ";"));
+    row.nodes = world.nodes;
+    row.rank_hosts = fmt::format("{}", fmt::join(world.rank_hosts, ";"));
   }
-  if (info.emulated_nodes) row["emulated_nodes"] = "1";
-  row["variant"] = info.variant;
-  row["measurement"] = "measured";
+  if (info.emulated_nodes) row.emulated_nodes = 1;
+  row.variant = info.variant;
+  row.measurement = "measured";
   if (info.device_kind) {
-    if (std::string_view(info.device_kind->check_word) == "shared_device") row["shared_device"] = "1";
-    row["device_kind"] = info.device_kind->name;
-    row["backend"] = info.gpu() ? "gpu" : "cpu";
+    if (std::string_view(info.device_kind->check_word) == "shared_device") row.shared_device = 1;
+    row.device_kind = info.device_kind->name;
+    row.backend = info.gpu() ? "gpu" : "cpu";
   }
-  if (info.data_parallel > 0) row["data_parallel"] = std::to_string(info.data_parallel);
+  if (info.data_parallel > 0) row.data_parallel = info.data_parallel;
   if (info.replay) {  // the steps stand for the saved row's, on its backend
-    row["measurement"] = "replayed";
-    row["backend"] = info.replay->backend;
-    row["predicted_from"] = info.replay->of;
+    row.measurement = "replayed";
+    row.backend = info.replay->backend;
+    row.predicted_from = info.replay->of;
   }
-  row["baseline"] = info.baseline;
-  row["cpu_baseline"] = info.cpu_baseline;
-  row["speedup_differs"] = info.speedup_differs;
-  if (machine.sgemm_gflops > 0) row["sgemm_gflops"] = number(machine.sgemm_gflops);
+  row.baseline = info.baseline;
+  row.cpu_baseline = info.cpu_baseline;
+  row.speedup_differs = info.speedup_differs;
+  if (machine.sgemm_gflops > 0) row.sgemm_gflops = machine.sgemm_gflops;
   if (info.gpu()) {
-    row["cuda_graph"] = std::to_string(int(info.cuda_graph));
-    row["data_on_device"] = std::to_string(int(info.data_on_device));
+    row.cuda_graph = int(info.cuda_graph);
+    row.data_on_device = int(info.data_on_device);
   }
   add_gpu_context(row, info, machine);
   if (!info.gpu() && info.skip_reason.empty())
-    row["peak_source"] = "oneDNN sgemm 1024^3 measured at start-up (median of 5 rounds)";
+    row.peak_source = "oneDNN sgemm 1024^3 measured at start-up (median of 5 rounds)";
   return row;
 }
 
 std::map<std::string, double> epoch_counters(const EpochRecord& r) {
   return {{"epoch", double(r.epoch)}, {"train_loss", r.train_loss}, {"val_loss", r.val_loss},
           {"train_acc", r.train_acc}, {"val_acc", r.val_acc},       {"elapsed_s", r.elapsed_s}};
-}
-
-std::string cell(const Row& row, const std::string& column) {
-  const auto it = row.find(column);
-  return it == row.end() ? "" : it->second;
-}
-
-double cell_number(const Row& row, const std::string& column) {
-  const std::string v = cell(row, column);
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  return v.empty() || *end != '\0' ? NAN : x;
 }
 
 void RowLog::keep(const Row& row) {
@@ -129,17 +114,17 @@ void RowLog::keep(const Row& row) {
 
 Row RowLog::repetition(const BenchInfo& info, const Repetition& r) {
   Row row = identity_row(info, machine_);
-  row["run_type"] = "iteration";
-  row["repetition"] = std::to_string(repetitions_[info.name]++);
-  row["status"] = r.status;
-  row["message"] = r.status == "skipped" ? skip_message(r.message) : r.message;
-  row["iterations"] = std::to_string(r.steps);
-  row["verdicts"] = verdicts_cell(r.verdicts);
-  row["prediction"] = r.prediction;
-  row["prediction_inputs"] = r.prediction_inputs;
+  row.run_type = "iteration";
+  row.repetition = repetitions_[info.name]++;
+  row.status = r.status;
+  row.message = r.status == "skipped" ? skip_message(r.message) : r.message;
+  row.iterations = r.steps;
+  row.verdicts = verdicts_cell(r.verdicts);
+  row.prediction = r.prediction;
+  row.prediction_inputs = r.prediction_inputs;
   std::vector<std::string> windows;
   for (double w : r.windows) windows.push_back(number(w));
-  row["window_samples_per_s"] = fmt::format("{}", fmt::join(windows, ";"));
+  row.window_samples_per_s = fmt::format("{}", fmt::join(windows, ";"));
   if (r.status == "ok") add_counters(row, r.counters, false);
   keep(row);
   return row;
@@ -165,23 +150,22 @@ double statistic(const std::string& name, std::vector<double> v) {
 void RowLog::aggregates(const BenchInfo& info) {
   std::vector<Row> ok;  // copies: keep() below moves rows_
   for (const Row* r : rows_of(info.name))
-    if (cell(*r, "run_type") == "iteration" && cell(*r, "status") == "ok") ok.push_back(*r);
+    if (is_ok_iteration(*r)) ok.push_back(*r);
   if (ok.size() < 2) return;
   for (const char* name : {"mean", "median", "stddev", "cv"}) {
     Row row = identity_row(info, machine_);
-    row["run_type"] = "aggregate";
-    row["aggregate"] = name;
-    row["status"] = "ok";
-    row["iterations"] = std::to_string(ok.size());
-    std::map<std::string, double> counters;
-    for (const auto& [column, value] : ok.front()) {
-      if (!is_counter(column)) continue;
+    row.run_type = "aggregate";
+    row.aggregate = name;
+    row.status = "ok";
+    row.iterations = std::int64_t(ok.size());
+    // Every number counter all the repetitions hold.
+    for (const Column& c : columns()) {
+      if (c.kind != ColumnKind::Counter || c.type != CellType::Number || !c.aggregates) continue;
       std::vector<double> values;
       for (const Row& r : ok)
-        if (const double v = cell_number(r, column); !std::isnan(v)) values.push_back(v);
-      if (values.size() == ok.size()) counters[column] = statistic(name, values);
+        if (const Number v = r.*c.number; v && !std::isnan(*v)) values.push_back(*v);
+      if (values.size() == ok.size()) row.*c.number = statistic(name, values);
     }
-    add_counters(row, counters, true);
     keep(row);
   }
 }
@@ -192,9 +176,9 @@ void RowLog::epoch(const BenchInfo& info, const EpochRecord& r) {
                         r.val_acc < 0 ? "" : fmt::format(" acc {:.4f}", r.val_acc), r.elapsed_s)
          << std::flush;
   Row row = identity_row(info, machine_);
-  row["run_type"] = "epoch";
-  row["status"] = "ok";
-  row["iterations"] = std::to_string(r.steps);
+  row.run_type = "epoch";
+  row.status = "ok";
+  row.iterations = r.steps;
   std::map<std::string, double> counters = epoch_counters(r);
   counters["samples_per_s"] = double(r.steps * info.batch) / r.train_s;
   add_counters(row, counters, false);
@@ -210,7 +194,7 @@ const std::vector<std::string>& RowLog::notes_of(const std::string& benchmark) c
 std::vector<const Row*> RowLog::rows_of(const std::string& benchmark) const {
   std::vector<const Row*> out;
   for (const Row& r : rows_)
-    if (cell(r, "benchmark") == benchmark) out.push_back(&r);
+    if (r.benchmark == benchmark) out.push_back(&r);
   return out;
 }
 

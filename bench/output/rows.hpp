@@ -18,15 +18,12 @@ namespace tb::bench {
 
 // The identity columns of `info`'s rows, its kind's facts and the machine context.
 Row identity_row(const BenchInfo& info, const MachineContext& machine);
-// The counter columns among `counters`, formatted, into `row` (aggregate: a mean, median, ... row).
-void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate);
 
 // An epoch's counters: epoch, train and validation loss and accuracy, elapsed seconds.
 std::map<std::string, double> epoch_counters(const EpochRecord& r);
 
-// A cell of `row` ("" where it has none), and one read as a number (NaN where it holds none).
-std::string cell(const Row& row, const std::string& column);
-double cell_number(const Row& row, const std::string& column);
+// A row's one-word facts, as every stage asks them.
+inline bool is_ok_iteration(const Row& r) { return r.run_type == "iteration" && r.status == "ok"; }
 
 // One repetition of a benchmark as it ended.
 struct Repetition {

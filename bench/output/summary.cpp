@@ -3,6 +3,7 @@
 #include "bench/output/summary.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -29,17 +30,15 @@ struct Cell {
   double peak_bytes = 0;
 };
 
-// A cell as a number, -1 where it holds none.
-double value(const Row& row, const char* column) {
-  const double v = cell_number(row, column);
-  return std::isnan(v) ? -1 : v;
-}
+// A number, -1 where there is none.
+double value(const Number& v) { return v && !std::isnan(*v) ? *v : -1; }
+double value(const Count& v) { return v ? double(*v) : -1; }
 
 // The column a row belongs to: its device, marked where it is not a measured scaling figure.
 std::string device_column(const Row& row) {
-  std::string device = cell(row, "device");
-  if (cell(row, "shared_device") == "1") device += " (one GPU)";
-  if (cell(row, "measurement") == "predicted") device += fmt::format(" (predicted, {})", cell(row, "link"));
+  std::string device = row.device;
+  if (row.shared_device == 1) device += " (one GPU)";
+  if (row.measurement == "predicted") device += fmt::format(" (predicted, {})", row.link);
   return device;
 }
 
@@ -68,8 +67,8 @@ std::string render(const Table& table, bool markdown) {
 
 // A predicted rate with its band: "66.3 (62.1-70.4)"; the point alone for rows without one.
 std::string band_text(const Row& row) {
-  const double low = value(row, "samples_per_s_low"), high = value(row, "samples_per_s_high");
-  const std::string point = rate_text(value(row, "samples_per_s"));
+  const double low = value(row.samples_per_s_low), high = value(row.samples_per_s_high);
+  const std::string point = rate_text(value(row.samples_per_s));
   return low > 0 && high > 0 ? fmt::format("{} ({}-{})", point, rate_text(low), rate_text(high)) : point;
 }
 
@@ -78,13 +77,14 @@ std::string render_predictions(const std::vector<const Row*>& rows, bool markdow
   std::vector<std::string> counts;
   std::map<std::pair<std::string, std::string>, std::map<std::string, const Row*>> lines;
   for (const Row* r : rows) {
-    const std::string device = cell(*r, "device"), n = device.substr(device.find(':') + 1);
+    const std::string& device = r->device;
+    const std::string n = device.substr(device.find(':') + 1);
     if (std::find(counts.begin(), counts.end(), n) == counts.end()) counts.push_back(n);
-    std::string link = fmt::format("{} ({:.3g} GB/s)", cell(*r, "link"), value(*r, "link_busbw_gbps"));
-    if (const std::string network = cell(*r, "network"); !network.empty())
-      link += fmt::format(" + {} nodes, {} ({:.3g} GB/s per NIC)", cell(*r, "nodes"), network,
-                          value(*r, "network_busbw_gbps"));
-    lines[{cell(*r, "predicted_from"), link}][n] = r;
+    std::string link = fmt::format("{} ({:.3g} GB/s)", r->link, value(r->link_busbw_gbps));
+    if (!r->network.empty())
+      link += fmt::format(" + {} nodes, {} ({:.3g} GB/s per NIC)", r->nodes ? std::to_string(*r->nodes) : "",
+                          r->network, value(r->network_busbw_gbps));
+    lines[{r->predicted_from, link}][n] = r;
   }
   std::sort(counts.begin(), counts.end(),
             [](const auto& a, const auto& b) { return std::atoi(a.c_str()) < std::atoi(b.c_str()); });
@@ -98,7 +98,7 @@ std::string render_predictions(const std::vector<const Row*>& rows, bool markdow
     for (const auto& n : counts) {
       const auto it = by_n.find(n);
       line.push_back(it == by_n.end() ? "" : band_text(*it->second));
-      line.push_back(it == by_n.end() ? "" : fmt::format("{:.0f}%", 100 * value(*it->second, "scaling_efficiency")));
+      line.push_back(it == by_n.end() ? "" : fmt::format("{:.0f}%", 100 * value(it->second->scaling_efficiency)));
     }
     table.push_back(line);
   }
@@ -115,51 +115,48 @@ struct Collected {
   std::vector<const Row*> predicted;
 
   void add_skipped(const Row& row) {
-    std::string why = cell(row, "message");
+    std::string why = row.message;
     if (why.rfind("skipped: ", 0) == 0) why.erase(0, 9);
     // "gpu:1: no CUDA device" is about the device; anything else about this precision on it.
-    const std::string device = cell(row, "device");
-    const std::string what =
-        why.rfind(device, 0) == 0 ? why : fmt::format("{} {}: {}", device, cell(row, "precision"), why);
-    if (skip_seen.insert(cell(row, "device") + why).second) skipped.push_back(what);
+    const std::string& device = row.device;
+    const std::string what = why.rfind(device, 0) == 0 ? why : fmt::format("{} {}: {}", device, row.precision, why);
+    if (skip_seen.insert(device + why).second) skipped.push_back(what);
   }
 
   void add_measured(const Row& row) {
-    std::string variant = cell(row, "variant");
+    std::string variant = row.variant;
     for (const char* hidden : {"shared_device", "predicted:"})
       if (const auto at = variant.find(hidden); at != std::string::npos) variant.erase(at);
     while (!variant.empty() && variant.back() == '/') variant.pop_back();
-    const LineKey key{
-        fmt::format("{}/{}{}", cell(row, "model"), cell(row, "dataset"), variant.empty() ? "" : " [" + variant + "]"),
-        cell(row, "precision")};
+    const LineKey key{fmt::format("{}/{}{}", row.model, row.dataset, variant.empty() ? "" : " [" + variant + "]"),
+                      row.precision};
     const std::string column = device_column(row);
     if (std::find(devices.begin(), devices.end(), column) == devices.end()) devices.push_back(column);
     Cell& c = lines[key][column];
-    c.rates.push_back(value(row, "samples_per_s"));
-    if (value(row, "data_parallel") >= 2) scaling.insert(column);
-    if (double e = value(row, "scaling_efficiency"); e >= 0) c.efficiencies.push_back(e);
-    if (double s = value(row, "comm_share"); s >= 0) {
+    c.rates.push_back(value(row.samples_per_s));
+    if (value(row.data_parallel) >= 2) scaling.insert(column);
+    if (double e = value(row.scaling_efficiency); e >= 0) c.efficiencies.push_back(e);
+    if (double s = value(row.comm_share); s >= 0) {
       c.comm_shares.push_back(s);
       communicating.insert(column);
     }
-    if (double x = value(row, "speedup_vs_cpu"); x >= 0) {
+    if (double x = value(row.speedup_vs_cpu); x >= 0) {
       c.speedups.push_back(x);
-      c.speedup_differs = cell(row, "speedup_differs");
+      c.speedup_differs = row.speedup_differs;
       compared.insert(column);
     }
     // A GPU row's device memory; a CPU row's resident set.
-    const double device_bytes = value(row, "mem_peak_bytes");
-    c.peak_bytes = std::max(c.peak_bytes, device_bytes > 0 ? device_bytes : value(row, "peak_rss_bytes"));
+    const double device_bytes = value(row.mem_peak_bytes);
+    c.peak_bytes = std::max(c.peak_bytes, device_bytes > 0 ? device_bytes : value(row.peak_rss_bytes));
   }
 
   void add(const Row& row) {
-    if (cell(row, "kind") != "train") return;
-    const std::string status = cell(row, "status");
-    if (status == "skipped")
+    if (row.kind != "train") return;
+    if (row.status == "skipped")
       add_skipped(row);
-    else if (status != "ok" || cell(row, "run_type") != "iteration")
+    else if (!is_ok_iteration(row))
       return;
-    else if (cell(row, "measurement") == "predicted")
+    else if (row.measurement == "predicted")
       predicted.push_back(&row);
     else
       add_measured(row);

@@ -14,6 +14,7 @@
 
 #include "bench/cli/flags.hpp"
 #include "bench/plan/device_kinds.hpp"
+#include "bench/schema/row.hpp"
 #include "datasets/loader.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/network.hpp"
@@ -71,7 +72,7 @@ struct BenchInfo {
   struct Replay {
     std::string of, backend, inputs;
     double samples_per_s = 0;
-    std::vector<std::map<std::string, std::string>> rows;
+    std::vector<Row> rows;  // the saved rows replayed
   };
   std::optional<Replay> replay;
 

@@ -61,13 +61,12 @@ std::vector<parallel::Link> links_for(const Flags& flags, const std::string& bac
 // "    the file's own: 1,234 samples/s by model 1 (this one +4.2%)": a re-predicted row beside the
 // file's row of the same name, saying which model made that.
 std::string beside_committed(const Row& theirs, const Row& ours) {
-  const std::string model = cell(theirs, "prediction_model");
-  const double was = cell_number(theirs, "samples_per_s"), now = cell_number(ours, "samples_per_s");
-  const bool same = model == std::to_string(parallel::kPredictionModel);
+  const Count& model = theirs.prediction_model;
+  const double was = theirs.samples_per_s.value_or(NAN), now = ours.samples_per_s.value_or(NAN);
   return fmt::format("    the file's own: {:.0f} samples/s, {}{}", was,
-                     same            ? "by this model"
-                     : model.empty() ? "by a model before version 2 (it did not say)"
-                                     : "by model " + model,
+                     model == parallel::kPredictionModel ? "by this model"
+                     : !model                            ? "by a model before version 2 (it did not say)"
+                                                         : fmt::format("by model {}", *model),
                      was > 0 ? fmt::format(" (this prediction {:+.1f}%)", 100 * (now / was - 1)) : "");
 }
 
@@ -87,11 +86,10 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
   std::vector<std::string> cpu_without_link;
   std::map<std::string, const Row*> committed;
   for (const Row& r : rows)
-    if (cell(r, "measurement") == "predicted" && cell(r, "run_type") == "iteration")
-      committed[cell(r, "benchmark")] = &r;
+    if (r.measurement == "predicted" && r.run_type == "iteration") committed[r.benchmark] = &r;
   for (const std::string& name : saved.names) {
     const std::vector<const Row*>& of = saved.rows.at(name);
-    const std::string backend = cell(*of.back(), "backend");
+    const std::string& backend = of.back()->backend;
     PredictionPlan plan;
     plan.counts = counts_for(flags, backend);
     if (!flags.devices.empty() && plan.counts.empty()) continue;  // --devices names none of its kind
@@ -106,15 +104,14 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
     // The source's cpu row, where the file has it: the predicted rows' speedup over the CPU.
     std::vector<double> cpu_rates;
     for (const Row& r : rows)
-      if (cell(r, "benchmark") == cell(*of.back(), "cpu_baseline") && cell(r, "run_type") == "iteration" &&
-          cell(r, "status") == "ok")
-        cpu_rates.push_back(cell_number(r, "samples_per_s"));
+      if (r.benchmark == of.back()->cpu_baseline && is_ok_iteration(r))
+        cpu_rates.push_back(r.samples_per_s.value_or(NAN));
     plan.cpu_samples_per_s = cpu_rates.empty() ? 0 : tb::median(cpu_rates);
     for (const std::string& network : flags.networks) plan.networks.push_back(parallel::parse_network(network));
     std::cout << name << "\n";
     for (PredictedRow& p : predict_rows(of, plan, now)) {
       std::cout << p.line << "\n";
-      if (const auto it = committed.find(cell(p.row, "benchmark")); it != committed.end())
+      if (const auto it = committed.find(p.row.benchmark); it != committed.end())
         std::cout << beside_committed(*it->second, p.row) << "\n";
       log.keep(p.row);
     }

@@ -142,11 +142,11 @@ SavedRows saved_one_device_rows(const std::vector<Row>& rows, const std::string&
   SavedRows saved;
   std::size_t without_inputs = 0;
   for (const Row& r : rows) {
-    const std::string name = cell(r, "benchmark");
-    if (cell(r, "kind") != "train" || cell(r, "measurement") != "measured" || cell(r, "status") != "ok" ||
-        cell(r, "run_type") != "iteration" || !cell(r, "data_parallel").empty() || !std::regex_search(name, pattern))
+    const std::string& name = r.benchmark;
+    if (r.kind != "train" || r.measurement != "measured" || !is_ok_iteration(r) || r.data_parallel ||
+        !std::regex_search(name, pattern))
       continue;
-    if (cell(r, "prediction_inputs").empty()) {
+    if (r.prediction_inputs.empty()) {
       ++without_inputs;
       continue;
     }

@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/output/columns.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/predict/inputs.hpp"
+#include "bench/schema/columns.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
@@ -53,12 +53,21 @@ std::string link_text(const parallel::Link& link) {
 // ranks and hosts of the run that measured it among them), none of what the source measured or
 // concluded.
 Row source_identity(const Row& source) {
-  Row row;
-  for (const auto& [column, value] : source)
-    if (!is_counter(column)) row[column] = value;
-  for (const char* own : {"message", "repetition", "aggregate", "verdicts", "prediction", "prediction_inputs",
-                          "window_samples_per_s", "shared_device", "emulated_nodes"})
-    row.erase(own);
+  Row row = source;
+  for (const Column& c : columns())
+    if (c.kind == ColumnKind::Counter) {
+      if (c.type == CellType::Number) row.*c.number = std::nullopt;
+      if (c.type == CellType::Text) (row.*c.text).clear();
+    }
+  row.message.clear();
+  row.repetition.reset();
+  row.aggregate.clear();
+  row.verdicts.clear();
+  row.prediction.clear();
+  row.prediction_inputs.clear();
+  row.window_samples_per_s.clear();
+  row.shared_device.reset();
+  row.emulated_nodes.reset();
   return row;
 }
 
@@ -84,34 +93,33 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
   const parallel::Prediction q = parallel::predict(one, c);
   const parallel::Link& link = c.link;
   const bool two_levels = c.nodes > 1;
-  const std::string name = cell(source, "benchmark");
+  const std::string& name = source.benchmark;
   const std::string device = fmt::format("{}:{}", gpu ? "gpu" : "mpi", c.devices);
   std::vector<std::string> items;
-  if (const std::string variant = cell(source, "variant"); !variant.empty()) items.push_back(variant);
+  if (!source.variant.empty()) items.push_back(source.variant);
   items.push_back("predicted:" + link.name);
   if (named_nodes > 1) items.push_back(fmt::format("nodes:{}", named_nodes));
   if (two_levels) items.push_back("network:" + c.network.name);
-  items.push_back("from:" + cell(source, "device"));
+  items.push_back("from:" + source.device);
   Row row = source_identity(source);
-  row["variant"] = join_variant(items);
-  row["benchmark"] =
-      fmt::format("{}/{}/{}/{}/{}/bs:{}/{}", cell(source, "kind"), cell(source, "model"), cell(source, "dataset"),
-                  device, cell(source, "precision"), cell(source, "batch"), row["variant"]);
-  row["device"] = device;
-  row["device_kind"] = !gpu ? "mpi:N" : two_levels ? "gpu:N across ranks" : "gpu:N over NCCL";
-  row["data_parallel"] = std::to_string(c.devices);
-  row["baseline"] = name;
-  row["measurement"] = "predicted";
-  row["link"] = link.name;
-  row["predicted_from"] = name;
-  row["run_type"] = "iteration";
-  row["status"] = "ok";
-  row["iterations"] = std::to_string(one.timeline.steps);
-  row["dominant_term"] = q.dominant;
-  row["prediction_model"] = std::to_string(parallel::kPredictionModel);
-  row["algorithm"] = q.algorithm;
-  row["git_commit"] = now.git_commit;
-  row["timestamp"] = now.timestamp;
+  row.variant = join_variant(items);
+  row.benchmark = fmt::format("{}/{}/{}/{}/{}/bs:{}/{}", source.kind, source.model, source.dataset, device,
+                              source.precision, source.batch ? std::to_string(*source.batch) : "", row.variant);
+  row.device = device;
+  row.device_kind = !gpu ? "mpi:N" : two_levels ? "gpu:N across ranks" : "gpu:N over NCCL";
+  row.data_parallel = c.devices;
+  row.baseline = name;
+  row.measurement = "predicted";
+  row.link = link.name;
+  row.predicted_from = name;
+  row.run_type = "iteration";
+  row.status = "ok";
+  row.iterations = one.timeline.steps;
+  row.dominant_term = q.dominant;
+  row.prediction_model = parallel::kPredictionModel;
+  row.algorithm = q.algorithm;
+  row.git_commit = now.git_commit;
+  row.timestamp = now.timestamp;
   std::map<std::string, double> counters{{"samples_per_s", q.samples_per_s},
                                          {"samples_per_s_low", q.samples_per_s_low},
                                          {"samples_per_s_high", q.samples_per_s_high},
@@ -128,9 +136,9 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
                                   link.low_source.empty() ? "" : "; low: " + link.low_source,
                                   link.name == "measured" ? "; as figures: " + parallel::link_figures(link) : "");
   if (two_levels) {  // nodes it never ran on: no hosts to name
-    row["nodes"] = std::to_string(c.nodes);
-    row.erase("rank_hosts");
-    row["network"] = c.network.name;
+    row.nodes = c.nodes;
+    row.rank_hosts.clear();
+    row.network = c.network.name;
     counters["network_busbw_gbps"] = c.network.busbw_gbps;
     counters["network_latency_us"] = c.network.latency_us;
     counters["network_nics"] = c.network.nics;
@@ -139,10 +147,10 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
                         c.network.low_source.empty() ? "" : "; low: " + c.network.low_source);
   }
   // Its speed-up over the source's cpu row, where the plan knows that row's rate.
-  if (cpu_samples_per_s > 0 && !row["cpu_baseline"].empty())
+  if (cpu_samples_per_s > 0 && !row.cpu_baseline.empty())
     counters["speedup_vs_cpu"] = q.samples_per_s / cpu_samples_per_s;
   add_counters(row, counters, false);
-  row["message"] = fmt::format(
+  row.message = fmt::format(
       "predicted from {}'s timeline {}; all-reduce: {}; terms: {}; data-parallel overhead: {}; sharing: {}; assumes {}",
       name, where, q.algorithm, terms_text(q), one.dp_overhead_source, one.sharing_source,
       parallel::kPredictionAssumptions);
@@ -199,18 +207,18 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
   std::vector<double> rates;
   const Row* source = nullptr;
   for (const Row* r : rows) {
-    if (cell(*r, "run_type") != "iteration" || cell(*r, "status") != "ok" || cell(*r, "measurement") != "measured")
-      continue;
-    if (const double rate = cell_number(*r, "samples_per_s"); rate > 0) rates.push_back(rate);
-    if (!cell(*r, "prediction_inputs").empty()) source = r;
+    if (!is_ok_iteration(*r) || r->measurement != "measured") continue;
+    if (r->samples_per_s && *r->samples_per_s > 0) rates.push_back(*r->samples_per_s);
+    if (!r->prediction_inputs.empty()) source = r;
   }
   if (!source || rates.empty()) return {};
   const double samples_per_s = tb::median(rates);
-  const PredictionInputs inputs = parse_prediction_inputs(cell(*source, "prediction_inputs"));
+  const PredictionInputs inputs = parse_prediction_inputs(source->prediction_inputs);
   if (inputs.one.timeline.empty()) return {};
   // A replay's ranks are CPU ranks whatever the saved row ran on.
-  const bool gpu = cell(*source, "backend") == "gpu" && !plan.replay;
-  const double batch = cell_number(*source, "batch");
+  const bool gpu = source->backend == "gpu" && !plan.replay;
+  if (!source->batch) return {};
+  const double batch = double(*source->batch);
   std::vector<PredictedRow> out;
   const int nodes = std::max(1, plan.nodes);
   const std::vector<parallel::Link> one_level{parallel::Link{}};  // no network: a link of no figures, never used
@@ -329,13 +337,12 @@ std::vector<PredictedRow> Predictor::for_replay(const BenchInfo& replay, const M
 void Predictor::remember(const BenchInfo& from, const std::vector<PredictedRow>& predicted) {
   for (const PredictedRow& p : predicted) {
     const Row& r = p.row;
-    made_[prediction_key(cell(r, "model"), cell(r, "dataset"), cell(r, "precision"), cell(r, "batch"),
-                         cell(r, "variant"), cell(r, "device"))]
-        .push_back(Made{cell(r, "benchmark"), from.name, from.threads, cell(r, "link"),
-                        fmt::format("{} ({:.3g} GB/s, {:.3g} us a step)", cell(r, "link"),
-                                    cell_number(r, "link_busbw_gbps"), cell_number(r, "link_latency_us")),
-                        cell_number(r, "samples_per_s"), cell_number(r, "samples_per_s_low"),
-                        cell_number(r, "samples_per_s_high")});
+    made_[prediction_key(r.model, r.dataset, r.precision, r.batch ? std::to_string(*r.batch) : "", r.variant, r.device)]
+        .push_back(Made{r.benchmark, from.name, from.threads, r.link,
+                        fmt::format("{} ({:.3g} GB/s, {:.3g} us a step)", r.link, r.link_busbw_gbps.value_or(NAN),
+                                    r.link_latency_us.value_or(NAN)),
+                        r.samples_per_s.value_or(NAN), r.samples_per_s_low.value_or(NAN),
+                        r.samples_per_s_high.value_or(NAN)});
   }
 }
 

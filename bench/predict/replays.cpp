@@ -27,18 +27,18 @@ std::vector<BenchInfo> plan_replays(const Flags& flags) {
     const Row& r = *saved.rows.at(name).back();
     BenchInfo b;
     b.kind = Kind::Train;
-    b.model = cell(r, "model");
-    b.dataset = cell(r, "dataset");
-    b.precision = cell(r, "precision");
-    b.batch = i64(cell_number(r, "batch"));
-    b.threads = std::max(1, int(cell_number(r, "threads")));
+    b.model = r.model;
+    b.dataset = r.dataset;
+    b.precision = r.precision;
+    b.batch = r.batch.value_or(0);
+    b.threads = std::max(1, int(r.threads.value_or(1)));
     b.device = fmt::format("mpi:{}", world.size);
     b.device_kind = &kind;
     b.backend = Backend::Cpu;  // the replay's: waits and MPI; the row says the source's
     b.data_parallel = world.size;
     b.emulated_nodes = world.emulated_nodes;
-    b.data_source = cell(r, "data_source");
-    b.optimizer.kind = cell(r, "optimizer") == "adam" ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
+    b.data_source = r.data_source;
+    b.optimizer.kind = r.optimizer == "adam" ? OptimizerConfig::Kind::Adam : OptimizerConfig::Kind::SGD;
     b.warmup_steps = 2;
     try {  // the workload's parameters and FLOPs, for the row (a row of a model this build lacks has none)
       b.spec = models::workload(b.model, b.dataset).spec;
@@ -46,7 +46,7 @@ std::vector<BenchInfo> plan_replays(const Flags& flags) {
     } catch (const Error&) {
     }
     std::vector<std::string> items;
-    if (const std::string v = cell(r, "variant"); !v.empty()) items.push_back(v);
+    if (!r.variant.empty()) items.push_back(r.variant);
     items.emplace_back("replayed");
     if (world.emulated_nodes) items.emplace_back("emulated_nodes");
     if (world.nodes > 1) items.push_back(fmt::format("nodes:{}", world.nodes));
@@ -54,10 +54,10 @@ std::vector<BenchInfo> plan_replays(const Flags& flags) {
     b.name = fmt::format("train/{}/{}/{}/{}/bs:{}/{}", b.model, b.dataset, b.device, b.precision, b.batch, b.variant);
     b.baseline = name;
     std::vector<double> rates;
-    BenchInfo::Replay replay{.of = name, .backend = cell(r, "backend"), .inputs = cell(r, "prediction_inputs")};
+    BenchInfo::Replay replay{.of = name, .backend = r.backend, .inputs = r.prediction_inputs};
     for (const Row* saved_row : saved.rows.at(name)) {
       replay.rows.push_back(*saved_row);
-      rates.push_back(cell_number(*saved_row, "samples_per_s"));
+      rates.push_back(saved_row->samples_per_s.value_or(NAN));
     }
     replay.samples_per_s = tb::median(rates);
     b.replay = std::move(replay);

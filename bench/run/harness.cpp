@@ -10,11 +10,11 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "bench/output/columns.hpp"
 #include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/predict/replays.hpp"
 #include "bench/run/jobs.hpp"
+#include "bench/schema/columns.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
@@ -134,7 +134,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
   // A replay's baseline is the saved row (its rates, for scaling efficiency) and its prediction is
   // made before its first repetition, from that row: its replayed rows are compared with it.
   if (info.replay && calls_[info.name] == 0) {
-    for (const Row& saved : info.replay->rows) baselines_.add(info.replay->of, cell_number(saved, "samples_per_s"));
+    for (const Row& saved : info.replay->rows) baselines_.add(info.replay->of, saved.samples_per_s.value_or(NAN));
     for (PredictedRow& p : predictor_.for_replay(info, rows_->machine())) {
       rows_->keep(p.row);
       rows_->note(info.name, std::move(p.line));

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -79,21 +80,18 @@ std::string tail_of(const fs::path& log) {
   return all.size() > 600 ? "..." + all.substr(all.size() - 600) : all;
 }
 
-// The ok iteration row of a job's CSV, by column.
+// The ok iteration row of a job's CSV.
 Row job_row(const fs::path& csv) {
-  Row found;
+  std::optional<Row> found;
   for (const Row& row : read_csv(csv.string(), "a job's --csv")) {
-    if (cell(row, "run_type") == "iteration" && cell(row, "status") == "ok") found = row;
-    if (cell(row, "status") == "failed") throw Error(fmt::format("failed: {}", cell(row, "message")));
+    if (is_ok_iteration(row)) found = row;
+    if (row.status == "failed") throw Error(fmt::format("failed: {}", row.message));
   }
-  if (found.empty()) throw Error(fmt::format("{} holds no measured row", csv.string()));
-  return found;
+  if (!found) throw Error(fmt::format("{} holds no measured row", csv.string()));
+  return *found;
 }
 
-double number_of(const Row& row, const std::string& column) {
-  const auto it = row.find(column);
-  return it == row.end() || it->second.empty() ? NAN : std::strtod(it->second.c_str(), nullptr);
-}
+double number_of(const Number& v) { return v.value_or(NAN); }
 
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env, const fs::path& log) {
   std::vector<char*> argv;
@@ -139,16 +137,20 @@ JobsResult combine(const std::vector<Row>& rows, const CommonWindow& window, con
   double inverse_energy = 0;
   for (std::size_t j = 0; j < rows.size(); ++j) {
     const auto& row = rows[j];
-    c["host_cpu_util"] += number_of(row, "host_cpu_util");
-    if (double m = number_of(row, "gpu_mem_used_bytes"); !std::isnan(m)) c["gpu_mem_used_bytes"] += m;
-    if (double e = number_of(row, "energy_j_per_sample"); e > 0) inverse_energy += 1 / e;
-    for (const char* mean : {"host_cpu_s_per_step", "data_s_per_step"})
-      c[mean] += number_of(row, mean) / double(rows.size());
-    for (const char* largest : {"mem_peak_bytes", "peak_rss_bytes", "gpu_util", "gpu_temp_max_c"})
-      if (double v = number_of(row, largest); !std::isnan(v)) c[largest] = std::max(c[largest], v);
+    c["host_cpu_util"] += number_of(row.host_cpu_util);
+    if (double m = number_of(row.gpu_mem_used_bytes); !std::isnan(m)) c["gpu_mem_used_bytes"] += m;
+    if (double e = number_of(row.energy_j_per_sample); e > 0) inverse_energy += 1 / e;
+    c["host_cpu_s_per_step"] += number_of(row.host_cpu_s_per_step) / double(rows.size());
+    c["data_s_per_step"] += number_of(row.data_s_per_step) / double(rows.size());
+    const std::pair<const char*, const Number&> largest[] = {{"mem_peak_bytes", row.mem_peak_bytes},
+                                                             {"peak_rss_bytes", row.peak_rss_bytes},
+                                                             {"gpu_util", row.gpu_util},
+                                                             {"gpu_temp_max_c", row.gpu_temp_max_c}};
+    for (const auto& [name, v] : largest)
+      if (v && !std::isnan(*v)) c[name] = std::max(c[name], *v);
     rates.push_back(fmt::format("{:.0f}", window.samples[j] / window.length()));
-    own.push_back(fmt::format("{:.0f}", number_of(row, "samples_per_s")));
-    cpus.push_back(fmt::format("{:.0f}%", 100 * number_of(row, "host_cpu_util")));
+    own.push_back(fmt::format("{:.0f}", number_of(row.samples_per_s)));
+    cpus.push_back(fmt::format("{:.0f}%", 100 * number_of(row.host_cpu_util)));
   }
   const double k = double(rows.size());
   c["samples_per_s"] = window.samples_per_s();
@@ -158,8 +160,8 @@ JobsResult combine(const std::vector<Row>& rows, const CommonWindow& window, con
   if (inverse_energy > 0) c["energy_j_per_sample"] = 1 / inverse_energy;
   c["host_cpu_util_per_job"] = c["host_cpu_util"] / k;
   c["replicas"] = k;
-  c["loss_first"] = number_of(rows[0], "loss_first");
-  c["loss_last"] = number_of(rows[0], "loss_last");
+  c["loss_first"] = number_of(rows[0].loss_first);
+  c["loss_last"] = number_of(rows[0].loss_last);
   r.step_s = c["step_time_s"];
   r.message = fmt::format(
       "{} processes{}, timed on one window of {:.3g} s in which every job ran: samples/s per job in it {} (over "

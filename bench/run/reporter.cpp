@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "bench/output/columns.hpp"
 #include "bench/output/rows.hpp"
+#include "bench/schema/columns.hpp"
 #include "engine/backends.hpp"
 #include "engine/parallel/predict.hpp"
 #include "engine/parallel/world.hpp"
@@ -93,18 +93,16 @@ std::string console_number(double v) {
 
 // A row's name on the console: its benchmark, with the aggregate it is.
 std::string display_name(const Row& row) {
-  const std::string aggregate = cell(row, "aggregate");
-  return aggregate.empty() ? cell(row, "benchmark") : cell(row, "benchmark") + "_" + aggregate;
+  return row.aggregate.empty() ? row.benchmark : row.benchmark + "_" + row.aggregate;
 }
 
 // The Time column: a row's step (step_time_s: the wall clock of the timed steps) in ms, an epochs/
 // row's whole run of epochs in s (elapsed_s, validation included); a cv row's is a ratio, shown
 // in percent.
 std::string time_text(const Row& row, bool epochs) {
-  const double v =
-      epochs && cell(row, "aggregate") != "cv" ? cell_number(row, "elapsed_s") : cell_number(row, "step_time_s");
+  const double v = (epochs && row.aggregate != "cv" ? row.elapsed_s : row.step_time_s).value_or(NAN);
   if (std::isnan(v)) return fmt::format("{:>12}", "");
-  if (cell(row, "aggregate") == "cv") return fmt::format("{:>9.4g} %  ", 100 * v);
+  if (row.aggregate == "cv") return fmt::format("{:>9.4g} %  ", 100 * v);
   return fmt::format("{:>9.4g} {:<2}", epochs ? v : v * 1e3, epochs ? "s" : "ms");
 }
 
@@ -119,7 +117,7 @@ void Reporter::print_console(const std::vector<const Row*>& rows, bool epochs) {
   // The console columns these rows have: a new header where they differ from the last one's.
   std::vector<const Column*> shown;
   for (const Column& c : columns())
-    if (c.on_console && std::any_of(rows.begin(), rows.end(), [&](const Row* r) { return !cell(*r, c.name).empty(); }))
+    if (c.on_console && std::any_of(rows.begin(), rows.end(), [&](const Row* r) { return !c.cell(*r).empty(); }))
       shown.push_back(&c);
   auto header_of = [](const Column* c) { return std::string(*c->console_name ? c->console_name : c->name); };
   std::string header = fmt::format("{:<{}} {:>12} {:>10}", "Benchmark", name_width_, "Time", "Iterations");
@@ -131,33 +129,32 @@ void Reporter::print_console(const std::vector<const Row*>& rows, bool epochs) {
   }
   for (const Row* row : rows) {
     const std::string name = display_name(*row);
-    const bool failed = cell(*row, "status") == "failed";
+    const bool failed = row->status == "failed";
     const std::string colour_on = display_.colour ? (failed ? kRed : kGreen) : "";
     const std::string colour_off = display_.colour ? kReset : "";
     if (failed) {
-      out << fmt::format("{}{:<{}} FAILED: {}{}\n", colour_on, name, name_width_, cell(*row, "message"), colour_off);
+      out << fmt::format("{}{:<{}} FAILED: {}{}\n", colour_on, name, name_width_, row->message, colour_off);
       continue;
     }
     std::string line = fmt::format("{}{:<{}}{} {} {:>10}", colour_on, name, name_width_, colour_off,
-                                   time_text(*row, epochs), cell(*row, "iterations"));
+                                   time_text(*row, epochs), row->iterations ? std::to_string(*row->iterations) : "");
     for (const Column* c : shown) {
-      const double v = cell_number(*row, c->name);
+      const std::optional<double> v = c->value(*row);
       const std::size_t width = std::max<std::size_t>(10, header_of(c).size());
-      const bool blank = std::isnan(v) || (c->format && c->format(v).empty());
-      line += fmt::format(" {:>{}}", blank ? "" : console_number(v * c->console_scale), width);
+      line += fmt::format(" {:>{}}", !v || std::isnan(*v) ? "" : console_number(*v * c->console_scale), width);
     }
     out << line;
-    if (const std::string note = cell(*row, "message"); !note.empty()) out << "  " << note;
+    if (!row->message.empty()) out << "  " << row->message;
     out << "\n";
   }
   out << std::flush;
 }
 
 void Reporter::report_skipped(const Row& row) {
-  const BenchInfo* info = harness_.find(cell(row, "benchmark"));
-  const std::string scope = info ? info->skip_scope : cell(row, "benchmark");
+  const BenchInfo* info = harness_.find(row.benchmark);
+  const std::string scope = info ? info->skip_scope : row.benchmark;
   if (!skipped_said_.insert(scope).second) return;
-  std::string reason = cell(row, "message").substr(kSkippedPrefix.size());
+  std::string reason = row.message.substr(kSkippedPrefix.size());
   // "gpu:1: no CUDA device", "cpu:64 needs 64 cores": the scope is said once.
   if (reason.starts_with(scope + ": "))
     reason.erase(0, scope.size() + 2);
@@ -175,8 +172,8 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
   if (!shown_.insert(name).second) return;
   std::vector<const Row*> table;
   for (const Row* row : rows_.rows_of(name)) {
-    const std::string status = cell(*row, "status"), type = cell(*row, "run_type");
-    if (type == "epoch" || cell(*row, "measurement") == "predicted") continue;  // said as they came, or in the notes
+    const std::string& status = row->status;
+    if (row->run_type == "epoch" || row->measurement == "predicted") continue;  // said as they came, or in the notes
     if (status == "skipped") {
       ++skipped_;
       report_skipped(*row);

@@ -1,6 +1,6 @@
 // The display reporter: it renders the console and nothing else. When Google Benchmark reports a
 // benchmark, it shows that benchmark's rows as the harness wrote them to the RowLog (the same
-// figures as the CSV): a trainbench header, the counters bench/output/columns.cpp marks for the
+// figures as the CSV): a trainbench header, the counters bench/schema/columns.cpp marks for the
 // console, one line per skipped configuration, then the benchmark's notes (its predictions, the
 // measured row against its prediction). Under --benchmark_format=json|csv it hands Google
 // Benchmark's own runs to Google Benchmark's reporter instead.

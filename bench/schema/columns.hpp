@@ -1,6 +1,7 @@
-// The CSV's columns in one table (results/SCHEMA.md): what each is (a benchmark's identity, a
-// counter its run measured, the machine's context), whether the console shows it, and how a
-// counter's value is written. The CSV writer, the CSV rows and the console all read this table.
+// The CSV's columns in one table (results/SCHEMA.md), made from the row's fields (row.hpp): each
+// column's name, kind and type, the field that holds it, and how the console shows it. The CSV
+// writer and reader, the console and the aggregates read this table; the code that makes or reads
+// a row uses its fields by name.
 #pragma once
 
 #include <map>
@@ -8,37 +9,48 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/schema/row.hpp"
+
 namespace tb::bench {
 
 inline constexpr const char* kSchemaVersion = "7";
 
-enum class ColumnKind { Identity, Counter, Context };
-
 struct Column {
   const char* name;
   ColumnKind kind;
+  CellType type;
+  // The field that holds it: one of the three, by type.
+  Text Row::*text = nullptr;
+  Count Row::*count = nullptr;
+  Number Row::*number = nullptr;
   bool on_console = false;  // counters the console shows (the CSV has them all)
-  // A counter's cell from its value; null: {:.6g}.
-  std::string (*format)(double value) = nullptr;
-  // False for a value that means nothing averaged over repetitions (a bit mask): aggregate
-  // rows leave it empty.
+  // False for a value that means nothing averaged over repetitions: aggregate rows leave it empty.
   bool aggregates = true;
   // The console's header for it, with its unit, and the factor from the CSV's value (a ratio
   // shown in percent: 100); empty: the CSV's name.
   const char* console_name = "";
   double console_scale = 1;
+
+  // The CSV's text of this column of `row` ("" where it holds nothing).
+  std::string cell(const Row& row) const;
+  // Sets this column of `row` from the CSV's text; false (the row unchanged) where the text is
+  // not of the column's type (a count that is no integer, a number that is none).
+  bool set(Row& row, std::string_view text) const;
+  // This column of `row` as a number, where it is a count or a number and holds one.
+  std::optional<double> value(const Row& row) const;
 };
 
 // Every column, in the CSV's order.
 const std::vector<Column>& columns();
 const std::vector<std::string>& csv_columns();
-bool is_counter(std::string_view name);
-bool shown_on_console(std::string_view name);
 
-// The cells of `counters`, for a repetition's row or (`aggregate`) a mean, median, stddev or cv
-// row. Throws tb::Error naming a counter that is not a measurement column (a misspelt name).
-std::map<std::string, std::string> counter_cells(const std::map<std::string, double>& counters, bool aggregate);
-std::string number(double value);  // {:.6g}, as every counter without a format of its own
+// A counter of Google Benchmark's state (st.counters, by name: Google Benchmark's own reporters
+// write them too) set in its field of `row`; `aggregate`: a mean, median, stddev or cv row, which
+// leaves out the columns that do not aggregate. Throws tb::Error naming a counter that is not a
+// measurement column (a misspelt name). An accuracy or a time to target of -1 (none) stays empty;
+// the throttle mask is written as its reasons' names.
+void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate);
+std::string number(double value);  // {:.6g}, as every number column
 
 // What a run concludes of a row, as words in its `verdicts` column (joined by '+'): data a
 // reader filters on, where the message says why in a sentence. results/SCHEMA.md lists them.

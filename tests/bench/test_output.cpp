@@ -1,26 +1,30 @@
-// The output stage (bench/output/): counters and columns, verdicts, the row log, the CSV
-// reader, the summary table and the console.
+// The output stage (bench/output/) and the schema it writes (bench/schema/): the row's fields
+// and columns, counters, verdicts, the row log, the CSV writer and reader, the summary table and
+// the console.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
-#include "bench/output/columns.hpp"
 #include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/output/summary.hpp"
 #include "bench/run/harness.hpp"
 #include "bench/run/reporter.hpp"
+#include "bench/schema/columns.hpp"
 #include "engine/core/error.hpp"
+#include "telemetry/sampler.hpp"
 
 namespace tb::bench {
 namespace {
@@ -30,16 +34,69 @@ namespace {
 // A counter whose name is no column would vanish from every row: it is an error where it is
 // written, naming it.
 TEST(Counters, OneThatIsNoColumnStopsTheRowNamingIt) {
-  EXPECT_EQ(counter_cells({{"samples_per_s", 1234.5}}, false).at("samples_per_s"), "1234.5");
+  Row row;
+  add_counters(row, {{"samples_per_s", 1234.5}, {"val_acc", -1}, {"train_acc", 0.5}}, false);
+  EXPECT_EQ(row.samples_per_s, 1234.5);
+  EXPECT_FALSE(row.val_acc) << "-1: a regression task has no accuracy";
+  EXPECT_EQ(row.train_acc, 0.5);
   try {
-    counter_cells({{"samples_per_sec", 1}}, false);
+    add_counters(row, {{"samples_per_sec", 1}}, false);
     ADD_FAILURE() << "a misspelt counter was taken";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("counter 'samples_per_sec'"), std::string::npos);
   }
-  EXPECT_THROW(counter_cells({{"benchmark", 1}}, false), Error);  // an identity column is no counter
-  // A bit mask means nothing averaged: aggregate rows leave it out.
-  EXPECT_EQ(counter_cells({{"gpu_throttle", 4}}, true).count("gpu_throttle"), 0u);
+  EXPECT_THROW(add_counters(row, {{"benchmark", 1}}, false), Error);  // an identity column is no counter
+  // A bit mask means nothing averaged: aggregate rows leave it out; an iteration row names its bits.
+  add_counters(row, {{"gpu_throttle", 4}}, true);
+  EXPECT_EQ(row.gpu_throttle, "");
+  add_counters(row, {{"gpu_throttle", 0}}, false);
+  EXPECT_EQ(row.gpu_throttle, telemetry::throttle_reason_names(0));
+}
+
+// ---- the row's fields and the table of columns made from them ----
+
+TEST(Columns, AreTheRowsFieldsInTheCsvsOrderEachCellWrittenAsItsType) {
+  ASSERT_EQ(columns().size(), csv_columns().size());
+  EXPECT_EQ(csv_columns().front(), "schema_version");
+  EXPECT_EQ(csv_columns().back(), "window_samples_per_s");
+  std::set<std::string> names(csv_columns().begin(), csv_columns().end());
+  EXPECT_EQ(names.size(), csv_columns().size()) << "a column declared twice";
+  Row row;
+  row.benchmark = "train/x";
+  row.threads = 16;
+  row.samples_per_s = 1796010.4;
+  row.val_acc = 0.25;
+  for (const Column& c : columns()) {
+    const std::string cell = c.cell(row);
+    if (c.name == std::string_view("benchmark"))
+      EXPECT_EQ(cell, "train/x");
+    else if (c.name == std::string_view("threads"))
+      EXPECT_EQ(cell, "16");
+    else if (c.name == std::string_view("samples_per_s"))
+      EXPECT_EQ(cell, "1.79601e+06") << "{:.6g}";
+    else if (c.name == std::string_view("val_acc"))
+      EXPECT_EQ(cell, "0.25");
+    else
+      EXPECT_EQ(cell, "") << c.name << ": a field never set is an empty cell";
+  }
+  // Each column reads its own text back, and refuses a cell not of its type.
+  Row back;
+  for (const Column& c : columns()) EXPECT_TRUE(c.set(back, c.cell(row))) << c.name;
+  for (const Column& c : columns()) EXPECT_EQ(c.cell(back), c.cell(row)) << c.name;
+  const auto column = [](std::string_view name) {
+    return *std::find_if(columns().begin(), columns().end(), [&](const Column& c) { return name == c.name; });
+  };
+  EXPECT_FALSE(column("threads").set(back, "16.5"));
+  EXPECT_FALSE(column("samples_per_s").set(back, "fast"));
+  EXPECT_EQ(back.samples_per_s, 1796010.0) << "its cell's six digits; a refused cell leaves the field as it was";
+  EXPECT_EQ(column("samples_per_s").value(row), 1796010.4);
+  EXPECT_EQ(column("threads").value(row), 16.0);
+  EXPECT_FALSE(column("benchmark").value(row)) << "a text has no value";
+  // The console's columns, with their units.
+  EXPECT_TRUE(column("samples_per_s").on_console);
+  EXPECT_EQ(std::string(column("utilisation").console_name), "util %");
+  EXPECT_EQ(column("utilisation").console_scale, 100);
+  EXPECT_FALSE(column("gpu_throttle").aggregates);
 }
 
 // ---- verdicts ----
@@ -52,36 +109,36 @@ TEST(Verdicts, AreWordsOfTheTableJoinedOnce) {
 
 // ---- the summary: the rows' own figures, rendered ----
 
-Row summary_row(const std::string& device, const std::string& precision, const std::string& batch, double rate) {
-  return Row{{"kind", "train"},          {"status", "ok"},        {"run_type", "iteration"},
-             {"model", "resnet152"},     {"dataset", "imagenet"}, {"device", device},
-             {"precision", precision},   {"batch", batch},        {"samples_per_s", fmt::format("{}", rate)},
-             {"measurement", "measured"}};
+Row summary_row(const std::string& device, const std::string& precision, std::int64_t batch, double rate) {
+  Row r;
+  r.kind = "train", r.status = "ok", r.run_type = "iteration", r.model = "resnet152", r.dataset = "imagenet";
+  r.device = device, r.precision = precision, r.batch = batch, r.samples_per_s = rate, r.measurement = "measured";
+  return r;
 }
 
 // x cpu is the row's speedup_vs_cpu with its speedup_differs: the summary computes nothing.
 TEST(Summary, ShowsTheRowsOwnSpeedupAndWhatDiffers) {
-  Row cpu = summary_row("cpu", "fp32", "8", 12);
-  Row fp32 = summary_row("gpu:1", "fp32", "128", 396);
-  fp32["speedup_vs_cpu"] = "33";
-  fp32["speedup_differs"] = "bs 128 vs 8";
-  Row bf16 = summary_row("gpu:1", "bf16", "128", 2244);
-  bf16["speedup_vs_cpu"] = "187";
-  bf16["speedup_differs"] = "bf16 vs fp32, bs 128 vs 8";
+  Row cpu = summary_row("cpu", "fp32", 8, 12);
+  Row fp32 = summary_row("gpu:1", "fp32", 128, 396);
+  fp32.speedup_vs_cpu = 33;
+  fp32.speedup_differs = "bs 128 vs 8";
+  Row bf16 = summary_row("gpu:1", "bf16", 128, 2244);
+  bf16.speedup_vs_cpu = 187;
+  bf16.speedup_differs = "bf16 vs fp32, bs 128 vs 8";
   const std::string text = summary_table({cpu, fp32, bf16}, false);
   EXPECT_NE(text.find("33.00x (bs 128 vs 8)"), std::string::npos) << text;
   EXPECT_NE(text.find("187.00x (bf16 vs fp32, bs 128 vs 8)"), std::string::npos) << text;
   // Rows without the column (a GPU row whose cpu row did not run) have no x cpu column at all.
-  const std::string none = summary_table({summary_row("gpu:1", "fp32", "128", 50)}, false);
+  const std::string none = summary_table({summary_row("gpu:1", "fp32", 128, 50)}, false);
   EXPECT_EQ(none.substr(0, none.find('\n')).find("x cpu"), std::string::npos) << none;
 }
 
 TEST(Summary, EfficiencyAndCommShareAreTheRowsOwn) {
-  Row one = summary_row("gpu:1", "fp32", "128", 100);
-  Row two = summary_row("gpu:2", "fp32", "128", 150);
-  two["data_parallel"] = "2";
-  two["scaling_efficiency"] = "0.75";
-  two["comm_share"] = "0.2";
+  Row one = summary_row("gpu:1", "fp32", 128, 100);
+  Row two = summary_row("gpu:2", "fp32", 128, 150);
+  two.data_parallel = 2;
+  two.scaling_efficiency = 0.75;
+  two.comm_share = 0.2;
   const std::string text = summary_table({one, two}, false);
   EXPECT_NE(text.find("gpu:2 efficiency"), std::string::npos) << text;
   EXPECT_NE(text.find("75%"), std::string::npos) << text;
@@ -117,8 +174,8 @@ TEST(RowLog, AggregatesAreGoogleBenchmarksStatisticsOfTheRepetitions) {
   std::map<std::string, double> got;
   int iterations = 0;
   for (const Row* r : log.rows_of(info.name)) {
-    if (cell(*r, "run_type") == "aggregate") got[cell(*r, "aggregate")] = cell_number(*r, "samples_per_s");
-    if (cell(*r, "run_type") == "iteration") EXPECT_EQ(cell(*r, "repetition"), std::to_string(iterations++));
+    if (r->run_type == "aggregate") got[r->aggregate] = r->samples_per_s.value_or(NAN);
+    if (r->run_type == "iteration") EXPECT_EQ(r->repetition, iterations++);
   }
   EXPECT_EQ(iterations, 5);
   EXPECT_NEAR(got.at("mean"), 2.5, 1e-9);
@@ -136,8 +193,8 @@ TEST(RowLog, OneOkRepetitionHasNoAggregatesAndASkipSaysSo) {
   log.aggregates(info);
   EXPECT_EQ(log.rows_of(info.name).size(), 1u);
   const Row skipped = log.repetition(info, Repetition{.status = "skipped", .message = "gpu:1: no CUDA device"});
-  EXPECT_EQ(cell(skipped, "message"), "skipped: gpu:1: no CUDA device");
-  EXPECT_TRUE(is_skip(cell(skipped, "message")));
+  EXPECT_EQ(skipped.message, "skipped: gpu:1: no CUDA device");
+  EXPECT_TRUE(is_skip(skipped.message));
 }
 
 // ---- reading a CSV back (--predict_from, --replay_from, jobs) ----
@@ -153,14 +210,21 @@ TEST(ReadCsv, ReadsWhatTheWriterWroteQuotedLineBreaksIncluded) {
   std::remove(path.c_str());
   {
     CsvWriter out(path);
-    out.write_row(Row{{"schema_version", "6"}, {"benchmark", "a"}, {"message", "two\nlines, a comma and \"quotes\""}});
-    out.write_row(Row{{"schema_version", "6"}, {"benchmark", "b"}});
+    Row a, b;
+    a.schema_version = b.schema_version = "6";
+    a.benchmark = "a", b.benchmark = "b";
+    a.message = "two\nlines, a comma and \"quotes\"";
+    a.threads = 4, a.samples_per_s = 0.125;
+    out.write_row(a);
+    out.write_row(b);
   }
   const std::vector<Row> rows = read_csv(path, "--predict_from");
   ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(cell(rows[0], "message"), "two\nlines, a comma and \"quotes\"");
-  EXPECT_EQ(cell(rows[1], "benchmark"), "b");
-  EXPECT_EQ(rows[1].size(), csv_columns().size());
+  EXPECT_EQ(rows[0].message, "two\nlines, a comma and \"quotes\"");
+  EXPECT_EQ(rows[0].threads, 4);
+  EXPECT_EQ(rows[0].samples_per_s, 0.125);
+  EXPECT_EQ(rows[1].benchmark, "b");
+  EXPECT_FALSE(rows[1].threads);
 }
 
 TEST(ReadCsv, BrokenFilesAreRefusedNamingTheFileAndTheLine) {
@@ -177,6 +241,13 @@ TEST(ReadCsv, BrokenFilesAreRefusedNamingTheFileAndTheLine) {
   EXPECT_NE(refused(write_file("other.csv", "a,b\n1,2\n")).find("not a trainbench CSV"), std::string::npos);
   const std::string cut = refused(write_file("cut.csv", "schema_version,benchmark,status\n6,a,ok\n6,b\n"));
   EXPECT_NE(cut.find("line 3 has 2 fields, the header has 3"), std::string::npos) << cut;
+  const std::string typed = refused(write_file("typed.csv", "schema_version,benchmark,threads\n6,a,4\n6,b,four\n"));
+  EXPECT_NE(typed.find("line 3: threads is 'four', not a whole number"), std::string::npos) << typed;
+  // A column of another schema is left out, one this schema has and the file lacks stays empty.
+  const std::vector<Row> old = read_csv(write_file("old.csv", "schema_version,benchmark,retired\n2,a,x\n"), "--x");
+  ASSERT_EQ(old.size(), 1u);
+  EXPECT_EQ(old[0].benchmark, "a");
+  EXPECT_FALSE(old[0].samples_per_s);
 }
 
 // ---- the console: the rows, rendered ----

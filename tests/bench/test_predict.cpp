@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "bench/output/columns.hpp"
 #include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
 #include "bench/plan/device_kinds.hpp"
 #include "bench/predict/after_run.hpp"
 #include "bench/predict/inputs.hpp"
 #include "bench/predict/predict.hpp"
+#include "bench/schema/columns.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
 
@@ -71,20 +71,14 @@ TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
 std::vector<Row> one_device_rows(const std::string& inputs) {
   std::vector<Row> rows;
   for (double rate : {1000.0, 1200.0})
-    rows.push_back(Row{{"benchmark", "train/mlp/mnist/cpu:1/fp32/bs:100"},
-                       {"kind", "train"},
-                       {"model", "mlp"},
-                       {"dataset", "mnist"},
-                       {"device", "cpu:1"},
-                       {"precision", "fp32"},
-                       {"batch", "100"},
-                       {"threads", "1"},
-                       {"backend", "cpu"},
-                       {"run_type", "iteration"},
-                       {"status", "ok"},
-                       {"measurement", "measured"},
-                       {"samples_per_s", fmt::format("{}", rate)},
-                       {"prediction_inputs", inputs}});
+    for (double rate : {1000.0, 1200.0}) {
+      Row r;
+      r.benchmark = "train/mlp/mnist/cpu:1/fp32/bs:100", r.kind = "train", r.model = "mlp", r.dataset = "mnist";
+      r.device = "cpu:1", r.precision = "fp32", r.batch = 100, r.threads = 1, r.backend = "cpu";
+      r.run_type = "iteration", r.status = "ok", r.measurement = "measured", r.samples_per_s = rate;
+      r.prediction_inputs = inputs;
+      rows.push_back(r);
+    }
   return rows;
 }
 
@@ -104,19 +98,19 @@ TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   plan.counts = {4};
   const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  parallel::OneDevice one = parse_prediction_inputs(cell(rows[0], "prediction_inputs")).one;
+  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
   one.step_s = 100 / 1100.0;
   one.batch = 100;
   parallel::Link link = parallel::parse_link("10,20");
   link.overlaps_compute = false;
   const parallel::Prediction q = parallel::predict(one, 4, link);
   const Row& row = got[0].row;
-  EXPECT_EQ(cell(row, "samples_per_s"), number(q.samples_per_s));
-  EXPECT_EQ(cell(row, "samples_per_s_high"), number(q.samples_per_s_high));
-  EXPECT_EQ(cell(row, "benchmark"), "train/mlp/mnist/mpi:4/fp32/bs:100/predicted:custom/from:cpu:1");
-  EXPECT_EQ(cell(row, "device_kind"), "mpi:N");
-  EXPECT_EQ(cell(row, "data_parallel"), "4");
-  EXPECT_EQ(cell(row, "prediction_inputs"), "") << "a prediction carries no inputs of its own";
+  EXPECT_EQ(number(*row.samples_per_s), number(q.samples_per_s));
+  EXPECT_EQ(number(*row.samples_per_s_high), number(q.samples_per_s_high));
+  EXPECT_EQ(row.benchmark, "train/mlp/mnist/mpi:4/fp32/bs:100/predicted:custom/from:cpu:1");
+  EXPECT_EQ(row.device_kind, "mpi:N");
+  EXPECT_EQ(row.data_parallel, 4);
+  EXPECT_EQ(row.prediction_inputs, "") << "a prediction carries no inputs of its own";
   // Rows without inputs (older schemas, --timeline=off) predict nothing.
   EXPECT_TRUE(predict_rows(pointers(one_device_rows("")), plan, MachineContext{}).empty());
 }
@@ -129,8 +123,8 @@ TEST(PredictRows, NameTheModelThatMadeThem) {
   plan.links = {parallel::parse_link("10,20")};
   plan.counts = {2, 8};
   for (const PredictedRow& p : predict_rows(pointers(rows), plan, MachineContext{}))
-    EXPECT_EQ(cell(p.row, "prediction_model"), std::to_string(parallel::kPredictionModel));
-  EXPECT_EQ(cell(rows[0], "prediction_model"), "") << "the measured row names none";
+    EXPECT_EQ(p.row.prediction_model, parallel::kPredictionModel);
+  EXPECT_FALSE(rows[0].prediction_model) << "the measured row names none";
 }
 
 // An NVLink link joins one node's GPUs, 8 by default (--gpus_per_node): 64 GPUs over nvlink4 on one
@@ -138,7 +132,7 @@ TEST(PredictRows, NameTheModelThatMadeThem) {
 // never go past the node.
 TEST(PredictRows, RefuseMoreGpusThanAnNvlinkNodeJoins) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
-  for (Row& r : rows) r["backend"] = "gpu", r["device"] = "gpu:1";
+  for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1";
   PredictionPlan plan;
   plan.links = {parallel::parse_link("nvlink4")};
   plan.counts = {64};
@@ -160,8 +154,7 @@ TEST(PredictRows, RefuseMoreGpusThanAnNvlinkNodeJoins) {
   plan.links = {parallel::parse_link("nvlink4")};
   plan.gpus_per_node = 4;
   std::vector<std::string> devices;
-  for (const PredictedRow& p : predict_rows(pointers(rows), plan, MachineContext{}))
-    devices.push_back(cell(p.row, "device"));
+  for (const PredictedRow& p : predict_rows(pointers(rows), plan, MachineContext{})) devices.push_back(p.row.device);
   EXPECT_EQ(devices, (std::vector<std::string>{"gpu:2", "gpu:4"}));
 }
 
@@ -170,24 +163,24 @@ TEST(PredictRows, RefuseMoreGpusThanAnNvlinkNodeJoins) {
 TEST(PredictRows, KeepTheSourceRunsHostsUnlessTheyPredictNodesOfTheirOwn) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   for (Row& r : rows) {
-    r["ranks"] = "2";
-    r["nodes"] = "1";
-    r["rank_hosts"] = "vm:0;vm:1";
+    r.ranks = 2;
+    r.nodes = 1;
+    r.rank_hosts = "vm:0;vm:1";
   }
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
   plan.counts = {2};
   std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(cell(got[0].row, "rank_hosts"), "vm:0;vm:1");
-  EXPECT_EQ(cell(got[0].row, "nodes"), "1");
+  EXPECT_EQ(got[0].row.rank_hosts, "vm:0;vm:1");
+  EXPECT_EQ(got[0].row.nodes, 1);
   plan.nodes = 4;
   plan.networks = {parallel::parse_link("1,30")};
   plan.counts = {8};
   got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(cell(got[0].row, "nodes"), "4");
-  EXPECT_EQ(cell(got[0].row, "rank_hosts"), "") << "nodes it never ran on have no hosts";
+  EXPECT_EQ(got[0].row.nodes, 4);
+  EXPECT_EQ(got[0].row.rank_hosts, "") << "nodes it never ran on have no hosts";
 }
 
 // A replay waits its compute out, its cores free: its all-reduces overlap the wait over any link,
@@ -203,7 +196,7 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
   plan.replay = true;
   const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  parallel::OneDevice one = parse_prediction_inputs(cell(rows[0], "prediction_inputs")).one;
+  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
   one.step_s = 100 / 1100.0;
   one.batch = 100;
   one.sharing = parallel::Range::exactly(1);
@@ -211,7 +204,7 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
   parallel::Cluster overlapping{.devices = 2, .link = measured, .library = parallel::Library::Mpi};
   overlapping.link.overlaps_compute = true;
   const parallel::Prediction with = parallel::predict(one, overlapping);
-  EXPECT_EQ(cell(got[0].row, "samples_per_s"), number(with.samples_per_s));
+  EXPECT_EQ(number(*got[0].row.samples_per_s), number(with.samples_per_s));
   // The 4 MB bucket ready at 6 ms runs beside the wait: the point is above the no-overlap one.
   parallel::Cluster apart = overlapping;
   apart.link.overlaps_compute = false;
@@ -221,7 +214,7 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
   plan.links = {parallel::parse_link("10,20")};
   parallel::Link preset = parallel::parse_link("10,20");
   preset.overlaps_compute = false;
-  EXPECT_EQ(cell(predict_rows(pointers(rows), plan, MachineContext{})[0].row, "samples_per_s"),
+  EXPECT_EQ(number(*predict_rows(pointers(rows), plan, MachineContext{})[0].row.samples_per_s),
             number(parallel::predict(one, 2, preset).samples_per_s));
 }
 
@@ -249,12 +242,11 @@ TEST(Predictor, ComparesAMeasuredRowWithItsPredictionAndSaysInsideOrOutside) {
   mpi.device = "mpi:2";
   mpi.device_kind = &kind_named("mpi:N");
   mpi.data_parallel = 2;
-  const double low = cell_number(made[0].row, "samples_per_s_low"),
-               high = cell_number(made[0].row, "samples_per_s_high");
+  const double low = *made[0].row.samples_per_s_low, high = *made[0].row.samples_per_s_high;
   const auto inside = predictor.compare(mpi, (low + high) / 2);
   ASSERT_TRUE(inside);
   EXPECT_EQ(inside->verdict, "inside_band");
-  EXPECT_EQ(inside->prediction, cell(made[0].row, "benchmark")) << "the first link, none being measured";
+  EXPECT_EQ(inside->prediction, made[0].row.benchmark) << "the first link, none being measured";
   EXPECT_NE(inside->line.find("inside the band"), std::string::npos) << inside->line;
   EXPECT_EQ(predictor.compare(mpi, high * 2)->verdict, "outside_band");
   mpi.threads = 2;  // ranks of two threads: from no cpu:1 row
@@ -300,14 +292,14 @@ TEST(PredictFromCsv, WritesTheGpuRowsPredictionsAndSaysWhatItLeftOut) {
   const std::vector<Row> rows = read_csv(flags.csv, "the test's --csv");
   ASSERT_EQ(rows.size(), 10u) << "one gpu:8 row per gpu:1 row: 5 workloads in 2 precisions";
   for (const Row& r : rows) {
-    EXPECT_EQ(cell(r, "measurement"), "predicted");
-    EXPECT_EQ(cell(r, "device"), "gpu:8");
-    EXPECT_EQ(cell(r, "prediction_model"), std::to_string(parallel::kPredictionModel));
-    EXPECT_NE(cell(r, "benchmark").find("/predicted:nvlink4/"), std::string::npos) << cell(r, "benchmark");
-    const double low = cell_number(r, "samples_per_s_low"), mid = cell_number(r, "samples_per_s"),
-                 high = cell_number(r, "samples_per_s_high");
+    EXPECT_EQ(r.measurement, "predicted");
+    EXPECT_EQ(r.device, "gpu:8");
+    EXPECT_EQ(r.prediction_model, parallel::kPredictionModel);
+    EXPECT_NE(r.benchmark.find("/predicted:nvlink4/"), std::string::npos) << r.benchmark;
+    const double low = r.samples_per_s_low.value_or(NAN), mid = r.samples_per_s.value_or(NAN),
+                 high = r.samples_per_s_high.value_or(NAN);
     EXPECT_TRUE(low <= mid && mid <= high) << low << " " << mid << " " << high;
-    EXPECT_GT(cell_number(r, "speedup_vs_cpu"), 1) << "the file's cpu row is its baseline";
+    EXPECT_GT(r.speedup_vs_cpu.value_or(0), 1) << "the file's cpu row is its baseline";
   }
   // The file made gpu:8 predictions of its own (model 1): each is set beside its re-prediction.
   EXPECT_NE(text.find("the file's own: "), std::string::npos) << text;

@@ -134,32 +134,32 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
   benchmark::ClearRegisteredBenchmarks();
   harness.release_sessions();
   std::vector<const Row*> iterations, aggregates;
-  for (const Row* r : log.rows_of(name)) (cell(*r, "run_type") == "iteration" ? iterations : aggregates).push_back(r);
+  for (const Row* r : log.rows_of(name)) (r->run_type == "iteration" ? iterations : aggregates).push_back(r);
   ASSERT_EQ(iterations.size(), 2u);
   for (const Row* r : iterations) {
-    EXPECT_EQ(cell(*r, "status"), "ok") << cell(*r, "message");
-    EXPECT_EQ(cell(*r, "iterations"), "3");
-    EXPECT_EQ(cell(*r, "prediction_inputs").rfind("v1;buckets=", 0), 0u) << cell(*r, "prediction_inputs");
-    EXPECT_EQ(cell(*r, "device_kind"), "cpu:T");
+    EXPECT_EQ(r->status, "ok") << r->message;
+    EXPECT_EQ(r->iterations, 3);
+    EXPECT_EQ(r->prediction_inputs.rfind("v1;buckets=", 0), 0u) << r->prediction_inputs;
+    EXPECT_EQ(r->device_kind, "cpu:T");
   }
   EXPECT_EQ(aggregates.size(), 4u);
   // The predicted rows: mpi:2, 4 and 8 over the link, the same as predict_rows makes of the rows.
   std::vector<const Row*> predicted;
   for (const Row& r : log.rows())
-    if (cell(r, "measurement") == "predicted") predicted.push_back(&r);
+    if (r.measurement == "predicted") predicted.push_back(&r);
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
   const std::vector<PredictedRow> again = predict_rows(log.rows_of(name), plan, machine);
   ASSERT_EQ(predicted.size(), 3u);
   ASSERT_EQ(again.size(), 3u);
   for (std::size_t k = 0; k < predicted.size(); ++k) {
-    EXPECT_EQ(cell(*predicted[k], "predicted_from"), name);
-    EXPECT_EQ(cell(*predicted[k], "baseline"), name);
-    EXPECT_EQ(cell(*predicted[k], "benchmark"), cell(again[k].row, "benchmark"));
-    EXPECT_EQ(cell(*predicted[k], "samples_per_s"), cell(again[k].row, "samples_per_s"));
-    EXPECT_EQ(cell(*predicted[k], "samples_per_s_low"), cell(again[k].row, "samples_per_s_low"));
+    EXPECT_EQ(predicted[k]->predicted_from, name);
+    EXPECT_EQ(predicted[k]->baseline, name);
+    EXPECT_EQ(predicted[k]->benchmark, again[k].row.benchmark);
+    EXPECT_EQ(predicted[k]->samples_per_s, again[k].row.samples_per_s);
+    EXPECT_EQ(predicted[k]->samples_per_s_low, again[k].row.samples_per_s_low);
   }
-  EXPECT_EQ(cell(*predicted[0], "benchmark"), "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:custom/from:cpu:1");
+  EXPECT_EQ(predicted[0]->benchmark, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:custom/from:cpu:1");
   const std::vector<std::string>& lines = log.notes_of(name);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].rfind("  predicted mpi:2 over custom", 0), 0u) << lines[0];

@@ -80,24 +80,15 @@ def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
 
 
 def source_columns() -> tuple[str, list[str]]:
-    """kSchemaVersion and the CSV's column names as bench/ spells them: the table of
-    bench/output/columns.cpp (`{"name", kind...}` entries of its groups), or before it,
-    csv_columns()'s list of names in bench/output/csv.cpp."""
-    bench = ROOT / "bench" / "output"
-    headers = " ".join(p.read_text() for p in sorted(bench.glob("*.hpp")))
+    """kSchemaVersion and the CSV's column names as bench/ spells them: the X(name, type, kind)
+    entries of TB_ROW_COLUMNS in bench/schema/row.hpp, in the CSV's order."""
+    schema = ROOT / "bench" / "schema"
+    headers = " ".join(p.read_text() for p in sorted(schema.glob("*.hpp")))
     version = re.search(r'kSchemaVersion\s*=\s*"([^"]*)"', headers)
-    table = bench / "columns.cpp"
-    if table.exists():
-        # Every `{"name", I|M|X...}` entry, in the order of the file: columns() joins its groups
-        # (run, machine, NVML, identity) in the order they are written.
-        names = re.findall(r'\{\s*"([^"\\]*)"\s*,\s*[IMX]\b',
-                           re.sub(r"//[^\n]*", "", table.read_text()))
-    else:
-        body = re.search(r"csv_columns\s*\(\s*\)\s*\{.*?\{(.*?)\}\s*;",
-                         (bench / "csv.cpp").read_text(), re.S)
-        names = re.findall(r'"([^"\\]*)"', re.sub(r"//[^\n]*", "", body.group(1))) if body else []
+    names = re.findall(r"^\s*X\((\w+), (?:Text|Count|Number), (?:Identity|Counter|Context)\)",
+                       (schema / "row.hpp").read_text(), re.M)
     assert version and names and names[0] == "schema_version", (
-        "cannot find kSchemaVersion and the column list in bench/ (columns.cpp or csv.cpp): "
+        "cannot find kSchemaVersion and the column list in bench/schema/ (columns.hpp, row.hpp): "
         "update source_columns() in tests/scripts/test_tbcsv.py to where they moved")
     return version.group(1), names
 
