@@ -1,4 +1,4 @@
-"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 to 6).
+"""Reading and validating trainbench CSV files (results/SCHEMA.md, schema_versions 1 to 7).
 
 Shared by scripts/plot.py, compare.py, check_readme.py, predictions_table.py and
 reference_table.py so that all accept and refuse the same files with the same messages, and read
@@ -7,16 +7,17 @@ aggregate row). Columns are read by name and unknown columns are kept, so files 
 trainbench versions with extra columns load unchanged, and files of different versions can be
 read together.
 
-Every row is read as version 6 writes it: one function, upgrade(), gives older rows what later
+Every row is read as version 7 writes it: one function, upgrade(), gives older rows what later
 versions added, in the order the versions added it: driver_version's version 3 meaning
 (_upgrade_driver), version 4's identity (_upgrade_identity: variant, measurement), the facts of
 its device kind (_upgrade_kind: device_kind, backend, data_parallel, from tbdevices), version 5's
 wall clock (_upgrade_clock: a GPU row's samples_per_s and step_time_s were the device clock's
 before), and version 6's comparisons (_upgrade_comparisons: baseline, cpu_baseline,
 speedup_vs_cpu, speedup_differs, scaling_efficiency where missing, verdicts, prediction), each by
-the rule the C++ writes it with. Rows of version 6 keep what they wrote. Every row says which
-clock its throughput is on in a derived field, row["clock"] (never a CSV column), and the Table
-lists what was read differently from the file in its notes.
+the rule the C++ writes it with, and version 7's columns (_upgrade_isa: instruction sets,
+prediction model, windows), empty where a row did not say. Rows of version 6 and 7 keep what they
+wrote. Every row says which clock its throughput is on in a derived field, row["clock"] (never a
+CSV column), and the Table lists what was read differently from the file in its notes.
 
 After the upgrade no script parses a device name or a variant word: they read the columns, or
 ask tbdevices.py (tests/scripts/test_no_device_parsing.py). Standard library only: compare.py

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -40,6 +41,8 @@ const Shown kShown[] = {
 }  // namespace
 
 std::string number(double value) { return fmt::format("{:.6g}", value); }
+
+double as_written(double value) { return std::strtod(number(value).c_str(), nullptr); }
 
 const std::vector<Column>& columns() {
   static const std::vector<Column> all = [] {
@@ -98,15 +101,23 @@ bool Column::set(Row& row, std::string_view cell) const {
   if (type == CellType::Count) {
     std::int64_t v = 0;
     const auto [end, error] = std::from_chars(cell.data(), cell.data() + cell.size(), v);
-    if (error != std::errc() || end != cell.data() + cell.size()) return false;
-    row.*count = v;
-    return true;
+    if (error == std::errc() && end == cell.data() + cell.size()) {
+      row.*count = v;
+      return true;
+    }
   }
   const std::string text(cell);  // strtod reads nan, inf and hexadecimal as the writer's {:.6g} and Python do
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   if (end != text.c_str() + text.size()) return false;
-  row.*number = v;
+  if (type == CellType::Number) {
+    row.*number = v;
+    return true;
+  }
+  // A count written as a number ("1.79601e+06": params in some older files) is taken where it is
+  // a whole one.
+  if (!std::isfinite(v) || v != std::floor(v) || std::abs(v) > 9e15) return false;
+  row.*count = std::int64_t(v);
   return true;
 }
 

@@ -34,7 +34,7 @@ struct Column {
   // The CSV's text of this column of `row` ("" where it holds nothing).
   std::string cell(const Row& row) const;
   // Sets this column of `row` from the CSV's text; false (the row unchanged) where the text is
-  // not of the column's type (a count that is no integer, a number that is none).
+  // not of the column's type (a count that is no whole number, a number that is none).
   bool set(Row& row, std::string_view text) const;
   // This column of `row` as a number, where it is a count or a number and holds one.
   std::optional<double> value(const Row& row) const;
@@ -51,6 +51,8 @@ const std::vector<std::string>& csv_columns();
 // the throttle mask is written as its reasons' names.
 void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate);
 std::string number(double value);  // {:.6g}, as every number column
+// `value` as its number cell reads back: what a reader of the CSV has of it.
+double as_written(double value);
 
 // What a run concludes of a row, as words in its `verdicts` column (joined by '+'): data a
 // reader filters on, where the message says why in a sentence. results/SCHEMA.md lists them.

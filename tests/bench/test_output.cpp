@@ -87,6 +87,8 @@ TEST(Columns, AreTheRowsFieldsInTheCsvsOrderEachCellWrittenAsItsType) {
     return *std::find_if(columns().begin(), columns().end(), [&](const Column& c) { return name == c.name; });
   };
   EXPECT_FALSE(column("threads").set(back, "16.5"));
+  EXPECT_TRUE(column("params").set(back, "1.79601e+06")) << "a count some older files wrote as a number";
+  EXPECT_EQ(back.params, 1796010);
   EXPECT_FALSE(column("samples_per_s").set(back, "fast"));
   EXPECT_EQ(back.samples_per_s, 1796010.0) << "its cell's six digits; a refused cell leaves the field as it was";
   EXPECT_EQ(column("samples_per_s").value(row), 1796010.4);
