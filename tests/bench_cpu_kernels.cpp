@@ -14,6 +14,7 @@
 
 #include "engine/cpu/isa.hpp"
 #include "engine/cpu/kernels/kernels.hpp"
+#include "tests/small_lstm_buffers.hpp"
 
 namespace {
 
@@ -65,34 +66,9 @@ void pool_forward(benchmark::State& state, Isa isa) {
 void lstm_step(benchmark::State& state, Isa isa) {
   const kernels::Table& k = kernels::table(isa);
   const i64 T = 35, N = 20, I = 5, H = 5, G = 4 * H;
-  std::vector<float> x = random_floats(T * N * I, 6), wx = random_floats(I * G, 7), wh = random_floats(H * G, 8),
-                     bias = random_floats(G, 9), h(std::size_t(T * N * H)), gates(std::size_t(T * N * G)),
-                     cells(std::size_t(T * N * H)), tanh_cells(cells.size()), act(std::size_t(G), 1.0f),
-                     dh = random_floats(T * N * H, 10), dx(x.size()), dwx(wx.size()), dwh(wh.size()),
-                     dbias(bias.size()), dgates(std::size_t(N * G)), dh_next(std::size_t(N * H)),
-                     dc_next(std::size_t(N * H));
-  for (i64 j = 2 * H; j < 3 * H; ++j) act[std::size_t(j)] = 2.0f;
-  kernels::SmallLstm s{.T = T,
-                       .N = N,
-                       .I = I,
-                       .H = H,
-                       .x = x.data(),
-                       .wx = wx.data(),
-                       .wh = wh.data(),
-                       .bias = bias.data(),
-                       .h = h.data(),
-                       .gates = gates.data(),
-                       .cells = cells.data(),
-                       .tanh_cells = tanh_cells.data(),
-                       .act_scale = act.data(),
-                       .dh = dh.data(),
-                       .dx = dx.data(),
-                       .dwx = dwx.data(),
-                       .dwh = dwh.data(),
-                       .dbias = dbias.data(),
-                       .dgates = dgates.data(),
-                       .dh_next = dh_next.data(),
-                       .dc_next = dc_next.data()};
+  tb::testing_support::SmallLstmBuffers b(T, N, I, H, random_floats(T * N * I, 6), random_floats(I * G, 7),
+                                          random_floats(H * G, 8), random_floats(G, 9), random_floats(T * N * H, 10));
+  const kernels::SmallLstm s = b.view();
   for (auto _ : state) {
     k.small_lstm_forward(s);
     k.small_lstm_backward(s);

@@ -18,6 +18,7 @@
 #include "engine/cpu/network.hpp"
 #include "engine/reference/ops.hpp"
 #include "models/models.hpp"
+#include "tests/small_lstm_buffers.hpp"
 #include "tests/tensors.hpp"
 
 namespace tb {
@@ -164,46 +165,22 @@ TEST_P(CpuKernels, TheSmallLstmMatchesTheReference) {
     const Vec x = uniform(rng, c.T * c.N * c.I), wx = uniform(rng, c.I * G, -0.5f, 0.5f),
               wh = uniform(rng, c.H * G, -0.5f, 0.5f), bias = uniform(rng, G, -0.5f, 0.5f),
               dh = uniform(rng, c.T * c.N * c.H);
-    Vec h(static_cast<std::size_t>(c.T * c.N * c.H)), gates(static_cast<std::size_t>(c.T * c.N * G)), cells(h.size()),
-        tanh_cells(h.size()), act(static_cast<std::size_t>(G), 1.0f), dx(x.size()), dwx(wx.size()), dwh(wh.size()),
-        dbias(bias.size()), dgates(static_cast<std::size_t>(c.N * G)), dh_next(static_cast<std::size_t>(c.N * c.H)),
-        dc_next(dh_next.size());
-    for (i64 j = 2 * c.H; j < 3 * c.H; ++j) act[std::size_t(j)] = 2.0f;
-    const cpu::kernels::SmallLstm s{.T = c.T,
-                                    .N = c.N,
-                                    .I = c.I,
-                                    .H = c.H,
-                                    .x = x.data(),
-                                    .wx = wx.data(),
-                                    .wh = wh.data(),
-                                    .bias = bias.data(),
-                                    .h = h.data(),
-                                    .gates = gates.data(),
-                                    .cells = cells.data(),
-                                    .tanh_cells = tanh_cells.data(),
-                                    .act_scale = act.data(),
-                                    .dh = dh.data(),
-                                    .dx = dx.data(),
-                                    .dwx = dwx.data(),
-                                    .dwh = dwh.data(),
-                                    .dbias = dbias.data(),
-                                    .dgates = dgates.data(),
-                                    .dh_next = dh_next.data(),
-                                    .dc_next = dc_next.data()};
+    testing_support::SmallLstmBuffers b(c.T, c.N, c.I, c.H, x, wx, wh, bias, dh);
+    const cpu::kernels::SmallLstm s = b.view();
     k().small_lstm_forward(s);
     k().small_lstm_backward(s);
     const ref::LstmShape shape{c.T, c.N, c.I, c.H};
     const DVec xd = to_double(x), wxd = to_double(wx), whd = to_double(wh), bd = to_double(bias), dhd = to_double(dh);
-    DVec hr(h.size()), dxr(x.size()), dwxr(wx.size()), dwhr(wh.size()), dbr(bias.size());
+    DVec hr(b.h.size()), dxr(x.size()), dwxr(wx.size()), dwhr(wh.size()), dbr(bias.size());
     ref::LstmCache<double> cache;
     ref::lstm_forward(xd.data(), wxd.data(), whd.data(), bd.data(), hr.data(), cache, shape);
     ref::lstm_backward(xd.data(), wxd.data(), whd.data(), hr.data(), cache, dhd.data(), dxr.data(), dwxr.data(),
                        dwhr.data(), dbr.data(), shape);
-    EXPECT_TRUE(close(h, hr)) << "output";
-    EXPECT_TRUE(close(dx, dxr)) << "input gradient";
-    EXPECT_TRUE(close(dwx, dwxr)) << "input weights' gradient";
-    EXPECT_TRUE(close(dwh, dwhr)) << "recurrent weights' gradient";
-    EXPECT_TRUE(close(dbias, dbr)) << "bias gradient";
+    EXPECT_TRUE(close(b.h, hr)) << "output";
+    EXPECT_TRUE(close(b.dx, dxr)) << "input gradient";
+    EXPECT_TRUE(close(b.dwx, dwxr)) << "input weights' gradient";
+    EXPECT_TRUE(close(b.dwh, dwhr)) << "recurrent weights' gradient";
+    EXPECT_TRUE(close(b.dbias, dbr)) << "bias gradient";
   }
 }
 
