@@ -263,11 +263,7 @@ std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
                         "schema_version)",
                         flag, path));
       header = fields;
-      for (const std::string& name : header) {
-        const auto c =
-            std::find_if(columns().begin(), columns().end(), [&](const Column& c) { return name == c.name; });
-        by_header.push_back(c == columns().end() ? nullptr : &*c);
-      }
+      for (const std::string& name : header) by_header.push_back(column_named(name));
       continue;
     }
     if (fields.size() == 1 && fields[0].empty()) continue;  // a blank line

@@ -51,20 +51,27 @@ const std::vector<Column>& columns() {
         TB_ROW_COLUMNS(TB_ROW_COLUMN)
 #undef TB_ROW_COLUMN
     };
+    const auto counter = [&](std::string_view name) -> Column& {
+      const auto c = std::find_if(out.begin(), out.end(), [&](const Column& c) { return name == c.name; });
+      TB_CHECK(c != out.end() && c->kind == ColumnKind::Counter, "'{}' is no counter column", name);
+      return *c;
+    };
     for (const Shown& shown : kShown) {
-      const auto c =
-          std::find_if(out.begin(), out.end(), [&](const Column& c) { return shown.name == std::string_view(c.name); });
-      TB_CHECK(c != out.end() && c->kind == ColumnKind::Counter, "kShown names '{}', which is no counter", shown.name);
-      c->on_console = true;
-      c->console_name = shown.console_name;
-      c->console_scale = shown.console_scale;
+      Column& c = counter(shown.name);
+      c.on_console = true;
+      c.console_name = shown.console_name;
+      c.console_scale = shown.console_scale;
     }
-    // A bit mask means nothing averaged over repetitions.
-    for (Column& c : out)
-      if (c.name == std::string_view("gpu_throttle")) c.aggregates = false;
+    counter("gpu_throttle").aggregates = false;  // a bit mask means nothing averaged over repetitions
+    for (const char* name : {"train_acc", "val_acc", "time_to_target_s"}) counter(name).negative_is_none = true;
     return out;
   }();
   return all;
+}
+
+const Column* column_named(std::string_view name) {
+  const auto c = std::find_if(columns().begin(), columns().end(), [&](const Column& c) { return name == c.name; });
+  return c == columns().end() ? nullptr : &*c;
 }
 
 const std::vector<std::string>& csv_columns() {
@@ -129,10 +136,10 @@ std::optional<double> Column::value(const Row& row) const {
 
 void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate) {
   for (const auto& [name, value] : counters) {
-    const auto c = std::find_if(columns().begin(), columns().end(), [&](const Column& c) { return name == c.name; });
+    const Column* c = column_named(name);
     // A counter that is no column is a misspelt name (or a column not yet in the table): it
     // would be lost from every row, so it stops the run where it is written.
-    if (c == columns().end() || c->kind != ColumnKind::Counter)
+    if (!c || c->kind != ColumnKind::Counter)
       throw Error(
           fmt::format("counter '{}' is not a measurement column of the CSV: spell it as bench/schema/row.hpp does, "
                       "or add it there and to results/SCHEMA.md",
@@ -140,8 +147,8 @@ void add_counters(Row& row, const std::map<std::string, double>& counters, bool 
     if (aggregate && !c->aggregates) continue;
     if (c->type == CellType::Text)  // the throttle mask, as the names of its reasons
       row.*(c->text) = telemetry::throttle_reason_names(std::uint64_t(value));
-    else if (value < 0 && (name == "train_acc" || name == "val_acc" || name == "time_to_target_s"))
-      row.*(c->number) = std::nullopt;  // -1: a regression task has no accuracy; a target never reached
+    else if (value < 0 && c->negative_is_none)
+      row.*(c->number) = std::nullopt;
     else
       row.*(c->number) = value;
   }

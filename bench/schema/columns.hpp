@@ -26,6 +26,9 @@ struct Column {
   bool on_console = false;  // counters the console shows (the CSV has them all)
   // False for a value that means nothing averaged over repetitions: aggregate rows leave it empty.
   bool aggregates = true;
+  // A counter whose negative value means none (-1: a regression task has no accuracy, a target
+  // was never reached): left empty.
+  bool negative_is_none = false;
   // The console's header for it, with its unit, and the factor from the CSV's value (a ratio
   // shown in percent: 100); empty: the CSV's name.
   const char* console_name = "";
@@ -42,13 +45,15 @@ struct Column {
 
 // Every column, in the CSV's order.
 const std::vector<Column>& columns();
+// The column named `name`; null where there is none.
+const Column* column_named(std::string_view name);
 const std::vector<std::string>& csv_columns();
 
 // A counter of Google Benchmark's state (st.counters, by name: Google Benchmark's own reporters
 // write them too) set in its field of `row`; `aggregate`: a mean, median, stddev or cv row, which
 // leaves out the columns that do not aggregate. Throws tb::Error naming a counter that is not a
-// measurement column (a misspelt name). An accuracy or a time to target of -1 (none) stays empty;
-// the throttle mask is written as its reasons' names.
+// measurement column (a misspelt name). A negative value of a column whose negative means none
+// stays empty; the throttle mask is written as its reasons' names.
 void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate);
 std::string number(double value);  // {:.6g}, as every number column
 // `value` as its number cell reads back: what a reader of the CSV has of it.

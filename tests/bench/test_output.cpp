@@ -84,7 +84,9 @@ TEST(Columns, AreTheRowsFieldsInTheCsvsOrderEachCellWrittenAsItsType) {
   for (const Column& c : columns()) EXPECT_TRUE(c.set(back, c.cell(row))) << c.name;
   for (const Column& c : columns()) EXPECT_EQ(c.cell(back), c.cell(row)) << c.name;
   const auto column = [](std::string_view name) {
-    return *std::find_if(columns().begin(), columns().end(), [&](const Column& c) { return name == c.name; });
+    const Column* c = column_named(name);
+    EXPECT_NE(c, nullptr) << name;
+    return c ? *c : columns().front();
   };
   EXPECT_FALSE(column("threads").set(back, "16.5"));
   EXPECT_TRUE(column("params").set(back, "1.79601e+06")) << "a count some older files wrote as a number";
@@ -99,6 +101,9 @@ TEST(Columns, AreTheRowsFieldsInTheCsvsOrderEachCellWrittenAsItsType) {
   EXPECT_EQ(std::string(column("utilisation").console_name), "util %");
   EXPECT_EQ(column("utilisation").console_scale, 100);
   EXPECT_FALSE(column("gpu_throttle").aggregates);
+  EXPECT_TRUE(column("val_acc").negative_is_none);
+  EXPECT_FALSE(column("samples_per_s").negative_is_none);
+  EXPECT_EQ(column_named("samples_per_sec"), nullptr);
 }
 
 // ---- verdicts ----
