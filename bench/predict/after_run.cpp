@@ -62,7 +62,8 @@ std::vector<parallel::Link> links_for(const Flags& flags, const std::string& bac
 // file's row of the same name, saying which model made that.
 std::string beside_committed(const Row& theirs, const Row& ours) {
   const Count& model = theirs.prediction_model;
-  const double was = theirs.samples_per_s.value_or(NAN), now = ours.samples_per_s.value_or(NAN);
+  // Both as the CSV holds them: the same prediction written twice reads +0.0%.
+  const double was = theirs.samples_per_s.value_or(NAN), now = as_written(ours.samples_per_s.value_or(NAN));
   return fmt::format("    the file's own: {:.0f} samples/s, {}{}", was,
                      model == parallel::kPredictionModel ? "by this model"
                      : !model                            ? "by a model before version 2 (it did not say)"
