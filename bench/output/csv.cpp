@@ -222,11 +222,8 @@ CsvWriter::~CsvWriter() {
 
 void CsvWriter::write_row(const Row& row) {
   std::string line;
-  for (const Column& c : columns()) {
-    if (&c != &columns().front()) line += ',';
-    line += csv_escape(c.cell(row));
-  }
-  line += '\n';
+  for (const std::string& cell : cells(row)) line += csv_escape(cell) + ',';
+  line.back() = '\n';
   const std::string benchmark = row.benchmark.empty() ? "?" : row.benchmark;
   const WriteGuard guard;  // a SIGINT now waits for the row
   if (!write_all(fd_, line.data(), line.size())) {

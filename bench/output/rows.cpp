@@ -14,10 +14,11 @@
 namespace tb::bench {
 namespace {
 
-// The GPU a row ran on, or for a CPU row the machine's first GPU (empty without one).
-void add_gpu_context(Row& row, const BenchInfo& info, const MachineContext& machine) {
+// The GPU a row ran on (`gpu`: a GPU row), or for a CPU row the machine's first GPU (empty
+// without one).
+void add_gpu_context(Row& row, const BenchInfo& info, bool gpu, const MachineContext& machine) {
   const GpuInventory& inv = gpu_inventory();
-  const int ordinal = info.gpu() ? info.gpu_ordinal : 0;
+  const int ordinal = gpu ? info.gpu_ordinal : 0;
   if (ordinal < 0 || ordinal >= int(inv.devices.size())) return;
   const GpuDevice& g = inv.devices[std::size_t(ordinal)];
   row.gpu_name = g.name;
@@ -32,13 +33,14 @@ void add_gpu_context(Row& row, const BenchInfo& info, const MachineContext& mach
   row.cudnn_version = g.cudnn;
   row.cublas_version = g.cublas;
   row.nccl_version = g.nccl;
-  if (info.gpu() && !info.precision.empty() && info.skip_reason.empty())
+  if (gpu && !info.precision.empty() && info.skip_reason.empty())
     row.peak_source = gpu_peak(ordinal, info.precision).source;
 }
 
 }  // namespace
 
 Row identity_row(const BenchInfo& info, const MachineContext& machine) {
+  const bool gpu = info.gpu();
   Row row;
   row.schema_version = kSchemaVersion;
   row.benchmark = info.name;
@@ -80,7 +82,7 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   if (info.device_kind) {
     if (std::string_view(info.device_kind->check_word) == "shared_device") row.shared_device = 1;
     row.device_kind = info.device_kind->name;
-    row.backend = info.gpu() ? "gpu" : "cpu";
+    row.backend = gpu ? "gpu" : "cpu";
   }
   if (info.data_parallel > 0) row.data_parallel = info.data_parallel;
   if (info.replay) {  // the steps stand for the saved row's, on its backend
@@ -92,12 +94,12 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   row.cpu_baseline = info.cpu_baseline;
   row.speedup_differs = info.speedup_differs;
   if (machine.sgemm_gflops > 0) row.sgemm_gflops = machine.sgemm_gflops;
-  if (info.gpu()) {
+  if (gpu) {
     row.cuda_graph = int(info.cuda_graph);
     row.data_on_device = int(info.data_on_device);
   }
-  add_gpu_context(row, info, machine);
-  if (!info.gpu() && info.skip_reason.empty())
+  add_gpu_context(row, info, gpu, machine);
+  if (!gpu && info.skip_reason.empty())
     row.peak_source = "oneDNN sgemm 1024^3 measured at start-up (median of 5 rounds)";
   return row;
 }
@@ -112,21 +114,13 @@ void RowLog::keep(const Row& row) {
   if (csv_) csv_->write_row(row);
 }
 
-Row RowLog::repetition(const BenchInfo& info, const Repetition& r) {
+Row RowLog::repetition(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines) {
   Row row = identity_row(info, machine_);
   row.run_type = "iteration";
   row.repetition = repetitions_[info.name]++;
-  row.status = r.status;
-  row.message = r.status == "skipped" ? skip_message(r.message) : r.message;
-  row.iterations = r.steps;
-  row.verdicts = verdicts_cell(r.verdicts);
-  row.prediction = r.prediction;
-  row.prediction_inputs = r.prediction_inputs;
-  std::vector<std::string> windows;
-  for (double w : r.windows) windows.push_back(number(w));
-  row.window_samples_per_s = fmt::format("{}", fmt::join(windows, ";"));
-  if (r.status == "ok") add_counters(row, r.counters, false);
+  set_measurement(row, measured);
   keep(row);
+  for (std::string& line : lines) lines_[info.name].push_back(std::move(line));
   return row;
 }
 

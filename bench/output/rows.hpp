@@ -25,18 +25,6 @@ std::map<std::string, double> epoch_counters(const EpochRecord& r);
 // A row's one-word facts, as every stage asks them.
 inline bool is_ok_iteration(const Row& r) { return r.run_type == "iteration" && r.status == "ok"; }
 
-// One repetition of a benchmark as it ended.
-struct Repetition {
-  std::map<std::string, double> counters;
-  std::int64_t steps = 0;
-  std::string status = "ok";  // ok, failed, skipped
-  std::string message;        // why it failed or was skipped, or an ok row's notes
-  std::vector<std::string> verdicts;
-  std::string prediction;         // the predicted row it was compared with, if any
-  std::string prediction_inputs;  // one-device train rows (bench/predict/inputs.hpp)
-  std::vector<double> windows;    // samples/s of consecutive parts of its timed steps (window_rates)
-};
-
 // Where every row of a run goes, the moment it is final: the CSV (--csv, on rank 0), so that an
 // interrupted run keeps every row it finished, the list the console and the summary are made of,
 // and the lines the console shows after a benchmark's rows (its predictions, say). The harness
@@ -47,8 +35,9 @@ class RowLog {
   RowLog(const MachineContext& machine, CsvWriter* csv, std::ostream& notes)
       : machine_(machine), csv_(csv), notes_(notes) {}
   void keep(const Row& row);
-  // A repetition of `info` that ended: its iteration row, numbered in the order they end.
-  Row repetition(const BenchInfo& info, const Repetition& r);
+  // A repetition of `info` that ended: its iteration row, numbered in the order they end, and
+  // the lines its run had for the console after the benchmark's rows.
+  Row repetition(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines = {});
   // The aggregates over `info`'s ok repetitions (mean, median, stddev, cv of every counter), as
   // Google Benchmark computes them; nothing for fewer than two.
   void aggregates(const BenchInfo& info);

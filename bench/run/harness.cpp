@@ -95,20 +95,9 @@ bool Harness::loaded(const BenchInfo& info, double load) {
   return true;
 }
 
-void Harness::write(const BenchInfo& info, Repetition repetition) {
-  const int call = ++calls_[info.name];
-  if (repetition.status == "ok") {
-    const double rate = repetition.counters.count("samples_per_s") ? repetition.counters["samples_per_s"] : 0;
-    if (rate > 0) baselines_.add(info.name, rate);
-    if (info.kind == Kind::Train && world().rank == 0)
-      if (const auto c = predictor_.compare(info, rate)) {
-        repetition.verdicts.push_back(c->verdict);
-        repetition.prediction = c->prediction;
-        rows_->note(info.name, c->line);
-      }
-  }
-  rows_->repetition(info, repetition);
-  if (call < repetitions_) return;
+void Harness::write(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines) {
+  rows_->repetition(info, measured, std::move(lines));
+  if (++calls_[info.name] < repetitions_) return;
   // The benchmark's last repetition: its aggregates, then what the predictor's policy makes of it.
   rows_->aggregates(info);
   for (PredictedRow& p : predictor_.after_benchmark(info, rows_->rows_of(info.name), rows_->machine(),
@@ -121,7 +110,7 @@ void Harness::write(const BenchInfo& info, Repetition repetition) {
 void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
   if (!info.skip_reason.empty()) {
     st.SkipWithError(skip_message(info.skip_reason).c_str());
-    write(info, Repetition{.status = "skipped", .message = info.skip_reason});
+    write(info, Measurement{.status = "skipped", .message = info.skip_reason});
     return;
   }
   // Under mpirun, one-replica benchmarks are the baselines, rank 0's alone: train/ rows' other
@@ -156,15 +145,11 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
                                    .on_epoch = &on_epoch_});
     Outcome outcome = run_->walk(st);
     if (!run_->kept_across_calls()) run_.reset();
-    if (load >= 0) outcome.counters["load_avg_1m"] = load;
-    if (busy) outcome.verdicts.insert(outcome.verdicts.begin(), "loaded");
-    if (!outcome.message.empty()) st.SetLabel(outcome.message);
-    write(info, Repetition{.counters = std::move(outcome.counters),
-                           .steps = outcome.steps,
-                           .message = std::move(outcome.message),
-                           .verdicts = std::move(outcome.verdicts),
-                           .prediction_inputs = std::move(outcome.prediction_inputs),
-                           .windows = std::move(outcome.windows)});
+    Measurement& m = outcome.measured;
+    if (load >= 0) m.counters["load_avg_1m"] = load;
+    if (busy) m.verdicts.insert(m.verdicts.begin(), "loaded");
+    if (!m.message.empty()) st.SetLabel(m.message);
+    write(info, m, std::move(outcome.lines));
   } catch (const CsvWriteError&) {
     throw;  // the run stops (main)
   } catch (const std::exception& e) {
@@ -176,7 +161,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
                : e.what();
     release_sessions();
     st.SkipWithError(message.c_str());
-    Repetition failed{.steps = st.iterations(), .status = "failed", .message = message};
+    Measurement failed{.steps = st.iterations(), .status = "failed", .message = message};
     if (dynamic_cast<const parallel::ReplicasDiffer*>(&e)) failed.verdicts.emplace_back("replicas_differ");
     write(info, std::move(failed));
   }

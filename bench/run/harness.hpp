@@ -1,10 +1,10 @@
 // The benchmarks of one run under Google Benchmark, owned by main: it registers them and, for
 // each call of a benchmark's body (one repetition: every train/ benchmark takes its own number of
 // steps, bench/run/run.hpp StepBudget), hands the benchmark's run (prepare, warm up, timed steps,
-// counters, notes, verdicts) Google Benchmark's state, and writes the repetition's row to the
-// RowLog the moment it ends: the one writer of rows. After a benchmark's last repetition it
-// writes the aggregates and asks the predictor's policy for the predicted rows. Between rows it
-// holds what one row needs of another: the rates of the baselines and NVML.
+// counters, notes, verdicts, the comparison with its prediction) Google Benchmark's state, and writes the repetition's
+// row to the RowLog the moment it ends: the one writer of rows. After a benchmark's last repetition it writes the
+// aggregates and asks the predictor's policy for the predicted rows. Between rows it holds what one row needs of
+// another: the rates of the baselines and NVML.
 #pragma once
 
 #include <cstdint>
@@ -57,8 +57,9 @@ class Harness {
 
  private:
   void run_benchmark(benchmark::State& st, const BenchInfo& info);
-  // The repetition's row, and after the benchmark's last one its aggregates and predictions.
-  void write(const BenchInfo& info, Repetition repetition);
+  // The repetition's row (and the lines its run had for the console), and after the
+  // benchmark's last one its aggregates and predictions.
+  void write(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines = {});
   // "loaded" where another process was using the CPU at the start of a row (said once per
   // benchmark on the console).
   bool loaded(const BenchInfo& info, double load);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench/predict/predict.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
@@ -134,14 +135,25 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
   counters(st, window);
   if (!info_.plan_note.empty()) note(info_.plan_note);
   Outcome out;
-  for (const auto& [name, counter] : st.counters) out.counters[name] = counter.value;
+  Measurement& m = out.measured;
+  for (const auto& [name, counter] : st.counters) m.counters[name] = counter.value;
   // A run of epochs is one iteration (results/SCHEMA.md: its epoch rows count the steps).
-  out.steps = info_.kind == Kind::Epochs ? 1 : std::int64_t(window.steps);
-  out.message = fmt::format("{}", fmt::join(notes_, "; "));
-  out.verdicts = verdicts_;
-  out.prediction_inputs = prediction_inputs_;
-  if (const auto sps = st.counters.find("samples_per_s"); sps != st.counters.end())
-    out.windows = window_rates(window.step_seconds, sps->second.value);
+  m.steps = info_.kind == Kind::Epochs ? 1 : std::int64_t(window.steps);
+  m.message = fmt::format("{}", fmt::join(notes_, "; "));
+  m.verdicts = verdicts_;
+  m.prediction_inputs = prediction_inputs_;
+  const auto sps = st.counters.find("samples_per_s");
+  const double rate = sps == st.counters.end() ? 0 : sps->second.value;
+  m.windows = window_rates(window.step_seconds, rate);
+  // What later rows are compared with (their baselines), and what this one is: the prediction
+  // made for it in this run, on rank 0.
+  if (rate > 0) env_.baselines->add(info_.name, rate);
+  if (info_.kind == Kind::Train && parallel::world().rank == 0)
+    if (const auto c = env_.predictor->compare(info_, rate)) {
+      m.verdicts.push_back(c->verdict);
+      m.prediction = c->prediction;
+      out.lines.push_back(c->line);
+    }
   return out;
 }
 

@@ -16,6 +16,7 @@
 
 #include "bench/cli/flags.hpp"
 #include "bench/plan/configs.hpp"
+#include "bench/schema/columns.hpp"
 #include "engine/parallel/predict.hpp"
 #include "engine/train/epochs.hpp"
 
@@ -63,15 +64,13 @@ struct StepBudget {
 };
 StepBudget step_budget(const Flags& flags);
 
-// What one call of a benchmark's run produced: its row's counters, notes and verdicts
-// (results/SCHEMA.md: a verdict is a word a later reader filters on, the notes say why).
+// What one call of a benchmark's run produced: its row's cells (counters, notes, verdicts, its
+// comparison with the prediction made for it; results/SCHEMA.md: a verdict is a word a later
+// reader filters on, the notes say why), and the lines the console shows after the benchmark's
+// rows.
 struct Outcome {
-  std::map<std::string, double> counters;
-  std::int64_t steps = 0;
-  std::string message;
-  std::vector<std::string> verdicts;
-  std::string prediction_inputs;  // one-device train rows: what predictions are made from (predict/inputs.hpp)
-  std::vector<double> windows;    // window_rates of the repetition's steps
+  Measurement measured;
+  std::vector<std::string> lines;
 };
 
 // What a run takes from the harness that owns it, which outlives it.

@@ -95,6 +95,13 @@ std::string Column::cell(const Row& row) const {
   return "";
 }
 
+std::vector<std::string> cells(const Row& row) {
+  std::vector<std::string> out;
+  out.reserve(columns().size());
+  for (const Column& c : columns()) out.push_back(c.cell(row));
+  return out;
+}
+
 bool Column::set(Row& row, std::string_view cell) const {
   if (type == CellType::Text) {
     row.*text = std::string(cell);
@@ -175,6 +182,19 @@ std::string verdicts_cell(const std::vector<std::string>& words) {
     if (cell.find(w) == std::string::npos) cell += (cell.empty() ? "" : "+") + w;
   }
   return cell;
+}
+
+void set_measurement(Row& row, const Measurement& m) {
+  row.status = m.status;
+  row.message = m.status == "skipped" ? skip_message(m.message) : m.message;
+  row.iterations = m.steps;
+  row.verdicts = verdicts_cell(m.verdicts);
+  row.prediction = m.prediction;
+  row.prediction_inputs = m.prediction_inputs;
+  std::string windows;
+  for (double w : m.windows) windows += (windows.empty() ? "" : ";") + number(w);
+  row.window_samples_per_s = windows;
+  if (m.status == "ok") add_counters(row, m.counters, false);
 }
 
 std::string skip_message(const std::string& reason) { return std::string(kSkippedPrefix) + reason; }

@@ -4,6 +4,7 @@
 // a row uses its fields by name.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -45,6 +46,8 @@ struct Column {
 
 // Every column, in the CSV's order.
 const std::vector<Column>& columns();
+// The CSV's text of every column of `row`, in the CSV's order: the cells of its line.
+std::vector<std::string> cells(const Row& row);
 // The column named `name`; null where there is none.
 const Column* column_named(std::string_view name);
 const std::vector<std::string>& csv_columns();
@@ -68,6 +71,22 @@ struct Verdict {
 const std::vector<Verdict>& verdicts();
 // `words` as the column's text, each checked against verdicts() (tb::Error for a misspelt one).
 std::string verdicts_cell(const std::vector<std::string>& words);
+
+// What one repetition of a benchmark measured, as its run ends it (or as it failed or was
+// skipped): the cells of its row that are not the benchmark's identity.
+struct Measurement {
+  std::map<std::string, double> counters;  // Google Benchmark's, by name (add_counters)
+  std::int64_t steps = 0;
+  std::string status = "ok";  // ok, failed, skipped
+  std::string message;        // why it failed or was skipped, or an ok row's notes
+  std::vector<std::string> verdicts;
+  std::string prediction;         // the predicted row it was compared with, if any
+  std::string prediction_inputs;  // one-device train rows (bench/predict/inputs.hpp)
+  std::vector<double> windows;    // samples/s of consecutive parts of its timed steps (window_rates)
+};
+// `m` in its fields of `row`: status, message (a skipped row's with its prefix), iterations,
+// verdicts, prediction, windows and, for an ok row, the counters.
+void set_measurement(Row& row, const Measurement& m);
 
 // A benchmark registered but not run (the machine cannot run its configuration) reports an
 // error message with this prefix; the console and the CSV call it skipped, not failed.

@@ -175,8 +175,8 @@ TEST(RowLog, AggregatesAreGoogleBenchmarksStatisticsOfTheRepetitions) {
   RowLog log(machine, nullptr, notes);
   const BenchInfo info = mlp_info();
   for (double rate : {1.0, 2.0, 3.0, 4.0})
-    log.repetition(info, Repetition{.counters = {{"samples_per_s", rate}}, .steps = 5});
-  log.repetition(info, Repetition{.status = "failed", .message = "loss rose"});
+    log.repetition(info, Measurement{.counters = {{"samples_per_s", rate}}, .steps = 5});
+  log.repetition(info, Measurement{.status = "failed", .message = "loss rose"});
   log.aggregates(info);
   std::map<std::string, double> got;
   int iterations = 0;
@@ -196,12 +196,42 @@ TEST(RowLog, OneOkRepetitionHasNoAggregatesAndASkipSaysSo) {
   std::ostringstream notes;
   RowLog log(machine, nullptr, notes);
   const BenchInfo info = mlp_info();
-  log.repetition(info, Repetition{.counters = {{"samples_per_s", 1.0}}, .steps = 5});
+  log.repetition(info, Measurement{.counters = {{"samples_per_s", 1.0}}, .steps = 5});
   log.aggregates(info);
   EXPECT_EQ(log.rows_of(info.name).size(), 1u);
-  const Row skipped = log.repetition(info, Repetition{.status = "skipped", .message = "gpu:1: no CUDA device"});
+  const Row skipped = log.repetition(info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
   EXPECT_EQ(skipped.message, "skipped: gpu:1: no CUDA device");
   EXPECT_TRUE(is_skip(skipped.message));
+}
+
+TEST(RowLog, ARepetitionsMeasurementIsItsCellsAndItsLinesFollowItsRows) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const BenchInfo info = mlp_info();
+  const Row ok = log.repetition(info,
+                                Measurement{.counters = {{"samples_per_s", 2.0}, {"train_acc", -1}},
+                                            .steps = 9,
+                                            .verdicts = {"loaded", "inside_band", "loaded"},
+                                            .prediction = "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured",
+                                            .windows = {1.5, 2.25}},
+                                {"  measured 2 samples/s; predicted ..."});
+  EXPECT_EQ(ok.status, "ok");
+  EXPECT_EQ(ok.iterations, 9);
+  EXPECT_EQ(ok.samples_per_s, 2.0);
+  EXPECT_FALSE(ok.train_acc.has_value());  // a negative accuracy is none
+  EXPECT_EQ(ok.verdicts, "loaded+inside_band");
+  EXPECT_EQ(ok.prediction, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured");
+  EXPECT_EQ(ok.window_samples_per_s, "1.5;2.25");
+  EXPECT_EQ(log.notes_of(info.name), std::vector<std::string>{"  measured 2 samples/s; predicted ..."});
+  // A failed repetition keeps its message and verdicts, never its counters.
+  const Row failed = log.repetition(
+      info, Measurement{.counters = {{"samples_per_s", 3.0}}, .status = "failed", .verdicts = {"replicas_differ"}});
+  EXPECT_FALSE(failed.samples_per_s.has_value());
+  EXPECT_EQ(failed.verdicts, "replicas_differ");
+  EXPECT_EQ(failed.repetition, 1);
+  // A misspelt verdict stops the row where it is written.
+  EXPECT_THROW(log.repetition(info, Measurement{.verdicts = {"insde_band"}}), Error);
 }
 
 // ---- reading a CSV back (--predict_from, --replay_from, jobs) ----
@@ -275,7 +305,7 @@ TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
   ASSERT_NE(info, nullptr);
   log.repetition(
       *info,
-      Repetition{.counters = {{"samples_per_s", 1234.5}, {"step_time_s", 0.081}}, .steps = 7, .message = "a note"});
+      Measurement{.counters = {{"samples_per_s", 1234.5}, {"step_time_s", 0.081}}, .steps = 7, .message = "a note"});
   log.note(name, "  predicted mpi:2 over custom: ...");
   Reporter reporter(harness, log, DisplayOptions{});
   std::ostringstream out, err;
@@ -297,7 +327,7 @@ TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
   const std::string gpu = "train/mlp/mnist/gpu:1/fp32/bs:100";
   const BenchInfo* gpu_info = harness.find(gpu);
   ASSERT_NE(gpu_info, nullptr);
-  log.repetition(*gpu_info, Repetition{.status = "skipped", .message = "gpu:1: no CUDA device"});
+  log.repetition(*gpu_info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
   benchmark::BenchmarkReporter::Run skipped;
   skipped.run_name.function_name = gpu;
   reporter.ReportRuns({skipped});
