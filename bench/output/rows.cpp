@@ -104,9 +104,13 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   return row;
 }
 
-std::map<std::string, double> epoch_counters(const EpochRecord& r) {
-  return {{"epoch", double(r.epoch)}, {"train_loss", r.train_loss}, {"val_loss", r.val_loss},
-          {"train_acc", r.train_acc}, {"val_acc", r.val_acc},       {"elapsed_s", r.elapsed_s}};
+void set_epoch_figures(Row& figures, const EpochRecord& r) {
+  figures.epoch = double(r.epoch);
+  figures.train_loss = r.train_loss;
+  figures.val_loss = r.val_loss;
+  figures.train_acc = r.train_acc;
+  figures.val_acc = r.val_acc;
+  figures.elapsed_s = r.elapsed_s;
 }
 
 void RowLog::keep(const Row& row) {
@@ -171,11 +175,10 @@ void RowLog::epoch(const BenchInfo& info, const EpochRecord& r) {
          << std::flush;
   Row row = identity_row(info, machine_);
   row.run_type = "epoch";
-  row.status = "ok";
-  row.iterations = r.steps;
-  std::map<std::string, double> counters = epoch_counters(r);
-  counters["samples_per_s"] = double(r.steps * info.batch) / r.train_s;
-  add_counters(row, counters, false);
+  Measurement m{.steps = r.steps};
+  set_epoch_figures(m.figures, r);
+  m.figures.samples_per_s = double(r.steps * info.batch) / r.train_s;
+  set_measurement(row, m);
   keep(row);
 }
 

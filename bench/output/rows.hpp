@@ -19,8 +19,9 @@ namespace tb::bench {
 // The identity columns of `info`'s rows, its kind's facts and the machine context.
 Row identity_row(const BenchInfo& info, const MachineContext& machine);
 
-// An epoch's counters: epoch, train and validation loss and accuracy, elapsed seconds.
-std::map<std::string, double> epoch_counters(const EpochRecord& r);
+// An epoch's figures in their fields: epoch, train and validation loss and accuracy (-1: none),
+// elapsed seconds.
+void set_epoch_figures(Row& figures, const EpochRecord& r);
 
 // A row's one-word facts, as every stage asks them.
 inline bool is_ok_iteration(const Row& r) { return r.run_type == "iteration" && r.status == "ok"; }

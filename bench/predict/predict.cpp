@@ -120,17 +120,17 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
   row.algorithm = q.algorithm;
   row.git_commit = now.git_commit;
   row.timestamp = now.timestamp;
-  std::map<std::string, double> counters{{"samples_per_s", q.samples_per_s},
-                                         {"samples_per_s_low", q.samples_per_s_low},
-                                         {"samples_per_s_high", q.samples_per_s_high},
-                                         {"step_time_s", q.step_s},
-                                         {"scaling_efficiency", q.efficiency},
-                                         {"comm_s_per_step", q.exposed_comm_s},
-                                         {"comm_share", q.exposed_comm_s / q.step_s},
-                                         {"allreduce_bytes_per_step", one.timeline.gradient_bytes()},
-                                         {"replicas", double(c.devices)},
-                                         {"link_busbw_gbps", link.busbw_gbps},
-                                         {"link_latency_us", link.latency_us}};
+  row.samples_per_s = q.samples_per_s;
+  row.samples_per_s_low = q.samples_per_s_low;
+  row.samples_per_s_high = q.samples_per_s_high;
+  row.step_time_s = q.step_s;
+  row.scaling_efficiency = q.efficiency;
+  row.comm_s_per_step = q.exposed_comm_s;
+  row.comm_share = q.exposed_comm_s / q.step_s;
+  row.allreduce_bytes_per_step = one.timeline.gradient_bytes();
+  row.replicas = double(c.devices);
+  row.link_busbw_gbps = link.busbw_gbps;
+  row.link_latency_us = link.latency_us;
   // A measured link says its figures as --link and --network take them, to predict over it elsewhere.
   std::string where = fmt::format("over {} ({}{}{})", link.name, link.source,
                                   link.low_source.empty() ? "" : "; low: " + link.low_source,
@@ -139,17 +139,15 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
     row.nodes = c.nodes;
     row.rank_hosts.clear();
     row.network = c.network.name;
-    counters["network_busbw_gbps"] = c.network.busbw_gbps;
-    counters["network_latency_us"] = c.network.latency_us;
-    counters["network_nics"] = c.network.nics;
+    row.network_busbw_gbps = c.network.busbw_gbps;
+    row.network_latency_us = c.network.latency_us;
+    row.network_nics = c.network.nics;
     where = fmt::format("{} within each of {} nodes of {}, {} between them ({}{})", where, c.nodes, c.per_node(),
                         c.network.name, c.network.source,
                         c.network.low_source.empty() ? "" : "; low: " + c.network.low_source);
   }
   // Its speed-up over the source's cpu row, where the plan knows that row's rate.
-  if (cpu_samples_per_s > 0 && !row.cpu_baseline.empty())
-    counters["speedup_vs_cpu"] = q.samples_per_s / cpu_samples_per_s;
-  add_counters(row, counters, false);
+  if (cpu_samples_per_s > 0 && !row.cpu_baseline.empty()) row.speedup_vs_cpu = q.samples_per_s / cpu_samples_per_s;
   row.message = fmt::format(
       "predicted from {}'s timeline {}; all-reduce: {}; terms: {}; data-parallel overhead: {}; sharing: {}; assumes {}",
       name, where, q.algorithm, terms_text(q), one.dp_overhead_source, one.sharing_source,

@@ -146,7 +146,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     Outcome outcome = run_->walk(st);
     if (!run_->kept_across_calls()) run_.reset();
     Measurement& m = outcome.measured;
-    if (load >= 0) m.counters["load_avg_1m"] = load;
+    if (load >= 0) m.figures.load_avg_1m = load;
     if (busy) m.verdicts.insert(m.verdicts.begin(), "loaded");
     if (!m.message.empty()) st.SetLabel(m.message);
     write(info, m, std::move(outcome.lines));

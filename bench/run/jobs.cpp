@@ -132,37 +132,36 @@ JobSteps job_steps(const fs::path& dir, int index, double samples_per_step) {
 // samples; the rest are the jobs' mean or largest.
 JobsResult combine(const std::vector<Row>& rows, const CommonWindow& window, const BenchInfo& info) {
   JobsResult r;
-  auto& c = r.counters;
+  Row& c = r.figures;
   std::vector<std::string> rates, own, cpus;
   double inverse_energy = 0;
   for (std::size_t j = 0; j < rows.size(); ++j) {
     const auto& row = rows[j];
-    c["host_cpu_util"] += number_of(row.host_cpu_util);
-    if (double m = number_of(row.gpu_mem_used_bytes); !std::isnan(m)) c["gpu_mem_used_bytes"] += m;
+    c.host_cpu_util = c.host_cpu_util.value_or(0) + number_of(row.host_cpu_util);
+    if (double m = number_of(row.gpu_mem_used_bytes); !std::isnan(m))
+      c.gpu_mem_used_bytes = c.gpu_mem_used_bytes.value_or(0) + m;
     if (double e = number_of(row.energy_j_per_sample); e > 0) inverse_energy += 1 / e;
-    c["host_cpu_s_per_step"] += number_of(row.host_cpu_s_per_step) / double(rows.size());
-    c["data_s_per_step"] += number_of(row.data_s_per_step) / double(rows.size());
-    const std::pair<const char*, const Number&> largest[] = {{"mem_peak_bytes", row.mem_peak_bytes},
-                                                             {"peak_rss_bytes", row.peak_rss_bytes},
-                                                             {"gpu_util", row.gpu_util},
-                                                             {"gpu_temp_max_c", row.gpu_temp_max_c}};
-    for (const auto& [name, v] : largest)
-      if (v && !std::isnan(*v)) c[name] = std::max(c[name], *v);
+    c.host_cpu_s_per_step =
+        c.host_cpu_s_per_step.value_or(0) + number_of(row.host_cpu_s_per_step) / double(rows.size());
+    c.data_s_per_step = c.data_s_per_step.value_or(0) + number_of(row.data_s_per_step) / double(rows.size());
+    for (Number Row::*field : {&Row::mem_peak_bytes, &Row::peak_rss_bytes, &Row::gpu_util, &Row::gpu_temp_max_c})
+      if (const Number v = row.*field; v && !std::isnan(*v)) c.*field = std::max((c.*field).value_or(0), *v);
     rates.push_back(fmt::format("{:.0f}", window.samples[j] / window.length()));
     own.push_back(fmt::format("{:.0f}", number_of(row.samples_per_s)));
     cpus.push_back(fmt::format("{:.0f}%", 100 * number_of(row.host_cpu_util)));
   }
   const double k = double(rows.size());
-  c["samples_per_s"] = window.samples_per_s();
+  const double samples_per_s = window.samples_per_s();
+  c.samples_per_s = samples_per_s;
   // The step of K replicas of `batch` at that rate (results/SCHEMA.md: batch x replicas / step).
-  c["step_time_s"] = c["wall_step_time_s"] = double(info.batch) * k / c["samples_per_s"];
-  c["jobs_window_s"] = window.length();
-  if (inverse_energy > 0) c["energy_j_per_sample"] = 1 / inverse_energy;
-  c["host_cpu_util_per_job"] = c["host_cpu_util"] / k;
-  c["replicas"] = k;
-  c["loss_first"] = number_of(rows[0].loss_first);
-  c["loss_last"] = number_of(rows[0].loss_last);
-  r.step_s = c["step_time_s"];
+  r.step_s = double(info.batch) * k / samples_per_s;
+  c.step_time_s = c.wall_step_time_s = r.step_s;
+  c.jobs_window_s = window.length();
+  if (inverse_energy > 0) c.energy_j_per_sample = 1 / inverse_energy;
+  c.host_cpu_util_per_job = c.host_cpu_util.value_or(0) / k;
+  c.replicas = k;
+  c.loss_first = number_of(rows[0].loss_first);
+  c.loss_last = number_of(rows[0].loss_last);
   r.message = fmt::format(
       "{} processes{}, timed on one window of {:.3g} s in which every job ran: samples/s per job in it {} (over "
       "each job's own steps {}); host CPU per job {} (what top shows for each)",

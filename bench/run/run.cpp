@@ -124,6 +124,7 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
   notes_.clear();
   omp_set_num_threads(step_threads());
   verdicts_.clear();
+  figures_ = Row{};
   prediction_inputs_.clear();
   if (!prepared_) {
     devices_ = row_devices(info_);
@@ -134,16 +135,19 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
   const Window window = timed_steps(st);
   counters(st, window);
   if (!info_.plan_note.empty()) note(info_.plan_note);
+  // Google Benchmark's own reporters (--benchmark_out) are given the figures as its counters.
+  for (const Column& c : columns())
+    if (c.kind == ColumnKind::Counter && c.type == CellType::Number)
+      if (const Number v = figures_.*c.number) st.counters[c.name] = *v;
   Outcome out;
   Measurement& m = out.measured;
-  for (const auto& [name, counter] : st.counters) m.counters[name] = counter.value;
+  m.figures = figures_;
   // A run of epochs is one iteration (results/SCHEMA.md: its epoch rows count the steps).
   m.steps = info_.kind == Kind::Epochs ? 1 : std::int64_t(window.steps);
   m.message = fmt::format("{}", fmt::join(notes_, "; "));
   m.verdicts = verdicts_;
   m.prediction_inputs = prediction_inputs_;
-  const auto sps = st.counters.find("samples_per_s");
-  const double rate = sps == st.counters.end() ? 0 : sps->second.value;
+  const double rate = figures_.samples_per_s.value_or(0);
   m.windows = window_rates(window.step_seconds, rate);
   // What later rows are compared with (their baselines), and what this one is: the prediction
   // made for it in this run, on rank 0.
@@ -157,14 +161,14 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
   return out;
 }
 
-void BenchmarkRun::comparisons(benchmark::State& st, int devices) {
-  auto& c = st.counters;
-  const double rate = c["samples_per_s"];
+void BenchmarkRun::comparisons(int devices) {
+  Row& c = figures_;
+  const double rate = c.samples_per_s.value_or(0);
   if (const double one = env_.baselines->median(info_.baseline); one > 0 && devices > 1) {
-    c["scaling_efficiency"] = scaling_efficiency(rate, devices, one);
+    c.scaling_efficiency = scaling_efficiency(rate, devices, one);
     if (rate < one) verdict("not_scaling");  // N devices did less than one
   }
-  if (const double cpu = env_.baselines->median(info_.cpu_baseline); cpu > 0) c["speedup_vs_cpu"] = rate / cpu;
+  if (const double cpu = env_.baselines->median(info_.cpu_baseline); cpu > 0) c.speedup_vs_cpu = rate / cpu;
 }
 
 void BenchmarkRun::prepare_gpus() const {
@@ -184,40 +188,39 @@ std::unique_ptr<Network> BenchmarkRun::make_network(int device) const {
 }
 
 // Counters of the timed steps: throughput, utilisation, host CPU, losses, phases.
-void BenchmarkRun::timed_counters(benchmark::State& st, const Window& w, const Timed& t, const Trainer& trainer,
-                                  const PhaseTimes& p0) const {
+void BenchmarkRun::timed_counters(const Window& w, const Timed& t, const Trainer& trainer, const PhaseTimes& p0) {
   const double samples_per_s = t.samples_per_step / w.step_time();
   const double tflops = info_.cost.train_flops_per_sample() * samples_per_s * 1e-12;
   const PhaseTimes& p = trainer.phases();
-  auto& c = st.counters;
-  c["samples_per_s"] = samples_per_s;
-  c["step_time_s"] = w.step_time();
-  c["wall_step_time_s"] = w.step_time();
+  Row& c = figures_;
+  c.samples_per_s = samples_per_s;
+  c.step_time_s = w.step_time();
+  c.wall_step_time_s = w.step_time();
   if (w.device_step_time > 0) {
-    c["device_step_time_s"] = w.device_step_time;
-    c["device_samples_per_s"] = t.samples_per_step / w.device_step_time;
+    c.device_step_time_s = w.device_step_time;
+    c.device_samples_per_s = t.samples_per_step / w.device_step_time;
   }
-  c["model_tflops"] = tflops;
-  c["peak_gflops"] = t.peak_gflops;
-  c["utilisation"] = tflops * 1e3 / t.peak_gflops;
-  if (!info_.gpu()) c["peak_spread"] = devices_.peak_spread;
-  c["host_cpu_s_per_step"] = w.cpu / w.steps / t.replicas;
-  c["host_cpu_util"] = w.cpu / w.wall;
-  c["peak_rss_bytes"] = double(peak_rss_bytes());
-  c["loss_first"] = trainer.losses().front();
-  c["loss_last"] = trainer.losses().back();
-  c["data_s_per_step"] = (p.data - p0.data) / w.steps;
-  c["data_wait_s_per_step"] = (p.data_wait - p0.data_wait) / w.steps;
+  c.model_tflops = tflops;
+  c.peak_gflops = t.peak_gflops;
+  c.utilisation = tflops * 1e3 / t.peak_gflops;
+  if (!info_.gpu()) c.peak_spread = devices_.peak_spread;
+  c.host_cpu_s_per_step = w.cpu / w.steps / t.replicas;
+  c.host_cpu_util = w.cpu / w.wall;
+  c.peak_rss_bytes = double(peak_rss_bytes());
+  c.loss_first = trainer.losses().front();
+  c.loss_last = trainer.losses().back();
+  c.data_s_per_step = (p.data - p0.data) / w.steps;
+  c.data_wait_s_per_step = (p.data_wait - p0.data_wait) / w.steps;
   if (p.split) {  // a step replayed as one CUDA graph has no phases
-    c["forward_s_per_step"] = (p.forward - p0.forward) / w.steps;
-    c["backward_s_per_step"] = (p.backward - p0.backward) / w.steps;
-    c["update_s_per_step"] = (p.update - p0.update) / w.steps;
+    c.forward_s_per_step = (p.forward - p0.forward) / w.steps;
+    c.backward_s_per_step = (p.backward - p0.backward) / w.steps;
+    c.update_s_per_step = (p.update - p0.update) / w.steps;
   }
 }
 
 // A CPU row above its sgemm peak says why that cannot be taken at face value.
-void BenchmarkRun::note_utilisation(benchmark::State& st) {
-  const double u = st.counters["utilisation"];
+void BenchmarkRun::note_utilisation() {
+  const double u = figures_.utilisation.value_or(0);
   if (u <= 1) return;
   verdict("above_peak");
   note(fmt::format(
@@ -246,9 +249,8 @@ void check_loss_fell(Trainer& trainer) {
                   before, after, trainer.losses().size()));
 }
 
-void memory_counters(benchmark::State& st, const Network& network) {
-  if (const MemoryReport* report = network.memory_report())
-    for (const auto& [name, value] : report->memory_counters()) st.counters[name] = value;
+void memory_counters(Row& figures, const Network& network) {
+  if (const MemoryReport* report = network.memory_report()) add_counters(figures, report->memory_counters(), false);
 }
 
 TimedWindow::TimedWindow(BenchmarkRun& run)
@@ -262,12 +264,12 @@ void TimedWindow::open() {
   cpu0_ = process_cpu_seconds();
 }
 
-Window TimedWindow::close(benchmark::State& st, double steps, double samples) {
+Window TimedWindow::close(double steps, double samples) {
   Window w{.steps = steps, .wall = wall_seconds() - wall0_, .cpu = process_cpu_seconds() - cpu0_};
   if (!sampler_) return w;
   const telemetry::GpuSummary summary = sampler_->stop();
   w.cpu -= summary.thread_cpu_s;
-  for (const auto& [name, value] : summary.counters(samples)) st.counters[name] = value;
+  add_counters(run_.figures_, summary.counters(samples), false);
   if (summary.mem_used_bytes && !summary.mem_is_process)
     run_.note(
         "gpu_mem_used_bytes is the whole device's: NVML does not list this process (a container's "

@@ -137,9 +137,8 @@ class BenchmarkRun {
   void prepare_gpus() const;
   // A network of the row's model on `device` (a CUDA ordinal; ignored on the CPU).
   std::unique_ptr<Network> make_network(int device) const;
-  void timed_counters(benchmark::State& st, const Window& w, const Timed& t, const Trainer& trainer,
-                      const PhaseTimes& p0) const;
-  void note_utilisation(benchmark::State& st);
+  void timed_counters(const Window& w, const Timed& t, const Trainer& trainer, const PhaseTimes& p0);
+  void note_utilisation();
   // The OpenMP threads of the row's steps: the device's, except that a `cpu` row (all cores, the
   // machine's choice) whose step is too small to share runs on fewer, and says so.
   int step_threads();
@@ -148,13 +147,16 @@ class BenchmarkRun {
   void verdict(const char* word) { verdicts_.emplace_back(word); }
   // Scaling efficiency over the row's baseline and the speed-up over its cpu row, where they ran,
   // with their verdicts (not_scaling), from the row's samples/s.
-  void comparisons(benchmark::State& st, int devices);
+  void comparisons(int devices);
   // Timed steps: the step budget of this run (fixed or timed, StepBudget).
   StepBudget budget() const { return step_budget(*env_.flags); }
 
   const BenchInfo& info_;
   RunEnv env_;
   RowDevices devices_;
+  // This call's figures, in the counter fields of a row (the rest stay empty): what counters()
+  // measured, which the row takes and Google Benchmark's own reporters are given by name.
+  Row figures_;
 
  private:
   bool prepared_ = false;
@@ -179,7 +181,7 @@ std::unique_ptr<BenchmarkRun> make_epochs_run(const BenchInfo& info, RunEnv env)
 // The row fails unless training lowered the loss of the first training batch (tb::CheckFailed).
 void check_loss_fell(Trainer& trainer);
 // The mem_* columns, the loss scale and skipped steps, where the network reports them.
-void memory_counters(benchmark::State& st, const Network& network);
+void memory_counters(Row& figures, const Network& network);
 
 // The timed window of one repetition: the wall clock, this process's CPU time and, on a GPU row
 // with NVML, the sampler over the row's GPUs, whose first reading comes before the window opens
@@ -192,8 +194,8 @@ class TimedWindow {
   TimedWindow& operator=(const TimedWindow&) = delete;
   void open();
   // Closes the window over `steps` steps; NVML's columns, for `samples` trained in it, go to the
-  // row.
-  Window close(benchmark::State& st, double steps, double samples);
+  // run's figures.
+  Window close(double steps, double samples);
 
  private:
   BenchmarkRun& run_;

@@ -31,7 +31,7 @@ class EpochsRun final : public BenchmarkRun {
       const EpochRecord& last = result_.records.back();
       // The energy of training and of the validation passes, over the samples of both.
       const double validated = double(last.epoch * splits_.validation_steps * info_.batch);
-      window_ = window.close(st, double(st.iterations()), double(last.steps * info_.batch) + validated);
+      window_ = window.close(double(st.iterations()), double(last.steps * info_.batch) + validated);
     }
     // The timed steps are the training of every epoch, validation left out (its CPU time too).
     const EpochRecord& last = result_.records.back();
@@ -41,12 +41,12 @@ class EpochsRun final : public BenchmarkRun {
 
   void counters(benchmark::State& st, const Window& w) override {
     check_loss_fell(*trainer_);
-    timed_counters(st, w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops},
-                   *trainer_, PhaseTimes{});
-    memory_counters(st, trainer_->network());
+    timed_counters(w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops}, *trainer_,
+                   PhaseTimes{});
+    memory_counters(figures_, trainer_->network());
     const EpochRecord& last = result_.records.back();
-    for (const auto& [name, value] : epoch_counters(last)) st.counters[name] = value;
-    st.counters["time_to_target_s"] = result_.time_to_target_s;
+    set_epoch_figures(figures_, last);
+    figures_.time_to_target_s = result_.time_to_target_s;
     if (info_.target_accuracy > 0 && result_.time_to_target_s < 0)
       throw CheckFailed(fmt::format("validation accuracy {:.4f} after {} epochs never reached the target {:.4f}",
                                     last.val_acc, last.epoch, info_.target_accuracy));

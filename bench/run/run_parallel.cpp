@@ -21,16 +21,15 @@ namespace {
 // The communication of `total` replicas over a window of `w`: what backward did not hide, per
 // step, and nccl-tests' bus bandwidth over it (an upper bound on the links' rate where buckets
 // overlapped: results/SCHEMA.md), from the replica's counts before and after the window.
-void communication_counters(benchmark::State& st, const Window& w, int total, const parallel::CommStats& cs,
+void communication_counters(Row& c, const Window& w, int total, const parallel::CommStats& cs,
                             const parallel::CommStats& c0) {
-  auto& c = st.counters;
   const double comm = (cs.wait_s - c0.wait_s) / w.steps, bytes = (cs.bytes - c0.bytes) / w.steps;
-  c["comm_s_per_step"] = comm;
-  c["comm_share"] = comm / w.step_time();
-  c["allreduce_bytes_per_step"] = bytes;
-  if (comm > 0) c["busbw_gbps"] = bytes / comm * parallel::allreduce_bus_factor(total) * 1e-9;
+  c.comm_s_per_step = comm;
+  c.comm_share = comm / w.step_time();
+  c.allreduce_bytes_per_step = bytes;
+  if (comm > 0) c.busbw_gbps = bytes / comm * parallel::allreduce_bus_factor(total) * 1e-9;
   const double buckets = double(cs.buckets - c0.buckets);
-  if (buckets > 0) c["comm_overlap"] = double(cs.buckets_early - c0.buckets_early) / buckets;
+  if (buckets > 0) c.comm_overlap = double(cs.buckets_early - c0.buckets_early) / buckets;
 }
 
 // The step is the slowest replica's (on every rank), the samples are the global batch's, and the
@@ -77,7 +76,7 @@ class ReplicasRun final : public BenchmarkRun {
       }
     }
     // This process's GPUs trained its replicas' samples (under MPI, rank 0's GPU its own).
-    Window w = window.close(st, double(steps), double(steps) * double(info_.batch) * info_.replicas);
+    Window w = window.close(double(steps), double(steps) * double(info_.batch) * info_.replicas);
     w.step_seconds = std::move(step_seconds);
     // The step is the slowest rank's: its wall clock over the window, and its device time.
     w.wall = run_->slowest(w.wall);
@@ -89,20 +88,20 @@ class ReplicasRun final : public BenchmarkRun {
     run_->check(check_loss_fell);
     const int total = run_->communicating_ranks();
     const bool one_device = info_.device_kind->shares_device;
-    timed_counters(st, w,
+    timed_counters(w,
                    Timed{.samples_per_step = double(info_.batch) * total,
                          .peak_gflops = devices_.peak_gflops * (one_device ? 1 : total),
                          .replicas = double(info_.replicas)},
                    first(), p0_);
-    st.counters["replicas"] = total;
+    figures_.replicas = total;
     if (!info_.device_kind->wiring)
-      st.counters["host_cpu_util_per_job"] = w.cpu / w.wall / info_.replicas;  // what `top` shows for one job's process
+      figures_.host_cpu_util_per_job = w.cpu / w.wall / info_.replicas;  // what `top` shows for one job's process
     else
-      communication_counters(st, w, total, run_->comm_stats(), c0_);
+      communication_counters(figures_, w, total, run_->comm_stats(), c0_);
     note_what_it_checks(total);
-    memory_counters(st, *run_->replicas()[0].backend);
-    note_utilisation(st);
-    comparisons(st, info_.data_parallel);
+    memory_counters(figures_, *run_->replicas()[0].backend);
+    note_utilisation();
+    comparisons(info_.data_parallel);
     if (info_.gpu() && (env_.flags->cuda_graph || env_.flags->data_on_device))
       note("--cuda_graph and --data_on_device apply to one-device rows: these replicas ran without them");
   }
@@ -171,7 +170,7 @@ class ReplayRun final : public BenchmarkRun {
       window.open();
       for (const double start = wall_seconds(); budget.more(steps, wall_seconds() - start); ++steps) run_->step();
     }
-    Window w = window.close(st, double(steps), double(steps) * double(info_.batch));
+    Window w = window.close(double(steps), double(steps) * double(info_.batch));
     w.wall = run_->slowest(w.wall);
     return w;
   }
@@ -179,14 +178,14 @@ class ReplayRun final : public BenchmarkRun {
   void counters(benchmark::State& st, const Window& w) override {
     run_->check([](Trainer&) {});  // no loss to fall; the replicas' buffers must still agree
     const int total = run_->communicating_ranks();
-    auto& c = st.counters;
-    c["samples_per_s"] = double(info_.batch) * total / w.step_time();
-    c["step_time_s"] = c["wall_step_time_s"] = w.step_time();
-    c["host_cpu_s_per_step"] = w.cpu / w.steps;
-    c["host_cpu_util"] = w.cpu / w.wall;
-    c["replicas"] = total;
-    communication_counters(st, w, total, run_->comm_stats(), c0_);
-    comparisons(st, total);  // over the saved row (the harness holds its rates as a baseline's)
+    Row& c = figures_;
+    c.samples_per_s = double(info_.batch) * total / w.step_time();
+    c.step_time_s = c.wall_step_time_s = w.step_time();
+    c.host_cpu_s_per_step = w.cpu / w.steps;
+    c.host_cpu_util = w.cpu / w.wall;
+    c.replicas = total;
+    communication_counters(figures_, w, total, run_->comm_stats(), c0_);
+    comparisons(total);  // over the saved row (the harness holds its rates as a baseline's)
     note_first(fmt::format(
         "{}'s steps replayed on {} ranks ({} host(s)): its compute waited out (each step drawn from its saved step "
         "times), its {} gradient bucket(s) all-reduced for real at their saved times; efficiency over its {:.0f} "
@@ -211,13 +210,13 @@ class JobsRun final : public BenchmarkRun {
   }
 
   void counters(benchmark::State& st, const Window&) override {
-    for (const auto& [name, value] : jobs_.counters) st.counters[name] = value;
-    const double samples_per_s = jobs_.counters.at("samples_per_s");
-    const double tflops = info_.cost.train_flops_per_sample() * samples_per_s * 1e-12;
-    st.counters["model_tflops"] = tflops;
-    st.counters["peak_gflops"] = devices_.peak_gflops * (info_.gpu() ? 1 : info_.replicas);
-    st.counters["utilisation"] = tflops * 1e3 / st.counters["peak_gflops"];
-    comparisons(st, 1);
+    figures_ = jobs_.figures;
+    const double tflops = info_.cost.train_flops_per_sample() * figures_.samples_per_s.value_or(0) * 1e-12;
+    const double peak_gflops = devices_.peak_gflops * (info_.gpu() ? 1 : info_.replicas);
+    figures_.model_tflops = tflops;
+    figures_.peak_gflops = peak_gflops;
+    figures_.utilisation = tflops * 1e3 / peak_gflops;
+    comparisons(1);
     if (!jobs_.message.empty()) note(jobs_.message);
   }
 

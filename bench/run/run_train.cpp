@@ -106,7 +106,7 @@ class TrainRun final : public BenchmarkRun {
         last = now;
       }
     }
-    Window w = window.close(st, double(steps), double(steps) * double(info_.batch));
+    Window w = window.close(double(steps), double(steps) * double(info_.batch));
     add_device_clock(w);
     w.step_seconds = times;
     if (predicting()) measure_for_predictions(timeline.get(), std::move(times), w);
@@ -208,7 +208,7 @@ class TrainRun final : public BenchmarkRun {
       } while (ends.back() < agreed.end);
     }
     record_job_steps(agreed, first_start, ends);
-    Window w = window.close(st, double(ends.size()), double(ends.size()) * double(info_.batch));
+    Window w = window.close(double(ends.size()), double(ends.size()) * double(info_.batch));
     add_device_clock(w);
     return w;
   }
@@ -220,12 +220,12 @@ class TrainRun final : public BenchmarkRun {
   void counters(benchmark::State& st, const Window& w) override {
     if (bystander()) return;  // rank 0 reports the row
     check_loss_fell(*trainer_);
-    timed_counters(st, w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops},
-                   *trainer_, p0_);
-    memory_counters(st, trainer_->network());
-    note_utilisation(st);
-    comparisons(st, 1);
-    const double rate = st.counters["samples_per_s"];
+    timed_counters(w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops}, *trainer_,
+                   p0_);
+    memory_counters(figures_, trainer_->network());
+    note_utilisation();
+    comparisons(1);
+    const double rate = figures_.samples_per_s.value_or(0);
     if (std::string slower = note_slower_than_fp32(rate, w.step_time()); !slower.empty()) {
       verdict("slower_than_fp32");
       note_first(slower);

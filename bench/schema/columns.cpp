@@ -194,7 +194,15 @@ void set_measurement(Row& row, const Measurement& m) {
   std::string windows;
   for (double w : m.windows) windows += (windows.empty() ? "" : ";") + number(w);
   row.window_samples_per_s = windows;
-  if (m.status == "ok") add_counters(row, m.counters, false);
+  if (m.status != "ok") return;
+  for (const Column& c : columns()) {
+    if (c.kind != ColumnKind::Counter) continue;
+    if (c.type == CellType::Text) {
+      if (!(m.figures.*c.text).empty()) row.*c.text = m.figures.*c.text;
+    } else if (const Number v = m.figures.*c.number) {
+      row.*c.number = *v < 0 && c.negative_is_none ? std::nullopt : v;
+    }
+  }
 }
 
 std::string skip_message(const std::string& reason) { return std::string(kSkippedPrefix) + reason; }

@@ -52,8 +52,8 @@ std::vector<std::string> cells(const Row& row);
 const Column* column_named(std::string_view name);
 const std::vector<std::string>& csv_columns();
 
-// A counter of Google Benchmark's state (st.counters, by name: Google Benchmark's own reporters
-// write them too) set in its field of `row`; `aggregate`: a mean, median, stddev or cv row, which
+// A figure the engine or telemetry reports by name (a network's memory report, NVML's sampler),
+// or a test's, set in its field of `row`; `aggregate`: a mean, median, stddev or cv row, which
 // leaves out the columns that do not aggregate. Throws tb::Error naming a counter that is not a
 // measurement column (a misspelt name). A negative value of a column whose negative means none
 // stays empty; the throttle mask is written as its reasons' names.
@@ -75,17 +75,18 @@ std::string verdicts_cell(const std::vector<std::string>& words);
 // What one repetition of a benchmark measured, as its run ends it (or as it failed or was
 // skipped): the cells of its row that are not the benchmark's identity.
 struct Measurement {
-  std::map<std::string, double> counters;  // Google Benchmark's, by name (add_counters)
+  Row figures{};  // what it measured, in the counter fields (the rest are left empty)
   std::int64_t steps = 0;
   std::string status = "ok";  // ok, failed, skipped
-  std::string message;        // why it failed or was skipped, or an ok row's notes
-  std::vector<std::string> verdicts;
-  std::string prediction;         // the predicted row it was compared with, if any
-  std::string prediction_inputs;  // one-device train rows (bench/predict/inputs.hpp)
-  std::vector<double> windows;    // samples/s of consecutive parts of its timed steps (window_rates)
+  std::string message{};      // why it failed or was skipped, or an ok row's notes
+  std::vector<std::string> verdicts{};
+  std::string prediction{};         // the predicted row it was compared with, if any
+  std::string prediction_inputs{};  // one-device train rows (bench/predict/inputs.hpp)
+  std::vector<double> windows{};    // samples/s of consecutive parts of its timed steps (window_rates)
 };
 // `m` in its fields of `row`: status, message (a skipped row's with its prefix), iterations,
-// verdicts, prediction, windows and, for an ok row, the counters.
+// verdicts, prediction, windows and, for an ok row, every counter field its figures hold (a
+// negative one of a column whose negative means none stays empty).
 void set_measurement(Row& row, const Measurement& m);
 
 // A benchmark registered but not run (the machine cannot run its configuration) reports an

@@ -167,6 +167,15 @@ BenchInfo mlp_info() {
   return b;
 }
 
+// A repetition's figures: its samples/s, and its step time and train accuracy where given.
+Row figures(double samples_per_s, Number step_time_s = std::nullopt, Number train_acc = std::nullopt) {
+  Row r;
+  r.samples_per_s = samples_per_s;
+  r.step_time_s = step_time_s;
+  r.train_acc = train_acc;
+  return r;
+}
+
 // Google Benchmark's statistics over the ok repetitions: mean, median, the sample standard
 // deviation and the coefficient of variation, in every counter column.
 TEST(RowLog, AggregatesAreGoogleBenchmarksStatisticsOfTheRepetitions) {
@@ -174,15 +183,16 @@ TEST(RowLog, AggregatesAreGoogleBenchmarksStatisticsOfTheRepetitions) {
   std::ostringstream notes;
   RowLog log(machine, nullptr, notes);
   const BenchInfo info = mlp_info();
-  for (double rate : {1.0, 2.0, 3.0, 4.0})
-    log.repetition(info, Measurement{.counters = {{"samples_per_s", rate}}, .steps = 5});
+  for (double rate : {1.0, 2.0, 3.0, 4.0}) log.repetition(info, Measurement{.figures = figures(rate), .steps = 5});
   log.repetition(info, Measurement{.status = "failed", .message = "loss rose"});
   log.aggregates(info);
   std::map<std::string, double> got;
   int iterations = 0;
   for (const Row* r : log.rows_of(info.name)) {
     if (r->run_type == "aggregate") got[r->aggregate] = r->samples_per_s.value_or(NAN);
-    if (r->run_type == "iteration") EXPECT_EQ(r->repetition, iterations++);
+    if (r->run_type == "iteration") {
+      EXPECT_EQ(r->repetition, iterations++);
+    }
   }
   EXPECT_EQ(iterations, 5);
   EXPECT_NEAR(got.at("mean"), 2.5, 1e-9);
@@ -196,7 +206,7 @@ TEST(RowLog, OneOkRepetitionHasNoAggregatesAndASkipSaysSo) {
   std::ostringstream notes;
   RowLog log(machine, nullptr, notes);
   const BenchInfo info = mlp_info();
-  log.repetition(info, Measurement{.counters = {{"samples_per_s", 1.0}}, .steps = 5});
+  log.repetition(info, Measurement{.figures = figures(1.0), .steps = 5});
   log.aggregates(info);
   EXPECT_EQ(log.rows_of(info.name).size(), 1u);
   const Row skipped = log.repetition(info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
@@ -210,7 +220,7 @@ TEST(RowLog, ARepetitionsMeasurementIsItsCellsAndItsLinesFollowItsRows) {
   RowLog log(machine, nullptr, notes);
   const BenchInfo info = mlp_info();
   const Row ok = log.repetition(info,
-                                Measurement{.counters = {{"samples_per_s", 2.0}, {"train_acc", -1}},
+                                Measurement{.figures = figures(2.0, std::nullopt, -1),
                                             .steps = 9,
                                             .verdicts = {"loaded", "inside_band", "loaded"},
                                             .prediction = "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured",
@@ -225,8 +235,8 @@ TEST(RowLog, ARepetitionsMeasurementIsItsCellsAndItsLinesFollowItsRows) {
   EXPECT_EQ(ok.window_samples_per_s, "1.5;2.25");
   EXPECT_EQ(log.notes_of(info.name), std::vector<std::string>{"  measured 2 samples/s; predicted ..."});
   // A failed repetition keeps its message and verdicts, never its counters.
-  const Row failed = log.repetition(
-      info, Measurement{.counters = {{"samples_per_s", 3.0}}, .status = "failed", .verdicts = {"replicas_differ"}});
+  const Row failed =
+      log.repetition(info, Measurement{.figures = figures(3.0), .status = "failed", .verdicts = {"replicas_differ"}});
   EXPECT_FALSE(failed.samples_per_s.has_value());
   EXPECT_EQ(failed.verdicts, "replicas_differ");
   EXPECT_EQ(failed.repetition, 1);
@@ -303,9 +313,7 @@ TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
   const std::string name = "train/mlp/mnist/cpu:1/fp32/bs:100";
   const BenchInfo* info = harness.find(name);
   ASSERT_NE(info, nullptr);
-  log.repetition(
-      *info,
-      Measurement{.counters = {{"samples_per_s", 1234.5}, {"step_time_s", 0.081}}, .steps = 7, .message = "a note"});
+  log.repetition(*info, Measurement{.figures = figures(1234.5, 0.081), .steps = 7, .message = "a note"});
   log.note(name, "  predicted mpi:2 over custom: ...");
   Reporter reporter(harness, log, DisplayOptions{});
   std::ostringstream out, err;

@@ -70,15 +70,14 @@ TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
 // Two ok repetitions of a CPU row at 1000 and 1200 samples/s, batch 100, the step's inputs.
 std::vector<Row> one_device_rows(const std::string& inputs) {
   std::vector<Row> rows;
-  for (double rate : {1000.0, 1200.0})
-    for (double rate : {1000.0, 1200.0}) {
-      Row r;
-      r.benchmark = "train/mlp/mnist/cpu:1/fp32/bs:100", r.kind = "train", r.model = "mlp", r.dataset = "mnist";
-      r.device = "cpu:1", r.precision = "fp32", r.batch = 100, r.threads = 1, r.backend = "cpu";
-      r.run_type = "iteration", r.status = "ok", r.measurement = "measured", r.samples_per_s = rate;
-      r.prediction_inputs = inputs;
-      rows.push_back(r);
-    }
+  for (double rate : {1000.0, 1200.0}) {
+    Row r;
+    r.benchmark = "train/mlp/mnist/cpu:1/fp32/bs:100", r.kind = "train", r.model = "mlp", r.dataset = "mnist";
+    r.device = "cpu:1", r.precision = "fp32", r.batch = 100, r.threads = 1, r.backend = "cpu";
+    r.run_type = "iteration", r.status = "ok", r.measurement = "measured", r.samples_per_s = rate;
+    r.prediction_inputs = inputs;
+    rows.push_back(r);
+  }
   return rows;
 }
 
