@@ -24,6 +24,10 @@ struct Context {
   dnnl::primitive_attr attr = scratchpad_attr();
   std::size_t scratch_bytes = 0;  // the largest scratchpad any primitive asked for
   void* scratch = nullptr;        // owned by the network, set before layers are bound
+  // A buffer a layer uses between primitives and never across layers (conv2d_expanded.cpp's
+  // kernel in a primitive's layout), shared the same way: the most any layer asked for.
+  std::size_t staging_bytes = 0;
+  void* staging = nullptr;
 
   template <class PrimitiveDesc>
   void reserve(const PrimitiveDesc& pd) {

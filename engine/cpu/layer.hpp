@@ -73,6 +73,10 @@ inline constexpr i64 kSmallConvInChannels = 4;
 inline constexpr i64 kSmallConvOutChannels = 8;
 bool conv_is_small(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
 std::unique_ptr<Layer> make_small_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
+// Convolutions without a bias over input planes of at most 4 positions (and at most K x K) run
+// as one inner product over a kernel laid out per output position (conv2d_expanded.cpp).
+bool conv_is_expanded(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
+std::unique_ptr<Layer> make_expanded_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_maxpool2d(Context&, const MaxPool2dSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_global_avgpool(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_batchnorm(Context&, const BatchNormSpec&, const Inputs&, const Dims&);

@@ -116,6 +116,8 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkOptions& config)
   grads_flat_ = HostBuffer(param_floats);
   scratch_ = HostBuffer(i64(ctx_.scratch_bytes / sizeof(float)) + 1);
   ctx_.scratch = scratch_.data();
+  staging_ = HostBuffer(i64(ctx_.staging_bytes / sizeof(float)) + 1);
+  ctx_.staging = staging_.data();
   optimizer_ = std::make_unique<Optimizer>(config_.optimizer, param_floats);
 
   // Bind: each input gradient goes to its producer's gradient or, where the planner says the

@@ -72,7 +72,7 @@ class CpuNetwork final : public Network {
   std::vector<std::vector<ParamSlot>> slots_;        // by node
   std::vector<std::vector<Accumulate>> accumulate_;  // by consuming node
   MemoryPlan plan_;
-  HostBuffer arena_, input_, params_, grads_flat_, scratch_;
+  HostBuffer arena_, input_, params_, grads_flat_, scratch_, staging_;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::int32_t> labels_;
   std::vector<float> targets_;
