@@ -216,12 +216,13 @@ struct ConvCase {
   bool feeder = true;     // false: the conv reads the model input and computes no input gradient
   bool small = false;     // runs as conv2d_small.cpp's direct loops rather than on oneDNN
   bool expanded = false;  // runs as conv2d_expanded.cpp's inner product
+  bool patches = false;   // runs as conv2d_patches.cpp's inner product
 };
 
 void PrintTo(const ConvCase& c, std::ostream* os) {
   *os << "N" << c.N << " C" << c.C << " H" << c.H << " O" << c.O << " k" << c.kernel << " s" << c.stride << " p"
       << c.pad << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input") << (c.small ? " (direct loops)" : "")
-      << (c.expanded ? " (inner product)" : "");
+      << (c.expanded ? " (inner product)" : "") << (c.patches ? " (patches)" : "");
 }
 
 class CpuLayersConv2d : public testing::TestWithParam<ConvCase> {};
@@ -241,6 +242,8 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
   const cpu::LayerInput in{cpu::md(), {p.N, p.C, p.H, p.H}, p.feeder};
   EXPECT_EQ(cpu::conv_is_small(spec, in, {p.N, p.O, s.out_h(), s.out_w()}), p.small) << "the cases cover every path";
   EXPECT_EQ(cpu::conv_is_expanded(spec, in, {p.N, p.O, s.out_h(), s.out_w()}), p.expanded)
+      << "the cases cover every path";
+  EXPECT_EQ(cpu::conv_is_patches(spec, in, {p.N, p.O, s.out_h(), s.out_w()}), p.patches)
       << "the cases cover every path";
 
   const DVec x = to_double(r.x), w = to_double(c.params[0]), dy = to_double(c.dy);
@@ -290,13 +293,20 @@ INSTANTIATE_TEST_SUITE_P(
                     // One inner product over planes of at most 4 positions (ResNet-152 at 32x32):
                     // a 3x3 kernel on 2x2 and on 1x1 planes, strided from 2x2 to 1x1, a 1x1
                     // kernel on a 1x1 plane, and on the model input; a 1x1 kernel on a 2x2 plane
-                    // (4 times the work) and a bias stay on oneDNN.
+                    // (4 times the work) stays on oneDNN.
                     ConvCase{3, 16, 2, 32, 3, 1, 1, false, true, false, true},
                     ConvCase{2, 32, 1, 24, 3, 1, 1, false, true, false, true},
                     ConvCase{2, 16, 2, 32, 3, 2, 1, false, true, false, true},
                     ConvCase{2, 48, 1, 64, 1, 1, 0, false, true, false, true},
                     ConvCase{2, 3, 2, 8, 3, 1, 1, false, false, false, true}, ConvCase{2, 32, 2, 16, 1, 1, 0, false},
-                    ConvCase{2, 16, 2, 32, 3, 1, 1, true}),
+                    // One inner product over the patches of outputs of at most 4 positions from
+                    // larger planes: LeNet-5's third (16 -> 120, 4x4 over 5x5), a strided 3x3
+                    // from 4x4 to 2x2 (ResNet-152's stage 3 at 32x32), one on the model input,
+                    // and a 3x3 with a bias on a 2x2 plane (the other path takes no bias).
+                    ConvCase{2, 16, 5, 120, 4, 1, 0, true, true, false, false, true},
+                    ConvCase{3, 32, 4, 16, 3, 2, 1, false, true, false, false, true},
+                    ConvCase{2, 3, 5, 8, 4, 1, 0, true, false, false, false, true},
+                    ConvCase{2, 16, 2, 32, 3, 1, 1, true, true, false, false, true}),
     [](const testing::TestParamInfo<ConvCase>& i) { return "case" + std::to_string(i.index); });
 
 // ---- Pooling ----

@@ -51,6 +51,7 @@ class Conv2d final : public WeightedLayer {
 std::unique_ptr<Layer> make_conv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out) {
   if (conv_is_small(s, in[0], out)) return make_small_conv2d(ctx, s, in, out);
   if (conv_is_expanded(s, in[0], out)) return make_expanded_conv2d(ctx, s, in, out);
+  if (conv_is_patches(s, in[0], out)) return make_patch_conv2d(ctx, s, in, out);
   return std::make_unique<Conv2d>(ctx, s, in, out);
 }
 

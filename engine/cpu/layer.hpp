@@ -77,6 +77,10 @@ std::unique_ptr<Layer> make_small_conv2d(Context&, const Conv2dSpec&, const Inpu
 // as one inner product over a kernel laid out per output position (conv2d_expanded.cpp).
 bool conv_is_expanded(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
 std::unique_ptr<Layer> make_expanded_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
+// Other convolutions with kernels of 2 or more and output planes of at most 4 positions run as
+// one inner product over their patches (conv2d_patches.cpp).
+bool conv_is_patches(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
+std::unique_ptr<Layer> make_patch_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_maxpool2d(Context&, const MaxPool2dSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_global_avgpool(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_batchnorm(Context&, const BatchNormSpec&, const Inputs&, const Dims&);
