@@ -116,12 +116,12 @@ class ExpandedConv2d final : public Layer {
     // staging buffer. The weight gradient goes to the staging buffer too, in its own layout,
     // and is folded from there.
     const md plain({O_ * outputs(), C_, IH_, IW_}, dt::f32, tag::oihw);
-    big_ = Expanded(ctx, data_weights && Expanded::rows_contiguous(data_weights) ? data_weights : plain, IW_);
+    big_ = Expanded(data_weights && Expanded::rows_contiguous(data_weights) ? data_weights : plain, IW_);
     big_.mem = dnnl::memory(big_.desc, ctx.engine);
     std::fill_n(static_cast<float*>(big_.mem.get_data_handle()), big_.desc.get_size() / sizeof(float), 0.0f);
     if (fwd_pd.weights_desc() != big_.desc) forward_big_ = fwd_pd.weights_desc();
     if (data_ && data_weights != big_.desc) data_big_ = dnnl::memory(data_weights, ctx.engine);
-    dbig_ = Expanded(ctx, wpd.diff_weights_desc(), IW_);
+    dbig_ = Expanded(wpd.diff_weights_desc(), IW_);
     for (const md& staged : {forward_big_, dbig_.desc})
       ctx.staging_bytes = std::max(ctx.staging_bytes, staged.get_size());
   }
@@ -181,7 +181,7 @@ class ExpandedConv2d final : public Layer {
     dnnl::memory mem;
     std::vector<i64> row, channel, position;  // offsets: row (O x outputs), c, q (ih * IW + iw)
     Expanded() = default;
-    Expanded(Context&, const md& d, i64 IW) : desc(d) {
+    Expanded(const md& d, i64 IW) : desc(d) {
       const Offsets at(d);
       TB_CHECK(at.blocked(), "conv2d_expanded: oneDNN chose a weights layout that is not blocked");
       row = at.dim[0], channel = at.dim[1];
