@@ -250,7 +250,7 @@ void check_loss_fell(Trainer& trainer) {
 }
 
 void memory_counters(Row& figures, const Network& network) {
-  if (const MemoryReport* report = network.memory_report()) add_counters(figures, report->memory_counters(), false);
+  if (const MemoryReport* report = network.memory_report()) add_counters(figures, report->memory_counters());
 }
 
 TimedWindow::TimedWindow(BenchmarkRun& run)
@@ -269,7 +269,7 @@ Window TimedWindow::close(double steps, double samples) {
   if (!sampler_) return w;
   const telemetry::GpuSummary summary = sampler_->stop();
   w.cpu -= summary.thread_cpu_s;
-  add_counters(run_.figures_, summary.counters(samples), false);
+  add_counters(run_.figures_, summary.counters(samples));
   if (summary.mem_used_bytes && !summary.mem_is_process)
     run_.note(
         "gpu_mem_used_bytes is the whole device's: NVML does not list this process (a container's "

@@ -38,6 +38,10 @@ const Shown kShown[] = {
     {"val_acc", "val acc %", 100},  {"elapsed_s", "elapsed s"},  {"gpu_util", "GPU util %"},
 };
 
+// A counter's value as its field holds it: none for a negative value of a column whose negative
+// means none.
+Number figure(const Column& c, double value) { return value < 0 && c.negative_is_none ? Number() : Number(value); }
+
 }  // namespace
 
 std::string number(double value) { return fmt::format("{:.6g}", value); }
@@ -141,7 +145,7 @@ std::optional<double> Column::value(const Row& row) const {
   return std::nullopt;
 }
 
-void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate) {
+void add_counters(Row& row, const std::map<std::string, double>& counters) {
   for (const auto& [name, value] : counters) {
     const Column* c = column_named(name);
     // A counter that is no column is a misspelt name (or a column not yet in the table): it
@@ -151,13 +155,10 @@ void add_counters(Row& row, const std::map<std::string, double>& counters, bool 
           fmt::format("counter '{}' is not a measurement column of the CSV: spell it as bench/schema/row.hpp does, "
                       "or add it there and to results/SCHEMA.md",
                       name));
-    if (aggregate && !c->aggregates) continue;
     if (c->type == CellType::Text)  // the throttle mask, as the names of its reasons
       row.*(c->text) = telemetry::throttle_reason_names(std::uint64_t(value));
-    else if (value < 0 && c->negative_is_none)
-      row.*(c->number) = std::nullopt;
     else
-      row.*(c->number) = value;
+      row.*(c->number) = figure(*c, value);
   }
 }
 
@@ -200,7 +201,7 @@ void set_measurement(Row& row, const Measurement& m) {
     if (c.type == CellType::Text) {
       if (!(m.figures.*c.text).empty()) row.*c.text = m.figures.*c.text;
     } else if (const Number v = m.figures.*c.number) {
-      row.*c.number = *v < 0 && c.negative_is_none ? std::nullopt : v;
+      row.*c.number = figure(c, *v);
     }
   }
 }

@@ -53,11 +53,10 @@ const Column* column_named(std::string_view name);
 const std::vector<std::string>& csv_columns();
 
 // A figure the engine or telemetry reports by name (a network's memory report, NVML's sampler),
-// or a test's, set in its field of `row`; `aggregate`: a mean, median, stddev or cv row, which
-// leaves out the columns that do not aggregate. Throws tb::Error naming a counter that is not a
+// or a test's, set in its field of `row`. Throws tb::Error naming a counter that is not a
 // measurement column (a misspelt name). A negative value of a column whose negative means none
 // stays empty; the throttle mask is written as its reasons' names.
-void add_counters(Row& row, const std::map<std::string, double>& counters, bool aggregate);
+void add_counters(Row& row, const std::map<std::string, double>& counters);
 std::string number(double value);  // {:.6g}, as every number column
 // `value` as its number cell reads back: what a reader of the CSV has of it.
 double as_written(double value);
