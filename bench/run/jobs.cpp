@@ -141,9 +141,8 @@ JobsResult combine(const std::vector<Row>& rows, const CommonWindow& window, con
     if (double m = number_of(row.gpu_mem_used_bytes); !std::isnan(m))
       c.gpu_mem_used_bytes = c.gpu_mem_used_bytes.value_or(0) + m;
     if (double e = number_of(row.energy_j_per_sample); e > 0) inverse_energy += 1 / e;
-    c.host_cpu_s_per_step =
-        c.host_cpu_s_per_step.value_or(0) + number_of(row.host_cpu_s_per_step) / double(rows.size());
-    c.data_s_per_step = c.data_s_per_step.value_or(0) + number_of(row.data_s_per_step) / double(rows.size());
+    for (Number Row::*mean : {&Row::host_cpu_s_per_step, &Row::data_s_per_step})
+      c.*mean = (c.*mean).value_or(0) + number_of(row.*mean) / double(rows.size());
     for (Number Row::*field : {&Row::mem_peak_bytes, &Row::peak_rss_bytes, &Row::gpu_util, &Row::gpu_temp_max_c})
       if (const Number v = row.*field; v && !std::isnan(*v)) c.*field = std::max((c.*field).value_or(0), *v);
     rates.push_back(fmt::format("{:.0f}", window.samples[j] / window.length()));
@@ -151,11 +150,9 @@ JobsResult combine(const std::vector<Row>& rows, const CommonWindow& window, con
     cpus.push_back(fmt::format("{:.0f}%", 100 * number_of(row.host_cpu_util)));
   }
   const double k = double(rows.size());
-  const double samples_per_s = window.samples_per_s();
-  c.samples_per_s = samples_per_s;
+  c.samples_per_s = window.samples_per_s();
   // The step of K replicas of `batch` at that rate (results/SCHEMA.md: batch x replicas / step).
-  r.step_s = double(info.batch) * k / samples_per_s;
-  c.step_time_s = c.wall_step_time_s = r.step_s;
+  c.step_time_s = c.wall_step_time_s = double(info.batch) * k / window.samples_per_s();
   c.jobs_window_s = window.length();
   if (inverse_energy > 0) c.energy_j_per_sample = 1 / inverse_energy;
   c.host_cpu_util_per_job = c.host_cpu_util.value_or(0) / k;

@@ -20,7 +20,6 @@ namespace tb::bench {
 struct JobsResult {
   Row figures;          // the row's: over the common window, summed, or per job
   std::string message;  // each job's own figures and the window
-  double step_s = 0;    // the row's step (batch x K / samples/s)
 };
 
 // Runs `info`'s K jobs and waits for them; throws tb::Error naming a job that failed, with the end

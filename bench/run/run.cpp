@@ -133,7 +133,7 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
     prepared_ = true;
   }
   const Window window = timed_steps(st);
-  counters(st, window);
+  counters(window);
   if (!info_.plan_note.empty()) note(info_.plan_note);
   // Google Benchmark's own reporters (--benchmark_out) are given the figures as its counters.
   for (const Column& c : columns())

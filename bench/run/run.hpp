@@ -126,7 +126,7 @@ class BenchmarkRun {
   virtual void prepare() {}
   virtual void warm_up() {}
   virtual Window timed_steps(benchmark::State& st) = 0;
-  virtual void counters(benchmark::State& st, const Window& window) = 0;
+  virtual void counters(const Window& window) = 0;
 
   // Shared by the kinds of run:
   struct Timed {                  // the figures timed_counters derives a row's counters from

@@ -39,7 +39,7 @@ class EpochsRun final : public BenchmarkRun {
     return Window{.steps = steps, .wall = last.train_s, .cpu = window_.cpu * last.train_s / window_.wall};
   }
 
-  void counters(benchmark::State& st, const Window& w) override {
+  void counters(const Window& w) override {
     check_loss_fell(*trainer_);
     timed_counters(w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops}, *trainer_,
                    PhaseTimes{});

@@ -84,7 +84,7 @@ class ReplicasRun final : public BenchmarkRun {
     return w;
   }
 
-  void counters(benchmark::State& st, const Window& w) override {
+  void counters(const Window& w) override {
     run_->check(check_loss_fell);
     const int total = run_->communicating_ranks();
     const bool one_device = info_.device_kind->shares_device;
@@ -175,7 +175,7 @@ class ReplayRun final : public BenchmarkRun {
     return w;
   }
 
-  void counters(benchmark::State& st, const Window& w) override {
+  void counters(const Window& w) override {
     run_->check([](Trainer&) {});  // no loss to fall; the replicas' buffers must still agree
     const int total = run_->communicating_ranks();
     Row& c = figures_;
@@ -206,10 +206,11 @@ class JobsRun final : public BenchmarkRun {
  private:
   Window timed_steps(benchmark::State& st) override {
     for (auto _ : st) jobs_ = run_job_processes(info_, *env_.flags);
-    return Window{.steps = double(st.iterations()), .wall = jobs_.step_s * double(st.iterations())};
+    return Window{.steps = double(st.iterations()),
+                  .wall = jobs_.figures.step_time_s.value_or(0) * double(st.iterations())};
   }
 
-  void counters(benchmark::State& st, const Window&) override {
+  void counters(const Window&) override {
     figures_ = jobs_.figures;
     const double tflops = info_.cost.train_flops_per_sample() * figures_.samples_per_s.value_or(0) * 1e-12;
     const double peak_gflops = devices_.peak_gflops * (info_.gpu() ? 1 : info_.replicas);

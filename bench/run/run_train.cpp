@@ -217,7 +217,7 @@ class TrainRun final : public BenchmarkRun {
     if (info_.gpu()) w.device_step_time = (trainer_->phases().device - p0_.device) / w.steps;
   }
 
-  void counters(benchmark::State& st, const Window& w) override {
+  void counters(const Window& w) override {
     if (bystander()) return;  // rank 0 reports the row
     check_loss_fell(*trainer_);
     timed_counters(w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops}, *trainer_,
