@@ -114,8 +114,10 @@ void set_epoch_figures(Row& figures, const EpochRecord& r) {
 }
 
 void RowLog::keep(const Row& row) {
-  rows_.push_back(row);
-  if (csv_) csv_->write_row(row);
+  // Kept as the CSV holds it, so that what is made of the run's rows (the summary, the console,
+  // the aggregates, predictions) is what a reader of the file would make of them.
+  rows_.push_back(as_written(row));
+  if (csv_) csv_->write_row(rows_.back());
 }
 
 Row RowLog::repetition(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines) {
@@ -125,7 +127,7 @@ Row RowLog::repetition(const BenchInfo& info, const Measurement& measured, std::
   set_measurement(row, measured);
   keep(row);
   for (std::string& line : lines) lines_[info.name].push_back(std::move(line));
-  return row;
+  return rows_.back();
 }
 
 namespace {

@@ -37,7 +37,7 @@ class RowLog {
       : machine_(machine), csv_(csv), notes_(notes) {}
   void keep(const Row& row);
   // A repetition of `info` that ended: its iteration row, numbered in the order they end, and
-  // the lines its run had for the console after the benchmark's rows.
+  // the lines its run had for the console after the benchmark's rows. Returns the row as kept.
   Row repetition(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines = {});
   // The aggregates over `info`'s ok repetitions (mean, median, stddev, cv of every counter), as
   // Google Benchmark computes them; nothing for fewer than two.

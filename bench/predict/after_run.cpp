@@ -62,8 +62,8 @@ std::vector<parallel::Link> links_for(const Flags& flags, const std::string& bac
 // file's row of the same name, saying which model made that.
 std::string beside_committed(const Row& theirs, const Row& ours) {
   const Count& model = theirs.prediction_model;
-  // Both as the CSV holds them: the same prediction written twice reads +0.0%.
-  const double was = theirs.samples_per_s.value_or(NAN), now = as_written(ours.samples_per_s.value_or(NAN));
+  // Both as the CSV holds them (ours as kept): the same prediction written twice reads +0.0%.
+  const double was = theirs.samples_per_s.value_or(NAN), now = ours.samples_per_s.value_or(NAN);
   return fmt::format("    the file's own: {:.0f} samples/s, {}{}", was,
                      model == parallel::kPredictionModel ? "by this model"
                      : !model                            ? "by a model before version 2 (it did not say)"
@@ -112,9 +112,9 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
     std::cout << name << "\n";
     for (PredictedRow& p : predict_rows(of, plan, now)) {
       std::cout << p.line << "\n";
-      if (const auto it = committed.find(p.row.benchmark); it != committed.end())
-        std::cout << beside_committed(*it->second, p.row) << "\n";
       log.keep(p.row);
+      if (const auto it = committed.find(p.row.benchmark); it != committed.end())
+        std::cout << beside_committed(*it->second, log.rows().back()) << "\n";
     }
   }
   const std::vector<Row>& predicted = log.rows();

@@ -206,9 +206,9 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
   const Row* source = nullptr;
   for (const Row* r : rows) {
     if (!is_ok_iteration(*r) || r->measurement != "measured") continue;
-    // The rate as the CSV holds it, so that a prediction asked of the file after the run
-    // (--predict_from) is the very row the run predicted.
-    if (r->samples_per_s && *r->samples_per_s > 0) rates.push_back(as_written(*r->samples_per_s));
+    // A run's kept rows hold their rates as the CSV does (RowLog::keep), so a prediction asked
+    // of the file after the run (--predict_from) is the very row the run predicted.
+    if (r->samples_per_s && *r->samples_per_s > 0) rates.push_back(*r->samples_per_s);
     if (!r->prediction_inputs.empty()) source = r;
   }
   if (!source || rates.empty()) return {};

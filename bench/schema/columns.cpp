@@ -48,6 +48,13 @@ std::string number(double value) { return fmt::format("{:.6g}", value); }
 
 double as_written(double value) { return std::strtod(number(value).c_str(), nullptr); }
 
+Row as_written(Row row) {
+  for (const Column& c : columns())
+    if (c.type == CellType::Number)
+      if (Number& v = row.*c.number) v = as_written(*v);
+  return row;
+}
+
 const std::vector<Column>& columns() {
   static const std::vector<Column> all = [] {
     std::vector<Column> out{

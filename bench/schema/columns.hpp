@@ -60,6 +60,8 @@ void add_counters(Row& row, const std::map<std::string, double>& counters);
 std::string number(double value);  // {:.6g}, as every number column
 // `value` as its number cell reads back: what a reader of the CSV has of it.
 double as_written(double value);
+// `row` with every number as its cell reads back.
+Row as_written(Row row);
 
 // What a run concludes of a row, as words in its `verdicts` column (joined by '+'): data a
 // reader filters on, where the message says why in a sentence. results/SCHEMA.md lists them.

@@ -207,6 +207,18 @@ TEST(RowLog, AggregatesAreGoogleBenchmarksStatisticsOfTheRepetitions) {
   EXPECT_NEAR(got.at("cv"), std::sqrt(5.0 / 3.0) / 2.5, 1e-5);
 }
 
+// What is made of the run's rows (the summary, aggregates, predictions) is what a reader of the
+// CSV would make of them: the log keeps each row's numbers as their cells read back.
+TEST(RowLog, KeepsRowsAsTheCsvHoldsThem) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const Row kept = log.repetition(mlp_info(), Measurement{.figures = figures(13561.4649, 0.00737387512), .steps = 5});
+  EXPECT_EQ(kept.samples_per_s, 13561.5);
+  EXPECT_EQ(kept.step_time_s, 0.00737388);
+  EXPECT_EQ(log.rows().back().samples_per_s, 13561.5);
+}
+
 TEST(RowLog, OneOkRepetitionHasNoAggregatesAndASkipSaysSo) {
   const MachineContext machine;
   std::ostringstream notes;
