@@ -105,6 +105,42 @@ TEST(ModelsSpec, Lenet5) {
   EXPECT_EQ(c.train_flops_per_sample(), 2 * (3 * 756'840.0 - 352'800.0));
 }
 
+// The graph the CPU network runs: each max pool before the increasing activation it was the only
+// consumer of, the other nodes where they were, and the same shape after the pair.
+TEST(ModelsSpec, PoolsBeforeActivations) {
+  const ModelSpec m = models::workload("lenet5", "cifar10").spec;
+  const ModelSpec g = pools_before_activations(m);
+  ASSERT_EQ(g.nodes.size(), m.nodes.size());
+  std::vector<std::string> order;
+  for (const Node& node : g.nodes) order.push_back(node.name + ":" + kind_name(node.spec));
+  EXPECT_EQ(order, (std::vector<std::string>{"input:input", "conv1:conv2d", "pool1:maxpool2d", "sigmoid1:sigmoid",
+                                             "conv2:conv2d", "pool2:maxpool2d", "sigmoid2:sigmoid", "conv3:conv2d",
+                                             "sigmoid3:sigmoid", "fc4:linear", "sigmoid4:sigmoid", "fc5:linear",
+                                             "loss:softmax_cross_entropy"}));
+  // Every node reads the same indices: the pool where the activation was, the activation where
+  // the pool was.
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) EXPECT_EQ(g.nodes[i].inputs, m.nodes[i].inputs) << g.nodes[i].name;
+  const auto before = infer_shapes(m, 3), after = infer_shapes(g, 3);
+  EXPECT_EQ(after[2], (Dims{3, 6, 14, 14}));  // pool1 over conv1's 28x28
+  EXPECT_EQ(after[5], (Dims{3, 16, 5, 5}));   // pool2 over conv2's 10x10
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    if (i != 2 && i != 5) EXPECT_EQ(after[i], before[i]) << g.nodes[i].name;
+  }
+
+  // An activation with a second consumer, or a pool after anything but an activation, stays.
+  ModelSpec shared = named("shared", 10);
+  int x = shared.add("input", InputSpec{{4, 8, 8}}, {});
+  x = shared.add("relu", ReLUSpec{}, {x});
+  const int pool = shared.add("pool", MaxPool2dSpec{2, 2}, {x});
+  const int sum = shared.add("pool_after_add", MaxPool2dSpec{2, 2}, {shared.add("add", AddSpec{}, {x, x})});
+  shared.add("out", AddSpec{}, {pool, sum});
+  const ModelSpec kept = pools_before_activations(shared);
+  for (std::size_t i = 0; i < shared.nodes.size(); ++i) {
+    EXPECT_EQ(kept.nodes[i].name, shared.nodes[i].name);
+    EXPECT_EQ(kept.nodes[i].inputs, shared.nodes[i].inputs);
+  }
+}
+
 TEST(ModelsSpec, Lstm) {
   const ModelSpec m = models::workload("lstm", "sine").spec;
   EXPECT_EQ(m.input().seq_len, 35);

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <utility>
+
 #include "engine/core/error.hpp"
 
 namespace tb {
@@ -163,6 +165,26 @@ std::vector<Dims> infer_shapes(const ModelSpec& model, i64 batch) {
     shapes.push_back(output_shape(node.spec, in, batch, where));
   }
   return shapes;
+}
+
+ModelSpec pools_before_activations(const ModelSpec& model) {
+  ModelSpec out = model;
+  std::vector<int> consumers(model.nodes.size(), 0);
+  for (const Node& node : model.nodes)
+    for (int in : node.inputs) ++consumers[std::size_t(in)];
+  for (std::size_t b = 0; b < out.nodes.size(); ++b) {
+    Node& pool = out.nodes[b];
+    if (!std::holds_alternative<MaxPool2dSpec>(pool.spec) || pool.inputs.size() != 1) continue;
+    const int a = pool.inputs[0];
+    Node& activation = out.nodes[std::size_t(a)];
+    const bool increasing =
+        std::holds_alternative<ReLUSpec>(activation.spec) || std::holds_alternative<SigmoidSpec>(activation.spec);
+    if (!increasing || consumers[std::size_t(a)] != 1) continue;
+    // Node a becomes the pool over a's input; node b the activation over node a.
+    std::swap(activation.name, pool.name);
+    std::swap(activation.spec, pool.spec);
+  }
+  return out;
 }
 
 Dims target_shape(const ModelSpec& model, i64 batch) {

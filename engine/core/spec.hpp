@@ -85,6 +85,16 @@ struct ModelSpec {
   int loss_node() const { return static_cast<int>(nodes.size()) - 1; }
 };
 
+// The same function of the input with every max pool that is the only consumer of an increasing
+// activation (ReLU, sigmoid) moved before it: the pool takes the activation's input and the
+// activation the pool's output. max(f(x)) = f(max(x)), and both orders take each window's gradient
+// at the same position with f's derivative there, so the values after the pair and every
+// gradient outside it are the model's, while f runs on a pool's output (a quarter of the values
+// after a 2x2 pool). The pair's first node is then the pool, named as the model's pool, and its
+// second the activation; every other node keeps its index. A max pool pads with -infinity,
+// which no window's maximum takes, so padding does not change this.
+ModelSpec pools_before_activations(const ModelSpec& model);
+
 // Shape of every node's output for batch N (the loss node's is {1}); throws tb::Error on a
 // graph whose shapes do not fit, naming the node.
 std::vector<Dims> infer_shapes(const ModelSpec& model, i64 batch);

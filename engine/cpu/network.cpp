@@ -66,16 +66,23 @@ PlannedLayers plan_layers(Context& ctx, const ModelSpec& model, const std::vecto
   }
   return p;
 }
+
+// The graph the network runs: the model's, with each max pool before the activation it follows
+// (pools_before_activations), unless every node's value is kept for reading, as the model has it.
+ModelSpec graph_to_run(const ModelSpec& model, bool keep_values) {
+  return keep_values ? model : pools_before_activations(model);
+}
 }  // namespace
 
 MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch) {
   Context ctx;
-  return plan_memory(model, plan_layers(ctx, model, infer_shapes(model, batch)).steps,
+  const ModelSpec graph = graph_to_run(model, false);
+  return plan_memory(graph, plan_layers(ctx, graph, infer_shapes(graph, batch)).steps,
                      PlanOptions{.alignment = kArenaAlignment});
 }
 
 CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkOptions& config)
-    : model_(model), config_(config), shapes_(infer_shapes(model, config.batch)) {
+    : model_(graph_to_run(model, config.keep_values)), config_(config), shapes_(infer_shapes(model_, config.batch)) {
   const int n = int(model_.nodes.size());
   has_loss_ = is_loss(model_.nodes.back().spec);
   if (has_loss_) target_count_ = product(target_shape(model_, config_.batch));
