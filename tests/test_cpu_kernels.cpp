@@ -1,8 +1,8 @@
 // trainbench's own CPU kernels (engine/cpu/kernels) in every instruction set this machine runs,
 // against the plain-loop reference ops in double, in every shape the models give them and the
-// edges of their tiles: LeNet-5's first convolution and pooling, the sine LSTM, the optimizers
-// over flat buffers, gradient sums; forward and backward. Also the ISA's choice, its cap
-// (TB_MAX_CPU_ISA) and the networks that take it.
+// edges of their tiles: LeNet-5's first convolution and pooling, its second convolution's weight
+// gradient, the sine LSTM, the optimizers over flat buffers, gradient sums; forward and backward. Also the ISA's
+// choice, its cap (TB_MAX_CPU_ISA) and the networks that take it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,6 +107,82 @@ TEST_P(CpuKernels, SmallConvolutionsMatchTheReference) {
                                  SmallConvCase{2, 3, 16, 18, 6, 3, 0, true, "16 wide: one piece"},
                                  SmallConvCase{2, 2, 8, 68, 3, 5, 0, true, "64 wide"}})
     check_small_conv(k(), c);
+}
+
+// ---- weight gradients into channel blocks ----
+
+struct BlockedGradCase {
+  i64 N, C, H, W, O, K, B;
+  bool bias;
+  std::string what;
+};
+
+// blocked_conv_weight_grad on `c` against the reference: the gradient (O / B, K, K, C, B) and
+// the bias's (O), from a plain input and an output gradient in B-channel blocks.
+void check_blocked_grad(const cpu::kernels::Table& k, const BlockedGradCase& c) {
+  SCOPED_TRACE(c.what + ", blocks of " + std::to_string(c.B));
+  std::mt19937 rng(31);
+  const i64 OH = c.H - c.K + 1, OW = c.W - c.K + 1;
+  const Vec x = uniform(rng, c.N * c.C * c.H * c.W), dy = uniform(rng, c.N * c.O * OH * OW);
+  // dy (N, O, OH, OW) in blocks: (N, O / B, OH, OW, B).
+  Vec blocked(dy.size());
+  for (i64 n = 0; n < c.N; ++n)
+    for (i64 o = 0; o < c.O; ++o)
+      for (i64 p = 0; p < OH * OW; ++p)
+        blocked[std::size_t(((n * (c.O / c.B) + o / c.B) * OH * OW + p) * c.B + o % c.B)] =
+            dy[std::size_t((n * c.O + o) * OH * OW + p)];
+  Vec dw(std::size_t(c.O * c.C * c.K * c.K), 0.0f), db(std::size_t(c.O), 0.0f);
+  const cpu::kernels::BlockedConvGrad s{.N = c.N,
+                                        .C = c.C,
+                                        .H = c.H,
+                                        .W = c.W,
+                                        .O = c.O,
+                                        .K = c.K,
+                                        .OH = OH,
+                                        .OW = OW,
+                                        .B = c.B,
+                                        .x = x.data(),
+                                        .dy = blocked.data()};
+  // In two shares, as two threads take them.
+  k.blocked_conv_weight_grad(s, 0, c.N / 2, dw.data(), c.bias ? db.data() : nullptr);
+  k.blocked_conv_weight_grad(s, c.N / 2, c.N, dw.data(), c.bias ? db.data() : nullptr);
+
+  const ref::ConvShape shape{c.N, c.C, c.H, c.W, c.O, c.K, 1, 0};
+  const DVec xd = to_double(x), dyd = to_double(dy), wd(dw.size(), 0.0);
+  DVec dwr(dw.size()), dbr(db.size());
+  ref::conv2d_backward(xd.data(), wd.data(), dyd.data(), static_cast<double*>(nullptr), dwr.data(),
+                       c.bias ? dbr.data() : nullptr, shape);
+  // The reference's (O, C, K, K) in the kernel's blocks.
+  DVec expected(dwr.size());
+  for (i64 o = 0; o < c.O; ++o)
+    for (i64 ci = 0; ci < c.C; ++ci)
+      for (i64 t = 0; t < c.K * c.K; ++t)
+        expected[std::size_t(((o / c.B * c.K * c.K + t) * c.C + ci) * c.B + o % c.B)] =
+            dwr[std::size_t((o * c.C + ci) * c.K * c.K + t)];
+  EXPECT_TRUE(close(dw, expected)) << "weight gradient";
+  if (c.bias) {
+    EXPECT_TRUE(close(db, dbr)) << "bias gradient";
+  } else {
+    EXPECT_EQ(db, Vec(db.size(), 0.0f)) << "no bias: its gradient is not touched";
+  }
+}
+
+// LeNet-5's second convolution as the model runs it, and the tiles' edges: kernels whose columns
+// fill no tile, one tile or more than one (3, 5, 7 columns; an ISA takes 8, 6 or 3 a tile),
+// two blocks of channels, one input channel; blocks of 8 and of 16 wherever the ISA's vectors
+// divide them.
+TEST_P(CpuKernels, BlockedWeightGradientsMatchTheReference) {
+  int checked = 0;
+  for (const i64 B : {8, 16}) {
+    if (B % k().lanes != 0) continue;
+    for (const BlockedGradCase& c : {BlockedGradCase{4, 6, 14, 14, 16, 5, B, true, "LeNet-5's conv2"},
+                                     BlockedGradCase{3, 2, 9, 11, 32, 3, B, false, "two blocks, 3x3"},
+                                     BlockedGradCase{2, 1, 12, 10, 16, 7, B, true, "7x7, one channel in"}}) {
+      check_blocked_grad(k(), c);
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 3) << "every ISA runs blocks of 16";
 }
 
 // ---- plain max pooling ----

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
+#include "engine/cpu/isa.hpp"
 #include "engine/cpu/network.hpp"
+#include "engine/cpu/peak.hpp"
 #include "engine/reference/ops.hpp"
 #include "tests/tensors.hpp"
 
@@ -217,12 +219,25 @@ struct ConvCase {
   bool small = false;     // runs as conv2d_small.cpp's direct loops rather than on oneDNN
   bool expanded = false;  // runs as conv2d_expanded.cpp's inner product
   bool patches = false;   // runs as conv2d_patches.cpp's inner product
+  // On oneDNN with its weight gradient in trainbench's own loop over oneDNN's forward layouts
+  // (a plain input, blocks of output channels): whether it does depends on the layouts oneDNN
+  // chooses, so this names the cases that must where oneDNN and trainbench run one ISA.
+  bool own_weight_grad = false;
 };
 
 void PrintTo(const ConvCase& c, std::ostream* os) {
   *os << "N" << c.N << " C" << c.C << " H" << c.H << " O" << c.O << " k" << c.kernel << " s" << c.stride << " p"
       << c.pad << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input") << (c.small ? " (direct loops)" : "")
-      << (c.expanded ? " (inner product)" : "") << (c.patches ? " (patches)" : "");
+      << (c.expanded ? " (inner product)" : "") << (c.patches ? " (patches)" : "")
+      << (c.own_weight_grad ? " (own weight gradient)" : "");
+}
+
+// Whether oneDNN runs the ISA trainbench's own kernels run (both capped alike, or neither): the
+// layouts oneDNN chooses, and so the paths that follow from them, are then those of a machine
+// of that ISA.
+bool same_isa_on_both_sides() {
+  const std::string onednn = cpu::onednn_isa(), own = cpu::isa_name(cpu::active_isa());
+  return own == "sse2" ? onednn == "sse41" : onednn.rfind(own, 0) == 0;
 }
 
 class CpuLayersConv2d : public testing::TestWithParam<ConvCase> {};
@@ -245,6 +260,12 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
       << "the cases cover every path";
   EXPECT_EQ(cpu::conv_is_patches(spec, in, {p.N, p.O, s.out_h(), s.out_w()}), p.patches)
       << "the cases cover every path";
+  // oneDNN's SSE4.1 kernels choose other layouts; there oneDNN keeps the weight gradient.
+  if (same_isa_on_both_sides()) {
+    EXPECT_EQ(cpu::conv_weight_grad_is_own(spec, in, {p.N, p.O, s.out_h(), s.out_w()}),
+              p.own_weight_grad && cpu::onednn_isa() != "sse41")
+        << "the cases cover every path";
+  }
 
   const DVec x = to_double(r.x), w = to_double(c.params[0]), dy = to_double(c.dy);
   const DVec b = p.bias ? to_double(c.params[1]) : DVec();
@@ -268,15 +289,16 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
 // oneDNN blocks (16, 32) and that it cannot (3, 6), in both positions.
 INSTANTIATE_TEST_SUITE_P(
     Cases, CpuLayersConv2d,
-    testing::Values(ConvCase{2, 3, 12, 6, 5, 1, 0, true},           // LeNet's conv1
-                    ConvCase{2, 6, 10, 16, 5, 1, 0, true},          // LeNet's conv2
-                    ConvCase{2, 16, 8, 32, 3, 1, 1, false},         // ResNet 3x3
-                    ConvCase{2, 32, 6, 16, 1, 1, 0, false},         // ResNet 1x1 reduce
-                    ConvCase{2, 16, 9, 16, 3, 2, 1, false},         // strided 3x3, odd size
-                    ConvCase{2, 32, 8, 32, 1, 2, 0, true},          // strided 1x1 projection
-                    ConvCase{2, 3, 16, 16, 7, 2, 3, false},         // ResNet's stem
-                    ConvCase{3, 6, 7, 6, 3, 1, 1, true},            // neither side blocked
-                    ConvCase{2, 16, 9, 6, 7, 1, 3, true},           // blocked in, plain out
+    testing::Values(ConvCase{2, 3, 12, 6, 5, 1, 0, true},                                    // LeNet's conv1
+                    ConvCase{2, 6, 10, 16, 5, 1, 0, true, true, false, false, false, true},  // LeNet's conv2
+                    ConvCase{2, 2, 9, 32, 3, 1, 0, false, true, false, false, false, true},  // 2 blocks
+                    ConvCase{2, 16, 8, 32, 3, 1, 1, false},                                  // ResNet 3x3
+                    ConvCase{2, 32, 6, 16, 1, 1, 0, false},                                  // ResNet 1x1 reduce
+                    ConvCase{2, 16, 9, 16, 3, 2, 1, false},                                  // strided 3x3, odd size
+                    ConvCase{2, 32, 8, 32, 1, 2, 0, true},                                   // strided 1x1 projection
+                    ConvCase{2, 3, 16, 16, 7, 2, 3, false},                                  // ResNet's stem
+                    ConvCase{3, 6, 7, 6, 3, 1, 1, true},                                     // neither side blocked
+                    ConvCase{2, 16, 9, 6, 7, 1, 3, true},                                    // blocked in, plain out
                     ConvCase{2, 6, 8, 32, 3, 2, 0, false},          // plain in, blocked out, stride 2
                     ConvCase{2, 64, 4, 256, 1, 1, 0, false},        // ResNet's widths: 1x1 expand
                     ConvCase{2, 128, 5, 128, 3, 2, 1, false},       // strided 3x3 at width 128

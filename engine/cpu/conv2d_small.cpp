@@ -41,8 +41,7 @@ class SmallConv2d final : public Layer {
     conv_.HP = H_ + 2 * P_, conv_.WP = W_ + 2 * P_, conv_.OH = out[2], conv_.OW = out[3];
     if (P_ > 0) padded_.assign(std::size_t(conv_.N * conv_.C * conv_.HP * conv_.WP), 0.0f);
     // Per thread: its samples' weight gradient (O, C, K, K), then its bias gradient (O).
-    partial_.resize(std::size_t(omp_get_max_threads()));
-    for (auto& p : partial_) p.assign(std::size_t(conv_.O * taps() + conv_.O), 0.0f);
+    partial_ = ThreadPartials(conv_.O * taps(), conv_.O);
   }
 
   md output_desc() const override { return plain_desc({conv_.N, conv_.O, conv_.OH, conv_.OW}); }
@@ -81,22 +80,9 @@ class SmallConv2d final : public Layer {
   void backward(Context&) override {
     kernels::SmallConv c = conv_;
     c.x = P_ > 0 ? padded_.data() : static_cast<const float*>(input_.value().get_data_handle());
-    const i64 weights = c.O * taps(), total = weights + (bias_ ? c.O : 0);
-#pragma omp parallel num_threads(int(partial_.size()))
-    {
-      const int t = omp_get_thread_num(), threads = omp_get_num_threads();
-      std::vector<float>& mine = partial_[std::size_t(t)];
-      std::fill(mine.begin(), mine.end(), 0.0f);
-      kernels_.small_conv_weight_grad(c, c.N * t / threads, c.N * (t + 1) / threads, mine.data(),
-                                      bias_ ? mine.data() + weights : nullptr);
-#pragma omp barrier
-#pragma omp for schedule(static)
-      for (i64 k = 0; k < total; ++k) {
-        float sum = 0;
-        for (int u = 0; u < threads; ++u) sum += partial_[std::size_t(u)][std::size_t(k)];
-        (k < weights ? dw_[k] : db_[k - weights]) = sum;
-      }
-    }
+    partial_.sum(c.N, dw_, bias_ ? db_ : nullptr, [&](i64 first, i64 last, float* dw, float* db) {
+      kernels_.small_conv_weight_grad(c, first, last, dw, db);
+    });
   }
 
  private:
@@ -122,7 +108,7 @@ class SmallConv2d final : public Layer {
   const bool bias_;
   InputAdapter input_;
   std::vector<float> padded_;
-  std::vector<std::vector<float>> partial_;  // per thread: [O][C][K][K] then [O] for the bias
+  ThreadPartials partial_;
   float* dw_ = nullptr;
   float* db_ = nullptr;
 };

@@ -1,6 +1,10 @@
 // Adapters between the layouts producers give and the layouts primitives want.
 #include "engine/cpu/layer.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+
 namespace tb::cpu {
 
 InputAdapter::InputAdapter(Context& ctx, const md& given, const md& wanted) : given_(given), wanted_(wanted) {
@@ -31,6 +35,12 @@ void Relayout::bind_in(Context& ctx, const dnnl::memory& source) {
   reorder_ = Reorder(source, mem_);
 }
 
+void Relayout::bind_in(Context& ctx, const dnnl::memory& source, const Relayout& earlier) {
+  if (earlier.wanted_ != wanted_) return bind_in(ctx, source);
+  mem_ = earlier.mem_;
+  reorder_ = Reorder();
+}
+
 void Relayout::bind_out(Context& ctx, const dnnl::memory& target) {
   if (target.get_desc() == wanted_) {
     mem_ = target;
@@ -42,16 +52,18 @@ void Relayout::bind_out(Context& ctx, const dnnl::memory& target) {
 
 void WeightedBackward::bind(Context& ctx, const dnnl::memory& src, const dnnl::memory& dsrc, const Bindings& b,
                             bool bias) {
-  weights_src_.bind_in(ctx, src);
-  weights_ddst_.bind_in(ctx, b.doutput);
-  dweights_.bind_out(ctx, b.dparams[0]);
-  weights_.args = {{DNNL_ARG_SRC, weights_src_.mem()},
-                   {DNNL_ARG_DIFF_DST, weights_ddst_.mem()},
-                   {DNNL_ARG_DIFF_WEIGHTS, dweights_.mem()}};
-  if (bias) weights_.args[DNNL_ARG_DIFF_BIAS] = b.dparams[1];
-  weights_.bind_scratch(ctx);
+  if (weights_) {
+    weights_src_.bind_in(ctx, src);
+    weights_ddst_.bind_in(ctx, b.doutput);
+    dweights_.bind_out(ctx, b.dparams[0]);
+    weights_.args = {{DNNL_ARG_SRC, weights_src_.mem()},
+                     {DNNL_ARG_DIFF_DST, weights_ddst_.mem()},
+                     {DNNL_ARG_DIFF_WEIGHTS, dweights_.mem()}};
+    if (bias) weights_.args[DNNL_ARG_DIFF_BIAS] = b.dparams[1];
+    weights_.bind_scratch(ctx);
+  }
   if (data_) {
-    data_ddst_.bind_in(ctx, b.doutput);
+    data_ddst_.bind_in(ctx, b.doutput, weights_ddst_);  // run() reorders it for the weights first
     data_weights_.bind_in(ctx, b.params[0]);
     dsrc_.bind_out(ctx, dsrc);
     data_.args = {{DNNL_ARG_DIFF_DST, data_ddst_.mem()},
@@ -62,15 +74,40 @@ void WeightedBackward::bind(Context& ctx, const dnnl::memory& src, const dnnl::m
 }
 
 void WeightedBackward::run(Context& ctx) const {
-  weights_src_(ctx);
-  weights_ddst_(ctx);
-  weights_.run(ctx);
-  dweights_(ctx);
+  if (weights_) {
+    weights_src_(ctx);
+    weights_ddst_(ctx);
+    weights_.run(ctx);
+    dweights_(ctx);
+  }
   if (data_) {
     data_ddst_(ctx);
     data_weights_(ctx);
     data_.run(ctx);
     dsrc_(ctx);
+  }
+}
+
+ThreadPartials::ThreadPartials(i64 weights, i64 biases) : weights_(weights), biases_(biases) {
+  partial_.resize(std::size_t(omp_get_max_threads()));
+  for (auto& p : partial_) p.assign(std::size_t(weights + biases), 0.0f);
+}
+
+void ThreadPartials::sum(i64 samples, float* dweights, float* dbias, const Add& add) {
+  const i64 total = weights_ + (dbias ? biases_ : 0);
+#pragma omp parallel num_threads(int(partial_.size()))
+  {
+    const int t = omp_get_thread_num(), threads = omp_get_num_threads();
+    std::vector<float>& mine = partial_[std::size_t(t)];
+    std::fill(mine.begin(), mine.end(), 0.0f);
+    add(samples * t / threads, samples * (t + 1) / threads, mine.data(), dbias ? mine.data() + weights_ : nullptr);
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (i64 k = 0; k < total; ++k) {
+      float sum = 0;
+      for (int u = 0; u < threads; ++u) sum += partial_[std::size_t(u)][std::size_t(k)];
+      (k < weights_ ? dweights[k] : dbias[k - weights_]) = sum;
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 // backward_reads() declares.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -81,6 +82,9 @@ std::unique_ptr<Layer> make_expanded_conv2d(Context&, const Conv2dSpec&, const I
 // one inner product over their patches (conv2d_patches.cpp).
 bool conv_is_patches(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
 std::unique_ptr<Layer> make_patch_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
+// Convolutions on oneDNN whose forward reads a plain input and writes blocks of output channels
+// (stride 1, no padding) compute their weight gradient in a loop of trainbench's own (conv2d.cpp).
+bool conv_weight_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
 std::unique_ptr<Layer> make_maxpool2d(Context&, const MaxPool2dSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_global_avgpool(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_batchnorm(Context&, const BatchNormSpec&, const Inputs&, const Dims&);
@@ -124,6 +128,9 @@ class Relayout {
   Relayout() = default;
   explicit Relayout(const md& wanted) : wanted_(wanted) {}
   void bind_in(Context& ctx, const dnnl::memory& source);
+  // As bind_in, but where `earlier` (bound in from the same source and run before this one's
+  // reader) wants the same layout, its buffer is read and nothing is reordered twice.
+  void bind_in(Context& ctx, const dnnl::memory& source, const Relayout& earlier);
   void bind_out(Context& ctx, const dnnl::memory& target);
   const dnnl::memory& mem() const { return mem_; }
   void operator()(Context& ctx) const { reorder_(ctx); }
@@ -137,7 +144,7 @@ class Relayout {
 // The backward pass of a layer with weights (convolution, inner product): the data gradient
 // and the weight gradients, each primitive created with "any" layouts (hinted by forward) so
 // that oneDNN picks an optimised implementation, with reorders only where its layouts differ
-// from the forward ones.
+// from the forward ones. Without set_weights the layer computes its weight gradients itself.
 class WeightedBackward {
  public:
   template <class DataPd>
@@ -163,6 +170,21 @@ class WeightedBackward {
   Relayout data_ddst_, data_weights_, dsrc_, weights_src_, weights_ddst_, dweights_;
 };
 
+// A weight gradient summed over the batch by every OpenMP thread at once: each thread adds its
+// share of the samples into buffers of its own (`add(first, last, dweights, dbias)`, dbias null
+// without a bias), then the buffers' sums are written into the layer's gradients.
+class ThreadPartials {
+ public:
+  using Add = std::function<void(i64 first, i64 last, float* dweights, float* dbias)>;
+  ThreadPartials() = default;
+  ThreadPartials(i64 weights, i64 biases);
+  void sum(i64 samples, float* dweights, float* dbias, const Add& add);
+
+ private:
+  i64 weights_ = 0, biases_ = 0;
+  std::vector<std::vector<float>> partial_;  // per thread: the weights' gradient, then the biases'
+};
+
 // A layer with weights and an optional bias (convolution, inner product). The subclass's
 // constructor creates the primitives (set_forward, then backward_.set_data/set_weights); this
 // class binds and runs them the same way for both.
@@ -186,6 +208,8 @@ class WeightedLayer : public Layer {
     bias_desc_ = pd.bias_desc();
     input_ = InputAdapter(ctx, given_src, pd.src_desc());
   }
+  // The forward source in the layout the forward primitive read it.
+  const dnnl::memory& source() const { return input_.value(); }
   bool bias_, needs_dinput_;
   WeightedBackward backward_;
 

@@ -31,6 +31,15 @@ struct SmallConv {
 };
 inline constexpr i64 kSmallConvMaxTaps = 4 * 7 * 7;  // C x K x K of the largest small convolution
 
+// The weight gradient of a stride-1 convolution without padding from a plain NCHW input and an
+// output gradient in B-channel blocks (conv2d.cpp: oneDNN's forward chose those layouts, and its
+// backward on them computes in narrower blocks after reordering both).
+struct BlockedConvGrad {
+  i64 N = 0, C = 0, H = 0, W = 0, O = 0, K = 0, OH = 0, OW = 0, B = 0;  // B: 8 or 16
+  const float* x = nullptr;                                             // (N, C, H, W)
+  const float* dy = nullptr;                                            // (N, O / B, OH, OW, B)
+};
+
 // Max pooling over non-overlapping K x K windows of plain planes (pooling.cpp).
 struct PlainPool {
   i64 planes = 0, K = 0, H = 0, W = 0, OH = 0, OW = 0;
@@ -75,6 +84,9 @@ struct Table {
   // Samples [first, last): adds their weight gradient (O, C, K, K) into dw and, with a bias, their
   // bias gradient (O) into db (scalars, one thread).
   void (*small_conv_weight_grad)(const SmallConv&, i64 first, i64 last, float* dw, float* db);
+  // Samples [first, last): adds their weight gradient (O / B, K, K, C, B) into dw and, if db is not
+  // null, their bias gradient (O) into db (one thread). Only for a B that is a multiple of `lanes`.
+  void (*blocked_conv_weight_grad)(const BlockedConvGrad&, i64 first, i64 last, float* dw, float* db);
   // Output rows [first, last) of planes x OH, keeping each window's argmax.
   void (*plain_pool_forward)(const PlainPool&, i64 first, i64 last);
   // Planes [first, last): the input gradient from dy and the argmax.
