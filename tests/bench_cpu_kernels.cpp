@@ -1,6 +1,7 @@
 // A benchmark, not a test: each of trainbench's own CPU kernels (engine/cpu/kernels) in every ISA
 // this machine runs, on the shapes the models give them: LeNet-5's first convolution (3 -> 6
-// channels, 5x5, 32x32, batch 100) forward and weight gradient, its 2x2 max pooling, the sine
+// channels, 5x5, 32x32, batch 100) forward and weight gradient, its second convolution's weight
+// gradient into channel blocks (6 -> 16 channels, 5x5, 14x14), its 2x2 max pooling, the sine
 // LSTM (5 units, 50 steps, batch 20), SGD and Adam over the MLP's 1.8 M parameters, and a
 // gradient sum of ResNet-152 32x32's largest (128 x 256 x 8 x 8). One thread, so that the ISAs
 // compare without the machine's thread count in the way; docs/cpu-kernels.md shows a run.
@@ -51,6 +52,20 @@ void conv_weight_grad(benchmark::State& state, Isa isa) {
   LeNetConv c;
   for (auto _ : state) k.small_conv_weight_grad(c.s, 0, c.s.N, c.dw.data(), c.db.data());
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 100 * 6 * 28 * 28 * 75 * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// LeNet-5's second convolution's weight gradient (6 -> 16 channels, 5x5 over 14x14, batch 100)
+// from its output gradient in blocks of `block` channels (16 as oneDNN's AVX-512 forward writes
+// them, 8 as its AVX2 forward does).
+void blocked_weight_grad(benchmark::State& state, Isa isa, i64 block) {
+  const kernels::Table& k = kernels::table(isa);
+  kernels::BlockedConvGrad s{.N = 100, .C = 6, .H = 14, .W = 14, .O = 16, .K = 5, .OH = 10, .OW = 10, .B = block};
+  const std::vector<float> x = random_floats(s.N * s.C * 14 * 14, 15), dy = random_floats(s.N * s.O * 100, 16);
+  std::vector<float> dw(std::size_t(s.O * s.C * 25)), db(std::size_t(s.O));
+  s.x = x.data(), s.dy = dy.data();
+  for (auto _ : state) k.blocked_conv_weight_grad(s, 0, s.N, dw.data(), db.data());
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 100 * 16 * 10 * 10 * 150 * double(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
@@ -107,6 +122,10 @@ int register_all() {
     const std::string name = isa_name(isa);
     benchmark::RegisterBenchmark(("conv_forward/lenet5/" + name).c_str(), conv_forward, isa);
     benchmark::RegisterBenchmark(("conv_weight_grad/lenet5/" + name).c_str(), conv_weight_grad, isa);
+    for (const i64 block : {8, 16})
+      if (block % kernels::table(isa).lanes == 0)
+        benchmark::RegisterBenchmark(("blocked_weight_grad/lenet5_conv2/b" + std::to_string(block) + "/" + name).c_str(),
+                                     blocked_weight_grad, isa, block);
     benchmark::RegisterBenchmark(("pool_forward/lenet5/" + name).c_str(), pool_forward, isa);
     benchmark::RegisterBenchmark(("lstm_forward_backward/sine/" + name).c_str(), lstm_step, isa);
     benchmark::RegisterBenchmark(("sgd/mlp/" + name).c_str(), update, isa, false);
