@@ -124,8 +124,9 @@ int register_all() {
     benchmark::RegisterBenchmark(("conv_weight_grad/lenet5/" + name).c_str(), conv_weight_grad, isa);
     for (const i64 block : {8, 16})
       if (block % kernels::table(isa).lanes == 0)
-        benchmark::RegisterBenchmark(("blocked_weight_grad/lenet5_conv2/b" + std::to_string(block) + "/" + name).c_str(),
-                                     blocked_weight_grad, isa, block);
+        benchmark::RegisterBenchmark(
+            ("blocked_weight_grad/lenet5_conv2/b" + std::to_string(block) + "/" + name).c_str(), blocked_weight_grad,
+            isa, block);
     benchmark::RegisterBenchmark(("pool_forward/lenet5/" + name).c_str(), pool_forward, isa);
     benchmark::RegisterBenchmark(("lstm_forward_backward/sine/" + name).c_str(), lstm_step, isa);
     benchmark::RegisterBenchmark(("sgd/mlp/" + name).c_str(), update, isa, false);
