@@ -14,7 +14,9 @@
 # runs trainbench and then the peer under its chosen setting (or the other way round: the order
 # alternates every round, so that neither always runs on a machine the other has just warmed
 # or heated), each in a process of its own, on all cores, on synthetic data of the same shape,
-# TB_REPETITIONS repetitions per round (default 1). Rows go to a fresh pair of CSVs,
+# resident on both sides (the peer's pool of batches made before timing; trainbench
+# --data_on_device: a step copies a prepared batch into the network's input, without the
+# loader's work), TB_REPETITIONS repetitions per round (default 1). Rows go to a fresh pair of CSVs,
 # results/<host>/trainbench-vs-pytorch-<UTC time>-{trainbench,pytorch}.csv (one file per
 # framework, as scripts/compare.py compares two files), the runs' output to ...-log.txt beside
 # them.
@@ -206,8 +208,9 @@ prepare_runs() {
 # Both tools append the variant of their flags to a name (.../optimizer:sgd, .../data_on_device):
 # the filters take a benchmark with whatever variant its flags give it.
 run_trainbench() {  # benchmark optimizer
-  local status=0 where=(--devices=cpu)
-  # On the GPU: the benchmark's precision, the data resident as the peer's.
+  # The data resident as the peer's pool: prepared once, no loader work in the step (on the
+  # CPU in host memory, on the GPU in device memory, with the benchmark's precision).
+  local status=0 where=(--devices=cpu --data_on_device)
   [ "$device" = gpu ] && where=(--devices=gpu:1 "--precisions=$(cut -d/ -f5 <<<"$1")" --data_on_device)
   # Google Benchmark names a manually timed GPU row .../manual_time: the filter allows it.
   "${trainbench[@]}" --benchmark_filter="^$1(/.*)?\$" "${where[@]}" --optimizer="$2" \

@@ -877,6 +877,21 @@ def test_jobs_are_separate_processes_each_measured_on_its_own(tmp_path):
                                      "train/lstm/sine/gpu:1/jobs:2/fp32/bs:20"]
 
 
+def test_cpu_rows_train_on_resident_data_with_data_on_device(tmp_path):
+    """--data_on_device on the CPU: batches prepared once and kept in host memory (the PyTorch
+    peer's pool); the row says so in its name and column, and it trains. Without the flag a cpu
+    row leaves the column empty, as before."""
+    out = tmp_path / "run.csv"
+    for extra in ([], ["--data_on_device"]):
+        r = run("--benchmark_filter=train/lenet5/cifar10/cpu/", "--devices=cpu", f"--csv={out}", *extra, *FAST)
+        assert r.returncode == 0, r.stderr
+    plain, resident = read_csv(out)
+    assert plain["benchmark"] == "train/lenet5/cifar10/cpu/fp32/bs:100" and plain["data_on_device"] == ""
+    assert resident["benchmark"] == "train/lenet5/cifar10/cpu/fp32/bs:100/data_on_device"
+    assert resident["variant"] == "data_on_device" and resident["data_on_device"] == "1"
+    assert resident["status"] == "ok" and float(resident["loss_last"]) < float(resident["loss_first"])
+
+
 def test_a_filter_matching_nothing_gives_the_name_grammar_and_the_nearest_names():
     """Tried as a new user would: with --optimizer=sgd the MLP's name ends with its variant, so
     a filter ending at bs:100$ matches nothing; the error must say why and what is near."""

@@ -698,6 +698,33 @@ void check_whole_model(const ModelSpec& m, i64 batch, const std::string& dataset
           << m.nodes[i].name << " gradient of parameter " << k;
 }
 
+// --data_on_device on the CPU: batches kept in host memory train exactly as the same batches given
+// one by one, round and round the pool; a network asked for a resident batch before it has any
+// refuses.
+TEST(CpuResidentData, TrainsAsTheSameBatchesGivenOneByOne) {
+  const models::Workload w = models::workload("lenet5", "cifar10");
+  const i64 batch = 4, pooled = 3;
+  cpu::CpuNetwork given(w.spec, config(batch, w.optimizer, 3)), resident(w.spec, config(batch, w.optimizer, 3));
+  EXPECT_THROW(resident.use_resident(0), Error);
+  ASSERT_EQ(resident.resident_data(), &resident);
+  auto data = data::synthetic_for("cifar10", w.spec, batch, 5), same = data::synthetic_for("cifar10", w.spec, batch, 5);
+  resident.make_resident(*same, pooled);
+  EXPECT_EQ(resident.batch_bytes(), std::size_t(batch * 3 * 32 * 32 + batch) * 4);
+  std::vector<Batch> batches;
+  for (i64 k = 0; k < pooled; ++k) batches.push_back(data->next());
+  for (i64 step = 0; step < 5; ++step) {
+    given.set_batch(batches[std::size_t(step % pooled)].view());
+    resident.use_resident(step);
+    const float loss = given.forward();
+    EXPECT_EQ(resident.forward(), loss) << "step " << step;
+    given.backward();
+    resident.backward();
+    given.update();
+    resident.update();
+  }
+  EXPECT_EQ(given.param_checksum(), resident.param_checksum());
+}
+
 TEST(ModelsWholeGradient, Lenet5) { check_whole_model(models::workload("lenet5", "cifar10").spec, 4, "cifar10"); }
 
 TEST(ModelsWholeGradient, Lstm) { check_whole_model(models::workload("lstm", "sine").spec, 3, "sine"); }

@@ -197,8 +197,10 @@ trainbench flags:
   --cuda_graph          capture each GPU training step once as a CUDA graph and replay it
   --gpu_layout=L        image layout on the GPU: auto (channels-last NHWC where tensor cores
                         compute and the convolutions suit them, else NCHW), nchw or nhwc
-  --data_on_device      keep the training data on the GPU (up to one epoch, at most 2 GiB):
-                        batches are device-to-device copies, no host upload per step
+  --data_on_device      keep the training data on the device, prepared once (up to one
+                        epoch, at most 2 GiB): on a GPU batches are device-to-device copies,
+                        no host upload per step; on the CPU each step copies a resident batch
+                        into the network's input, without the loader's work
 )";
 }
 

@@ -94,10 +94,9 @@ Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   row.cpu_baseline = info.cpu_baseline;
   row.speedup_differs = info.speedup_differs;
   if (machine.sgemm_gflops > 0) row.sgemm_gflops = machine.sgemm_gflops;
-  if (gpu) {
-    row.cuda_graph = int(info.cuda_graph);
-    row.data_on_device = int(info.data_on_device);
-  }
+  if (gpu) row.cuda_graph = int(info.cuda_graph);
+  // A cpu row says it only where its training data was resident (the PyTorch peer's are).
+  if (gpu || (info.data_on_device && info.kind == Kind::Train)) row.data_on_device = int(info.data_on_device);
   add_gpu_context(row, info, gpu, machine);
   if (!gpu && info.skip_reason.empty())
     row.peak_source = "oneDNN sgemm 1024^3 measured at start-up (median of 5 rounds)";

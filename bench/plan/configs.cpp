@@ -86,7 +86,8 @@ const std::vector<VariantFlag>& variant_flags() {
   static const std::vector<VariantFlag> flags{
       {"optimizer", "optimizer:adam or optimizer:sgd, against the workload's own (--optimizer)"},
       {"lr", "lr:0.001, against the workload's own learning rate for its batch (--lr)"},
-      {"data_on_device", "GPU rows: the dataset resident on the device (--data_on_device)"},
+      {"data_on_device",
+       "the dataset prepared once and resident on the device, or for cpu rows in host memory (--data_on_device)"},
       {"cuda_graph", "GPU rows: each step replayed as one CUDA graph (--cuda_graph)"},
       {"gpu_memory_limit", "GPU rows: gpu_memory_limit:0.5 (a fraction) or bytes (--gpu_memory_limit)"},
       {"gpu_layout", "GPU rows: gpu_layout:nhwc or nchw, against auto (--gpu_layout)"},
@@ -138,8 +139,8 @@ std::string variant_of(const BenchInfo& b, const OptimizerConfig& workload) {
   std::vector<std::string> parts;
   if (b.optimizer.kind != workload.kind) parts.push_back(fmt::format("optimizer:{}", optimizer_name(b.optimizer.kind)));
   if (b.optimizer.lr != workload.lr) parts.push_back(fmt::format("lr:{:g}", b.optimizer.lr));
+  if (b.data_on_device && b.kind == Kind::Train) parts.emplace_back("data_on_device");
   if (b.gpu()) {
-    if (b.data_on_device && b.kind == Kind::Train) parts.emplace_back("data_on_device");
     if (b.cuda_graph) parts.emplace_back("cuda_graph");
     if (b.gpu_memory_limit > 1) parts.push_back(fmt::format("gpu_memory_limit:{:.0f}", b.gpu_memory_limit));  // bytes
     if (b.gpu_memory_limit > 0 && b.gpu_memory_limit <= 1)

@@ -73,7 +73,7 @@ class TrainRun final : public BenchmarkRun {
     std::unique_ptr<Network> network = make_network(info_.gpu_ordinal);
     splits_ = data::make_splits(info_.dataset, info_.data_folder, info_.spec, info_.loader);
     std::unique_ptr<Dataset> train = std::move(splits_.train);
-    if (info_.data_on_device && info_.gpu()) train = make_resident(*network, *train, info_.batch);
+    if (info_.data_on_device) train = make_resident(*network, *train, info_.batch);
     trainer_ = std::make_unique<Trainer>(std::move(network), std::move(train));
   }
 

@@ -17,7 +17,7 @@ namespace tb::cpu {
 // The arena CpuNetwork plans for `model` at `batch` (its layers are made, nothing is allocated).
 MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch);
 
-class CpuNetwork final : public Network {
+class CpuNetwork final : public Network, public ResidentData {
  public:
   CpuNetwork(const ModelSpec& model, const NetworkOptions& config);
 
@@ -40,6 +40,14 @@ class CpuNetwork final : public Network {
   void set_step_hook(std::function<void(int node)> hook) override { step_hook_ = std::move(hook); }
   bool scale_gradients_in_update(float scale) override;
   std::uint64_t param_checksum() override { return fnv1a(params_.data(), std::size_t(params_.size()) * sizeof(float)); }
+
+  // ResidentData (--data_on_device): `batches` batches of a dataset prepared once and kept in
+  // host memory; use_resident(k) copies batch k into the network's input, as set_batch does,
+  // without the loader's work per step.
+  ResidentData* resident_data() override { return this; }
+  std::size_t batch_bytes() const override;
+  void make_resident(Dataset& data, std::int64_t batches) override;
+  void use_resident(std::int64_t batch) override;
 
   // The arena of values and their gradients, as planned.
   std::int64_t activation_bytes() const { return i64(plan_.arena_bytes); }
@@ -76,6 +84,11 @@ class CpuNetwork final : public Network {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::int32_t> labels_;
   std::vector<float> targets_;
+  // The resident batches: inputs as the network's input holds them, then labels or targets.
+  HostBuffer pool_inputs_;
+  std::vector<std::int32_t> pool_labels_;
+  std::vector<float> pool_targets_;
+  i64 pool_batches_ = 0;
   BatchView batch_;
   bool has_loss_;
   i64 target_count_ = 0;  // labels or target values per batch

@@ -35,8 +35,9 @@ synthetic data of the same shape as trainbench, timed the way Google Benchmark t
 trainbench (whole steps, repeated until --min_time seconds), and reported under the same
 benchmark names (train/<model>/<dataset>/<device>/fp32/bs:<n>[/<variant>]) in trainbench's CSV
 schema (results/SCHEMA.md), version included, so scripts/compare.py and scripts/plot.py read both. The
-variant is trainbench's for the same flags (`optimizer:sgd`, `lr:0.01`, and `data_on_device` on
-a GPU), so that a row matches the trainbench row of the same flags.
+variant is trainbench's for the same flags (`optimizer:sgd`, `lr:0.01`, and `data_on_device`:
+the peer's batches are a pool made before timing, in host memory or on the GPU), so that a row
+matches the trainbench row of the same flags.
 scripts/compare_pytorch.sh runs the two side by side.
 
 The trainbench binary (--trainbench, $TRAINBENCH, else build/release/bench/trainbench) is

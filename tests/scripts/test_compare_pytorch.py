@@ -47,7 +47,7 @@ def benchmark(regex):
 def write_row(path, name, framework, wall, device_share, settings=""):
     new = not os.path.exists(path)
     step = wall * device_share if gpu else wall
-    variant = "optimizer:" + flags["optimizer"] + ("/data_on_device" if gpu else "")
+    variant = "optimizer:" + flags["optimizer"] + "/data_on_device"
     batch = int(name.rsplit("bs:", 1)[1])
     row = {{"schema_version": SCHEMA_VERSION, "benchmark": name + "/" + variant, "kind": "train",
            "framework": framework, "run_type": "iteration", "repetition": "0", "status": "ok",

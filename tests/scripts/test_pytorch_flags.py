@@ -161,15 +161,16 @@ def test_gpu_names_carry_the_precision_and_the_gpu_batch(tmp_path):
 
 
 @pytest.mark.parametrize("flags, variant", [
-    ([], ""),
-    (["--optimizer=adam"], ""),                      # the MLP's own optimizer and lr
-    (["--optimizer=sgd"], "/optimizer:sgd/lr:0.01"),
-    (["--lr=0.5"], "/lr:0.5"),
-    (["--optimizer=sgd", "--lr=0.001"], "/optimizer:sgd"),
+    ([], "/data_on_device"),
+    (["--optimizer=adam"], "/data_on_device"),       # the MLP's own optimizer and lr
+    (["--optimizer=sgd"], "/optimizer:sgd/lr:0.01/data_on_device"),
+    (["--lr=0.5"], "/lr:0.5/data_on_device"),
+    (["--optimizer=sgd", "--lr=0.001"], "/optimizer:sgd/data_on_device"),
 ])
 def test_names_carry_trainbench_s_variant_of_the_same_flags(tmp_path, flags, variant):
-    """bench/plan/configs.cpp variant_of: what differs from the workload's own optimizer and lr, so
-    that a peer row matches the trainbench row of the same flags."""
+    """bench/plan/configs.cpp variant_of: what differs from the workload's own optimizer and lr, and
+    data_on_device (the peer's pool of batches), so that a peer row matches the trainbench row of
+    the same flags."""
     message = one_line(run("--threads=1", "--filter=no-such-benchmark", *flags,
                            "--trainbench", fake_trainbench(tmp_path)))
     device = "cpu" if len(os.sched_getaffinity(0)) == 1 else "cpu:1"
@@ -233,16 +234,17 @@ def test_the_names_come_from_the_json(tmp_path):
     message = one_line(run("--threads=1", "--filter=no-such-benchmark", "--trainbench", binary))
     names = message.split(" they are ", 1)[1].split(", ")
     device = "cpu" if len(os.sched_getaffinity(0)) == 1 else "cpu:1"
-    assert names == [f"train/{w['model']}/{w['dataset']}/{device}/fp32/bs:{w['batch']}"
+    # Every peer row carries data_on_device: its batches are a pool made before timing.
+    assert names == [f"train/{w['model']}/{w['dataset']}/{device}/fp32/bs:{w['batch']}/data_on_device"
                      for w in changed]
-    assert f"train/mlp/mnist/{device}/fp32/bs:64" in names
-    assert f"train/toymodel/blobs/{device}/fp32/bs:16" in names
+    assert f"train/mlp/mnist/{device}/fp32/bs:64/data_on_device" in names
+    assert f"train/toymodel/blobs/{device}/fp32/bs:16/data_on_device" in names
     gpu = one_line(run("--device=cuda", "--precisions=fp32", "--filter=no-such-benchmark",
                        "--trainbench", binary))
     assert "train/resnet152/imagenet/gpu:1/fp32/bs:96" in gpu
     # --batch sets every workload's batch, as trainbench --batch does.
     batch = one_line(run("--threads=1", "--batch=7", "--filter=no-such-benchmark", "--trainbench", binary))
-    assert all(name.endswith("/bs:7") for name in batch.split(" they are ", 1)[1].split(", "))
+    assert all(name.endswith("/bs:7/data_on_device") for name in batch.split(" they are ", 1)[1].split(", "))
 
 
 def test_trainbench_comes_from_the_environment(tmp_path):

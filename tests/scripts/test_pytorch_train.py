@@ -160,7 +160,7 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, tr
     expected = {}
     for key in (("mlp", "mnist"), ("lstm", "sine")):
         w = trainbench_workloads[key]
-        expected[f"train/{key[0]}/{key[1]}/{device}/fp32/bs:{w['batch']}"] = w
+        expected[f"train/{key[0]}/{key[1]}/{device}/fp32/bs:{w['batch']}/data_on_device"] = w
     assert {row["benchmark"] for row in rows} == set(expected)
     for name, w in expected.items():
         mine = [row for row in rows if row["benchmark"] == name]
@@ -173,7 +173,9 @@ def test_rows_have_trainbench_columns_names_and_values(short_run, trainbench, tr
             # The kind's facts trainbench writes for a one-thread CPU row (tbdevices' table).
             assert (row["device_kind"], row["backend"], row["data_parallel"]) == (
                 "cpu:T" if device == "cpu:1" else "cpu", "cpu", ""), row
-            assert row["measurement"] == "measured" and row["variant"] == ""
+            # The peer's batches are a pool made before timing: trainbench's data_on_device.
+            assert row["measurement"] == "measured" and row["variant"] == "data_on_device"
+            assert row["data_on_device"] == "1"
             assert row["peer_settings"] == ONE_THREAD  # no layout: neither takes images
             # The CPU has one clock: the wall's, and no device columns.
             assert float(row["step_time_s"]) == pytest.approx(float(row["wall_step_time_s"]), rel=1e-9)
@@ -222,7 +224,8 @@ def test_appending_keeps_one_header_and_optimizer_overrides(short_run, trainbenc
         last = list(csv.DictReader(f))[-1]
     assert last["benchmark"].startswith("train/lstm/") and last["optimizer"] == "sgd"
     # trainbench's variant of the same flags ends the name and fills the column.
-    assert last["variant"] == "optimizer:sgd" and last["benchmark"].endswith("/bs:20/optimizer:sgd")
+    assert last["variant"] == "optimizer:sgd/data_on_device"
+    assert last["benchmark"].endswith("/bs:20/optimizer:sgd/data_on_device")
 
 
 def test_a_drifted_definition_fails_its_row_naming_both_counts(tmp_path):

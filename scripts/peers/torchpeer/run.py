@@ -52,12 +52,12 @@ def row_identity(w: Workload, precision: str, name: str, batch: int, args, conte
                 "optimizer": optimizer_of(w, batch, args).kind, "framework": "pytorch",
                 "params": str(w.params), "train_flops_per_sample": number(w.train_flops_per_sample),
                 "warmup_steps": str(w.warmup_steps if args.warmup_steps is None else args.warmup_steps),
-                "variant": variant, "measurement": "measured",
+                "variant": variant, "measurement": "measured", "data_on_device": "1",
                 "peer_settings": row_setting(w, args).text(), **context}
     if cuda and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         identity.update({"gpu_name": props.name, "gpu_cc": f"{props.major}.{props.minor}",
-                         "data_on_device": "1", "cuda_graph": "0"})
+                         "cuda_graph": "0"})
     return identity
 
 

@@ -136,9 +136,9 @@ def optimizer_of(w: Workload, batch: int, args) -> Optimizer:
 
 def variant_of(w: Workload, batch: int, args) -> str:
     """trainbench's variant (bench/plan/configs.cpp variant_of) for the flags the peer shares
-    with it: the optimizer and learning rate where they differ from the workload's own, and on a
-    GPU data_on_device (the peer's data is always resident there). The peer's own settings
-    are not part of it: they are in peer_settings."""
+    with it: the optimizer and learning rate where they differ from the workload's own, and
+    data_on_device (the peer's data is always a pool of batches made before timing, on the GPU
+    or in host memory). The peer's own settings are not part of it: they are in peer_settings."""
     own = optimizer_of(w, batch, SimpleNamespace(optimizer=None, lr=None))
     used = optimizer_of(w, batch, args)
     parts = []
@@ -146,8 +146,7 @@ def variant_of(w: Workload, batch: int, args) -> str:
         parts.append(f"optimizer:{used.kind}")
     if used.lr != own.lr:
         parts.append(f"lr:{used.lr:g}")
-    if args.device == "cuda":
-        parts.append("data_on_device")
+    parts.append("data_on_device")
     return "/".join(parts)
 
 
