@@ -107,9 +107,13 @@ def asan_source_name(path: Path, string: bytes) -> bool:
     full paths of such source files of the tree, and nothing else of it."""
     if os.environ.get("TB_SANITIZE") != "ON" or path.name != "trainbench":
         return False
-    text = string.decode(errors="replace")
-    return (text.startswith(f"{SOURCE}/") and text.endswith((".cpp", ".cu", ".hpp", ".cuh", ".h", ".inc"))
-            and Path(text).is_file())
+    # The name may follow other bytes of read-only data with no NUL between them (a switch's jump
+    # table laid out just before it): those must not be text that runs on into the path.
+    at = string.find(bytes(f"{SOURCE}/", "utf-8"))
+    if at < 0 or (at > 0 and 0x20 <= string[at - 1] <= 0x7e):
+        return False
+    text = string[at:].decode(errors="replace")
+    return text.endswith((".cpp", ".cu", ".hpp", ".cuh", ".h", ".inc")) and Path(text).is_file()
 
 
 def test_nothing_installed_names_the_source_or_the_build_tree(prefix):
