@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/core/dataset.hpp"
 #include "engine/core/init.hpp"
 #include "engine/core/layer_factory.hpp"
 
@@ -203,33 +202,18 @@ std::size_t CpuNetwork::batch_bytes() const {
 
 void CpuNetwork::make_resident(Dataset& data, std::int64_t batches) {
   TB_CHECK(batches > 0, "a resident dataset needs at least one batch");
-  const std::size_t input_bytes = values_[0].get_desc().get_size();
-  const i64 input_floats = i64(input_bytes / sizeof(float));
-  pool_inputs_ = HostBuffer(input_floats * batches);
-  pool_labels_.clear();
-  pool_targets_.clear();
+  const std::size_t input_floats = values_[0].get_desc().get_size() / sizeof(float);
+  pool_.clear();
   for (i64 k = 0; k < batches; ++k) {
-    const Batch& b = data.next();
-    TB_CHECK(b.input.size() * sizeof(float) == input_bytes, "{}: a batch of {} values, the network takes {}",
-             data.name(), b.input.size(), input_floats);
-    std::memcpy(pool_inputs_.data() + k * input_floats, b.input.data(), input_bytes);
-    if (!has_loss_) continue;
-    if (model_.task == Task::Classification)
-      pool_labels_.insert(pool_labels_.end(), b.labels.begin(), b.labels.begin() + target_count_);
-    else
-      pool_targets_.insert(pool_targets_.end(), b.targets.begin(), b.targets.begin() + target_count_);
+    pool_.push_back(data.next());
+    TB_CHECK(pool_.back().input.size() == input_floats, "{}: a batch of {} values, the network takes {}", data.name(),
+             pool_.back().input.size(), input_floats);
   }
-  pool_batches_ = batches;
 }
 
 void CpuNetwork::use_resident(std::int64_t batch) {
-  TB_CHECK(pool_batches_ > 0, "no resident dataset: make_resident first");
-  const i64 k = batch % pool_batches_;
-  const i64 input_floats = i64(values_[0].get_desc().get_size() / sizeof(float));
-  BatchView view{pool_inputs_.data() + k * input_floats, nullptr, nullptr};
-  if (!pool_labels_.empty()) view.labels = pool_labels_.data() + k * target_count_;
-  if (!pool_targets_.empty()) view.targets = pool_targets_.data() + k * target_count_;
-  set_batch(view);
+  TB_CHECK(!pool_.empty(), "no resident dataset: make_resident first");
+  set_batch(pool_[std::size_t(batch % i64(pool_.size()))].view());
 }
 
 float CpuNetwork::forward() {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/core/buffer.hpp"
+#include "engine/core/dataset.hpp"
 #include "engine/core/network.hpp"
 #include "engine/core/planner.hpp"
 #include "engine/cpu/kernels/kernels.hpp"
@@ -84,11 +85,7 @@ class CpuNetwork final : public Network, public ResidentData {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::int32_t> labels_;
   std::vector<float> targets_;
-  // The resident batches: inputs as the network's input holds them, then labels or targets.
-  HostBuffer pool_inputs_;
-  std::vector<std::int32_t> pool_labels_;
-  std::vector<float> pool_targets_;
-  i64 pool_batches_ = 0;
+  std::vector<Batch> pool_;  // the resident batches (make_resident)
   BatchView batch_;
   bool has_loss_;
   i64 target_count_ = 0;  // labels or target values per batch
