@@ -217,7 +217,7 @@ struct ConvCase {
   bool bias;
   bool feeder = true;     // false: the conv reads the model input and computes no input gradient
   bool small = false;     // runs as conv2d_small.cpp's direct loops rather than on oneDNN
-  bool expanded = false;  // runs as conv2d_expanded.cpp's inner product
+  bool expanded = false;  // runs as conv2d_expanded.cpp's matrix product
   bool patches = false;   // runs as conv2d_patches.cpp's inner product
   // On oneDNN with its weight gradient in trainbench's own loop over oneDNN's forward layouts
   // (a plain input, blocks of output channels): whether it does depends on the layouts oneDNN
@@ -228,7 +228,7 @@ struct ConvCase {
 void PrintTo(const ConvCase& c, std::ostream* os) {
   *os << "N" << c.N << " C" << c.C << " H" << c.H << " O" << c.O << " k" << c.kernel << " s" << c.stride << " p"
       << c.pad << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input") << (c.small ? " (direct loops)" : "")
-      << (c.expanded ? " (inner product)" : "") << (c.patches ? " (patches)" : "")
+      << (c.expanded ? " (expanded)" : "") << (c.patches ? " (patches)" : "")
       << (c.own_weight_grad ? " (own weight gradient)" : "");
 }
 

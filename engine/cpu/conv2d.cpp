@@ -124,6 +124,11 @@ class Conv2d final : public WeightedLayer {
 
 }  // namespace
 
+md convolution_output_desc(Context& ctx, const Conv2dSpec& s, const Dims& in, const Dims& out) {
+  const md dst = forward_pd(ctx, s, in, out).dst_desc();
+  return dst.get_size() == std::size_t(product(out)) * sizeof(float) ? dst : plain_desc(to_dnnl(out));
+}
+
 bool conv_weight_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Dims& out) {
   if (conv_is_small(s, in, out) || conv_is_expanded(s, in, out) || conv_is_patches(s, in, out)) return false;
   Context ctx;

@@ -1,5 +1,5 @@
 // A convolution over an input plane of at most four positions (ResNet-152's last two stages on
-// 32x32 images: 2x2 and 1x1 planes), as one inner product. Every output position p and input
+// 32x32 images: 2x2 and 1x1 planes), as one matrix product. Every output position p and input
 // position q meet at one tap of the kernel (or at none, where the tap would lie in the padding),
 // so the convolution is dst[n][o][p] = sum over c, q of src[n][c][q] * big[o][p][c][q], with
 // big[o][p][c][q] = w[o][c][tap(p, q)], 0 where there is no tap: a matrix product over the
@@ -7,11 +7,13 @@
 // machine's rate, most of all for the weight gradient, and compute every tap, padding included:
 // a 3x3 kernel on a 2x2 plane uses 4 of its 9 taps at each output position. Measured on the
 // 2-core AVX-512 VM (batch 128, forward + data gradient + weight gradient): 256 -> 256 channels,
-// 3x3 on 2x2, 7.9 ms as a convolution, 3.7 ms as this product; 512 -> 512, 3x3 on 1x1, 6.1 and
-// 0.9 ms. The layer lays the kernel out as `big` before each forward, in the layout the
-// product's primitive chose, and adds big's gradient back into the kernel's taps. The product
-// reads its input in the producer's layout, and its columns are ordered so that its output is
-// the layout a convolution would give (16-channel blocks), so nothing around it is reordered.
+// 3x3 on 2x2, 7.9 ms as a convolution, 3.7 ms as oneDNN's inner product; 512 -> 512, 3x3 on 1x1,
+// 6.1 and 0.9 ms. The layer lays the kernel out as `big` before each forward and adds big's
+// gradient back into the kernel's taps. big's rows and columns are in the order of the output's
+// and the input's layouts within a sample, so the three products (oneDNN's sgemm) read the
+// input and write the output where they lie: nothing is reordered. The inner product primitive
+// this replaced reordered big into its own layout every step (1.5 ms of 4 MB a layer, 36 layers)
+// and, under AVX2, ran its forward at a quarter of the machine's rate (5.4 ms against sgemm's 1.3).
 #include "engine/cpu/layer.hpp"
 
 #include <omp.h>
@@ -21,8 +23,6 @@
 
 namespace tb::cpu {
 namespace {
-
-using prop = dnnl::prop_kind;
 
 // At most this many input positions: `big` holds O x outputs x C x inputs values.
 constexpr i64 kMaxPositions = 4;
@@ -53,6 +53,39 @@ struct Offsets {
   bool blocked() const { return !dim[0].empty(); }
 };
 
+// Whether each sample's values are one run of their own, in a blocked layout without padding:
+// the tensor is then a matrix of a sample per row, its columns in the layout's order.
+bool sample_rows(const md& d) {
+  const dnnl_memory_desc_t& m = d.data;
+  if (m.format_kind != dnnl_blocked || m.ndims != 4) return false;
+  const dnnl_blocking_desc_t& b = m.format_desc.blocking;
+  for (int t = 0; t < b.inner_nblks; ++t)
+    if (b.inner_idxs[t] == 0) return false;
+  const i64 floats = m.dims[0] * m.dims[1] * m.dims[2] * m.dims[3];
+  return i64(d.get_size() / sizeof(float)) == floats && b.strides[0] * m.dims[0] == floats;
+}
+
+// Y = A^T for a row-major A of `rows` x `cols`, in tiles that stay in the cache.
+void transpose(const float* a, i64 rows, i64 cols, float* y) {
+  constexpr i64 kTile = 32;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (i64 r0 = 0; r0 < rows; r0 += kTile)
+    for (i64 c0 = 0; c0 < cols; c0 += kTile)
+      for (i64 c = c0; c < std::min(cols, c0 + kTile); ++c)
+        for (i64 r = r0; r < std::min(rows, r0 + kTile); ++r) y[c * rows + r] = a[r * cols + c];
+}
+
+void sgemm(char ta, char tb, i64 m, i64 n, i64 k, const float* a, i64 lda, const float* b, i64 ldb, float* c, i64 ldc) {
+  const dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  TB_CHECK(status == dnnl_success, "conv2d_expanded: dnnl_sgemm failed (status {})", int(status));
+}
+
+// The output's layout: oneDNN's convolution's where that is a sample per row, else plain.
+md output_layout(Context& ctx, const Conv2dSpec& s, const Dims& in, const Dims& out) {
+  const md conv = convolution_output_desc(ctx, s, in, out);
+  return sample_rows(conv) ? conv : plain_desc(to_dnnl(out));
+}
+
 class ExpandedConv2d final : public Layer {
  public:
   ExpandedConv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out)
@@ -65,8 +98,10 @@ class ExpandedConv2d final : public Layer {
         IW_(in[0].shape[3]),
         OH_(out[2]),
         OW_(out[3]),
-        // The layout a convolution gives these channels (16-wide blocks), else plain.
-        output_desc_(to_dnnl(out), dt::f32, O_ % 16 == 0 ? tag::aBcd16b : tag::abcd) {
+        // The layout oneDNN's convolution would give, so the layers after it read what they
+        // expect (batch normalization's AVX2 kernels take 8-channel blocks only: given 16, it
+        // ran oneDNN's reference loop, 27% of ResNet-152 32x32's step under an AVX2 cap).
+        output_desc_(output_layout(ctx, s, in[0].shape, out)) {
     // Each (output, input) pair's tap, -1 where it would lie in the padding.
     for (i64 oh = 0; oh < OH_; ++oh)
       for (i64 ow = 0; ow < OW_; ++ow)
@@ -75,55 +110,20 @@ class ExpandedConv2d final : public Layer {
             const i64 kh = ih - oh * s.stride + s.padding, kw = iw - ow * s.stride + s.padding;
             taps_.push_back(kh >= 0 && kh < K_ && kw >= 0 && kw < K_ ? int(kh * K_ + kw) : -1);
           }
-    // The product's column of output channel o at output position p: where the output's layout
-    // puts it within a sample (no padding in either layout: O is a multiple of the blocks).
+    // big's row of output channel o at output position p: where the output's layout puts it
+    // within a sample. Its column of input channel c at input position q: where the input's does.
     const Offsets y(output_desc_);
     for (i64 o = 0; o < O_; ++o)
-      for (i64 p = 0; p < outputs(); ++p) column_.push_back(y.dim[1][o] + y.dim[2][p / OW_] + y.dim[3][p % OW_]);
-
-    const md big_any({O_ * outputs(), C_, IH_, IW_}, dt::f32, tag::any);
-    const md dst({N_, O_ * outputs()}, dt::f32, tag::ab);  // the output's bytes, a sample per row
-    // The input as its producer lays it out where the product takes that, else as it chooses.
-    dnnl::inner_product_forward::primitive_desc fwd_pd;
-    for (const md& src : {in[0].desc, md(to_dnnl(in[0].shape), dt::f32, tag::any)}) {
-      try {
-        fwd_pd = dnnl::inner_product_forward::primitive_desc(
-            dnnl::inner_product_forward::desc(prop::forward_training, src, big_any, md(), dst), ctx.attr, ctx.engine);
-        break;
-      } catch (const dnnl::error&) {
-        if (src != in[0].desc) throw;
-      }
-    }
-    forward_.create(ctx, fwd_pd, dnnl::inner_product_forward(fwd_pd));
-    const md src = fwd_pd.src_desc();
+      for (i64 p = 0; p < outputs(); ++p) row_.push_back(y.dim[1][o] + y.dim[2][p / OW_] + y.dim[3][p % OW_]);
+    // The input as its producer lays it out where that is a sample per row, else plain.
+    const md src = sample_rows(in[0].desc) ? in[0].desc : plain_desc(to_dnnl(in[0].shape));
     input_ = InputAdapter(ctx, in[0].desc, src);
-    md data_weights;
-    if (needs_dinput_) {
-      dnnl::inner_product_backward_data::desc d(src, big_any, dst);
-      dnnl::inner_product_backward_data::primitive_desc pd;
-      TB_DNNL(pd = dnnl::inner_product_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
-      data_.create(ctx, pd, dnnl::inner_product_backward_data(pd));
-      data_weights = pd.weights_desc();
-    }
-    dnnl::inner_product_backward_weights::desc w(src, big_any, md(), dst);
-    dnnl::inner_product_backward_weights::primitive_desc wpd;
-    TB_DNNL(wpd = dnnl::inner_product_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd));
-    weights_.create(ctx, wpd, dnnl::inner_product_backward_weights(wpd));
-
-    // `big` is laid out in a layout whose rows are contiguous (each row's C x inputs values in
-    // one run: written a row at a time), the data gradient's where it is one, else plain; the
-    // forward's layout (the gemm's prefers rows in blocks) is reordered from it, into the shared
-    // staging buffer. The weight gradient goes to the staging buffer too, in its own layout,
-    // and is folded from there.
-    const md plain({O_ * outputs(), C_, IH_, IW_}, dt::f32, tag::oihw);
-    big_ = Expanded(data_weights && Expanded::rows_contiguous(data_weights) ? data_weights : plain, IW_);
-    big_.mem = dnnl::memory(big_.desc, ctx.engine);
-    std::fill_n(static_cast<float*>(big_.mem.get_data_handle()), big_.desc.get_size() / sizeof(float), 0.0f);
-    if (fwd_pd.weights_desc() != big_.desc) forward_big_ = fwd_pd.weights_desc();
-    if (data_ && data_weights != big_.desc) data_big_ = dnnl::memory(data_weights, ctx.engine);
-    dbig_ = Expanded(wpd.diff_weights_desc(), IW_);
-    for (const md& staged : {forward_big_, dbig_.desc})
-      ctx.staging_bytes = std::max(ctx.staging_bytes, staged.get_size());
+    const Offsets x(src);
+    channel_ = x.dim[1];
+    for (i64 ih = 0; ih < IH_; ++ih)
+      for (i64 iw = 0; iw < IW_; ++iw) position_.push_back(x.dim[2][std::size_t(ih)] + x.dim[3][std::size_t(iw)]);
+    big_.assign(std::size_t(rows() * cols()), 0.0f);
+    ctx.staging_bytes = std::max(ctx.staging_bytes, std::size_t(rows() * std::max(cols(), N_)) * sizeof(float));
   }
 
   md output_desc() const override { return output_desc_; }
@@ -134,88 +134,52 @@ class ExpandedConv2d final : public Layer {
     input_.bind(ctx, b.inputs[0], needs_dinput_ ? b.dinputs[0] : dnnl::memory());
     w_ = static_cast<const float*>(b.params[0].get_data_handle());
     dw_ = static_cast<float*>(b.dparams[0].get_data_handle());
-    const md dst({N_, O_ * outputs()}, dt::f32, tag::ab);
-    const dnnl::memory output(dst, ctx.engine, b.output.get_data_handle());
-    const dnnl::memory doutput(dst, ctx.engine, b.doutput.get_data_handle());
-    dnnl::memory forward_big = big_.mem;
-    if (forward_big_) {
-      forward_big = dnnl::memory(forward_big_, ctx.engine, ctx.staging);
-      to_forward_ = Reorder(big_.mem, forward_big);
-    }
-    forward_.args = {{DNNL_ARG_SRC, input_.value()}, {DNNL_ARG_WEIGHTS, forward_big}, {DNNL_ARG_DST, output}};
-    forward_.bind_scratch(ctx);
-    dbig_.mem = dnnl::memory(dbig_.desc, ctx.engine, ctx.staging);
-    weights_.args = {{DNNL_ARG_SRC, input_.value()}, {DNNL_ARG_DIFF_DST, doutput}, {DNNL_ARG_DIFF_WEIGHTS, dbig_.mem}};
-    weights_.bind_scratch(ctx);
-    if (data_) {
-      if (data_big_) to_data_ = Reorder(big_.mem, data_big_);
-      data_.args = {{DNNL_ARG_DIFF_DST, doutput},
-                    {DNNL_ARG_WEIGHTS, data_big_ ? data_big_ : big_.mem},
-                    {DNNL_ARG_DIFF_SRC, input_.grad()}};
-      data_.bind_scratch(ctx);
-    }
+    y_ = static_cast<float*>(b.output.get_data_handle());
+    dy_ = static_cast<const float*>(b.doutput.get_data_handle());
+    staging_ = static_cast<float*>(ctx.staging);
   }
 
+  // Y^T = big . X^T, then transposed into the output. oneDNN 2.6's sgemm runs this form at
+  // the machine's rate under both AVX-512 and AVX2, where Y = X . big^T took twice as long
+  // under AVX-512 (batch 128, 1024 x 1024 on the 2-core VM: 1.49 ms against 2.55).
   void forward(Context& ctx) override {
     expand();
-    if (to_forward_) to_forward_(ctx);
-    if (to_data_) to_data_(ctx);
     input_.forward(ctx);
-    forward_.run(ctx);
+    const float* x = static_cast<const float*>(input_.value().get_data_handle());
+    sgemm('N', 'T', rows(), N_, cols(), big_.data(), cols(), x, cols(), staging_, N_);
+    transpose(staging_, rows(), N_, y_);
   }
 
+  // big's gradient dY^T . X (staged), folded into the kernel's taps; the input's dY . big.
   void backward(Context& ctx) override {
-    weights_.run(ctx);
-    ctx.stream.wait();
+    const float* x = static_cast<const float*>(input_.value().get_data_handle());
+    sgemm('T', 'N', rows(), cols(), N_, dy_, rows(), x, cols(), staging_, cols());
     fold();
-    if (data_) {
-      data_.run(ctx);
-      input_.backward(ctx);
-    }
+    if (!needs_dinput_) return;
+    float* dx = static_cast<float*>(input_.grad().get_data_handle());
+    sgemm('N', 'N', N_, cols(), rows(), dy_, rows(), big_.data(), cols(), dx, cols());
+    input_.backward(ctx);
   }
 
  private:
-  // `big` (or its gradient) in a layout, and where its (row, c, q) elements lie in it.
-  struct Expanded {
-    md desc;
-    dnnl::memory mem;
-    std::vector<i64> row, channel, position;  // offsets: row (O x outputs), c, q (ih * IW + iw)
-    Expanded() = default;
-    Expanded(const md& d, i64 IW) : desc(d) {
-      const Offsets at(d);
-      TB_CHECK(at.blocked(), "conv2d_expanded: oneDNN chose a weights layout that is not blocked");
-      row = at.dim[0], channel = at.dim[1];
-      for (std::size_t ih = 0; ih < at.dim[2].size(); ++ih)
-        for (i64 iw = 0; iw < IW; ++iw) position.push_back(at.dim[2][ih] + at.dim[3][std::size_t(iw)]);
-    }
-    // Whether each row's values lie in one run of their own: no blocks across rows.
-    static bool rows_contiguous(const md& d) {
-      const dnnl_memory_desc_t& m = d.data;
-      if (m.format_kind != dnnl_blocked) return false;
-      const dnnl_blocking_desc_t& b = m.format_desc.blocking;
-      for (int t = 0; t < b.inner_nblks; ++t)
-        if (b.inner_idxs[t] == 0) return false;
-      return b.strides[0] * m.dims[0] == i64(d.get_size() / sizeof(float));
-    }
-  };
-
   i64 inputs() const { return IH_ * IW_; }
   i64 outputs() const { return OH_ * OW_; }
+  i64 rows() const { return O_ * outputs(); }  // big's: the output's values in a sample
+  i64 cols() const { return C_ * inputs(); }   // the input's
 
-  // big[column(o, p)][c][q] = w[o][c][tap(p, q)], 0 without a tap, a row at a time.
+  // big[row(o, p)][column(c, q)] = w[o][c][tap(p, q)], 0 without a tap.
   void expand() {
-    const Expanded& e = big_;
-    float* big = static_cast<float*>(e.mem.get_data_handle());
+    float* big = big_.data();
     const i64 P = outputs(), Q = inputs(), T = K_ * K_;
 #pragma omp parallel for schedule(static)
     for (i64 o = 0; o < O_; ++o)
       for (i64 p = 0; p < P; ++p) {
-        float* row = big + e.row[std::size_t(column_[std::size_t(o * P + p)])];
+        float* row = big + row_[std::size_t(o * P + p)] * cols();
         const int* taps = taps_.data() + p * Q;
         for (i64 c = 0; c < C_; ++c) {
           const float* w = w_ + (o * C_ + c) * T;
-          float* at = row + e.channel[std::size_t(c)];
-          for (i64 q = 0; q < Q; ++q) at[e.position[std::size_t(q)]] = taps[q] < 0 ? 0.0f : w[taps[q]];
+          float* at = row + channel_[std::size_t(c)];
+          for (i64 q = 0; q < Q; ++q) at[position_[std::size_t(q)]] = taps[q] < 0 ? 0.0f : w[taps[q]];
         }
       }
   }
@@ -223,19 +187,19 @@ class ExpandedConv2d final : public Layer {
   // Each tap's gradient: the sum of big's gradient over the (p, q) pairs that meet at it (0 for
   // a tap that only ever lies in the padding).
   void fold() {
-    const float* dbig = static_cast<const float*>(dbig_.mem.get_data_handle());
+    const float* dbig = staging_;
     const i64 P = outputs(), Q = inputs(), T = K_ * K_;
 #pragma omp parallel for schedule(static)
     for (i64 o = 0; o < O_; ++o) {
       std::fill(dw_ + o * C_ * T, dw_ + (o + 1) * C_ * T, 0.0f);
       for (i64 p = 0; p < P; ++p) {
-        const float* row = dbig + dbig_.row[std::size_t(column_[std::size_t(o * P + p)])];
+        const float* row = dbig + row_[std::size_t(o * P + p)] * cols();
         const int* taps = taps_.data() + p * Q;
         for (i64 c = 0; c < C_; ++c) {
           float* dw = dw_ + (o * C_ + c) * T;
-          const float* at = row + dbig_.channel[std::size_t(c)];
+          const float* at = row + channel_[std::size_t(c)];
           for (i64 q = 0; q < Q; ++q)
-            if (taps[q] >= 0) dw[taps[q]] += at[dbig_.position[std::size_t(q)]];
+            if (taps[q] >= 0) dw[taps[q]] += at[position_[std::size_t(q)]];
         }
       }
     }
@@ -244,16 +208,16 @@ class ExpandedConv2d final : public Layer {
   const bool needs_dinput_;
   const i64 N_, C_, O_, K_, IH_, IW_, OH_, OW_;
   const md output_desc_;
-  std::vector<int> taps_;    // [p][q]
-  std::vector<i64> column_;  // [o][p]: the product's column, the output's offset within a sample
+  std::vector<int> taps_;                // [p][q]
+  std::vector<i64> row_;                 // [o][p]: big's row, the output's offset within a sample
+  std::vector<i64> channel_, position_;  // [c], [q]: the input's offsets within a sample
   InputAdapter input_;
-  Step forward_, data_, weights_;
-  Expanded big_, dbig_;    // the kernel laid out per output position; its gradient (staged)
-  md forward_big_;         // the forward's layout of big where it is another (staged)
-  dnnl::memory data_big_;  // the data gradient's, where it is another and not row by row
-  Reorder to_forward_, to_data_;
+  std::vector<float> big_;  // the kernel laid out per output position
   const float* w_ = nullptr;
   float* dw_ = nullptr;
+  float* y_ = nullptr;
+  const float* dy_ = nullptr;
+  float* staging_ = nullptr;  // Y^T in forward, big's gradient in backward
 };
 
 }  // namespace

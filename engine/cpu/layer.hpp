@@ -74,8 +74,11 @@ inline constexpr i64 kSmallConvInChannels = 4;
 inline constexpr i64 kSmallConvOutChannels = 8;
 bool conv_is_small(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
 std::unique_ptr<Layer> make_small_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
+// The layout oneDNN's convolution gives the output of `s` (16-channel blocks on AVX-512, 8 on
+// AVX2), or plain where its blocks would pad the channels.
+md convolution_output_desc(Context& ctx, const Conv2dSpec& s, const Dims& in, const Dims& out);
 // Convolutions without a bias over input planes of at most 4 positions (and at most K x K) run
-// as one inner product over a kernel laid out per output position (conv2d_expanded.cpp).
+// as one matrix product over a kernel laid out per output position (conv2d_expanded.cpp).
 bool conv_is_expanded(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
 std::unique_ptr<Layer> make_expanded_conv2d(Context&, const Conv2dSpec&, const Inputs&, const Dims&);
 // Other convolutions with kernels of 2 or more and output planes of at most 4 positions run as

@@ -53,6 +53,7 @@ class CpuNetwork final : public Network, public ResidentData {
   // The arena of values and their gradients, as planned.
   std::int64_t activation_bytes() const { return i64(plan_.arena_bytes); }
   std::int64_t scratch_bytes() const { return i64(ctx_.scratch_bytes); }
+  const std::vector<std::string>& implementations() const { return ctx_.implementations; }
 
  private:
   struct ParamSlot {
