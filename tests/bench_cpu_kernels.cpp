@@ -1,7 +1,8 @@
 // A benchmark, not a test: each of trainbench's own CPU kernels (engine/cpu/kernels) in every ISA
 // this machine runs, on the shapes the models give them: LeNet-5's first convolution (3 -> 6
 // channels, 5x5, 32x32, batch 100) forward and weight gradient, its second convolution's weight
-// gradient into channel blocks (6 -> 16 channels, 5x5, 14x14), its 2x2 max pooling, the sine
+// and input gradients from channel blocks (6 -> 16 channels, 5x5, 14x14), its 2x2 max poolings
+// (plain after the first convolution, over channel blocks after the second), the sine
 // LSTM (5 units, 50 steps, batch 20), SGD and Adam over the MLP's 1.8 M parameters, and a
 // gradient sum of ResNet-152 32x32's largest (128 x 256 x 8 x 8). One thread, so that the ISAs
 // compare without the machine's thread count in the way; docs/cpu-kernels.md shows a run.
@@ -69,6 +70,32 @@ void blocked_weight_grad(benchmark::State& state, Isa isa, i64 block) {
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// Its input gradient from the same blocks (and the weights in them: O / B, K, K, C, B).
+void blocked_data_grad(benchmark::State& state, Isa isa, i64 block) {
+  const kernels::Table& k = kernels::table(isa);
+  kernels::BlockedConvGrad s{.N = 100, .C = 6, .H = 14, .W = 14, .O = 16, .K = 5, .OH = 10, .OW = 10, .B = block};
+  const std::vector<float> w = random_floats(s.O * s.C * 25, 17), dy = random_floats(s.N * s.O * 100, 16);
+  std::vector<float> dx(std::size_t(s.N * s.C * 14 * 14));
+  s.dy = dy.data();
+  for (auto _ : state) k.blocked_conv_data_grad(s, w.data(), 0, s.N, dx.data());
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 100 * 16 * 10 * 10 * 150 * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// Its 2x2 max pooling over those blocks (16 channels, 10x10), forward and backward.
+void blocked_pool(benchmark::State& state, Isa isa, i64 block) {
+  const kernels::Table& k = kernels::table(isa);
+  std::vector<float> x = random_floats(100 * 16 * 100, 18), y(100 * 16 * 25), dy = random_floats(100 * 16 * 25, 19),
+                     dx(x.size());
+  std::vector<std::int32_t> arg(y.size());
+  kernels::BlockedPool p{.planes = 100 * 16 / block, .B = block, .K = 2, .H = 10, .W = 10, .OH = 5, .OW = 5};
+  p.x = x.data(), p.y = y.data(), p.argmax = arg.data(), p.dy = dy.data(), p.dx = dx.data();
+  for (auto _ : state) {
+    k.blocked_pool_forward(p, 0, p.planes);
+    k.blocked_pool_backward(p, 0, p.planes);
+  }
+}
+
 void pool_forward(benchmark::State& state, Isa isa) {
   const kernels::Table& k = kernels::table(isa);
   std::vector<float> x = random_floats(600 * 28 * 28, 5), y(600 * 14 * 14);
@@ -127,6 +154,13 @@ int register_all() {
         benchmark::RegisterBenchmark(
             ("blocked_weight_grad/lenet5_conv2/b" + std::to_string(block) + "/" + name).c_str(), blocked_weight_grad,
             isa, block);
+    for (const i64 block : {8, 16})
+      if (block % kernels::table(isa).lanes == 0) {
+        const std::string b = "b" + std::to_string(block) + "/" + name;
+        benchmark::RegisterBenchmark(("blocked_data_grad/lenet5_conv2/" + b).c_str(), blocked_data_grad, isa, block);
+        benchmark::RegisterBenchmark(("blocked_pool_forward_backward/lenet5_pool2/" + b).c_str(), blocked_pool, isa,
+                                     block);
+      }
     benchmark::RegisterBenchmark(("pool_forward/lenet5/" + name).c_str(), pool_forward, isa);
     benchmark::RegisterBenchmark(("lstm_forward_backward/sine/" + name).c_str(), lstm_step, isa);
     benchmark::RegisterBenchmark(("sgd/mlp/" + name).c_str(), update, isa, false);

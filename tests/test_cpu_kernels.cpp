@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -118,7 +119,9 @@ struct BlockedGradCase {
 };
 
 // blocked_conv_weight_grad on `c` against the reference: the gradient (O / B, K, K, C, B) and
-// the bias's (O), from a plain input and an output gradient in B-channel blocks.
+// the bias's (O), from a plain input and an output gradient in B-channel blocks; and
+// blocked_conv_data_grad: the input gradient (plain), from the output gradient and weights in
+// those blocks.
 void check_blocked_grad(const cpu::kernels::Table& k, const BlockedGradCase& c) {
   SCOPED_TRACE(c.what + ", blocks of " + std::to_string(c.B));
   std::mt19937 rng(31);
@@ -147,19 +150,31 @@ void check_blocked_grad(const cpu::kernels::Table& k, const BlockedGradCase& c) 
   k.blocked_conv_weight_grad(s, 0, c.N / 2, dw.data(), c.bias ? db.data() : nullptr);
   k.blocked_conv_weight_grad(s, c.N / 2, c.N, dw.data(), c.bias ? db.data() : nullptr);
 
+  // (O, C, K, K) in the kernels' blocks, (O / B, K, K, C, B).
+  auto to_blocks = [&](const auto& w) {
+    std::vector<typename std::decay_t<decltype(w)>::value_type> out(w.size());
+    for (i64 o = 0; o < c.O; ++o)
+      for (i64 ci = 0; ci < c.C; ++ci)
+        for (i64 t = 0; t < c.K * c.K; ++t)
+          out[std::size_t(((o / c.B * c.K * c.K + t) * c.C + ci) * c.B + o % c.B)] =
+              w[std::size_t((o * c.C + ci) * c.K * c.K + t)];
+    return out;
+  };
+  const Vec w = uniform(rng, c.O * c.C * c.K * c.K);
+  Vec dx(x.size(), 1.0f);  // every value must be written
+  if (c.K == 3 || c.K == 5 || c.K == 7) {
+    k.blocked_conv_data_grad(s, to_blocks(w).data(), 0, c.N / 2, dx.data());
+    k.blocked_conv_data_grad(s, to_blocks(w).data(), c.N / 2, c.N, dx.data());
+  }
+
   const ref::ConvShape shape{c.N, c.C, c.H, c.W, c.O, c.K, 1, 0};
-  const DVec xd = to_double(x), dyd = to_double(dy), wd(dw.size(), 0.0);
-  DVec dwr(dw.size()), dbr(db.size());
-  ref::conv2d_backward(xd.data(), wd.data(), dyd.data(), static_cast<double*>(nullptr), dwr.data(),
-                       c.bias ? dbr.data() : nullptr, shape);
-  // The reference's (O, C, K, K) in the kernel's blocks.
-  DVec expected(dwr.size());
-  for (i64 o = 0; o < c.O; ++o)
-    for (i64 ci = 0; ci < c.C; ++ci)
-      for (i64 t = 0; t < c.K * c.K; ++t)
-        expected[std::size_t(((o / c.B * c.K * c.K + t) * c.C + ci) * c.B + o % c.B)] =
-            dwr[std::size_t((o * c.C + ci) * c.K * c.K + t)];
-  EXPECT_TRUE(close(dw, expected)) << "weight gradient";
+  const DVec xd = to_double(x), dyd = to_double(dy), wd = to_double(w);
+  DVec dxr(x.size()), dwr(dw.size()), dbr(db.size());
+  ref::conv2d_backward(xd.data(), wd.data(), dyd.data(), dxr.data(), dwr.data(), c.bias ? dbr.data() : nullptr, shape);
+  EXPECT_TRUE(close(dw, to_blocks(dwr))) << "weight gradient";
+  if (c.K == 3 || c.K == 5 || c.K == 7) {
+    EXPECT_TRUE(close(dx, dxr)) << "input gradient";
+  }
   if (c.bias) {
     EXPECT_TRUE(close(db, dbr)) << "bias gradient";
   } else {
@@ -175,9 +190,11 @@ TEST_P(CpuKernels, BlockedWeightGradientsMatchTheReference) {
   int checked = 0;
   for (const i64 B : {8, 16}) {
     if (B % k().lanes != 0) continue;
-    for (const BlockedGradCase& c : {BlockedGradCase{4, 6, 14, 14, 16, 5, B, true, "LeNet-5's conv2"},
-                                     BlockedGradCase{3, 2, 9, 11, 32, 3, B, false, "two blocks, 3x3"},
-                                     BlockedGradCase{2, 1, 12, 10, 16, 7, B, true, "7x7, one channel in"}}) {
+    for (const BlockedGradCase& c :
+         {BlockedGradCase{4, 6, 14, 14, 16, 5, B, true, "LeNet-5's conv2"},
+          BlockedGradCase{3, 2, 9, 11, 32, 3, B, false, "two blocks, 3x3"},
+          BlockedGradCase{2, 1, 12, 10, 16, 7, B, true, "7x7, one channel in"},
+          BlockedGradCase{2, 3, 5, 40, 16, 3, B, false, "40 columns: whole rows of lanes"}}) {
       check_blocked_grad(k(), c);
       ++checked;
     }
@@ -224,6 +241,78 @@ TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
   k().plain_pool_forward(p, 0, 2);
   EXPECT_TRUE(std::isnan(y[0]));
   EXPECT_EQ(arg[0], 3);
+}
+
+// ---- max pooling over channel blocks ----
+
+// NCHW <-> (N, C / B, H, W, B), the layout BlockedPool reads and writes.
+Vec to_blocks(const Vec& plain, i64 N, i64 C, i64 HW, i64 B) {
+  Vec out(plain.size());
+  for (i64 n = 0; n < N; ++n)
+    for (i64 c = 0; c < C; ++c)
+      for (i64 q = 0; q < HW; ++q)
+        out[std::size_t(((n * (C / B) + c / B) * HW + q) * B + c % B)] = plain[std::size_t((n * C + c) * HW + q)];
+  return out;
+}
+Vec from_blocks(const Vec& blocked, i64 N, i64 C, i64 HW, i64 B) {
+  Vec out(blocked.size());
+  for (i64 n = 0; n < N; ++n)
+    for (i64 c = 0; c < C; ++c)
+      for (i64 q = 0; q < HW; ++q)
+        out[std::size_t((n * C + c) * HW + q)] = blocked[std::size_t(((n * (C / B) + c / B) * HW + q) * B + c % B)];
+  return out;
+}
+
+// LeNet-5's second pooling (16 channels over 10x10, in one block of 16 or two of 8), a row and a
+// column no window reads (their gradient must be written as zero), 3x3 windows; blocks of 8 and
+// 16 wherever the ISA's vectors divide them.
+TEST_P(CpuKernels, BlockedMaxPoolingMatchesTheReference) {
+  struct Case {
+    i64 N, C, H, K;
+    std::string what;
+  };
+  int checked = 0;
+  for (const i64 B : {8, 16}) {
+    if (B % k().lanes != 0) continue;
+    for (const Case& c : {Case{3, 16, 10, 2, "LeNet-5's pool2"}, Case{2, 32, 11, 2, "a row and a column unread"},
+                          Case{2, 16, 9, 3, "3x3 windows"}}) {
+      SCOPED_TRACE(c.what + ", blocks of " + std::to_string(B));
+      std::mt19937 rng(37);
+      const i64 OH = c.H / c.K, HW = c.H * c.H, OHW = OH * OH;
+      const Vec x = testing_support::distinct(rng, c.N * c.C * HW, 1.0 / 64);
+      const Vec dy = uniform(rng, c.N * c.C * OHW);
+      const Vec xb = to_blocks(x, c.N, c.C, HW, B), dyb = to_blocks(dy, c.N, c.C, OHW, B);
+      Vec yb(dy.size()), dxb(x.size(), 1.0f);  // every input gradient must be written
+      std::vector<std::int32_t> arg(dy.size());
+      cpu::kernels::BlockedPool p{.planes = c.N * c.C / B, .B = B, .K = c.K, .H = c.H, .W = c.H, .OH = OH, .OW = OH};
+      p.x = xb.data(), p.y = yb.data(), p.argmax = arg.data(), p.dy = dyb.data(), p.dx = dxb.data();
+      k().blocked_pool_forward(p, 0, p.planes);
+      k().blocked_pool_backward(p, 0, p.planes);
+      const ref::PoolShape shape{c.N, c.C, c.H, c.H, c.K, c.K, 0};
+      const DVec xd = to_double(x), dyd = to_double(dy);
+      DVec yr(dy.size()), dxr(x.size());
+      ref::maxpool2d_forward(xd.data(), yr.data(), shape);
+      ref::maxpool2d_backward(xd.data(), dyd.data(), dxr.data(), shape);
+      EXPECT_TRUE(close(from_blocks(yb, c.N, c.C, OHW, B), yr)) << "output";
+      EXPECT_TRUE(close(from_blocks(dxb, c.N, c.C, HW, B), dxr, 0.9)) << "input gradient";
+      ++checked;
+    }
+    // Equal values: the window's first takes the gradient; a NaN wins its window.
+    Vec x(std::size_t(4 * 4 * B), 0.5f), y(std::size_t(4 * B)), dy(y.size(), 1.0f), dx(x.size());
+    x[std::size_t(5 * B + 1)] = std::numeric_limits<float>::quiet_NaN();  // (1, 1), lane 1
+    std::vector<std::int32_t> arg(y.size());
+    cpu::kernels::BlockedPool p{.planes = 1, .B = B, .K = 2, .H = 4, .W = 4, .OH = 2, .OW = 2};
+    p.x = x.data(), p.y = y.data(), p.argmax = arg.data(), p.dy = dy.data(), p.dx = dx.data();
+    k().blocked_pool_forward(p, 0, 1);
+    k().blocked_pool_backward(p, 0, 1);
+    EXPECT_TRUE(std::isnan(y[1]));
+    EXPECT_EQ(arg[1], 3);
+    EXPECT_EQ(arg[0], 0);
+    EXPECT_EQ(dx[0], 1.0f);
+    EXPECT_EQ(dx[std::size_t(B)], 0.0f) << "a tie's second position";
+    EXPECT_EQ(dx[std::size_t(5 * B + 1)], 1.0f) << "the NaN's position";
+  }
+  EXPECT_GE(checked, 3) << "every ISA runs blocks of 16";
 }
 
 // ---- the small LSTM ----

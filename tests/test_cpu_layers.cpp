@@ -16,6 +16,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/cpu/isa.hpp"
+#include "engine/cpu/kernels/kernels.hpp"
 #include "engine/cpu/network.hpp"
 #include "engine/cpu/peak.hpp"
 #include "engine/reference/ops.hpp"
@@ -86,6 +87,7 @@ struct OpResult {
   Vec y;   // its output
   Vec dx;  // its input gradient (empty without a feeder)
   std::vector<Vec> dparams;
+  std::vector<std::string> implementations;  // the network's oneDNN primitives
 };
 
 // Runs two identical training passes (forward, backward) and returns the second: gradients must
@@ -129,6 +131,7 @@ OpResult run_op(const OpCase& c, bool feeder = true) {
   for (std::size_t k = 0; k < c.params.size(); ++k)
     EXPECT_TRUE(close(passes[1].dparams[k], to_double(passes[0].dparams[k]), 1.0))
         << "gradient of parameter " << k << " differs between passes (accumulated?)";
+  passes[1].implementations = net->implementations();
   return passes[1];
 }
 
@@ -265,6 +268,9 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
     EXPECT_EQ(cpu::conv_weight_grad_is_own(spec, in, {p.N, p.O, s.out_h(), s.out_w()}),
               p.own_weight_grad && cpu::onednn_isa() != "sse41")
         << "the cases cover every path";
+    EXPECT_EQ(cpu::conv_data_grad_is_own(spec, in, {p.N, p.O, s.out_h(), s.out_w()}),
+              p.own_weight_grad && p.feeder && cpu::onednn_isa() != "sse41" && cpu::kernels::active().registers >= 32)
+        << "the cases cover every path (own input gradient)";
   }
 
   const DVec x = to_double(r.x), w = to_double(c.params[0]), dy = to_double(c.dy);
@@ -289,16 +295,18 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
 // oneDNN blocks (16, 32) and that it cannot (3, 6), in both positions.
 INSTANTIATE_TEST_SUITE_P(
     Cases, CpuLayersConv2d,
-    testing::Values(ConvCase{2, 3, 12, 6, 5, 1, 0, true},                                    // LeNet's conv1
-                    ConvCase{2, 6, 10, 16, 5, 1, 0, true, true, false, false, false, true},  // LeNet's conv2
-                    ConvCase{2, 2, 9, 32, 3, 1, 0, false, true, false, false, false, true},  // 2 blocks
-                    ConvCase{2, 16, 8, 32, 3, 1, 1, false},                                  // ResNet 3x3
-                    ConvCase{2, 32, 6, 16, 1, 1, 0, false},                                  // ResNet 1x1 reduce
-                    ConvCase{2, 16, 9, 16, 3, 2, 1, false},                                  // strided 3x3, odd size
-                    ConvCase{2, 32, 8, 32, 1, 2, 0, true},                                   // strided 1x1 projection
-                    ConvCase{2, 3, 16, 16, 7, 2, 3, false},                                  // ResNet's stem
-                    ConvCase{3, 6, 7, 6, 3, 1, 1, true},                                     // neither side blocked
-                    ConvCase{2, 16, 9, 6, 7, 1, 3, true},                                    // blocked in, plain out
+    testing::Values(ConvCase{2, 3, 12, 6, 5, 1, 0, true},                                     // LeNet's conv1
+                    ConvCase{2, 6, 10, 16, 5, 1, 0, true, true, false, false, false, true},   // LeNet's conv2
+                    ConvCase{2, 2, 9, 32, 3, 1, 0, false, true, false, false, false, true},   // 2 blocks
+                    ConvCase{2, 4, 13, 16, 7, 1, 0, false, true, false, false, false, true},  // 7x7
+                    ConvCase{2, 6, 10, 16, 5, 1, 0, true, false, false, false, false, true},  // no input gradient
+                    ConvCase{2, 16, 8, 32, 3, 1, 1, false},                                   // ResNet 3x3
+                    ConvCase{2, 32, 6, 16, 1, 1, 0, false},                                   // ResNet 1x1 reduce
+                    ConvCase{2, 16, 9, 16, 3, 2, 1, false},                                   // strided 3x3, odd size
+                    ConvCase{2, 32, 8, 32, 1, 2, 0, true},                                    // strided 1x1 projection
+                    ConvCase{2, 3, 16, 16, 7, 2, 3, false},                                   // ResNet's stem
+                    ConvCase{3, 6, 7, 6, 3, 1, 1, true},                                      // neither side blocked
+                    ConvCase{2, 16, 9, 6, 7, 1, 3, true},                                     // blocked in, plain out
                     ConvCase{2, 6, 8, 32, 3, 2, 0, false},          // plain in, blocked out, stride 2
                     ConvCase{2, 64, 4, 256, 1, 1, 0, false},        // ResNet's widths: 1x1 expand
                     ConvCase{2, 128, 5, 128, 3, 2, 1, false},       // strided 3x3 at width 128
@@ -336,11 +344,19 @@ INSTANTIATE_TEST_SUITE_P(
 struct PoolCase {
   i64 N, C, H, kernel, stride, pad;
   bool plain = false;  // a plain NCHW input (max pooling: PlainMaxPool's loop where kernel = stride)
+  // Max pooling in BlockedMaxPool's loop over oneDNN's channel blocks, where oneDNN and trainbench
+  // run one ISA (kernel = stride, channels a multiple of the block): no oneDNN pooling primitive.
+  bool blocked = false;
 };
 
 void PrintTo(const PoolCase& c, std::ostream* os) {
   *os << "N" << c.N << " C" << c.C << " H" << c.H << " k" << c.kernel << " s" << c.stride << " p" << c.pad
-      << (c.plain ? " plain" : "");
+      << (c.plain ? " plain" : "") << (c.blocked ? " blocked" : "");
+}
+
+bool runs_onednn_pooling(const OpResult& r) {
+  return std::any_of(r.implementations.begin(), r.implementations.end(),
+                     [](const std::string& impl) { return impl.find("pool") != std::string::npos; });
 }
 
 class CpuLayersMaxPool : public testing::TestWithParam<PoolCase> {};
@@ -365,13 +381,20 @@ TEST_P(CpuLayersMaxPool, MatchesReference) {
   // Only the argmax of each window gets a gradient: most of dx is zero by construction, but at
   // least one element in kernel*kernel (less the overlap) must be set.
   EXPECT_TRUE(close(r.dx, dx, 1.0 - 1.0 / double(p.kernel * p.kernel + 1))) << "input gradient";
+  // Plain non-overlapping windows run PlainMaxPool on every ISA.
+  const bool own = p.plain ? p.kernel == p.stride && p.pad == 0 : p.blocked;
+  if (p.plain || same_isa_on_both_sides()) {
+    EXPECT_EQ(runs_onednn_pooling(r), !own) << "the cases cover every path";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersMaxPool,
-                         testing::Values(PoolCase{2, 6, 8, 2, 2, 0},    // LeNet's pools
-                                         PoolCase{2, 16, 10, 2, 2, 0},  // blocked
-                                         PoolCase{2, 16, 8, 3, 2, 1},   // ResNet's stem pool
-                                         PoolCase{3, 6, 9, 3, 2, 1},    // plain, odd size
+                         testing::Values(PoolCase{2, 6, 8, 2, 2, 0},  // 6 channels in blocks of 8: oneDNN
+                                         PoolCase{2, 16, 10, 2, 2, 0, false, true},  // blocked, as LeNet's pool2
+                                         PoolCase{3, 32, 11, 2, 2, 0, false, true},  // two blocks, a row unread
+                                         PoolCase{2, 16, 9, 3, 3, 0, false, true},   // blocked 3x3 windows
+                                         PoolCase{2, 16, 8, 3, 2, 1},                // ResNet's stem pool
+                                         PoolCase{3, 6, 9, 3, 2, 1},                 // plain, odd size
                                          PoolCase{2, 3, 7, 3, 2, 1},
                                          PoolCase{2, 4, 16, 2, 2, 0, true},   // plain, as LeNet's pool1
                                          PoolCase{3, 3, 17, 2, 2, 0, true},   // plain, odd: a row and column unread

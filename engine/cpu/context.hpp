@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl_debug.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/core/error.hpp"
@@ -30,14 +31,16 @@ struct Context {
   // kernel in a primitive's layout), shared the same way: the most any layer asked for.
   std::size_t staging_bytes = 0;
   void* staging = nullptr;
-  // Every primitive's oneDNN implementation ("jit_1x1:avx2", "bnorm_ref:any"), in the order the
-  // layers created them: what tests read to see that no layer fell to a reference loop.
+  // Every primitive's kind and oneDNN implementation ("convolution jit_1x1:avx2",
+  // "batch_normalization bnorm_ref:any"), in the order the layers created them: what tests read
+  // to see which path a layer took and that none fell to a reference loop.
   std::vector<std::string> implementations;
 
   template <class PrimitiveDesc>
   void reserve(const PrimitiveDesc& pd) {
     scratch_bytes = std::max(scratch_bytes, pd.scratchpad_desc().get_size());
-    implementations.emplace_back(pd.impl_info_str());
+    implementations.push_back(std::string(dnnl_prim_kind2str(dnnl_primitive_kind_t(pd.get_kind()))) + " " +
+                              pd.impl_info_str());
   }
   static dnnl::primitive_attr scratchpad_attr() {
     dnnl::primitive_attr a;

@@ -1,11 +1,14 @@
 // Conv2d on oneDNN: source, weights and destination in the layouts oneDNN prefers ("any"),
 // weights kept in that layout in the flat parameter buffer, so nothing is reordered per step
 // in forward. Where forward reads a plain input and writes 8- or 16-channel blocks (LeNet-5's
-// second convolution, 6 -> 16 channels over 14x14), the weight gradient is a loop of
-// trainbench's own over those layouts (kernels.inc: every vector lane an output channel).
-// oneDNN's backward for that shape reordered the input and the output gradient into 8-channel
-// blocks and ran its AVX2 kernel: 0.50 ms and 0.18 ms of reorders a step at batch 100 on the
-// 2-core VM (ONEDNN_VERBOSE), of a 3.9-ms step.
+// second convolution, 6 -> 16 channels over 14x14), the weight gradient and (for 3x3, 5x5 and
+// 7x7 kernels) the input gradient are loops of trainbench's own over those layouts (kernels.inc:
+// every vector lane an output channel). oneDNN's backward for that shape reordered the input and
+// the output gradient into 8-channel blocks and ran its AVX2 kernels, on AVX-512 machines too:
+// weight gradient 0.50 ms and 0.18 ms of reorders, input gradient 0.46 ms and a reorder of it
+// into the plain input's layout, a step at batch 100 on the 2-core VM (ONEDNN_VERBOSE).
+#include <omp.h>
+
 #include "engine/cpu/layer.hpp"
 
 #include "engine/cpu/kernels/kernels.hpp"
@@ -30,6 +33,14 @@ i64 own_weight_grad_block(const Conv2dSpec& s, const dnnl::convolution_forward::
     if (pd.dst_desc() == dst && pd.weights_desc() == weights) return B;
   }
   return 0;
+}
+
+// Where the own data gradient runs: kernel sizes it is compiled for (kernels.inc), on an ISA with
+// 32 vector registers (AVX-512), where it holds four input rows at a time. With 16 (AVX2, SSE2)
+// it holds two, and ran no faster than oneDNN's jit:avx2 kernel on LeNet-5's second convolution
+// (6 interleaved rounds on the 2-core VM: 0.977-1.006x of the step; AVX-512: 1.012-1.031x).
+bool own_data_grad_runs(i64 kernel) {
+  return (kernel == 3 || kernel == 5 || kernel == 7) && kernels::active().registers >= 32;
 }
 
 // The output's (and its gradient's) layout as primitives are asked for it. oneDNN picks 16-wide
@@ -68,7 +79,9 @@ class Conv2d final : public WeightedLayer {
     const dnnl::memory::dims strides{s.stride, s.stride}, pad{s.padding, s.padding};
     set_forward(ctx, fwd_pd, dnnl::convolution_forward(fwd_pd), in[0].desc);
 
-    if (needs_dinput_) {
+    grad_.B = own_weight_grad_block(s, fwd_pd, in[0].shape);
+    own_data_grad_ = needs_dinput_ && grad_.B > 0 && own_data_grad_runs(s.kernel);
+    if (needs_dinput_ && !own_data_grad_) {
       // The same for an input gradient of at most 8 channels (LeNet-5's conv2: ONEDNN_VERBOSE
       // timed it at 0.61 ms in 16-wide blocks, 0.50 ms in 8-wide ones).
       const md dsrc_any(to_dnnl(in[0].shape), dt::f32, s.in_channels <= 8 ? tag::aBcd8b : tag::any);
@@ -78,7 +91,6 @@ class Conv2d final : public WeightedLayer {
       TB_DNNL(pd = dnnl::convolution_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
       backward_.set_data(ctx, pd, dnnl::convolution_backward_data(pd));
     }
-    grad_.B = own_weight_grad_block(s, fwd_pd, in[0].shape);
     if (grad_.B > 0) {
       grad_.N = in[0].shape[0], grad_.C = s.in_channels, grad_.H = in[0].shape[2], grad_.W = in[0].shape[3];
       grad_.O = s.out_channels, grad_.K = s.kernel, grad_.OH = out[2], grad_.OW = out[3];
@@ -99,12 +111,15 @@ class Conv2d final : public WeightedLayer {
     if (grad_.B == 0) return;
     grad_.x = static_cast<const float*>(source().get_data_handle());
     grad_.dy = static_cast<const float*>(b.doutput.get_data_handle());
+    w_ = static_cast<const float*>(b.params[0].get_data_handle());
+    dx_ = own_data_grad_ ? static_cast<float*>(source_grad().get_data_handle()) : nullptr;
     dw_ = static_cast<float*>(b.dparams[0].get_data_handle());
     db_ = bias_ ? static_cast<float*>(b.dparams[1].get_data_handle()) : nullptr;
   }
 
   void backward(Context& ctx) override {
     if (grad_.B > 0) weight_grad();
+    if (own_data_grad_) data_grad();
     WeightedLayer::backward(ctx);
   }
 
@@ -115,9 +130,21 @@ class Conv2d final : public WeightedLayer {
     });
   }
 
+  // The input gradient of the threads' samples, written whole (plain NCHW: the layer's input).
+  void data_grad() const {
+#pragma omp parallel
+    {
+      const i64 t = omp_get_thread_num(), threads = omp_get_num_threads();
+      kernels_.blocked_conv_data_grad(grad_, w_, grad_.N * t / threads, grad_.N * (t + 1) / threads, dx_);
+    }
+  }
+
   const kernels::Table& kernels_ = kernels::active();  // the ISA active when the layer was made
   kernels::BlockedConvGrad grad_;                      // B = 0: oneDNN's weight gradient
+  bool own_data_grad_ = false;                         // the input gradient too, from grad_'s layouts
   ThreadPartials partial_;
+  const float* w_ = nullptr;
+  float* dx_ = nullptr;
   float* dw_ = nullptr;
   float* db_ = nullptr;
 };
@@ -133,6 +160,10 @@ bool conv_weight_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Di
   if (conv_is_small(s, in, out) || conv_is_expanded(s, in, out) || conv_is_patches(s, in, out)) return false;
   Context ctx;
   return own_weight_grad_block(s, forward_pd(ctx, s, in.shape, out), in.shape) > 0;
+}
+
+bool conv_data_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Dims& out) {
+  return in.needs_grad && own_data_grad_runs(s.kernel) && conv_weight_grad_is_own(s, in, out);
 }
 
 std::unique_ptr<Layer> make_conv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out) {

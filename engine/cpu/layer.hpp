@@ -88,6 +88,9 @@ std::unique_ptr<Layer> make_patch_conv2d(Context&, const Conv2dSpec&, const Inpu
 // Convolutions on oneDNN whose forward reads a plain input and writes blocks of output channels
 // (stride 1, no padding) compute their weight gradient in a loop of trainbench's own (conv2d.cpp).
 bool conv_weight_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
+// Of those, the ones with an input gradient and a 3x3, 5x5 or 7x7 kernel compute it in a loop of
+// trainbench's own too, where its kernels run AVX-512.
+bool conv_data_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Dims& out);
 std::unique_ptr<Layer> make_maxpool2d(Context&, const MaxPool2dSpec&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_global_avgpool(Context&, const Inputs&, const Dims&);
 std::unique_ptr<Layer> make_batchnorm(Context&, const BatchNormSpec&, const Inputs&, const Dims&);
@@ -213,6 +216,8 @@ class WeightedLayer : public Layer {
   }
   // The forward source in the layout the forward primitive read it.
   const dnnl::memory& source() const { return input_.value(); }
+  // Its gradient in that layout, which backward() reorders into the producer's.
+  const dnnl::memory& source_grad() const { return input_.grad(); }
   bool bias_, needs_dinput_;
   WeightedBackward backward_;
 

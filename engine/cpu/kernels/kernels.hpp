@@ -50,6 +50,19 @@ struct PlainPool {
   float* dx = nullptr;
 };
 
+// Max pooling with non-overlapping K x K windows (kernel = stride, no padding) over channel
+// blocks: `planes` = N x C / B planes of H x W x B floats (oneDNN's aBcd8b, aBcd16b), each
+// output lane's window read as B-float pieces. `argmax` holds each output float's window offset,
+// row-major in the window.
+struct BlockedPool {
+  i64 planes = 0, B = 0, K = 0, H = 0, W = 0, OH = 0, OW = 0;
+  const float* x = nullptr;        // (planes, H, W, B)
+  float* y = nullptr;              // (planes, OH, OW, B)
+  std::int32_t* argmax = nullptr;  // (planes, OH, OW, B)
+  const float* dy = nullptr;
+  float* dx = nullptr;
+};
+
 // A small LSTM over time (lstm_small.cpp): time-major (T, N, I) in, (T, N, H) out, G = 4H gates
 // in the order i, f, c~, o, canonical ldigo weights.
 struct SmallLstm {
@@ -78,7 +91,8 @@ struct Update {
 
 struct Table {
   Isa isa{};
-  int lanes = 4;  // floats per vector register
+  int lanes = 4;       // floats per vector register
+  int registers = 16;  // vector registers
   // Output rows [first, last) of N x OH (all threads' work split by the caller).
   void (*small_conv_forward)(const SmallConv&, i64 first, i64 last);
   // Samples [first, last): adds their weight gradient (O, C, K, K) into dw and, with a bias, their
@@ -87,10 +101,18 @@ struct Table {
   // Samples [first, last): adds their weight gradient (O / B, K, K, C, B) into dw and, if db is not
   // null, their bias gradient (O) into db (one thread). Only for a B that is a multiple of `lanes`.
   void (*blocked_conv_weight_grad)(const BlockedConvGrad&, i64 first, i64 last, float* dw, float* db);
+  // Samples [first, last): their input gradient dx (N, C, H, W), overwritten, from dy and the
+  // weights w (O / B, K, K, C, B). Only for K of 3, 5 or 7 and a B that is a multiple of `lanes`.
+  void (*blocked_conv_data_grad)(const BlockedConvGrad&, const float* w, i64 first, i64 last, float* dx);
   // Output rows [first, last) of planes x OH, keeping each window's argmax.
   void (*plain_pool_forward)(const PlainPool&, i64 first, i64 last);
   // Planes [first, last): the input gradient from dy and the argmax.
   void (*plain_pool_backward)(const PlainPool&, i64 first, i64 last);
+  // Planes [first, last) of BlockedPool, forward keeping the argmax and backward from it (the
+  // whole input gradient written, unread rows and columns zero). Only for a B that is a multiple
+  // of `lanes`.
+  void (*blocked_pool_forward)(const BlockedPool&, i64 first, i64 last);
+  void (*blocked_pool_backward)(const BlockedPool&, i64 first, i64 last);
   void (*small_lstm_forward)(const SmallLstm&);        // on the calling thread
   void (*small_lstm_backward)(const SmallLstm&);       // on the calling thread
   void (*sgd)(const Update&);                          // every OpenMP thread
