@@ -5,8 +5,11 @@
 # in one CSV, then a table of each one's median samples/s over the native build at the machine's
 # best ISA (docs/cpu-kernels.md shows a run). Ratios within one run only.
 #
-#   scripts/bench_cpu_isa.sh [--generic BIN] [--rounds N] [--out CSV] [-- trainbench flags...]
+#   scripts/bench_cpu_isa.sh [--onednn] [--generic BIN] [--rounds N] [--out CSV] [-- trainbench flags...]
 #
+# --onednn: cap oneDNN alike at each ISA (ONEDNN_MAX_CPU_ISA=AVX2 at avx2, SSE41 at sse2), so that
+# each column is what a machine of that ISA runs: oneDNN's kernels and the layouts they choose
+# change too. Without it only trainbench's own kernels change.
 # --generic: a trainbench built with -DTB_NATIVE=OFF (e.g. cmake -S . -B build/generic
 # -DCMAKE_BUILD_TYPE=Release -DTB_NATIVE=OFF -DTB_TESTS=OFF && cmake --build build/generic
 # --target trainbench); its rows run at the machine's best ISA. --rounds: 3 by default. --out:
@@ -16,15 +19,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 native=${TB_BIN:-build/release/bench/trainbench}
-generic="" rounds=3 out=""
+generic="" rounds=3 out="" onednn=0
 while [ $# -gt 0 ]; do
   case $1 in
+    --onednn) onednn=1; shift ;;
     --generic) generic=${2:?--generic needs a trainbench}; shift 2 ;;
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --out) out=${2:?--out needs a file}; shift 2 ;;
     --) shift; break ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bench_cpu_isa.sh: error: unknown argument '$1' (--generic BIN, --rounds N, --out CSV, -- flags)" >&2; exit 2 ;;
+    *) echo "bench_cpu_isa.sh: error: unknown argument '$1' (--onednn, --generic BIN, --rounds N, --out CSV, -- flags)" >&2; exit 2 ;;
   esac
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench_cpu_isa.sh: error: --rounds: '$rounds' is not a whole number >= 1" >&2; exit 2; }
@@ -42,11 +46,18 @@ read -r -a isas <<<"$("$native" --list_configs --json | /usr/bin/python3 -c \
   'import json, sys; print(" ".join(json.load(sys.stdin).get("cpu_isas", [])))')"
 [ ${#isas[@]} -gt 0 ] || { echo "bench_cpu_isa.sh: error: $native --list_configs --json names no cpu_isas" >&2; exit 2; }
 best=${isas[-1]}
-echo "bench_cpu_isa.sh: ISAs ${isas[*]} (best $best), ${generic:+a generic build ($generic), }$rounds round(s); rows in $out, output in $log"
+echo "bench_cpu_isa.sh: ISAs ${isas[*]} (best $best)$([ $onednn = 1 ] && echo ", oneDNN capped alike"), ${generic:+a generic build ($generic), }$rounds round(s); rows in $out, output in $log"
 for ((r = 1; r <= rounds; ++r)); do
   for isa in "${isas[@]}"; do
     echo "round $r/$rounds: native, $isa"
-    TB_MAX_CPU_ISA=$isa "$native" "${flags[@]}" --csv="$out" >>"$log" 2>&1
+    caps=("TB_MAX_CPU_ISA=$isa")
+    if [ $onednn = 1 ]; then
+      case $isa in
+        avx2) caps+=(ONEDNN_MAX_CPU_ISA=AVX2) ;;
+        sse2) caps+=(ONEDNN_MAX_CPU_ISA=SSE41) ;;
+      esac
+    fi
+    env "${caps[@]}" "$native" "${flags[@]}" --csv="$out" >>"$log" 2>&1
   done
   if [ -n "$generic" ]; then
     echo "round $r/$rounds: generic, $best"
