@@ -371,8 +371,9 @@ TEST(ModelsBadGraph, UnusedOutput) {
 
 // No layer of any workload falls to one of oneDNN's reference loops, which oneDNN picks where
 // none of its kernels for the machine's ISA takes a layout. Given 16-channel blocks under AVX2,
-// its batch normalization did: 27% of ResNet-152 32x32's step on the 2-core VM. CMake runs this
-// test again under an AVX2 cap (tests/CMakeLists.txt), so it covers both machines on either.
+// its batch normalization did: 27% of ResNet-152 32x32's step on the 2-core VM, and under SSE4.1
+// LeNet-5's second convolution's input gradient, 47 ms of a 55-ms step. CMake runs this test
+// again under AVX2 and SSE4.1 caps (tests/CMakeLists.txt), so it covers those machines on any.
 TEST(ModelsCpu, NoLayerRunsAReferenceLoop) {
   for (const models::Workload& w : models::workloads()) {
     // The default batch where it is small; the layouts oneDNN picks do not depend on it.

@@ -1,13 +1,15 @@
 // Conv2d on oneDNN: source, weights and destination in the layouts oneDNN prefers ("any"),
 // weights kept in that layout in the flat parameter buffer, so nothing is reordered per step
 // in forward. Where forward reads a plain input and writes 8- or 16-channel blocks (LeNet-5's
-// second convolution, 6 -> 16 channels over 14x14), the weight gradient and (for 3x3, 5x5 and
-// 7x7 kernels) the input gradient are loops of trainbench's own over those layouts (kernels.inc:
-// every vector lane an output channel). oneDNN's backward for that shape reordered the input and
+// second convolution, 6 -> 16 channels over 14x14), the weight gradient and (on AVX-512, for
+// 3x3, 5x5 and 7x7 kernels) the input gradient are loops of trainbench's own over those layouts
+// (kernels.inc: every vector lane an output channel). oneDNN's backward for that shape reordered the input and
 // the output gradient into 8-channel blocks and ran its AVX2 kernels, on AVX-512 machines too:
 // weight gradient 0.50 ms and 0.18 ms of reorders, input gradient 0.46 ms and a reorder of it
 // into the plain input's layout, a step at batch 100 on the 2-core VM (ONEDNN_VERBOSE).
 #include <omp.h>
+
+#include <string>
 
 #include "engine/cpu/layer.hpp"
 
@@ -83,12 +85,18 @@ class Conv2d final : public WeightedLayer {
     own_data_grad_ = needs_dinput_ && grad_.B > 0 && own_data_grad_runs(s.kernel);
     if (needs_dinput_ && !own_data_grad_) {
       // The same for an input gradient of at most 8 channels (LeNet-5's conv2: ONEDNN_VERBOSE
-      // timed it at 0.61 ms in 16-wide blocks, 0.50 ms in 8-wide ones).
-      const md dsrc_any(to_dnnl(in[0].shape), dt::f32, s.in_channels <= 8 ? tag::aBcd8b : tag::any);
-      dnnl::convolution_backward_data::desc d(algo::convolution_direct, dsrc_any, weights_any, dst_any, strides, pad,
-                                              pad);
-      dnnl::convolution_backward_data::primitive_desc pd;
-      TB_DNNL(pd = dnnl::convolution_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
+      // timed it at 0.61 ms in 16-wide blocks, 0.50 ms in 8-wide ones), unless oneDNN has only
+      // its reference loop for that layout (SSE4.1: 47 ms a step).
+      auto data_pd = [&](tag dsrc) {
+        const md dsrc_any(to_dnnl(in[0].shape), dt::f32, dsrc);
+        dnnl::convolution_backward_data::desc d(algo::convolution_direct, dsrc_any, weights_any, dst_any, strides, pad,
+                                                pad);
+        dnnl::convolution_backward_data::primitive_desc pd;
+        TB_DNNL(pd = dnnl::convolution_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
+        return pd;
+      };
+      dnnl::convolution_backward_data::primitive_desc pd = data_pd(s.in_channels <= 8 ? tag::aBcd8b : tag::any);
+      if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) pd = data_pd(tag::any);
       backward_.set_data(ctx, pd, dnnl::convolution_backward_data(pd));
     }
     if (grad_.B > 0) {
