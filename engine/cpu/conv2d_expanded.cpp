@@ -1,22 +1,22 @@
 // A convolution over an input plane of at most four positions (ResNet-152's last two stages on
-// 32x32 images: 2x2 and 1x1 planes), as one matrix product. Every output position p and input
-// position q meet at one tap of the kernel (or at none, where the tap would lie in the padding),
-// so the convolution is dst[n][o][p] = sum over c, q of src[n][c][q] * big[o][p][c][q], with
-// big[o][p][c][q] = w[o][c][tap(p, q)], 0 where there is no tap: a matrix product over the
-// input's C x positions values. oneDNN's direct convolutions run these shapes far from the
-// machine's rate, most of all for the weight gradient, and compute every tap, padding included:
-// a 3x3 kernel on a 2x2 plane uses 4 of its 9 taps at each output position. Measured on the
-// 2-core AVX-512 VM (batch 128, forward + data gradient + weight gradient): 256 -> 256 channels,
-// 3x3 on 2x2, 7.9 ms as a convolution, 3.7 ms as oneDNN's inner product; 512 -> 512, 3x3 on 1x1,
-// 6.1 and 0.9 ms. The layer lays the kernel out as `big` before each forward and adds big's
-// gradient back into the kernel's taps. big's rows and columns are in the order of the output's
-// and the input's layouts within a sample, so the three products (oneDNN's sgemm) read the
-// input and write the output where they lie: nothing is reordered. The inner product primitive
-// this replaced reordered big into its own layout every step (1.5 ms of 4 MB a layer, 36 layers)
-// and, under AVX2, ran its forward at a quarter of the machine's rate (5.4 ms against sgemm's 1.3).
+// 32x32 images: 2x2 and 1x1 planes), as one matrix product per pair of positions. Every output
+// position p and input position q meet at one tap t of the kernel (or at none, where the tap
+// would lie in the padding), so with the input, the output and the kernel each laid out as
+// matrices per position or tap (X_q: N x C, Y_p: N x O, W_t: O x C),
+//   Y_p = sum over q of X_q W_t(p,q)^T,   dX_q = sum over p of dY_p W_t(p,q),
+//   dW_t = sum over the (p, q) that meet at t of dY_p^T X_q,
+// each term one call of oneDNN's sgemm. oneDNN's direct convolutions run these shapes far from
+// the machine's rate, most of all for the weight gradient, and compute every tap, padding
+// included: a 3x3 kernel on a 2x2 plane uses 4 of its 9 taps at each output position. Measured
+// on the 2-core AVX-512 VM (batch 128, forward + data gradient + weight gradient): 256 -> 256
+// channels, 3x3 on 2x2, 7.9 ms as a convolution, 3.7 ms as oneDNN's inner product over the kernel
+// laid out per output position; 512 -> 512, 3x3 on 1x1, 6.1 and 0.9 ms. That inner product
+// reordered the 4-MB kernel every step, and under AVX2 ran its forward at a quarter of sgemm's
+// rate (5.4 ms against 1.3); sgemm over that kernel still wrote it out and folded its gradient
+// back every step (1.5 ms a layer). Per pair, the kernel is the parameter itself, kept tap-major
+// (each tap's O x C matrix in one run), and only the input, the output and their gradients
+// (0.5 MB each) are reordered, between the producer's layout and one matrix per position.
 #include "engine/cpu/layer.hpp"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <vector>
@@ -24,66 +24,20 @@
 namespace tb::cpu {
 namespace {
 
-// At most this many input positions: `big` holds O x outputs x C x inputs values.
+// At most this many input and output positions.
 constexpr i64 kMaxPositions = 4;
 
-// Where the element (i0, i1, i2, i3) of a 4-D tensor lies among `d`'s floats: the sum of one part
-// per index (a blocked layout's offset is: each index's outer part times its stride, plus its
-// digits in the inner blocks), tabulated per dimension. Empty tables for a layout that is not
-// blocked.
-struct Offsets {
-  std::vector<i64> dim[4];
-  explicit Offsets(const md& d) {
-    const dnnl_memory_desc_t& m = d.data;
-    if (m.format_kind != dnnl_blocked || m.ndims != 4) return;
-    const dnnl_blocking_desc_t& b = m.format_desc.blocking;
-    for (int k = 0; k < 4; ++k)
-      for (i64 i = 0; i < m.dims[k]; ++i) {
-        i64 outer = i, inner = 0, step = 1;
-        for (int t = b.inner_nblks - 1; t >= 0; --t) {
-          if (b.inner_idxs[t] == k) {
-            inner += outer % b.inner_blks[t] * step;
-            outer /= b.inner_blks[t];
-          }
-          step *= b.inner_blks[t];
-        }
-        dim[k].push_back((k == 0 ? m.offset0 : 0) + outer * b.strides[k] + inner);
-      }
-  }
-  bool blocked() const { return !dim[0].empty(); }
-};
-
-// Whether each sample's values are one run of their own, in a blocked layout without padding:
-// the tensor is then a matrix of a sample per row, its columns in the layout's order.
-bool sample_rows(const md& d) {
-  const dnnl_memory_desc_t& m = d.data;
-  if (m.format_kind != dnnl_blocked || m.ndims != 4) return false;
-  const dnnl_blocking_desc_t& b = m.format_desc.blocking;
-  for (int t = 0; t < b.inner_nblks; ++t)
-    if (b.inner_idxs[t] == 0) return false;
-  const i64 floats = m.dims[0] * m.dims[1] * m.dims[2] * m.dims[3];
-  return i64(d.get_size() / sizeof(float)) == floats && b.strides[0] * m.dims[0] == floats;
+// (N, C, H, W) with the positions outermost, then the samples, then the channels: one N x C
+// matrix per position, row-major.
+md position_major(const Dims& d) {
+  const i64 N = d[0], C = d[1], W = d[3];
+  return md(to_dnnl(d), dt::f32, dnnl::memory::dims{C, 1, W * N * C, N * C});
 }
 
-// Y = A^T for a row-major A of `rows` x `cols`, in tiles that stay in the cache.
-void transpose(const float* a, i64 rows, i64 cols, float* y) {
-  constexpr i64 kTile = 32;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (i64 r0 = 0; r0 < rows; r0 += kTile)
-    for (i64 c0 = 0; c0 < cols; c0 += kTile)
-      for (i64 c = c0; c < std::min(cols, c0 + kTile); ++c)
-        for (i64 r = r0; r < std::min(rows, r0 + kTile); ++r) y[c * rows + r] = a[r * cols + c];
-}
-
-void sgemm(char ta, char tb, i64 m, i64 n, i64 k, const float* a, i64 lda, const float* b, i64 ldb, float* c, i64 ldc) {
-  const dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+void sgemm(char ta, char tb, i64 m, i64 n, i64 k, const float* a, i64 lda, const float* b, i64 ldb, float beta,
+           float* c, i64 ldc) {
+  const dnnl_status_t status = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   TB_CHECK(status == dnnl_success, "conv2d_expanded: dnnl_sgemm failed (status {})", int(status));
-}
-
-// The output's layout: oneDNN's convolution's where that is a sample per row, else plain.
-md output_layout(Context& ctx, const Conv2dSpec& s, const Dims& in, const Dims& out) {
-  const md conv = convolution_output_desc(ctx, s, in, out);
-  return sample_rows(conv) ? conv : plain_desc(to_dnnl(out));
 }
 
 class ExpandedConv2d final : public Layer {
@@ -94,130 +48,103 @@ class ExpandedConv2d final : public Layer {
         C_(s.in_channels),
         O_(s.out_channels),
         K_(s.kernel),
-        IH_(in[0].shape[2]),
         IW_(in[0].shape[3]),
-        OH_(out[2]),
         OW_(out[3]),
+        Q_(in[0].shape[2] * in[0].shape[3]),
+        P_(out[2] * out[3]),
+        out_(out),
         // The layout oneDNN's convolution would give, so the layers after it read what they
         // expect (batch normalization's AVX2 kernels take 8-channel blocks only: given 16, it
         // ran oneDNN's reference loop, 27% of ResNet-152 32x32's step under an AVX2 cap).
-        output_desc_(output_layout(ctx, s, in[0].shape, out)) {
+        output_desc_(convolution_output_desc(ctx, s, in[0].shape, out)) {
     // Each (output, input) pair's tap, -1 where it would lie in the padding.
-    for (i64 oh = 0; oh < OH_; ++oh)
-      for (i64 ow = 0; ow < OW_; ++ow)
-        for (i64 ih = 0; ih < IH_; ++ih)
-          for (i64 iw = 0; iw < IW_; ++iw) {
-            const i64 kh = ih - oh * s.stride + s.padding, kw = iw - ow * s.stride + s.padding;
-            taps_.push_back(kh >= 0 && kh < K_ && kw >= 0 && kw < K_ ? int(kh * K_ + kw) : -1);
-          }
-    // big's row of output channel o at output position p: where the output's layout puts it
-    // within a sample. Its column of input channel c at input position q: where the input's does.
-    const Offsets y(output_desc_);
-    for (i64 o = 0; o < O_; ++o)
-      for (i64 p = 0; p < outputs(); ++p) row_.push_back(y.dim[1][o] + y.dim[2][p / OW_] + y.dim[3][p % OW_]);
-    // The input as its producer lays it out where that is a sample per row, else plain.
-    const md src = sample_rows(in[0].desc) ? in[0].desc : plain_desc(to_dnnl(in[0].shape));
-    input_ = InputAdapter(ctx, in[0].desc, src);
-    const Offsets x(src);
-    channel_ = x.dim[1];
-    for (i64 ih = 0; ih < IH_; ++ih)
-      for (i64 iw = 0; iw < IW_; ++iw) position_.push_back(x.dim[2][std::size_t(ih)] + x.dim[3][std::size_t(iw)]);
-    big_.assign(std::size_t(rows() * cols()), 0.0f);
-    ctx.staging_bytes = std::max(ctx.staging_bytes, std::size_t(rows() * std::max(cols(), N_)) * sizeof(float));
+    for (i64 p = 0; p < P_; ++p)
+      for (i64 q = 0; q < Q_; ++q) {
+        const i64 kh = q / IW_ - p / OW_ * s.stride + s.padding, kw = q % IW_ - p % OW_ * s.stride + s.padding;
+        taps_.push_back(kh >= 0 && kh < K_ && kw >= 0 && kw < K_ ? kh * K_ + kw : -1);
+      }
+    input_ = InputAdapter(ctx, in[0].desc, position_major(in[0].shape));
+    tap_written_.resize(std::size_t(K_ * K_));
+    // The output (forward) and its gradient (backward) one matrix per position, staged.
+    ctx.staging_bytes = std::max(ctx.staging_bytes, std::size_t(N_ * O_ * P_) * sizeof(float));
   }
 
   md output_desc() const override { return output_desc_; }
   BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
-  std::vector<md> param_descs() const override { return {md({O_, C_, K_, K_}, dt::f32, tag::oihw)}; }
+  // Tap-major: (kh, kw, o, c), each tap's O x C matrix in one run.
+  std::vector<md> param_descs() const override {
+    return {md({O_, C_, K_, K_}, dt::f32, dnnl::memory::dims{C_, 1, K_ * O_ * C_, O_ * C_})};
+  }
 
   void bind(Context& ctx, const Bindings& b) override {
     input_.bind(ctx, b.inputs[0], needs_dinput_ ? b.dinputs[0] : dnnl::memory());
     w_ = static_cast<const float*>(b.params[0].get_data_handle());
     dw_ = static_cast<float*>(b.dparams[0].get_data_handle());
-    y_ = static_cast<float*>(b.output.get_data_handle());
-    dy_ = static_cast<const float*>(b.doutput.get_data_handle());
-    staging_ = static_cast<float*>(ctx.staging);
+    const dnnl::memory staged(position_major(out_), ctx.engine, ctx.staging);
+    to_output_ = Reorder(staged, b.output);
+    from_doutput_ = Reorder(b.doutput, staged);
+    staged_ = static_cast<float*>(ctx.staging);
   }
 
-  // Y^T = big . X^T, then transposed into the output. oneDNN 2.6's sgemm runs this form at
-  // the machine's rate under both AVX-512 and AVX2, where Y = X . big^T took twice as long
-  // under AVX-512 (batch 128, 1024 x 1024 on the 2-core VM: 1.49 ms against 2.55).
   void forward(Context& ctx) override {
-    expand();
     input_.forward(ctx);
     const float* x = static_cast<const float*>(input_.value().get_data_handle());
-    sgemm('N', 'T', rows(), N_, cols(), big_.data(), cols(), x, cols(), staging_, N_);
-    transpose(staging_, rows(), N_, y_);
+    for (i64 p = 0; p < P_; ++p) {
+      float* y = staged_ + p * N_ * O_;
+      float beta = 0.0f;
+      for (i64 q = 0; q < Q_; ++q)
+        if (const i64 t = tap(p, q); t >= 0) {
+          sgemm('N', 'T', N_, O_, C_, x + q * N_ * C_, C_, w_ + t * O_ * C_, C_, beta, y, O_);
+          beta = 1.0f;
+        }
+      if (beta == 0.0f) std::fill(y, y + N_ * O_, 0.0f);  // no tap reaches this position
+    }
+    to_output_(ctx);
   }
 
-  // big's gradient dY^T . X (staged), folded into the kernel's taps; the input's dY . big.
   void backward(Context& ctx) override {
+    from_doutput_(ctx);
     const float* x = static_cast<const float*>(input_.value().get_data_handle());
-    sgemm('T', 'N', rows(), cols(), N_, dy_, rows(), x, cols(), staging_, cols());
-    fold();
+    const float* dy = staged_;
+    std::vector<char>& written = tap_written_;
+    std::fill(written.begin(), written.end(), 0);
+    for (i64 p = 0; p < P_; ++p)
+      for (i64 q = 0; q < Q_; ++q)
+        if (const i64 t = tap(p, q); t >= 0) {
+          sgemm('T', 'N', O_, C_, N_, dy + p * N_ * O_, O_, x + q * N_ * C_, C_, written[std::size_t(t)] ? 1.0f : 0.0f,
+                dw_ + t * O_ * C_, C_);
+          written[std::size_t(t)] = 1;
+        }
+    for (i64 t = 0; t < K_ * K_; ++t)  // taps that only ever lie in the padding
+      if (!written[std::size_t(t)]) std::fill(dw_ + t * O_ * C_, dw_ + (t + 1) * O_ * C_, 0.0f);
     if (!needs_dinput_) return;
     float* dx = static_cast<float*>(input_.grad().get_data_handle());
-    sgemm('N', 'N', N_, cols(), rows(), dy_, rows(), big_.data(), cols(), dx, cols());
+    for (i64 q = 0; q < Q_; ++q) {
+      float beta = 0.0f;
+      for (i64 p = 0; p < P_; ++p)
+        if (const i64 t = tap(p, q); t >= 0) {
+          sgemm('N', 'N', N_, C_, O_, dy + p * N_ * O_, O_, w_ + t * O_ * C_, C_, beta, dx + q * N_ * C_, C_);
+          beta = 1.0f;
+        }
+      if (beta == 0.0f) std::fill(dx + q * N_ * C_, dx + (q + 1) * N_ * C_, 0.0f);
+    }
     input_.backward(ctx);
   }
 
  private:
-  i64 inputs() const { return IH_ * IW_; }
-  i64 outputs() const { return OH_ * OW_; }
-  i64 rows() const { return O_ * outputs(); }  // big's: the output's values in a sample
-  i64 cols() const { return C_ * inputs(); }   // the input's
-
-  // big[row(o, p)][column(c, q)] = w[o][c][tap(p, q)], 0 without a tap.
-  void expand() {
-    float* big = big_.data();
-    const i64 P = outputs(), Q = inputs(), T = K_ * K_;
-#pragma omp parallel for schedule(static)
-    for (i64 o = 0; o < O_; ++o)
-      for (i64 p = 0; p < P; ++p) {
-        float* row = big + row_[std::size_t(o * P + p)] * cols();
-        const int* taps = taps_.data() + p * Q;
-        for (i64 c = 0; c < C_; ++c) {
-          const float* w = w_ + (o * C_ + c) * T;
-          float* at = row + channel_[std::size_t(c)];
-          for (i64 q = 0; q < Q; ++q) at[position_[std::size_t(q)]] = taps[q] < 0 ? 0.0f : w[taps[q]];
-        }
-      }
-  }
-
-  // Each tap's gradient: the sum of big's gradient over the (p, q) pairs that meet at it (0 for
-  // a tap that only ever lies in the padding).
-  void fold() {
-    const float* dbig = staging_;
-    const i64 P = outputs(), Q = inputs(), T = K_ * K_;
-#pragma omp parallel for schedule(static)
-    for (i64 o = 0; o < O_; ++o) {
-      std::fill(dw_ + o * C_ * T, dw_ + (o + 1) * C_ * T, 0.0f);
-      for (i64 p = 0; p < P; ++p) {
-        const float* row = dbig + row_[std::size_t(o * P + p)] * cols();
-        const int* taps = taps_.data() + p * Q;
-        for (i64 c = 0; c < C_; ++c) {
-          float* dw = dw_ + (o * C_ + c) * T;
-          const float* at = row + channel_[std::size_t(c)];
-          for (i64 q = 0; q < Q; ++q)
-            if (taps[q] >= 0) dw[taps[q]] += at[position_[std::size_t(q)]];
-        }
-      }
-    }
-  }
+  i64 tap(i64 p, i64 q) const { return taps_[std::size_t(p * Q_ + q)]; }
 
   const bool needs_dinput_;
-  const i64 N_, C_, O_, K_, IH_, IW_, OH_, OW_;
+  const i64 N_, C_, O_, K_, IW_, OW_, Q_, P_;  // Q_, P_: input and output positions
+  const Dims out_;
   const md output_desc_;
-  std::vector<int> taps_;                // [p][q]
-  std::vector<i64> row_;                 // [o][p]: big's row, the output's offset within a sample
-  std::vector<i64> channel_, position_;  // [c], [q]: the input's offsets within a sample
-  InputAdapter input_;
-  std::vector<float> big_;  // the kernel laid out per output position
+  std::vector<i64> taps_;          // [p][q]: the tap where they meet, -1 in the padding
+  std::vector<char> tap_written_;  // backward: whether a tap's gradient has its first term
+  InputAdapter input_;             // the input one matrix per position
+  Reorder to_output_, from_doutput_;
   const float* w_ = nullptr;
   float* dw_ = nullptr;
-  float* y_ = nullptr;
-  const float* dy_ = nullptr;
-  float* staging_ = nullptr;  // Y^T in forward, big's gradient in backward
+  float* staged_ = nullptr;  // the output (forward) or its gradient (backward), one matrix per position
 };
 
 }  // namespace
