@@ -24,6 +24,11 @@ md plain_desc(const dnnl::memory::dims& dims) {
 
 bool is_plain(const md& desc) { return desc == plain_desc(desc.dims()); }
 
+md channel_blocks(const dnnl::memory::dims& dims, i64 B) {
+  TB_CHECK(B == 8 || B == 16, "channel blocks of {}: 8 or 16 only", B);
+  return md(dims, dt::f32, B == 16 ? tag::aBcd16b : tag::aBcd8b);
+}
+
 md plain_view(const md& desc, const dnnl::memory::dims& dims) {
   TB_CHECK(is_plain(desc), "a blocked tensor cannot be reshaped");
   md view = plain_desc(dims);

@@ -62,6 +62,8 @@ dnnl::memory::dims to_dnnl(const Dims& dims);
 // Plain row-major f32 descriptor of the given dims.
 md plain_desc(const dnnl::memory::dims& dims);
 bool is_plain(const md& desc);
+// 4-D f32 in blocks of B = 8 or 16 channels: oneDNN's aBcd8b or aBcd16b.
+md channel_blocks(const dnnl::memory::dims& dims, i64 B);
 // The same bytes seen with other dims; the descriptor must be plain.
 md plain_view(const md& desc, const dnnl::memory::dims& dims);
 // Number of floats the descriptor's buffer holds (blocked layouts may pad).

@@ -48,8 +48,6 @@ class ExpandedConv2d final : public Layer {
         C_(s.in_channels),
         O_(s.out_channels),
         K_(s.kernel),
-        IW_(in[0].shape[3]),
-        OW_(out[3]),
         Q_(in[0].shape[2] * in[0].shape[3]),
         P_(out[2] * out[3]),
         out_(out),
@@ -58,9 +56,10 @@ class ExpandedConv2d final : public Layer {
         // ran oneDNN's reference loop, 27% of ResNet-152 32x32's step under an AVX2 cap).
         output_desc_(convolution_output_desc(ctx, s, in[0].shape, out)) {
     // Each (output, input) pair's tap, -1 where it would lie in the padding.
+    const i64 IW = in[0].shape[3], OW = out[3];
     for (i64 p = 0; p < P_; ++p)
       for (i64 q = 0; q < Q_; ++q) {
-        const i64 kh = q / IW_ - p / OW_ * s.stride + s.padding, kw = q % IW_ - p % OW_ * s.stride + s.padding;
+        const i64 kh = q / IW - p / OW * s.stride + s.padding, kw = q % IW - p % OW * s.stride + s.padding;
         taps_.push_back(kh >= 0 && kh < K_ && kw >= 0 && kw < K_ ? kh * K_ + kw : -1);
       }
     input_ = InputAdapter(ctx, in[0].desc, position_major(in[0].shape));
@@ -135,7 +134,7 @@ class ExpandedConv2d final : public Layer {
   i64 tap(i64 p, i64 q) const { return taps_[std::size_t(p * Q_ + q)]; }
 
   const bool needs_dinput_;
-  const i64 N_, C_, O_, K_, IW_, OW_, Q_, P_;  // Q_, P_: input and output positions
+  const i64 N_, C_, O_, K_, Q_, P_;  // Q_, P_: input and output positions
   const Dims out_;
   const md output_desc_;
   std::vector<i64> taps_;          // [p][q]: the tap where they meet, -1 in the padding

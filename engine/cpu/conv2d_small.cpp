@@ -13,8 +13,6 @@
 // then added.
 #include "engine/cpu/layer.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -69,12 +67,7 @@ class SmallConv2d final : public Layer {
     ctx.stream.wait();
     kernels::SmallConv c = conv_;
     c.x = pad_source();
-    const i64 rows = c.N * c.OH;
-#pragma omp parallel
-    {
-      const int t = omp_get_thread_num(), threads = omp_get_num_threads();
-      kernels_.small_conv_forward(c, rows * t / threads, rows * (t + 1) / threads);
-    }
+    on_threads(c.N * c.OH, [&](i64 first, i64 last) { kernels_.small_conv_forward(c, first, last); });
   }
 
   void backward(Context&) override {

@@ -7,6 +7,8 @@
 // backward_reads() declares.
 #pragma once
 
+#include <omp.h>
+
 #include <functional>
 #include <memory>
 #include <vector>
@@ -59,6 +61,16 @@ class Layer {
   // Correct predictions of the last forward (classification losses); -1 elsewhere.
   virtual i64 correct() const { return -1; }
 };
+
+// [0, n) split into one share per OpenMP thread, work(first, last) on each.
+template <class Work>
+void on_threads(i64 n, const Work& work) {
+#pragma omp parallel
+  {
+    const i64 t = omp_get_thread_num(), threads = omp_get_num_threads();
+    work(n * t / threads, n * (t + 1) / threads);
+  }
+}
 
 std::unique_ptr<Layer> make_layer(Context& ctx, const LayerSpec& spec, const std::vector<LayerInput>& inputs,
                                   const Dims& out_shape);

@@ -2,8 +2,6 @@
 // Max pooling keeps oneDNN's workspace (the argmax) from forward for backward. Max pooling over
 // non-overlapping windows of a plain input, or of 8- or 16-channel blocks, is a loop of
 // trainbench's own (PlainMaxPool, BlockedMaxPool).
-#include <omp.h>
-
 #include <cstdint>
 #include <vector>
 
@@ -61,6 +59,15 @@ class Pooling final : public Layer {
   Step fwd_, bwd_;
 };
 
+// An own max pooling's buffers (kernels::PlainPool, kernels::BlockedPool) from its bindings.
+template <class Pool>
+void bind_pool(Pool& pool, const Bindings& b, bool needs_dinput) {
+  pool.x = static_cast<const float*>(b.inputs[0].get_data_handle());
+  pool.y = static_cast<float*>(b.output.get_data_handle());
+  pool.dy = static_cast<const float*>(b.doutput.get_data_handle());
+  pool.dx = needs_dinput ? static_cast<float*>(b.dinputs[0].get_data_handle()) : nullptr;
+}
+
 // Max pooling with non-overlapping windows (kernel = stride, no padding) over a plain NCHW input,
 // as after LeNet-5's first convolution (plain: conv2d_small.cpp). oneDNN's pooling is slow on
 // plain layouts (ONEDNN_VERBOSE: 0.26-0.39 ms forward, 0.29-0.34 ms backward for LeNet-5's
@@ -82,29 +89,16 @@ class PlainMaxPool final : public Layer {
   md output_desc() const override { return plain_desc(to_dnnl(out_)); }
   BackwardReads backward_reads() const override { return BackwardReads::nothing(1); }  // its own argmax
 
-  void bind(Context&, const Bindings& b) override {
-    pool_.x = static_cast<const float*>(b.inputs[0].get_data_handle());
-    pool_.y = static_cast<float*>(b.output.get_data_handle());
-    pool_.dy = static_cast<const float*>(b.doutput.get_data_handle());
-    pool_.dx = needs_dinput_ ? static_cast<float*>(b.dinputs[0].get_data_handle()) : nullptr;
-  }
+  void bind(Context&, const Bindings& b) override { bind_pool(pool_, b, needs_dinput_); }
 
   void forward(Context&) override {
-    const i64 rows = pool_.planes * pool_.OH;
-#pragma omp parallel
-    {
-      const int t = omp_get_thread_num(), threads = omp_get_num_threads();
-      kernels_.plain_pool_forward(pool_, rows * t / threads, rows * (t + 1) / threads);
-    }
+    on_threads(pool_.planes * pool_.OH,
+               [this](i64 first, i64 last) { kernels_.plain_pool_forward(pool_, first, last); });
   }
 
   void backward(Context&) override {
     if (!needs_dinput_) return;
-#pragma omp parallel
-    {
-      const int t = omp_get_thread_num(), threads = omp_get_num_threads();
-      kernels_.plain_pool_backward(pool_, pool_.planes * t / threads, pool_.planes * (t + 1) / threads);
-    }
+    on_threads(pool_.planes, [this](i64 first, i64 last) { kernels_.plain_pool_backward(pool_, first, last); });
   }
 
  private:
@@ -125,7 +119,7 @@ class BlockedMaxPool final : public Layer {
   BlockedMaxPool(const MaxPool2dSpec& s, const Inputs& in, const Dims& out, i64 block)
       : kernels_(kernels::active()),
         needs_dinput_(in[0].needs_grad),
-        output_desc_(to_dnnl(out), dt::f32, block == 16 ? tag::aBcd16b : tag::aBcd8b),
+        output_desc_(channel_blocks(to_dnnl(out), block)),
         argmax_(std::size_t(product(out))) {
     pool_.planes = in[0].shape[0] * in[0].shape[1] / block;
     pool_.B = block, pool_.K = s.kernel, pool_.H = in[0].shape[2], pool_.W = in[0].shape[3];
@@ -136,27 +130,17 @@ class BlockedMaxPool final : public Layer {
   md output_desc() const override { return output_desc_; }
   BackwardReads backward_reads() const override { return BackwardReads::nothing(1); }  // its own argmax
 
-  void bind(Context&, const Bindings& b) override {
-    pool_.x = static_cast<const float*>(b.inputs[0].get_data_handle());
-    pool_.y = static_cast<float*>(b.output.get_data_handle());
-    pool_.dy = static_cast<const float*>(b.doutput.get_data_handle());
-    pool_.dx = needs_dinput_ ? static_cast<float*>(b.dinputs[0].get_data_handle()) : nullptr;
-  }
+  void bind(Context&, const Bindings& b) override { bind_pool(pool_, b, needs_dinput_); }
 
-  void forward(Context&) override { on_threads(kernels_.blocked_pool_forward); }
+  void forward(Context&) override {
+    on_threads(pool_.planes, [this](i64 first, i64 last) { kernels_.blocked_pool_forward(pool_, first, last); });
+  }
   void backward(Context&) override {
-    if (needs_dinput_) on_threads(kernels_.blocked_pool_backward);
+    if (!needs_dinput_) return;
+    on_threads(pool_.planes, [this](i64 first, i64 last) { kernels_.blocked_pool_backward(pool_, first, last); });
   }
 
  private:
-  void on_threads(void (*kernel)(const kernels::BlockedPool&, i64, i64)) const {
-#pragma omp parallel
-    {
-      const i64 t = omp_get_thread_num(), threads = omp_get_num_threads();
-      kernel(pool_, pool_.planes * t / threads, pool_.planes * (t + 1) / threads);
-    }
-  }
-
   const kernels::Table& kernels_;  // the ISA active when the layer was made
   const bool needs_dinput_;
   const md output_desc_;
@@ -168,9 +152,7 @@ class BlockedMaxPool final : public Layer {
 // of the kernels' vector width), else 0.
 i64 pool_block(const md& desc, const Dims& shape) {
   for (const i64 B : {16, 8})
-    if (shape[1] % B == 0 && B % kernels::active().lanes == 0 &&
-        desc == md(to_dnnl(shape), dt::f32, B == 16 ? tag::aBcd16b : tag::aBcd8b))
-      return B;
+    if (shape[1] % B == 0 && B % kernels::active().lanes == 0 && desc == channel_blocks(to_dnnl(shape), B)) return B;
   return 0;
 }
 
