@@ -7,8 +7,6 @@
 // the output gradient into 8-channel blocks and ran its AVX2 kernels, on AVX-512 machines too:
 // weight gradient 0.50 ms and 0.18 ms of reorders, input gradient 0.46 ms and a reorder of it
 // into the plain input's layout, a step at batch 100 on the 2-core VM (ONEDNN_VERBOSE).
-#include <omp.h>
-
 #include <string>
 
 #include "engine/cpu/layer.hpp"
@@ -29,7 +27,7 @@ i64 own_weight_grad_block(const Conv2dSpec& s, const dnnl::convolution_forward::
   if (s.stride != 1 || s.padding != 0 || pd.src_desc() != plain_desc(to_dnnl(in_shape))) return 0;
   for (const i64 B : {16, 8}) {
     if (s.out_channels % B != 0 || B % kernels::active().lanes != 0) continue;
-    const md dst(pd.dst_desc().dims(), dt::f32, B == 16 ? tag::aBcd16b : tag::aBcd8b);
+    const md dst = channel_blocks(pd.dst_desc().dims(), B);
     const md weights({s.out_channels, s.in_channels, s.kernel, s.kernel}, dt::f32,
                      B == 16 ? tag::Acdb16a : tag::Acdb8a);
     if (pd.dst_desc() == dst && pd.weights_desc() == weights) return B;
@@ -41,8 +39,11 @@ i64 own_weight_grad_block(const Conv2dSpec& s, const dnnl::convolution_forward::
 // 32 vector registers (AVX-512), where it holds four input rows at a time. With 16 (AVX2, SSE2)
 // it holds two, and ran no faster than oneDNN's jit:avx2 kernel on LeNet-5's second convolution
 // (6 interleaved rounds on the 2-core VM: 0.977-1.006x of the step; AVX-512: 1.012-1.031x).
-bool own_data_grad_runs(i64 kernel) {
-  return (kernel == 3 || kernel == 5 || kernel == 7) && kernels::active().registers >= 32;
+// The kernel's stack buffers bound the output channels and the output's width.
+bool own_data_grad_runs(const Conv2dSpec& s, i64 B, i64 OW) {
+  const kernels::Table& k = kernels::active();
+  return B > 0 && (s.kernel == 3 || s.kernel == 5 || s.kernel == 7) && k.registers >= 32 &&
+         s.kernel * s.out_channels / k.lanes <= kernels::kDataGradMaxTerms && OW * B <= kernels::kDataGradMaxRow;
 }
 
 // The output's (and its gradient's) layout as primitives are asked for it. oneDNN picks 16-wide
@@ -82,7 +83,7 @@ class Conv2d final : public WeightedLayer {
     set_forward(ctx, fwd_pd, dnnl::convolution_forward(fwd_pd), in[0].desc);
 
     grad_.B = own_weight_grad_block(s, fwd_pd, in[0].shape);
-    own_data_grad_ = needs_dinput_ && grad_.B > 0 && own_data_grad_runs(s.kernel);
+    own_data_grad_ = needs_dinput_ && own_data_grad_runs(s, grad_.B, out[3]);
     if (needs_dinput_ && !own_data_grad_) {
       // The same for an input gradient of at most 8 channels (LeNet-5's conv2: ONEDNN_VERBOSE
       // timed it at 0.61 ms in 16-wide blocks, 0.50 ms in 8-wide ones), unless oneDNN has only
@@ -140,11 +141,7 @@ class Conv2d final : public WeightedLayer {
 
   // The input gradient of the threads' samples, written whole (plain NCHW: the layer's input).
   void data_grad() const {
-#pragma omp parallel
-    {
-      const i64 t = omp_get_thread_num(), threads = omp_get_num_threads();
-      kernels_.blocked_conv_data_grad(grad_, w_, grad_.N * t / threads, grad_.N * (t + 1) / threads, dx_);
-    }
+    on_threads(grad_.N, [this](i64 first, i64 last) { kernels_.blocked_conv_data_grad(grad_, w_, first, last, dx_); });
   }
 
   const kernels::Table& kernels_ = kernels::active();  // the ISA active when the layer was made
@@ -164,14 +161,19 @@ md convolution_output_desc(Context& ctx, const Conv2dSpec& s, const Dims& in, co
   return dst.get_size() == std::size_t(product(out)) * sizeof(float) ? dst : plain_desc(to_dnnl(out));
 }
 
-bool conv_weight_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Dims& out) {
-  if (conv_is_small(s, in, out) || conv_is_expanded(s, in, out) || conv_is_patches(s, in, out)) return false;
+// The channel block of the own gradients of the Conv2d layer make_conv2d would make, or 0.
+i64 own_grad_block(const Conv2dSpec& s, const LayerInput& in, const Dims& out) {
+  if (conv_is_small(s, in, out) || conv_is_expanded(s, in, out) || conv_is_patches(s, in, out)) return 0;
   Context ctx;
-  return own_weight_grad_block(s, forward_pd(ctx, s, in.shape, out), in.shape) > 0;
+  return own_weight_grad_block(s, forward_pd(ctx, s, in.shape, out), in.shape);
+}
+
+bool conv_weight_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Dims& out) {
+  return own_grad_block(s, in, out) > 0;
 }
 
 bool conv_data_grad_is_own(const Conv2dSpec& s, const LayerInput& in, const Dims& out) {
-  return in.needs_grad && own_data_grad_runs(s.kernel) && conv_weight_grad_is_own(s, in, out);
+  return in.needs_grad && own_data_grad_runs(s, own_grad_block(s, in, out), out[3]);
 }
 
 std::unique_ptr<Layer> make_conv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out) {

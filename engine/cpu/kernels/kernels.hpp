@@ -89,6 +89,10 @@ struct Update {
   float beta1 = 0, beta2 = 0, eps = 0, bias1 = 1, bias2 = 1;  // Adam: 1 / (1 - beta^t)
 };
 
+// blocked_conv_data_grad's limits: an input row's terms (K x O / lanes) and a row of output
+// gradient (OW x B floats), which it keeps on its stack.
+inline constexpr i64 kDataGradMaxTerms = 7 * 64, kDataGradMaxRow = 1024;
+
 struct Table {
   Isa isa{};
   int lanes = 4;       // floats per vector register
@@ -102,7 +106,8 @@ struct Table {
   // null, their bias gradient (O) into db (one thread). Only for a B that is a multiple of `lanes`.
   void (*blocked_conv_weight_grad)(const BlockedConvGrad&, i64 first, i64 last, float* dw, float* db);
   // Samples [first, last): their input gradient dx (N, C, H, W), overwritten, from dy and the
-  // weights w (O / B, K, K, C, B). Only for K of 3, 5 or 7 and a B that is a multiple of `lanes`.
+  // weights w (O / B, K, K, C, B). Only for K of 3, 5 or 7, a B that is a multiple of `lanes`,
+  // K x O / lanes <= kDataGradMaxTerms and OW x B <= kDataGradMaxRow.
   void (*blocked_conv_data_grad)(const BlockedConvGrad&, const float* w, i64 first, i64 last, float* dx);
   // Output rows [first, last) of planes x OH, keeping each window's argmax.
   void (*plain_pool_forward)(const PlainPool&, i64 first, i64 last);
