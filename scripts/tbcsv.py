@@ -613,8 +613,10 @@ def started_loaded(load: float | None, threads_used: float) -> bool:
 
 
 def above_peak(utilisation: float | None) -> bool:
-    """The rule of the `above_peak` verdict (bench/run/run.cpp note_utilisation): utilisation
-    above 1, so the peak it is over was measured low or the FLOP count is high."""
+    """The `above_peak` verdict of a row that names no more than its utilisation (older rows, the
+    PyTorch peer's): above 1, so the peak it is over was measured low or the FLOP count is high.
+    trainbench's own rows first take out the convolutions' products with their zero padding,
+    which its small-plane convolutions skip (bench/run/run.cpp note_utilisation)."""
     return utilisation is not None and utilisation > 1
 
 

@@ -228,6 +228,10 @@ struct ConvCase {
   bool own_weight_grad = false;
 };
 
+// A 1x1 kernel at stride 1 over a plane of at most 4 positions is one matrix product where
+// oneDNN runs AVX-512 (conv2d_expanded.cpp keeps such layers channels last there).
+const bool kPointwise = cpu::onednn_isa().rfind("avx512", 0) == 0;
+
 void PrintTo(const ConvCase& c, std::ostream* os) {
   *os << "N" << c.N << " C" << c.C << " H" << c.H << " O" << c.O << " k" << c.kernel << " s" << c.stride << " p"
       << c.pad << (c.bias ? " bias" : "") << (c.feeder ? "" : " on the input") << (c.small ? " (direct loops)" : "")
@@ -320,15 +324,20 @@ INSTANTIATE_TEST_SUITE_P(
                     ConvCase{2, 1, 20, 8, 7, 1, 2, true, false, true},   // padded 7x7, 8 channels
                     ConvCase{2, 4, 37, 5, 5, 1, 1, true, false, true},   // three pieces, padded
                     ConvCase{2, 3, 12, 6, 5, 1, 0, true, false},         // rows under 16: oneDNN
-                    // One inner product over planes of at most 4 positions (ResNet-152 at 32x32):
-                    // a 3x3 kernel on 2x2 and on 1x1 planes, strided from 2x2 to 1x1, a 1x1
-                    // kernel on a 1x1 plane, and on the model input; a 1x1 kernel on a 2x2 plane
-                    // (4 times the work) stays on oneDNN.
+                    // One matrix product per pair of positions over planes of at most 4
+                    // (ResNet-152 at 32x32): a 3x3 kernel on 2x2 and on 1x1 planes, strided
+                    // from 2x2 to 1x1, a 1x1 kernel on a 1x1 plane, and on the model input; a
+                    // 1x1 kernel on a 2x2 plane, fewer channels out than in and more, and on
+                    // the model input, which runs there where the layer keeps its input
+                    // channels last (oneDNN at AVX-512), and on oneDNN elsewhere.
                     ConvCase{3, 16, 2, 32, 3, 1, 1, false, true, false, true},
                     ConvCase{2, 32, 1, 24, 3, 1, 1, false, true, false, true},
                     ConvCase{2, 16, 2, 32, 3, 2, 1, false, true, false, true},
                     ConvCase{2, 48, 1, 64, 1, 1, 0, false, true, false, true},
-                    ConvCase{2, 3, 2, 8, 3, 1, 1, false, false, false, true}, ConvCase{2, 32, 2, 16, 1, 1, 0, false},
+                    ConvCase{2, 3, 2, 8, 3, 1, 1, false, false, false, true},
+                    ConvCase{2, 32, 2, 16, 1, 1, 0, false, true, false, kPointwise},
+                    ConvCase{3, 16, 2, 48, 1, 1, 0, false, true, false, kPointwise},
+                    ConvCase{2, 24, 2, 8, 1, 1, 0, false, false, false, kPointwise},
                     // One inner product over the patches of outputs of at most 4 positions from
                     // larger planes: LeNet-5's third (16 -> 120, 4x4 over 5x5), a strided 3x3
                     // from 4x4 to 2x2 (ResNet-152's stage 3 at 32x32), one on the model input,

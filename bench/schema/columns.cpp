@@ -172,7 +172,9 @@ void add_counters(Row& row, const std::map<std::string, double>& counters) {
 const std::vector<Verdict>& verdicts() {
   static const std::vector<Verdict> all{
       {"loaded", "the machine's load average when the row started was above the threads this run used so far + 1"},
-      {"above_peak", "utilisation above 1: the peak it is over was measured low, or the FLOP count is high"},
+      {"above_peak",
+       "utilisation above 1 without the convolutions' products with their zero padding: the peak it is over was "
+       "measured low, or the FLOP count is high"},
       {"slower_than_fp32", "a GPU precision meant to be faster than fp32 was slower than the fp32 row of the run"},
       {"not_scaling", "a data-parallel row with fewer samples/s than its one-device baseline"},
       {"inside_band", "a measured or replayed row inside the band of the prediction made for it in the run"},

@@ -227,6 +227,22 @@ std::vector<ParamSpec> node_params(const LayerSpec& spec, const Dims& input_shap
       spec);
 }
 
+namespace {
+
+// Over one axis of a convolution: how many (output, tap) pairs land on the input rather than
+// on its padding, summed over the outputs.
+double taps_on_input(i64 in, i64 out, const Conv2dSpec& s) {
+  i64 n = 0;
+  for (i64 o = 0; o < out; ++o)
+    for (i64 t = 0; t < s.kernel; ++t) {
+      const i64 i = o * s.stride - s.padding + t;
+      n += i >= 0 && i < in;
+    }
+  return double(n);
+}
+
+}  // namespace
+
 ModelCost model_cost(const ModelSpec& model) {
   constexpr i64 batch = 1;
   auto shapes = infer_shapes(model, batch);
@@ -239,10 +255,13 @@ ModelCost model_cost(const ModelSpec& model) {
     const bool fed_by_input =
         !node.inputs.empty() && std::holds_alternative<InputSpec>(model.nodes[std::size_t(node.inputs[0])].spec);
     double macs = 0, input_macs = 0;  // input_macs: the products with the layer's input
+    double padding = 0;               // the products with a convolution's zero padding
     if (auto* s = std::get_if<LinearSpec>(&node.spec)) {
       macs = input_macs = double(product(out) / s->out_features) * s->in_features * s->out_features;
     } else if (auto* s = std::get_if<Conv2dSpec>(&node.spec)) {
       macs = input_macs = double(product(out)) * s->in_channels * s->kernel * s->kernel;
+      padding =
+          macs - double(out[1]) * s->in_channels * taps_on_input(in[2], out[2], *s) * taps_on_input(in[3], out[3], *s);
     } else if (auto* s = std::get_if<LSTMSpec>(&node.spec)) {
       // Per time step: 4 gates x (input + recurrent) matrix products.
       const double steps = double(product(out) / s->hidden_size);
@@ -250,7 +269,11 @@ ModelCost model_cost(const ModelSpec& model) {
       input_macs = steps * 4 * s->hidden_size * s->input_size;
     }
     cost.forward_macs_per_sample += macs;
-    if (fed_by_input) cost.input_layer_macs_per_sample += input_macs;
+    cost.padding_macs_per_sample += padding;
+    if (fed_by_input) {
+      cost.input_layer_macs_per_sample += input_macs;
+      cost.input_layer_padding_macs_per_sample += padding;
+    }
   }
   return cost;
 }

@@ -111,10 +111,24 @@ struct ModelCost {
   // Of those, the products whose input is the model's input: their backward computes the
   // weight gradient but no input gradient (nothing upstream needs one).
   double input_layer_macs_per_sample = 0;
+  // Of those, the convolutions' products with their zero padding (a 3x3 kernel over a 2x2 plane
+  // meets the input with 16 of its 36 products), and of these the input layers'. Counted in the
+  // totals, as a model's FLOPs are usually quoted; a kernel may skip them.
+  double padding_macs_per_sample = 0;
+  double input_layer_padding_macs_per_sample = 0;
   double forward_flops_per_sample() const { return 2 * forward_macs_per_sample; }
   // Training step = forward + weight gradients + input gradients of every layer but those fed
   // by the model's input = 3 x forward - the input layers' input-gradient products.
   double train_flops_per_sample() const { return 2 * (3 * forward_macs_per_sample - input_layer_macs_per_sample); }
+  // The same without the products with padding: the least work a step can do.
+  double needed_train_flops_per_sample() const {
+    return train_flops_per_sample() - 2 * (3 * padding_macs_per_sample - input_layer_padding_macs_per_sample);
+  }
+  // Their share of the FLOP count (1 where nothing is counted).
+  double needed_share() const {
+    const double all = train_flops_per_sample();
+    return all > 0 ? needed_train_flops_per_sample() / all : 1.0;
+  }
 };
 ModelCost model_cost(const ModelSpec& model);
 

@@ -14,8 +14,11 @@
 // reordered the 4-MB kernel every step, and under AVX2 ran its forward at a quarter of sgemm's
 // rate (5.4 ms against 1.3); sgemm over that kernel still wrote it out and folded its gradient
 // back every step (1.5 ms a layer). Per pair, the kernel is the parameter itself, kept tap-major
-// (each tap's O x C matrix in one run), and only the input, the output and their gradients
-// (0.5 MB each) are reordered, between the producer's layout and one matrix per position.
+// (each tap's O x C matrix in one run). Where oneDNN's sgemm runs AVX-512 the input and output
+// are channels last, each position's matrix N rows H x W x C apart, and nothing is reordered
+// between these layers; a 1x1 kernel at stride 1 over such a plane (ResNet-152's 1024 -> 256
+// and back at 2x2) is then one product over every position. Elsewhere the input, the output and
+// their gradients (0.5 MB each) are reordered to and from one matrix per position.
 #include "engine/cpu/layer.hpp"
 
 #include <algorithm>
@@ -27,12 +30,31 @@ namespace {
 // At most this many input and output positions.
 constexpr i64 kMaxPositions = 4;
 
-// (N, C, H, W) with the positions outermost, then the samples, then the channels: one N x C
-// matrix per position, row-major.
-md position_major(const Dims& d) {
+// Where oneDNN's sgemm runs AVX-512, the layer keeps its input and output channels last and
+// runs 1x1 kernels at stride 1 too; elsewhere one matrix per position, staged, and 1x1 kernels
+// on oneDNN's convolution. Measured in ResNet-152 32x32's step (batch 128) on the 2-core VM:
+// at AVX-512, 1024 -> 256 and back over 2x2 took 3.9 ms each as three sgemm calls, 5.3 and 4.8
+// as oneDNN's convolution (ONEDNN_VERBOSE), and channels last cost the 3x3 kernels nothing.
+// Capped at AVX2 the same calls took 5.3 ms (the weight gradient's transposed-A products at
+// 100 GFLOP/s), oneDNN's convolution 4.0-4.1 standalone, and over rows 4 x C apart the 3x3
+// kernel's weight gradient took 3.5 ms: that step was 15-18% slower in 3 interleaved rounds.
+bool channels_last_runs() {
+  return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;  // a bit mask
+}
+
+// (N, C, H, W) as the layer keeps it: channels last, (N, H, W, C); or one N x C matrix per
+// position, row-major, the positions outermost.
+md position_rows(const Dims& d, bool channels_last) {
   const i64 N = d[0], C = d[1], W = d[3];
+  if (channels_last) return md(to_dnnl(d), dt::f32, tag::nhwc);
   return md(to_dnnl(d), dt::f32, dnnl::memory::dims{C, 1, W * N * C, N * C});
 }
+
+// Where position q's N x C matrix starts, and how far apart its rows are, for P positions.
+struct Rows {
+  i64 position, stride;
+};
+Rows rows_of(i64 N, i64 C, i64 P, bool channels_last) { return channels_last ? Rows{C, P * C} : Rows{N * C, C}; }
 
 void sgemm(char ta, char tb, i64 m, i64 n, i64 k, const float* a, i64 lda, const float* b, i64 ldb, float beta,
            float* c, i64 ldc) {
@@ -50,11 +72,20 @@ class ExpandedConv2d final : public Layer {
         K_(s.kernel),
         Q_(in[0].shape[2] * in[0].shape[3]),
         P_(out[2] * out[3]),
+        channels_last_(channels_last_runs()),
+        // Each tap's matrix kept C x O where C > O at AVX-512: the weight gradient is then
+        // X_q^T dY_p with the larger of C and O as its rows, which oneDNN's sgemm ran at about
+        // 200 GFLOP/s there, against 130-150 with the smaller (1024 -> 256 over 2x2).
+        transposed_(channels_last_ && C_ > O_),
+        x_rows_(rows_of(N_, C_, Q_, channels_last_)),
+        y_rows_(rows_of(N_, O_, P_, channels_last_)),
         out_(out),
-        // The layout oneDNN's convolution would give, so the layers after it read what they
-        // expect (batch normalization's AVX2 kernels take 8-channel blocks only: given 16, it
-        // ran oneDNN's reference loop, 27% of ResNet-152 32x32's step under an AVX2 cap).
-        output_desc_(convolution_output_desc(ctx, s, in[0].shape, out)) {
+        // Channels last, which batch normalization runs on its own kernels and the next
+        // small-plane convolution reads as it is; else the layout oneDNN's convolution would
+        // give, so the layers after it read what they expect (batch normalization's AVX2 kernels
+        // take 8-channel blocks only: given 16, it ran oneDNN's reference loop, 27% of
+        // ResNet-152 32x32's step under an AVX2 cap).
+        output_desc_(channels_last_ ? position_rows(out, true) : convolution_output_desc(ctx, s, in[0].shape, out)) {
     // Each (output, input) pair's tap, -1 where it would lie in the padding.
     const i64 IW = in[0].shape[3], OW = out[3];
     for (i64 p = 0; p < P_; ++p)
@@ -62,41 +93,53 @@ class ExpandedConv2d final : public Layer {
         const i64 kh = q / IW - p / OW * s.stride + s.padding, kw = q % IW - p % OW * s.stride + s.padding;
         taps_.push_back(kh >= 0 && kh < K_ && kw >= 0 && kw < K_ ? kh * K_ + kw : -1);
       }
-    input_ = InputAdapter(ctx, in[0].desc, position_major(in[0].shape));
+    // A 1x1 kernel at stride 1 pairs each position with itself: one product over all of them.
+    pointwise_ = K_ == 1 && s.stride == 1 && s.padding == 0;
+    input_ = InputAdapter(ctx, in[0].desc, position_rows(in[0].shape, channels_last_));
     tap_written_.resize(std::size_t(K_ * K_));
-    // The output (forward) and its gradient (backward) one matrix per position, staged.
-    ctx.staging_bytes = std::max(ctx.staging_bytes, std::size_t(N_ * O_ * P_) * sizeof(float));
+    // One matrix per position: the output (forward) and its gradient (backward), staged.
+    if (!channels_last_) ctx.staging_bytes = std::max(ctx.staging_bytes, std::size_t(N_ * O_ * P_) * sizeof(float));
   }
 
   md output_desc() const override { return output_desc_; }
   BackwardReads backward_reads() const override { return BackwardReads::only_inputs(); }
-  // Tap-major: (kh, kw, o, c), each tap's O x C matrix in one run.
+  // Tap-major, each tap's O x C matrix (or C x O, transposed_) in one run.
   std::vector<md> param_descs() const override {
-    return {md({O_, C_, K_, K_}, dt::f32, dnnl::memory::dims{C_, 1, K_ * O_ * C_, O_ * C_})};
+    const i64 o_stride = transposed_ ? 1 : C_, c_stride = transposed_ ? O_ : 1;
+    return {md({O_, C_, K_, K_}, dt::f32, dnnl::memory::dims{o_stride, c_stride, K_ * O_ * C_, O_ * C_})};
   }
 
   void bind(Context& ctx, const Bindings& b) override {
     input_.bind(ctx, b.inputs[0], needs_dinput_ ? b.dinputs[0] : dnnl::memory());
     w_ = static_cast<const float*>(b.params[0].get_data_handle());
     dw_ = static_cast<float*>(b.dparams[0].get_data_handle());
-    const dnnl::memory staged(position_major(out_), ctx.engine, ctx.staging);
+    if (channels_last_) {
+      y_ = static_cast<float*>(b.output.get_data_handle());
+      dy_ = static_cast<const float*>(b.doutput.get_data_handle());
+      return;
+    }
+    const dnnl::memory staged(position_rows(out_, false), ctx.engine, ctx.staging);
     to_output_ = Reorder(staged, b.output);
     from_doutput_ = Reorder(b.doutput, staged);
-    staged_ = static_cast<float*>(ctx.staging);
+    y_ = static_cast<float*>(ctx.staging);
+    dy_ = y_;
   }
 
   void forward(Context& ctx) override {
     input_.forward(ctx);
     const float* x = static_cast<const float*>(input_.value().get_data_handle());
-    for (i64 p = 0; p < P_; ++p) {
-      float* y = staged_ + p * N_ * O_;
-      float beta = 0.0f;
-      for (i64 q = 0; q < Q_; ++q)
-        if (const i64 t = tap(p, q); t >= 0) {
-          sgemm('N', 'T', N_, O_, C_, x + q * N_ * C_, C_, w_ + t * O_ * C_, C_, beta, y, O_);
-          beta = 1.0f;
-        }
-      if (beta == 0.0f) std::fill(y, y + N_ * O_, 0.0f);  // no tap reaches this position
+    if (pointwise_) {
+      product(x, C_, 0, y_, O_, N_ * P_, 0.0f);
+    } else {
+      for (i64 p = 0; p < P_; ++p) {
+        float beta = 0.0f;
+        for (i64 q = 0; q < Q_; ++q)
+          if (const i64 t = tap(p, q); t >= 0) {
+            product(x + q * x_rows_.position, x_rows_.stride, t, y_ + p * y_rows_.position, y_rows_.stride, N_, beta);
+            beta = 1.0f;
+          }
+        if (beta == 0.0f) zero_rows(y_ + p * y_rows_.position, y_rows_.stride, O_);  // no tap reaches it
+      }
     }
     to_output_(ctx);
   }
@@ -104,46 +147,88 @@ class ExpandedConv2d final : public Layer {
   void backward(Context& ctx) override {
     from_doutput_(ctx);
     const float* x = static_cast<const float*>(input_.value().get_data_handle());
-    const float* dy = staged_;
     std::vector<char>& written = tap_written_;
     std::fill(written.begin(), written.end(), 0);
-    for (i64 p = 0; p < P_; ++p)
-      for (i64 q = 0; q < Q_; ++q)
-        if (const i64 t = tap(p, q); t >= 0) {
-          sgemm('T', 'N', O_, C_, N_, dy + p * N_ * O_, O_, x + q * N_ * C_, C_, written[std::size_t(t)] ? 1.0f : 0.0f,
-                dw_ + t * O_ * C_, C_);
-          written[std::size_t(t)] = 1;
-        }
+    if (pointwise_) {
+      weight_grad(dy_, O_, x, C_, N_ * P_, 0, 0.0f);
+      written[0] = 1;
+    } else {
+      for (i64 p = 0; p < P_; ++p)
+        for (i64 q = 0; q < Q_; ++q)
+          if (const i64 t = tap(p, q); t >= 0) {
+            weight_grad(dy_ + p * y_rows_.position, y_rows_.stride, x + q * x_rows_.position, x_rows_.stride, N_, t,
+                        written[std::size_t(t)] ? 1.0f : 0.0f);
+            written[std::size_t(t)] = 1;
+          }
+    }
     for (i64 t = 0; t < K_ * K_; ++t)  // taps that only ever lie in the padding
       if (!written[std::size_t(t)]) std::fill(dw_ + t * O_ * C_, dw_ + (t + 1) * O_ * C_, 0.0f);
     if (!needs_dinput_) return;
     float* dx = static_cast<float*>(input_.grad().get_data_handle());
-    for (i64 q = 0; q < Q_; ++q) {
-      float beta = 0.0f;
-      for (i64 p = 0; p < P_; ++p)
-        if (const i64 t = tap(p, q); t >= 0) {
-          sgemm('N', 'N', N_, C_, O_, dy + p * N_ * O_, O_, w_ + t * O_ * C_, C_, beta, dx + q * N_ * C_, C_);
-          beta = 1.0f;
-        }
-      if (beta == 0.0f) std::fill(dx + q * N_ * C_, dx + (q + 1) * N_ * C_, 0.0f);
+    if (pointwise_) {
+      data_grad(dy_, O_, 0, dx, C_, N_ * P_, 0.0f);
+    } else {
+      for (i64 q = 0; q < Q_; ++q) {
+        float beta = 0.0f;
+        for (i64 p = 0; p < P_; ++p)
+          if (const i64 t = tap(p, q); t >= 0) {
+            data_grad(dy_ + p * y_rows_.position, y_rows_.stride, t, dx + q * x_rows_.position, x_rows_.stride, N_,
+                      beta);
+            beta = 1.0f;
+          }
+        if (beta == 0.0f) zero_rows(dx + q * x_rows_.position, x_rows_.stride, C_);
+      }
     }
     input_.backward(ctx);
   }
 
  private:
   i64 tap(i64 p, i64 q) const { return taps_[std::size_t(p * Q_ + q)]; }
+  // One position's N rows of `width` values, `stride` apart, set to zero.
+  void zero_rows(float* first, i64 stride, i64 width) const {
+    for (i64 n = 0; n < N_; ++n) std::fill_n(first + n * stride, width, 0.0f);
+  }
+  const float* tap_weights(i64 t) const { return w_ + t * O_ * C_; }
+
+  // y (rows x O, rows ldy apart) (+)= x (rows x C) W_t^T.
+  void product(const float* x, i64 ldx, i64 t, float* y, i64 ldy, i64 rows, float beta) const {
+    if (transposed_)
+      sgemm('N', 'N', rows, O_, C_, x, ldx, tap_weights(t), O_, beta, y, ldy);
+    else
+      sgemm('N', 'T', rows, O_, C_, x, ldx, tap_weights(t), C_, beta, y, ldy);
+  }
+  // dx (rows x C) (+)= dy (rows x O) W_t.
+  void data_grad(const float* dy, i64 ldy, i64 t, float* dx, i64 ldx, i64 rows, float beta) const {
+    if (transposed_)
+      sgemm('N', 'T', rows, C_, O_, dy, ldy, tap_weights(t), O_, beta, dx, ldx);
+    else
+      sgemm('N', 'N', rows, C_, O_, dy, ldy, tap_weights(t), C_, beta, dx, ldx);
+  }
+  // dW_t (+)= dy^T x (O x C), or x^T dy where the taps are kept C x O.
+  void weight_grad(const float* dy, i64 ldy, const float* x, i64 ldx, i64 rows, i64 t, float beta) const {
+    float* dw = dw_ + t * O_ * C_;
+    if (transposed_)
+      sgemm('T', 'N', C_, O_, rows, x, ldx, dy, ldy, beta, dw, O_);
+    else
+      sgemm('T', 'N', O_, C_, rows, dy, ldy, x, ldx, beta, dw, C_);
+  }
 
   const bool needs_dinput_;
   const i64 N_, C_, O_, K_, Q_, P_;  // Q_, P_: input and output positions
+  const bool channels_last_;         // else one matrix per position, the output staged
+  const bool transposed_;            // each tap's matrix kept C x O
+  const Rows x_rows_, y_rows_;       // where each position's rows of the input and output lie
   const Dims out_;
   const md output_desc_;
-  std::vector<i64> taps_;          // [p][q]: the tap where they meet, -1 in the padding
-  std::vector<char> tap_written_;  // backward: whether a tap's gradient has its first term
-  InputAdapter input_;             // the input one matrix per position
-  Reorder to_output_, from_doutput_;
+  bool pointwise_ = false;            // 1x1 at stride 1: one product over every position
+  std::vector<i64> taps_;             // [p][q]: the tap where they meet, -1 in the padding
+  std::vector<char> tap_written_;     // backward: whether a tap's gradient has its first term
+  InputAdapter input_;                // the input as the layer keeps it
+  Reorder to_output_, from_doutput_;  // from and to the staged output where not channels last
   const float* w_ = nullptr;
   float* dw_ = nullptr;
-  float* staged_ = nullptr;  // the output (forward) or its gradient (backward), one matrix per position
+  float* y_ = nullptr;         // the output, or where it is staged
+  const float* dy_ = nullptr;  // its gradient, likewise
 };
 
 }  // namespace
@@ -151,8 +236,11 @@ class ExpandedConv2d final : public Layer {
 bool conv_is_expanded(const Conv2dSpec& s, const LayerInput& in, const Dims& out) {
   if (s.bias || in.shape.size() != 4 || out.size() != 4) return false;
   const i64 inputs = in.shape[2] * in.shape[3], outputs = out[2] * out[3];
-  // Where it computes no more than the convolution's every tap would: at most K x K inputs.
-  return inputs <= kMaxPositions && outputs <= kMaxPositions && inputs <= s.kernel * s.kernel;
+  if (inputs > kMaxPositions || outputs > kMaxPositions) return false;
+  // Where it computes no more than the convolution's every tap would: at most K x K inputs, or
+  // (channels last) a 1x1 kernel at stride 1, each position its own product.
+  const bool pointwise = s.kernel == 1 && s.stride == 1 && s.padding == 0;
+  return inputs <= s.kernel * s.kernel || (pointwise && channels_last_runs());
 }
 
 std::unique_ptr<Layer> make_expanded_conv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out) {
