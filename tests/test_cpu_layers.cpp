@@ -169,6 +169,12 @@ void PrintTo(const LinearCase& c, std::ostream* os) {
       << (c.bias ? " bias" : "");
 }
 
+// How many tensors the op's network reorders between a layer's forward and backward layouts
+// every step.
+long backward_reorders(const OpResult& r) {
+  return long(std::count(r.implementations.begin(), r.implementations.end(), std::string(cpu::kBackwardReorder)));
+}
+
 class CpuLayersLinear : public testing::TestWithParam<LinearCase> {};
 
 TEST_P(CpuLayersLinear, MatchesReference) {
@@ -197,6 +203,11 @@ TEST_P(CpuLayersLinear, MatchesReference) {
   EXPECT_TRUE(close(r.y, y)) << "output";
   EXPECT_TRUE(close(r.dx, dx)) << "input gradient";
   EXPECT_TRUE(close(r.dparams[0], dw)) << "weight gradient";
+  // Backward in forward's layouts: nothing (weights, input, gradients) reordered between them.
+  // oneDNN's SSE4.1 inner product has no backward for forward's channel blocks.
+  if (cpu::onednn_isa() != "sse41") {
+    EXPECT_EQ(backward_reorders(r), 0) << "the inner product's backward in layouts of its own";
+  }
   if (p.bias) {
     EXPECT_TRUE(close(r.dparams[1], db)) << "bias gradient";
   }
@@ -275,6 +286,10 @@ TEST_P(CpuLayersConv2d, MatchesReference) {
     EXPECT_EQ(cpu::conv_data_grad_is_own(spec, in, {p.N, p.O, s.out_h(), s.out_w()}),
               p.own_weight_grad && p.feeder && cpu::onednn_isa() != "sse41" && cpu::kernels::active().registers >= 32)
         << "the cases cover every path (own input gradient)";
+  }
+
+  if (p.patches && cpu::onednn_isa() != "sse41") {  // as for Linear
+    EXPECT_EQ(backward_reorders(r), 0) << "the patches' inner product's backward in layouts of its own";
   }
 
   const DVec x = to_double(r.x), w = to_double(c.params[0]), dy = to_double(c.dy);

@@ -33,7 +33,9 @@ struct Context {
   void* staging = nullptr;
   // Every primitive's kind and oneDNN implementation ("convolution jit_1x1:avx2",
   // "batch_normalization bnorm_ref:any"), in the order the layers created them: what tests read
-  // to see which path a layer took and that none fell to a reference loop.
+  // to see which path a layer took and that none fell to a reference loop; and, as the layers
+  // are bound, one entry for each tensor reordered between a layer's forward and backward
+  // layouts every step (layer.hpp's kBackwardReorder).
   std::vector<std::string> implementations;
 
   template <class PrimitiveDesc>

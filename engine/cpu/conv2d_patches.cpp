@@ -46,16 +46,19 @@ class PatchConv2d final : public Layer {
                 ctx.engine));
     forward_.create(ctx, fwd_pd, dnnl::inner_product_forward(fwd_pd));
     weights_desc_ = fwd_pd.weights_desc();
+    const md weights = fwd_pd.weights_desc();
     if (needs_dinput_) {
-      dnnl::inner_product_backward_data::desc d(patches, weights_any, dst);
-      dnnl::inner_product_backward_data::primitive_desc pd;
-      TB_DNNL(pd = dnnl::inner_product_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
+      const auto pd = in_forward_layouts([&](bool same) {
+        dnnl::inner_product_backward_data::desc d(patches, same ? weights : weights_any, dst);
+        return dnnl::inner_product_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd);
+      });
       backward_.set_data(ctx, pd, dnnl::inner_product_backward_data(pd));
       dpatches_ = dnnl::memory(patches, ctx.engine);
     }
-    dnnl::inner_product_backward_weights::desc w(patches, weights_any, bias, dst);
-    dnnl::inner_product_backward_weights::primitive_desc wpd;
-    TB_DNNL(wpd = dnnl::inner_product_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd));
+    const auto wpd = in_forward_layouts([&](bool same) {
+      dnnl::inner_product_backward_weights::desc w(patches, same ? weights : weights_any, bias, dst);
+      return dnnl::inner_product_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd);
+    });
     backward_.set_weights(ctx, wpd, dnnl::inner_product_backward_weights(wpd));
     input_ = InputAdapter(ctx, in[0].desc, plain_desc(to_dnnl(in[0].shape)));
     patches_ = dnnl::memory(patches, ctx.engine);

@@ -33,6 +33,7 @@ void Relayout::bind_in(Context& ctx, const dnnl::memory& source) {
   }
   mem_ = dnnl::memory(wanted_, ctx.engine);
   reorder_ = Reorder(source, mem_);
+  ctx.implementations.push_back(kBackwardReorder);
 }
 
 void Relayout::bind_in(Context& ctx, const dnnl::memory& source, const Relayout& earlier) {
@@ -48,6 +49,7 @@ void Relayout::bind_out(Context& ctx, const dnnl::memory& target) {
   }
   mem_ = dnnl::memory(wanted_, ctx.engine);
   reorder_ = Reorder(mem_, target);
+  ctx.implementations.push_back(kBackwardReorder);
 }
 
 void WeightedBackward::bind(Context& ctx, const dnnl::memory& src, const dnnl::memory& dsrc, const Bindings& b,

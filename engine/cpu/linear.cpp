@@ -42,14 +42,20 @@ class Linear final : public WeightedLayer {
 
     const md src_any(src.dims(), dt::f32, tag::any), dst_any(dst.dims(), dt::f32, tag::any);
     if (needs_dinput_) {
-      dnnl::inner_product_backward_data::desc d(src_any, weights_any, dst_any);
-      dnnl::inner_product_backward_data::primitive_desc pd;
-      TB_DNNL(pd = dnnl::inner_product_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
+      const auto pd = in_forward_layouts([&](bool same) {
+        dnnl::inner_product_backward_data::desc d(same ? fwd_pd.src_desc() : src_any,
+                                                  same ? fwd_pd.weights_desc() : weights_any,
+                                                  same ? fwd_pd.dst_desc() : dst_any);
+        return dnnl::inner_product_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd);
+      });
       backward_.set_data(ctx, pd, dnnl::inner_product_backward_data(pd));
     }
-    dnnl::inner_product_backward_weights::desc w(src_any, weights_any, bias_desc, dst_any);
-    dnnl::inner_product_backward_weights::primitive_desc wpd;
-    TB_DNNL(wpd = dnnl::inner_product_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd));
+    const auto wpd = in_forward_layouts([&](bool same) {
+      dnnl::inner_product_backward_weights::desc w(same ? fwd_pd.src_desc() : src_any,
+                                                   same ? fwd_pd.weights_desc() : weights_any, bias_desc,
+                                                   same ? fwd_pd.dst_desc() : dst_any);
+      return dnnl::inner_product_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd);
+    });
     backward_.set_weights(ctx, wpd, dnnl::inner_product_backward_weights(wpd));
     (void)out;
   }
