@@ -223,8 +223,15 @@ void BenchmarkRun::timed_counters(const Window& w, const Timed& t, const Trainer
 // skip (a quarter of ResNet-152 32x32's): only the work that remains without them is held
 // against the peak.
 void BenchmarkRun::note_utilisation() {
-  const double u = figures_.utilisation.value_or(0) * info_.cost.needed_share();
-  if (u <= 1) return;
+  const double nominal = figures_.utilisation.value_or(0), u = nominal * info_.cost.needed_share();
+  if (u <= 1) {
+    if (nominal > 1)
+      note(
+          fmt::format("utilisation {:.2f} counts the convolutions' products with their zero padding, which "
+                      "trainbench's small-plane convolutions skip; without them {:.2f}",
+                      nominal, u));
+    return;
+  }
   verdict("above_peak");
   note(fmt::format(
       "utilisation {:.2f} exceeds 1 without the products with padding: the model's kernels ran faster than the peak "
