@@ -7,7 +7,6 @@
 // the output gradient into 8-channel blocks and ran its AVX2 kernels, on AVX-512 machines too:
 // weight gradient 0.50 ms and 0.18 ms of reorders, input gradient 0.46 ms and a reorder of it
 // into the plain input's layout, a step at batch 100 on the 2-core VM (ONEDNN_VERBOSE).
-#include <string>
 
 #include "engine/cpu/layer.hpp"
 
@@ -88,16 +87,12 @@ class Conv2d final : public WeightedLayer {
       // The same for an input gradient of at most 8 channels (LeNet-5's conv2: ONEDNN_VERBOSE
       // timed it at 0.61 ms in 16-wide blocks, 0.50 ms in 8-wide ones), unless oneDNN has only
       // its reference loop for that layout (SSE4.1: 47 ms a step).
-      auto data_pd = [&](tag dsrc) {
-        const md dsrc_any(to_dnnl(in[0].shape), dt::f32, dsrc);
+      const auto pd = preferred_layouts([&](bool preferred) {
+        const md dsrc_any(to_dnnl(in[0].shape), dt::f32, preferred && s.in_channels <= 8 ? tag::aBcd8b : tag::any);
         dnnl::convolution_backward_data::desc d(algo::convolution_direct, dsrc_any, weights_any, dst_any, strides, pad,
                                                 pad);
-        dnnl::convolution_backward_data::primitive_desc pd;
-        TB_DNNL(pd = dnnl::convolution_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd));
-        return pd;
-      };
-      dnnl::convolution_backward_data::primitive_desc pd = data_pd(s.in_channels <= 8 ? tag::aBcd8b : tag::any);
-      if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) pd = data_pd(tag::any);
+        return dnnl::convolution_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd);
+      });
       backward_.set_data(ctx, pd, dnnl::convolution_backward_data(pd));
     }
     if (grad_.B > 0) {

@@ -50,11 +50,19 @@ md position_rows(const Dims& d, bool channels_last) {
   return md(to_dnnl(d), dt::f32, dnnl::memory::dims{C, 1, W * N * C, N * C});
 }
 
-// Where position q's N x C matrix starts, and how far apart its rows are, for P positions.
+// In a tensor laid out by position_rows: where position q's N x C matrix starts (q x the
+// width's stride, the height's being W times it in both layouts), and how far apart its rows
+// (samples) are.
 struct Rows {
   i64 position, stride;
 };
-Rows rows_of(i64 N, i64 C, i64 P, bool channels_last) { return channels_last ? Rows{C, P * C} : Rows{N * C, C}; }
+Rows rows_of(const md& d) {
+  const auto& strides = d.data.format_desc.blocking.strides;
+  return Rows{strides[3], strides[0]};
+}
+
+// A 1x1 kernel at stride 1 without padding pairs each position with itself only.
+bool pointwise(const Conv2dSpec& s) { return s.kernel == 1 && s.stride == 1 && s.padding == 0; }
 
 void sgemm(char ta, char tb, i64 m, i64 n, i64 k, const float* a, i64 lda, const float* b, i64 ldb, float beta,
            float* c, i64 ldc) {
@@ -77,8 +85,9 @@ class ExpandedConv2d final : public Layer {
         // X_q^T dY_p with the larger of C and O as its rows, which oneDNN's sgemm ran at about
         // 200 GFLOP/s there, against 130-150 with the smaller (1024 -> 256 over 2x2).
         transposed_(channels_last_ && C_ > O_),
-        x_rows_(rows_of(N_, C_, Q_, channels_last_)),
-        y_rows_(rows_of(N_, O_, P_, channels_last_)),
+        pointwise_(pointwise(s)),
+        x_rows_(rows_of(position_rows(in[0].shape, channels_last_))),
+        y_rows_(rows_of(position_rows(out, channels_last_))),
         out_(out),
         // Channels last, which batch normalization runs on its own kernels and the next
         // small-plane convolution reads as it is; else the layout oneDNN's convolution would
@@ -93,8 +102,6 @@ class ExpandedConv2d final : public Layer {
         const i64 kh = q / IW - p / OW * s.stride + s.padding, kw = q % IW - p % OW * s.stride + s.padding;
         taps_.push_back(kh >= 0 && kh < K_ && kw >= 0 && kw < K_ ? kh * K_ + kw : -1);
       }
-    // A 1x1 kernel at stride 1 pairs each position with itself: one product over all of them.
-    pointwise_ = K_ == 1 && s.stride == 1 && s.padding == 0;
     input_ = InputAdapter(ctx, in[0].desc, position_rows(in[0].shape, channels_last_));
     tap_written_.resize(std::size_t(K_ * K_));
     // One matrix per position: the output (forward) and its gradient (backward), staged.
@@ -132,13 +139,13 @@ class ExpandedConv2d final : public Layer {
       product(x, C_, 0, y_, O_, N_ * P_, 0.0f);
     } else {
       for (i64 p = 0; p < P_; ++p) {
-        float beta = 0.0f;
-        for (i64 q = 0; q < Q_; ++q)
-          if (const i64 t = tap(p, q); t >= 0) {
-            product(x + q * x_rows_.position, x_rows_.stride, t, y_ + p * y_rows_.position, y_rows_.stride, N_, beta);
-            beta = 1.0f;
-          }
-        if (beta == 0.0f) zero_rows(y_ + p * y_rows_.position, y_rows_.stride, O_);  // no tap reaches it
+        float* y = y_ + p * y_rows_.position;
+        sum_over_taps(
+            Q_, [&](i64 q) { return tap(p, q); },
+            [&](i64 q, i64 t, float beta) {
+              product(x + q * x_rows_.position, x_rows_.stride, t, y, y_rows_.stride, N_, beta);
+            },
+            [&] { zero_rows(y, y_rows_.stride, O_); });
       }
     }
     to_output_(ctx);
@@ -169,14 +176,13 @@ class ExpandedConv2d final : public Layer {
       data_grad(dy_, O_, 0, dx, C_, N_ * P_, 0.0f);
     } else {
       for (i64 q = 0; q < Q_; ++q) {
-        float beta = 0.0f;
-        for (i64 p = 0; p < P_; ++p)
-          if (const i64 t = tap(p, q); t >= 0) {
-            data_grad(dy_ + p * y_rows_.position, y_rows_.stride, t, dx + q * x_rows_.position, x_rows_.stride, N_,
-                      beta);
-            beta = 1.0f;
-          }
-        if (beta == 0.0f) zero_rows(dx + q * x_rows_.position, x_rows_.stride, C_);
+        float* dxq = dx + q * x_rows_.position;
+        sum_over_taps(
+            P_, [&](i64 p) { return tap(p, q); },
+            [&](i64 p, i64 t, float beta) {
+              data_grad(dy_ + p * y_rows_.position, y_rows_.stride, t, dxq, x_rows_.stride, N_, beta);
+            },
+            [&] { zero_rows(dxq, x_rows_.stride, C_); });
       }
     }
     input_.backward(ctx);
@@ -184,6 +190,19 @@ class ExpandedConv2d final : public Layer {
 
  private:
   i64 tap(i64 p, i64 q) const { return taps_[std::size_t(p * Q_ + q)]; }
+  // One position's sum over the `others` positions it meets at a tap (tap_of(other), -1 in the
+  // padding): term(other, tap, beta), beta 0 for the first term and 1 after; zero() where no
+  // tap reaches it.
+  template <class TapOf, class Term, class Zero>
+  static void sum_over_taps(i64 others, const TapOf& tap_of, const Term& term, const Zero& zero) {
+    float beta = 0.0f;
+    for (i64 o = 0; o < others; ++o)
+      if (const i64 t = tap_of(o); t >= 0) {
+        term(o, t, beta);
+        beta = 1.0f;
+      }
+    if (beta == 0.0f) zero();
+  }
   // One position's N rows of `width` values, `stride` apart, set to zero.
   void zero_rows(float* first, i64 stride, i64 width) const {
     for (i64 n = 0; n < N_; ++n) std::fill_n(first + n * stride, width, 0.0f);
@@ -217,10 +236,10 @@ class ExpandedConv2d final : public Layer {
   const i64 N_, C_, O_, K_, Q_, P_;  // Q_, P_: input and output positions
   const bool channels_last_;         // else one matrix per position, the output staged
   const bool transposed_;            // each tap's matrix kept C x O
+  const bool pointwise_;             // one product over every position
   const Rows x_rows_, y_rows_;       // where each position's rows of the input and output lie
   const Dims out_;
   const md output_desc_;
-  bool pointwise_ = false;            // 1x1 at stride 1: one product over every position
   std::vector<i64> taps_;             // [p][q]: the tap where they meet, -1 in the padding
   std::vector<char> tap_written_;     // backward: whether a tap's gradient has its first term
   InputAdapter input_;                // the input as the layer keeps it
@@ -239,8 +258,7 @@ bool conv_is_expanded(const Conv2dSpec& s, const LayerInput& in, const Dims& out
   if (inputs > kMaxPositions || outputs > kMaxPositions) return false;
   // Where it computes no more than the convolution's every tap would: at most K x K inputs, or
   // (channels last) a 1x1 kernel at stride 1, each position its own product.
-  const bool pointwise = s.kernel == 1 && s.stride == 1 && s.padding == 0;
-  return inputs <= s.kernel * s.kernel || (pointwise && channels_last_runs());
+  return inputs <= s.kernel * s.kernel || (pointwise(s) && channels_last_runs());
 }
 
 std::unique_ptr<Layer> make_expanded_conv2d(Context& ctx, const Conv2dSpec& s, const Inputs& in, const Dims& out) {

@@ -46,17 +46,16 @@ class PatchConv2d final : public Layer {
                 ctx.engine));
     forward_.create(ctx, fwd_pd, dnnl::inner_product_forward(fwd_pd));
     weights_desc_ = fwd_pd.weights_desc();
-    const md weights = fwd_pd.weights_desc();
     if (needs_dinput_) {
-      const auto pd = in_forward_layouts([&](bool same) {
-        dnnl::inner_product_backward_data::desc d(patches, same ? weights : weights_any, dst);
+      const auto pd = preferred_layouts([&](bool same) {
+        dnnl::inner_product_backward_data::desc d(patches, same ? weights_desc_ : weights_any, dst);
         return dnnl::inner_product_backward_data::primitive_desc(d, ctx.attr, ctx.engine, fwd_pd);
       });
       backward_.set_data(ctx, pd, dnnl::inner_product_backward_data(pd));
       dpatches_ = dnnl::memory(patches, ctx.engine);
     }
-    const auto wpd = in_forward_layouts([&](bool same) {
-      dnnl::inner_product_backward_weights::desc w(patches, same ? weights : weights_any, bias, dst);
+    const auto wpd = preferred_layouts([&](bool same) {
+      dnnl::inner_product_backward_weights::desc w(patches, same ? weights_desc_ : weights_any, bias, dst);
       return dnnl::inner_product_backward_weights::primitive_desc(w, ctx.attr, ctx.engine, fwd_pd);
     });
     backward_.set_weights(ctx, wpd, dnnl::inner_product_backward_weights(wpd));

@@ -42,7 +42,7 @@ class Linear final : public WeightedLayer {
 
     const md src_any(src.dims(), dt::f32, tag::any), dst_any(dst.dims(), dt::f32, tag::any);
     if (needs_dinput_) {
-      const auto pd = in_forward_layouts([&](bool same) {
+      const auto pd = preferred_layouts([&](bool same) {
         dnnl::inner_product_backward_data::desc d(same ? fwd_pd.src_desc() : src_any,
                                                   same ? fwd_pd.weights_desc() : weights_any,
                                                   same ? fwd_pd.dst_desc() : dst_any);
@@ -50,7 +50,7 @@ class Linear final : public WeightedLayer {
       });
       backward_.set_data(ctx, pd, dnnl::inner_product_backward_data(pd));
     }
-    const auto wpd = in_forward_layouts([&](bool same) {
+    const auto wpd = preferred_layouts([&](bool same) {
       dnnl::inner_product_backward_weights::desc w(same ? fwd_pd.src_desc() : src_any,
                                                    same ? fwd_pd.weights_desc() : weights_any, bias_desc,
                                                    same ? fwd_pd.dst_desc() : dst_any);
