@@ -2,7 +2,10 @@
 // backend where CMake found the toolkit, cuDNN and NCCL (TB_HAVE_CUDA).
 #include "engine/backends.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -32,7 +35,9 @@ MemoryPlanBytes memory_plan(Backend backend, const ModelSpec& spec, i64 batch, c
                             bool adam) {
   if (backend == Backend::Cpu) {
     const double state = adam ? 4 : 3;  // weights, gradients, and one or two moments
-    return MemoryPlanBytes{cpu::plan_network_memory(spec, batch).arena_bytes,
+    // One arena per lane (cpu/network.hpp), each planned for its slice of the batch.
+    const int lanes = cpu_network_lanes(spec, batch, omp_get_max_threads());
+    return MemoryPlanBytes{cpu::plan_network_memory(spec, batch / lanes).arena_bytes * std::size_t(lanes),
                            std::size_t(double(model_cost(spec).parameters) * 4 * state) +
                                std::size_t(product(infer_shapes(spec, batch)[0])) * 4,
                            0};
@@ -147,8 +152,32 @@ std::vector<std::string> own_cpu_isas() {
   return out;
 }
 
+namespace {
+// TB_CPU_LANES as NetworkOptions::lanes: 0 where it is not set.
+int lanes_asked() {
+  const char* text = std::getenv("TB_CPU_LANES");
+  if (!text || !*text) return 0;
+  char* end = nullptr;
+  const long lanes = std::strtol(text, &end, 10);
+  if (*end != '\0' || lanes < 1 || lanes > 1024)
+    throw InputError(
+        fmt::format("TB_CPU_LANES='{}': give a whole number of lanes from 1 to 1024 (1: the whole batch "
+                    "through one network), or unset it to let trainbench choose",
+                    text));
+  return int(lanes);
+}
+}  // namespace
+
+int cpu_network_lanes(const ModelSpec& model, i64 batch, int threads) {
+  return cpu::cpu_lanes(model, batch, threads, lanes_asked());
+}
+
 std::unique_ptr<Network> make_network(Backend backend, const ModelSpec& model, const NetworkOptions& o) {
-  if (backend == Backend::Cpu) return std::make_unique<cpu::CpuNetwork>(model, o);
+  if (backend == Backend::Cpu) {
+    NetworkOptions options = o;
+    if (options.lanes == 0) options.lanes = lanes_asked();
+    return std::make_unique<cpu::CpuNetwork>(model, options);
+  }
 #ifdef TB_HAVE_CUDA
   return make_cuda_network(model, o);
 #else

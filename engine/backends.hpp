@@ -42,6 +42,11 @@ std::string cpu_library_isa();
 std::string own_cpu_isa();
 // Every instruction set of trainbench's own CPU kernels this machine runs, ascending.
 std::vector<std::string> own_cpu_isas();
+// The lanes a CPU network of `model` at `batch` runs on with `threads` OpenMP threads
+// (engine/cpu/network.hpp: slices of the batch, each through the network on a thread of its own):
+// as TB_CPU_LANES asks where it is set (1: none, for A/B runs of one build), else the network's
+// choice. Throws tb::InputError for a bad TB_CPU_LANES.
+int cpu_network_lanes(const ModelSpec& model, i64 batch, int threads);
 
 // ---- GPUs (CUDA devices, after CUDA_VISIBLE_DEVICES) ----
 

@@ -2,6 +2,7 @@
 // numbers worked out by hand or published, errors on bad graphs) and on the CPU backend (a few
 // training steps lower the loss; the gradients of whole models, the MLP, LeNet-5, the LSTM and
 // ResNet blocks, match a double-precision run of the reference ops).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -764,6 +765,89 @@ TEST(CpuResidentData, TrainsAsTheSameBatchesGivenOneByOne) {
 TEST(ModelsWholeGradient, Lenet5) { check_whole_model(models::workload("lenet5", "cifar10").spec, 4, "cifar10"); }
 
 TEST(ModelsWholeGradient, Lstm) { check_whole_model(models::workload("lstm", "sine").spec, 3, "sine"); }
+
+// Lanes (cpu/network.hpp): the batch cut into slices, each through the whole network on a
+// thread of its own with layers and weights of its own, trains as one network of the whole
+// batch: the loss, the prediction and every parameter gradient agree with the double reference,
+// with 2 and 4 lanes, on LeNet-5 (batch-major) and on the LSTM (time-major input and targets),
+// with and without every lane's dead blocks poisoned.
+TEST(CpuLanes, MatchTheDoubleReference) {
+  for (const char* name : {"lenet5", "lstm"}) {
+    const models::Workload w = models::workload(name, name == std::string("lstm") ? "sine" : "cifar10");
+    for (const int lanes : {2, 4})
+      for (const bool poison : {false, true}) {
+        SCOPED_TRACE(fmt::format("{}, {} lanes{}", name, lanes, poison ? ", dead blocks poisoned" : ""));
+        NetworkOptions c = config(8, {}, 2);
+        c.lanes = lanes;
+        c.poison_dead = poison;
+        EXPECT_EQ(cpu::CpuNetwork(w.spec, c).lanes(), lanes);
+        check_whole_model(w.spec, 8, w.dataset, c);
+      }
+  }
+}
+
+// Every lane updates its own copy of the weights with the batch's gradients: over steps of Adam,
+// two lanes keep the losses and weights of one network of the whole batch (a lane whose copy
+// drifted would change its half of the loss), also after weights written from outside
+// (param_segments, then params_written, as a data-parallel replica is given rank 0's).
+TEST(CpuLanes, TrainAsOneNetwork) {
+  const models::Workload w = models::workload("lenet5", "cifar10");
+  const i64 batch = 8;
+  NetworkOptions one = config(batch, w.optimizer, 3), two = one;
+  one.lanes = 1;
+  two.lanes = 2;
+  cpu::CpuNetwork whole(w.spec, one), lanes(w.spec, two);
+  ASSERT_EQ(whole.lanes(), 1);
+  ASSERT_EQ(lanes.lanes(), 2);
+  // New weights for both, written through the segments: the second lane must take them too.
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  const std::vector<FlatSegment> a = whole.param_segments(), b = lanes.param_segments();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t s = 0; s < a.size(); ++s) {
+    ASSERT_EQ(a[s].count, b[s].count);
+    for (i64 k = 0; k < a[s].count; ++k) static_cast<float*>(a[s].data)[k] = static_cast<float*>(b[s].data)[k] = u(rng);
+  }
+  whole.params_written();
+  lanes.params_written();
+  auto data = data::synthetic_for("cifar10", w.spec, batch, 5);
+  for (int step = 0; step < 6; ++step) {
+    const Batch& next = data->next();
+    whole.set_batch(next.view());
+    lanes.set_batch(next.view());
+    const float expected = whole.forward();
+    EXPECT_NEAR(lanes.forward(), expected, 1e-5 * std::max(1.0f, std::abs(expected))) << "step " << step;
+    EXPECT_EQ(lanes.correct(), whole.correct()) << "step " << step;
+    whole.backward();
+    lanes.backward();
+    whole.update();
+    lanes.update();
+  }
+  const int fc5 = node_index(w.spec, "fc5");
+  const std::vector<float> want = whole.read_param(fc5, 0);
+  EXPECT_TRUE(close(lanes.read_param(fc5, 0), DVec(want.begin(), want.end()))) << "fc5 weights after 6 steps";
+}
+
+// Which models get lanes: the batch must divide evenly, no layer may mix samples (batch norm),
+// the model needs a loss, and (unless asked for) one lane's activations must take more bytes
+// than the weights.
+TEST(CpuLanes, OnlyWhereTheModelAllows) {
+  const ModelSpec lenet = models::workload("lenet5", "cifar10").spec;
+  EXPECT_EQ(cpu::cpu_lanes(lenet, 100, 2), 2);
+  EXPECT_EQ(cpu::cpu_lanes(lenet, 100, 4), 4);
+  EXPECT_EQ(cpu::cpu_lanes(lenet, 100, 1), 1);
+  EXPECT_EQ(cpu::cpu_lanes(lenet, 99, 2), 1) << "an odd batch";
+  EXPECT_EQ(cpu::cpu_lanes(lenet, 100, 2, 1), 1) << "asked for none";
+  EXPECT_EQ(cpu::cpu_lanes(lenet, 4, 2), 1) << "two images' activations take fewer bytes than LeNet-5's weights";
+  EXPECT_EQ(cpu::cpu_lanes(lenet, 4, 2, 2), 2) << "asked for";
+  const models::Workload mlp = models::workload("mlp", "mnist");
+  EXPECT_EQ(cpu::cpu_lanes(mlp.spec, mlp.batch, 2), 1) << "the MLP's weights outweigh its activations";
+  EXPECT_EQ(cpu::cpu_lanes(models::workload("resnet152", "cifar10").spec, 128, 2, 2), 1) << "batch norm";
+  ModelSpec no_loss = named("no_loss", 0);
+  const int x = no_loss.add("input", InputSpec{{6}}, {});
+  no_loss.add("fc", LinearSpec{6, 4}, {x});
+  EXPECT_EQ(cpu::cpu_lanes(no_loss, 8, 2, 2), 1) << "no loss";
+}
 
 // ResNet-152's structure at a size the double reference runs in a moment: the stem, a
 // bottleneck with a strided projection shortcut and one with an identity shortcut (the input

@@ -2,6 +2,7 @@
 // edges, recomputed values), its invariant over every workload on both backends' plans, the
 // plans against the networks that use them, and the memory targets read off the plans.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <fmt/format.h>
 
@@ -230,9 +231,11 @@ TEST(PlannerWorkloads, NoTwoLiveValuesShareBytesOnEitherBackend) {
 TEST(PlannerWorkloads, CpuNetworkAllocatesTheArenaItsPlanSays) {
   for (const models::Workload& w : models::workloads()) {
     if (w.model == "resnet152") continue;  // the same code path; ResNet blocks run in test_models
-    const MemoryPlan p = cpu::plan_network_memory(w.spec, w.batch);
+    const int lanes = cpu::cpu_lanes(w.spec, w.batch, omp_get_max_threads());
+    const MemoryPlan p = cpu::plan_network_memory(w.spec, w.batch / lanes);
     cpu::CpuNetwork net(w.spec, NetworkOptions{.batch = w.batch, .optimizer = w.optimizer});
-    EXPECT_EQ(std::size_t(net.activation_bytes()), p.arena_bytes) << w.model;
+    EXPECT_EQ(net.lanes(), lanes) << w.model;
+    EXPECT_EQ(std::size_t(net.activation_bytes()), p.arena_bytes * std::size_t(lanes)) << w.model;
   }
 }
 

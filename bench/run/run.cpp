@@ -90,13 +90,15 @@ std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env) {
 // Work per OpenMP thread below which a step's parallel regions cost more than they save: the
 // LSTM's step (0.88 MFLOP) ran at 145,000-151,000 sequences/s on one thread of the 2-core VM and
 // 94,000-132,000 on both; on a 16-core host, where each region wakes 16 threads, it ran at 4,600.
+// Lanes (engine/cpu/network.hpp) open one region per pass instead of several per layer: the
+// LSTM on two lanes of 10 sequences ran 191,000-195,000 (TB_CPU_LANES=1: 150,000).
 constexpr double kFlopsPerThread = 10e6;
 
 int BenchmarkRun::step_threads() {
   if (info_.backend != Backend::Cpu || info_.device_kind->name != std::string("cpu")) return info_.threads;
   const double flops = info_.cost.train_flops_per_sample() * double(info_.batch);
   const int fit = std::max(1, int(flops / kFlopsPerThread));
-  if (fit >= info_.threads) return info_.threads;
+  if (fit >= info_.threads || cpu_network_lanes(info_.spec, info_.batch, info_.threads) > 1) return info_.threads;
   note(
       fmt::format("ran on {} of the {} cores: its step of {:.2g} MFLOP is too small to share (an OpenMP "
                   "parallel region would cost more than its part of the work)",
@@ -132,6 +134,7 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
     warm_up();
     prepared_ = true;
   }
+  note_lanes();
   const Window window = timed_steps(st);
   counters(window);
   if (!info_.plan_note.empty()) note(info_.plan_note);
@@ -216,6 +219,18 @@ void BenchmarkRun::timed_counters(const Window& w, const Timed& t, const Trainer
     c.backward_s_per_step = (p.backward - p0.backward) / w.steps;
     c.update_s_per_step = (p.update - p0.update) / w.steps;
   }
+}
+
+// A CPU row whose batch ran as lanes (engine/cpu/network.hpp) says so: its step is the same
+// training step, computed as slices.
+void BenchmarkRun::note_lanes() {
+  if (info_.backend != Backend::Cpu) return;
+  const int lanes = cpu_network_lanes(info_.spec, info_.batch, omp_get_max_threads());
+  if (lanes > 1)
+    note(
+        fmt::format("ran as {} lanes of {} samples: each slice of the batch through the whole network on a thread "
+                    "of its own, the slices' weight gradients then summed (engine/cpu/network.hpp)",
+                    lanes, info_.batch / lanes));
 }
 
 // A row above its peak says why that cannot be taken at face value. The FLOP count includes the

@@ -139,6 +139,7 @@ class BenchmarkRun {
   std::unique_ptr<Network> make_network(int device) const;
   void timed_counters(const Window& w, const Timed& t, const Trainer& trainer, const PhaseTimes& p0);
   void note_utilisation();
+  void note_lanes();  // a CPU row whose batch ran in lanes says so
   // The OpenMP threads of the row's steps: the device's, except that a `cpu` row (all cores, the
   // machine's choice) whose step is too small to share runs on fewer, and says so.
   int step_threads();

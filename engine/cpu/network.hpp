@@ -1,5 +1,15 @@
 // The CPU network: plans a model once for one batch size (layers, layouts, every buffer) and
 // runs training steps with no allocation and no primitive creation on the step path.
+//
+// Lanes: where no layer mixes samples (no batch norm) and a slice of the batch keeps more
+// activations than the model has parameters, the batch is cut into one slice per thread, and
+// each thread runs its slice through the whole network on layers of its own, made for one
+// thread; the slices' weight gradients are then summed. A slice's activations then stay in its
+// core's caches from layer to layer, and a pass has one parallel region instead of one or more
+// per layer. On the 2-core VM, whose two vCPUs are at times on cores that share no cache (data
+// written by one core and read by the other then moves at half the rate), LeNet-5's step at one
+// network of batch 100 ran 29,000 samples/s in one placement and 21,500 in the other; two
+// processes of batch 50, one per core, ran 30,700 together in both (docs/cpu-kernels.md).
 #pragma once
 
 #include <memory>
@@ -15,12 +25,21 @@
 
 namespace tb::cpu {
 
-// The arena CpuNetwork plans for `model` at `batch` (its layers are made, nothing is allocated).
+// The arena CpuNetwork plans for `model` at `batch` on one lane (its layers are made, nothing is
+// allocated); a network of L lanes has L arenas of the plan at batch / L.
 MemoryPlan plan_network_memory(const ModelSpec& model, i64 batch);
+
+// The lanes CpuNetwork runs `model` at `batch` on with `threads` OpenMP threads, as `requested`
+// (NetworkOptions::lanes): 1 where the model mixes samples (batch norm), has no loss, or the
+// batch does not divide evenly, or where it is chosen (0) and one lane's activations take fewer
+// bytes than the parameters (the sum of the lanes' gradients would then move more memory than
+// the lanes keep in their caches).
+int cpu_lanes(const ModelSpec& model, i64 batch, int threads, int requested = 0);
 
 class CpuNetwork final : public Network, public ResidentData {
  public:
   CpuNetwork(const ModelSpec& model, const NetworkOptions& config);
+  ~CpuNetwork() override;
 
   void set_batch(const BatchView& batch) override;
   float forward() override;
@@ -37,7 +56,9 @@ class CpuNetwork final : public Network, public ResidentData {
   void write_param(int node, int index, const std::vector<float>& value) override;
   std::int64_t param_bytes() const override { return params_.size() * i64(sizeof(float)); }
   std::vector<FlatSegment> gradient_segments() override { return segments(grads_flat_.data()); }
+  // The first lane's weights; params_written() copies them to the other lanes'.
   std::vector<FlatSegment> param_segments() override { return segments(params_.data()); }
+  void params_written() override;
   void set_step_hook(std::function<void(int node)> hook) override { step_hook_ = std::move(hook); }
   bool scale_gradients_in_update(float scale) override;
   std::uint64_t param_checksum() override { return fnv1a(params_.data(), std::size_t(params_.size()) * sizeof(float)); }
@@ -50,49 +71,42 @@ class CpuNetwork final : public Network, public ResidentData {
   void make_resident(Dataset& data, std::int64_t batches) override;
   void use_resident(std::int64_t batch) override;
 
-  // The arena of values and their gradients, as planned.
-  std::int64_t activation_bytes() const { return i64(plan_.arena_bytes); }
-  std::int64_t scratch_bytes() const { return i64(ctx_.scratch_bytes); }
-  const std::vector<std::string>& implementations() const { return ctx_.implementations; }
+  // The arenas of values and their gradients, as planned (every lane's).
+  std::int64_t activation_bytes() const;
+  std::int64_t scratch_bytes() const;
+  // The first lane's primitives (every lane makes the same).
+  const std::vector<std::string>& implementations() const;
+  int lanes() const { return int(lanes_.size()); }
 
  private:
   struct ParamSlot {
     md desc;
     i64 offset;  // in floats, into the flat buffers
   };
-  // A gradient that must be added into its producer's (the producer feeds several layers).
-  struct Accumulate {
-    dnnl::memory from, into;
-  };
+  struct Lane;
   const ParamSlot& slot(int node, int index) const;
-  // After the pass at `time` of the plan: fills the blocks whose life ended with NaN.
-  void poison(int time);
-  // The memory of node's value or gradient, if it still holds what the last pass left there.
-  const dnnl::memory& readable(const std::vector<dnnl::memory>& mems, const std::vector<int>& blocks, int node,
-                               const char* what) const;
+  // Runs fn(lane) for every lane, each on a thread of its own where there are several.
+  void on_lanes(const std::function<void(Lane&)>& fn);
+  // Lane k's slice of the batch, and the lanes' plain values of a node put together.
+  void slice_batch(const BatchView& batch, Lane& lane);
+  std::vector<float> gather(int node, bool gradient) const;
+  // The lanes' weight gradients summed into the first's (grads_flat_), as the gradient of the
+  // mean loss over the whole batch.
+  void sum_lane_gradients();
   // One segment per node with parameters, from its first slot to the end of its last.
   std::vector<FlatSegment> segments(float* base) const;
 
   ModelSpec model_;
   NetworkOptions config_;
-  std::vector<Dims> shapes_;
-  mutable Context ctx_;
-  std::vector<std::unique_ptr<Layer>> layers_;       // by node; null for the input
-  std::vector<dnnl::memory> values_, grads_;         // by node
-  std::vector<std::vector<ParamSlot>> slots_;        // by node
-  std::vector<std::vector<Accumulate>> accumulate_;  // by consuming node
-  MemoryPlan plan_;
-  HostBuffer arena_, input_, params_, grads_flat_, scratch_, staging_;
-  std::unique_ptr<Optimizer> optimizer_;
-  std::vector<std::int32_t> labels_;
-  std::vector<float> targets_;
-  std::vector<Batch> pool_;  // the resident batches (make_resident)
-  BatchView batch_;
+  std::vector<Dims> shapes_;                   // at the whole batch
+  std::vector<std::unique_ptr<Lane>> lanes_;   // one per slice of the batch
+  std::vector<std::vector<ParamSlot>> slots_;  // by node
+  HostBuffer params_, grads_flat_;             // the first lane's weights, and the batch's gradients
+  std::vector<Batch> pool_;                    // the resident batches (make_resident)
   bool has_loss_;
   i64 target_count_ = 0;  // labels or target values per batch
   std::function<void(int node)> step_hook_;
   const kernels::Table& kernels_ = kernels::active();  // the ISA active when the network was made
-  int clock_ = 0;                                      // plan time at the end of the last pass: forward S, backward 2S
 };
 
 }  // namespace tb::cpu
