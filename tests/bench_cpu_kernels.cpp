@@ -5,7 +5,8 @@
 // (plain after the first convolution, over channel blocks after the second), the sine
 // LSTM (5 units, 50 steps, batch 20), SGD and Adam over the MLP's 1.8 M parameters, and a
 // gradient sum of ResNet-152 32x32's largest (128 x 256 x 8 x 8). One thread, so that the ISAs
-// compare without the machine's thread count in the way; docs/cpu-kernels.md shows a run.
+// compare without the machine's thread count in the way (but exchange/two_threads, the cost of
+// data moving between two cores); docs/cpu-kernels.md shows a run.
 //   build/release/tests/bench_cpu_kernels [--benchmark_filter=conv] [--benchmark_min_time=0.5]
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -144,7 +145,28 @@ void add(benchmark::State& state, Isa isa) {
   for (auto _ : state) k.add(a.data(), b.data(), n);
 }
 
+// Not a kernel: what the machine charges for data one core wrote and another reads, the cost that
+// lanes (engine/cpu/network.hpp) avoid. Two threads each add 1 to 1 MB of floats, then swap halves
+// at a barrier, so every pass reads what the other core wrote last (Time: one pass). On the
+// 2-core VM it was 19-22 us while LeNet-5's cpu row ran 29,000 samples/s on one network and 41-44
+// us while it ran 21,500 (the vCPUs on cores that share no cache).
+void exchange(benchmark::State& state) {
+  const i64 n = i64(1) << 18;  // 1 MB of floats per half
+  std::vector<float> halves(std::size_t(2 * n), 0.0f);
+  i64 passes = 0;
+  for (auto _ : state) {
+#pragma omp parallel num_threads(2)
+    {
+      float* mine = halves.data() + ((passes + omp_get_thread_num()) & 1) * n;
+      for (i64 i = 0; i < n; ++i) mine[i] += 1.0f;
+    }
+    ++passes;
+  }
+  benchmark::DoNotOptimize(halves.data());
+}
+
 int register_all() {
+  benchmark::RegisterBenchmark("exchange/two_threads", exchange)->UseRealTime();
   for (Isa isa : runnable_isas()) {
     const std::string name = isa_name(isa);
     benchmark::RegisterBenchmark(("conv_forward/lenet5/" + name).c_str(), conv_forward, isa);
