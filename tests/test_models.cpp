@@ -4,6 +4,7 @@
 // ResNet blocks, match a double-precision run of the reference ops).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -826,6 +827,27 @@ TEST(CpuLanes, TrainAsOneNetwork) {
   const int fc5 = node_index(w.spec, "fc5");
   const std::vector<float> want = whole.read_param(fc5, 0);
   EXPECT_TRUE(close(lanes.read_param(fc5, 0), DVec(want.begin(), want.end()))) << "fc5 weights after 6 steps";
+}
+
+// Where OpenMP gives fewer threads than there are lanes (here none: no parallel region may be
+// active), the lanes run in turn, every one of them.
+TEST(CpuLanes, RunInTurnOnFewerThreads) {
+  const models::Workload w = models::workload("lenet5", "cifar10");
+  NetworkOptions one = config(8, w.optimizer, 3), four = one;
+  one.lanes = 1;
+  four.lanes = 4;
+  cpu::CpuNetwork whole(w.spec, one), lanes(w.spec, four);
+  auto data = data::synthetic_for("cifar10", w.spec, 8, 5);
+  const Batch& b = data->next();
+  whole.set_batch(b.view());
+  const float expected = whole.forward();
+  const int levels = omp_get_max_active_levels();
+  omp_set_max_active_levels(0);
+  lanes.set_batch(b.view());
+  const float loss = lanes.forward();
+  omp_set_max_active_levels(levels);
+  EXPECT_NEAR(loss, expected, 1e-5 * std::max(1.0f, std::abs(expected)));
+  EXPECT_EQ(lanes.correct(), whole.correct());
 }
 
 // Which models get lanes: the batch must divide evenly, no layer may mix samples (batch norm),

@@ -313,18 +313,19 @@ void CpuNetwork::on_lanes(const std::function<void(Lane&)>& fn) {
     fn(*lanes_.front());
     return;
   }
-  // Each lane on a thread of its own, its layers' own parallel regions on that thread alone; an
-  // exception must not leave the parallel region, so the first is rethrown after it.
+  // Each lane on a thread of its own (or in turn, where OpenMP gives fewer), its layers' own
+  // parallel regions on that thread alone; an exception must not leave the parallel region, so
+  // the first is rethrown after it.
   std::vector<std::exception_ptr> failed(lanes_.size());
 #pragma omp parallel num_threads(int(lanes_.size()))
   {
-    const std::size_t k = std::size_t(omp_get_thread_num());
     ThreadsForScope threads(1);
-    try {
-      fn(*lanes_[k]);
-    } catch (...) {
-      failed[k] = std::current_exception();
-    }
+    for (std::size_t k = std::size_t(omp_get_thread_num()); k < lanes_.size(); k += std::size_t(omp_get_num_threads()))
+      try {
+        fn(*lanes_[k]);
+      } catch (...) {
+        failed[k] = std::current_exception();
+      }
   }
   for (const std::exception_ptr& e : failed)
     if (e) std::rethrow_exception(e);
