@@ -342,9 +342,10 @@ INSTANTIATE_TEST_SUITE_P(
                     // One matrix product per pair of positions over planes of at most 4
                     // (ResNet-152 at 32x32): a 3x3 kernel on 2x2 and on 1x1 planes, strided
                     // from 2x2 to 1x1, a 1x1 kernel on a 1x1 plane, and on the model input; a
-                    // 1x1 kernel on a 2x2 plane, fewer channels out than in and more, and on
-                    // the model input, which runs there where the layer keeps its input
-                    // channels last (oneDNN at AVX-512), and on oneDNN elsewhere.
+                    // 1x1 kernel on a 2x2 plane, fewer channels out than in and more, on the
+                    // model input, and at stride 2 to a 1x1 plane, which run there where the
+                    // layer keeps its input channels last (oneDNN at AVX-512), and on oneDNN
+                    // elsewhere.
                     ConvCase{3, 16, 2, 32, 3, 1, 1, false, true, false, true},
                     ConvCase{2, 32, 1, 24, 3, 1, 1, false, true, false, true},
                     ConvCase{2, 16, 2, 32, 3, 2, 1, false, true, false, true},
@@ -353,6 +354,7 @@ INSTANTIATE_TEST_SUITE_P(
                     ConvCase{2, 32, 2, 16, 1, 1, 0, false, true, false, kPointwise},
                     ConvCase{3, 16, 2, 48, 1, 1, 0, false, true, false, kPointwise},
                     ConvCase{2, 24, 2, 8, 1, 1, 0, false, false, false, kPointwise},
+                    ConvCase{2, 32, 2, 64, 1, 2, 0, false, true, false, kPointwise},  // stride 2, 2x2 to 1x1
                     // One inner product over the patches of outputs of at most 4 positions from
                     // larger planes: LeNet-5's third (16 -> 120, 4x4 over 5x5), a strided 3x3
                     // from 4x4 to 2x2 (ResNet-152's stage 3 at 32x32), one on the model input,
