@@ -7,9 +7,10 @@
 // thread; the slices' weight gradients are then summed. A slice's activations then stay in its
 // core's caches from layer to layer, and a pass has one parallel region instead of one or more
 // per layer. On the 2-core VM, whose two vCPUs are at times on cores that share no cache (data
-// written by one core and read by the other then moves at half the rate), LeNet-5's step at one
-// network of batch 100 ran 29,000 samples/s in one placement and 21,500 in the other; two
-// processes of batch 50, one per core, ran 30,700 together in both (docs/cpu-kernels.md).
+// written by one core and read by the other then moves at half the rate), LeNet-5 capped at
+// AVX2, as one network of batch 100, ran 29,000 samples/s in one placement and 21,500 in the
+// other; two processes of batch 50, one per core, ran 30,700 together in both
+// (docs/cpu-kernels.md).
 #pragma once
 
 #include <memory>
