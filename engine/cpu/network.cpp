@@ -117,17 +117,17 @@ int batch_axis(const Dims& full, const Dims& lane) {
 }
 
 // Copies slice k of `lanes` along `axis` between a plain tensor of dims `full` and a plain
-// buffer of the slice (into the slice when `to_slice`).
+// buffer of the slice: from the whole tensor into the slice where `from_whole`, else back. One
+// lane's slice is the whole tensor, along axis 0.
 template <class T>
-void copy_slice(const Dims& full, int axis, i64 k, i64 lanes, T* whole, T* slice, bool to_slice) {
+void copy_slice(const Dims& full, int axis, i64 k, i64 lanes, const T* from, T* to, bool from_whole) {
   i64 outer = 1, inner = 1;
   for (int a = 0; a < axis; ++a) outer *= full[std::size_t(a)];
   for (std::size_t a = std::size_t(axis) + 1; a < full.size(); ++a) inner *= full[a];
   const i64 piece = full[std::size_t(axis)] / lanes * inner;
   for (i64 o = 0; o < outer; ++o) {
-    T* w = whole + (o * lanes + k) * piece;
-    T* l = slice + o * piece;
-    std::memcpy(to_slice ? l : w, to_slice ? w : l, std::size_t(piece) * sizeof(T));
+    const i64 whole = (o * lanes + k) * piece, slice = o * piece;
+    std::memcpy(to + (from_whole ? slice : whole), from + (from_whole ? whole : slice), std::size_t(piece) * sizeof(T));
   }
 }
 }  // namespace
@@ -338,29 +338,23 @@ const CpuNetwork::ParamSlot& CpuNetwork::slot(int node, int index) const {
 }
 
 void CpuNetwork::slice_batch(const BatchView& batch, Lane& lane) {
-  const i64 k = lane.index;
   const i64 lanes = i64(lanes_.size());
-  float* input = static_cast<float*>(lane.values[0].get_data_handle());
-  const Dims targets = has_loss_ ? target_shape(model_, config_.batch) : Dims{};
-  const bool labels = model_.task == Task::Classification;
-  if (has_loss_) {
-    lane.labels.resize(labels ? std::size_t(target_count_ / lanes) : 0);
-    lane.targets.resize(labels ? 0 : std::size_t(target_count_ / lanes));
-    lane.batch_view.labels = labels ? lane.labels.data() : nullptr;
-    lane.batch_view.targets = labels ? nullptr : lane.targets.data();
-  }
-  if (lanes == 1) {
-    std::memcpy(input, batch.input, lane.values[0].get_desc().get_size());
-    if (has_loss_ && labels) std::copy_n(batch.labels, target_count_, lane.labels.data());
-    if (has_loss_ && !labels) std::copy_n(batch.targets, target_count_, lane.targets.data());
-    return;
-  }
-  copy_slice(shapes_[0], batch_axis(shapes_[0], lane.shapes[0]), k, lanes, const_cast<float*>(batch.input), input,
-             true);
+  auto axis = [&](const Dims& full, const Dims& slice) { return lanes == 1 ? 0 : batch_axis(full, slice); };
+  copy_slice(shapes_[0], axis(shapes_[0], lane.shapes[0]), lane.index, lanes, batch.input,
+             static_cast<float*>(lane.values[0].get_data_handle()), true);
   if (!has_loss_) return;
-  const int axis = batch_axis(targets, target_shape(model_, lane.batch));
-  if (labels) copy_slice(targets, axis, k, lanes, const_cast<std::int32_t*>(batch.labels), lane.labels.data(), true);
-  if (!labels) copy_slice(targets, axis, k, lanes, const_cast<float*>(batch.targets), lane.targets.data(), true);
+  const Dims full = target_shape(model_, config_.batch);
+  const int a = axis(full, target_shape(model_, lane.batch));
+  const std::size_t count = std::size_t(target_count_ / lanes);
+  if (model_.task == Task::Classification) {
+    lane.labels.resize(count);
+    copy_slice(full, a, lane.index, lanes, batch.labels, lane.labels.data(), true);
+    lane.batch_view.labels = lane.labels.data();
+  } else {
+    lane.targets.resize(count);
+    copy_slice(full, a, lane.index, lanes, batch.targets, lane.targets.data(), true);
+    lane.batch_view.targets = lane.targets.data();
+  }
 }
 
 void CpuNetwork::set_batch(const BatchView& batch) {
@@ -397,10 +391,7 @@ float CpuNetwork::forward() {
     lane.ctx.stream.wait();
     lane.clock = lane.plan.steps;
   });
-  if (!has_loss_) return 0.0f;
-  float loss = 0;  // the mean over the batch: the lanes' means, of equal slices, averaged
-  for (const auto& lane : lanes_) loss += lane->layers.back()->loss();
-  return loss / float(lanes_.size());
+  return has_loss_ ? mean_loss() : 0.0f;
 }
 
 float CpuNetwork::evaluate() {
@@ -409,8 +400,11 @@ float CpuNetwork::evaluate() {
     lane.ctx.stream.wait();
     lane.clock = lane.plan.steps;
   });
-  if (!has_loss_) return 0.0f;
-  float loss = 0;
+  return has_loss_ ? mean_loss() : 0.0f;
+}
+
+float CpuNetwork::mean_loss() const {
+  float loss = 0;  // the mean over the batch: the lanes' means, of equal slices, averaged
   for (const auto& lane : lanes_) loss += lane->layers.back()->loss();
   return loss / float(lanes_.size());
 }
@@ -496,7 +490,7 @@ std::vector<float> CpuNetwork::gather(int node, bool gradient) const {
   std::vector<float> slice(out.size() / lanes_.size());
   for (std::size_t k = 0; k < lanes_.size(); ++k) {
     to_plain(lanes_[k]->ctx, lanes_[k]->readable(model_, config_.poison_dead, node, gradient), slice.data());
-    copy_slice(shapes_[std::size_t(node)], axis, i64(k), i64(lanes_.size()), out.data(), slice.data(), false);
+    copy_slice(shapes_[std::size_t(node)], axis, i64(k), i64(lanes_.size()), slice.data(), out.data(), false);
   }
   // A lane's gradients are of its own slice's mean loss: the batch's mean weighs each 1 / lanes.
   if (gradient)
@@ -505,11 +499,7 @@ std::vector<float> CpuNetwork::gather(int node, bool gradient) const {
 }
 
 std::vector<float> CpuNetwork::read_output(int node) const {
-  if (has_loss_ && node == int(shapes_.size()) - 1) {
-    float loss = 0;
-    for (const auto& lane : lanes_) loss += lane->layers.back()->loss();
-    return {loss / float(lanes_.size())};
-  }
+  if (has_loss_ && node == int(shapes_.size()) - 1) return {mean_loss()};
   return gather(node, false);
 }
 

@@ -91,6 +91,7 @@ class CpuNetwork final : public Network, public ResidentData {
   // Lane k's slice of the batch, and the lanes' plain values of a node put together.
   void slice_batch(const BatchView& batch, Lane& lane);
   std::vector<float> gather(int node, bool gradient) const;
+  float mean_loss() const;  // the lanes' losses averaged: the batch's (a model with a loss)
   // The lanes' weight gradients summed into the first's (grads_flat_), as the gradient of the
   // mean loss over the whole batch.
   void sum_lane_gradients();
