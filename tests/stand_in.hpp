@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/core/dataset.hpp"
+#include "engine/core/error.hpp"
 #include "engine/core/network.hpp"
 #include "engine/parallel/communicator.hpp"
 #include "engine/parallel/timeline.hpp"
@@ -44,6 +45,7 @@ class StandInDevice {
   int waits() const { return waits_; }
   double clock() const { return clock_; }
   int all_reduces = 0;  // enqueued by communicators (which may go before the test ends)
+  int aborts = 0;       // communicators' abort() calls
 
  private:
   std::deque<std::function<void()>> queue_;
@@ -84,6 +86,7 @@ class StandInNetwork final : public Network {
     device_.wait();
   }
   void start_step() override {
+    TB_CHECK(!started_, "a step was started and not finished");  // as the GPU network refuses it
     started_ = true;
     ++steps_;
     enqueue_forward();
@@ -97,6 +100,10 @@ class StandInNetwork final : public Network {
     return 1.0f;
   }
   bool asynchronous() const override { return true; }
+  void abandon_step() override {
+    started_ = false;
+    ++abandoned_;
+  }
 
   std::vector<float> read_output(int) const override { return {}; }
   std::vector<float> read_grad(int) const override { return {}; }
@@ -116,6 +123,7 @@ class StandInNetwork final : public Network {
   int steps() const { return steps_; }            // steps started
   int prefetched() const { return prefetched_; }  // batches given while a step was in flight
   int batches() const { return batches_; }        // batches given
+  int abandoned() const { return abandoned_; }    // steps abandoned after a failure
 
  private:
   std::vector<FlatSegment> segments(float* base) {
@@ -145,16 +153,20 @@ class StandInNetwork final : public Network {
   std::int64_t per_layer_;
   std::function<void(int node)> hook_;
   bool started_ = false;
-  int steps_ = 0, prefetched_ = 0, batches_ = 0;
+  int steps_ = 0, prefetched_ = 0, batches_ = 0, abandoned_ = 0;
 };
 
 // One replica's communicator in NCCL's manner: its all-reduces are device operations on the same
 // queue (a mean over one rank leaves the data as it is); wait() is a host wait, wait_on_device()
 // only orders (the queue is in order), finish_device_step() waits for the step. The first
-// all-reduce can be made slow on the host, as NCCL's first use sets up its connections.
+// all-reduce can be made slow on the host, as NCCL's first use sets up its connections. It can
+// fail as NCCL does when a peer is gone: at the broadcast that makes a replica, or at the end of
+// its first step (the deadline), throwing tb::Error; abort() is counted by the device.
 class StandInComm final : public parallel::Communicator {
  public:
-  explicit StandInComm(StandInDevice& device, double first_use_s = 0) : device_(device), first_use_s_(first_use_s) {}
+  enum class Fails { Never, AtBroadcast, AtStepEnd };
+  explicit StandInComm(StandInDevice& device, double first_use_s = 0, Fails fails = Fails::Never)
+      : device_(device), first_use_s_(first_use_s), fails_(fails) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string kind() const override { return "stand-in"; }
@@ -167,17 +179,21 @@ class StandInComm final : public parallel::Communicator {
   void wait_on_device() override { waited_on_device_ = true; }
   double finish_device_step() override {
     if (!std::exchange(waited_on_device_, false)) return -1;
+    if (fails_ == Fails::AtStepEnd) throw Error("stand-in: the step's all-reduces passed their deadline");
     device_.wait();
     return 0;
   }
-  void broadcast(void*, std::int64_t, ElemType, int) override {}
+  void broadcast(void*, std::int64_t, ElemType, int) override {
+    if (fails_ == Fails::AtBroadcast) throw Error("stand-in: the broadcast passed its deadline");
+  }
   void barrier() override {}
   double max(double value) override { return value; }
-  void abort(const std::string&) override {}
+  void abort(const std::string&) override { ++device_.aborts; }
 
  private:
   StandInDevice& device_;
   double first_use_s_;
+  Fails fails_;
   bool waited_on_device_ = false;
 };
 

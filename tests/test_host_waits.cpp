@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/parallel/probe.hpp"
@@ -147,6 +148,48 @@ TEST(HostWaits, TheProbesFirstStepThroughTheReplicaIsNotTimed) {
   EXPECT_EQ(&trainer.network(), &net) << "the trainer did not get its own network back";
   trainer.step();  // and trains on without the replica's hook
   EXPECT_EQ(device.all_reduces, int(times.size()) + 1);
+}
+
+// A replica that cannot be made (its broadcast of the weights failed) leaves the trainer its own
+// network: the probe fails and the row trains on. (The replica took the network and freed it.)
+TEST(HostWaits, AReplicaThatCannotBeMadeLeavesTheTrainerItsNetwork) {
+  StandInDevice device;
+  auto owned = std::make_unique<StandInNetwork>(device);
+  StandInNetwork& net = *owned;
+  Trainer trainer(std::move(owned), std::make_unique<NoData>());
+  trainer.step();
+  EXPECT_THROW(parallel::time_replica_steps(
+                   trainer, std::make_unique<StandInComm>(device, 0, StandInComm::Fails::AtBroadcast), {}),
+               Error);
+  ASSERT_EQ(&trainer.network(), &net) << "the trainer lost its network";
+  const int steps = net.steps();
+  trainer.step();
+  EXPECT_EQ(net.steps(), steps + 1);
+  EXPECT_EQ(device.all_reduces, 0);
+}
+
+// A step through the replica that fails at its end (a peer's deadline) aborts the communicator
+// and tells the backend to forget the step, so that the network, given back, steps again.
+// (Before, the backend still held the step as started and refused the next one.)
+TEST(HostWaits, AFailedReplicaStepLeavesTheNetworkAbleToStep) {
+  StandInDevice device;
+  auto owned = std::make_unique<StandInNetwork>(device);
+  StandInNetwork& net = *owned;
+  Trainer trainer(std::move(owned), std::make_unique<NoData>());
+  trainer.step();
+  try {
+    parallel::time_replica_steps(trainer, std::make_unique<StandInComm>(device, 0, StandInComm::Fails::AtStepEnd), {});
+    ADD_FAILURE() << "the probe's failing step did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deadline"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(device.aborts, 1) << "the other ranks were not told";
+  EXPECT_EQ(net.abandoned(), 1) << "the backend was not told to forget the failed step";
+  ASSERT_EQ(&trainer.network(), &net);
+  const int steps = net.steps();
+  trainer.step();
+  trainer.step();
+  EXPECT_EQ(net.steps(), steps + 2);
 }
 
 // A probe times at least its steps and its seconds, after the untimed step and what is to run

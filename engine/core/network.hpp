@@ -154,6 +154,10 @@ class Network {
   virtual void start_step();
   virtual float finish_step(StepTimes& times);
   virtual bool asynchronous() const { return false; }
+  // After a step that failed between start_step and finish_step (a data-parallel peer's failure
+  // or deadline, with the communicator aborted): the step is forgotten, without waiting for what
+  // it left on the device, so that the network can start steps again.
+  virtual void abandon_step() {}
 
   // Inspection in canonical (plain row-major) layouts, for tests and replica checks.
   virtual std::vector<float> read_output(int node) const = 0;

@@ -516,22 +516,27 @@ void CudaNetwork::enqueue_forward(bool training) {
 float CudaNetwork::forward() {
   take_batch();
   enqueue_forward(true);
+  enqueue_loss_readback();
   return read_loss();
 }
 
 float CudaNetwork::evaluate() {
   take_batch();
   enqueue_forward(false);
+  enqueue_loss_readback();
   return read_loss();
+}
+
+void CudaNetwork::enqueue_loss_readback() {
+  Impl& m = *impl_;
+  if (m.has_loss)
+    TB_CU(cudaMemcpyAsync(m.readback.as<float>(), m.result.get(), 2 * sizeof(float), cudaMemcpyDeviceToHost,
+                          ctx_->stream));
 }
 
 float CudaNetwork::read_loss() {
   Impl& m = *impl_;
-  Context& ctx = *ctx_;
-  if (m.has_loss)
-    TB_CU(
-        cudaMemcpyAsync(m.readback.as<float>(), m.result.get(), 2 * sizeof(float), cudaMemcpyDeviceToHost, ctx.stream));
-  TB_CU(cudaStreamSynchronize(ctx.stream));
+  TB_CU(cudaStreamSynchronize(ctx_->stream));
   if (!m.has_loss) return 0.0f;
   m.correct = m.model.task == Task::Classification ? i64(m.readback.as<std::int32_t>()[1]) : -1;
   return m.readback.as<float>()[0];
@@ -672,8 +677,14 @@ void CudaNetwork::start_step() {
     enqueue_update();
   }
   m.step_end.record(ctx.stream);
+  // The loss's copy to the host is part of the step: whoever waits for the step's end (the
+  // data-parallel step's communicator polls for it) finds it done, and finish_step's wait
+  // returns at once instead of sending a copy to an idle stream and waiting again.
+  enqueue_loss_readback();
   m.started = true;
 }
+
+void CudaNetwork::abandon_step() { impl_->started = false; }
 
 float CudaNetwork::finish_step(StepTimes& times) {
   Impl& m = *impl_;

@@ -46,6 +46,7 @@ class CudaNetwork final : public Network, public ResidentData, public MemoryRepo
   void start_step() override;
   float finish_step(StepTimes& times) override;
   bool asynchronous() const override { return true; }
+  void abandon_step() override;
 
   std::vector<float> read_output(int node) const override;
   std::vector<float> read_grad(int node) const override;
@@ -85,7 +86,10 @@ class CudaNetwork final : public Network, public ResidentData, public MemoryRepo
 
  private:
   struct Impl;
-  float read_loss();  // waits for the stream; the loss and correct count of the last forward
+  // The loss and correct count of the last forward: a copy to pinned host memory enqueued after
+  // it, then read_loss's wait for the stream.
+  void enqueue_loss_readback();
+  float read_loss();
   void take_batch();  // the main stream waits for the batch set last and converts it
   // Starts filling the upload buffer for the next batch: `copy` enqueues its copies on the
   // upload stream into (input, targets).

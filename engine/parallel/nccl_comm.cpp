@@ -8,8 +8,11 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -62,11 +65,35 @@ class DeviceGuard {
 // Gaps between polls of a reduction: short against a step, long enough not to burn a core.
 constexpr auto kPollInterval = std::chrono::microseconds(50);
 
+// What the communicators of one process's GPUs share (make_nccl_group): the first failure of
+// one of them. NCCL tells a rank of a peer in its own process that stopped only at the
+// deadline (its kernels wait for the peer's); the others stop at their next poll instead.
+class GroupFailure {
+ public:
+  void set(int rank, const std::string& reason) {
+    std::lock_guard lock(mutex_);
+    if (failed_) return;
+    reason_ = fmt::format("rank {} failed: {}", rank, reason);
+    failed_.store(true, std::memory_order_release);
+  }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  std::string reason() const {
+    std::lock_guard lock(mutex_);
+    return reason_;
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mutex_;
+  std::string reason_;
+};
+
 class NcclComm final : public Communicator {
  public:
   // Owns `comm` from here on, even when the constructor throws.
-  NcclComm(ncclComm_t comm, int device, cudaStream_t compute, double timeout_s)
-      : comm_(comm), device_(device), compute_(compute), timeout_s_(timeout_s) {
+  NcclComm(ncclComm_t comm, int device, cudaStream_t compute, double timeout_s,
+           std::shared_ptr<GroupFailure> group = nullptr)
+      : comm_(comm), device_(device), compute_(compute), timeout_s_(timeout_s), group_(std::move(group)) {
     try {
       TB_CHECK(timeout_s > 0, "nccl: timeout of {} s; pass a positive number of seconds", timeout_s);
       DeviceGuard guard(device_);
@@ -171,6 +198,7 @@ class NcclComm final : public Communicator {
   double min(double value) override { return reduce_one(value, ncclMin, "a min-reduction"); }
 
   void abort(const std::string& reason) override {
+    if (group_) group_->set(rank_, reason);
     abort_comm();
     std::fprintf(stderr, "trainbench rank %d: %s\n", rank_, reason.c_str());
     std::fflush(stderr);
@@ -242,6 +270,11 @@ class NcclComm final : public Communicator {
                         "(check the other ranks' errors and NCCL_DEBUG=WARN output)",
                         rank_, what, ncclGetErrorString(async), detail.empty() ? "" : ": ", detail));
       }
+      if (group_ && group_->failed()) {
+        abort_comm();
+        throw Error(fmt::format("nccl: rank {} stopped waiting in {}: {}; the communicator was aborted", rank_, what,
+                                group_->reason()));
+      }
       if (std::chrono::steady_clock::now() > deadline) {
         abort_comm();
         throw Error(
@@ -281,6 +314,7 @@ class NcclComm final : public Communicator {
   int device_;
   cudaStream_t compute_;  // the network's stream; not owned
   double timeout_s_;
+  std::shared_ptr<GroupFailure> group_;  // the other GPUs' of this process (make_nccl_group), or none
   int rank_ = 0, size_ = 1;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;  // recorded on compute_ before each collective
@@ -310,9 +344,11 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int
   }
   std::vector<std::unique_ptr<Communicator>> group;
   group.reserve(devices.size());
+  const auto failure = std::make_shared<GroupFailure>();
   for (int i = 0; i < count; ++i) {
     try {
-      group.push_back(std::make_unique<NcclComm>(std::exchange(comms[i], nullptr), devices[i], streams[i], timeout_s));
+      group.push_back(
+          std::make_unique<NcclComm>(std::exchange(comms[i], nullptr), devices[i], streams[i], timeout_s, failure));
     } catch (...) {
       for (ncclComm_t comm : comms)
         if (comm) (void)ncclCommAbort(comm);

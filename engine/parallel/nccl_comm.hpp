@@ -24,7 +24,8 @@ namespace tb::parallel {
 // Every call on one communicator must come from one thread, and the communicators of a group
 // from different threads (NCCL issues a collective on a rank only when all its ranks do).
 
-// One communicator per GPU of this process: rank i runs on devices[i], after streams[i].
+// One communicator per GPU of this process: rank i runs on devices[i], after streams[i]. A rank
+// that fails (abort()) stops the others' waits at their next poll, not at the deadline.
 std::vector<std::unique_ptr<Communicator>> make_nccl_group(const std::vector<int>& devices,
                                                            const std::vector<cudaStream_t>& streams,
                                                            double timeout_s = 120);

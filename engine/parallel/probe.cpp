@@ -22,7 +22,13 @@ std::vector<double> time_steps(Trainer& trainer, ProbeSteps count, const std::fu
 }
 
 std::vector<double> time_replica_steps(Trainer& trainer, std::unique_ptr<Communicator> comm, ProbeSteps count) {
-  trainer.swap_network(std::make_unique<ReplicaNetwork>(trainer.swap_network(nullptr), std::move(comm)));
+  std::unique_ptr<Network> plain = trainer.swap_network(nullptr);
+  try {
+    trainer.swap_network(std::make_unique<ReplicaNetwork>(std::move(plain), std::move(comm)));
+  } catch (...) {
+    trainer.swap_network(std::move(plain));  // the replica did not take it (replica.hpp)
+    throw;
+  }
   // The trainer gets its own network back, unwrapped, whatever happens.
   auto unwrap = [&] {
     std::unique_ptr<Network> wrapper = trainer.swap_network(nullptr);

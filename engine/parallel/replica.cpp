@@ -2,6 +2,7 @@
 #include "engine/parallel/replica.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -35,10 +36,12 @@ std::vector<Bucket> plan_buckets(const std::vector<FlatSegment>& segments, std::
   return out;
 }
 
-ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr<Communicator> comm,
+ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network>&& network, std::unique_ptr<Communicator> comm,
                                std::size_t bucket_bytes)
-    : net_(std::move(network)), comm_(std::move(comm)) {
-  const auto segments = net_->gradient_segments();
+    : comm_(std::move(comm)) {
+  // `network` stays the caller's until the end, where nothing is left to throw.
+  Network& net = *network;
+  const auto segments = net.gradient_segments();
   TB_CHECK(!segments.empty(), "data parallelism needs a model with parameters");
   first_param_node_ = std::min_element(segments.begin(), segments.end(), [](const auto& a, const auto& b) {
                         return a.node < b.node;
@@ -49,12 +52,13 @@ ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr
   std::stable_sort(buckets_.begin(), buckets_.end(),
                    [](const Bucket& a, const Bucket& b) { return a.first_node > b.first_node; });
   // Weights start identical: rank 0's (optimizer state starts at zero everywhere).
-  for (const FlatSegment& s : net_->param_segments()) comm_->broadcast(s.data, s.count, s.type, 0);
-  net_->params_written();
+  for (const FlatSegment& s : net.param_segments()) comm_->broadcast(s.data, s.count, s.type, 0);
+  net.params_written();
   // Where the mean would be a pass of its own over host memory (MPI's division after the sums),
   // the optimizer's pass takes it instead.
-  if (comm_->mean_costs_a_pass() && net_->scale_gradients_in_update(1.0f / float(comm_->size()))) comm_->keep_sums();
-  net_->set_step_hook([this](int node) { on_step_hook(node); });
+  if (comm_->mean_costs_a_pass() && net.scale_gradients_in_update(1.0f / float(comm_->size()))) comm_->keep_sums();
+  net.set_step_hook([this](int node) { on_step_hook(node); });
+  net_ = std::move(network);
 }
 
 ReplicaNetwork::~ReplicaNetwork() {
@@ -112,8 +116,8 @@ auto ReplicaNetwork::aborting_on_error(F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::exception& e) {
-    in_step_ = false;
     comm_->abort(e.what());
+    abandon_step();
     throw;
   }
 }
@@ -139,6 +143,12 @@ float ReplicaNetwork::finish_step(StepTimes& times) {
     stats_.wait_s += device_wait >= 0 ? device_wait : host_wait_s_;
     return loss;
   });
+}
+
+void ReplicaNetwork::abandon_step() {
+  // The next step starts its buckets from the first, whatever this one reached.
+  next_ = 0;
+  if (std::exchange(in_step_, false)) net_->abandon_step();
 }
 
 float ReplicaNetwork::train_step(StepTimes& times) {

@@ -55,7 +55,9 @@ struct CommStats {
 class ReplicaNetwork final : public Network {
  public:
   // Broadcasts rank 0's weights to every replica (a collective: every rank constructs one).
-  ReplicaNetwork(std::unique_ptr<Network> network, std::unique_ptr<Communicator> comm,
+  // Takes `network` only once that is done: where the constructor throws (the broadcast's
+  // deadline, a peer's failure), `network` is still the caller's, unhooked.
+  ReplicaNetwork(std::unique_ptr<Network>&& network, std::unique_ptr<Communicator> comm,
                  std::size_t bucket_bytes = kDefaultBucketBytes);
   ~ReplicaNetwork() override;
 
@@ -72,6 +74,8 @@ class ReplicaNetwork final : public Network {
   void start_step() override;
   float finish_step(StepTimes& times) override;
   bool asynchronous() const override { return net_->asynchronous(); }
+  // Also what a failed step does itself, after telling the other ranks (abort).
+  void abandon_step() override;
 
   std::vector<float> read_output(int node) const override { return net_->read_output(node); }
   std::vector<float> read_grad(int node) const override { return net_->read_grad(node); }
