@@ -109,7 +109,7 @@ class TrainRun final : public BenchmarkRun {
     Window w = window.close(double(steps), double(steps) * double(info_.batch));
     add_device_clock(w);
     w.step_seconds = times;
-    if (predicting()) measure_for_predictions(timeline.get(), std::move(times), w);
+    if (predicting()) measure_for_predictions(std::move(timeline), std::move(times), w);
     return w;
   }
 
@@ -121,7 +121,11 @@ class TrainRun final : public BenchmarkRun {
   // What predictions of this row need beside its timeline: once per benchmark, on the first
   // window of a few steps or more, the data-parallel path's overhead and (under mpirun, on every
   // rank) how much slower the ranks compute together than rank 0 alone.
-  void measure_for_predictions(parallel::TimelineRecorder* timeline, std::vector<double> times, const Window& w) {
+  void measure_for_predictions(std::unique_ptr<parallel::TimelineRecorder> timeline, std::vector<double> times,
+                               const Window& w) {
+    // The timeline first, and off: the probes' steps are not watched.
+    if (timeline) measured_.timeline = timeline->timeline();
+    timeline.reset();
     constexpr double kEnoughSeconds = 0.3;
     const bool enough = times.size() >= 3 || w.wall >= kEnoughSeconds;
     if (!probed_ && (parallel::world().size > 1 || enough)) {
@@ -132,15 +136,20 @@ class TrainRun final : public BenchmarkRun {
       probed_ = true;
     }
     if (bystander()) return;
-    measured_.timeline = timeline->timeline();
     measured_.step_times = std::move(times);
     prediction_inputs_ = format_prediction_inputs(measured_, sharing_ranks_, sharing_hosts_);
   }
 
   // Steps through the data-parallel path with a communicator of one replica (bucket bookkeeping,
-  // collective launches, the device's wait for them), against the plain steps just timed: one
-  // untimed step first, then at least 5 steps and 0.5 s of them (parallel::time_replica_steps).
-  void probe_dp_overhead(const std::vector<double>& plain) {
+  // collective launches, the device's wait for them), after an untimed one, at least 5 steps and
+  // 0.5 s of them (parallel::time_replica_steps), against plain steps unwatched by the timeline.
+  // On a device, whose timeline marks are event records of microseconds against steps as short as
+  // 0.3 ms, those are timed the same way just before; on the host, whose marks take about 100 ns,
+  // they are the row's own (`row_steps`: a ResNet-152 step on the CPU takes seconds).
+  void probe_dp_overhead(const std::vector<double>& row_steps) {
+    const bool device_clock = trainer_->network().comm_endpoint().has_value();
+    const std::vector<double> plain =
+        device_clock ? parallel::time_steps(*trainer_, parallel::ProbeSteps{}) : row_steps;
     const double step = tb::median(plain);
     std::vector<double> wrapped;
     try {
@@ -156,9 +165,10 @@ class TrainRun final : public BenchmarkRun {
     const double noise = std::max(interquartile_range(plain), interquartile_range(wrapped)) / 2;
     measured_.dp_overhead = {std::max(0.0, overhead), std::max(0.0, overhead - noise), std::max(0.0, overhead + noise)};
     measured_.dp_overhead_source = fmt::format(
-        "{} steps through the data-parallel path with one replica after an untimed one, {:.3g} ms against the plain "
-        "step's {:.3g} ms (noise {:.2g} ms)",
-        wrapped.size(), tb::median(wrapped) * 1e3, step * 1e3, noise * 1e3);
+        "{} steps through the data-parallel path with one replica after an untimed one, {:.3g} ms, against {} "
+        "plain steps {}, {:.3g} ms (noise {:.2g} ms)",
+        wrapped.size(), tb::median(wrapped) * 1e3, plain.size(),
+        device_clock ? "timed the same way just before" : "of the row", step * 1e3, noise * 1e3);
   }
 
   // Under mpirun: every rank steps its own replica at once, with no communication, as rank 0's
