@@ -39,6 +39,9 @@
 #include "engine/parallel/nccl_comm.hpp"
 #include "engine/parallel/replica.hpp"
 #include "engine/parallel/shared_device_comm.hpp"
+#include "engine/parallel/timeline.hpp"
+#include "engine/parallel/world.hpp"
+#include "engine/train/trainer.hpp"
 #include "models/models.hpp"
 #include "tests/large_batch.hpp"
 #include "tests/replica_checks.hpp"
@@ -1095,6 +1098,52 @@ TEST_F(CudaGpu, ResidentBatchesTrainAsUploadedOnes) {
     const float got = resident.train_step(t2);
     EXPECT_TRUE(agree({got}, {want}, 1e-6)) << "step " << step << ": the same bytes, the same kernels";
   }
+}
+
+// A training step on a GPU makes the host wait exactly once (trainbench's own waits,
+// cuda::host_waits: a wait that finds the device done is none), whether plain, watched by the
+// timeline, or through the data-parallel path with one NCCL rank as the prediction's probe steps
+// it, and the trainer gives the next batch during each (the step is asynchronous). ResNet-152 at
+// 32x32 keeps the device busier than the host's launches, so that every step's one wait finds it
+// still computing. Before issue 52 the data-parallel step waited five times; the loss's copy sent
+// after the step's end (fixed since) made it two.
+TEST_F(CudaGpu, AStepWaitsOnTheHostOnce) {
+  const i64 batch = 64;
+  const ModelSpec model = models::workload("resnet152", "cifar10").spec;
+  std::mt19937 rng(29);
+  std::vector<Batch> batches;
+  for (int k = 0; k < 3; ++k) batches.push_back(random_batch(model, batch, rng));
+  Trainer trainer(std::make_unique<cuda::CudaNetwork>(model, gpu_config(batch, Precision::FP32)),
+                  std::make_unique<ListedBatches>(batches));
+  constexpr int kSteps = 6;
+  auto waits_per_step = [&](const std::function<void()>& step) {
+    step();  // the first through a new path pays its set-up
+    const long before = cuda::host_waits();
+    for (int s = 0; s < kSteps; ++s) step();
+    return double(cuda::host_waits() - before) / kSteps;
+  };
+  ASSERT_TRUE(trainer.network().asynchronous()) << "the trainer gives the next batch only during an asynchronous step";
+  EXPECT_EQ(waits_per_step([&] { trainer.step(); }), 1.0) << "the plain step";
+  {
+    parallel::TimelineRecorder timeline(trainer.network());
+    EXPECT_EQ(waits_per_step([&] {
+                timeline.before_step();
+                trainer.step();
+                timeline.after_step();
+              }),
+              1.0)
+        << "the step watched by the timeline";
+    EXPECT_EQ(timeline.timeline().steps, kSteps + 1);
+  }
+  std::unique_ptr<Network> plain = trainer.swap_network(nullptr);
+  std::unique_ptr<parallel::Communicator> comm = parallel::one_replica_comm(*plain);
+  ASSERT_EQ(comm->kind(), "nccl");
+  trainer.swap_network(std::make_unique<parallel::ReplicaNetwork>(std::move(plain), std::move(comm)));
+  const auto& replica = static_cast<const parallel::ReplicaNetwork&>(trainer.network());
+  ASSERT_TRUE(replica.asynchronous());
+  EXPECT_EQ(waits_per_step([&] { trainer.step(); }), 1.0) << "the data-parallel step";
+  EXPECT_EQ(replica.stats().steps, kSteps + 1);
+  EXPECT_GT(replica.stats().buckets_early, 0) << "buckets start during backward";
 }
 
 // The memory report has every mem_* column, and its parts add up within what the allocator saw;

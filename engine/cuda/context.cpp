@@ -2,6 +2,7 @@
 #include "engine/cuda/context.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 namespace tb {
 
@@ -81,6 +82,32 @@ void TensorDesc::set4d(cudnnDataType_t type, i64 n, i64 c, i64 h, i64 w, Layout 
 
 void FilterDesc::set4d(cudnnDataType_t type, i64 k, i64 c, i64 h, i64 w) {
   TB_CU(cudnnSetFilter4dDescriptor(*this, type, CUDNN_TENSOR_NCHW, int(k), int(c), int(h), int(w)));
+}
+
+namespace {
+std::atomic<long> g_host_waits{0};
+}  // namespace
+
+long host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
+
+void count_host_wait() { g_host_waits.fetch_add(1, std::memory_order_relaxed); }
+
+void wait_for(cudaStream_t stream) {
+  const cudaError_t status = cudaStreamQuery(stream);
+  if (status == cudaSuccess) return;
+  if (status != cudaErrorNotReady) TB_CU(status);
+  (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
+  count_host_wait();
+  TB_CU(cudaStreamSynchronize(stream));
+}
+
+void wait_for(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaSuccess) return;
+  if (status != cudaErrorNotReady) TB_CU(status);
+  (void)cudaGetLastError();
+  count_host_wait();
+  TB_CU(cudaEventSynchronize(event));
 }
 
 }  // namespace tb::cuda

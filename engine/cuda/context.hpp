@@ -130,6 +130,15 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// trainbench's own host waits for the device, counted over the process: a wait that finds its
+// stream or event already done is none. test_cuda counts a training step's (at most one).
+long host_waits();
+// Returns once everything enqueued on `stream` has run (once `event` has completed).
+void wait_for(cudaStream_t stream);
+void wait_for(cudaEvent_t event);
+// A poll loop of its own (a communicator's deadline) found its event pending: one wait.
+void count_host_wait();
+
 // A non-blocking stream, owned (a network's uploads run on one).
 class Stream {
  public:

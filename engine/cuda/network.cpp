@@ -430,7 +430,7 @@ void CudaNetwork::upload_next(const std::function<void(void* input, void* target
   Impl::Upload& u = m.uploads[k];
   // The buffer's last upload has been copied (its staging is free) and the step that used it
   // has converted it (its device buffer is free): the copy stream waits for the second.
-  TB_CU(cudaEventSynchronize(u.done.get()));
+  wait_for(u.done.get());
   if (u.used) TB_CU(cudaStreamWaitEvent(m.upload_stream, u.consumed.get(), 0));
   copy(u.input.get(), u.targets.get());
   u.done.record(m.upload_stream);
@@ -536,7 +536,7 @@ void CudaNetwork::enqueue_loss_readback() {
 
 float CudaNetwork::read_loss() {
   Impl& m = *impl_;
-  TB_CU(cudaStreamSynchronize(ctx_->stream));
+  wait_for(ctx_->stream);
   if (!m.has_loss) return 0.0f;
   m.correct = m.model.task == Task::Classification ? i64(m.readback.as<std::int32_t>()[1]) : -1;
   return m.readback.as<float>()[0];
@@ -618,7 +618,7 @@ std::uint64_t CudaNetwork::param_checksum() {
   return fnv1a(params.data(), params.size() * sizeof(float));
 }
 
-void CudaNetwork::synchronize() { TB_CU(cudaStreamSynchronize(ctx_->stream)); }
+void CudaNetwork::synchronize() { wait_for(ctx_->stream); }
 
 void CudaNetwork::enqueue_update() {
   Impl& m = *impl_;
@@ -654,12 +654,12 @@ void CudaNetwork::enqueue_update() {
 
 void CudaNetwork::backward() {
   enqueue_backward();
-  TB_CU(cudaStreamSynchronize(ctx_->stream));
+  wait_for(ctx_->stream);
 }
 
 void CudaNetwork::update() {
   enqueue_update();
-  TB_CU(cudaStreamSynchronize(ctx_->stream));
+  wait_for(ctx_->stream);
 }
 
 void CudaNetwork::start_step() {

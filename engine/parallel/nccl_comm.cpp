@@ -251,7 +251,7 @@ class NcclComm final : public Communicator {
   // communicator and throws on an error or at the deadline.
   void poll(cudaEvent_t event, const char* what, Poll how) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-    for (;;) {
+    for (bool first = true;; first = false) {
       const cudaError_t status = cudaEventQuery(event);
       if (status == cudaSuccess) break;
       if (status != cudaErrorNotReady) {
@@ -259,6 +259,7 @@ class NcclComm final : public Communicator {
         TB_CU(status);
       }
       (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
+      if (first) cuda::count_host_wait();
       ncclResult_t async = ncclSuccess;
       TB_NCCL(ncclCommGetAsyncError(comm_, &async));
       if (async != ncclSuccess && async != ncclInProgress) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/cuda/context.hpp"
 #include "engine/cuda/kernels.hpp"
 
 namespace tb::parallel {
@@ -109,7 +110,7 @@ class Group {
     Call& c = calls_[seq];
     const cudaEvent_t done = c.done;
     lock.unlock();
-    if (host_waits) TB_CU(cudaEventSynchronize(done));
+    if (host_waits) cuda::wait_for(done);
     TB_CU(cudaStreamWaitEvent(stream, done, 0));
     lock.lock();
     if (++c.waited == size_) {
@@ -122,11 +123,12 @@ class Group {
   // group's deadline, stopping if a replica fails meanwhile.
   void poll(cudaEvent_t event) const {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-    for (;;) {
+    for (bool first = true;; first = false) {
       const cudaError_t status = cudaEventQuery(event);
       if (status == cudaSuccess) return;
       if (status != cudaErrorNotReady) TB_CU(status);
       (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
+      if (first) cuda::count_host_wait();
       {
         std::lock_guard lock(mutex_);
         check_alive();

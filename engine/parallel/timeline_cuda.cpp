@@ -25,11 +25,7 @@ class DeviceClock final : public MarkClock {
   // After the step's own wait every mark is done; a query says so without waiting (a
   // synchronisation remains only for a caller that reads early).
   std::vector<double> read(std::size_t count) override {
-    cudaEvent_t last = events_.at(count - 1);
-    if (cudaEventQuery(last) != cudaSuccess) {
-      (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
-      TB_CU(cudaEventSynchronize(last));
-    }
+    cuda::wait_for(events_.at(count - 1));
     std::vector<double> out;
     for (std::size_t k = 1; k < count; ++k) {
       float ms = 0;
