@@ -1125,7 +1125,7 @@ TEST_F(CudaGpu, AStepWaitsOnTheHostOnce) {
   ASSERT_TRUE(trainer.network().asynchronous()) << "the trainer gives the next batch only during an asynchronous step";
   EXPECT_EQ(waits_per_step([&] { trainer.step(); }), 1.0) << "the plain step";
   {
-    parallel::TimelineRecorder timeline(trainer.network());
+    parallel::TimelineRecorder timeline(trainer.network(), parallel::kDefaultBucketBytes, nullptr, /*every_s=*/0);
     EXPECT_EQ(waits_per_step([&] {
                 timeline.before_step();
                 trainer.step();

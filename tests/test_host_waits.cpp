@@ -5,8 +5,10 @@
 // new path is not timed.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/parallel/probe.hpp"
@@ -96,7 +98,8 @@ TEST(HostWaits, TheTimelineAddsNoWaitAndReadsTheDevicesClock) {
   StandInNetwork& net = *owned;
   Trainer trainer(std::move(owned), std::make_unique<NoData>());
   trainer.step();
-  parallel::TimelineRecorder recorder(trainer.network(), kBucketBytes, std::make_unique<StandInClock>(device));
+  parallel::TimelineRecorder recorder(trainer.network(), kBucketBytes, std::make_unique<StandInClock>(device),
+                                      /*every_s=*/0);
   const int waits = device.waits(), prefetched = net.prefetched();
   for (int s = 0; s < kSteps; ++s) {
     recorder.before_step();
@@ -114,6 +117,34 @@ TEST(HostWaits, TheTimelineAddsNoWaitAndReadsTheDevicesClock) {
   for (std::size_t k = 0; k < 4; ++k) EXPECT_NEAR(t.bucket_ready_s[k], (6 + 2 * double(k)) * ms, 1e-12) << k;
   EXPECT_NEAR(t.backward_end_s, 12 * ms, 1e-12);
   EXPECT_NEAR(t.step_end_s, 14 * ms, 1e-12);
+}
+
+// A recorder watches the first step, then one step in its interval: a step it does not watch has
+// no mark on the device (the stand-in's step is its 9 operations alone), and steps further apart
+// than the interval are each watched.
+TEST(HostWaits, ATimelineWatchesOneStepInItsInterval) {
+  StandInDevice device;
+  Trainer trainer(std::make_unique<StandInNetwork>(device), std::make_unique<NoData>());
+  trainer.step();
+  auto watched_step = [&](parallel::TimelineRecorder& recorder) {
+    recorder.before_step();
+    trainer.step();
+    recorder.after_step();
+  };
+  {
+    parallel::TimelineRecorder hourly(trainer.network(), kBucketBytes, std::make_unique<StandInClock>(device), 3600);
+    watched_step(hourly);
+    const double start = device.clock();
+    for (int s = 0; s < kSteps; ++s) watched_step(hourly);
+    EXPECT_NEAR(device.clock() - start, 9 * kSteps * StandInDevice::kOpSeconds, 1e-9) << "an unwatched step was marked";
+    EXPECT_EQ(hourly.timeline().steps, 1);
+  }
+  parallel::TimelineRecorder often(trainer.network(), kBucketBytes, std::make_unique<StandInClock>(device), 0.005);
+  for (int s = 0; s < 3; ++s) {
+    watched_step(often);
+    std::this_thread::sleep_for(std::chrono::milliseconds(8));
+  }
+  EXPECT_EQ(often.timeline().steps, 3);
 }
 
 // A network that never tells the hook where its step ends gives no timeline, rather than a

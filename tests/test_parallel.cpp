@@ -845,7 +845,7 @@ TEST(Timeline, RecordsEveryBucketInOrderOnTheCpu) {
   testing_support::LargeBatch data(spec, 8, 1);
   std::mt19937 rng(1);
   {
-    parallel::TimelineRecorder recorder(*net, bucket_bytes);
+    parallel::TimelineRecorder recorder(*net, bucket_bytes, nullptr, /*every_s=*/0);
     for (int s = 0; s < 3; ++s) {
       data.draw(rng);
       net->set_batch(data.whole());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
@@ -36,8 +37,9 @@ std::unique_ptr<MarkClock> make_device_clock(int, void*, std::size_t) {
 }
 #endif
 
-TimelineRecorder::TimelineRecorder(Network& network, std::size_t bucket_bytes, std::unique_ptr<MarkClock> clock)
-    : network_(network), clock_(std::move(clock)) {
+TimelineRecorder::TimelineRecorder(Network& network, std::size_t bucket_bytes, std::unique_ptr<MarkClock> clock,
+                                   double every_s)
+    : network_(network), clock_(std::move(clock)), every_s_(every_s) {
   const auto segments = network_.gradient_segments();
   TB_CHECK(!segments.empty(), "a timeline needs a model with parameters");
   buckets_ = plan_buckets(segments, bucket_bytes);
@@ -61,6 +63,10 @@ TimelineRecorder::~TimelineRecorder() {
 }
 
 void TimelineRecorder::before_step() {
+  const double now = wall_seconds();
+  watching_ = last_watched_ < 0 || now - last_watched_ >= every_s_;
+  if (!watching_) return;
+  last_watched_ = now;
   next_bucket_ = 0;
   next_slot_ = 1;
   end_slot_ = 0;
@@ -71,6 +77,7 @@ void TimelineRecorder::before_step() {
 // that complete at this node; at backward's end every bucket left (one the hook did not see
 // complete); at the step's end, the end.
 void TimelineRecorder::on_step_hook(int node) {
+  if (!watching_) return;
   if (node == kStepEnqueued) {
     end_slot_ = next_slot_++;
     clock_->mark(end_slot_);
@@ -84,6 +91,7 @@ void TimelineRecorder::on_step_hook(int node) {
 }
 
 void TimelineRecorder::after_step() {
+  if (!std::exchange(watching_, false)) return;
   TB_CHECK(end_slot_ > 0 && next_bucket_ == buckets_.size(),
            "the timeline's network did not report its backward's and its step's end to the step hook");
   const std::vector<double> t = clock_->read(next_slot_);  // t[k - 1]: slot k
