@@ -31,10 +31,11 @@ std::unique_ptr<MarkClock> make_host_clock();
 std::unique_ptr<MarkClock> make_device_clock(int device, void* stream, std::size_t slots);
 
 // How often a recorder watches a step by default: the first, then the first to start at least
-// this long after the last watched one started. A watched step's marks and reads cost the host
-// about 10 us on a GPU (event records and elapsed times), 3% of the MLP's 0.35-ms step on an
-// H200; watching one step in 2 ms keeps that within 0.5% of any step, and every step of 2 ms or
-// more (ResNet-152's) is watched.
+// this long after the last watched one started. A watched step's marks and reads are about 5
+// CUDA calls for the MLP (event records, a query, elapsed times), estimated at 10 us of host
+// time (not yet measured on a GPU): 3% of its 0.35-ms step on an H200, step 6's bound. Watching
+// one step in 2 ms keeps such a cost within 0.5% of any step, and every step of 2 ms or more
+// (ResNet-152's) is watched.
 inline constexpr double kTimelineEverySeconds = 2e-3;
 
 class TimelineRecorder {
