@@ -44,6 +44,20 @@ Counts count_steps(Trainer& trainer, StandInDevice& device, StandInNetwork& net)
   return Counts{device.waits() - before.waits, net.prefetched() - before.prefetched, net.steps() - before.steps};
 }
 
+// A trainer over a stand-in network with its first step taken (that step's batch was fetched
+// before it: no prefetch yet).
+struct Stepped {
+  Stepped() {
+    auto owned = std::make_unique<StandInNetwork>(device);
+    net = owned.get();
+    trainer = std::make_unique<Trainer>(std::move(owned), std::make_unique<NoData>());
+    trainer->step();
+  }
+  StandInDevice device;
+  StandInNetwork* net = nullptr;
+  std::unique_ptr<Trainer> trainer;
+};
+
 TEST(HostWaits, APlainStepWaitsOnceWithTheNextBatchPreparedUnderIt) {
   StandInDevice device;
   auto owned = std::make_unique<StandInNetwork>(device);
@@ -93,11 +107,10 @@ TEST(HostWaits, AReplicasBackwardAloneLeavesNothingInFlight) {
 // The timeline marks the step's end as the step is enqueued and reads its marks after the step's
 // own wait: no wait of its own, and every time on the device's clock.
 TEST(HostWaits, TheTimelineAddsNoWaitAndReadsTheDevicesClock) {
-  StandInDevice device;
-  auto owned = std::make_unique<StandInNetwork>(device);
-  StandInNetwork& net = *owned;
-  Trainer trainer(std::move(owned), std::make_unique<NoData>());
-  trainer.step();
+  Stepped stepped;
+  StandInDevice& device = stepped.device;
+  StandInNetwork& net = *stepped.net;
+  Trainer& trainer = *stepped.trainer;
   parallel::TimelineRecorder recorder(trainer.network(), kBucketBytes, std::make_unique<StandInClock>(device),
                                       /*every_s=*/0);
   const int waits = device.waits(), prefetched = net.prefetched();
@@ -123,9 +136,9 @@ TEST(HostWaits, TheTimelineAddsNoWaitAndReadsTheDevicesClock) {
 // no mark on the device (the stand-in's step is its 9 operations alone), and steps further apart
 // than the interval are each watched.
 TEST(HostWaits, ATimelineWatchesOneStepInItsInterval) {
-  StandInDevice device;
-  Trainer trainer(std::make_unique<StandInNetwork>(device), std::make_unique<NoData>());
-  trainer.step();
+  Stepped stepped;
+  StandInDevice& device = stepped.device;
+  Trainer& trainer = *stepped.trainer;
   auto watched_step = [&](parallel::TimelineRecorder& recorder) {
     recorder.before_step();
     trainer.step();
@@ -163,11 +176,10 @@ TEST(HostWaits, ATimelineRefusesAStepWhoseEndWasNotReported) {
 // own path (its prefetch), and gives the trainer its network back. The replica's buckets are the
 // default's: the stand-in's 128 bytes of gradients in one.
 TEST(HostWaits, TheProbesFirstStepThroughTheReplicaIsNotTimed) {
-  StandInDevice device;
-  auto owned = std::make_unique<StandInNetwork>(device);
-  StandInNetwork& net = *owned;
-  Trainer trainer(std::move(owned), std::make_unique<NoData>());
-  trainer.step();
+  Stepped stepped;
+  StandInDevice& device = stepped.device;
+  StandInNetwork& net = *stepped.net;
+  Trainer& trainer = *stepped.trainer;
   const int steps = net.steps(), prefetched = net.prefetched();
   const std::vector<double> times = parallel::time_replica_steps(trainer, std::make_unique<StandInComm>(device, 0.2),
                                                                  parallel::ProbeSteps{.steps = 5, .seconds = 0.01});
@@ -184,11 +196,10 @@ TEST(HostWaits, TheProbesFirstStepThroughTheReplicaIsNotTimed) {
 // A replica that cannot be made (its broadcast of the weights failed) leaves the trainer its own
 // network: the probe fails and the row trains on. (The replica took the network and freed it.)
 TEST(HostWaits, AReplicaThatCannotBeMadeLeavesTheTrainerItsNetwork) {
-  StandInDevice device;
-  auto owned = std::make_unique<StandInNetwork>(device);
-  StandInNetwork& net = *owned;
-  Trainer trainer(std::move(owned), std::make_unique<NoData>());
-  trainer.step();
+  Stepped stepped;
+  StandInDevice& device = stepped.device;
+  StandInNetwork& net = *stepped.net;
+  Trainer& trainer = *stepped.trainer;
   EXPECT_THROW(parallel::time_replica_steps(
                    trainer, std::make_unique<StandInComm>(device, 0, StandInComm::Fails::AtBroadcast), {}),
                Error);
@@ -203,11 +214,10 @@ TEST(HostWaits, AReplicaThatCannotBeMadeLeavesTheTrainerItsNetwork) {
 // and tells the backend to forget the step, so that the network, given back, steps again.
 // (Before, the backend still held the step as started and refused the next one.)
 TEST(HostWaits, AFailedReplicaStepLeavesTheNetworkAbleToStep) {
-  StandInDevice device;
-  auto owned = std::make_unique<StandInNetwork>(device);
-  StandInNetwork& net = *owned;
-  Trainer trainer(std::move(owned), std::make_unique<NoData>());
-  trainer.step();
+  Stepped stepped;
+  StandInDevice& device = stepped.device;
+  StandInNetwork& net = *stepped.net;
+  Trainer& trainer = *stepped.trainer;
   try {
     parallel::time_replica_steps(trainer, std::make_unique<StandInComm>(device, 0, StandInComm::Fails::AtStepEnd), {});
     ADD_FAILURE() << "the probe's failing step did not throw";
