@@ -98,12 +98,17 @@ int BenchmarkRun::step_threads() {
   if (info_.backend != Backend::Cpu || info_.device_kind->name != std::string("cpu")) return info_.threads;
   const double flops = info_.cost.train_flops_per_sample() * double(info_.batch);
   const int fit = std::max(1, int(flops / kFlopsPerThread));
-  if (fit >= info_.threads || cpu_network_lanes(info_.spec, info_.batch, info_.threads) > 1) return info_.threads;
+  if (fit >= info_.threads || lanes_at(info_.threads) > 1) return info_.threads;
   note(
       fmt::format("ran on {} of the {} cores: its step of {:.2g} MFLOP is too small to share (an OpenMP "
                   "parallel region would cost more than its part of the work)",
                   fit, info_.threads, flops * 1e-6));
   return fit;
+}
+
+int BenchmarkRun::lanes_at(int threads) {
+  if (const auto it = lanes_.find(threads); it != lanes_.end()) return it->second;
+  return lanes_[threads] = cpu_network_lanes(info_.spec, info_.batch, threads);  // nothing kept if it throws
 }
 
 std::vector<double> window_rates(const std::vector<double>& step_seconds, double samples_per_s) {
@@ -225,7 +230,7 @@ void BenchmarkRun::timed_counters(const Window& w, const Timed& t, const Trainer
 // training step, computed as slices.
 void BenchmarkRun::note_lanes() {
   if (info_.backend != Backend::Cpu) return;
-  const int lanes = cpu_network_lanes(info_.spec, info_.batch, omp_get_max_threads());
+  const int lanes = lanes_at(omp_get_max_threads());
   if (lanes > 1)
     note(
         fmt::format("ran as {} lanes of {} samples: each slice of the batch through the whole network on a thread "

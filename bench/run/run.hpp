@@ -143,6 +143,9 @@ class BenchmarkRun {
   // The OpenMP threads of the row's steps: the device's, except that a `cpu` row (all cores, the
   // machine's choice) whose step is too small to share runs on fewer, and says so.
   int step_threads();
+  // The lanes this row's CPU network runs on with `threads` OpenMP threads (cpu_network_lanes),
+  // worked out once per count: the choice plans a slice of the batch, oneDNN primitives and all.
+  int lanes_at(int threads);
   void note(std::string text) { notes_.push_back(std::move(text)); }
   void note_first(std::string text) { notes_.insert(notes_.begin(), std::move(text)); }
   void verdict(const char* word) { verdicts_.emplace_back(word); }
@@ -161,6 +164,7 @@ class BenchmarkRun {
 
  private:
   bool prepared_ = false;
+  std::map<int, int> lanes_;           // lanes_at's, by thread count
   std::vector<std::string> notes_;     // this call's: the report
   std::vector<std::string> verdicts_;  // this call's
   friend class TimedWindow;
