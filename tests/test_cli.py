@@ -29,6 +29,32 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+def test_a_cpu_row_in_lanes_says_so_and_a_bad_tb_cpu_lanes_fails_naming_it(tmp_path):
+    """A cpu row whose batch ran as lanes (engine/cpu/network.hpp: slices of the batch, each
+    through the network on a thread of its own) says so in its message; TB_CPU_LANES=1 runs the
+    batch through one network and says nothing of lanes; a value that is no number of lanes fails
+    the row, naming the variable and what to give."""
+    def lenet(lanes, out):
+        env = dict(os.environ, TB_CPU_LANES=lanes)
+        return subprocess.run([BINARY, "--benchmark_filter=train/lenet5/cifar10/cpu/", "--devices=cpu",
+                               "--precisions=fp32", "--timeline=off", f"--csv={out}", *FAST],
+                              capture_output=True, text=True, timeout=600, env=env)
+    runs = {lanes: (lenet(lanes, tmp_path / f"{lanes}.csv"), tmp_path / f"{lanes}.csv") for lanes in ("2", "1", "two")}
+    for lanes in ("2", "1"):
+        r, out = runs[lanes]
+        assert r.returncode == 0, r.stderr
+        [row] = [row for row in read_csv(out) if row["aggregate"] == ""]
+        assert row["status"] == "ok"
+        said = "ran as 2 lanes of 50 samples" in row["message"]
+        assert said == (lanes == "2"), row["message"]
+    r, out = runs["two"]
+    assert r.returncode != 0
+    [row] = read_csv(out)
+    assert row["status"] == "failed"
+    assert "TB_CPU_LANES='two': give a whole number of lanes from 1 to 1024" in row["message"]
+    assert "TB_CPU_LANES='two'" in r.stdout + r.stderr
+
+
 def test_mlp_run_writes_a_checked_csv_row(tmp_path):
     out = tmp_path / "run.csv"
     r = run("--benchmark_filter=train/mlp/mnist/cpu/", f"--csv={out}", *FAST)
