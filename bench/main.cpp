@@ -217,10 +217,10 @@ std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
 // the harness writing to it, and the CPU's sgemm peak for every thread count a row uses.
 struct Setup {
   tb::bench::MachineContext machine;
-  std::unique_ptr<tb::bench::Harness> harness;
-  std::unique_ptr<std::ofstream> summary;
-  std::unique_ptr<tb::bench::CsvWriter> csv;
-  std::unique_ptr<tb::bench::RowLog> rows;
+  std::unique_ptr<tb::bench::Harness> harness{};
+  std::unique_ptr<std::ofstream> summary{};
+  std::unique_ptr<tb::bench::CsvWriter> csv{};
+  std::unique_ptr<tb::bench::RowLog> rows{};
 };
 
 // Throws tb::Error on flags that cannot apply or a CSV that cannot be written.

@@ -52,12 +52,12 @@ int cpu_network_lanes(const ModelSpec& model, i64 batch, int threads);
 
 struct GpuDevice {
   int ordinal = 0;
-  std::string name, cc;    // cc: "9.0"
-  std::string pci_bus_id;  // "0000:65:00.0", as NVML finds the device
+  std::string name{}, cc{};  // cc: "9.0"
+  std::string pci_bus_id{};  // "0000:65:00.0", as NVML finds the device
   int sms = 0;
   double memory_gib = 0;
   int clock_mhz = 0, memory_clock_mhz = 0;
-  std::string cuda_driver, cuda, cudnn, cublas, nccl;  // versions (cuda_driver: the driver API's, "13.0")
+  std::string cuda_driver{}, cuda{}, cudnn{}, cublas{}, nccl{};  // versions (cuda_driver: the driver API's, "13.0")
 };
 
 struct GpuInventory {

@@ -130,7 +130,9 @@ TEST(ModelsSpec, PoolsBeforeActivations) {
   EXPECT_EQ(after[2], (Dims{3, 6, 14, 14}));  // pool1 over conv1's 28x28
   EXPECT_EQ(after[5], (Dims{3, 16, 5, 5}));   // pool2 over conv2's 10x10
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    if (i != 2 && i != 5) EXPECT_EQ(after[i], before[i]) << g.nodes[i].name;
+    if (i != 2 && i != 5) {
+      EXPECT_EQ(after[i], before[i]) << g.nodes[i].name;
+    }
   }
 
   // An activation with a second consumer, or a pool after anything but an activation, stays.

@@ -86,7 +86,9 @@ TEST(MpiComm, AllReducesRingFrom64KiBAndTreeBelowAgree) {
   const int r = comm->rank(), n = comm->size();
   const bool chooses =
       std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm") == nullptr && nbc_allreduce_algorithm() >= 0;
-  if (chooses) EXPECT_NE(comm->algorithms().find("ring from 64 KiB"), std::string::npos) << comm->algorithms();
+  if (chooses) {
+    EXPECT_NE(comm->algorithms().find("ring from 64 KiB"), std::string::npos) << comm->algorithms();
+  }
   for (const i64 count : {i64(16383), i64(16384), i64(250001)}) {
     std::vector<float> v(static_cast<std::size_t>(count));
     for (std::size_t k = 0; k < v.size(); ++k) v[k] = float(r * 1000 + int(k % 1000));
@@ -95,7 +97,9 @@ TEST(MpiComm, AllReducesRingFrom64KiBAndTreeBelowAgree) {
     const float mean_r = float(n - 1) / 2;
     for (std::size_t k = 0; k < v.size(); ++k)
       ASSERT_FLOAT_EQ(v[k], mean_r * 1000 + float(k % 1000)) << count << " " << k;
-    if (chooses) EXPECT_EQ(nbc_allreduce_algorithm(), count * 4 >= 65536 ? 1 : 2) << count << " floats";
+    if (chooses) {
+      EXPECT_EQ(nbc_allreduce_algorithm(), count * 4 >= 65536 ? 1 : 2) << count << " floats";
+    }
   }
 }
 

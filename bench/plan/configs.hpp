@@ -72,7 +72,7 @@ struct BenchInfo {
   struct Replay {
     std::string of, backend, inputs;
     double samples_per_s = 0;
-    std::vector<Row> rows;  // the saved rows replayed
+    std::vector<Row> rows{};  // the saved rows replayed
   };
   std::optional<Replay> replay;
 

@@ -24,10 +24,10 @@ enum class RunKind { OneReplica, Replicas, Processes };
 // <cpu|gpu|mpi>[:<count>|:all][/<jobs|threads>:<count>].
 struct DeviceEntry {
   std::string text;
-  std::string device;  // cpu, gpu, mpi
-  int count = 0;       // after the colon; 0: none given
-  bool all = false;    // gpu:all
-  std::string split;   // jobs, threads, or empty
+  std::string device{};  // cpu, gpu, mpi
+  int count = 0;         // after the colon; 0: none given
+  bool all = false;      // gpu:all
+  std::string split{};   // jobs, threads, or empty
   int split_count = 0;
 };
 // Throws tb::InputError naming the entry and the grammar where it does not parse.
@@ -72,11 +72,11 @@ struct DeviceConfig {
   const DeviceKind* kind = nullptr;
   int threads = 0;  // CPU threads (1 on a GPU: the thread driving it)
   int gpu_ordinal = 0;
-  int replicas = 1;               // replicas in this process, or jobs
-  std::vector<int> gpu_ordinals;  // one per local replica on GPUs
-  int data_parallel = 0;          // N devices of their own sharing gradients (scaling_efficiency's N); 0: none
-  std::string job_device;         // jobs kinds: the one-device configuration each job runs (gpu:1, cpu:T)
-  std::string skip_reason;
+  int replicas = 1;                 // replicas in this process, or jobs
+  std::vector<int> gpu_ordinals{};  // one per local replica on GPUs
+  int data_parallel = 0;            // N devices of their own sharing gradients (scaling_efficiency's N); 0: none
+  std::string job_device{};         // jobs kinds: the one-device configuration each job runs (gpu:1, cpu:T)
+  std::string skip_reason{};
 };
 
 // `entry` planned by its kind (throws tb::InputError where no kind takes it).

@@ -137,7 +137,7 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
 // "4 GiB (4,294,967,296 bytes)", "1,000,000 bytes".
 std::string byte_text(double bytes) {
   std::string digits = fmt::format("{:.0f}", bytes);
-  for (int i = int(digits.size()) - 3; i > 0; i -= 3) digits.insert(std::size_t(i), ",");
+  for (int i = int(digits.size()) - 3; i > 0; i -= 3) digits.insert(std::size_t(i), 1, ',');
   for (const auto& [unit, size] : {std::pair{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}})
     if (bytes >= size && std::fmod(bytes, size) == 0)
       return fmt::format("{:.0f} {} ({} bytes)", bytes / size, unit, digits);

@@ -91,7 +91,7 @@ struct Window {
   double cpu = 0;                // this process's CPU seconds in the window, NVML's sampling left out
   double device_step_time = -1;  // seconds per step on the device clock (CUDA events); < 0: none
   // Each timed step's wall clock, where the run has them (this process's): the row's windows.
-  std::vector<double> step_seconds;
+  std::vector<double> step_seconds{};
   double step_time() const { return wall / steps; }
 };
 

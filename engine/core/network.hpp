@@ -52,7 +52,7 @@ struct NetworkOptions {
   bool cuda_graph = false;
   float initial_loss_scale = 65536.0f;  // mixed precision only
   std::int32_t loss_scale_growth_interval = 2000;
-  std::optional<Layout> layout;  // images: the backend's choice per precision and model unless set
+  std::optional<Layout> layout{};  // images: the backend's choice per precision and model unless set
   // CPU networks: slices of the batch run through the network on threads of their own
   // (cpu/network.hpp's lanes): 0 chosen by the network, 1 none, K: K where the model allows.
   int lanes = 0;

@@ -76,7 +76,7 @@ struct Link {
   std::string name;       // a preset's, "measured", or "custom"
   double busbw_gbps = 0;  // per NIC on a network link
   double latency_us = 0;  // per step (NCCL's presets: its ring/Simple step; its table gives the others)
-  std::string source;     // where the figures come from
+  std::string source{};   // where the figures come from
   // False where the all-reduce runs on the cores that compute (MPI between CPU ranks): it then
   // cannot hide behind backward and is exposed whole.
   bool overlaps_compute = true;
@@ -84,7 +84,7 @@ struct Link {
   // (eight GPUs on PCIe crossing a switch or a CPU socket), with its source; the sweep's spread
   // for a measured link; 0: busbw_gbps itself.
   double busbw_low_gbps = 0;
-  std::string low_source;
+  std::string low_source{};
   // The high end: a measured link's sweep spread the other way; 0: busbw_gbps itself (a preset's
   // ideal is its most).
   double busbw_high_gbps = 0;
@@ -98,11 +98,11 @@ struct Link {
   // all-reduce among that many ranks takes the curve's time for its size. Up to 256 KiB a size's
   // time is the mean of those issued as a short training step issues them (one after the other,
   // kSweepStepGapS of compute apart, no barrier), above it the median after a barrier.
-  std::vector<std::pair<double, double>> sweep;
+  std::vector<std::pair<double, double>> sweep{};
   // Per size, the band's ends: the slowest repetition after a barrier, or the slowest mean of a
   // tenth of those issued as a step issues them where slower; the median after a barrier, or the
   // fastest such mean where quicker.
-  std::vector<double> sweep_slowest, sweep_fastest;
+  std::vector<double> sweep_slowest{}, sweep_fastest{};
   int sweep_ranks = 0;
   int sweep_in_step = 0;  // how many 256-byte all-reduces were issued as a step issues them
   // A measured link whose communicator ran a binomial tree below kMpiRingFromBytes (MPI's): its
@@ -163,7 +163,7 @@ struct Cluster {
   int devices = 1;
   int nodes = 1;
   Link link;
-  Link network;
+  Link network{};
   Library library = Library::Nccl;
   int per_node() const { return devices / nodes; }
 };

@@ -37,7 +37,7 @@ struct Call {
   ElemType type = ElemType::F32;
   int root = 0;
   std::vector<void*> data;
-  std::vector<cudaEvent_t> ready;
+  std::vector<cudaEvent_t> ready{};
   int arrived = 0, waited = 0;
   bool issued = false;
   cudaEvent_t done = nullptr;

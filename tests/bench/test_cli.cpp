@@ -135,8 +135,8 @@ TEST(MachineContext, ItsDescriptionSaysEveryFieldOfIt) {
   c.benchmark_lib = "benchmarkF", c.git_commit = "commitG", c.onednn_isa = "isaH", c.cpu_isa = "isaI";
   c.cores = 7, c.sgemm_gflops = 123.45;
   const std::string d = describe(c);
-  for (const std::string& word : {"hostA", "osB", "cpuC", "compilerD", "onednnE", "benchmarkF", "commitG", "isaH",
-                                  "isaI", "7 cores", "123.5 GFLOP/s"})
+  for (const char* word : {"hostA", "osB", "cpuC", "compilerD", "onednnE", "benchmarkF", "commitG", "isaH", "isaI",
+                           "7 cores", "123.5 GFLOP/s"})
     EXPECT_NE(d.find(word), std::string::npos) << word << " not in: " << d;
 }
 
