@@ -59,6 +59,7 @@ import argparse
 import ast
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -488,7 +489,7 @@ def check(page: Path, root: Path, base: Path | None = None) -> tuple[list[Figure
                 evaluate.names[name.strip()] = evaluate(expr)
             except FigureError as e:
                 figures.append(Figure(name.strip(), expr.strip(), n + 1, error=str(e)))
-    return figures, broken_links(lines, base)
+    return figures, broken_links(lines, base, root)
 
 
 def expand(location: str) -> list[tuple[str, str]]:
@@ -581,8 +582,9 @@ def compare_table(text: str, n: int, block: Block | None, sources: Sources) -> l
     return figures
 
 
-def broken_links(lines: list[str], base: Path) -> list[str]:
-    """Relative links (](path)) whose file or folder does not exist."""
+def broken_links(lines: list[str], base: Path, root: Path) -> list[str]:
+    """Relative links (](path)) whose file or folder does not exist, or that lead out of root (the
+    checkout): a reader of the repository cannot follow them."""
     broken, fenced = [], False
     for n, line in enumerate(lines, 1):
         if line.lstrip().startswith("```"):
@@ -593,7 +595,11 @@ def broken_links(lines: list[str], base: Path) -> list[str]:
             if re.match(r"^[a-z]+:", target) or target.startswith("#"):
                 continue
             path = target.split("#")[0]
-            if path and not (base / path).exists():
+            if not path:
+                continue
+            if not Path(os.path.normpath(base.resolve() / path)).is_relative_to(root.resolve()):
+                broken.append(f"line {n}: link to {path}, which leads out of the repository")
+            elif not (base / path).exists():
                 broken.append(f"line {n}: link to {path}, which does not exist")
     return broken
 

@@ -136,6 +136,16 @@ def test_a_broken_link_on_a_docs_page_fails(tmp_path):
     assert r.returncode == 1 and "link to results/vm/, which does not exist" in r.stdout, r.stdout
 
 
+def test_a_link_out_of_the_repository_fails_though_it_resolves(tmp_path):
+    """A link that leaves the checkout works only where the checkout lies beside what it names
+    (docs/results.md once linked ../../shared/measurements/): nobody reading the repository can
+    follow it."""
+    text = RESULTS.read_text(encoding="utf-8")
+    r = run_script("check_readme.py", docs_copy(tmp_path, text + "\n[outside](../../)\n"), "--root", tmp_path)
+    assert (tmp_path / "docs" / "../..").exists()
+    assert r.returncode == 1 and "link to ../../, which leads out of the repository" in r.stdout, r.stdout
+
+
 def test_a_changed_copied_table_cell_fails_naming_it(tmp_path):
     """A cell of a table copied from a summary file, its row and column named (a README of its
     own: the project's README quotes its tables cell by cell now)."""
