@@ -317,9 +317,10 @@ def test_bad_usage_exits_2_and_leaves_nothing(runs):
 
 # A chroot into a folder that is not a mount point, on a tmpfs of a private mount namespace: this
 # machine's /usr and /etc bound in, '/' not a mount point, as in a root made by mmdebstrap alone.
+# The tmpfs covers an empty folder of its own ($2), not /tmp, which may hold the scripts ($1).
 CHROOT = r"""
 set -e
-mount -t tmpfs tmpfs /tmp; r=/tmp/root  # /tmp of this namespace only
+mount -t tmpfs tmpfs "$2"; r="$2/root"  # seen in this namespace only
 mkdir -p "$r/run" "$r/tmp" "$r/proc" "$r/scripts"; chmod 1777 "$r/tmp"
 for d in bin sbin lib lib32 lib64 libx32; do
   if [ -L "/$d" ]; then cp -a "/$d" "$r/"; elif [ -d "/$d" ]; then mkdir "$r/$d"; mount --rbind "/$d" "$r/$d"; fi
@@ -328,16 +329,19 @@ for d in usr etc dev sys; do mkdir -p "$r/$d"; mount --rbind "/$d" "$r/$d"; done
 mount -t proc proc "$r/proc"
 mount --bind "$1" "$r/scripts"
 status=0
-chroot "$r" /scripts/emulate_nodes.sh "${@:2}" || status=$?
+chroot "$r" /scripts/emulate_nodes.sh "${@:3}" || status=$?
 echo "namespaces left:" $(ls "$r/run/netns" 2>/dev/null)
 exit $status
 """
 
 
 @pytest.mark.parametrize("args", [["--check"], ["--rate", "1gbit", "--", "true"]])
-def test_a_chroot_whose_root_is_no_mount_point_exits_2_saying_so(args):
+def test_a_chroot_whose_root_is_no_mount_point_exits_2_saying_so(args, tmp_path):
+    holder = tmp_path / "holder"
+    holder.mkdir()
     r = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", CHROOT, "chroot",
-                        str(SCRIPT.parent), *args], capture_output=True, text=True, timeout=60)
+                        str(SCRIPT.parent), str(holder), *args], capture_output=True, text=True, timeout=60)
+    assert not any(holder.iterdir()), "the tmpfs and its mounts were the namespace's only"
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("emulate_nodes.sh: error: this machine cannot run emulated nodes: "
