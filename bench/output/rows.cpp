@@ -42,7 +42,7 @@ void add_gpu_context(Row& row, const BenchInfo& info, bool gpu, const MachineCon
 Row identity_row(const BenchInfo& info, const MachineContext& machine) {
   const bool gpu = info.gpu();
   Row row;
-  row.schema_version = kSchemaVersion;
+  row.schema_version = std::string(kSchemaVersion);  // assigning the char* gave GCC 12 a false -Wrestrict
   row.benchmark = info.name;
   row.kind = kind_name(info.kind);
   row.model = info.model;
