@@ -586,6 +586,7 @@ def broken_links(lines: list[str], base: Path, root: Path) -> list[str]:
     """Relative links (](path)) whose file or folder does not exist, or that lead out of root (the
     checkout): a reader of the repository cannot follow them."""
     broken, fenced = [], False
+    folder, checkout = base.resolve(), root.resolve()
     for n, line in enumerate(lines, 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
@@ -597,7 +598,7 @@ def broken_links(lines: list[str], base: Path, root: Path) -> list[str]:
             path = target.split("#")[0]
             if not path:
                 continue
-            if not Path(os.path.normpath(base.resolve() / path)).is_relative_to(root.resolve()):
+            if not Path(os.path.normpath(folder / path)).is_relative_to(checkout):
                 broken.append(f"line {n}: link to {path}, which leads out of the repository")
             elif not (base / path).exists():
                 broken.append(f"line {n}: link to {path}, which does not exist")
