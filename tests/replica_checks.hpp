@@ -1,18 +1,22 @@
-// What the data-parallel tests (test_parallel.cpp, test_mpi.cpp) share: one network on the
-// whole batch starts from a replica's weights, and every parameter is compared after training.
+// What the data-parallel tests (test_parallel.cpp, test_mpi.cpp, test_cuda.cpp) share: one
+// network on the whole batch starts from a replica's weights, and every parameter is compared
+// after training; a run whose replica fails stops with that replica's own failure.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "engine/core/error.hpp"
 #include "engine/core/network.hpp"
 #include "engine/core/spec.hpp"
+#include "engine/parallel/replica_run.hpp"
 
 namespace tb::testing_support {
 
@@ -95,6 +99,21 @@ inline double large_batch_tolerance(Precision p) {
       return 5e-2;
   }
   return 0;
+}
+
+// Warms `run` up for `steps`, which must stop with the replica's own failure: a tb::CheckFailed
+// saying `message` (not another replica's wait, PeerFailed, or its deadline), within `within`.
+inline void expect_stops_with(parallel::ReplicaRun& run, i64 steps, const std::string& message,
+                              std::chrono::seconds within) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    run.warm_up(steps);
+    ADD_FAILURE() << "the run did not stop";
+  } catch (const std::exception& e) {
+    EXPECT_NE(dynamic_cast<const CheckFailed*>(&e), nullptr) << "not the replica's own failure: " << e.what();
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, within) << "the other replicas waited out their deadline";
 }
 
 }  // namespace tb::testing_support

@@ -421,6 +421,23 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert sum(line.startswith("train/mlp/mnist/mpi:2/fp32/bs:100") for line in r.stdout.splitlines()) == 1
 
 
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_a_data_parallel_row_that_diverges_under_mpirun_fails_and_the_job_ends_normally(tmp_path):
+    """Ranks share the gradients, so a diverging loss is not finite on every rank in the same
+    step: the mpi:2 row fails with the loss's message, as a one-device row does, and the job ends
+    of itself (exit status 1), not by a rank's MPI_Abort, which would lose the later rows."""
+    out = tmp_path / "run.csv"
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")
+    r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY,
+                        "--benchmark_filter=train/mlp/mnist/", "--devices=mpi:2", "--optimizer=sgd", "--lr=1e6",
+                        f"--csv={out}", *FAST], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 1, (r.stdout[-2000:], r.stderr[-2000:])
+    assert "MPI_ABORT" not in r.stderr, r.stderr[-2000:]
+    rows = {row["device"]: row for row in read_csv(out)}
+    assert rows["mpi:2"]["status"] == "failed", rows["mpi:2"]
+    assert re.search(r"loss is (NaN|inf) at training step \d+", rows["mpi:2"]["message"]), rows["mpi:2"]["message"]
+
+
 def rank_pids(marker: str) -> dict[int, int]:
     """MPI rank -> pid of the trainbench processes whose command line holds `marker`."""
     out = {}

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -38,6 +39,7 @@
 #include "engine/cuda/network.hpp"
 #include "engine/parallel/nccl_comm.hpp"
 #include "engine/parallel/replica.hpp"
+#include "engine/parallel/replica_run.hpp"
 #include "engine/parallel/shared_device_comm.hpp"
 #include "engine/parallel/timeline.hpp"
 #include "engine/parallel/world.hpp"
@@ -1144,6 +1146,36 @@ TEST_F(CudaGpu, AStepWaitsOnTheHostOnce) {
   EXPECT_EQ(waits_per_step([&] { trainer.step(); }), 1.0) << "the data-parallel step";
   EXPECT_EQ(replica.stats().steps, kSteps + 1);
   EXPECT_GT(replica.stats().buckets_early, 0) << "buckets start during backward";
+}
+
+// Two replicas sharing the GPU, as gpu:2 --gpus=0,0 runs them (ReplicaRun, the shared-device
+// wiring): the one whose loss is not finite (the trainer's check, after its step) tells the
+// other, which stops at its next all-reduce instead of waiting out the group's 120 s, and the run
+// reports the replica's own failure, not the other's wait (DataParallel's test of the same on
+// the CPU, test_parallel.cpp).
+TEST_F(CudaGpu, ASharedDeviceReplicaWhoseLossIsNotFiniteStopsTheOther) {
+  const i64 batch = 8;
+  const ModelSpec model = models::workload("lstm", "sine").spec;
+  const auto shapes = infer_shapes(model, batch);
+  auto make = [&](int k) {
+    // The LSTM's regression targets, NaN on replica 1 from its third batch: its loss is NaN
+    // whatever the activations do with a NaN.
+    std::mt19937 rng(41 + unsigned(k));
+    std::vector<Batch> batches(10);
+    for (std::size_t s = 0; s < batches.size(); ++s) {
+      Batch& b = batches[s];
+      b.batch = batch;
+      b.input = uniform(rng, product(shapes.front()), -1.f, 1.f);
+      b.targets = uniform(rng, product(shapes.at(shapes.size() - 2)), -1.f, 1.f);
+      if (k == 1 && s >= 2) std::fill(b.targets.begin(), b.targets.end(), std::nanf(""));
+    }
+    std::unique_ptr<Network> net = std::make_unique<cuda::CudaNetwork>(model, gpu_config(batch, Precision::FP32));
+    std::unique_ptr<Dataset> data = std::make_unique<ListedBatches>(std::move(batches));
+    return std::make_pair(std::move(net), std::move(data));
+  };
+  parallel::ReplicaRun run(
+      parallel::shared_device_wiring, /*across_ranks=*/false, 2, [](int) { TB_CU(cudaSetDevice(0)); }, make);
+  testing_support::expect_stops_with(run, 10, "loss is NaN at training step 3", std::chrono::seconds(60));
 }
 
 // The memory report has every mem_* column, and its parts add up within what the allocator saw;

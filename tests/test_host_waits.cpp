@@ -233,6 +233,37 @@ TEST(HostWaits, AFailedReplicaStepLeavesTheNetworkAbleToStep) {
   EXPECT_EQ(net.steps(), steps + 2);
 }
 
+// Batches of nothing, whose `fails_at`-th (counted from 1) cannot be read, as a corrupt file's.
+class FailingData final : public Dataset {
+ public:
+  explicit FailingData(int fails_at) : fails_at_(fails_at) { batch_.batch = 1; }
+  const Batch& next() override {
+    if (++given_ == fails_at_) throw Error("stand-in: batch 2 could not be read");
+    return batch_;
+  }
+  std::string name() const override { return "none"; }
+  std::string source() const override { return "stand-in"; }
+
+ private:
+  int fails_at_, given_ = 0;
+  Batch batch_;
+};
+
+// A batch that cannot be read while a step is in flight (the trainer's prefetch) makes the
+// network forget that step, so that the next one starts. (Before, the network still held the
+// step as started and refused every later one.)
+TEST(HostWaits, ABatchThatCannotBeReadUnderAStepLeavesTheNetworkAbleToStep) {
+  StandInDevice device;
+  auto owned = std::make_unique<StandInNetwork>(device);
+  StandInNetwork& net = *owned;
+  Trainer trainer(std::move(owned), std::make_unique<FailingData>(2));  // the first step's prefetch
+  EXPECT_THROW(trainer.step(), Error);
+  EXPECT_EQ(net.abandoned(), 1);
+  trainer.step();
+  trainer.step();
+  EXPECT_EQ(net.steps(), 3);
+}
+
 // A probe times at least its steps and its seconds, after the untimed step and what is to run
 // between (the sharing probe's barrier).
 TEST(HostWaits, AProbeTimesAtLeastItsStepsAndItsSecondsAfterTheUntimedOne) {

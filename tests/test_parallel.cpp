@@ -16,12 +16,14 @@
 #include <thread>
 #include <vector>
 
+#include "engine/core/dataset.hpp"
 #include "engine/core/error.hpp"
 #include "engine/cpu/network.hpp"
 #include "engine/parallel/communicator.hpp"
 #include "engine/parallel/predict.hpp"
 #include "engine/parallel/replay.hpp"
 #include "engine/parallel/replica.hpp"
+#include "engine/parallel/replica_run.hpp"
 #include "engine/parallel/timeline.hpp"
 #include "models/models.hpp"
 #include "tests/large_batch.hpp"
@@ -66,6 +68,7 @@ TEST(ThreadComm, AllReduceMeanBroadcastAndMaxAcrossThreeRanks) {
 TEST(ThreadComm, AFailedRankStopsTheOthersWithItsReason) {
   auto comms = thread_comms(2);
   std::string message;
+  bool from_a_peer = false;
   on_threads(2, [&](int r) {
     if (r == 1) {
       comms[1]->abort("out of memory on replica 1");
@@ -77,9 +80,11 @@ TEST(ThreadComm, AFailedRankStopsTheOthersWithItsReason) {
       comms[0]->wait();
     } catch (const Error& e) {
       message = e.what();
+      from_a_peer = dynamic_cast<const parallel::PeerFailed*>(&e) != nullptr;
     }
   });
   EXPECT_NE(message.find("replica 1 failed: out of memory on replica 1"), std::string::npos) << message;
+  EXPECT_TRUE(from_a_peer) << "rank 0's stop is not marked as another rank's failure";
 }
 
 TEST(ThreadComm, ARankThatNeverComesIsATimeoutNotAHang) {
@@ -283,6 +288,57 @@ TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
     }
   });
   EXPECT_EQ(failures, 2) << "every rank sees the disagreement";
+}
+
+// Random batches of a regression model (the LSTM on the sine wave); from batch `poisoned_from` on
+// (counted from 1; 0: never) every target is NaN, as a corrupt shard would make it, so that the
+// loss is NaN whatever the activations do with a NaN (a ReLU may drop it).
+class RandomBatches final : public Dataset {
+ public:
+  RandomBatches(const ModelSpec& spec, i64 batch, unsigned seed, i64 poisoned_from)
+      : rng_(seed), poisoned_from_(poisoned_from) {
+    TB_CHECK(spec.task == Task::Regression, "RandomBatches makes regression targets");
+    const auto shapes = infer_shapes(spec, batch);
+    batch_.batch = batch;
+    batch_.input.resize(std::size_t(product(shapes.front())));
+    batch_.targets.resize(std::size_t(product(shapes.at(shapes.size() - 2))));  // what the loss compares
+  }
+  const Batch& next() override {
+    std::normal_distribution<float> value(0.0f, 1.0f);
+    const bool poisoned = poisoned_from_ > 0 && ++given_ >= poisoned_from_;
+    for (float& v : batch_.input) v = value(rng_);
+    for (float& v : batch_.targets) v = poisoned ? std::nanf("") : value(rng_);
+    return batch_;
+  }
+  std::string name() const override { return "random"; }
+  std::string source() const override { return "synthetic"; }
+
+ private:
+  std::mt19937 rng_;
+  i64 poisoned_from_, given_ = 0;
+  Batch batch_;
+};
+
+// A replica whose loss is not finite (found by the trainer after the step, outside the replica's
+// own calls) tells the others, which stop at their next all-reduce instead of waiting out the
+// deadline, and the run reports the cause, as a one-device row would: the non-finite loss, not
+// another replica's wait. (Before, replica 0 waited the group's 60 s and its timeout was what the
+// run reported.)
+TEST(DataParallel, AReplicaWhoseLossIsNotFiniteStopsTheOthersWithItsReason) {
+  const ModelSpec spec = models::workload("lstm", "sine").spec;
+  constexpr i64 kBatch = 4;
+  parallel::Wiring threads = [](const std::vector<Network*>& nets, Communicator*) {
+    auto group = parallel::make_thread_group(int(nets.size()), /*timeout_s=*/60);
+    parallel::Communicators comms;
+    for (int r = 0; r < int(nets.size()); ++r) comms.push_back(parallel::make_thread_comm(group, r));
+    return comms;
+  };
+  parallel::ReplicaRun run(threads, /*across_ranks=*/false, 2, nullptr, [&](int k) {
+    std::unique_ptr<Network> net = cpu_net(spec, kBatch, OptimizerConfig{});
+    std::unique_ptr<Dataset> data = std::make_unique<RandomBatches>(spec, kBatch, unsigned(k), k == 1 ? 3 : 0);
+    return std::make_pair(std::move(net), std::move(data));
+  });
+  testing_support::expect_stops_with(run, 10, "loss is NaN at training step 3", std::chrono::seconds(30));
 }
 
 // ---- Predicted N-device scaling ----

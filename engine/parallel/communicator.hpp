@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/core/error.hpp"
 #include "engine/core/network.hpp"
 
 namespace tb::parallel {
@@ -28,6 +29,13 @@ inline double allreduce_bus_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0
 // The MPI communicator's rule (mpi_comm.cpp), which the model follows (predict.cpp): an all-reduce
 // of this many bytes or more runs Open MPI's ring, a smaller one its binomial tree.
 inline constexpr double kMpiRingFromBytes = 64 * 1024;
+
+// What a rank throws where it stopped because another rank of its group failed (that rank's
+// abort(), or its wait past the deadline): the other rank's own error is the cause.
+class PeerFailed : public Error {
+ public:
+  using Error::Error;
+};
 
 class Communicator {
  public:

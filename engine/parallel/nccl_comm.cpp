@@ -273,8 +273,8 @@ class NcclComm final : public Communicator {
       }
       if (group_ && group_->failed()) {
         abort_comm();
-        throw Error(fmt::format("nccl: rank {} stopped waiting in {}: {}; the communicator was aborted", rank_, what,
-                                group_->reason()));
+        throw PeerFailed(fmt::format("nccl: rank {} stopped waiting in {}: {}; the communicator was aborted", rank_,
+                                     what, group_->reason()));
       }
       if (std::chrono::steady_clock::now() > deadline) {
         abort_comm();

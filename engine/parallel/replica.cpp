@@ -116,10 +116,14 @@ auto ReplicaNetwork::aborting_on_error(F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::exception& e) {
-    comm_->abort(e.what());
-    abandon_step();
+    fail(e.what());
     throw;
   }
+}
+
+void ReplicaNetwork::fail(const std::string& reason) {
+  if (!std::exchange(failed_, true)) comm_->abort(reason);
+  abandon_step();
 }
 
 void ReplicaNetwork::backward() {

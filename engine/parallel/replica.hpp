@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -74,8 +75,13 @@ class ReplicaNetwork final : public Network {
   void start_step() override;
   float finish_step(StepTimes& times) override;
   bool asynchronous() const override { return net_->asynchronous(); }
-  // Also what a failed step does itself, after telling the other ranks (abort).
+  // Forgets a step in flight (the backend's too); fail() tells the other ranks first.
   void abandon_step() override;
+  // Tells the other ranks that this replica failed (the communicator's abort, once), so that they
+  // stop at their next wait with `reason` instead of waiting out the deadline, and abandons any
+  // step in flight. A call that throws does this itself; the caller does it for a failure outside
+  // the replica's calls (the next batch could not be read, the loss was not finite).
+  void fail(const std::string& reason);
 
   std::vector<float> read_output(int node) const override { return net_->read_output(node); }
   std::vector<float> read_grad(int node) const override { return net_->read_grad(node); }
@@ -122,6 +128,7 @@ class ReplicaNetwork final : public Network {
   // on the device where it can, and finish_step waits for the step; outside it (backward()
   // called alone) the host waits at backward's end.
   bool in_step_ = false;
+  bool failed_ = false;     // fail() told the other ranks
   double host_wait_s_ = 0;  // the last backward's end on the host, in the communicator's wait
   CommStats stats_;
 };

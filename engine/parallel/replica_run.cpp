@@ -56,6 +56,8 @@ struct ReplicaRun::Pool {
     cv.notify_all();
     for (auto& t : threads) t.join();
   }
+  // Runs fn on every thread; throws the first replica's failure, the cause first: a replica
+  // that stopped because another failed (PeerFailed) only where no other failed on its own.
   void run(const std::function<void(int)>& fn) {
     std::unique_lock lock(mutex);
     job = fn;
@@ -64,8 +66,19 @@ struct ReplicaRun::Pool {
     ++generation;
     cv.notify_all();
     cv.wait(lock, [&] { return done == int(threads.size()); });
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
+    std::exception_ptr cause;
+    for (const std::exception_ptr& e : errors)
+      if (e && (!cause || (from_a_peer(cause) && !from_a_peer(e)))) cause = e;
+    if (cause) std::rethrow_exception(cause);
+  }
+  static bool from_a_peer(const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const PeerFailed&) {
+      return true;
+    } catch (...) {
+      return false;
+    }
   }
 
   std::vector<std::thread> threads;
@@ -123,17 +136,32 @@ void ReplicaRun::on_all(const std::function<void(int k)>& fn) {
     fn(0);
 }
 
-void ReplicaRun::warm_up(i64 steps) {
+void ReplicaRun::training(const std::function<void(int k, Trainer&)>& fn) {
   on_all([&](int k) {
-    for (i64 s = 0; s < steps; ++s) replicas_[std::size_t(k)].trainer->step();
+    Replica& r = replicas_[std::size_t(k)];
+    try {
+      fn(k, *r.trainer);
+    } catch (const std::exception& e) {
+      // Across ranks the others are not told: ranks that fail together (a loss that diverges
+      // does so on every rank in the same step: they share the gradients) fail the row and the
+      // run goes on, where MPI's abort would end the job; one that fails alone is found at the
+      // others' deadline.
+      if (r.replica && !across_ranks_) r.replica->fail(e.what());
+      throw;
+    }
+  });
+}
+
+void ReplicaRun::warm_up(i64 steps) {
+  training([&](int, Trainer& t) {
+    for (i64 s = 0; s < steps; ++s) t.step();
   });
 }
 
 ReplicaRun::StepSeconds ReplicaRun::step() {
   std::vector<double> device(replicas_.size());
   const double t0 = wall_seconds();
-  on_all([&](int k) {
-    Trainer& t = *replicas_[std::size_t(k)].trainer;
+  training([&](int k, Trainer& t) {
     t.step();
     device[std::size_t(k)] = t.last_device_seconds();
   });

@@ -61,6 +61,10 @@ class ReplicaRun {
 
  private:
   void on_all(const std::function<void(int k)>& fn);  // runs fn(k) for every local replica, in parallel
+  // on_all over the replicas' trainers; a replica whose part throws tells the others of this
+  // process first (ReplicaNetwork::fail), so that they stop at their next wait instead of at the
+  // deadline.
+  void training(const std::function<void(int k, Trainer&)>& fn);
 
   bool across_ranks_;
   std::vector<Replica> replicas_;

@@ -147,7 +147,7 @@ class Group {
 
  private:
   void check_alive() const {
-    if (failed_) throw Error(fmt::format("shared-device communicator: a replica failed: {}", reason_));
+    if (failed_) throw PeerFailed(fmt::format("shared-device communicator: a replica failed: {}", reason_));
   }
   [[noreturn]] void fail_locked(const std::string& reason) {
     if (!failed_) failed_ = true, reason_ = reason;

@@ -61,7 +61,7 @@ class ThreadGroup {
 
  private:
   void check_failure(int rank) const {
-    if (!failure_.empty()) throw Error(fmt::format("rank {} stopped: {}", rank, failure_));
+    if (!failure_.empty()) throw PeerFailed(fmt::format("rank {} stopped: {}", rank, failure_));
   }
 
   int size_;

@@ -48,8 +48,15 @@ float Trainer::step() {
   network_->start_step();
   staged_ = nullptr;
   if (network_->asynchronous()) {
-    staged_ = &data_->next();
-    data_->feed(*network_, *staged_);
+    try {
+      staged_ = &data_->next();
+      data_->feed(*network_, *staged_);
+    } catch (...) {
+      // The step in flight is not waited for: the network forgets it and can step again.
+      staged_ = nullptr;
+      network_->abandon_step();
+      throw;
+    }
   }
   StepTimes times;
   const float loss = network_->finish_step(times);

@@ -35,7 +35,8 @@ class Trainer {
 
   // One training step; returns its loss. Throws CheckFailed on a non-finite loss. On an
   // asynchronous backend the next batch is fetched and set (uploaded) while the step computes,
-  // as an input pipeline does, so the step waits only for what is not ready by its start.
+  // as an input pipeline does, so the step waits only for what is not ready by its start; where
+  // that batch cannot be had, the network abandons the step in flight and the error propagates.
   float step();
   // The training-mode loss of the first batch trained on, now (no update): for the check that
   // training lowered it.
