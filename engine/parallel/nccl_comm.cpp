@@ -47,19 +47,24 @@ ncclDataType_t nccl_type(ElemType type) {
   throw Error(fmt::format("nccl: unknown element type {}", int(type)));
 }
 
-// Makes `device` current for a scope and restores the caller's device after it.
+// Makes `device` current for a scope and restores the caller's device after it; where it was
+// current already (a replica's own thread, every bucket of a step) neither sets it.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     TB_CU(cudaGetDevice(&previous_));
-    if (previous_ != device) TB_CU(cudaSetDevice(device));
+    changed_ = previous_ != device;
+    if (changed_) TB_CU(cudaSetDevice(device));
   }
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
+  ~DeviceGuard() {
+    if (changed_) (void)cudaSetDevice(previous_);
+  }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int previous_ = 0;
+  bool changed_ = false;
 };
 
 // Gaps between polls of a reduction: short against a step, long enough not to burn a core.
