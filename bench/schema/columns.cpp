@@ -202,7 +202,10 @@ void set_measurement(Row& row, const Measurement& m) {
   row.prediction = m.prediction;
   row.prediction_inputs = m.prediction_inputs;
   std::string windows;
-  for (double w : m.windows) windows += (windows.empty() ? "" : ";") + number(w);
+  for (double w : m.windows) {  // appended piece by piece: GCC 12's -Wrestrict misreads "x" + string&&
+    if (!windows.empty()) windows += ';';
+    windows += number(w);
+  }
   row.window_samples_per_s = windows;
   if (m.status != "ok") return;
   for (const Column& c : columns()) {
