@@ -178,7 +178,7 @@ int register_all() {
             isa, block);
     for (const i64 block : {8, 16})
       if (block % kernels::table(isa).lanes == 0) {
-        const std::string b = "b" + std::to_string(block) + "/" + name;
+        const std::string b = std::string("b").append(std::to_string(block)).append("/").append(name);
         benchmark::RegisterBenchmark(("blocked_data_grad/lenet5_conv2/" + b).c_str(), blocked_data_grad, isa, block);
         benchmark::RegisterBenchmark(("blocked_pool_forward_backward/lenet5_pool2/" + b).c_str(), blocked_pool, isa,
                                      block);
