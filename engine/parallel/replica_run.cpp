@@ -56,8 +56,8 @@ struct ReplicaRun::Pool {
     cv.notify_all();
     for (auto& t : threads) t.join();
   }
-  // Runs fn on every thread; throws the first replica's failure, the cause first: a replica
-  // that stopped because another failed (PeerFailed) only where no other failed on its own.
+  // Runs fn on every thread, then throws the failure of the first replica (by index) that failed
+  // on its own; the first PeerFailed (a replica stopped by another's failure) only where none did.
   void run(const std::function<void(int)>& fn) {
     std::unique_lock lock(mutex);
     job = fn;
