@@ -1,6 +1,7 @@
 // What the data-parallel tests (test_parallel.cpp, test_mpi.cpp, test_cuda.cpp) share: one
 // network on the whole batch starts from a replica's weights, and every parameter is compared
-// after training; a run whose replica fails stops with that replica's own failure.
+// after training; a run whose replica fails (its batches turned NaN) stops with that replica's
+// own failure.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,9 +11,11 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "engine/core/dataset.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/network.hpp"
 #include "engine/core/spec.hpp"
@@ -100,6 +103,35 @@ inline double large_batch_tolerance(Precision p) {
   }
   return 0;
 }
+
+// Random batches of a regression model (the LSTM on the sine wave); from batch `poisoned_from` on
+// (counted from 1; 0: never) every target is NaN, as a corrupt shard would make it, so that the
+// loss is NaN whatever the activations do with a NaN (a ReLU may drop it).
+class RandomBatches final : public Dataset {
+ public:
+  RandomBatches(const ModelSpec& spec, i64 batch, unsigned seed, i64 poisoned_from)
+      : rng_(seed), poisoned_from_(poisoned_from) {
+    TB_CHECK(spec.task == Task::Regression, "RandomBatches makes regression targets");
+    const auto shapes = infer_shapes(spec, batch);
+    batch_.batch = batch;
+    batch_.input.resize(std::size_t(product(shapes.front())));
+    batch_.targets.resize(std::size_t(product(shapes.at(shapes.size() - 2))));  // what the loss compares
+  }
+  const Batch& next() override {
+    std::normal_distribution<float> value(0.0f, 1.0f);
+    const bool poisoned = poisoned_from_ > 0 && ++given_ >= poisoned_from_;
+    for (float& v : batch_.input) v = value(rng_);
+    for (float& v : batch_.targets) v = poisoned ? std::nanf("") : value(rng_);
+    return batch_;
+  }
+  std::string name() const override { return "random"; }
+  std::string source() const override { return "synthetic"; }
+
+ private:
+  std::mt19937 rng_;
+  i64 poisoned_from_, given_ = 0;
+  Batch batch_;
+};
 
 // Warms `run` up for `steps`, which must stop with the replica's own failure: a tb::CheckFailed
 // saying `message` (not another replica's wait, PeerFailed, or its deadline), within `within`.

@@ -1156,21 +1156,12 @@ TEST_F(CudaGpu, AStepWaitsOnTheHostOnce) {
 TEST_F(CudaGpu, ASharedDeviceReplicaWhoseLossIsNotFiniteStopsTheOther) {
   const i64 batch = 8;
   const ModelSpec model = models::workload("lstm", "sine").spec;
-  const auto shapes = infer_shapes(model, batch);
   auto make = [&](int k) {
-    // The LSTM's regression targets, NaN on replica 1 from its third batch: its loss is NaN
-    // whatever the activations do with a NaN.
-    std::mt19937 rng(41 + unsigned(k));
-    std::vector<Batch> batches(10);
-    for (std::size_t s = 0; s < batches.size(); ++s) {
-      Batch& b = batches[s];
-      b.batch = batch;
-      b.input = uniform(rng, product(shapes.front()), -1.f, 1.f);
-      b.targets = uniform(rng, product(shapes.at(shapes.size() - 2)), -1.f, 1.f);
-      if (k == 1 && s >= 2) std::fill(b.targets.begin(), b.targets.end(), std::nanf(""));
-    }
+    // Replica 1's targets are NaN from its third batch: its loss is NaN whatever the activations
+    // do with a NaN.
     std::unique_ptr<Network> net = std::make_unique<cuda::CudaNetwork>(model, gpu_config(batch, Precision::FP32));
-    std::unique_ptr<Dataset> data = std::make_unique<ListedBatches>(std::move(batches));
+    std::unique_ptr<Dataset> data =
+        std::make_unique<testing_support::RandomBatches>(model, batch, 41 + unsigned(k), k == 1 ? 3 : 0);
     return std::make_pair(std::move(net), std::move(data));
   };
   parallel::ReplicaRun run(

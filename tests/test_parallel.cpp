@@ -290,35 +290,6 @@ TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
   EXPECT_EQ(failures, 2) << "every rank sees the disagreement";
 }
 
-// Random batches of a regression model (the LSTM on the sine wave); from batch `poisoned_from` on
-// (counted from 1; 0: never) every target is NaN, as a corrupt shard would make it, so that the
-// loss is NaN whatever the activations do with a NaN (a ReLU may drop it).
-class RandomBatches final : public Dataset {
- public:
-  RandomBatches(const ModelSpec& spec, i64 batch, unsigned seed, i64 poisoned_from)
-      : rng_(seed), poisoned_from_(poisoned_from) {
-    TB_CHECK(spec.task == Task::Regression, "RandomBatches makes regression targets");
-    const auto shapes = infer_shapes(spec, batch);
-    batch_.batch = batch;
-    batch_.input.resize(std::size_t(product(shapes.front())));
-    batch_.targets.resize(std::size_t(product(shapes.at(shapes.size() - 2))));  // what the loss compares
-  }
-  const Batch& next() override {
-    std::normal_distribution<float> value(0.0f, 1.0f);
-    const bool poisoned = poisoned_from_ > 0 && ++given_ >= poisoned_from_;
-    for (float& v : batch_.input) v = value(rng_);
-    for (float& v : batch_.targets) v = poisoned ? std::nanf("") : value(rng_);
-    return batch_;
-  }
-  std::string name() const override { return "random"; }
-  std::string source() const override { return "synthetic"; }
-
- private:
-  std::mt19937 rng_;
-  i64 poisoned_from_, given_ = 0;
-  Batch batch_;
-};
-
 // A replica whose loss is not finite (found by the trainer after the step, outside the replica's
 // own calls) tells the others, which stop at their next all-reduce instead of waiting out the
 // deadline, and the run reports the cause, as a one-device row would: the non-finite loss, not
@@ -335,7 +306,8 @@ TEST(DataParallel, AReplicaWhoseLossIsNotFiniteStopsTheOthersWithItsReason) {
   };
   parallel::ReplicaRun run(threads, /*across_ranks=*/false, 2, nullptr, [&](int k) {
     std::unique_ptr<Network> net = cpu_net(spec, kBatch, OptimizerConfig{});
-    std::unique_ptr<Dataset> data = std::make_unique<RandomBatches>(spec, kBatch, unsigned(k), k == 1 ? 3 : 0);
+    std::unique_ptr<Dataset> data =
+        std::make_unique<testing_support::RandomBatches>(spec, kBatch, unsigned(k), k == 1 ? 3 : 0);
     return std::make_pair(std::move(net), std::move(data));
   });
   testing_support::expect_stops_with(run, 10, "loss is NaN at training step 3", std::chrono::seconds(30));
