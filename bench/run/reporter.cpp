@@ -39,10 +39,10 @@ DisplayOptions display_options(const Flags& flags) {
 Reporter::Reporter(const Harness& harness, const RowLog& rows, DisplayOptions display)
     : harness_(harness), rows_(rows), display_(std::move(display)) {
   if (display_.format == "json") structured_ = std::make_unique<benchmark::JSONReporter>();
-    // Google Benchmark's own CSV (--benchmark_format=csv): deprecated there, kept for those who read
-    // it; trainbench's CSV is --csv.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  // Google Benchmark's own CSV (--benchmark_format=csv): deprecated there, kept for those who read
+  // it; trainbench's CSV is --csv.
   if (display_.format == "csv") structured_ = std::make_unique<benchmark::CSVReporter>();
 #pragma GCC diagnostic pop
   for (const BenchInfo& b : harness_.benchmarks()) name_width_ = std::max(name_width_, b.name.size() + 8);
