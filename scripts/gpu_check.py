@@ -356,7 +356,8 @@ def cmd_default(args, figures: list[str]) -> str:
             raise Verdict("failed", f"{name}: the wall clock's {fmt(wall)} samples/s is above the device "
                                     f"clock's {fmt(dev)}: the two clocks are mixed up")
     missing = sorted({workload(r) for r in ok_gpu} - cpu)
-    over, unmeasured = dp_overhead_table(ok_gpu, args.dp_limit, figures)
+    predicted = [r for r in iterations(args.csv) if tbcsv.is_predicted(r)]
+    over, unmeasured = dp_overhead_table(ok_gpu, predicted, args.dp_limit, figures)
     if over:
         raise Verdict("failed", f"the data-parallel path adds more than {fmt(args.dp_limit)}% to {len(over)} gpu:1 "
                                 f"step(s): {'; '.join(over)}")
@@ -382,27 +383,41 @@ def prediction_input(row: dict[str, str], key: str) -> list[float] | None:
     return None
 
 
-def dp_overhead_table(rows: list[dict[str, str]], limit: float,
+def dp_overhead_table(rows: list[dict[str, str]], predicted: list[dict[str, str]], limit: float,
                       figures: list[str]) -> tuple[list[str], list[str]]:
     """Each row's data-parallel overhead (its probe's `dp=` in prediction_inputs) as a share of its
-    step on the wall clock, as a table under `figures`; the rows above `limit` percent, described,
-    and the rows without the figure."""
-    figures += ["", "| gpu:1 row | step ms (wall clock) | data-parallel overhead ms (band) | share of the step |",
-                "| --- | ---: | ---: | ---: |"]
+    step on the wall clock, beside the efficiency predicted from the row for the most devices
+    (what that overhead costs at scale), as a table under `figures`; the rows above `limit`
+    percent, described, and the rows without the figure."""
+    figures += ["", "| gpu:1 row | step ms (wall clock) | data-parallel overhead ms (band) | share of the step "
+                "| predicted efficiency (devices, link) |", "| --- | ---: | ---: | ---: | ---: |"]
     over, unmeasured = [], []
     for name, group in by_benchmark(rows).items():
         step = median(group, "step_time_s")
         dp = next((v for r in group if (v := prediction_input(r, "dp"))), None)
+        scaled = widest_prediction(name, predicted)
         if not step or not dp:
-            figures.append(f"| {name} | {fmt(step * 1e3 if step else None)} | not measured | - |")
+            figures.append(f"| {name} | {fmt(step * 1e3 if step else None)} | not measured | - | {scaled} |")
             unmeasured.append(name)
             continue
         share = 100 * dp[0] / step
         band = f" ({fmt(dp[1] * 1e3)} to {fmt(dp[2] * 1e3)})" if len(dp) >= 3 else ""
-        figures.append(f"| {name} | {fmt(step * 1e3)} | {fmt(dp[0] * 1e3)}{band} | {fmt(share, 2)}% |")
+        figures.append(f"| {name} | {fmt(step * 1e3)} | {fmt(dp[0] * 1e3)}{band} | {fmt(share, 2)}% | {scaled} |")
         if share > limit:
             over.append(f"{name} {fmt(share, 2)}%")
     return over, unmeasured
+
+
+def widest_prediction(source: str, predicted: list[dict[str, str]]) -> str:
+    """The scaling efficiency predicted from the one-device row `source` for the most devices, as
+    `96% (8, nvlink4)`; `-` where the run predicted nothing from it."""
+    made = [r for r in predicted if (r.get("predicted_from") or "").strip() == source
+            and tbcsv.number(r, "scaling_efficiency") is not None and tbcsv.number(r, "replicas")]
+    if not made:
+        return "-"
+    widest = max(made, key=lambda r: tbcsv.number(r, "replicas"))
+    return (f"{fmt(100 * tbcsv.number(widest, 'scaling_efficiency'), 2)}% "
+            f"({fmt(tbcsv.number(widest, 'replicas'))}, {widest.get('link') or '?'})")
 
 
 # The kinds the jobs step runs, by the word its figures name them with.

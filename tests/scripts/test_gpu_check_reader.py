@@ -151,7 +151,7 @@ def test_the_default_set_puts_gpu1_on_both_clocks_beside_cpu():
     # Those rows predate the data-parallel probe: they prove nothing of its overhead.
     assert verdict.startswith("failed: no data-parallel overhead measured for 10 gpu:1 row(s) (no dp= in "
                               "prediction_inputs: ")
-    assert "| train/lstm/sine/gpu:1/fp32/bs:20 | 1.27 | not measured | - |" in figures
+    assert any(f.startswith("| train/lstm/sine/gpu:1/fp32/bs:20 | 1.27 | not measured | - | ") for f in figures)
 
 
 def test_each_gpu1_rows_data_parallel_overhead_is_a_share_of_its_step_at_most_5_percent(tmp_path):
@@ -159,13 +159,22 @@ def test_each_gpu1_rows_data_parallel_overhead_is_a_share_of_its_step_at_most_5_
     verdict, figures = judge("default", H100_DEFAULT)
     assert verdict.startswith("failed: the data-parallel path adds more than 5% to 6 gpu:1 step(s): "
                               "train/mlp/mnist/gpu:1/fp32/bs:100 39%; train/mlp/mnist/gpu:1/bf16/bs:100 82%; ")
-    assert "| train/mlp/mnist/gpu:1/bf16/bs:100 | 0.2918 | 0.2392 (0.2232 to 0.2552) | 82% |" in figures
+    assert "| train/mlp/mnist/gpu:1/bf16/bs:100 | 0.2918 | 0.2392 (0.2232 to 0.2552) | 82% | 44% (8, nvlink4) |" \
+        in figures
+    # Beside each, what it costs at scale: issue 52's 93% for ResNet-152 224 bf16 on 8 GPUs.
+    assert "| train/resnet152/imagenet/gpu:1/bf16/bs:128 | 56.52 | 18.45 (18.31 to 18.59) | 33% | 75% (8, nvlink4) |" \
+        in figures
     assert judge("default", H100_DEFAULT, "--dp-limit", 150)[0].startswith("passed: ")
     # The same rows with an overhead of 1% of each step pass.
     rows = with_dp_overhead(rows_of(H100_DEFAULT), lambda name: 0.01)
     verdict, figures = judge("default", write_rows(tmp_path / "default.csv", rows))
     assert verdict == "passed: 10 gpu:1 rows beside 5 cpu rows; the data-parallel path adds at most 5% to each"
-    assert "| train/mlp/mnist/gpu:1/fp32/bs:100 | 0.2982 | 0.002982 (0.002684 to 0.003281) | 1% |" in figures
+    assert "| train/mlp/mnist/gpu:1/fp32/bs:100 | 0.2982 | 0.002982 (0.002684 to 0.003281) | 1% | 51% (8, nvlink4) |" \
+        in figures
+    # Without the run's predicted rows, the efficiency is not made up.
+    alone = [r for r in rows if r.get("measurement") != "predicted"]
+    _, figures = judge("default", write_rows(tmp_path / "alone.csv", alone))
+    assert "| train/mlp/mnist/gpu:1/fp32/bs:100 | 0.2982 | 0.002982 (0.002684 to 0.003281) | 1% | - |" in figures
 
 
 def test_clocks_mixed_up_or_a_failed_row_fail_the_default_set(tmp_path):
