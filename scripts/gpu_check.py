@@ -328,7 +328,8 @@ def cmd_machine(args, figures: list[str]) -> str:
 
 
 def cmd_default(args, figures: list[str]) -> str:
-    measured = [r for r in iterations(args.csv) if not tbcsv.is_predicted(r)]
+    rows = iterations(args.csv)
+    measured = [r for r in rows if not tbcsv.is_predicted(r)]
     skipped = sorted({f"{device(r)} {precision(r)}: {r.get('message', '').removeprefix('skipped: ')}"
                       for r in measured if r.get("status") == "skipped"})
     first_failed(measured)
@@ -356,7 +357,7 @@ def cmd_default(args, figures: list[str]) -> str:
             raise Verdict("failed", f"{name}: the wall clock's {fmt(wall)} samples/s is above the device "
                                     f"clock's {fmt(dev)}: the two clocks are mixed up")
     missing = sorted({workload(r) for r in ok_gpu} - cpu)
-    predicted = [r for r in iterations(args.csv) if tbcsv.is_predicted(r)]
+    predicted = [r for r in rows if tbcsv.is_predicted(r)]
     over, unmeasured = dp_overhead_table(ok_gpu, predicted, args.dp_limit, figures)
     if over:
         raise Verdict("failed", f"the data-parallel path adds more than {fmt(args.dp_limit)}% to {len(over)} gpu:1 "

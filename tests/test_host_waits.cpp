@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "engine/parallel/probe.hpp"
 #include "engine/parallel/replica.hpp"
 #include "engine/parallel/timeline.hpp"
@@ -238,7 +240,7 @@ class FailingData final : public Dataset {
  public:
   explicit FailingData(int fails_at) : fails_at_(fails_at) { batch_.batch = 1; }
   const Batch& next() override {
-    if (++given_ == fails_at_) throw Error("stand-in: batch 2 could not be read");
+    if (++given_ == fails_at_) throw Error(fmt::format("stand-in: batch {} could not be read", fails_at_));
     return batch_;
   }
   std::string name() const override { return "none"; }

@@ -299,10 +299,7 @@ TEST(DataParallel, AReplicaWhoseLossIsNotFiniteStopsTheOthersWithItsReason) {
   const ModelSpec spec = models::workload("lstm", "sine").spec;
   constexpr i64 kBatch = 4;
   parallel::Wiring threads = [](const std::vector<Network*>& nets, Communicator*) {
-    auto group = parallel::make_thread_group(int(nets.size()), /*timeout_s=*/60);
-    parallel::Communicators comms;
-    for (int r = 0; r < int(nets.size()); ++r) comms.push_back(parallel::make_thread_comm(group, r));
-    return comms;
+    return thread_comms(int(nets.size()));  // a 60-s deadline
   };
   parallel::ReplicaRun run(threads, /*across_ranks=*/false, 2, nullptr, [&](int k) {
     std::unique_ptr<Network> net = cpu_net(spec, kBatch, OptimizerConfig{});

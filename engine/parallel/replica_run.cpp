@@ -66,10 +66,10 @@ struct ReplicaRun::Pool {
     ++generation;
     cv.notify_all();
     cv.wait(lock, [&] { return done == int(threads.size()); });
-    std::exception_ptr cause;
-    for (const std::exception_ptr& e : errors)
-      if (e && (!cause || (from_a_peer(cause) && !from_a_peer(e)))) cause = e;
-    if (cause) std::rethrow_exception(cause);
+    auto cause = std::find_if(errors.begin(), errors.end(), [](const auto& e) { return e && !from_a_peer(e); });
+    if (cause == errors.end())
+      cause = std::find_if(errors.begin(), errors.end(), [](const auto& e) { return bool(e); });
+    if (cause != errors.end()) std::rethrow_exception(*cause);
   }
   static bool from_a_peer(const std::exception_ptr& e) {
     try {
