@@ -13,12 +13,14 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/dataset.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/network.hpp"
 #include "engine/core/spec.hpp"
+#include "engine/parallel/replica.hpp"
 #include "engine/parallel/replica_run.hpp"
 
 namespace tb::testing_support {
@@ -132,6 +134,40 @@ class RandomBatches final : public Dataset {
   i64 poisoned_from_, given_ = 0;
   Batch batch_;
 };
+
+// The buckets plan_buckets made of `segments`: every segment's elements lie in exactly one bucket
+// of its type, within that bucket's nodes; buckets do not overlap; each type's buckets come last
+// node first. A gradient in two buckets would be averaged twice and counted twice in the bytes
+// the row reports and predicts from.
+inline void expect_buckets_cover_each_gradient_once(const std::vector<FlatSegment>& segments,
+                                                    const std::vector<parallel::Bucket>& buckets,
+                                                    const std::string& who) {
+  ASSERT_FALSE(buckets.empty()) << who;
+  auto span = [](const void* data, i64 count, ElemType type) {
+    const char* begin = static_cast<const char*>(data);
+    return std::pair(begin, begin + count * i64(parallel::elem_bytes(type)));
+  };
+  for (const FlatSegment& s : segments) {
+    const auto [begin, end] = span(s.data, s.count, s.type);
+    int inside = 0;
+    for (const parallel::Bucket& b : buckets) {
+      const auto [bb, be] = span(b.data, b.count, b.type);
+      if (b.type == s.type && begin >= bb && end <= be) {
+        ++inside;
+        EXPECT_TRUE(s.node >= b.first_node && s.node <= b.last_node) << who << " node " << s.node;
+      }
+    }
+    EXPECT_EQ(inside, 1) << who << ": node " << s.node << "'s gradients are in " << inside << " buckets";
+  }
+  for (std::size_t k = 0; k < buckets.size(); ++k)
+    for (std::size_t j = 0; j < k; ++j) {
+      if (buckets[k].type != buckets[j].type) continue;
+      const auto [lo, hi] = span(buckets[k].data, buckets[k].count, buckets[k].type);
+      const auto [jlo, jhi] = span(buckets[j].data, buckets[j].count, buckets[j].type);
+      EXPECT_TRUE(hi <= jlo || jhi <= lo) << who << ": buckets " << j << " and " << k << " overlap";
+      EXPECT_LT(buckets[k].last_node, buckets[j].first_node) << who << ": bucket " << k << " is not in backward order";
+    }
+}
 
 // Warms `run` up for `steps`, which must stop with the replica's own failure: a tb::CheckFailed
 // saying `message` (not another replica's wait, PeerFailed, or its deadline), within `within`.

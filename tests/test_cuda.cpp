@@ -5,6 +5,8 @@
 // size (LSTM), K = classes, F = features.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -1146,6 +1148,26 @@ TEST_F(CudaGpu, AStepWaitsOnTheHostOnce) {
   EXPECT_EQ(waits_per_step([&] { trainer.step(); }), 1.0) << "the data-parallel step";
   EXPECT_EQ(replica.stats().steps, kSteps + 1);
   EXPECT_GT(replica.stats().buckets_early, 0) << "buckets start during backward";
+}
+
+// This backend places a fused batch norm + add + ReLU group's parameters where the group runs,
+// after the projection shortcut's, out of node order: the data-parallel buckets still hold each
+// gradient once (Buckets.GradientsPlacedOutOfNodeOrderAreEachInOneBucket, test_parallel.cpp),
+// in the compute type's buffer and, under mixed precision, in batch norm's fp32 one.
+TEST_F(CudaGpu, BucketsHoldEachGradientOnce) {
+  const ModelSpec model = models::workload("resnet152", "cifar10").spec;
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    if (const std::string why = why_not_runnable(precision); !why.empty()) {
+      ADD_FAILURE() << cuda::precision_name(precision) << " was not checked: " << why;
+      continue;
+    }
+    cuda::CudaNetwork net(model, gpu_config(2, precision));
+    const auto segments = net.gradient_segments();
+    for (std::size_t bytes : {std::size_t(1), parallel::kDefaultBucketBytes})
+      testing_support::expect_buckets_cover_each_gradient_once(
+          segments, parallel::plan_buckets(segments, bytes),
+          fmt::format("{}, buckets of {} bytes", cuda::precision_name(precision), bytes));
+  }
 }
 
 // Two replicas sharing the GPU, as gpu:2 --gpus=0,0 runs them (ReplicaRun, the shared-device

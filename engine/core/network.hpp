@@ -171,7 +171,8 @@ class Network {
   virtual std::int64_t param_bytes() const = 0;
 
   // For data parallelism. The gradient segments, one per node with parameters, in node order;
-  // segments of one type are adjacent in memory in that order (padding between them included).
+  // segments of one type do not overlap, and lie next to one another in memory (padding between
+  // them included), in node order or in another (a fused group's where the group runs).
   virtual std::vector<FlatSegment> gradient_segments() = 0;
   // The fp32 master parameters as segments likewise; after writing them, call params_written().
   virtual std::vector<FlatSegment> param_segments() = 0;

@@ -2,6 +2,8 @@
 #include "engine/parallel/replica.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -12,20 +14,41 @@
 namespace tb::parallel {
 
 std::vector<Bucket> plan_buckets(const std::vector<FlatSegment>& segments, std::size_t bucket_bytes) {
+  // Each segment's neighbour above it in memory among the segments of its type. A backend may
+  // place a node's gradients out of node order (CudaNetwork puts a fused batch norm's where its
+  // group runs, after the projection shortcut's nodes), so that "lies below the bucket" is not
+  // enough: a bucket grows only over the segment just below it, and no gradient is in two.
+  std::vector<const FlatSegment*> by_address;
+  for (const FlatSegment& s : segments) {
+    TB_CHECK(s.count > 0 && s.data, "gradient segment of node {} is empty", s.node);
+    by_address.push_back(&s);
+  }
+  std::sort(by_address.begin(), by_address.end(), [](const FlatSegment* a, const FlatSegment* b) {
+    if (a->type != b->type) return int(a->type) < int(b->type);
+    return std::less<const void*>()(a->data, b->data);
+  });
+  std::map<const void*, const void*> above;
+  for (std::size_t k = 0; k + 1 < by_address.size(); ++k) {
+    const FlatSegment& lo = *by_address[k];
+    const FlatSegment& hi = *by_address[k + 1];
+    if (lo.type != hi.type) continue;
+    const char* end_of_lo = static_cast<const char*>(lo.data) + lo.count * i64(elem_bytes(lo.type));
+    TB_CHECK(end_of_lo <= static_cast<const char*>(hi.data), "the gradients of nodes {} and {} overlap in memory",
+             lo.node, hi.node);
+    above[lo.data] = hi.data;
+  }
   std::vector<Bucket> out;
-  // Backward finishes the last node first: walk the segments from the end. A bucket grows
-  // while its next segment has the same type and lies just below it in memory.
+  // Backward finishes the last node first: walk the segments from the end.
   for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
     const FlatSegment& s = *it;
-    TB_CHECK(s.count > 0 && s.data, "gradient segment of node {} is empty", s.node);
     const std::size_t e = elem_bytes(s.type);
     if (!out.empty()) {
       Bucket& b = out.back();
-      const char* begin = static_cast<const char*>(b.data);
-      const char* end_of_s = static_cast<const char*>(s.data) + s.count * i64(e);
-      const bool below = end_of_s <= begin && s.type == b.type;
-      if (below && std::size_t(b.count) * e < bucket_bytes) {
-        b.count += (begin - static_cast<const char*>(s.data)) / i64(e);  // with any padding between
+      const auto next = above.find(s.data);
+      const bool just_below = s.type == b.type && next != above.end() && next->second == b.data;
+      if (just_below && std::size_t(b.count) * e < bucket_bytes) {
+        // with the padding between
+        b.count += (static_cast<const char*>(b.data) - static_cast<const char*>(s.data)) / i64(e);
         b.data = s.data;
         b.first_node = s.node;
         continue;

@@ -34,8 +34,9 @@ struct Bucket {
 };
 
 // Buckets of about `bucket_bytes` (at least one segment each), last layers first within each
-// storage type. Segments of one type must be adjacent in memory in node order
-// (Network::gradient_segments); every segment is in exactly one bucket.
+// storage type (Network::gradient_segments' order). A bucket joins only segments that are
+// neighbours in memory, whatever order the backend placed them in; every segment is in exactly
+// one bucket, and overlapping segments are refused.
 std::vector<Bucket> plan_buckets(const std::vector<FlatSegment>& segments, std::size_t bucket_bytes);
 
 // PyTorch DDP's default bucket size: large enough to amortise a collective's latency, small
