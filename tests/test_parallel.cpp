@@ -165,24 +165,17 @@ TEST(Buckets, OverlappingSegmentsAreRefused) {
   }
 }
 
-// A communicator that sums where it should average (a missing division by N): the exact
-// reference below must catch it.
-class SumNotMean final : public Communicator {
+// A communicator that passes every call to another; the stand-ins below change one of them.
+class Forwarding : public Communicator {
  public:
-  explicit SumNotMean(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  explicit Forwarding(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  std::string kind() const override { return "sum-not-mean"; }
+  std::string kind() const override { return inner_->kind(); }
   void start_all_reduce_mean(void* data, i64 count, ElemType type) override {
     inner_->start_all_reduce_mean(data, count, type);
-    pending_.emplace_back(static_cast<float*>(data), count);
   }
-  void wait() override {
-    inner_->wait();
-    for (auto [data, count] : pending_)
-      for (i64 k = 0; k < count; ++k) data[k] *= float(size());
-    pending_.clear();
-  }
+  void wait() override { inner_->wait(); }
   void broadcast(void* data, i64 count, ElemType type, int root) override {
     inner_->broadcast(data, count, type, root);
   }
@@ -192,7 +185,35 @@ class SumNotMean final : public Communicator {
 
  private:
   std::unique_ptr<Communicator> inner_;
+};
+
+// A communicator that sums where it should average (a missing division by N): the exact
+// reference below must catch it.
+class SumNotMean final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
+  std::string kind() const override { return "sum-not-mean"; }
+  void start_all_reduce_mean(void* data, i64 count, ElemType type) override {
+    Forwarding::start_all_reduce_mean(data, count, type);
+    pending_.emplace_back(static_cast<float*>(data), count);
+  }
+  void wait() override {
+    Forwarding::wait();
+    for (auto [data, count] : pending_)
+      for (i64 k = 0; k < count; ++k) data[k] *= float(size());
+    pending_.clear();
+  }
+
+ private:
   std::vector<std::pair<float*, i64>> pending_;
+};
+
+// A communicator whose broadcast fails before reaching the others, as a GPU out of memory or a
+// CUDA error would make a replica's first collective fail.
+class BroadcastFails final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
+  void broadcast(void*, i64, ElemType, int) override { throw Error("replica 1's device ran out of memory"); }
 };
 
 // N replicas of batch b on their shards against one network on the N*b samples, k SGD steps:
@@ -330,6 +351,33 @@ TEST(DataParallel, AReplicaWhoseLossIsNotFiniteStopsTheOthersWithItsReason) {
     return std::make_pair(std::move(net), std::move(data));
   });
   testing_support::expect_stops_with(run, 10, "loss is NaN at training step 3", std::chrono::seconds(30));
+}
+
+// A replica that fails in its first collective (the constructor's broadcast of rank 0's weights,
+// before any step) tells the others, which stop at once, and the run reports its failure, not
+// another replica's wait. (Before, replica 0 waited out the group's deadline and its timeout was
+// what the run reported.)
+TEST(DataParallel, AReplicaWhoseBroadcastFailsStopsTheOthersWithItsReason) {
+  const ModelSpec spec = models::workload("lstm", "sine").spec;
+  constexpr i64 kBatch = 4;
+  parallel::Wiring failing = [](const std::vector<Network*>& nets, Communicator*) {
+    auto comms = thread_comms(int(nets.size()));  // a 60-s deadline
+    comms[1] = std::make_unique<BroadcastFails>(std::move(comms[1]));
+    return comms;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    parallel::ReplicaRun run(failing, /*across_ranks=*/false, 2, nullptr, [&](int k) {
+      std::unique_ptr<Network> net = cpu_net(spec, kBatch, OptimizerConfig{});
+      std::unique_ptr<Dataset> data = std::make_unique<testing_support::RandomBatches>(spec, kBatch, unsigned(k), 0);
+      return std::make_pair(std::move(net), std::move(data));
+    });
+    ADD_FAILURE() << "the replicas started";
+  } catch (const std::exception& e) {
+    EXPECT_EQ(dynamic_cast<const parallel::PeerFailed*>(&e), nullptr) << "not the replica's own failure: " << e.what();
+    EXPECT_NE(std::string(e.what()).find("replica 1's device ran out of memory"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30)) << "replica 0 waited out its deadline";
 }
 
 // ---- Predicted N-device scaling ----

@@ -74,9 +74,15 @@ ReplicaNetwork::ReplicaNetwork(std::unique_ptr<Network>&& network, std::unique_p
   // plan one type after the other; they are started in the order backward completes them.
   std::stable_sort(buckets_.begin(), buckets_.end(),
                    [](const Bucket& a, const Bucket& b) { return a.first_node > b.first_node; });
-  // Weights start identical: rank 0's (optimizer state starts at zero everywhere).
-  for (const FlatSegment& s : net.param_segments()) comm_->broadcast(s.data, s.count, s.type, 0);
-  net.params_written();
+  // Weights start identical: rank 0's (optimizer state starts at zero everywhere). A replica
+  // that cannot take part tells the others, which would otherwise wait out their deadline here.
+  try {
+    for (const FlatSegment& s : net.param_segments()) comm_->broadcast(s.data, s.count, s.type, 0);
+    net.params_written();
+  } catch (const std::exception& e) {
+    comm_->abort(e.what());
+    throw;
+  }
   // Where the mean would be a pass of its own over host memory (MPI's division after the sums),
   // the optimizer's pass takes it instead.
   if (comm_->mean_costs_a_pass() && net.scale_gradients_in_update(1.0f / float(comm_->size()))) comm_->keep_sums();
@@ -189,7 +195,8 @@ void ReplicaNetwork::check_weights_agree() {
   const std::uint64_t hash = net_->param_checksum();
   for (int piece = 0; piece < 3; ++piece) {
     const double v = double((hash >> (22 * piece)) & ((1u << 22) - 1));
-    const double hi = comm_->max(v), lo = comm_->min(v);
+    const double hi = aborting_on_error([&] { return comm_->max(v); });
+    const double lo = aborting_on_error([&] { return comm_->min(v); });
     if (hi != lo)
       throw ReplicasDiffer(
           fmt::format("the {} replicas' weights differ after training (rank {}'s checksum {:016x}): "

@@ -58,7 +58,8 @@ class ReplicaNetwork final : public Network {
  public:
   // Broadcasts rank 0's weights to every replica (a collective: every rank constructs one).
   // Takes `network` only once that is done: where the constructor throws (the broadcast's
-  // deadline, a peer's failure), `network` is still the caller's, unhooked.
+  // deadline, a peer's failure), `network` is still the caller's, unhooked, and the other ranks
+  // were told (abort()).
   ReplicaNetwork(std::unique_ptr<Network>&& network, std::unique_ptr<Communicator> comm,
                  std::size_t bucket_bytes = kDefaultBucketBytes);
   ~ReplicaNetwork() override;
