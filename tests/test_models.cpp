@@ -323,6 +323,29 @@ TEST(ModelsBadGraph, ConvKernelLargerThanInput) {
   expect_bad_graph(m, "conv_too_big");
 }
 
+// A window that does not fit, short of it by less than its stride: C++'s division rounded the
+// shortfall up to one output position, which the pooling kernels then read past the input for.
+TEST(ModelsBadGraph, StridedWindowsLargerThanTheirInput) {
+  {
+    ModelSpec m = named("bad", 4);
+    int x = m.add("input", InputSpec{{3, 1, 6}}, {});
+    x = m.add("pool_too_big", MaxPool2dSpec{2, 2}, {x});
+    x = m.add("pool", GlobalAvgPoolSpec{}, {x});
+    x = m.add("fc", LinearSpec{3, 4}, {x});
+    m.add("loss", SoftmaxCrossEntropySpec{4}, {x});
+    expect_bad_graph(m, "pool_too_big");
+  }
+  {
+    ModelSpec m = named("bad", 4);
+    int x = m.add("input", InputSpec{{3, 2, 2}}, {});
+    x = m.add("conv_too_big", Conv2dSpec{3, 4, 3, 2}, {x});
+    x = m.add("pool", GlobalAvgPoolSpec{}, {x});
+    x = m.add("fc", LinearSpec{4, 4}, {x});
+    m.add("loss", SoftmaxCrossEntropySpec{4}, {x});
+    expect_bad_graph(m, "conv_too_big");
+  }
+}
+
 TEST(ModelsBadGraph, LstmWithWrongFeaturesAndImageInput) {
   {
     ModelSpec m = named("bad", 0, Task::Regression);

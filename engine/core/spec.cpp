@@ -62,7 +62,12 @@ const InputSpec& ModelSpec::input() const {
 
 namespace {
 
-i64 window_out(i64 size, i64 kernel, i64 stride, i64 pad) { return (size + 2 * pad - kernel) / stride + 1; }
+// Positions of a window sliding over `size` padded on both sides: none where it does not fit
+// (C++'s division would round a shortfall smaller than the stride up to one position).
+i64 window_out(i64 size, i64 kernel, i64 stride, i64 pad) {
+  const i64 span = size + 2 * pad - kernel;
+  return span < 0 ? 0 : span / stride + 1;
+}
 
 // Output shape of one node given its input shapes; `where` names the node for errors.
 Dims output_shape(const LayerSpec& spec, const std::vector<Dims>& in, i64 batch, const std::string& where) {
@@ -102,8 +107,12 @@ Dims output_shape(const LayerSpec& spec, const std::vector<Dims>& in, i64 batch,
           },
           [&](const MaxPool2dSpec& s) {
             need_rank(in[0], 4);
-            return Dims{in[0][0], in[0][1], window_out(in[0][2], s.kernel, s.stride, s.padding),
-                        window_out(in[0][3], s.kernel, s.stride, s.padding)};
+            Dims d{in[0][0], in[0][1], window_out(in[0][2], s.kernel, s.stride, s.padding),
+                   window_out(in[0][3], s.kernel, s.stride, s.padding)};
+            if (d[2] <= 0 || d[3] <= 0)
+              throw Error(
+                  fmt::format("{}: input {} too small for a pooling window of {}", where, to_string(in[0]), s.kernel));
+            return d;
           },
           [&](const GlobalAvgPoolSpec&) {
             need_rank(in[0], 4);
