@@ -875,6 +875,27 @@ TEST(CpuLanes, RunInTurnOnFewerThreads) {
   EXPECT_EQ(lanes.correct(), whole.correct());
 }
 
+// A cpu:N row runs on its N threads: lanes asked for beyond them (TB_CPU_LANES) run in turn on
+// the caller's OpenMP threads, never on a team of their own count (a num_threads clause of the
+// lanes' count overrode the row's threads: a cpu:1 row with TB_CPU_LANES=2 ran on two cores).
+TEST(CpuLanes, RunOnTheCallersThreadsOnly) {
+  const models::Workload w = models::workload("lenet5", "cifar10");
+  NetworkOptions four = config(8, w.optimizer, 3);
+  four.lanes = 4;
+  cpu::CpuNetwork lanes(w.spec, four);
+  ASSERT_EQ(lanes.lanes(), 4);
+  auto data = data::synthetic_for("cifar10", w.spec, 8, 5);
+  const int threads = omp_get_max_threads();
+  for (int n : {1, 2}) {
+    omp_set_num_threads(n);
+    lanes.set_batch(data->next().view());
+    StepTimes t;
+    lanes.train_step(t);
+    EXPECT_EQ(lanes.lane_threads(), n) << "with " << n << " OpenMP threads";
+  }
+  omp_set_num_threads(threads);
+}
+
 // Which models get lanes: the batch must divide evenly, no layer may mix samples (batch norm),
 // the model needs a loss, and (unless asked for) one lane's activations must take more bytes
 // than the weights.

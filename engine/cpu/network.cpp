@@ -313,12 +313,14 @@ void CpuNetwork::on_lanes(const std::function<void(Lane&)>& fn) {
     fn(*lanes_.front());
     return;
   }
-  // Each lane on a thread of its own (or in turn, where OpenMP gives fewer), its layers' own
+  // Each lane on a thread of its own (or in turn, where the caller's OpenMP threads are fewer:
+  // a cpu:N row runs on its N threads, whatever TB_CPU_LANES asked for), its layers' own
   // parallel regions on that thread alone; an exception must not leave the parallel region, so
   // the first is rethrown after it.
   std::vector<std::exception_ptr> failed(lanes_.size());
-#pragma omp parallel num_threads(int(lanes_.size()))
+#pragma omp parallel num_threads(std::min(int(lanes_.size()), omp_get_max_threads()))
   {
+    if (omp_get_thread_num() == 0) lane_threads_ = omp_get_num_threads();
     ThreadsForScope threads(1);
     for (std::size_t k = std::size_t(omp_get_thread_num()); k < lanes_.size(); k += std::size_t(omp_get_num_threads()))
       try {

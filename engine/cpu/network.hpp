@@ -78,6 +78,9 @@ class CpuNetwork final : public Network, public ResidentData {
   // The first lane's primitives (every lane makes the same).
   const std::vector<std::string>& implementations() const;
   int lanes() const { return int(lanes_.size()); }
+  // The threads the last pass ran its lanes on: at most the caller's OpenMP threads (lanes left
+  // over run in turn); 1 for one lane.
+  int lane_threads() const { return lanes_.size() > 1 ? lane_threads_ : 1; }
 
  private:
   struct ParamSlot {
@@ -102,6 +105,7 @@ class CpuNetwork final : public Network, public ResidentData {
   NetworkOptions config_;
   std::vector<Dims> shapes_;                   // at the whole batch
   std::vector<std::unique_ptr<Lane>> lanes_;   // one per slice of the batch
+  int lane_threads_ = 1;                       // on_lanes's last team
   std::vector<std::vector<ParamSlot>> slots_;  // by node
   HostBuffer params_, grads_flat_;             // the first lane's weights, and the batch's gradients
   std::vector<Batch> pool_;                    // the resident batches (make_resident)
