@@ -492,6 +492,17 @@ TEST(Predict, MpiRunsTheCommunicatorsRingFrom64KiBAndItsBinomialTreeBelow) {
   EXPECT_NEAR(parallel::all_reduce(bytes, c).s, 2 * (1 * 1 + 2 * 5000) * 1e-6 + 2 * (bytes / 20e9 + 2 * bytes / 10e9),
               1e-12);
   EXPECT_EQ(parallel::all_reduce(bytes, c).algorithm, "tree");
+  // Over a preset link, MPI's rule still, at the preset's ring step and bus bandwidth: NCCL's
+  // protocols (ring/ll, its base latencies) are NCCL's alone.
+  c.nodes = 1;
+  c.link = parallel::parse_link("pcie4");
+  for (double b : {2e3, 1e6}) {
+    const parallel::AllReduce mpi = parallel::all_reduce(b, c);
+    EXPECT_EQ(mpi.algorithm, b < parallel::kMpiRingFromBytes ? "tree" : "ring") << b;
+    if (b >= parallel::kMpiRingFromBytes) {
+      EXPECT_NEAR(mpi.s, 14 * c.link.latency_us * 1e-6 + 1.75 * b / (c.link.busbw_gbps * 1e9), 1e-12);
+    }
+  }
 }
 
 // NCCL's links take its protocols: LL for small messages, Simple for large, LL128 only on NVLink,

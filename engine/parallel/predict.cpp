@@ -218,7 +218,8 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     const double t = latency_us * 1e-6 + s;
     if (t < best.s) best = {t, std::move(name)};
   };
-  if (link.hw == Hw::None) {
+  // MPI runs its own algorithms over any link, a preset's too (NCCL's protocols are NCCL's).
+  if (link.hw == Hw::None || c.library == Library::Mpi) {
     // One protocol at the links' own latency per step: a ring, or a tree of log2 steps within a
     // node and log2 between nodes, up and down.
     const double intra = latency_at(link, end), inter = latency_at(c.network, end);
