@@ -166,7 +166,17 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
 
 }  // namespace
 
+void check_nodes_divide(int devices, int nodes) {
+  if (nodes <= 1 || devices % nodes == 0) return;
+  const int below = devices / nodes * nodes, above = below + nodes;
+  throw InputError(
+      fmt::format("{} devices on {} nodes: data-parallel ranks fill every node alike; give a count that "
+                  "--nodes={} divides ({}) or another --nodes",
+                  devices, nodes, nodes, below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above)));
+}
+
 void check_prediction_shape(const parallel::Link& link, int devices, int nodes, int gpus_per_node) {
+  check_nodes_divide(devices, nodes);
   if (!joins_one_node(link) || devices / std::max(1, nodes) <= gpus_per_node) return;
   const int needed = (devices + gpus_per_node - 1) / gpus_per_node;
   throw InputError(fmt::format(
@@ -246,8 +256,11 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
     cluster.nodes = measured ? 1 : nodes;
     for (const parallel::Link& network : cluster.nodes > 1 ? plan.networks : one_level)
       for (int n : plan.counts.empty() ? default_counts(link, gpu, cluster.nodes, plan.gpus_per_node) : plan.counts) {
-        if (n % cluster.nodes != 0 || n < 2) continue;
-        if (gpu) check_prediction_shape(link, n, cluster.nodes, plan.gpus_per_node);
+        if (n < 2) continue;
+        if (gpu)
+          check_prediction_shape(link, n, cluster.nodes, plan.gpus_per_node);
+        else
+          check_nodes_divide(n, cluster.nodes);
         cluster.devices = n;
         cluster.network = network;
         // Over the measured link the ranks ran where they ran: on the world's nodes.

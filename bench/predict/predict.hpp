@@ -40,8 +40,11 @@ struct PredictionPlan {
   int gpus_per_node = 8;  // the most an NVLink link joins in one node (--gpus_per_node)
 };
 
-// Refuses (tb::InputError naming the flags) `devices` on `nodes` nodes over `link` where one node
-// would hold more than an NVLink link joins (gpus_per_node).
+// Refuses (tb::InputError naming the flag) `devices` that do not divide among `nodes` nodes.
+void check_nodes_divide(int devices, int nodes);
+// Refuses (tb::InputError naming the flags) `devices` on `nodes` nodes over `link` where they do
+// not divide among the nodes, or one node would hold more than an NVLink link joins
+// (gpus_per_node).
 void check_prediction_shape(const parallel::Link& link, int devices, int nodes, int gpus_per_node);
 
 // One all-reduce of `bytes` predicted over each of `plan`'s links (and networks, with nodes) for

@@ -157,6 +157,52 @@ TEST(PredictRows, RefuseMoreGpusThanAnNvlinkNodeJoins) {
   EXPECT_EQ(devices, (std::vector<std::string>{"gpu:2", "gpu:4"}));
 }
 
+// Devices that do not divide among --nodes are refused, naming the flag, by --predict_from (CPU
+// and GPU rows) and --predict_allreduce alike (before, --predict_from dropped them without a
+// word and --predict_allreduce predicted 6 GPUs on 4 nodes as 1 a node).
+TEST(PredictRows, RefuseDevicesThatDoNotDivideAmongTheNodes) {
+  const std::string expected =
+      "6 devices on 4 nodes: data-parallel ranks fill every node alike; give a count that --nodes=4 divides (4 or 8) "
+      "or another --nodes";
+  for (const char* backend : {"cpu", "gpu"}) {
+    SCOPED_TRACE(backend);
+    std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+    if (std::string(backend) == "gpu")
+      for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1";
+    PredictionPlan plan;
+    plan.links = {parallel::parse_link("10,20")};
+    plan.nodes = 4;
+    plan.networks = {parallel::parse_network("100gbe")};
+    plan.counts = {8, 6};
+    try {
+      predict_rows(pointers(rows), plan, MachineContext{});
+      FAIL() << "6 devices on 4 nodes were predicted or dropped";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), expected);
+    }
+    plan.counts = {8};
+    EXPECT_EQ(predict_rows(pointers(rows), plan, MachineContext{}).size(), 1u);
+  }
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("nvlink4")};
+  plan.nodes = 4;
+  plan.networks = {parallel::parse_network("ib_ndr400x8")};
+  plan.counts = {6};
+  try {
+    predict_allreduce_lines(4e9, plan);
+    FAIL() << "an all-reduce of 6 GPUs on 4 nodes was predicted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+  plan.counts = {2};
+  try {
+    predict_allreduce_lines(4e9, plan);
+    FAIL() << "2 GPUs on 4 nodes were predicted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--nodes=4 divides (4)"), std::string::npos) << e.what();
+  }
+}
+
 // A predicted row keeps the ranks' hosts of the run that measured its source (the run's rows all
 // say where its ranks ran); one across nodes of its own names no hosts, only how many nodes.
 TEST(PredictRows, KeepTheSourceRunsHostsUnlessTheyPredictNodesOfTheirOwn) {
