@@ -775,6 +775,22 @@ TEST(Predict, TermsAddUpToTheStepWithABandAndTheDominantTermNamed) {
   EXPECT_EQ(p.dominant, "communication");
 }
 
+// Sharing is a slow-down: a measured ratio below 1 (ranks together faster than rank 0 alone, the
+// two timings' noise) adds nothing at the point, which stays at 100% efficiency at most, and the
+// band keeps it (committed rows had 0.77 and predicted 110%).
+TEST(Predict, SharingBelowOneSlowsNothingAtThePoint) {
+  parallel::OneDevice one = two_bucket_step();
+  one.sharing = {0.77, 0.7, 0.85};
+  parallel::Link link{.name = "test", .busbw_gbps = 1e6, .latency_us = 0, .source = "a test"};
+  const parallel::Prediction p = parallel::predict(one, 2, link);
+  const parallel::Term& sharing = term_named(p, "sharing");
+  EXPECT_EQ(sharing.s, 0.0);
+  EXPECT_NEAR(sharing.low, 0.050 * (0.7 - 1), 1e-12);
+  EXPECT_EQ(sharing.high, 0.0);
+  EXPECT_LE(p.efficiency, 1.0);
+  EXPECT_GT(p.samples_per_s_high, p.samples_per_s);
+}
+
 TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
   const parallel::OneDevice one = two_bucket_step();
   parallel::Link host{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};

@@ -1,7 +1,7 @@
 // The statistics every figure of a run is taken with, one definition each: the median of
-// repetitions (rates, steps), a quantile of step times, and the spread of step times (their
-// interquartile range), and scaling efficiency. The harness, the prediction model and its inputs
-// all use these.
+// repetitions (rates, steps), the mean of a probe's steps, a quantile of step times, the spread
+// of step times (their interquartile range), and scaling efficiency. The harness, the prediction
+// model and its inputs all use these.
 #pragma once
 
 #include <algorithm>
@@ -16,6 +16,13 @@ inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// The mean of `values` (a probe's steps: the ranks' sharing); 0 where there are none.
+inline double mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return values.empty() ? 0 : sum / double(values.size());
 }
 
 // The q-quantile (0 <= q <= 1) of ascending `sorted`, the nearest rank: sorted[round(q (n - 1))].

@@ -343,7 +343,11 @@ Prediction predict(const OneDevice& one, const Cluster& cluster) {
   // No narrower than a step measured again moves, wider below kEnoughSteps timed steps.
   const double repeat =
       kStepRepeatSpread * std::sqrt(double(kEnoughSteps) / double(std::clamp<long>(t.steps, 1, kEnoughSteps)));
-  const Range sharing = devices > 1 ? one.sharing : Range::exactly(1);
+  // A slow-down: at least 1 at the point (the ranks' steps together and rank 0's alone are timed
+  // alike, so a ratio below 1 is their noise, which the band keeps).
+  Range sharing = devices > 1 ? one.sharing : Range::exactly(1);
+  sharing.value = std::max(1.0, sharing.value);
+  sharing.high = std::max(sharing.value, sharing.high);
   const Range dp = devices > 1 ? one.dp_overhead : Range{};
   // A synchronous step waits for the slowest of N: the expected largest of N step times, over
   // their mean, stretches the measured step.
