@@ -65,6 +65,41 @@ parallel::Range range_of(const std::string& text, const std::string& field) {
   return {v[0], v[1], v[2]};
 }
 
+// What a run writes holds these; anything else (an edited or damaged cell) would predict
+// nonsense (negative samples/s, an inverted band) instead of being refused.
+void check_values(const PredictionInputs& in) {
+  const parallel::OneDevice& one = in.one;
+  const parallel::StepTimeline& t = one.timeline;
+  const auto refuse = [](const std::string& what) {
+    throw InputError(fmt::format("prediction_inputs: {} (a cell a run wrote holds none such: was it edited?)", what));
+  };
+  double ready = 0;
+  for (std::size_t k = 0; k < t.bucket_bytes.size(); ++k) {
+    if (!(t.bucket_bytes[k] >= 0)) refuse(fmt::format("bucket {} has {} bytes", k, t.bucket_bytes[k]));
+    if (!(t.bucket_ready_s[k] >= ready))
+      refuse(fmt::format("bucket {} is ready at {} s, before the one before it ({} s) or before 0", k,
+                         t.bucket_ready_s[k], ready));
+    ready = t.bucket_ready_s[k];
+  }
+  if (!(t.backward_end_s >= ready && t.step_end_s >= t.backward_end_s))
+    refuse(fmt::format("the last bucket ready at {} s, backward's end at {} s and the step's at {} s are not in order",
+                       ready, t.backward_end_s, t.step_end_s));
+  if (t.steps < 1) refuse(fmt::format("timeline_steps={}: a timeline watches one step or more", t.steps));
+  for (double s : one.step_times)
+    if (!(s > 0)) refuse(fmt::format("a step time of {} s", s));
+  const auto ordered = [&](const parallel::Range& r, const char* name, double floor, bool floor_included) {
+    const bool above = floor_included ? r.low >= floor : r.low > floor;
+    if (!(above && r.low <= r.value && r.value <= r.high))
+      refuse(fmt::format("{}={},{},{} is not VALUE,LOW,HIGH with LOW <= VALUE <= HIGH and LOW {} {}", name, r.value,
+                         r.low, r.high, floor_included ? ">=" : ">", floor));
+  };
+  ordered(one.dp_overhead, "dp", 0, true);
+  ordered(one.sharing, "sharing", 0, false);
+  if (in.sharing_ranks != 0 && (in.sharing_ranks < 2 || in.sharing_hosts < 1))
+    refuse(fmt::format("sharing_ranks={} and sharing_hosts={}: ranks share a machine from 2 ranks on 1 host or more",
+                       in.sharing_ranks, in.sharing_hosts));
+}
+
 }  // namespace
 
 std::string format_prediction_inputs(const parallel::OneDevice& one, int sharing_ranks, int sharing_hosts) {
@@ -97,7 +132,8 @@ PredictionInputs parse_prediction_inputs(const std::string& text) {
   for (std::size_t k = 1; k < fields.size(); ++k) {
     const std::size_t eq = fields[k].find('=');
     if (eq == std::string::npos) throw InputError(fmt::format("prediction_inputs: '{}' is not NAME=VALUE", fields[k]));
-    f[fields[k].substr(0, eq)] = fields[k].substr(eq + 1);
+    if (!f.emplace(fields[k].substr(0, eq), fields[k].substr(eq + 1)).second)
+      throw InputError(fmt::format("prediction_inputs: {}= is given twice", fields[k].substr(0, eq)));
   }
   for (const char* needed : {"buckets", "backward_end", "step_end", "timeline_steps", "steps"})
     if (!f.count(needed)) throw InputError(fmt::format("prediction_inputs: no {}= field", needed));
@@ -134,6 +170,7 @@ PredictionInputs parse_prediction_inputs(const std::string& text) {
   } else {
     one.sharing_source = "no ranks shared this machine in the run";
   }
+  check_values(in);
   return in;
 }
 

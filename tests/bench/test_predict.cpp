@@ -67,6 +67,38 @@ TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
     EXPECT_THROW(parse_prediction_inputs(bad), InputError) << bad;
 }
 
+// Well-formed text whose values no run writes (an edited or damaged cell) is refused, naming the
+// field: before, a negative overhead predicted negative samples/s, an overhead outside its band an
+// inverted band, timeline_steps=0 nothing at all, and a field given twice took its last value.
+TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
+  const std::string good = format_prediction_inputs(measured_step(), 2, 1);
+  EXPECT_NO_THROW(parse_prediction_inputs(good));
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " in " << text;
+    return text.replace(at, from.size(), to);
+  };
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {with("dp=0.0001,5e-05,0.0002", "dp=-0.01,-0.01,-0.01"), "dp=-0.01,-0.01,-0.01 is not VALUE,LOW,HIGH"},
+           {with("dp=0.0001,5e-05,0.0002", "dp=0.0001,0.001,5e-05"), "dp=0.0001,0.001,5e-05"},
+           {with("sharing=1,1,1", "sharing=0,0,0"), "sharing=0,0,0"},
+           {with("4000000@0.006", "-4000000@0.006"), "bucket 0 has -4000000 bytes"},
+           {with("1000000@0.009", "1000000@0.003"), "bucket 1 is ready at 0.003 s"},
+           {with("backward_end=0.009", "backward_end=0.008"), "are not in order"},
+           {with("timeline_steps=100", "timeline_steps=0"), "timeline_steps=0"},
+           {with("sharing_ranks=2", "sharing_ranks=1"), "sharing_ranks=1"},
+           {good + ";dp=0,0,0", "dp= is given twice"},
+       }) {
+    try {
+      parse_prediction_inputs(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Two ok repetitions of a CPU row at 1000 and 1200 samples/s, batch 100, the step's inputs.
 std::vector<Row> one_device_rows(const std::string& inputs) {
   std::vector<Row> rows;
