@@ -908,7 +908,7 @@ TEST(Predict, NetworksByNameByFiguresWithTheirNics) {
   EXPECT_EQ(custom.latency_us, 50);
   EXPECT_EQ(custom.hw, parallel::Hw::None);
   EXPECT_EQ(parallel::parse_network("12.5,5x2").nics, 2);
-  for (const char* bad : {"", "ib_ndr800", "10,50x", "10,50x0", "x8", "nvlink4"})
+  for (const char* bad : {"", "ib_ndr800", "10,50x", "10,50x0", "x8", "nvlink4", "10x65", "10x4294967298"})
     EXPECT_THROW(parallel::parse_network(bad), InputError) << bad;
 }
 

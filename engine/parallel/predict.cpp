@@ -97,10 +97,10 @@ std::string link_figures(const Link& link) {
 Link parse_network(const std::string& text) {
   // xNICS ends the text: ib_ndr400x8, 12.5,5x2.
   std::string base = text;
-  int nics = 1;
+  long long nics = 1;
   if (const auto x = text.rfind('x'); x != std::string::npos && x + 1 < text.size() &&
                                       text.find_first_not_of("0123456789", x + 1) == std::string::npos) {
-    nics = std::atoi(text.c_str() + x + 1);
+    nics = std::strtoll(text.c_str() + x + 1, nullptr, 10);  // saturates: a count too large is refused below
     base = text.substr(0, x);
   }
   Link link;
@@ -115,7 +115,7 @@ Link parse_network(const std::string& text) {
         "BUSBW_GBPS[:LOW-HIGH][,LATENCY_US[:LOW-HIGH]][xNICS] per NIC (e.g. --network=10,50 or 12.5,5x2, or "
         "10:8-11,50:40-80 with their bands)",
         text, names_of(network_presets())));
-  link.nics = nics;
+  link.nics = int(nics);
   if (nics > 1) link.name += fmt::format("x{}", nics);
   return link;
 }
