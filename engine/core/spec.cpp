@@ -69,6 +69,17 @@ i64 window_out(i64 size, i64 kernel, i64 stride, i64 pad) {
   return span < 0 ? 0 : span / stride + 1;
 }
 
+// The NCHW output of a window (a convolution's or a pool's: `what` names it for the error, "kernel"
+// or "a pooling window of") over image input `x` into `channels`; refuses an input the window does
+// not fit in either dimension.
+Dims window_dims(const Dims& x, i64 channels, i64 kernel, i64 stride, i64 pad, const char* what,
+                 const std::string& where) {
+  Dims d{x[0], channels, window_out(x[2], kernel, stride, pad), window_out(x[3], kernel, stride, pad)};
+  if (d[2] <= 0 || d[3] <= 0)
+    throw Error(fmt::format("{}: input {} too small for {} {}", where, to_string(x), what, kernel));
+  return d;
+}
+
 // Output shape of one node given its input shapes; `where` names the node for errors.
 Dims output_shape(const LayerSpec& spec, const std::vector<Dims>& in, i64 batch, const std::string& where) {
   auto need_rank = [&](const Dims& d, size_t rank) {
@@ -99,20 +110,11 @@ Dims output_shape(const LayerSpec& spec, const std::vector<Dims>& in, i64 batch,
             need_rank(in[0], 4);
             if (in[0][1] != s.in_channels)
               throw Error(fmt::format("{}: conv expects {} channels, got {}", where, s.in_channels, to_string(in[0])));
-            Dims d{in[0][0], s.out_channels, window_out(in[0][2], s.kernel, s.stride, s.padding),
-                   window_out(in[0][3], s.kernel, s.stride, s.padding)};
-            if (d[2] <= 0 || d[3] <= 0)
-              throw Error(fmt::format("{}: input {} too small for kernel {}", where, to_string(in[0]), s.kernel));
-            return d;
+            return window_dims(in[0], s.out_channels, s.kernel, s.stride, s.padding, "kernel", where);
           },
           [&](const MaxPool2dSpec& s) {
             need_rank(in[0], 4);
-            Dims d{in[0][0], in[0][1], window_out(in[0][2], s.kernel, s.stride, s.padding),
-                   window_out(in[0][3], s.kernel, s.stride, s.padding)};
-            if (d[2] <= 0 || d[3] <= 0)
-              throw Error(
-                  fmt::format("{}: input {} too small for a pooling window of {}", where, to_string(in[0]), s.kernel));
-            return d;
+            return window_dims(in[0], in[0][1], s.kernel, s.stride, s.padding, "a pooling window of", where);
           },
           [&](const GlobalAvgPoolSpec&) {
             need_rank(in[0], 4);
