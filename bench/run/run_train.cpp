@@ -133,16 +133,21 @@ class TrainRun final : public BenchmarkRun {
     constexpr double kEnoughSeconds = 0.3;
     const bool enough = times.size() >= 3 || w.wall >= kEnoughSeconds;
     if (!probed_ && (parallel::world().size > 1 || enough)) {
-      // Rank 0's overhead first, while the other ranks wait at the sharing probe's barrier (which
-      // sleeps between polls: a rank busy in an MPI call would slow rank 0's cores).
-      if (!bystander()) probe_dp_overhead(times);
-      // Rank 0's steps alone timed as the ranks' together will be (an untimed step, then at least
-      // 5 steps and 0.5 s, unwatched by the timeline), while the others wait at the sharing
-      // probe's barrier: the row's window, watched and its first, had made the ranks together
-      // look up to a quarter faster than rank 0 alone (a slow-down of 0.77, efficiency 110%).
-      double alone = w.step_time();
-      if (parallel::world().size > 1 && !bystander()) alone = mean(parallel::time_steps(*trainer_, {}));
-      probe_sharing(alone);  // a collective under mpirun: every rank, every benchmark, once
+      // Rank 0's probes first, while the other ranks wait at the sharing probe's barrier (which
+      // sleeps between polls: a rank busy in an MPI call would slow rank 0's cores). Plain steps
+      // unwatched by the timeline, timed as the probes time theirs (an untimed step, then at
+      // least 5 steps and 0.5 s), once for both probes that need them: on a device the
+      // data-parallel probe's (the timeline's marks are event records of microseconds against
+      // steps as short as 0.3 ms), under mpirun the sharing probe's rank 0 alone (the row's
+      // window, watched and its first, had made the ranks together look up to a quarter faster
+      // than rank 0 alone: a slow-down of 0.77, efficiency 110%).
+      const bool device_clock = trainer_->network().comm_endpoint().has_value();
+      std::vector<double> plain;
+      if (!bystander() && (device_clock || parallel::world().size > 1))
+        plain = parallel::time_steps(*trainer_, parallel::ProbeSteps{});
+      if (!bystander()) probe_dp_overhead(device_clock ? plain : times, device_clock);
+      // A collective under mpirun: every rank, every benchmark, once.
+      probe_sharing(plain.empty() ? w.step_time() : mean(plain));
       probed_ = true;
     }
     if (bystander()) return;
@@ -152,14 +157,11 @@ class TrainRun final : public BenchmarkRun {
 
   // Steps through the data-parallel path with a communicator of one replica (bucket bookkeeping,
   // collective launches, the device's wait for them), after an untimed one, at least 5 steps and
-  // 0.5 s of them (parallel::time_replica_steps), against plain steps unwatched by the timeline.
-  // On a device, whose timeline marks are event records of microseconds against steps as short as
-  // 0.3 ms, those are timed the same way just before; on the host, whose marks take about 100 ns,
-  // they are the row's own (`row_steps`: a ResNet-152 step on the CPU takes seconds).
-  void probe_dp_overhead(const std::vector<double>& row_steps) {
-    const bool device_clock = trainer_->network().comm_endpoint().has_value();
-    const std::vector<double> plain =
-        device_clock ? parallel::time_steps(*trainer_, parallel::ProbeSteps{}) : row_steps;
+  // 0.5 s of them (parallel::time_replica_steps), against `plain` steps unwatched by the timeline.
+  // On a device (`device_clock`) those are timed the same way just before; on the host, whose
+  // timeline marks take about 100 ns, they are the row's own (a ResNet-152 step on the CPU takes
+  // seconds).
+  void probe_dp_overhead(const std::vector<double>& plain, bool device_clock) {
     const double step = tb::median(plain);
     std::vector<double> wrapped;
     try {
