@@ -53,6 +53,14 @@ double number(const std::string& text, const std::string& field) {
   return v;
 }
 
+// A count: a whole number from 0 to 2^31 - 1 (casting a larger double is undefined).
+long whole_number(const std::string& text, const std::string& field) {
+  const double v = number(text, field);
+  if (v < 0 || v > 2147483647.0 || v != std::floor(v))
+    throw InputError(fmt::format("prediction_inputs: {}: '{}' is not a count (a whole number from 0)", field, text));
+  return long(v);
+}
+
 std::vector<double> number_list(const std::string& text, const std::string& field) {
   std::vector<double> out;
   for (const std::string& part : split(text, ',')) out.push_back(number(part, field));
@@ -137,6 +145,19 @@ PredictionInputs parse_prediction_inputs(const std::string& text) {
   }
   for (const char* needed : {"buckets", "backward_end", "step_end", "timeline_steps", "steps"})
     if (!f.count(needed)) throw InputError(fmt::format("prediction_inputs: no {}= field", needed));
+  // A field no run writes (a misspelt dp=, an edit) would be ignored and its figure predicted
+  // without; the sharing fields come together or not at all.
+  static const std::vector<std::string> known = {"buckets",  "steps",          "backward_end",
+                                                 "step_end", "timeline_steps", "dp",
+                                                 "sharing",  "sharing_ranks",  "sharing_hosts"};
+  for (const auto& [name, value] : f)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw InputError(fmt::format("prediction_inputs: {}= is no field of version 1 (its fields: {})", name,
+                                   fmt::join(known, ", ")));
+  const std::size_t sharing_fields = f.count("sharing") + f.count("sharing_ranks") + f.count("sharing_hosts");
+  if (sharing_fields != 0 && sharing_fields != 3)
+    throw InputError(
+        "prediction_inputs: sharing=, sharing_ranks= and sharing_hosts= come together, and some are missing");
   PredictionInputs in;
   parallel::OneDevice& one = in.one;
   parallel::StepTimeline& t = one.timeline;
@@ -150,7 +171,7 @@ PredictionInputs parse_prediction_inputs(const std::string& text) {
     }
   t.backward_end_s = number(f["backward_end"], "backward_end");
   t.step_end_s = number(f["step_end"], "step_end");
-  t.steps = long(number(f["timeline_steps"], "timeline_steps"));
+  t.steps = whole_number(f["timeline_steps"], "timeline_steps");
   if (!f["steps"].empty()) one.step_times = number_list(f["steps"], "steps");
   if (f.count("dp")) {
     one.dp_overhead = range_of(f["dp"], "dp");
@@ -162,8 +183,8 @@ PredictionInputs parse_prediction_inputs(const std::string& text) {
   }
   if (f.count("sharing")) {
     one.sharing = range_of(f["sharing"], "sharing");
-    in.sharing_ranks = int(number(f["sharing_ranks"], "sharing_ranks"));
-    in.sharing_hosts = int(number(f["sharing_hosts"], "sharing_hosts"));
+    in.sharing_ranks = int(whole_number(f["sharing_ranks"], "sharing_ranks"));
+    in.sharing_hosts = int(whole_number(f["sharing_hosts"], "sharing_hosts"));
     one.sharing_source =
         fmt::format("x{:.3g} ({:.3g} to {:.3g}) with {} ranks stepping together on {} host(s)", one.sharing.value,
                     one.sharing.low, one.sharing.high, in.sharing_ranks, in.sharing_hosts);

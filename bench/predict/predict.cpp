@@ -224,10 +224,14 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
   if (!source || rates.empty()) return {};
   const double samples_per_s = tb::median(rates);
   const PredictionInputs inputs = parse_prediction_inputs(source->prediction_inputs);
-  if (inputs.one.timeline.empty()) return {};
+  // A run writes neither (its timeline watched a network with gradients, its rows a batch): an
+  // edited row would otherwise be dropped without a word.
+  if (inputs.one.timeline.empty())
+    throw InputError(fmt::format("{}: prediction_inputs holds no gradient buckets (buckets=): nothing to all-reduce",
+                                 source->benchmark));
+  if (!source->batch) throw InputError(fmt::format("{}: the row has no batch", source->benchmark));
   // A replay's ranks are CPU ranks whatever the saved row ran on.
   const bool gpu = source->backend == "gpu" && !plan.replay;
-  if (!source->batch) return {};
   const double batch = double(*source->batch);
   std::vector<PredictedRow> out;
   const int nodes = std::max(1, plan.nodes);

@@ -57,7 +57,8 @@ std::vector<std::string> predict_allreduce_lines(double bytes, const PredictionP
 // The predicted rows of one one-device benchmark from `rows`, its rows in a CSV (the ok
 // iteration rows: their median samples/s, the last one's prediction_inputs), for `backend`'s
 // devices over `plan`. Empty where the rows hold no prediction inputs; throws tb::InputError
-// on inputs that cannot be read. `now`: the git commit and time the predicted rows carry.
+// on inputs that cannot be read or hold no gradient buckets, and on a row without a batch. `now`: the git commit and
+// time the predicted rows carry.
 std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, const PredictionPlan& plan,
                                        const MachineContext& now);
 

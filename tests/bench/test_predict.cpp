@@ -69,7 +69,8 @@ TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
 
 // Well-formed text whose values no run writes (an edited or damaged cell) is refused, naming the
 // field: before, a negative overhead predicted negative samples/s, an overhead outside its band an
-// inverted band, timeline_steps=0 nothing at all, and a field given twice took its last value.
+// inverted band, timeline_steps=0 nothing at all, a field given twice took its last value, and
+// a misspelt field was ignored.
 TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
   EXPECT_NO_THROW(parse_prediction_inputs(good));
@@ -89,6 +90,10 @@ TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
            {with("timeline_steps=100", "timeline_steps=0"), "timeline_steps=0"},
            {with("sharing_ranks=2", "sharing_ranks=1"), "sharing_ranks=1"},
            {good + ";dp=0,0,0", "dp= is given twice"},
+           {with("dp=", "dq="), "dq= is no field of version 1"},
+           {with("timeline_steps=100", "timeline_steps=1e30"), "timeline_steps: '1e30' is not a count"},
+           {with("sharing_ranks=2", "sharing_ranks=2.5"), "sharing_ranks: '2.5' is not a count"},
+           {with(";sharing_hosts=1", ""), "sharing=, sharing_ranks= and sharing_hosts= come together"},
        }) {
     try {
       parse_prediction_inputs(text);
@@ -156,6 +161,30 @@ TEST(PredictRows, NameTheModelThatMadeThem) {
   for (const PredictedRow& p : predict_rows(pointers(rows), plan, MachineContext{}))
     EXPECT_EQ(p.row.prediction_model, parallel::kPredictionModel);
   EXPECT_FALSE(rows[0].prediction_model) << "the measured row names none";
+}
+
+// Inputs a run never writes (no gradient buckets) and a row without a batch are refused, naming
+// the benchmark: they used to be dropped without a word, and --predict_from then blamed --devices.
+TEST(PredictRows, RefuseInputsWithoutBucketsAndRowsWithoutABatch) {
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2};
+  parallel::OneDevice no_buckets = measured_step();
+  no_buckets.timeline.bucket_bytes.clear();
+  no_buckets.timeline.bucket_ready_s.clear();
+  std::vector<Row> without_batch = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : without_batch) r.batch.reset();
+  for (const auto& [rows, says] : std::vector<std::pair<std::vector<Row>, std::string>>{
+           {one_device_rows(format_prediction_inputs(no_buckets, 0, 0)), "prediction_inputs holds no gradient buckets"},
+           {without_batch, "the row has no batch"}}) {
+    try {
+      predict_rows(pointers(rows), plan, MachineContext{});
+      ADD_FAILURE() << "predicted: " << says;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("train/mlp/mnist/cpu:1/fp32/bs:100: " + says), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // An NVLink link joins one node's GPUs, 8 by default (--gpus_per_node): 64 GPUs over nvlink4 on one
