@@ -51,17 +51,22 @@ struct ProcessInfoV2 {
   unsigned gpu_instance_id;
   unsigned compute_instance_id;
 };
-// nvmlProcessInfo_v3_t (nvmlProcessInfo_t of NVML 12.x headers, R535 drivers and later): what
-// _v3 fills, with the confidential-computing memory at the end. Read with the 24-byte layout, every
-// entry after the first would be misread (nvidia-ml-py reads _v3 with this layout too).
-struct ProcessInfoV3 {
+// What _v3 fills on the R535 drivers whose nvml.h (CUDA 12.2) gave nvmlProcessInfo_v3_t the
+// confidential-computing memory at the end: 32 bytes an entry. Later drivers (those that export
+// nvmlDeviceGetRunningProcessDetailList, where that figure moved; R580 among them) fill _v3 with
+// the 24-byte ProcessInfoV2 layout again: nvidia-ml-py defines nvmlProcessInfo_v3_t as the v2
+// layout, and nvitop picks the 32 bytes only where nvmlDeviceGetConfComputeMemSizeInfo is
+// exported and nvmlDeviceGetRunningProcessDetailList is not. Read with the wrong size, every
+// entry after the first is misread: on the H200's driver 580 the two emulated nodes' rows found
+// neither rank's process and fell back to the device's memory.
+struct ProcessInfoV3Cc {
   unsigned pid;
   unsigned long long used_gpu_memory;
   unsigned gpu_instance_id;
   unsigned compute_instance_id;
   unsigned long long used_gpu_cc_protected_memory;
 };
-static_assert(sizeof(ProcessInfoV1) == 16 && sizeof(ProcessInfoV2) == 24 && sizeof(ProcessInfoV3) == 32,
+static_assert(sizeof(ProcessInfoV1) == 16 && sizeof(ProcessInfoV2) == 24 && sizeof(ProcessInfoV3Cc) == 32,
               "NVML process info layouts");
 
 template <class Info>
@@ -165,7 +170,8 @@ struct Nvml::Api {
   // Newer, renamed or deprecated functions: null where this driver lacks them.
   NvmlReturn (*temperature)(Device, int sensor, unsigned* celsius) = nullptr;
   NvmlReturn (*energy)(Device, unsigned long long* millijoules) = nullptr;
-  ProcessesFn<ProcessInfoV3> processes_v3 = nullptr;
+  ProcessesFn<ProcessInfoV3Cc> processes_v3_cc = nullptr;  // _v3 on the R535 drivers above
+  ProcessesFn<ProcessInfoV2> processes_v3 = nullptr;       // _v3 before and after them
   ProcessesFn<ProcessInfoV2> processes_v2 = nullptr;
   ProcessesFn<ProcessInfoV1> processes_v1 = nullptr;
   NvmlReturn (*clock_reasons)(Device, unsigned long long* reasons) = nullptr;
@@ -220,7 +226,12 @@ std::unique_ptr<Nvml> Nvml::load(std::string* why, const std::string& library) {
   // that a driver which drops it still gives the other columns.
   resolve(handle, "nvmlDeviceGetTemperature", &api->temperature);
   resolve(handle, "nvmlDeviceGetTotalEnergyConsumption", &api->energy);  // Volta and later drivers
-  resolve(handle, "nvmlDeviceGetComputeRunningProcesses_v3", &api->processes_v3);
+  const bool cc_layout =
+      dlsym(handle, "nvmlDeviceGetConfComputeMemSizeInfo") && !dlsym(handle, "nvmlDeviceGetRunningProcessDetailList");
+  if (cc_layout)
+    resolve(handle, "nvmlDeviceGetComputeRunningProcesses_v3", &api->processes_v3_cc);
+  else
+    resolve(handle, "nvmlDeviceGetComputeRunningProcesses_v3", &api->processes_v3);
   resolve(handle, "nvmlDeviceGetComputeRunningProcesses_v2", &api->processes_v2);
   resolve(handle, "nvmlDeviceGetComputeRunningProcesses", &api->processes_v1);
   // Renamed from ...ThrottleReasons after R525 (the NVML reference's R525 and R550 editions); the
@@ -285,6 +296,7 @@ Device Nvml::device_by_index(unsigned index) const {
 
 std::optional<std::uint64_t> Nvml::process_memory(Device device, unsigned pid) const {
   // The newest call this driver has: older ones may not list processes in MIG instances.
+  if (api_->processes_v3_cc) return find_process(api_->processes_v3_cc, device, pid);
   if (api_->processes_v3) return find_process(api_->processes_v3, device, pid);
   if (api_->processes_v2) return find_process(api_->processes_v2, device, pid);
   if (api_->processes_v1) return find_process(api_->processes_v1, device, pid);

@@ -1,8 +1,10 @@
 // A scriptable stand-in for libnvidia-ml.so.1, for tests/test_telemetry.cpp: it exports the NVML
 // functions telemetry/nvml.cpp resolves, plus fake_nvml_* controls the test reaches with dlsym.
-// FAKE_NVML_API picks the driver generation it imitates: 3 = current, 2 = no *_v3 process list and
-// the older ClocksThrottleReasons name, 1 = unversioned process list only, no energy counter and
-// no clock-event reasons.
+// FAKE_NVML_API picks the driver generation it imitates: 4 = current (R580: _v3 fills 24-byte
+// entries, nvmlDeviceGetRunningProcessDetailList exported), 3 = the R535 drivers whose _v3 fills
+// 32-byte entries (with the confidential-computing memory), 2 = no *_v3 process list and the older
+// ClocksThrottleReasons name, 1 = unversioned process list only, no energy counter and no
+// clock-event reasons.
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -13,7 +15,7 @@
 #include <vector>
 
 #ifndef FAKE_NVML_API
-#define FAKE_NVML_API 3
+#define FAKE_NVML_API 4
 #endif
 
 namespace {
@@ -43,13 +45,19 @@ struct ProcessInfoV2 {
   unsigned long long used_gpu_memory;
   unsigned gpu_instance_id, compute_instance_id;
 };
-// What a driver of R535 and later writes from _v3 (nvmlProcessInfo_v3_t): 32 bytes an entry.
-struct ProcessInfoV3 {
+// What the R535 drivers of generation 3 write from _v3: 32 bytes an entry. Generation 4 writes
+// ProcessInfoV2's 24.
+struct ProcessInfoV3Cc {
   unsigned pid;
   unsigned long long used_gpu_memory;
   unsigned gpu_instance_id, compute_instance_id;
   unsigned long long used_gpu_cc_protected_memory;
 };
+#if FAKE_NVML_API >= 4
+using ProcessInfoV3 = ProcessInfoV2;
+#else
+using ProcessInfoV3 = ProcessInfoV3Cc;
+#endif
 
 // Values a function returns call after call; the last one repeats once the script runs out.
 struct Series {
@@ -413,6 +421,13 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, Proce
 int nvmlDeviceGetCurrentClocksEventReasons(void* handle, unsigned long long* reasons) {
   return scripted("nvmlDeviceGetCurrentClocksEventReasons", handle, "reasons", reasons);
 }
+
+// Exported, never called: which of them a driver has says how it fills _v3.
+int nvmlDeviceGetConfComputeMemSizeInfo(void*, void*) { return kNotSupported; }
+#endif
+
+#if FAKE_NVML_API >= 4
+int nvmlDeviceGetRunningProcessDetailList(void*, void*) { return kNotSupported; }
 #endif
 
 }  // extern "C"

@@ -18,8 +18,8 @@
 #include "telemetry/nvml.hpp"
 #include "telemetry/sampler.hpp"
 
-#if !defined(TB_FAKE_NVML) || !defined(TB_FAKE_NVML_V2) || !defined(TB_FAKE_NVML_V1)
-#error "tests/CMakeLists.txt passes the fake NVML libraries' paths as TB_FAKE_NVML, TB_FAKE_NVML_V2, TB_FAKE_NVML_V1"
+#if !defined(TB_FAKE_NVML) || !defined(TB_FAKE_NVML_V3) || !defined(TB_FAKE_NVML_V2) || !defined(TB_FAKE_NVML_V1)
+#error "tests/CMakeLists.txt passes the fake NVML libraries' paths as TB_FAKE_NVML, TB_FAKE_NVML_V3 to _V1"
 #endif
 
 namespace tb::telemetry {
@@ -277,6 +277,35 @@ TEST(NvmlRead, NotSupportedLeavesFieldsEmptyNotZero) {
   const auto counters = summarise({{r, r}}).counters(100);
   EXPECT_EQ(counters.size(), 1u) << "only gpu_samples is known";
   EXPECT_EQ(counters.count("gpu_samples"), 1u);
+}
+
+// The process list of today's drivers (R580): _v3 fills 24-byte entries. Read 32 bytes apart, as
+// before, this process was not found behind another (the H200's two emulated nodes on one GPU) and
+// its row took the device's memory, blaming a container.
+TEST(NvmlRead, TodaysV3ProcessListHasTheV2Layout) {
+  FakeNvml fake(TB_FAKE_NVML);
+  fake.processes(0, {1, 2, kPid, 3}, {10, 20, 7ULL << 30, 30});
+  fake.set_device_used(0, 9ULL << 30);
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  const Reading r = nvml->read(nvml->device_by_index(0), kPid);
+  EXPECT_EQ(r.mem_used_bytes, 7ULL << 30);
+  EXPECT_TRUE(r.mem_is_process);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses_v3"), 1);
+}
+
+// The R535 drivers that exported nvmlDeviceGetConfComputeMemSizeInfo but not yet
+// nvmlDeviceGetRunningProcessDetailList: _v3 fills 32-byte entries.
+TEST(NvmlLegacy, R535V3ProcessListWithConfidentialMemory) {
+  FakeNvml fake(TB_FAKE_NVML_V3);
+  fake.processes(0, {1, 2, kPid, 3}, {10, 20, 8ULL << 30, 30});
+  fake.set_device_used(0, 9ULL << 30);
+  auto nvml = load_or_fail(TB_FAKE_NVML_V3);
+  ASSERT_TRUE(nvml);
+  const Reading r = nvml->read(nvml->device_by_index(0), kPid);
+  EXPECT_EQ(r.mem_used_bytes, 8ULL << 30);
+  EXPECT_TRUE(r.mem_is_process);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetComputeRunningProcesses_v3"), 1);
 }
 
 // An older driver: no _v3 process list, the clock reasons under their old name.
