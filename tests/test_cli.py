@@ -96,6 +96,23 @@ def test_mlp_run_writes_a_checked_csv_row(tmp_path):
     assert int(row["cores"]) >= 1
 
 
+def test_the_prediction_probes_steps_after_the_window_are_not_the_rows(tmp_path):
+    """With the timeline on (the default) a one-device row's first repetition is followed by the
+    prediction probes' steps (at least 0.5 s of them); its loss_last is still the last timed
+    step's: the same 5 steps from the same seed give the same loss with the timeline off, where
+    no probe runs. Before, loss_last was the probes' last (0.00123 against 0.529 for the LSTM)."""
+    losses = {}
+    for timeline in ("on", "off"):
+        out = tmp_path / f"{timeline}.csv"
+        r = run("--benchmark_filter=train/lstm/", "--devices=cpu:1", "--precisions=fp32", "--iterations=5",
+                f"--timeline={timeline}", f"--csv={out}")
+        assert r.returncode == 0, r.stderr
+        [row] = read_csv(out)
+        assert (row["prediction_inputs"] != "") == (timeline == "on"), row["prediction_inputs"]
+        losses[timeline] = (float(row["loss_first"]), float(row["loss_last"]))
+    assert losses["on"] == pytest.approx(losses["off"], rel=1e-6), losses
+
+
 def test_repetitions_add_aggregate_rows_and_appending_keeps_one_header(tmp_path):
     out = tmp_path / "run.csv"
     for _ in range(2):

@@ -195,11 +195,16 @@ std::unique_ptr<Network> BenchmarkRun::make_network(int device) const {
                                          .layout = parse_layout(info_.gpu_layout)});
 }
 
+BenchmarkRun::TrainerAt BenchmarkRun::TrainerAt::now(const Trainer& trainer) {
+  return {.phases = trainer.phases(), .loss = trainer.losses().empty() ? NAN : trainer.losses().back()};
+}
+
 // Counters of the timed steps: throughput, utilisation, host CPU, losses, phases.
-void BenchmarkRun::timed_counters(const Window& w, const Timed& t, const Trainer& trainer, const PhaseTimes& p0) {
+void BenchmarkRun::timed_counters(const Window& w, const Timed& t, const Trainer& trainer, const PhaseTimes& p0,
+                                  const TrainerAt& end) {
   const double samples_per_s = t.samples_per_step / w.step_time();
   const double tflops = info_.cost.train_flops_per_sample() * samples_per_s * 1e-12;
-  const PhaseTimes& p = trainer.phases();
+  const PhaseTimes& p = end.phases;
   Row& c = figures_;
   c.samples_per_s = samples_per_s;
   c.step_time_s = w.step_time();
@@ -216,7 +221,7 @@ void BenchmarkRun::timed_counters(const Window& w, const Timed& t, const Trainer
   c.host_cpu_util = w.cpu / w.wall;
   c.peak_rss_bytes = double(peak_rss_bytes());
   c.loss_first = trainer.losses().front();
-  c.loss_last = trainer.losses().back();
+  c.loss_last = end.loss;
   c.data_s_per_step = (p.data - p0.data) / w.steps;
   c.data_wait_s_per_step = (p.data_wait - p0.data_wait) / w.steps;
   if (p.split) {  // a step replayed as one CUDA graph has no phases

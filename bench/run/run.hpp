@@ -137,7 +137,16 @@ class BenchmarkRun {
   void prepare_gpus() const;
   // A network of the row's model on `device` (a CUDA ordinal; ignored on the CPU).
   std::unique_ptr<Network> make_network(int device) const;
-  void timed_counters(const Window& w, const Timed& t, const Trainer& trainer, const PhaseTimes& p0);
+  // Where a trainer stood when its timed window closed: the prediction probes' steps, taken after
+  // it on a row's first repetition, are not the row's phases or its last loss.
+  struct TrainerAt {
+    PhaseTimes phases;
+    float loss = 0;
+    static TrainerAt now(const Trainer& trainer);
+  };
+  // The row's counters from window `w`, with the phases between `p0` and `end`.
+  void timed_counters(const Window& w, const Timed& t, const Trainer& trainer, const PhaseTimes& p0,
+                      const TrainerAt& end);
   void note_utilisation();
   void note_lanes();  // a CPU row whose batch ran in lanes says so
   // The OpenMP threads of the row's steps: the device's, except that a `cpu` row (all cores, the

@@ -42,7 +42,7 @@ class EpochsRun final : public BenchmarkRun {
   void counters(const Window& w) override {
     check_loss_fell(*trainer_);
     timed_counters(w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops}, *trainer_,
-                   PhaseTimes{});
+                   PhaseTimes{}, TrainerAt::now(*trainer_));
     memory_counters(figures_, trainer_->network());
     const EpochRecord& last = result_.records.back();
     set_epoch_figures(figures_, last);

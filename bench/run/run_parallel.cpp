@@ -92,7 +92,7 @@ class ReplicasRun final : public BenchmarkRun {
                    Timed{.samples_per_step = double(info_.batch) * total,
                          .peak_gflops = devices_.peak_gflops * (one_device ? 1 : total),
                          .replicas = double(info_.replicas)},
-                   first(), p0_);
+                   first(), p0_, TrainerAt::now(first()));
     figures_.replicas = total;
     if (!info_.device_kind->wiring)
       figures_.host_cpu_util_per_job = w.cpu / w.wall / info_.replicas;  // what `top` shows for one job's process

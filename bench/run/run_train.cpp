@@ -112,6 +112,7 @@ class TrainRun final : public BenchmarkRun {
     }
     Window w = window.close(double(steps), double(steps) * double(info_.batch));
     add_device_clock(w);
+    end_ = TrainerAt::now(*trainer_);
     w.step_seconds = times;
     if (predicting()) measure_for_predictions(std::move(timeline), std::move(times), w);
     return w;
@@ -234,6 +235,7 @@ class TrainRun final : public BenchmarkRun {
     record_job_steps(agreed, first_start, ends);
     Window w = window.close(double(ends.size()), double(ends.size()) * double(info_.batch));
     add_device_clock(w);
+    end_ = TrainerAt::now(*trainer_);
     return w;
   }
 
@@ -245,7 +247,7 @@ class TrainRun final : public BenchmarkRun {
     if (bystander()) return;  // rank 0 reports the row
     check_loss_fell(*trainer_);
     timed_counters(w, Timed{.samples_per_step = double(info_.batch), .peak_gflops = devices_.peak_gflops}, *trainer_,
-                   p0_);
+                   p0_, end_);
     memory_counters(figures_, trainer_->network());
     note_utilisation();
     comparisons(1);
@@ -280,6 +282,7 @@ class TrainRun final : public BenchmarkRun {
   data::Splits splits_;  // what the trainer's data left behind: the validation split
   std::unique_ptr<Trainer> trainer_;
   PhaseTimes p0_;
+  TrainerAt end_;                              // at the window's close, before the prediction probes' steps
   parallel::OneDevice measured_;               // for predictions: the probes' results, kept across calls
   int sharing_ranks_ = 0, sharing_hosts_ = 0;  // the sharing probe's ranks and hosts (0: none)
   bool probed_ = false;
