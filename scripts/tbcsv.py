@@ -163,9 +163,15 @@ def _parse(path: str, f) -> Table:
             continue  # a blank line, e.g. a trailing newline added by an editor
         if cells == header:
             continue  # a file concatenated without `tail -n +2`: same header, harmless
-        if len(cells) != len(header):
+        if len(cells) < len(header):
+            # A row cut short (a full disk, a killed run) that the next run left on its own line
+            # (trainbench's CsvWriter): the rows around it are whole.
+            print(f"note: {path}: line {line} has {len(cells)} of the header's {len(header)} fields, a row "
+                  f"cut short (a full disk, a killed run?): left out", file=sys.stderr)
+            continue
+        if len(cells) > len(header):
             raise InputError(f"{path}: line {line} has {len(cells)} fields, the header has "
-                             f"{len(header)}")
+                             f"{len(header)} (rows glued together, or edited?)")
         row = dict(zip(header, cells))
         version = row["schema_version"]
         if version not in SCHEMA_VERSIONS:

@@ -115,6 +115,11 @@ def test_cut_last_line_is_repaired_never_glued(tmp_path, where):
     assert len(rows[0]) == width and len(rows[1]) <= width and len(rows[2]) == width
     assert data[row:cut].decode().replace('"', "").endswith(rows[1][-1])  # the cut field as it was
     assert rows[2][1].startswith("train/lstm/")  # the new row starts on its own line
+    # The file stays readable: the cut row is left out, saying so (before, the whole file was refused).
+    r = run(f"--predict_from={out}", "--link=10,20", "--devices=mpi:2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "line 2 has" in r.stderr and "a row cut short" in r.stderr, r.stderr
+    assert "mpi:2" in r.stdout
 
 
 def test_ctrl_c_during_repetitions_keeps_the_finished_ones(tmp_path):

@@ -265,9 +265,18 @@ std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
     }
     if (fields.size() == 1 && fields[0].empty()) continue;  // a blank line
     if (fields == header) continue;                         // files concatenated with their headers
-    if (fields.size() != header.size())
-      throw InputError(fmt::format("{}={}: line {} has {} fields, the header has {} (a row cut short?)", flag, path,
-                                   first, fields.size(), header.size()));
+    // A row cut short (a full disk, a killed run) that a later run left on its own line (CsvWriter)
+    // is left out, saying so: the rows around it are whole.
+    if (fields.size() < header.size()) {
+      std::cerr << fmt::format(
+          "trainbench: note: {}={}: line {} has {} of the header's {} fields, a row cut short (a full disk, a "
+          "killed run?): left out\n",
+          flag, path, first, fields.size(), header.size());
+      continue;
+    }
+    if (fields.size() > header.size())
+      throw InputError(fmt::format("{}={}: line {} has {} fields, the header has {} (rows glued together, or edited?)",
+                                   flag, path, first, fields.size(), header.size()));
     Row row;
     for (std::size_t k = 0; k < header.size(); ++k) {
       const Column* c = by_header[k];
@@ -279,6 +288,11 @@ std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
     rows.push_back(std::move(row));
   }
   if (header.empty()) throw InputError(fmt::format("{}={}: empty file (no header, no rows)", flag, path));
+  if (!record.empty())
+    std::cerr << fmt::format(
+        "trainbench: note: {}={}: line {} ends inside a quoted field, a row cut short (a full disk, a killed run?): "
+        "left out\n",
+        flag, path, first);
   return rows;
 }
 

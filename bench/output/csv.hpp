@@ -54,9 +54,10 @@ std::vector<std::string> csv_split(const std::string& line);
 
 // Every row of a trainbench CSV at `path`, each cell into its field (a quoted field may span
 // lines). `flag` names where the path came from in errors (--predict_from, a job's CSV). Throws
-// tb::InputError naming the file and what is wrong: missing, not a trainbench CSV, a line whose
-// fields do not match the header, a cell not of its column's type (a count or a number that is
-// none). Rows of any schema are read: columns this schema lacks are left out, columns the file
+// tb::InputError naming the file and what is wrong: missing, not a trainbench CSV, a line with
+// more fields than the header, a cell not of its column's type (a count or a number that is
+// none). A row cut short (fewer fields, or a quoted field the file ends in) is left out with a note
+// on stderr. Rows of any schema are read: columns this schema lacks are left out, columns the file
 // lacks stay empty; what a caller needs of them it checks.
 std::vector<Row> read_csv(const std::string& path, const std::string& flag);
 

@@ -304,8 +304,8 @@ TEST(ReadCsv, BrokenFilesAreRefusedNamingTheFileAndTheLine) {
   EXPECT_NE(refused(::testing::TempDir() + "no_such.csv").find("--predict_from="), std::string::npos);
   EXPECT_NE(refused(write_file("empty.csv", "")).find("empty file"), std::string::npos);
   EXPECT_NE(refused(write_file("other.csv", "a,b\n1,2\n")).find("not a trainbench CSV"), std::string::npos);
-  const std::string cut = refused(write_file("cut.csv", "schema_version,benchmark,status\n6,a,ok\n6,b\n"));
-  EXPECT_NE(cut.find("line 3 has 2 fields, the header has 3"), std::string::npos) << cut;
+  const std::string glued = refused(write_file("glued.csv", "schema_version,benchmark,status\n6,a,ok,6,b,ok\n"));
+  EXPECT_NE(glued.find("line 2 has 6 fields, the header has 3"), std::string::npos) << glued;
   const std::string typed = refused(write_file("typed.csv", "schema_version,benchmark,threads\n6,a,4\n6,b,four\n"));
   EXPECT_NE(typed.find("line 3: threads is 'four', not a whole number"), std::string::npos) << typed;
   // A column of another schema is left out, one this schema has and the file lacks stays empty.
@@ -313,6 +313,21 @@ TEST(ReadCsv, BrokenFilesAreRefusedNamingTheFileAndTheLine) {
   ASSERT_EQ(old.size(), 1u);
   EXPECT_EQ(old[0].benchmark, "a");
   EXPECT_FALSE(old[0].samples_per_s);
+}
+
+// A row cut short (a full disk, a killed run), which the next run's CsvWriter leaves on its own
+// line, is left out saying so, and the rows around it are read: before, the whole file was
+// refused, the rows written after the cut with it. A file that ends inside a quoted field too.
+TEST(ReadCsv, ARowCutShortIsLeftOutSayingSo) {
+  ::testing::internal::CaptureStderr();
+  const std::vector<Row> rows =
+      read_csv(write_file("cut.csv", "schema_version,benchmark,status\n6,a,ok\n6,b\n6,c,ok\n6,d,\"cut"), "--x");
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].benchmark, "a");
+  EXPECT_EQ(rows[1].benchmark, "c");
+  EXPECT_NE(said.find("line 3 has 2 of the header's 3 fields, a row cut short"), std::string::npos) << said;
+  EXPECT_NE(said.find("line 5 ends inside a quoted field"), std::string::npos) << said;
 }
 
 // ---- the console: the rows, rendered ----

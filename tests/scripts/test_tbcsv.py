@@ -69,6 +69,22 @@ def test_an_unknown_version_is_refused_naming_the_file_and_line(tbcsv_mod, tmp_p
                             f"read versions 1, 2, 3, 4, 5, 6, 7)")
 
 
+def test_a_row_cut_short_is_left_out_saying_so_and_rows_glued_together_are_refused(tbcsv_mod, tmp_path, capsys):
+    """A row cut short, which trainbench's next run leaves on its own line, is left out with a
+    note and the rows around it read (before, the whole file was refused); a line with more
+    fields than the header is refused, naming it."""
+    lines = open(GPU_V3).read().splitlines()
+    cut = tmp_path / "cut.csv"
+    cut.write_text("\n".join([lines[0], lines[1], lines[2][:40], *lines[3:]]) + "\n")
+    table = tbcsv_mod.read_table(str(cut))
+    assert len(table.rows) == len(lines) - 2
+    assert f"{cut}: line 3 has" in capsys.readouterr().err
+    glued = tmp_path / "glued.csv"
+    glued.write_text("\n".join([lines[0], lines[1] + "," + lines[2], *lines[3:]]) + "\n")
+    with pytest.raises(tbcsv_mod.InputError, match="line 2 has .* fields, the header has"):
+        tbcsv_mod.read_table(str(glued))
+
+
 def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
     header = tbcsv_mod.read_table(GPU_V3).columns
     context = tbcsv_mod.context_columns(header)
