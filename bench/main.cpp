@@ -26,6 +26,7 @@
 #include "bench/output/summary.hpp"
 #include "bench/predict/after_run.hpp"
 #include "bench/run/harness.hpp"
+#include "bench/run/jobs.hpp"
 #include "bench/run/reporter.hpp"
 #include "bench/schema/columns.hpp"
 #include "engine/backends.hpp"
@@ -278,6 +279,7 @@ int main(int argc, char** argv) {
   using namespace tb::bench;
   tb::parallel::start_world();  // MPI, when started by mpirun
   defer_signals_during_writes();
+  bind_job_to_its_parent();
   Flags flags;
   try {
     flags = parse_flags(argc, argv);

@@ -6,10 +6,14 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
+
+from processes import marked_processes
 
 BINARY = os.environ.get("TRAINBENCH", "build/release/bench/trainbench")
 FAST = ["--benchmark_min_time=0.05"]
@@ -945,6 +949,30 @@ def test_jobs_are_separate_processes_each_measured_on_its_own(tmp_path):
     listed = run("--benchmark_list_tests", "--devices=gpu:1/threads:2,gpu:1/jobs:2", "--benchmark_filter=train/lstm/")
     assert listed.stdout.split() == ["train/lstm/sine/gpu:1/threads:2/fp32/bs:20",
                                      "train/lstm/sine/gpu:1/jobs:2/fp32/bs:20"]
+
+
+def test_jobs_end_with_the_trainbench_that_started_them(tmp_path):
+    """A SIGTERM to trainbench kills it at once (the rows written stay): its jobs get SIGTERM too,
+    instead of training on, and the next run with jobs removes the folder it left. Before, both
+    jobs ran on, re-parented to init, and /tmp/trainbench-jobs-* stayed."""
+    p = subprocess.Popen([BINARY, "--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2",
+                          "--benchmark_repetitions=20", f"--csv={tmp_path / 'killed.csv'}"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(marked_processes("TB_JOB_PARENT", str(p.pid))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(marked_processes("TB_JOB_PARENT", str(p.pid))) == 2, "the jobs never started"
+    [folder] = Path("/tmp").glob(f"trainbench-jobs-{p.pid}-*")
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while marked_processes("TB_JOB_PARENT", str(p.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marked_processes("TB_JOB_PARENT", str(p.pid)), "a job outlived trainbench"
+    assert folder.exists()
+    r = run("--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2", "--benchmark_min_time=0.05")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not folder.exists(), "the folder of the killed run stayed"
 
 
 def test_cpu_rows_train_on_resident_data_with_data_on_device(tmp_path):

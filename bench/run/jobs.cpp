@@ -3,7 +3,9 @@
 #include "bench/run/jobs.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +42,9 @@ namespace fs = std::filesystem;
 constexpr const char* kRendezvous = "TB_JOB_RENDEZVOUS";  // the folder the jobs meet in
 constexpr const char* kCount = "TB_JOB_COUNT";
 constexpr const char* kIndex = "TB_JOB_INDEX";
+constexpr const char* kParent = "TB_JOB_PARENT";  // the process id of the trainbench that started it
+// The jobs' folders: kJobsFolder<pid of the trainbench that made it>-XXXXXX.
+constexpr const char* kJobsFolder = "/tmp/trainbench-jobs-";
 constexpr double kWindowSeconds = 2;  // the timed window every job runs in
 // From the last job ready to the window's start: time for every job to see the others ready.
 constexpr double kStartMargin = 0.05;
@@ -214,9 +219,26 @@ CommonWindow common_window(const std::vector<JobSteps>& jobs) {
   return w;
 }
 
+// The jobs' folders left by a trainbench that is gone: killed, it had no time to remove its own.
+void remove_folders_of_ended_runs() {
+  const fs::path prefix = kJobsFolder;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(prefix.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string start = prefix.filename().string();
+    if (name.rfind(start, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + start.size(), &end, 10);
+    if (pid <= 0 || *end != '-' || pid == ::getpid()) continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to tell
+    fs::remove_all(entry.path(), ec);
+  }
+}
+
 JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
-  char pattern[] = "/tmp/trainbench-jobs-XXXXXX";
-  TB_CHECK(::mkdtemp(pattern), "jobs: cannot make a folder under /tmp: {}", std::strerror(errno));
+  remove_folders_of_ended_runs();
+  std::string pattern = fmt::format("{}{}-XXXXXX", kJobsFolder, ::getpid());
+  TB_CHECK(::mkdtemp(pattern.data()), "jobs: cannot make a folder under /tmp: {}", std::strerror(errno));
   const fs::path dir = pattern;
   struct Cleanup {
     fs::path dir;
@@ -231,7 +253,7 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
     for (int j = 0; j < k; ++j)
       pids.push_back(spawn(job_arguments(info, flags, dir / fmt::format("job{}.csv", j)),
                            {fmt::format("{}={}", kRendezvous, dir.string()), fmt::format("{}={}", kCount, k),
-                            fmt::format("{}={}", kIndex, j)},
+                            fmt::format("{}={}", kIndex, j), fmt::format("{}={}", kParent, ::getpid())},
                            dir / fmt::format("job{}.log", j)));
   } catch (...) {
     for (pid_t pid : pids) ::kill(pid, SIGTERM), waitpid(pid, nullptr, 0);  // the ones started
@@ -277,6 +299,15 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
 }
 
 bool in_job() { return std::getenv(kRendezvous) != nullptr; }
+
+void bind_job_to_its_parent() {
+  if (!in_job()) return;
+  // The signal comes when the thread that started the job ends: run_job_processes runs on the
+  // benchmark's thread, which lives as long as its jobs.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  const char* parent = std::getenv(kParent);
+  if (parent && ::getppid() != pid_t(std::atol(parent))) std::raise(SIGTERM);  // gone before the line above
+}
 
 JobWindow job_window() {
   static int calls = 0;

@@ -31,6 +31,12 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags);
 // True in a job: its benchmark runs one timed window per repetition, in step with the others.
 bool in_job();
 
+// In a job: it gets SIGTERM when the process that started it ends (killed or interrupted, which
+// leaves it no time to stop its jobs), and ends at once if that process is already gone. Else
+// nothing. Before: a SIGTERM to trainbench left its K jobs training (on the GPU, in a GPU row)
+// until they finished, or waiting up to 10 minutes at the meeting point for one that never came.
+void bind_job_to_its_parent();
+
 // The window this job times its steps in, on wall_seconds()'s clock: every job says it is ready
 // (warmed up), waits for the others, and all take the same start, a little after the last one
 // was ready, and the same end. Throws tb::Error when another job failed or after a long wait.
