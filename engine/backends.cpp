@@ -109,6 +109,8 @@ void gpu_prepare(int ordinal, double limit) {
   a.reset_peak();
 }
 
+void gpu_empty_cache(int ordinal) { cuda::device_allocator(ordinal).empty_cache(); }
+
 void gpu_bind_thread(int ordinal) { TB_CU(cudaSetDevice(ordinal)); }
 
 std::size_t gpu_free_bytes(int ordinal) { return device(ordinal).memory_bytes - cuda::device_memory_used(ordinal); }
@@ -136,6 +138,7 @@ const GpuInventory& gpu_inventory() {
 std::string gpu_precision_unsupported(int, const std::string&) { no_cuda(); }
 GpuPeak gpu_peak(int, const std::string&) { no_cuda(); }
 void gpu_prepare(int, double) { no_cuda(); }
+void gpu_empty_cache(int) { no_cuda(); }
 void gpu_bind_thread(int) { no_cuda(); }
 std::size_t gpu_free_bytes(int) { no_cuda(); }
 

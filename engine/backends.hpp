@@ -79,6 +79,9 @@ std::size_t gpu_free_bytes(int ordinal);
 // Empties the device's allocator cache, caps it at `limit` (bytes above 1, a fraction of the
 // device's memory up to 1, 0: no cap) and starts a new high-water mark.
 void gpu_prepare(int ordinal, double limit);
+// Gives the allocator's cached blocks on `ordinal` back to the device, and nothing else: no CUDA
+// call where it holds none (a process that never used the GPU stays without a context).
+void gpu_empty_cache(int ordinal);
 // Makes `ordinal` the calling thread's current device (each replica thread calls it once).
 void gpu_bind_thread(int ordinal);
 
