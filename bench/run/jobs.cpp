@@ -131,47 +131,6 @@ JobSteps job_steps(const fs::path& dir, int index, double samples_per_step) {
   return steps;
 }
 
-// The combined row: samples/s is what every job completed inside the window in which all were
-// running, over its length; host CPU and device memory add up over the jobs; energy per sample is
-// the device's energy (each job read all of it over about the same window) over every job's
-// samples; the rest are the jobs' mean or largest.
-JobsResult combine(const std::vector<Row>& rows, const CommonWindow& window, const BenchInfo& info) {
-  JobsResult r;
-  Row& c = r.figures;
-  std::vector<std::string> rates, own, cpus;
-  double inverse_energy = 0;
-  for (std::size_t j = 0; j < rows.size(); ++j) {
-    const auto& row = rows[j];
-    c.host_cpu_util = c.host_cpu_util.value_or(0) + number_of(row.host_cpu_util);
-    if (double m = number_of(row.gpu_mem_used_bytes); !std::isnan(m))
-      c.gpu_mem_used_bytes = c.gpu_mem_used_bytes.value_or(0) + m;
-    if (double e = number_of(row.energy_j_per_sample); e > 0) inverse_energy += 1 / e;
-    for (Number Row::*mean : {&Row::host_cpu_s_per_step, &Row::data_s_per_step})
-      c.*mean = (c.*mean).value_or(0) + number_of(row.*mean) / double(rows.size());
-    for (Number Row::*field : {&Row::mem_peak_bytes, &Row::peak_rss_bytes, &Row::gpu_util, &Row::gpu_temp_max_c})
-      if (const Number v = row.*field; v && !std::isnan(*v)) c.*field = std::max((c.*field).value_or(0), *v);
-    rates.push_back(fmt::format("{:.0f}", window.samples[j] / window.length()));
-    own.push_back(fmt::format("{:.0f}", number_of(row.samples_per_s)));
-    cpus.push_back(fmt::format("{:.0f}%", 100 * number_of(row.host_cpu_util)));
-  }
-  const double k = double(rows.size());
-  c.samples_per_s = window.samples_per_s();
-  // The step of K replicas of `batch` at that rate (results/SCHEMA.md: batch x replicas / step).
-  c.step_time_s = c.wall_step_time_s = double(info.batch) * k / window.samples_per_s();
-  c.jobs_window_s = window.length();
-  if (inverse_energy > 0) c.energy_j_per_sample = 1 / inverse_energy;
-  c.host_cpu_util_per_job = c.host_cpu_util.value_or(0) / k;
-  c.replicas = k;
-  c.loss_first = number_of(rows[0].loss_first);
-  c.loss_last = number_of(rows[0].loss_last);
-  r.message = fmt::format(
-      "{} processes{}, timed on one window of {:.3g} s in which every job ran: samples/s per job in it {} (over "
-      "each job's own steps {}); host CPU per job {} (what top shows for each)",
-      rows.size(), info.gpu() ? " on one GPU, each with its own CUDA context" : "", window.length(),
-      fmt::join(rates, ", "), fmt::join(own, ", "), fmt::join(cpus, ", "));
-  return r;
-}
-
 // Writes `text` to `path` whole or not at all (another process may be reading the folder).
 void write_atomically(const fs::path& path, const std::string& text) {
   const fs::path partial = path.string() + ".partial";
@@ -186,6 +145,22 @@ void write_atomically(const fs::path& path, const std::string& text) {
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v ? std::atoi(v) : fallback;
+}
+
+// The jobs' folders left by a trainbench that is gone: killed, it had no time to remove its own.
+void remove_folders_of_ended_runs() {
+  const fs::path prefix = kJobsFolder;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(prefix.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string start = prefix.filename().string();
+    if (name.rfind(start, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + start.size(), &end, 10);
+    if (pid <= 0 || *end != '-' || pid == ::getpid()) continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to tell
+    fs::remove_all(entry.path(), ec);
+  }
 }
 
 }  // namespace
@@ -219,20 +194,51 @@ CommonWindow common_window(const std::vector<JobSteps>& jobs) {
   return w;
 }
 
-// The jobs' folders left by a trainbench that is gone: killed, it had no time to remove its own.
-void remove_folders_of_ended_runs() {
-  const fs::path prefix = kJobsFolder;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(prefix.parent_path(), ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::string start = prefix.filename().string();
-    if (name.rfind(start, 0) != 0) continue;
-    char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + start.size(), &end, 10);
-    if (pid <= 0 || *end != '-' || pid == ::getpid()) continue;
-    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to tell
-    fs::remove_all(entry.path(), ec);
+// The combined row: samples/s is what every job completed inside the window in which all were
+// running, over its length; host CPU and device memory add up over the jobs (the memory is the
+// largest job's where one's is the device's: summed, K jobs would count the device K times); energy per sample is
+// the device's energy (each job read all of it over about the same window) over every job's
+// samples; the rest are the jobs' mean or largest.
+JobsResult combine_jobs(const std::vector<Row>& rows, const CommonWindow& window, const BenchInfo& info) {
+  JobsResult r;
+  Row& c = r.figures;
+  std::vector<std::string> rates, own, cpus;
+  double inverse_energy = 0;
+  const bool device_wide = std::any_of(rows.begin(), rows.end(), [](const Row& row) {
+    return row.message.find(kDeviceWideMemoryNote) != std::string::npos;
+  });
+  for (std::size_t j = 0; j < rows.size(); ++j) {
+    const auto& row = rows[j];
+    c.host_cpu_util = c.host_cpu_util.value_or(0) + number_of(row.host_cpu_util);
+    if (double m = number_of(row.gpu_mem_used_bytes); !std::isnan(m))
+      c.gpu_mem_used_bytes =
+          device_wide ? std::max(c.gpu_mem_used_bytes.value_or(0), m) : c.gpu_mem_used_bytes.value_or(0) + m;
+    if (double e = number_of(row.energy_j_per_sample); e > 0) inverse_energy += 1 / e;
+    for (Number Row::*mean : {&Row::host_cpu_s_per_step, &Row::data_s_per_step})
+      c.*mean = (c.*mean).value_or(0) + number_of(row.*mean) / double(rows.size());
+    for (Number Row::*field : {&Row::mem_peak_bytes, &Row::peak_rss_bytes, &Row::gpu_util, &Row::gpu_temp_max_c})
+      if (const Number v = row.*field; v && !std::isnan(*v)) c.*field = std::max((c.*field).value_or(0), *v);
+    rates.push_back(fmt::format("{:.0f}", window.samples[j] / window.length()));
+    own.push_back(fmt::format("{:.0f}", number_of(row.samples_per_s)));
+    cpus.push_back(fmt::format("{:.0f}%", 100 * number_of(row.host_cpu_util)));
   }
+  const double k = double(rows.size());
+  c.samples_per_s = window.samples_per_s();
+  // The step of K replicas of `batch` at that rate (results/SCHEMA.md: batch x replicas / step).
+  c.step_time_s = c.wall_step_time_s = double(info.batch) * k / window.samples_per_s();
+  c.jobs_window_s = window.length();
+  if (inverse_energy > 0) c.energy_j_per_sample = 1 / inverse_energy;
+  c.host_cpu_util_per_job = c.host_cpu_util.value_or(0) / k;
+  c.replicas = k;
+  c.loss_first = number_of(rows[0].loss_first);
+  c.loss_last = number_of(rows[0].loss_last);
+  r.message = fmt::format(
+      "{} processes{}, timed on one window of {:.3g} s in which every job ran: samples/s per job in it {} (over "
+      "each job's own steps {}); host CPU per job {} (what top shows for each)",
+      rows.size(), info.gpu() ? " on one GPU, each with its own CUDA context" : "", window.length(),
+      fmt::join(rates, ", "), fmt::join(own, ", "), fmt::join(cpus, ", "));
+  if (device_wide) r.message += std::string("; ") + kDeviceWideMemoryNote;
+  return r;
 }
 
 JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
@@ -295,7 +301,7 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
     }
   }
   if (!failures.empty()) throw Error(failures.front());
-  return combine(rows, common_window(steps), info);
+  return combine_jobs(rows, common_window(steps), info);
 }
 
 bool in_job() { return std::getenv(kRendezvous) != nullptr; }

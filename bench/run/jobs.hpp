@@ -22,6 +22,11 @@ struct JobsResult {
   std::string message;  // each job's own figures and the window
 };
 
+// What a GPU row's message says where NVML did not list its process: gpu_mem_used_bytes is then
+// the device's (a container's PID namespace), and jobs' figures of it are not summed.
+inline constexpr const char* kDeviceWideMemoryNote =
+    "gpu_mem_used_bytes is the whole device's: NVML does not list this process (a container's PID namespace?)";
+
 // Runs `info`'s K jobs and waits for them; throws tb::Error naming a job that failed, with the end
 // of its output.
 JobsResult run_job_processes(const BenchInfo& info, const Flags& flags);
@@ -69,5 +74,8 @@ struct CommonWindow {
   double samples_per_s() const { return total_samples() / length(); }
 };
 CommonWindow common_window(const std::vector<JobSteps>& jobs);
+
+// The row of K jobs from their own rows (one each, in job order) and the window they all ran in.
+JobsResult combine_jobs(const std::vector<Row>& rows, const CommonWindow& window, const BenchInfo& info);
 
 }  // namespace tb::bench

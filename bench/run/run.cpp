@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "bench/predict/predict.hpp"
+#include "bench/run/jobs.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
@@ -305,10 +306,7 @@ Window TimedWindow::close(double steps, double samples) {
   const telemetry::GpuSummary summary = sampler_->stop();
   w.cpu -= summary.thread_cpu_s;
   add_counters(run_.figures_, summary.counters(samples));
-  if (summary.mem_used_bytes && !summary.mem_is_process)
-    run_.note(
-        "gpu_mem_used_bytes is the whole device's: NVML does not list this process (a container's "
-        "PID namespace?)");
+  if (summary.mem_used_bytes && !summary.mem_is_process) run_.note(kDeviceWideMemoryNote);
   // A short row's median of 1 s averages reaches back before its timed steps.
   if (summary.power_median_w && !summary.power_instant)
     run_.note(

@@ -69,6 +69,26 @@ TEST(JobsWindow, JobsThatNeverRanTogetherAreAnError) {
   EXPECT_THROW(common_window({first, none}), Error);
 }
 
+// The jobs' device memory adds up where each job's is its own process's; where NVML listed no
+// job's process (a container), each figure is the whole device's, and the row takes the largest,
+// saying so: summed, two jobs counted the device twice.
+TEST(JobsRow, DeviceMemoryAddsUpUnlessItIsTheDevicesOwn) {
+  BenchInfo info;
+  info.batch = 10;
+  const CommonWindow window = common_window({steady(0, 4, 1.0, 10), steady(0, 4, 1.0, 10)});
+  std::vector<Row> rows(2);
+  rows[0].gpu_mem_used_bytes = 3e9, rows[1].gpu_mem_used_bytes = 4e9;
+  for (Row& r : rows) r.host_cpu_util = 1, r.samples_per_s = 10, r.loss_first = 2, r.loss_last = 1;
+  const JobsResult own = combine_jobs(rows, window, info);
+  EXPECT_EQ(own.figures.gpu_mem_used_bytes, 7e9);
+  EXPECT_EQ(own.message.find(kDeviceWideMemoryNote), std::string::npos) << own.message;
+  for (Row& r : rows) r.message = std::string("a note; ") + kDeviceWideMemoryNote;
+  const JobsResult device = combine_jobs(rows, window, info);
+  EXPECT_EQ(device.figures.gpu_mem_used_bytes, 4e9);
+  EXPECT_NE(device.message.find(kDeviceWideMemoryNote), std::string::npos) << device.message;
+  EXPECT_EQ(device.figures.samples_per_s, 20);
+}
+
 // ---- a repetition's steps ----
 
 TEST(StepBudget, FixedCountsOrTheMinimumTime) {
