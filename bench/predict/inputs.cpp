@@ -214,6 +214,21 @@ SavedRows saved_one_device_rows(const std::vector<Row>& rows, const std::string&
       ++without_inputs;
       continue;
     }
+    // Refused here, before anything runs, naming the file and the row: a replay's ranks all read
+    // the file, and all stop alike (one rank failing later left the others in its collectives).
+    const auto refuse = [&](const std::string& what) {
+      throw InputError(fmt::format("{}={}: the row of {}: {}", flag, path, name, what));
+    };
+    try {
+      parse_prediction_inputs(r.prediction_inputs);
+    } catch (const InputError& e) {
+      refuse(e.what());
+    }
+    if (!r.batch || *r.batch < 1 || !(r.samples_per_s.value_or(0) > 0) || !std::isfinite(*r.samples_per_s))
+      refuse(
+          fmt::format("batch {} at {} samples/s: an ok row a run wrote has a batch of 1 or more and a rate above 0 "
+                      "(was it edited?)",
+                      r.batch ? *r.batch : 0, r.samples_per_s.value_or(NAN)));
     if (!saved.rows.count(name)) saved.names.push_back(name);
     saved.rows[name].push_back(&r);
   }

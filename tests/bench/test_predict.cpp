@@ -446,6 +446,30 @@ TEST(PredictFromCsv, RefusesADeviceItCannotPredictAndAFileThatIsNotThere) {
   }
 }
 
+// A saved row that no run writes (its inputs broken, a batch of 0) is refused as the file is read,
+// naming the flag, the file and the row: --replay_from's rank 0 used to abort on it mid-run with
+// an uncaught exception, and --predict_from said neither file nor row (or failed an assertion).
+TEST(SavedRows, RowsNoRunWritesAreRefusedNamingTheFileAndTheRow) {
+  const std::string good = format_prediction_inputs(measured_step(), 0, 0);
+  std::vector<Row> broken = one_device_rows(good);
+  broken[1].prediction_inputs.replace(broken[1].prediction_inputs.find("4000000@"), 7, "nan");
+  std::vector<Row> no_batch = one_device_rows(good);
+  no_batch[0].batch = 0;
+  for (const auto& [rows, says] : std::vector<std::pair<std::vector<Row>, std::string>>{
+           {broken, "buckets: 'nan' is not a number"}, {no_batch, "batch 0 at 1000 samples/s"}}) {
+    try {
+      saved_one_device_rows(rows, ".", "--replay_from", "run.csv");
+      ADD_FAILURE() << "taken: " << says;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("--replay_from=run.csv: the row of train/mlp/mnist/cpu:1/fp32/bs:100: "),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(saved_one_device_rows(one_device_rows(good), ".", "--replay_from", "run.csv").names.size(), 1u);
+}
+
 TEST(PredictAllreduce, SaysTheSizeAndAPredictionPerDeviceCount) {
   Flags flags;
   flags.predict_allreduce = double(1 << 30);
