@@ -82,20 +82,23 @@ void add_json_context(const tb::bench::MachineContext& m, const std::vector<tb::
 }
 
 // The summary table after the last benchmark: on stdout (stderr where stdout carries JSON or
-// CSV), and as Markdown in --summary=FILE (opened before anything was measured).
-void write_summary(const std::vector<tb::bench::Row>& rows, const tb::bench::Flags& flags, std::ofstream* file) {
+// CSV), and as Markdown in --summary=FILE (checked before anything was measured, written whole
+// now). False where the file could not be written.
+bool write_summary(const std::vector<tb::bench::Row>& rows, const tb::bench::Flags& flags) {
   const std::string text = tb::bench::summary_table(rows, false);
-  if (text.empty()) return;
+  if (text.empty()) return true;
   std::ostream& out = flags.benchmark_format == "console" ? std::cout : std::cerr;
   out << "\nSummary\n" << text << std::flush;
-  if (!file) return;
-  *file << tb::bench::summary_table(rows, true);
-  file->close();
-  if (!*file)
-    std::cerr << fmt::format(
-        "trainbench: error: --summary={}: cannot write the summary there (the CSV holds every "
-        "row)\n",
-        flags.summary);
+  if (flags.summary.empty()) return true;
+  std::ofstream file(flags.summary, std::ios::out | std::ios::trunc);
+  file << tb::bench::summary_table(rows, true);
+  file.close();
+  if (file) return true;
+  std::cerr << fmt::format(
+      "trainbench: error: --summary={}: cannot write the summary there (the CSV holds every "
+      "row)\n",
+      flags.summary);
+  return false;
 }
 
 // The edits that turn `a` into `b` (Levenshtein).
@@ -132,10 +135,11 @@ std::vector<std::string> nearest_names(std::string filter, const std::vector<tb:
   return out;
 }
 
-// --summary=FILE is opened (created, or emptied) before anything is measured: a run of hours that
-// cannot leave its table behind is refused now, with exit status 2.
-std::unique_ptr<std::ofstream> open_summary_file(const std::string& path) {
-  if (path.empty()) return nullptr;
+// --summary=FILE is checked (opened to append, created where it is not there) before anything is
+// measured: a run of hours that cannot leave its table behind is refused now, with exit status 2.
+// What the file holds stays until the summary replaces it at the end.
+void check_summary_file(const std::string& path) {
+  if (path.empty()) return;
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path file(path);
@@ -146,11 +150,10 @@ std::unique_ptr<std::ofstream> open_summary_file(const std::string& path) {
     throw tb::InputError(fmt::format("--summary={}: the folder {} does not exist; create it or give another file", path,
                                      folder.string()));
   errno = 0;
-  auto out = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
-  if (!*out)
+  std::ofstream out(path, std::ios::out | std::ios::app);
+  if (!out)
     throw tb::InputError(fmt::format("--summary={}: the file cannot be created there ({}); give a file you may write",
                                      path, errno ? std::strerror(errno) : "refused"));
-  return out;
 }
 
 // Under mpirun every rank must measure the same run: a rank started with other flags (mpirun -np 1
@@ -219,7 +222,6 @@ std::optional<int> answer_without_running(const tb::bench::Flags& flags) {
 struct Setup {
   tb::bench::MachineContext machine;
   std::unique_ptr<tb::bench::Harness> harness{};
-  std::unique_ptr<std::ofstream> summary{};
   std::unique_ptr<tb::bench::CsvWriter> csv{};
   std::unique_ptr<tb::bench::RowLog> rows{};
 };
@@ -228,7 +230,7 @@ struct Setup {
 void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
   using namespace tb::bench;
   run.harness = std::make_unique<Harness>(flags, run.machine.cores);
-  if (!listing && rank == 0) run.summary = open_summary_file(flags.summary);
+  if (!listing && rank == 0) check_summary_file(flags.summary);
   if (!flags.csv.empty() && !listing && rank == 0) run.csv = std::make_unique<CsvWriter>(flags.csv);
   // The epochs' lines go beside the console table, or to stderr where stdout carries JSON or CSV.
   run.rows =
@@ -247,7 +249,7 @@ void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
 int finish(const Setup& run, const tb::bench::Reporter& reporter, const tb::bench::Flags& flags, std::size_t ran,
            bool listing) {
   using namespace tb::bench;
-  if (ran > 0 && !listing) write_summary(run.rows->rows(), flags, run.summary.get());
+  const bool summary_written = ran == 0 || listing || write_summary(run.rows->rows(), flags);
   if (ran == 0) {
     std::cerr << fmt::format(
         "trainbench: error: no benchmark matches --benchmark_filter='{}'. Names are "
@@ -270,7 +272,7 @@ int finish(const Setup& run, const tb::bench::Reporter& reporter, const tb::benc
                              in_csv(" and the status column of"));
     return 1;
   }
-  return 0;
+  return summary_written ? 0 : 1;  // a run asked for a file it did not leave did not succeed
 }
 
 }  // namespace

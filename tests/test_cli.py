@@ -1012,6 +1012,39 @@ def test_a_summary_that_cannot_be_written_is_refused_before_the_run(tmp_path):
         assert not out.exists(), "nothing measured, nothing written"
 
 
+def test_no_output_file_overwrites_another_or_a_csv_and_a_flag_is_given_once(tmp_path):
+    """--csv, --summary and --benchmark_out are three files, and a trainbench CSV given as the
+    summary or Google Benchmark's output is refused before anything runs, left as it was: each had
+    overwritten it whole (the summary file was emptied at start-up, even when the run then
+    stopped). A flag given twice, a device listed twice and Google Benchmark's output flags with
+    values it does not know are refused (exit 2; they were taken last-wins, pooled as two
+    repetitions, or made Google Benchmark print its usage and exit 0 having run nothing)."""
+    lstm = ["--benchmark_filter=train/lstm/sine/cpu:1/", "--benchmark_min_time=0.02"]
+    rows = tmp_path / "rows.csv"
+    assert run(*lstm, f"--csv={rows}").returncode == 0
+    kept = rows.read_bytes()
+    notes = tmp_path / "notes.md"
+    notes.write_text("my notes\n")
+    for args, says in [
+        ([f"--summary={rows}"], "the file holds trainbench rows"),
+        ([f"--benchmark_out={rows}"], "the file holds trainbench rows"),
+        ([f"--csv={tmp_path / 'new.csv'}", f"--summary={tmp_path / 'new.csv'}"], "are one file"),
+        ([f"--csv={rows}", f"--benchmark_out={rows}"], "are one file"),
+        ([f"--benchmark_out={tmp_path}"], "is a folder"),
+        ([f"--csv={tmp_path / 'a.csv'}", f"--csv={tmp_path / 'b.csv'}"], "--csv is given twice"),
+        (["--devices=cpu:1,cpu:1"], "cpu:1 is given twice"),
+        (["--benchmark_out_format=xml"], "--benchmark_out_format: 'xml'"),
+        (["--benchmark_time_unit=xs"], "--benchmark_time_unit: 'xs'"),
+    ]:
+        r = run(*lstm, *args)
+        assert r.returncode == 2 and says in r.stderr, (args, r.returncode, r.stderr)
+    assert rows.read_bytes() == kept
+    r = run("--benchmark_filter=train/nosuchmodel/", f"--summary={notes}")
+    assert r.returncode == 2 and notes.read_text() == "my notes\n", "a run that stops leaves the summary file be"
+    r = run(*lstm, "--summary=/dev/full")
+    assert r.returncode == 1 and "--summary=/dev/full: cannot write the summary" in r.stderr, r.stderr
+
+
 def test_google_benchmarks_debug_warning_is_said_for_what_it_is():
     r = run("--benchmark_filter=train/lstm/sine/cpu/", *FAST)
     assert r.returncode == 0, r.stderr

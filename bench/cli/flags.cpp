@@ -1,11 +1,15 @@
 // Parsing of trainbench's flags, strict about values so that a typo fails before measuring.
 #include "bench/cli/flags.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -70,6 +74,61 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
     f.benchmark_format = *v;
   } else if (auto v = value("benchmark_color")) {
     f.benchmark_color = *v;
+  } else if (auto v = value("benchmark_out")) {
+    if (v->empty()) throw InputError("--benchmark_out: give a file name, e.g. --benchmark_out=results/run.json");
+    f.benchmark_out = *v;
+  } else if (auto v = value("benchmark_out_format")) {
+    // Google Benchmark prints its usage and exits 0, having run nothing, on any other value.
+    if (*v != "console" && *v != "json" && *v != "csv")
+      throw InputError(fmt::format("--benchmark_out_format: '{}' is not one of console, json, csv", *v));
+  } else if (auto v = value("benchmark_time_unit")) {
+    if (*v != "ns" && *v != "us" && *v != "ms" && *v != "s")
+      throw InputError(fmt::format("--benchmark_time_unit: '{}' is not one of ns, us, ms, s", *v));
+  }
+}
+
+// A flag given twice took its last value without a word (--csv=a.csv --csv=b.csv wrote b.csv
+// only); every --name=VALUE is taken once.
+void check_given_once(const std::string& arg, std::map<std::string, std::string>& given) {
+  if (arg.rfind("--", 0) != 0) return;
+  const std::size_t eq = arg.find('=');
+  if (eq == std::string::npos) return;
+  const std::string name = arg.substr(0, eq), value = arg.substr(eq + 1);
+  if (const auto [at, fresh] = given.emplace(name, value); !fresh)
+    throw InputError(fmt::format("{} is given twice ('{}' and '{}'): give it once{}", name, at->second, value,
+                                 name == "--devices" || name == "--precisions" || name == "--gpus"
+                                     ? fmt::format(", with a list: {}=A,B", name)
+                                     : ""));
+}
+
+// The files a run writes (--csv, --summary, --benchmark_out) are three files, and none of the
+// others is a trainbench CSV: each is overwritten whole, and a CSV given there lost every row.
+void check_output_files(const Flags& f) {
+  namespace fs = std::filesystem;
+  const std::vector<std::pair<const char*, std::string>> outputs = {
+      {"--csv", f.csv}, {"--summary", f.summary}, {"--benchmark_out", f.benchmark_out}};
+  const auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    if (fs::equivalent(a, b, ec)) return true;
+    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+  };
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    for (std::size_t j = i + 1; j < outputs.size(); ++j)
+      if (!outputs[i].second.empty() && !outputs[j].second.empty() && same(outputs[i].second, outputs[j].second))
+        throw InputError(fmt::format("{}={} and {}={} are one file: give each its own", outputs[i].first,
+                                     outputs[i].second, outputs[j].first, outputs[j].second));
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty() || std::string(flag) == "--csv") continue;
+    std::ifstream in(path);
+    std::string first;
+    if (in && std::getline(in, first) && first.rfind("schema_version,", 0) == 0)
+      throw InputError(
+          fmt::format("{}={}: the file holds trainbench rows (a CSV), which this run would overwrite: "
+                      "give another file name",
+                      flag, path));
+    std::error_code ec;
+    if (fs::is_directory(path, ec))
+      throw InputError(fmt::format("{}={}: is a folder; give a file name in it", flag, path));
   }
 }
 
@@ -326,6 +385,14 @@ const std::vector<std::pair<const char*, Setter>>& valued_flags() {
        [](Flags& f, const std::string& v) {
          f.devices = split(v);
          if (f.devices.empty()) throw InputError("--devices: give at least one, e.g. --devices=cpu,cpu:1");
+         // Twice, a device was two benchmarks of one name, pooled as two repetitions of one row.
+         for (std::size_t k = 0; k < f.devices.size(); ++k)
+           if (std::find(f.devices.begin(), f.devices.begin() + std::ptrdiff_t(k), f.devices[k]) !=
+               f.devices.begin() + std::ptrdiff_t(k))
+             throw InputError(
+                 fmt::format("--devices: {} is given twice: give it once (--benchmark_repetitions=N "
+                             "repeats a row)",
+                             f.devices[k]));
        }},
       {"warmup_steps",
        [](Flags& f, const std::string& v) { f.warmup_steps = parse_int("warmup_steps", v, 0, kMaxSteps); }},
@@ -413,8 +480,10 @@ bool parse_own_flag(const std::string& arg, Flags& f) {
 Flags parse_flags(int& argc, char** argv) {
   Flags f;
   int out = 1;
+  std::map<std::string, std::string> given;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    check_given_once(arg, given);
     if (parse_own_flag(arg, f)) continue;
     check_benchmark_flag(arg, f);
     // A repetition's steps are trainbench's (StepBudget): Google Benchmark is told to take each
@@ -442,6 +511,7 @@ Flags parse_flags(int& argc, char** argv) {
     throw InputError(
         "--json goes with --list_models, --list_configs or --csv_header (trainbench --list_models --json); results "
         "go to --csv=FILE");
+  check_output_files(f);
   return f;
 }
 

@@ -33,6 +33,7 @@ struct Flags {
   std::string benchmark_filter = ".";        // Google Benchmark's --benchmark_filter, seen in passing
   std::string benchmark_format = "console";  // Google Benchmark's --benchmark_format, seen in passing
   std::string benchmark_color = "auto";      // Google Benchmark's --benchmark_color, seen in passing
+  std::string benchmark_out;                 // Google Benchmark's --benchmark_out, seen in passing
   std::string benchmark_repetitions = "1";   // Google Benchmark's --benchmark_repetitions, seen in passing
   std::string benchmark_min_time;            // Google Benchmark's --benchmark_min_time, seen in passing
   std::string summary;                       // --summary=FILE: the end-of-run table as Markdown
