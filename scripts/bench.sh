@@ -31,15 +31,25 @@ fi
 
 machine=${TB_MACHINE:-$(hostname -s)}
 csv=${TB_CSV:-results/$machine/$(date -u +%Y%m%dT%H%M%SZ).csv}
-mkdir -p "$(dirname "$csv")"
-# The default set, unless the arguments name their own devices or precisions.
+summary=""
+# The default set, unless the arguments name their own filter, devices, precisions, CSV or
+# summary (trainbench refuses a flag given twice).
 defaults=()
+for arg in "$@"; do
+  case $arg in
+    --csv=*) csv=${arg#--csv=} ;;
+    --summary=*) summary=${arg#--summary=} ;;
+  esac
+done
+case " $* " in *" --benchmark_filter="*) ;; *) defaults+=(--benchmark_filter="${TB_FILTER:-train/}") ;; esac
 case " $* " in *" --devices="*) ;; *) defaults+=(--devices=cpu,gpu:1,gpu:all) ;; esac
 case " $* " in *" --precisions="*) ;; *) defaults+=(--precisions=fp32,fastest) ;; esac
+case " $* " in *" --csv="*) ;; *) defaults+=(--csv="$csv") ;; esac
+[ -n "$summary" ] || { summary=${csv%.csv}-summary.md; defaults+=(--summary="$summary"); }
+mkdir -p "$(dirname "$csv")"
 status=0
-"$bin" --benchmark_filter="${TB_FILTER:-train/}" "${defaults[@]}" --csv="$csv" --summary="${csv%.csv}-summary.md" "$@" ||
-  status=$?
-echo "trainbench: results in $csv, summary in ${csv%.csv}-summary.md"
+"$bin" "${defaults[@]}" "$@" || status=$?
+echo "trainbench: results in $csv, summary in $summary"
 # The charts and the report of this run, drawn by a Python that has matplotlib (Debian's here;
 # on a GPU image often the one on PATH).
 python=""
@@ -58,7 +68,7 @@ for candidate in "$python" /usr/bin/python3 python3; do
   if [ -n "$candidate" ] && command -v "$candidate" >/dev/null; then
     echo
     "$candidate" scripts/reference_table.py "$csv" --reference "$reference" \
-      --append "${csv%.csv}-summary.md" || status=$?
+      --append "$summary" || status=$?
     break
   fi
 done
