@@ -895,6 +895,15 @@ TEST(Predict, LinksByNameByFiguresAndRefused) {
   EXPECT_EQ(parallel::parse_link("measured").name, "measured");
   for (const char* bad : {"", "nvlink9", "-1", "100,", "100,x", "0", "inf"})
     EXPECT_THROW(parallel::parse_link(bad), InputError) << bad;
+  // Figures beyond any link's predict nothing finite (1e308 GB/s and us: 0 samples/s, a NaN band):
+  // refused, saying the range.
+  for (const char* beyond : {"1e308,1e308", "1e6", "1e-7", "100,2e6", "100:50-2e5", "100,20:10-2e6"}) try {
+      parallel::parse_link(beyond);
+      ADD_FAILURE() << "taken: " << beyond;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("1e-06 to 100000 GB/s, 0 to 1e+06 us"), std::string::npos) << e.what();
+    }
+  EXPECT_EQ(parallel::parse_link("100000,1000000").busbw_gbps, 1e5) << "the ends are taken";
 }
 
 TEST(Predict, NetworksByNameByFiguresWithTheirNics) {
@@ -908,7 +917,8 @@ TEST(Predict, NetworksByNameByFiguresWithTheirNics) {
   EXPECT_EQ(custom.latency_us, 50);
   EXPECT_EQ(custom.hw, parallel::Hw::None);
   EXPECT_EQ(parallel::parse_network("12.5,5x2").nics, 2);
-  for (const char* bad : {"", "ib_ndr800", "10,50x", "10,50x0", "x8", "nvlink4", "10x65", "10x4294967298"})
+  for (const char* bad :
+       {"", "ib_ndr800", "10,50x", "10,50x0", "x8", "nvlink4", "10x65", "10x4294967298", "1e308,1e308", "10,1e7x2"})
     EXPECT_THROW(parallel::parse_network(bad), InputError) << bad;
 }
 

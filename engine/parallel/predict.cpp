@@ -46,12 +46,18 @@ bool parse_figure(const std::string& text, Figure& f) {
          parse_number(band.substr(dash + 1), f.high) && f.low <= f.value && f.value <= f.high;
 }
 
+// The figures a link may be given: beyond them a prediction's times overflow or vanish (a link of
+// 1e308 GB/s and 1e308 us predicted 0 samples/s, its band NaN, written as an ok row).
+constexpr double kLowestBusbwGbps = 1e-6, kHighestBusbwGbps = 1e5, kHighestLatencyUs = 1e6;
+
 // BUSBW_GBPS[:LOW-HIGH][,LATENCY_US[:LOW-HIGH]] into a custom link named by `flag`.
 std::optional<Link> parse_figures(const std::string& text, const std::string& flag) {
   const auto comma = text.find(',');
   Figure busbw, latency;
-  if (!parse_figure(text.substr(0, comma), busbw) || busbw.low <= 0) return std::nullopt;
-  if (comma != std::string::npos && (!parse_figure(text.substr(comma + 1), latency) || latency.low < 0))
+  if (!parse_figure(text.substr(0, comma), busbw) || busbw.low < kLowestBusbwGbps || busbw.high > kHighestBusbwGbps)
+    return std::nullopt;
+  if (comma != std::string::npos &&
+      (!parse_figure(text.substr(comma + 1), latency) || latency.low < 0 || latency.high > kHighestLatencyUs))
     return std::nullopt;
   Link link{.name = "custom",
             .busbw_gbps = busbw.value,
@@ -81,8 +87,9 @@ Link parse_link(const std::string& text) {
   if (std::optional<Link> custom = parse_figures(text, "--link")) return *custom;
   throw InputError(fmt::format(
       "--link: '{}' is neither a preset ({}measured) nor BUSBW_GBPS[:LOW-HIGH][,LATENCY_US[:LOW-HIGH]] (e.g. "
-      "--link=100,20: GB/s, us per step; --link=100:80-110,20:15-30 with their bands)",
-      text, names_of(link_presets())));
+      "--link=100,20: GB/s, us per step; --link=100:80-110,20:15-30 with their bands; {:g} to {:g} GB/s, 0 to {:g} "
+      "us)",
+      text, names_of(link_presets()), kLowestBusbwGbps, kHighestBusbwGbps, kHighestLatencyUs));
 }
 
 std::string link_figures(const Link& link) {
@@ -113,8 +120,8 @@ Link parse_network(const std::string& text) {
     throw InputError(fmt::format(
         "--network: '{}' is neither a preset ({}each with xNICS for its NICs per node, e.g. ib_ndr400x8) nor "
         "BUSBW_GBPS[:LOW-HIGH][,LATENCY_US[:LOW-HIGH]][xNICS] per NIC (e.g. --network=10,50 or 12.5,5x2, or "
-        "10:8-11,50:40-80 with their bands)",
-        text, names_of(network_presets())));
+        "10:8-11,50:40-80 with their bands; {:g} to {:g} GB/s, 0 to {:g} us)",
+        text, names_of(network_presets()), kLowestBusbwGbps, kHighestBusbwGbps, kHighestLatencyUs));
   link.nics = int(nics);
   if (nics > 1) link.name += fmt::format("x{}", nics);
   return link;
