@@ -375,6 +375,19 @@ def test_missing_dataset_folder_means_synthetic_data(tmp_path):
     assert read_csv(out)[0]["data_source"] == "synthetic"
 
 
+def test_a_data_folder_named_by_tb_data_dir_is_checked_as_the_flags_is(tmp_path):
+    """TB_DATA_DIR names the data folder as --data_dir does, and is checked alike: a folder that is
+    not there, or a file, is refused naming the variable (it trained every row on synthetic data
+    without a word); one without a dataset says so once."""
+    for where, says in ((tmp_path / "no-such", "no such folder"), ("/etc/passwd", "is not a folder")):
+        r = subprocess.run([BINARY, "--benchmark_filter=train/mlp/mnist/cpu:1/", *FAST], capture_output=True,
+                           text=True, timeout=600, env=dict(os.environ, TB_DATA_DIR=str(where)))
+        assert r.returncode == 2 and f"TB_DATA_DIR={where}: {says}" in r.stderr, r.stderr
+    r = subprocess.run([BINARY, "--benchmark_list_tests", "--benchmark_filter=train/mlp/mnist/cpu:1/"],
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, TB_DATA_DIR=str(tmp_path)))
+    assert r.returncode == 0 and f"no mnist/ under TB_DATA_DIR={tmp_path}" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("flag,needle", [
     ("--loader_workers=-1", "--loader_workers"),
     ("--prefetch=0", "--prefetch"),

@@ -187,15 +187,25 @@ std::vector<std::pair<std::string, std::string>> device_precisions(const Flags& 
 namespace {
 
 // A folder given explicitly must be there: a typo would otherwise measure synthetic data.
-void check_data_dir(const Flags& flags, const std::string& dir) {
-  if (flags.data_dir.empty()) return;
+// Where the data folder was named: "--data_dir", "TB_DATA_DIR" or "" (the default ./data, which
+// may be absent).
+std::string data_dir_named_by(const Flags& flags) {
+  if (!flags.data_dir.empty()) return "--data_dir";
+  if (const char* env = std::getenv("TB_DATA_DIR"); env && *env) return "TB_DATA_DIR";
+  return "";
+}
+
+// A folder named by the flag or the variable must be one: a typo in TB_DATA_DIR trained every row
+// on synthetic data without a word.
+void check_data_dir(const std::string& named_by, const std::string& dir) {
+  if (named_by.empty()) return;
   std::error_code ec;
   if (!std::filesystem::exists(dir, ec))
     throw InputError(
-        fmt::format("--data_dir={}: no such folder (leave the flag out to train on synthetic data, "
+        fmt::format("{}={}: no such folder (leave it out to train on synthetic data, "
                     "or give the folder that holds mnist/, fashion-mnist/, cifar10/)",
-                    dir));
-  if (!std::filesystem::is_directory(dir, ec)) throw InputError(fmt::format("--data_dir={}: is not a folder", dir));
+                    named_by, dir));
+  if (!std::filesystem::is_directory(dir, ec)) throw InputError(fmt::format("{}={}: is not a folder", named_by, dir));
 }
 
 // A cap in bytes above a GPU's memory is a typo (1e30, inf are refused while parsing).
@@ -316,19 +326,20 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
 std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
   std::vector<BenchInfo> benchmarks;
   const std::string dir = data::data_dir(flags.data_dir);
-  check_data_dir(flags, dir);
+  const std::string named_by = data_dir_named_by(flags);
+  check_data_dir(named_by, dir);
   const auto devices = device_configs(flags, cores);
   check_gpu_memory_limit(flags, devices);
   std::set<std::string> noted;  // datasets absent under --data_dir, said once
   for (const Kind kind : {Kind::Train, Kind::Epochs}) {
     for (const models::Workload& w : models::workloads()) {
       const std::string folder = data::find_dataset(w.dataset, dir);
-      // Under a --data_dir given explicitly, a dataset it lacks is said once (its rows say
+      // Under a folder named explicitly, a dataset it lacks is said once (its rows say
       // "synthetic" in data_source).
-      if (!flags.data_dir.empty() && folder.empty() && data::has_files(w.dataset) && !w.real_data_only &&
+      if (!named_by.empty() && folder.empty() && data::has_files(w.dataset) && !w.real_data_only &&
           noted.insert(w.dataset).second)
-        std::cerr << fmt::format("trainbench: note: no {}/ under --data_dir={}: its rows train on synthetic data\n",
-                                 w.dataset, dir);
+        std::cerr << fmt::format("trainbench: note: no {}/ under {}={}: its rows train on synthetic data\n", w.dataset,
+                                 named_by, dir);
       if (w.real_data_only && folder.empty()) continue;
       for (const DeviceConfig& d : devices)
         for (const auto& [precision, precision_skip] : device_precisions(flags, d))
