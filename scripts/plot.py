@@ -149,6 +149,11 @@ def main(argv=None) -> int:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise tbcsv.InputError(f"{out}: exists and is not a folder (--out)")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # below a file, on a read-only or virtual file system
+            raise tbcsv.InputError(f"--out {out}: the folder cannot be made ({e.strerror}); give a folder you may "
+                                   f"write") from None
         skipped: dict[str, str] = {}
         written = write_charts(plt, data, out, skipped)
         if not written:

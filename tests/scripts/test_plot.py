@@ -319,6 +319,9 @@ def test_out_that_is_a_file_is_exit_2(tmp_path):
     target = tmp_path / "file"
     target.write_text("")
     assert_one_line_error(run_script("plot.py", TWO_MACHINES[0], "--out", target), str(target))
+    # A folder below that file, or one on a file system where none can be made: one line, no traceback.
+    for below in (target / "sub", Path("/proc/trainbench-charts")):
+        assert_one_line_error(run_script("plot.py", TWO_MACHINES[0], "--out", below), f"--out {below}")
 
 
 def test_missing_matplotlib_names_the_fix(tmp_path):
