@@ -108,6 +108,7 @@ Splits make_splits(const std::string& dataset, const std::string& folder, const 
     return s;
   }
   std::shared_ptr<const ImageSet> train, val;
+  std::string train_files, val_files;  // what each split was read from, for a message
   if (folder.empty()) {
     const i64 features = product(in.sample_dims);
     const i64 count = std::max<i64>(features <= 4096 ? 8192 : 256, 2 * train_config.batch);
@@ -122,13 +123,24 @@ Splits make_splits(const std::string& dataset, const std::string& folder, const 
     train = std::make_shared<ImageSet>(read_cifar10(files));
     val = std::make_shared<ImageSet>(read_cifar10({(fs::path(dir) / "test_batch.bin").string()}));
     s.source = dir;
+    train_files = (fs::path(dir) / "data_batch_{1..5}.bin").string();
+    val_files = (fs::path(dir) / "test_batch.bin").string();
   } else {
-    train = std::make_shared<ImageSet>(
-        read_idx(idx_file(folder, "train-images-idx3-ubyte"), idx_file(folder, "train-labels-idx1-ubyte"), 28, 28, 10));
-    val = std::make_shared<ImageSet>(
-        read_idx(idx_file(folder, "t10k-images-idx3-ubyte"), idx_file(folder, "t10k-labels-idx1-ubyte"), 28, 28, 10));
+    const std::string train_images = idx_file(folder, "train-images-idx3-ubyte");
+    const std::string val_images = idx_file(folder, "t10k-images-idx3-ubyte");
+    train = std::make_shared<ImageSet>(read_idx(train_images, idx_file(folder, "train-labels-idx1-ubyte"), 28, 28, 10));
+    val = std::make_shared<ImageSet>(read_idx(val_images, idx_file(folder, "t10k-labels-idx1-ubyte"), 28, 28, 10));
     s.source = folder;
+    train_files = train_images;
+    val_files = val_images;
   }
+  const auto fewer = [&](const char* split, const ImageSet& set, const std::string& files) {
+    return fmt::format(
+        "{}: its {} split ({}) holds {} samples, fewer than one batch of {}: give a smaller --batch, or the "
+        "dataset's whole files",
+        dataset, split, files, set.count, train_config.batch);
+  };
+  if (train->count < train_config.batch) throw InputError(fewer("training", *train, train_files));
   if (train->sample_size() != product(in.sample_dims))
     throw InputError(fmt::format("{}: samples of {}x{}x{} do not fit {} (input {})", s.source, train->channels,
                                  train->rows, train->cols, model.name, to_string(in.sample_dims)));
@@ -138,6 +150,10 @@ Splits make_splits(const std::string& dataset, const std::string& folder, const 
   val_config.shuffle = false;
   val_config.augment = false;
   s.train = std::make_unique<ImageLoader>(dataset, s.source, train, norm, in.sample_dims, train_config);
+  if (val->count < train_config.batch) {
+    s.no_validation = fewer("validation", *val, val_files);
+    return s;
+  }
   auto validation = std::make_unique<ImageLoader>(dataset, s.source, val, norm, in.sample_dims, val_config);
   s.validation_steps = validation->steps_per_epoch();
   s.validation = std::move(validation);

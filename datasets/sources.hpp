@@ -26,8 +26,11 @@ bool has_files(const std::string& name);
 // Training and validation data of one workload, ready for the trainer.
 struct Splits {
   std::unique_ptr<Dataset> train;
-  std::unique_ptr<Dataset> validation;  // in order, no augmentation, whole batches only
+  // In order, no augmentation, whole batches only. Null where the split holds less than one batch,
+  // `no_validation` saying why: only epochs/ rows validate, and they fail with it.
+  std::unique_ptr<Dataset> validation;
   i64 validation_steps = 0;
+  std::string no_validation;
   std::string source;
 };
 

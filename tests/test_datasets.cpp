@@ -333,6 +333,29 @@ TEST_F(BrokenFiles, MissingFile) {
       {dir_.file("train-images-idx3-ubyte.gz"), "scripts/fetch_datasets.sh"});
 }
 
+// A split smaller than one batch names the split, its file and the fix. A small training split
+// fails the splits; a small validation split only what validates (epochs/ rows): train/ rows never
+// read it, and failed for it with "mnist: 50 samples are fewer than one batch".
+TEST_F(BrokenFiles, SplitsSmallerThanABatch) {
+  const auto write_split = [&](const char* prefix, std::uint32_t count) {
+    write_file(dir_.file(std::string(prefix) + "-images-idx3-ubyte"), idx_images(count, 28, 28, pixels(count)));
+    write_file(dir_.file(std::string(prefix) + "-labels-idx1-ubyte"), idx_labels(Bytes(count, 1)));
+  };
+  const ModelSpec& mlp = models::workload("mlp", "mnist").spec;
+  write_split("train", 50);
+  write_split("t10k", 200);
+  expect_input_error([&] { make_splits("mnist", dir_.path(), mlp, LoaderConfig{.batch = 100}); },
+                     {"mnist: its training split", images_path(), "holds 50 samples", "batch of 100", "--batch"});
+  write_split("train", 200);
+  write_split("t10k", 50);
+  const Splits s = make_splits("mnist", dir_.path(), mlp, LoaderConfig{.batch = 100});
+  EXPECT_TRUE(s.train);
+  EXPECT_FALSE(s.validation);
+  for (const std::string& part :
+       {std::string("mnist: its validation split"), dir_.file("t10k-images-idx3-ubyte"), std::string("holds 50")})
+    EXPECT_NE(s.no_validation.find(part), std::string::npos) << s.no_validation;
+}
+
 // A file whose header promises little but whose gzip stream expands to 64 MB: refused once the
 // stream passes what the header allows, naming the file, without reading the rest.
 TEST_F(BrokenFiles, GzipBombPastItsHeader) {

@@ -23,6 +23,7 @@ class EpochsRun final : public BenchmarkRun {
   Window timed_steps(benchmark::State& st) override {
     for (auto _ : st) {  // one iteration: the whole run of epochs
       build();
+      if (!splits_.validation) throw InputError(splits_.no_validation);
       TimedWindow window(*this);
       window.open();
       result_ = train_epochs(*trainer_, *splits_.validation, splits_.validation_steps,
