@@ -46,6 +46,9 @@ gzFile open_regular(const std::string& path) {
   const fs::file_status s = fs::status(path, ec);
   if (ec == std::errc::too_many_symbolic_link_levels)
     throw InputError(fmt::format("{}: a loop of symbolic links; point it at the file itself", path));
+  if (std::error_code link_ec; !fs::exists(s) && fs::is_symlink(fs::symlink_status(path, link_ec)))
+    throw InputError(fmt::format("{}: a symbolic link to {}, which is not there; point it at the dataset file", path,
+                                 fs::read_symlink(path, link_ec).string()));
   if (ec || !fs::exists(s))
     throw InputError(
         fmt::format("{}: no such file (run scripts/fetch_datasets.sh, or point --data_dir "

@@ -23,7 +23,9 @@ constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
 std::string idx_file(const std::string& folder, const std::string& stem) {
   const fs::path plain = fs::path(folder) / stem;
   std::error_code ec;
-  if (fs::exists(plain, ec)) return plain.string();
+  // A link counts as there even where it points nowhere: the error then names it, not a .gz
+  // the folder never had.
+  if (fs::exists(fs::symlink_status(plain, ec))) return plain.string();
   return plain.string() + ".gz";
 }
 

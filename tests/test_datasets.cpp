@@ -333,6 +333,16 @@ TEST_F(BrokenFiles, MissingFile) {
       {dir_.file("train-images-idx3-ubyte.gz"), "scripts/fetch_datasets.sh"});
 }
 
+// A symbolic link in a file's place that points nowhere is named as one, with where it points:
+// before, the error named a .gz beside it that the folder never had.
+TEST_F(BrokenFiles, DanglingSymlinkInAFilesPlace) {
+  std::filesystem::create_symlink("/nonexistent/images", images_path());
+  write_file(labels_path(), idx_labels({1}));
+  expect_input_error(
+      [&] { make_splits("mnist", dir_.path(), models::workload("mlp", "mnist").spec, LoaderConfig{.batch = 1}); },
+      {images_path() + ": a symbolic link to /nonexistent/images, which is not there"});
+}
+
 // A split smaller than one batch names the split, its file and the fix. A small training split
 // fails the splits; a small validation split only what validates (epochs/ rows): train/ rows never
 // read it, and failed for it with "mnist: 50 samples are fewer than one batch".
