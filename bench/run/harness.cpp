@@ -140,6 +140,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     if (!run_)
       run_ = make_run(info, RunEnv{.flags = &flags_,
                                    .nvml = nvml_.get(),
+                                   .nvml_unavailable = &nvml_unavailable_,
                                    .baselines = &baselines_,
                                    .predictor = &predictor_,
                                    .on_epoch = &on_epoch_});

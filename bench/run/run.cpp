@@ -46,10 +46,20 @@ RowDevices row_devices(const BenchInfo& info) {
   return d;
 }
 
-// NVML's sampler over the row's GPUs; null for a CPU row or without NVML (a note says why).
-std::unique_ptr<telemetry::GpuSampler> sampler_for(const std::vector<std::string>& buses, telemetry::Nvml* nvml,
+}  // namespace
+
+// NVML's sampler over the row's GPUs; null for a CPU row or without NVML (a note in the row says
+// why: its NVML columns are empty, as docs/internals.md says).
+std::unique_ptr<telemetry::GpuSampler> sampler_for(const std::vector<std::string>& buses, const RunEnv& env,
                                                    std::vector<std::string>& notes) {
-  if (buses.empty() || !nvml) return nullptr;
+  if (buses.empty()) return nullptr;
+  telemetry::Nvml* nvml = env.nvml;
+  if (!nvml) {
+    const std::string why = env.nvml_unavailable ? *env.nvml_unavailable : "";
+    const std::string note = fmt::format("no NVML columns: {}", why.empty() ? "NVML was not loaded" : why);
+    if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+    return nullptr;
+  }
   try {
     return std::make_unique<telemetry::GpuSampler>(*nvml, buses, unsigned(::getpid()));
   } catch (const Error& e) {
@@ -57,8 +67,6 @@ std::unique_ptr<telemetry::GpuSampler> sampler_for(const std::vector<std::string
     return nullptr;
   }
 }
-
-}  // namespace
 
 void Baselines::add(const std::string& benchmark, double samples_per_s) { rates_[benchmark].push_back(samples_per_s); }
 
@@ -290,7 +298,7 @@ void memory_counters(Row& figures, const Network& network) {
 }
 
 TimedWindow::TimedWindow(BenchmarkRun& run)
-    : run_(run), sampler_(sampler_for(run.devices_.buses, run.env_.nvml, run.notes_)) {}
+    : run_(run), sampler_(sampler_for(run.devices_.buses, run.env_, run.notes_)) {}
 
 TimedWindow::~TimedWindow() = default;
 

@@ -76,11 +76,17 @@ struct Outcome {
 // What a run takes from the harness that owns it, which outlives it.
 struct RunEnv {
   const Flags* flags = nullptr;
-  telemetry::Nvml* nvml = nullptr;  // null without NVML
+  telemetry::Nvml* nvml = nullptr;                // null without NVML
+  const std::string* nvml_unavailable = nullptr;  // why not, where it is null and GPU rows ran
   Baselines* baselines = nullptr;
   Predictor* predictor = nullptr;  // where one-device runs leave what predictions are made from
   const EpochSink* on_epoch = nullptr;
 };
+
+// NVML's sampler over a row's GPUs (their PCI bus ids); null for a CPU row (no buses), or without
+// NVML or where it cannot sample them, with a note in `notes` saying why (once).
+std::unique_ptr<telemetry::GpuSampler> sampler_for(const std::vector<std::string>& buses, const RunEnv& env,
+                                                   std::vector<std::string>& notes);
 
 // What the timed steps of one repetition measured, for the counters. Every rate a row reports
 // is on the wall clock (what a training job experiences); the device clock has columns of its

@@ -16,6 +16,7 @@
 #include "bench/run/jobs.hpp"
 #include "bench/run/run.hpp"
 #include "engine/core/error.hpp"
+#include "telemetry/sampler.hpp"
 
 namespace tb::bench {
 namespace {
@@ -87,6 +88,19 @@ TEST(JobsRow, DeviceMemoryAddsUpUnlessItIsTheDevicesOwn) {
   EXPECT_EQ(device.figures.gpu_mem_used_bytes, 4e9);
   EXPECT_NE(device.message.find(kDeviceWideMemoryNote), std::string::npos) << device.message;
   EXPECT_EQ(device.figures.samples_per_s, 20);
+}
+
+// A GPU row without NVML says so in its own row, once, whatever its repetitions: the reason went
+// to stderr only, once per run, and the row's NVML columns were empty without a word.
+TEST(Telemetry, AGpuRowWithoutNvmlSaysWhyInItsRow) {
+  const std::string why = "libnvidia-ml.so.1 not found (no NVIDIA driver on this machine)";
+  const RunEnv env{.nvml = nullptr, .nvml_unavailable = &why};
+  std::vector<std::string> notes;
+  EXPECT_FALSE(sampler_for({}, env, notes));
+  EXPECT_TRUE(notes.empty()) << "a CPU row has no NVML columns to explain";
+  for (int repetition = 0; repetition < 2; ++repetition) EXPECT_FALSE(sampler_for({"00000000:01:00.0"}, env, notes));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "no NVML columns: " + why);
 }
 
 // ---- a repetition's steps ----
