@@ -32,6 +32,7 @@
 #include "datasets/sine.hpp"
 #include "datasets/sources.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/timer.hpp"
 #include "engine/cpu/network.hpp"
 #include "engine/train/epochs.hpp"
 #include "engine/train/trainer.hpp"
@@ -955,7 +956,9 @@ TEST(Learns, LstmSineTwentyEpochs) {
   Trainer trainer(std::make_unique<cpu::CpuNetwork>(
                       w.spec, NetworkOptions{.batch = w.batch, .optimizer = w.optimizer_for(w.batch), .seed = 1}),
                   std::move(s.train));
+  const double cpu0 = process_cpu_seconds();
   const EpochResult result = train_epochs(trainer, *s.validation, s.validation_steps, EpochOptions{.epochs = 20}, {});
+  const double cpu = process_cpu_seconds() - cpu0;
   ASSERT_EQ(result.records.size(), 20u);
   const EpochRecord& first = result.records.front();
   const EpochRecord& last = result.records.back();
@@ -964,6 +967,11 @@ TEST(Learns, LstmSineTwentyEpochs) {
   EXPECT_LT(last.val_acc, 0.0) << "regression has no accuracy";
   EXPECT_LT(last.val_loss, first.val_loss);
   EXPECT_LT(last.val_loss, 0.005);
+  // The training steps' own CPU time, measured over them (an epochs/ row's host CPU): some of the
+  // loop's, never more, and growing epoch by epoch.
+  EXPECT_GT(first.train_cpu_s, 0);
+  EXPECT_GT(last.train_cpu_s, first.train_cpu_s);
+  EXPECT_LE(last.train_cpu_s, cpu);
 }
 
 }  // namespace

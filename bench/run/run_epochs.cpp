@@ -34,10 +34,13 @@ class EpochsRun final : public BenchmarkRun {
       const double validated = double(last.epoch * splits_.validation_steps * info_.batch);
       window_ = window.close(double(st.iterations()), double(last.steps * info_.batch) + validated);
     }
-    // The timed steps are the training of every epoch, validation left out (its CPU time too).
+    // The timed steps are the training of every epoch, validation left out: its wall and CPU
+    // time, each measured over the training steps alone (the CPU time was the window's scaled by
+    // the training's share of its wall time, as if validation used the cores alike). A GPU row's
+    // includes NVML's sampling thread over those steps (milliseconds a second).
     const EpochRecord& last = result_.records.back();
     const double steps = double(last.steps);
-    return Window{.steps = steps, .wall = last.train_s, .cpu = window_.cpu * last.train_s / window_.wall};
+    return Window{.steps = steps, .wall = last.train_s, .cpu = last.train_cpu_s};
   }
 
   void counters(const Window& w) override {

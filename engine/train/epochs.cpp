@@ -13,12 +13,13 @@ EpochResult train_epochs(Trainer& trainer, Dataset& validation, i64 validation_s
   TB_CHECK(validation_steps > 0, "{}: the validation split holds no whole batch", validation.name());
   EpochResult result;
   const double start = wall_seconds();
-  double train_s = 0;
+  double train_s = 0, train_cpu_s = 0;
   for (i64 epoch = 1; epoch <= options.epochs; ++epoch) {
     trainer.reset_tally();
-    const double t0 = wall_seconds();
+    const double t0 = wall_seconds(), cpu0 = process_cpu_seconds();
     for (i64 s = 0; s < steps_per_epoch; ++s) trainer.step();
     train_s += wall_seconds() - t0;
+    train_cpu_s += process_cpu_seconds() - cpu0;
     const Tally train = trainer.tally();
     const Tally val = trainer.evaluate(validation, validation_steps);
     EpochRecord r;
@@ -29,6 +30,7 @@ EpochResult train_epochs(Trainer& trainer, Dataset& validation, i64 validation_s
     r.val_acc = val.accuracy();
     r.elapsed_s = wall_seconds() - start;
     r.train_s = train_s;
+    r.train_cpu_s = train_cpu_s;
     r.steps = epoch * steps_per_epoch;
     result.records.push_back(r);
     if (on_epoch) on_epoch(r);

@@ -14,6 +14,7 @@ struct EpochRecord {
   double train_acc = -1, val_acc = -1;  // -1 for regression
   double elapsed_s = 0;                 // since training started, validation passes included
   double train_s = 0;                   // the training steps alone, summed so far
+  double train_cpu_s = 0;               // this process's CPU time over those steps, summed so far
   i64 steps = 0;                        // training steps so far
 };
 
