@@ -82,8 +82,14 @@ void Harness::register_benchmarks(RowLog& rows) {
 
 // Another process busy on the CPU makes every figure of this row low: above what this run itself
 // has used (its most threads so far, plus one). Said once per benchmark.
+int threads_on_this_host(const BenchInfo& info, int local_ranks) {
+  const bool jobs = info.run() == RunKind::Processes;
+  const int per_process = (jobs ? info.threads : std::max(info.threads, info.replicas)) + info.loader.workers;
+  return per_process * (jobs ? info.replicas : 1) * local_ranks;
+}
+
 bool Harness::loaded(const BenchInfo& info, double load) {
-  threads_used_ = std::max(threads_used_, info.threads + info.loader.workers);
+  threads_used_ = std::max(threads_used_, threads_on_this_host(info, world().local_size));
   constexpr double kSlack = 1.0;
   if (load < 0 || load <= threads_used_ + kSlack) return false;
   if (world().rank == 0 && warned_load_.insert(info.name).second)

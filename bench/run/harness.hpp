@@ -34,6 +34,12 @@ class GpuSampler;
 
 namespace tb::bench {
 
+// The threads a row keeps busy on this host, with `local_ranks` ranks of the run here: each
+// replica's (K jobs of T threads, K threads driving K GPUs) and its loader's, in every rank. Counted
+// by the row's threads alone, K jobs of cpu:1 were "at most 1 thread", and their own load made
+// the next row's verdict "loaded".
+int threads_on_this_host(const BenchInfo& info, int local_ranks);
+
 class Harness {
  public:
   // Plans the run's benchmarks (plan_benchmarks: throws tb::InputError on flags that cannot
@@ -61,7 +67,7 @@ class Harness {
   // benchmark's last one its aggregates and predictions.
   void write(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines = {});
   // "loaded" where another process was using the CPU at the start of a row (said once per
-  // benchmark on the console).
+  // benchmark on the console): a load average above the most threads this run has kept busy.
   bool loaded(const BenchInfo& info, double load);
 
   Flags flags_;

@@ -103,6 +103,26 @@ TEST(Telemetry, AGpuRowWithoutNvmlSaysWhyInItsRow) {
   EXPECT_EQ(notes[0], "no NVML columns: " + why);
 }
 
+// The threads the "loaded" verdict holds the load average against: a row's jobs, replicas and
+// loaders, in every rank on this host.
+TEST(Loaded, ThreadsCountEveryJobReplicaLoaderAndRankHere) {
+  BenchInfo jobs;
+  jobs.device_kind = &kind_named("cpu:T/jobs:K");
+  jobs.threads = 1, jobs.replicas = 2;
+  EXPECT_EQ(threads_on_this_host(jobs, 1), 2) << "cpu:1/jobs:2 was counted as 1 thread";
+  jobs.loader.workers = 1;
+  EXPECT_EQ(threads_on_this_host(jobs, 1), 4);
+  BenchInfo gpus;
+  gpus.device_kind = &kind_named("gpu:N over NCCL");
+  gpus.threads = 1, gpus.replicas = 4;
+  EXPECT_EQ(threads_on_this_host(gpus, 1), 4) << "a thread drives each GPU";
+  BenchInfo cpu;
+  cpu.device_kind = &kind_named("cpu:T");
+  cpu.threads = 2;
+  EXPECT_EQ(threads_on_this_host(cpu, 1), 2);
+  EXPECT_EQ(threads_on_this_host(cpu, 3), 6) << "three ranks here";
+}
+
 // ---- a repetition's steps ----
 
 TEST(StepBudget, FixedCountsOrTheMinimumTime) {
