@@ -75,8 +75,12 @@ class ReplicasRun final : public BenchmarkRun {
         step_seconds.push_back(s.wall);
       }
     }
-    // This process's GPUs trained its replicas' samples (under MPI, rank 0's GPU its own).
-    Window w = window.close(double(steps), double(steps) * double(info_.batch) * info_.replicas);
+    // This process's GPUs trained its replicas' samples (under MPI, rank 0's GPU its own); ranks
+    // sharing one GPU (emulated nodes) all trained on the device whose energy rank 0 read (over
+    // rank 0's samples alone, energy per sample came out N times the device's).
+    const bool ranks_share_the_gpu = info_.device_kind->across_ranks && info_.device_kind->shares_device;
+    const double trained_here = ranks_share_the_gpu ? double(parallel::world().size) : 1.0;
+    Window w = window.close(double(steps), double(steps) * double(info_.batch) * info_.replicas * trained_here);
     w.step_seconds = std::move(step_seconds);
     // The step is the slowest rank's: its wall clock over the window, and its device time.
     w.wall = run_->slowest(w.wall);
@@ -94,6 +98,14 @@ class ReplicasRun final : public BenchmarkRun {
                          .replicas = double(info_.replicas)},
                    first(), p0_, TrainerAt::now(first()));
     figures_.replicas = total;
+    // NVML is read by each rank of its own GPU, and the row is rank 0's: its GPU columns are that
+    // GPU's (the device's, where the ranks share one).
+    if (info_.gpu() && info_.device_kind->across_ranks && figures_.gpu_samples)
+      note(info_.device_kind->shares_device
+               ? "gpu_power_w and energy_j_per_sample are the one GPU's, which every rank trained on; "
+                 "gpu_mem_used_bytes is rank 0's process's"
+               : "gpu_util, gpu_power_w, gpu_mem_used_bytes and energy_j_per_sample are rank 0's GPU's alone, over "
+                 "rank 0's samples (not summed over the ranks' GPUs)");
     if (!info_.device_kind->wiring)
       figures_.host_cpu_util_per_job = w.cpu / w.wall / info_.replicas;  // what `top` shows for one job's process
     else
