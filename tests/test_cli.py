@@ -1058,6 +1058,18 @@ def test_no_output_file_overwrites_another_or_a_csv_and_a_flag_is_given_once(tmp
     assert r.returncode == 1 and "--summary=/dev/full: cannot write the summary" in r.stderr, r.stderr
 
 
+def test_a_filter_that_is_no_regular_expression_or_no_value_and_mpi_1_say_what_they_are():
+    """Said for what they are: a filter Google Benchmark cannot compile (it matched nothing, and
+    trainbench said no name matched), --benchmark_filter without a value ('unknown flag'), and mpi:1
+    (it asked for mpirun -np 1, under which it is skipped again)."""
+    r = run("--benchmark_filter=(")
+    assert r.returncode == 2 and "--benchmark_filter='(': not a regular expression" in r.stderr, r.stderr
+    r = run("--benchmark_filter")
+    assert r.returncode == 2 and "--benchmark_filter needs a value" in r.stderr, r.stderr
+    r = run("--benchmark_filter=train/lstm/", "--devices=mpi:1", "--benchmark_min_time=0.02")
+    assert "mpi:1: one rank all-reduces with no one: mpi:N takes N >= 2 ranks" in r.stdout + r.stderr, r.stdout
+
+
 def test_google_benchmarks_debug_warning_is_said_for_what_it_is():
     r = run("--benchmark_filter=train/lstm/sine/cpu/", *FAST)
     assert r.returncode == 0, r.stderr

@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <regex>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -54,6 +55,10 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
     if (arg.rfind(prefix, 0) == 0) return arg.substr(prefix.size());
     return std::nullopt;
   };
+  for (const char* name : {"benchmark_filter", "benchmark_repetitions", "benchmark_min_time", "benchmark_format",
+                           "benchmark_out", "benchmark_out_format", "benchmark_time_unit", "benchmark_color"})
+    if (arg == fmt::format("--{}", name))
+      throw InputError(fmt::format("--{} needs a value: --{}=VALUE (see --help)", name, name));
   if (auto v = value("benchmark_repetitions")) {
     parse_int("benchmark_repetitions", *v, 1, kMaxRepetitions);
     f.benchmark_repetitions = *v;
@@ -68,6 +73,11 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
                       *v, "1.7.1"));
   } else if (auto v = value("benchmark_filter")) {
     f.benchmark_filter = *v;
+    try {  // Google Benchmark matches none with a filter it cannot compile, and says little
+      std::regex check(*v);
+    } catch (const std::regex_error& e) {
+      throw InputError(fmt::format("--benchmark_filter='{}': not a regular expression ({})", *v, e.what()));
+    }
   } else if (auto v = value("benchmark_format")) {
     if (*v != "console" && *v != "json" && *v != "csv")
       throw InputError(fmt::format("--benchmark_format: '{}' is not one of console, json, csv", *v));

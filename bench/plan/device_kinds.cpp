@@ -185,7 +185,12 @@ void gpu_jobs_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d)
 bool mpi_matches(const DeviceEntry& e, const Machine&) { return is(e, "mpi") && e.count > 0; }
 void mpi_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
   d.threads = std::max(1, m.cores / std::max(1, m.world.local_size));  // the node's cores shared by its ranks
-  if (m.world.size == 1)
+  if (e.count == 1)
+    d.skip_reason = fmt::format(
+        "{}: one rank all-reduces with no one: mpi:N takes N >= 2 ranks (one process on "
+        "the CPU is cpu or cpu:T)",
+        d.name);
+  else if (m.world.size == 1)
     d.skip_reason = fmt::format("{}: start trainbench with mpirun -np {} for MPI data parallelism", d.name, e.count);
   else if (e.count != m.world.size)
     d.skip_reason = fmt::format("{}: this job has {} ranks (mpi:{})", d.name, m.world.size, m.world.size);
