@@ -3,6 +3,7 @@
 #include "bench/predict/after_run.hpp"
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -76,10 +77,10 @@ std::string beside_committed(const Row& theirs, const Row& ours) {
 int predict_from_csv(const Flags& flags, const MachineContext& now) {
   const std::vector<Row> rows = read_csv(flags.predict_from, "--predict_from");
   const SavedRows saved = saved_one_device_rows(rows, flags.benchmark_filter, "--predict_from", flags.predict_from);
-  std::unique_ptr<CsvWriter> csv;
-  if (!flags.csv.empty()) csv = std::make_unique<CsvWriter>(flags.csv);
-  // Every predicted row goes to the CSV through the log a run's rows go through.
-  RowLog log(now, csv.get(), std::cout);
+  // Every predicted row is kept as the log a run's rows go through keeps them, and goes to the CSV
+  // at the end: a --devices or --link refused on the way leaves no file behind (it left one with
+  // a header and no rows).
+  RowLog log(now, nullptr, std::cout);
   std::cout << fmt::format("trainbench: predictions from {} (no training) by prediction model {}; they assume {}\n",
                            flags.predict_from, parallel::kPredictionModel, parallel::kPredictionAssumptions);
   // The file's own predicted rows, by name: each one re-predicted here is set beside them, saying
@@ -130,7 +131,20 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
     return 2;
   }
   std::cout << "\nSummary\n" << summary_table(predicted, false) << std::flush;
-  if (csv) std::cout << fmt::format("trainbench: {} predicted rows in {}\n", predicted.size(), flags.csv);
+  if (!flags.csv.empty()) {
+    CsvWriter csv(flags.csv);
+    for (const Row& row : predicted) csv.write_row(row);
+    std::cout << fmt::format("trainbench: {} predicted rows in {}\n", predicted.size(), flags.csv);
+  }
+  if (!flags.summary.empty()) {  // as a run writes its own (it was ignored here)
+    std::ofstream summary(flags.summary, std::ios::out | std::ios::trunc);
+    summary << summary_table(predicted, true);
+    summary.close();
+    if (!summary) {
+      std::cerr << fmt::format("trainbench: error: --summary={}: cannot write the summary there\n", flags.summary);
+      return 1;
+    }
+  }
   return 0;
 }
 

@@ -7,7 +7,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -386,6 +388,7 @@ TEST(PredictFromCsv, WritesTheGpuRowsPredictionsAndSaysWhatItLeftOut) {
   flags.predict_from = kReference;
   flags.devices = {"gpu:8"};
   flags.csv = ::testing::TempDir() + "predict_from_test.csv";
+  flags.summary = ::testing::TempDir() + "predict_from_test.md";
   std::remove(flags.csv.c_str());
   std::string text;
   int status = -1;
@@ -412,6 +415,13 @@ TEST(PredictFromCsv, WritesTheGpuRowsPredictionsAndSaysWhatItLeftOut) {
   EXPECT_NE(text.find(fmt::format("trainbench: 10 predicted rows in {}", flags.csv)), std::string::npos) << text;
   EXPECT_EQ(text.find("not predicted"), std::string::npos) << "--devices asked for GPUs only: " << text;
   std::remove(flags.csv.c_str());
+  // --summary takes the summary as a run's does (it was ignored).
+  std::ifstream summary(flags.summary);
+  const std::string markdown((std::istreambuf_iterator<char>(summary)), std::istreambuf_iterator<char>());
+  EXPECT_NE(markdown.find("N=8 samples/s"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("|"), std::string::npos) << "Markdown: " << markdown;
+  std::remove(flags.summary.c_str());
+  flags.summary.clear();
   // The default devices (2, 4 and 8 of each kind): a CPU row has no link after its run, and is
   // left out saying so.
   flags.devices.clear();
@@ -429,6 +439,8 @@ TEST(PredictFromCsv, RefusesADeviceItCannotPredictAndAFileThatIsNotThere) {
   Flags flags;
   flags.predict_from = kReference;
   flags.devices = {"cpu:4"};
+  flags.csv = ::testing::TempDir() + "refused_predictions.csv";
+  std::remove(flags.csv.c_str());
   CapturedCout out;
   try {
     predict_from_csv(flags, MachineContext{});
@@ -436,6 +448,8 @@ TEST(PredictFromCsv, RefusesADeviceItCannotPredictAndAFileThatIsNotThere) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("--devices=cpu:4"), std::string::npos) << e.what();
   }
+  EXPECT_FALSE(std::ifstream(flags.csv)) << "a refused run left its --csv (a header, no rows)";
+  flags.csv.clear();
   flags.devices = {"gpu:8"};
   flags.predict_from = ::testing::TempDir() + "no_such_run.csv";
   try {
