@@ -57,8 +57,9 @@ struct ProcessInfoV2 {
 // the 24-byte ProcessInfoV2 layout again: nvidia-ml-py defines nvmlProcessInfo_v3_t as the v2
 // layout, and nvitop picks the 32 bytes only where nvmlDeviceGetConfComputeMemSizeInfo is
 // exported and nvmlDeviceGetRunningProcessDetailList is not. Read with the wrong size, every
-// entry after the first is misread: on the H200's driver 580 the two emulated nodes' rows found
-// neither rank's process and fell back to the device's memory.
+// entry after the first is misread: on driver 580 every row of the H100's and the H200's checks
+// with two processes on the GPU (emulated nodes, a killed rank) fell back to the device's memory,
+// as a misread entry makes them; every row of one process found its own.
 struct ProcessInfoV3Cc {
   unsigned pid;
   unsigned long long used_gpu_memory;

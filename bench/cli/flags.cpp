@@ -118,9 +118,10 @@ void check_output_files(const Flags& f) {
   const std::vector<std::pair<const char*, std::string>> outputs = {
       {"--csv", f.csv}, {"--summary", f.summary}, {"--benchmark_out", f.benchmark_out}};
   const auto same = [](const std::string& a, const std::string& b) {
-    std::error_code ec;
+    std::error_code ec, ec_a, ec_b;
     if (fs::equivalent(a, b, ec)) return true;
-    return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+    const fs::path full_a = fs::weakly_canonical(a, ec_a), full_b = fs::weakly_canonical(b, ec_b);
+    return !ec_a && !ec_b && full_a == full_b;
   };
   for (std::size_t i = 0; i < outputs.size(); ++i)
     for (std::size_t j = i + 1; j < outputs.size(); ++j)
@@ -129,9 +130,12 @@ void check_output_files(const Flags& f) {
                                      outputs[i].second, outputs[j].first, outputs[j].second));
   for (const auto& [flag, path] : outputs) {
     if (path.empty() || std::string(flag) == "--csv") continue;
-    std::ifstream in(path);
-    std::string first;
-    if (in && std::getline(in, first) && first.rfind("schema_version,", 0) == 0)
+    // Its first bytes, of a regular file only (a device such as /dev/full reads without end).
+    std::error_code regular_ec;
+    std::string first(15, '\0');
+    std::ifstream in;
+    if (fs::is_regular_file(path, regular_ec)) in.open(path, std::ios::binary);
+    if (in && in.read(first.data(), std::streamsize(first.size())) && first == "schema_version,")
       throw InputError(
           fmt::format("{}={}: the file holds trainbench rows (a CSV), which this run would overwrite: "
                       "give another file name",

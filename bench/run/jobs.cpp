@@ -196,9 +196,9 @@ CommonWindow common_window(const std::vector<JobSteps>& jobs) {
 
 // The combined row: samples/s is what every job completed inside the window in which all were
 // running, over its length; host CPU and device memory add up over the jobs (the memory is the
-// largest job's where one's is the device's: summed, K jobs would count the device K times); energy per sample is
-// the device's energy (each job read all of it over about the same window) over every job's
-// samples; the rest are the jobs' mean or largest.
+// largest job's where one's is the device's: summed, K jobs would count the device K times);
+// energy per sample is the device's energy (each job read all of it over about the same window)
+// over every job's samples; the rest are the jobs' mean or largest.
 JobsResult combine_jobs(const std::vector<Row>& rows, const CommonWindow& window, const BenchInfo& info) {
   JobsResult r;
   Row& c = r.figures;
