@@ -168,7 +168,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
                : e.what();
     release_sessions();
     st.SkipWithError(message.c_str());
-    Measurement failed{.steps = st.iterations(), .status = "failed", .message = message};
+    Measurement failed{.steps = 0, .status = "failed", .message = message};  // no timed steps to count
     if (dynamic_cast<const parallel::ReplicasDiffer*>(&e)) failed.verdicts.emplace_back("replicas_differ");
     write(info, std::move(failed));
   }
