@@ -66,7 +66,9 @@ volatile std::sig_atomic_t g_deferred = 0;
 void on_signal(int sig) {
   if (g_writing.load()) {
     g_deferred = sig;
-    return;
+    // Delivered on another thread, the write may have ended between the two lines above, its
+    // guard finding nothing deferred: the signal would wait for the next row's write.
+    if (g_writing.load()) return;
   }
   std::signal(sig, SIG_DFL);
   std::raise(sig);
