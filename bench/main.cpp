@@ -268,7 +268,7 @@ int finish(const Setup& run, const tb::bench::Reporter& reporter, const tb::benc
         "'skipped' lines above say why{})\n",
         reporter.skipped(), in_csv("; so does the message column of"));
   if (reporter.failed() > 0) {
-    std::cerr << fmt::format("trainbench: {} run(s) failed; see the messages above{}\n", reporter.failed(),
+    std::cerr << fmt::format("trainbench: {} benchmark(s) failed; see the messages above{}\n", reporter.failed(),
                              in_csv(" and the status column of"));
     return 1;
   }

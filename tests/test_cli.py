@@ -283,7 +283,19 @@ def test_diverging_run_fails_its_row_and_the_next_benchmark_still_runs(tmp_path)
     for row in rows:
         assert row["status"] == "failed"
         assert "loss is NaN" in row["message"] or "loss is inf" in row["message"]
-    assert "run(s) failed" in r.stderr
+    assert "benchmark(s) failed" in r.stderr
+
+
+def test_a_loss_that_blew_up_fails_its_row_though_the_first_batch_looks_learnt(tmp_path):
+    """The loss check re-scores the first batch after training; a model that blew up on every
+    other batch could pass it (the MLP at --lr=1e5 ended at a loss of 8e17 with status ok). A last
+    step's loss above 100 times the first's fails the row, saying so."""
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=train/mlp/mnist/", "--devices=cpu:1", "--lr=10", "--iterations=30", "--timeline=off",
+            f"--csv={out}")
+    assert r.returncode == 1, r.stderr
+    [row] = read_csv(out)
+    assert row["status"] == "failed" and row["message"].startswith("loss blew up: 2.3194 at the first step"), row
 
 
 def test_help_lists_trainbench_flags():

@@ -298,7 +298,7 @@ is N x --batch.
   --loader_workers=N    threads preparing batches ahead (default 0: on the training thread)
   --prefetch=K          batches the workers prepare ahead (default 2)
   --augment             CIFAR-10 training augmentation: random crop (padding 4), horizontal flip
-  --epochs=E            epochs of the epochs/ benchmarks (default: per model, see README)
+  --epochs=E            epochs of the epochs/ benchmarks (default: per model, see docs/datasets.md)
   --target_accuracy=X   stop an epochs/ benchmark once validation accuracy reaches X
   --list_models         print each workload's parameters, FLOPs and memory plans, and exit
   --list_configs        print the device configurations --devices takes (their grammar, how

@@ -176,17 +176,20 @@ void Reporter::ReportRuns(const std::vector<Run>& runs) {
   // has written every row of it, shown here once.
   if (!shown_.insert(name).second) return;
   std::vector<const Row*> table;
+  bool skipped = false, failed = false;  // benchmarks are counted, not their repetitions' rows
   for (const Row* row : rows_.rows_of(name)) {
     const std::string& status = row->status;
     if (row->run_type == "epoch" || row->measurement == "predicted") continue;  // said as they came, or in the notes
     if (status == "skipped") {
-      ++skipped_;
+      skipped = true;
       report_skipped(*row);
       continue;
     }
-    if (status == "failed") ++failed_;
+    failed = failed || status == "failed";
     table.push_back(row);
   }
+  skipped_ += skipped ? 1 : 0;
+  failed_ += failed ? 1 : 0;
   if (!structured_ && !table.empty()) print_console(table, name.rfind("epochs/", 0) == 0);
   const std::vector<std::string>& notes = rows_.notes_of(name);
   const bool predicted =
