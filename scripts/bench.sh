@@ -49,6 +49,11 @@ case " $* " in *" --csv="*) ;; *) defaults+=(--csv="$csv") ;; esac
 mkdir -p "$(dirname "$csv")"
 status=0
 "$bin" "${defaults[@]}" "$@" || status=$?
+# A usage error (exit 2) measured nothing: no results to name, no charts to draw.
+if [ "$status" -eq 2 ] || [ ! -s "$csv" ]; then
+  echo "bench.sh: trainbench measured nothing (exit status $status): no results, no charts" >&2
+  exit "$status"
+fi
 echo "trainbench: results in $csv, summary in $summary"
 # The charts and the report of this run, drawn by a Python that has matplotlib (Debian's here;
 # on a GPU image often the one on PATH).

@@ -15,6 +15,7 @@
 #include "bench/predict/replays.hpp"
 #include "bench/run/jobs.hpp"
 #include "bench/schema/columns.hpp"
+#include "datasets/sources.hpp"
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/timer.hpp"
@@ -135,6 +136,14 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
       rows_->note(info.name, std::move(p.line));
     }
   }
+  // Without a word, "mnist" rows trained on synthetic data that a first epoch learns whole (a
+  // folder named by --data_dir or TB_DATA_DIR says so as it is planned).
+  if (world().rank == 0 && info.data_source == "synthetic" && data::has_files(info.dataset) &&
+      data::data_dir(flags_.data_dir) == "data" && said_synthetic_.insert(info.dataset).second)
+    std::cerr << fmt::format(
+        "trainbench: note: no {}/ under ./data: its rows train on synthetic data of its shapes (data_source=synthetic; "
+        "scripts/fetch_datasets.sh fetches the real files, --data_dir names another folder)\n",
+        info.dataset);
   const double load = load_average_1m();
   const bool busy = loaded(info, load);
   try {

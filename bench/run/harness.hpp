@@ -79,8 +79,9 @@ class Harness {
   // The benchmark now running, kept across Google Benchmark's calls of it.
   std::unique_ptr<BenchmarkRun> run_;
   Baselines baselines_;
-  int threads_used_ = 0;               // the most this run has used so far
-  std::set<std::string> warned_load_;  // benchmarks whose load was said
+  int threads_used_ = 0;                  // the most this run has used so far
+  std::set<std::string> warned_load_;     // benchmarks whose load was said
+  std::set<std::string> said_synthetic_;  // datasets said to be synthetic, under the default ./data
   Predictor predictor_;
   std::unique_ptr<telemetry::Nvml> nvml_;
   std::string nvml_unavailable_;  // why nvml_ is null where GPU rows run
