@@ -347,6 +347,21 @@ def test_target_accuracy_reports_the_time_it_took(tmp_path):
     assert final["target_acc"] == "0.5"
 
 
+def test_a_target_accuracy_is_no_regressions_and_synthetic_data_says_so(tmp_path):
+    """--target_accuracy skips the LSTM's epochs, a regression with no accuracy (they failed, 'accuracy
+    -1 never reached the target'); a row on synthetic data under the default ./data says so once."""
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=epochs/lstm/", "--devices=cpu:1", "--epochs=1", "--target_accuracy=0.5",
+            f"--csv={out}")
+    assert r.returncode == 0, r.stderr
+    [row] = read_csv(out)
+    assert row["status"] == "skipped" and "lstm/sine is a regression, with no accuracy to reach" in row["message"]
+    r = subprocess.run([BINARY, "--benchmark_filter=train/mlp/mnist/cpu:1/", *FAST], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("no mnist/ under ./data: its rows train on synthetic data") == 1, r.stderr
+
+
 def test_real_format_data_on_disk_with_loader_workers(tmp_path):
     write_cifar_like(tmp_path / "cifar10", 300)
     out = tmp_path / "run.csv"

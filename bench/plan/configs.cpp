@@ -314,6 +314,12 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
   if (b.skip_reason.empty() && b.gpu() && b.run() == RunKind::Processes && kind == Kind::Train)
     b.skip_reason = jobs_memory_skip(b);
+  // A regression has no accuracy to reach: its epochs failed "accuracy -1 never reached the target".
+  if (b.skip_reason.empty() && kind == Kind::Epochs && b.target_accuracy > 0 && w.spec.task == Task::Regression)
+    b.skip_reason = fmt::format(
+        "--target_accuracy: {}/{} is a regression, with no accuracy to reach (the "
+        "classifiers' epochs take it)",
+        w.model, w.dataset);
   b.skip_scope = d.skip_reason.empty() ? d.name + " " + precision : d.name;
   b.variant = variant_of(b, w.optimizer_for(b.batch));
   b.name = benchmark_name(b);
