@@ -77,7 +77,10 @@ def scipy_mannwhitneyu():
     try:
         from scipy.stats import mannwhitneyu
     except ImportError:
-        raise tbcsv.InputError(NO_SCIPY) from None
+        raise tbcsv.InputError(NO_SCIPY.replace("apt-get install python3-scipy (or pip install scipy)",
+                                                tbcsv.with_module("scipy.stats",
+                                                                  "apt-get install python3-scipy (or pip install scipy)"))
+                               ) from None
     return mannwhitneyu
 
 

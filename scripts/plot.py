@@ -72,7 +72,7 @@ def import_pyplot():
         import matplotlib
     except ImportError:
         print(f"{PROG}: error: matplotlib is not installed for {sys.executable}; "
-              f"{MATPLOTLIB_FIX}", file=sys.stderr)
+              f"{tbcsv.with_module('matplotlib', MATPLOTLIB_FIX)}", file=sys.stderr)
         sys.exit(1)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -118,6 +118,21 @@ class InputError(Exception):
     """Input the scripts refuse: reported as one line on stderr with exit status 2."""
 
 
+def with_module(module: str, install: str) -> str:
+    """The fix for a module this Python lacks: Debian's /usr/bin/python3 where that one has it
+    (a pyenv or venv python3 first on PATH is the usual cause), else `install`."""
+    import os
+    import subprocess
+    other = "/usr/bin/python3"
+    if os.path.realpath(sys.executable) != os.path.realpath(other) and os.access(other, os.X_OK):
+        try:
+            if subprocess.run([other, "-c", f"import {module}"], capture_output=True, timeout=60).returncode == 0:
+                return f"run it with {other}, which has it"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return install
+
+
 @dataclass
 class Table:
     """One trainbench CSV: its path, header and rows (dicts of column -> text)."""

@@ -135,3 +135,12 @@ def test_fixture_headers_are_what_trainbench_writes(tbcsv_mod):
     assert columns == headers[version], (
         f"bench/'s columns differ from tests/scripts/fixtures/generate.py's "
         f"V{version}_HEADER: update the fixtures and results/SCHEMA.md with the schema")
+
+
+def test_a_missing_module_names_debians_python_where_that_one_has_it(tbcsv_mod, monkeypatch):
+    """Run by another python3 first on PATH (pyenv's, a venv), a script that lacks matplotlib or
+    SciPy names /usr/bin/python3 where that one has the module, rather than a package that is
+    already installed; where it has not either, the install command."""
+    monkeypatch.setattr(tbcsv_mod.sys, "executable", "/nonexistent/python3")
+    assert tbcsv_mod.with_module("json", "pip install json") == "run it with /usr/bin/python3, which has it"
+    assert tbcsv_mod.with_module("no_such_module_anywhere", "pip install it") == "pip install it"
