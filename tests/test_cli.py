@@ -161,6 +161,7 @@ def test_filter_that_matches_nothing_is_an_error():
     ("--optimizer=rmsprop", "--optimizer"),
     ("--devices=tpu", "unknown device 'tpu'"),
     ("--devices=cpu:zero", "cpu:zero"),
+    ("--devices=cpu:99999999999999999999", "99999999999999999999 is more than any machine has"),
     ("--frobnicate", "unknown flag '--frobnicate'"),
     ("--csv", "--csv needs a value"),
     ("--precisions=fp8", "unknown precision 'fp8'"),

@@ -21,6 +21,8 @@ constexpr const char* kGrammar = "cpu, cpu:T, cpu:T/jobs:K, gpu:N, gpu:all, gpu:
 int parse_count(const std::string& entry, const std::string& text) {
   int n = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec == std::errc::result_out_of_range)
+    throw InputError(fmt::format("--devices: '{}': {} is more than any machine has (use {})", entry, text, kGrammar));
   if (ec != std::errc() || end != text.data() + text.size() || n < 1)
     throw InputError(
         fmt::format("--devices: '{}' needs a count >= 1 where it has '{}' (use {})", entry, text, kGrammar));
