@@ -984,6 +984,8 @@ def test_jobs_are_separate_processes_each_measured_on_its_own(tmp_path):
     in_window = re.search(r"samples/s per job in it ([0-9, ]+) \(", row["message"]).group(1).split(",")
     assert len(in_window) == 2 and all(float(x) > 0 for x in in_window)
     assert float(row["samples_per_s"]) * float(row["step_time_s"]) == pytest.approx(2 * 20, rel=1e-4)
+    # Its iterations: the steps both jobs completed inside the window (it held Google Benchmark's 1).
+    assert int(row["iterations"]) == round(float(row["samples_per_s"]) * window / 20)
     assert 0 < float(row["host_cpu_util_per_job"]) <= 1.5
     assert "2 processes" in row["message"]
     # The in-process variant keeps its own name.

@@ -225,7 +225,10 @@ class JobsRun final : public BenchmarkRun {
 
   Window timed_steps(benchmark::State& st) override {
     for (auto _ : st) jobs_ = run_job_processes(info_, *env_.flags);
-    return Window{.steps = double(st.iterations()),
+    // The steps every job completed inside the window in which all ran, together (the row's
+    // iterations held Google Benchmark's count of calls, 1).
+    const double window_samples = jobs_.figures.samples_per_s.value_or(0) * jobs_.figures.jobs_window_s.value_or(0);
+    return Window{.steps = std::round(window_samples / double(info_.batch)),
                   .wall = jobs_.figures.step_time_s.value_or(0) * double(st.iterations())};
   }
 
