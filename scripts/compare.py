@@ -421,8 +421,9 @@ def side_text(rows, column: str) -> str:
         return tbcsv.timestamp_range(rows)
     if column == "variant":
         return ", ".join(dict.fromkeys((r.get("variant") or "plain") for r in rows)) or "-"
-    if column in ("device", "precision"):
-        return ", ".join(dict.fromkeys(v for r in rows if (v := tbcsv.field_of(r, column)))) or "-"
+    if column in ("device", "precision"):  # what ran: a skipped configuration did not
+        return ", ".join(dict.fromkeys(v for r in rows if r.get("status") != "skipped"
+                                       and (v := tbcsv.field_of(r, column)))) or "-"
     if column == "framework":
         return ", ".join(dict.fromkeys((r.get("framework") or "trainbench") for r in rows))
     numbers = sorted(v for r in rows if (v := tbcsv.number(r, column)) is not None)

@@ -247,18 +247,35 @@ def machine_labels(machines) -> dict:
     return labels
 
 
+def build_of(row) -> tuple[str, str]:
+    """The build a row ran: its compiler line (flags included: -march=native or generic x86-64)
+    and the ISA trainbench's own CPU kernels ran at (capped by TB_MAX_CPU_ISA in experiments)."""
+    return ((row.get("compiler") or "").strip(), (row.get("cpu_isa") or "").strip())
+
+
 def newest_rows(rows) -> list:
     """Per benchmark configuration, machine and framework, the rows of the newest run that
     measured it (the latest timestamp among rows not skipped): history stays in the files, the
     charts show the present, and a machine that cannot run a configuration (a CPU-only
-    machine's GPU rows) shows nothing for it."""
+    machine's GPU rows) shows nothing for it. Of the builds a machine ran, only its main one (the
+    build of most of its rows): an experiment's generic or ISA-capped build, run last, had become
+    the machine's present (the 2-core VM's MLP at 13,382 samples/s where its own build ran
+    17,560)."""
+    builds: dict = {}
+    for r in rows:
+        if r.get("status") != "skipped":
+            counts = builds.setdefault(machine_key(r), {})
+            counts[build_of(r)] = counts.get(build_of(r), 0) + 1
+    main = {m: max(counts, key=counts.get) for m, counts in builds.items()}
+
     def key(r):
         return (machine_key(r), r.get("framework", "") or "trainbench", config_of(r))
     newest: dict = {}
     for r in rows:
-        if r.get("status") != "skipped":
+        if r.get("status") != "skipped" and build_of(r) == main[machine_key(r)]:
             newest[key(r)] = max(newest.get(key(r), ""), r.get("timestamp", "") or "")
-    return [r for r in rows if key(r) in newest and (r.get("timestamp", "") or "") == newest[key(r)]]
+    return [r for r in rows if key(r) in newest and (r.get("timestamp", "") or "") == newest[key(r)]
+            and (r.get("status") == "skipped" or build_of(r) == main[machine_key(r)])]
 
 
 def spread(sample: tbcsv.Sample) -> tuple[float, float, float]:
@@ -318,7 +335,8 @@ def speedup_pairs(data: Data, rows=None) -> dict:
     (speedup_vs_cpu, the median over the repetitions), the cpu row it is over (cpu_baseline) and
     what differs between the two (speedup_differs), as trainbench pairs them
     (bench/plan/baselines.cpp; tbcsv gives older rows the columns by the same rule). Rows that
-    check a path (N replicas on one GPU) and predicted rows have none. `rows`: the rows to read
+    check a path (N replicas on one GPU) have none; predicted rows have the one trainbench wrote
+    (the predicted rate over the source run's cpu row, from schema 6; older files' have none). `rows`: the rows to read
     (data.step_rows and data.predicted_rows unless given)."""
     rows = data.step_rows + data.predicted_rows if rows is None else rows
     got = tbcsv.samples(rows, data.key, "speedup_vs_cpu")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BAD_INPUTS, assert_one_line_error, bad_path, data_file, rewrite_csv, run_script
+from conftest import BAD_INPUTS, ROOT, assert_one_line_error, bad_path, data_file, rewrite_csv, run_script
 
 BASE, NEW = data_file("compare_base.csv"), data_file("compare_new.csv")
 MLP = "train/mlp/mnist/cpu/fp32/bs:100"           # 100 -> 200, 5 repetitions each side
@@ -438,3 +438,13 @@ def test_window_values_of_a_step_time_follow_the_rows_samples_per_s(tbcsv_mod):
     assert tbcsv_mod.window_values(row, "step_time_s") == [2, 1, 0.5]
     assert tbcsv_mod.window_values(row, "host_cpu_s_per_step") == []
     assert tbcsv_mod.window_values({**row, "window_samples_per_s": ""}, "samples_per_s") == []
+
+
+def test_the_header_names_the_devices_that_ran_not_those_skipped(tmp_path):
+    """A side's device line says what ran: gpu rows skipped on a machine without a GPU are not
+    among them (two CPU-only runs said 'cpu, gpu:1, gpu:all' on both sides)."""
+    r = run_script("compare.py", str(ROOT / "results/vm/20261128T115501Z.csv"),
+                   str(ROOT / "results/vm/20261128T115659Z.csv"))
+    assert r.returncode == 0, r.stderr
+    [device] = [line for line in r.stdout.splitlines() if line.split()[:1] == ["device"]]
+    assert device.split() == ["device", "cpu", "cpu"], device

@@ -373,6 +373,19 @@ def test_latest_keeps_each_machines_newest_measured_rows():
     assert [r["samples_per_s"] for r in kept] == ["2", "3", "4"]  # the older run and the skip go
 
 
+def test_latest_keeps_each_machines_main_build():
+    """An experiment's other build run last (a generic x86-64 or ISA-capped trainbench, as
+    bench_cpu_isa.sh runs them) is not the machine's present: its main build's newest rows are."""
+    native = {"compiler": "gcc 12.2.0, -march=native", "cpu_isa": "avx512"}
+    rows = [{**r, **native} for r in latest_rows()]
+    amd = rows[1]
+    rows += [{**amd, "timestamp": "2026-11-05T00:00:00Z", "samples_per_s": "9",
+              "compiler": "gcc 12.2.0, generic x86-64"},
+             {**amd, "timestamp": "2026-11-06T00:00:00Z", "samples_per_s": "8", "cpu_isa": "avx2"}]
+    kept = newest_rows(rows)
+    assert [r["samples_per_s"] for r in kept] == ["2", "3", "4"]
+
+
 def test_latest_names_machines_that_share_a_hostname_by_their_gpu_or_cpu():
     class Table:
         rows = latest_rows()
