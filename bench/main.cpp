@@ -242,7 +242,53 @@ void set_up(Setup& run, const tb::bench::Flags& flags, bool listing, int rank) {
     if (b.skip_reason.empty()) thread_counts.insert(b.threads);
   run.machine.sgemm_gflops = tb::cpu_peak_gflops(run.machine.cores);
   for (int t : thread_counts) tb::cpu_peak_gflops(t);
-  run.harness->predictor().measure_world_link(run.harness->benchmarks());  // under mpirun, on every rank
+}
+
+// Under mpirun every rank must have set up, and planned the same rows, or every rank stops here:
+// a rank whose set-up failed (rank 0's --csv, a file only one node lacks) returned while the others
+// went on into a collective that waited for it for ever, and a row one rank skipped (fewer cores
+// or GPUs on its node) and another ran hung in the row's first collective. Empty where all agree
+// (and outside mpirun); else what differs, rank by rank. A collective: every rank calls it.
+std::string ranks_set_up_apart(const std::string& error, const tb::bench::Harness* harness) {
+  std::string mine = "!" + error;
+  if (error.empty()) {
+    mine.clear();
+    for (const tb::bench::BenchInfo& b : harness->benchmarks())
+      mine += b.name + (b.skip_reason.empty() ? "" : " (skipped: " + b.skip_reason + ")") + "\n";
+  }
+  const std::vector<std::string> all = tb::parallel::all_ranks(mine);
+  std::vector<std::string> apart;
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty() && all[r][0] == '!') apart.push_back(fmt::format("rank {}: {}", r, all[r].substr(1)));
+  if (!apart.empty()) return fmt::format("{}", fmt::join(apart, "; "));
+  const auto runs = [](const std::string& plan) {  // each planned row's name, and whether it runs
+    std::vector<std::pair<std::string, std::string>> out;
+    std::istringstream in(plan);
+    for (std::string line; std::getline(in, line);) {
+      const std::size_t skip = line.find(" (skipped: ");
+      // "skipped: REASON", without the parenthesis that closed it
+      out.emplace_back(line.substr(0, skip),
+                       skip == std::string::npos ? "" : line.substr(skip + 2, line.size() - skip - 3));
+    }
+    return out;
+  };
+  const auto first = runs(all.at(0));
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    const auto other = runs(all[r]);
+    for (std::size_t k = 0; k < std::max(first.size(), other.size()); ++k) {
+      const std::string name0 = k < first.size() ? first[k].first : "nothing",
+                        name = k < other.size() ? other[k].first : "nothing";
+      if (name0 != name)
+        return fmt::format("rank 0 plans {} where rank {} plans {}: the ranks must plan the same rows", name0, r, name);
+      if (first[k].second.empty() != other[k].second.empty())
+        return fmt::format(
+            "{}: rank {} {} and rank {} {}: every rank takes part in every row, so each needs what the row needs (the "
+            "same cores or GPUs on every node; under Open MPI --bind-to none gives each rank the node's cores)",
+            name0, first[k].second.empty() ? 0 : r, "runs it", first[k].second.empty() ? r : 0,
+            (first[k].second.empty() ? other[k].second : first[k].second));
+    }
+  }
+  return "";
 }
 
 // The end of a run on rank 0: the summary, then what was skipped or failed; the exit status.
@@ -296,6 +342,9 @@ int main(int argc, char** argv) {
     return kUsageError;
   }
   const bool json_out = has_prefix(argc, argv, "--benchmark_out=");  // before Initialize takes it away
+  // Likewise: after Initialize a listing was taken for a run (its --csv created, its --summary
+  // emptied, the CPU's peaks and, under mpirun, the ranks' link measured).
+  const bool listing = has_flag(argc, argv, "--benchmark_list_tests");
   // Every call of a benchmark is one repetition of trainbench's own steps (bench/run/run.hpp
   // StepBudget): Google Benchmark takes each as it comes, sizing nothing, and names the benchmark
   // as trainbench does (no /iterations:N).
@@ -325,16 +374,26 @@ int main(int argc, char** argv) {
       return kUsageError;
     }
   }
-  const bool listing = has_flag(argc, argv, "--benchmark_list_tests");
   const int rank = tb::parallel::world().rank;
   Setup run{.machine = read_machine_context()};
+  std::string error;
   try {
     set_up(run, flags, listing, rank);
   } catch (const tb::Error& e) {
-    std::cerr << "trainbench: error: " << e.what() << "\n";
+    error = e.what();
+  }
+  if (tb::parallel::world().size > 1 && !listing) {
+    const std::string apart = ranks_set_up_apart(error, run.harness.get());
+    if (!apart.empty()) {
+      if (rank == 0) std::cerr << "trainbench: error: " << apart << "\n";
+      return kUsageError;
+    }
+  } else if (!error.empty()) {
+    std::cerr << "trainbench: error: " << error << "\n";
     return kUsageError;
   }
   Harness& harness = *run.harness;
+  if (!listing) harness.predictor().measure_world_link(harness.benchmarks());  // under mpirun, on every rank
   run.machine.nvidia_driver = harness.nvidia_driver();
   // Google Benchmark prints its custom context on the console too: added only where JSON is written.
   if (flags.benchmark_format != "console" || json_out) add_json_context(run.machine, harness.benchmarks());

@@ -448,12 +448,13 @@ def cpu_pair(wanted: Workload, cpus) -> Workload | None:
     variant = tbdevices.cpu_row_variant(wanted.variant)
     best, best_score = None, -1
     for c in cpus:
-        if (c.kind, c.model, c.dataset, c.variant) != (wanted.kind, wanted.model, wanted.dataset,
-                                                       variant):
+        # Both sides without what only a GPU row has: a cpu row under --data_on_device carries it.
+        if (c.kind, c.model, c.dataset, tbdevices.cpu_row_variant(c.variant)) != (
+                wanted.kind, wanted.model, wanted.dataset, variant):
             continue
         if c.precision != wanted.precision and c.precision != "fp32":
             continue
-        score = 2 * (c.precision == wanted.precision) + (c.batch == wanted.batch)
+        score = 4 * (c.variant == wanted.variant) + 2 * (c.precision == wanted.precision) + (c.batch == wanted.batch)
         if score > best_score:
             best, best_score = c, score
     return best

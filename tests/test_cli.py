@@ -142,6 +142,37 @@ def test_list_tests_names_every_model_and_device():
         assert expected in names
 
 
+def test_epochs_of_several_replicas_are_skipped_and_two_rows_replayed_as_one_are_refused(tmp_path):
+    """An epochs/ run trains one replica: on cpu:1/jobs:2 (or mpi:N) it was written under that
+    device's name with cpu:1's very losses; it is skipped, saying so. Two saved rows of one
+    workload (cpu and cpu:1) replay under one name: the second was pooled with the first, never
+    run; --replay_from refuses them, naming both."""
+    out = tmp_path / "epochs.csv"
+    r = run("--benchmark_filter=epochs/lstm/", "--devices=cpu:1,cpu:1/jobs:2", "--epochs=1", f"--csv={out}")
+    assert r.returncode == 0, r.stderr
+    rows = {row["device"]: row for row in read_csv(out) if row["run_type"] != "epoch"}
+    assert rows["cpu:1"]["status"] == "ok"
+    assert rows["cpu:1/jobs:2"]["status"] == "skipped"
+    assert "epochs/ rows train one replica" in rows["cpu:1/jobs:2"]["message"]
+    saved = tmp_path / "saved.csv"
+    assert run("--benchmark_filter=train/lstm/", "--devices=cpu,cpu:1", "--iterations=3", f"--csv={saved}").returncode == 0
+    r = run(f"--replay_from={saved}", "--iterations=2")
+    assert r.returncode == 2, r.stderr
+    assert ("train/lstm/sine/cpu/fp32/bs:20 and train/lstm/sine/cpu:1/fp32/bs:20 both replay as "
+            "train/lstm/sine/mpi:1/fp32/bs:20/replayed: pick one with --benchmark_filter") in r.stderr, r.stderr
+
+
+def test_a_listing_writes_no_file(tmp_path):
+    """--benchmark_list_tests lists and does nothing else: Google Benchmark took the flag before
+    trainbench looked for it, so a listing created --csv with its header, emptied --summary and
+    measured the CPU's peaks."""
+    csv_file, summary = tmp_path / "list.csv", tmp_path / "list.md"
+    r = run("--benchmark_list_tests", "--benchmark_filter=train/lstm/", "--devices=cpu:1", f"--csv={csv_file}",
+            f"--summary={summary}")
+    assert r.returncode == 0 and r.stdout.split() == ["train/lstm/sine/cpu:1/fp32/bs:20"], r.stdout + r.stderr
+    assert not csv_file.exists() and not summary.exists()
+
+
 def test_batch_flag_renames_and_resizes(tmp_path):
     r = run("--benchmark_list_tests", "--batch=7")
     assert "train/mlp/mnist/cpu/fp32/bs:7" in r.stdout.split()
@@ -485,6 +516,31 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert abs(float(row["scaling_efficiency"]) - float(row["samples_per_s"]) / (2 * baseline)) < 1e-3
     # Printed once, by rank 0 (a second line compares it with its prediction).
     assert sum(line.startswith("train/mlp/mnist/mpi:2/fp32/bs:100") for line in r.stdout.splitlines()) == 1
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_ranks_that_set_up_apart_all_stop_at_once_naming_the_rank_and_the_row(tmp_path):
+    """Rank 0's --csv that cannot be written, and a row one rank skips (a rank bound to fewer cores)
+    that another runs: every rank stops with exit status 2 before any row, rank 0 naming the rank
+    and the row. Both hung for ever: the other ranks waited in a collective that never came."""
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")  # Open MPI's lifetime allocations
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY,
+                        "--benchmark_filter=train/lstm/", "--devices=mpi:2", "--iterations=2",
+                        f"--csv={blocked / 'x.csv'}"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2 and "rank 0: --csv=" in r.stderr, (r.returncode, r.stderr[-2000:])
+    one_core = tmp_path / "one_core.sh"  # rank 1 on one core, rank 0 on the node's
+    one_core.write_text('#!/bin/sh\n[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exec taskset -c 0 "$@"\nexec "$@"\n')
+    one_core.chmod(0o755)
+    r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                        str(one_core), BINARY, "--benchmark_filter=train/lstm/", "--devices=cpu:2",
+                        "--iterations=2"], capture_output=True, text=True, timeout=300, env=env)
+    if (os.cpu_count() or 1) >= 2:
+        assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+        # The first row planned that way (planning covers every model; the filter picks later).
+        assert ("/cpu:2/fp32/bs:" in r.stderr and ": rank 0 runs it and rank 1 skipped: cpu:2 needs 2 cores" in r.stderr
+                and "--bind-to none" in r.stderr), r.stderr[-2000:]
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")

@@ -35,14 +35,19 @@ const BenchInfo* scaling_baseline(const BenchInfo& b, const std::vector<BenchInf
 // CPU's only one) and its batch where the CPU ran it (else the cpu row's).
 const BenchInfo* cpu_row(const BenchInfo& b, const std::vector<BenchInfo>& all) {
   if (b.kind != Kind::Train || b.device == "cpu" || b.checks_only()) return nullptr;
-  const std::string variant = variant_without(
-      b.variant, {"data_on_device", "cuda_graph", "gpu_memory_limit", "gpu_layout", "emulated_nodes", "nodes"});
+  const auto drop = [](const std::string& v) {
+    return variant_without(
+        v, {"data_on_device", "cuda_graph", "gpu_memory_limit", "gpu_layout", "emulated_nodes", "nodes"});
+  };
+  // Both sides without those: a cpu row under --data_on_device carries it too, and was never
+  // taken (every row's cpu_baseline empty under the flag). The row's own variant first.
+  const std::string variant = drop(b.variant);
   const BenchInfo* best = nullptr;
   int best_score = -1;
   for (const BenchInfo& o : all) {
-    if (!same_workload(o, b) || o.device != "cpu" || o.variant != variant || !o.skip_reason.empty()) continue;
+    if (!same_workload(o, b) || o.device != "cpu" || drop(o.variant) != variant || !o.skip_reason.empty()) continue;
     if (o.precision != b.precision && o.precision != "fp32") continue;
-    const int score = 2 * (o.precision == b.precision) + (o.batch == b.batch);
+    const int score = 4 * (o.variant == b.variant) + 2 * (o.precision == b.precision) + (o.batch == b.batch);
     if (score > best_score) best = &o, best_score = score;
   }
   return best;

@@ -314,6 +314,10 @@ BenchInfo make_benchmark(Kind kind, const models::Workload& w, const std::string
   b.skip_reason = d.skip_reason.empty() ? precision_skip : d.skip_reason;
   if (b.skip_reason.empty() && b.gpu() && b.run() == RunKind::Processes && kind == Kind::Train)
     b.skip_reason = jobs_memory_skip(b);
+  // An epochs/ run trains one replica (run_epochs.cpp): on a device of several it was written as
+  // that device's row, cpu:1's losses under mpi:2's name.
+  if (b.skip_reason.empty() && kind == Kind::Epochs && d.kind->run != RunKind::OneReplica)
+    b.skip_reason = fmt::format("{}: epochs/ rows train one replica; train/ rows measure {}", d.name, d.name);
   // A regression has no accuracy to reach: its epochs failed "accuracy -1 never reached the target".
   if (b.skip_reason.empty() && kind == Kind::Epochs && b.target_accuracy > 0 && w.spec.task == Task::Regression)
     b.skip_reason = fmt::format(
@@ -352,6 +356,12 @@ std::vector<BenchInfo> plan_benchmarks(const Flags& flags, int cores) {
           benchmarks.push_back(make_benchmark(kind, w, folder, d, precision, precision_skip, flags));
     }
   }
+  // Two configurations that come to one name (gpu:all beside gpu:2 on two GPUs) would be pooled as
+  // repetitions of one row, the second never run.
+  std::set<std::string> names;
+  for (const BenchInfo& b : benchmarks)
+    if (!names.insert(b.name).second)
+      throw InputError(fmt::format("--devices: two of its configurations are both {} here: give it once", b.name));
   pair_baselines(benchmarks);
   return benchmarks;
 }

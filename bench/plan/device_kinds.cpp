@@ -84,7 +84,8 @@ bool cpu_threads_matches(const DeviceEntry& e, const Machine&) { return is(e, "c
 void cpu_threads_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
   d.threads = e.count;
   if (e.count > m.cores)
-    d.skip_reason = fmt::format("{} needs {} cores, this machine has {}", d.name, e.count, m.cores);
+    d.skip_reason = fmt::format("{} needs {} cores, this machine has {}{}", d.name, e.count, m.cores,
+                                m.world.size > 1 ? " (under mpirun, those its rank is bound to: --bind-to none)" : "");
 }
 
 bool cpu_jobs_matches(const DeviceEntry& e, const Machine&) { return is(e, "cpu", "jobs") && e.count > 0; }
@@ -95,8 +96,10 @@ void cpu_jobs_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d)
   // Checked before any process starts: a typo (jobs:100000) must not start them.
   const std::int64_t need = std::int64_t(e.count) * e.split_count;
   if (need > m.cores)
-    d.skip_reason = fmt::format("{}: {} jobs of {} thread(s) need {} cores, this machine has {}: at most {} such jobs",
-                                d.name, e.split_count, e.count, need, m.cores, m.cores / e.count);
+    d.skip_reason = fmt::format("{}: {} jobs of {} thread(s) need {} cores, this machine has {}{}", d.name,
+                                e.split_count, e.count, need, m.cores,
+                                m.cores / e.count > 0 ? fmt::format(": at most {} such jobs", m.cores / e.count)
+                                                      : fmt::format(": one job of {} threads does not fit", e.count));
 }
 
 // The GPU of this rank: its own among --gpus (or its node-local index) under mpirun, where each

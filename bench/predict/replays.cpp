@@ -3,6 +3,7 @@
 #include "bench/predict/replays.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -23,6 +24,7 @@ std::vector<BenchInfo> plan_replays(const Flags& flags) {
   const parallel::World& world = parallel::world();
   const DeviceKind& kind = kind_named("mpi:N");
   std::vector<BenchInfo> out;
+  std::map<std::string, std::string> replayed_as;  // replay name -> the saved row it replays
   for (const std::string& name : saved.names) {
     const Row& r = *saved.rows.at(name).back();
     BenchInfo b;
@@ -52,6 +54,11 @@ std::vector<BenchInfo> plan_replays(const Flags& flags) {
     if (world.nodes > 1) items.push_back(fmt::format("nodes:{}", world.nodes));
     b.variant = join_variant(items);
     b.name = fmt::format("train/{}/{}/{}/{}/bs:{}/{}", b.model, b.dataset, b.device, b.precision, b.batch, b.variant);
+    // Rows of one workload on two devices (cpu and cpu:1) replay as one name: the second was
+    // pooled with the first as its repetition, never run.
+    if (const auto [at, fresh] = replayed_as.emplace(b.name, name); !fresh)
+      throw InputError(fmt::format("--replay_from={}: {} and {} both replay as {}: pick one with --benchmark_filter",
+                                   flags.replay_from, at->second, name, b.name));
     b.baseline = name;
     std::vector<double> rates;
     BenchInfo::Replay replay{.of = name, .backend = r.backend, .inputs = r.prediction_inputs};

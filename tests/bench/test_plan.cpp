@@ -218,6 +218,21 @@ TEST(Baselines, AVariantPairsOnlyWithItsOwnVariant) {
   EXPECT_EQ(named(all, "gpu:1", "fp32").cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8/optimizer:sgd");
 }
 
+// Under --data_on_device the cpu row carries the flag too: every row is still over it (the rule
+// took the cpu row's variant whole, and every cpu_baseline was empty under the flag), and where
+// both cpu rows are there, over the one of its own variant.
+TEST(Baselines, RowsOnResidentDataPairWithTheCpuRowOfTheirVariant) {
+  std::vector<BenchInfo> resident{planned("cpu", "cpu", "fp32", 8, 2, 0, "data_on_device"),
+                                  planned("cpu:1", "cpu:T", "fp32", 8, 1, 0, "data_on_device")};
+  pair_baselines(resident);
+  EXPECT_EQ(named(resident, "cpu:1", "fp32").cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8/data_on_device");
+  std::vector<BenchInfo> both{planned("cpu", "cpu", "fp32", 8, 2),
+                              planned("cpu", "cpu", "fp32", 8, 2, 0, "data_on_device"),
+                              planned("gpu:1", "gpu:1", "fp32", 8, 1, 0, "data_on_device")};
+  pair_baselines(both);
+  EXPECT_EQ(named(both, "gpu:1", "fp32").cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8/data_on_device");
+}
+
 // ---- the variant's table ----
 
 TEST(Variant, ItemsGoInTheTablesOrderEachOnce) {
