@@ -509,6 +509,12 @@ def cmd_spanning(args, figures: list[str]) -> str:
     return f"passed: {len(by_benchmark(ok))} {args.device} rows measured, {inside} inside their predicted band"
 
 
+def window_rates(rows: list[dict[str, str]]) -> list[float]:
+    """The samples/s of every window of the rows (schema 7), else each row's own."""
+    return [w for r in rows for w in (tbcsv.window_values(r, "samples_per_s") or [tbcsv.number(r, "samples_per_s")])
+            if w]
+
+
 def cmd_timeline(args, figures: list[str]) -> str:
     rows = [r for r in iterations(args.csv) if not tbcsv.is_predicted(r)]
     first_failed(rows)
@@ -521,10 +527,7 @@ def cmd_timeline(args, figures: list[str]) -> str:
         if not partner:
             continue
         # Every window of every repetition, pooled: more than a median of a few repetitions.
-        with_windows = [w for r in group for w in (tbcsv.window_values(r, "samples_per_s") or
-                                                   [tbcsv.number(r, "samples_per_s")]) if w]
-        without = [w for r in partner for w in (tbcsv.window_values(r, "samples_per_s") or
-                                                [tbcsv.number(r, "samples_per_s")]) if w]
+        with_windows, without = window_rates(group), window_rates(partner)
         marked, unmarked = median_of(with_windows), median_of(without)
         cost = 100 * (1 - marked / unmarked) if marked and unmarked else None
         pairs += 1
