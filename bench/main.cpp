@@ -160,7 +160,8 @@ void check_summary_file(const std::string& path) {
 // trainbench --batch=50 : -np 1 trainbench --batch=100) would make one row of two runs. Every
 // rank compares every rank's shaping flags; each that differs is named, and every rank stops.
 std::string ranks_disagree(const tb::bench::Flags& flags) {
-  const std::vector<std::string> texts = tb::parallel::all_ranks(tb::bench::shaping_flags(flags));
+  const std::vector<std::string> texts =
+      tb::parallel::all_ranks(tb::bench::shaping_flags(flags), "start with the same flags");
   const auto lines = [](const std::string& text) {
     std::vector<std::string> out;
     std::istringstream in(text);
@@ -256,7 +257,7 @@ std::string ranks_set_up_apart(const std::string& error, const tb::bench::Harnes
     for (const tb::bench::BenchInfo& b : harness->benchmarks())
       mine += b.name + (b.skip_reason.empty() ? "" : " (skipped: " + b.skip_reason + ")") + "\n";
   }
-  const std::vector<std::string> all = tb::parallel::all_ranks(mine);
+  const std::vector<std::string> all = tb::parallel::all_ranks(mine, "plan the run");
   std::vector<std::string> apart;
   for (std::size_t r = 0; r < all.size(); ++r)
     if (!all[r].empty() && all[r][0] == '!') apart.push_back(fmt::format("rank {}: {}", r, all[r].substr(1)));

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -541,6 +542,52 @@ def test_ranks_that_set_up_apart_all_stop_at_once_naming_the_rank_and_the_row(tm
         # The first row planned that way (planning covers every model; the filter picks later).
         assert ("/cpu:2/fp32/bs:" in r.stderr and ": rank 0 runs it and rank 1 skipped: cpu:2 needs 2 cores" in r.stderr
                 and "--bind-to none" in r.stderr), r.stderr[-2000:]
+
+
+def write_small_mnist(folder, images=300):
+    """An MNIST folder of `images` training and test images (idx files), enough for --batch=100."""
+    folder.mkdir(parents=True)
+    for split in ("train", "t10k"):
+        (folder / f"{split}-images-idx3-ubyte").write_bytes(
+            struct.pack(">4I", 0x803, images, 28, 28) + bytes((i * 7) % 256 for i in range(images * 784)))
+        (folder / f"{split}-labels-idx1-ubyte").write_bytes(
+            struct.pack(">2I", 0x801, images) + bytes(i % 10 for i in range(images)))
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_a_rank_that_cannot_set_up_a_row_fails_it_on_every_rank_and_the_next_rows_run(tmp_path):
+    """Rank 1 sees a truncated MNIST file where rank 0 sees a whole one (a node whose copy is
+    broken: a file bind-mounted over it in rank 1's own mount namespace). Its MLP rows fail on
+    every rank, rank 0's row naming rank 1 and the file, and the LSTM's rows after them run. Before,
+    rank 0 waited for ever in the mpi:2 row's MPI_Comm_dup, which rank 1 never reached."""
+    good = tmp_path / "data" / "mnist"
+    write_small_mnist(good)
+    bad = tmp_path / "truncated"
+    bad.write_bytes(struct.pack(">4I", 0x803, 300, 28, 28) + bytes(10))
+    if os.geteuid() != 0 or not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-m", "mount", "--bind", str(bad), str(good / "train-images-idx3-ubyte")],
+            capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount a file in a mount namespace of its own here (needs root and unshare(1))")
+    rank_1_broken = tmp_path / "rank_1_broken.sh"
+    rank_1_broken.write_text(
+        '#!/bin/sh\n[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exec unshare -m sh -c '
+        f'\'mount --bind {bad} {good / "train-images-idx3-ubyte"} && exec "$@"\' sh "$@"\nexec "$@"\n')
+    rank_1_broken.chmod(0o755)
+    out = tmp_path / "run.csv"
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")
+    r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", str(rank_1_broken), BINARY,
+                        f"--data_dir={tmp_path / 'data'}", "--benchmark_filter=train/(mlp/mnist|lstm/sine)/",
+                        "--devices=cpu:1,mpi:2", "--iterations=2", f"--csv={out}"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
+    rows = {row["benchmark"]: row for row in read_csv(out) if row["measurement"] == "measured"}
+    for device in ("cpu:1", "mpi:2"):
+        row = rows[f"train/mlp/mnist/{device}/fp32/bs:100"]
+        assert row["status"] == "failed", row
+        assert row["message"].startswith("rank 1 could not set up this row: ") and "train-images-idx3-ubyte" in \
+            row["message"], row["message"]
+    for device in ("cpu:1", "mpi:2"):
+        assert rows[f"train/lstm/sine/{device}/fp32/bs:20"]["status"] == "ok", rows
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")

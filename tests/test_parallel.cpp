@@ -350,6 +350,7 @@ TEST(DataParallel, AReplicaWhoseLossIsNotFiniteStopsTheOthersWithItsReason) {
         std::make_unique<testing_support::RandomBatches>(spec, kBatch, unsigned(k), k == 1 ? 3 : 0);
     return std::make_pair(std::move(net), std::move(data));
   });
+  run.connect();
   testing_support::expect_stops_with(run, 10, "loss is NaN at training step 3", std::chrono::seconds(30));
 }
 
@@ -372,6 +373,7 @@ TEST(DataParallel, AReplicaWhoseBroadcastFailsStopsTheOthersWithItsReason) {
       std::unique_ptr<Dataset> data = std::make_unique<testing_support::RandomBatches>(spec, kBatch, unsigned(k), 0);
       return std::make_pair(std::move(net), std::move(data));
     });
+    run.connect();
     ADD_FAILURE() << "the replicas started";
   } catch (const std::exception& e) {
     EXPECT_EQ(dynamic_cast<const parallel::PeerFailed*>(&e), nullptr) << "not the replica's own failure: " << e.what();

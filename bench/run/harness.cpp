@@ -123,7 +123,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
   // Under mpirun, one-replica benchmarks are the baselines, rank 0's alone: train/ rows' other
   // ranks stand by and join their sharing probe (run_train.cpp); epochs/ rows' wait for the next
   // benchmark. Only rank 0 reports.
-  if (world().size > 1 && info.run() == RunKind::OneReplica && info.kind == Kind::Epochs && world().rank != 0) {
+  if (on_rank_0_alone(info) && world().rank != 0) {
     st.SkipWithError(skip_message("one-replica baseline, run by rank 0").c_str());
     return;
   }

@@ -82,6 +82,10 @@ StepBudget step_budget(const Flags& flags) {
   return b;
 }
 
+bool on_rank_0_alone(const BenchInfo& info) {
+  return parallel::world().size > 1 && info.run() == RunKind::OneReplica && info.kind == Kind::Epochs;
+}
+
 std::unique_ptr<BenchmarkRun> make_run(const BenchInfo& info, RunEnv env) {
   if (info.kind == Kind::Epochs) return make_epochs_run(info, env);
   if (info.replay) return make_replay_run(info, env);
@@ -143,8 +147,15 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
   figures_ = Row{};
   prediction_inputs_.clear();
   if (!prepared_) {
-    devices_ = row_devices(info_);
-    prepare();
+    const auto local = [this] {
+      devices_ = row_devices(info_);
+      prepare();
+    };
+    if (on_rank_0_alone(info_))
+      local();
+    else
+      parallel::set_up_together(info_.name, local);
+    connect();
     warm_up();
     prepared_ = true;
   }

@@ -64,6 +64,10 @@ struct StepBudget {
 };
 StepBudget step_budget(const Flags& flags);
 
+// Under mpirun, a one-replica epochs/ row runs on rank 0 alone (the others skip it); every other
+// row that runs, runs on every rank.
+bool on_rank_0_alone(const BenchInfo& info);
+
 // What one call of a benchmark's run produced: its row's cells (counters, notes, verdicts, its
 // comparison with the prediction made for it; results/SCHEMA.md: a verdict is a word a later
 // reader filters on, the notes say why), and the lines the console shows after the benchmark's
@@ -129,7 +133,11 @@ class BenchmarkRun {
   virtual bool kept_across_calls() const { return true; }
 
  protected:
+  // Builds what the row trains (networks, data), with no collective: under mpirun every rank's
+  // went well before connect() (parallel::set_up_together).
   virtual void prepare() {}
+  // The row's first collectives, under mpirun: communicators, the weights broadcast.
+  virtual void connect() {}
   virtual void warm_up() {}
   virtual Window timed_steps(benchmark::State& st) = 0;
   virtual void counters(const Window& window) = 0;

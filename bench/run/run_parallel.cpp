@@ -57,6 +57,8 @@ class ReplicasRun final : public BenchmarkRun {
                                                   info_.replicas, bind, make);
   }
 
+  void connect() override { run_->connect(); }
+
   void warm_up() override { run_->warm_up(info_.warmup_steps); }
 
   Window timed_steps(benchmark::State& st) override {
@@ -153,22 +155,25 @@ class ReplayRun final : public BenchmarkRun {
   void prepare() override {
     const PredictionInputs in = parse_prediction_inputs(info_.replay->inputs);
     const int rank = parallel::world().rank;
-    parallel::ReplayNetwork* replay = nullptr;  // the one replica's, owned by run_
     auto make = [&](int) {
       auto net = std::make_unique<parallel::ReplayNetwork>(in.one.timeline, in.one.step_times,
                                                            info_.seed + 7919 * std::uint64_t(rank),
                                                            std::max(0.0, in.one.dp_overhead.value));
-      replay = net.get();
+      replay_ = net.get();
       return std::make_pair(std::unique_ptr<Network>(std::move(net)),
                             std::unique_ptr<Dataset>(std::make_unique<parallel::ReplayData>(info_.batch)));
     };
     run_ = std::make_unique<parallel::ReplicaRun>(info_.device_kind->wiring, true, 1, nullptr, make,
                                                   parallel::ReplayNetwork::kBucketBytes);
+  }
+
+  void connect() override {
+    run_->connect();
     // While it waits out the compute, the replay gives its all-reduces their turns, as a GPU's
     // communication moves beside its kernels; their sums stay undivided (nobody reads them).
     parallel::Communicator& comm = run_->replicas()[0].replica->comm();
     comm.keep_sums();
-    replay->set_progress([&comm] { return comm.progress(); });
+    replay_->set_progress([&comm] { return comm.progress(); });
   }
 
   void warm_up() override { run_->warm_up(info_.warmup_steps); }
@@ -207,6 +212,7 @@ class ReplayRun final : public BenchmarkRun {
   }
 
   std::unique_ptr<parallel::ReplicaRun> run_;
+  parallel::ReplayNetwork* replay_ = nullptr;  // the one replica's, owned by run_
   parallel::CommStats c0_;
 };
 

@@ -75,9 +75,12 @@ class TrainRun final : public BenchmarkRun {
     std::unique_ptr<Dataset> train = std::move(splits_.train);
     if (info_.data_on_device) train = make_resident(*network, *train, info_.batch);
     trainer_ = std::make_unique<Trainer>(std::move(network), std::move(train));
-    // The sharing probe's communicator, made here, before any rank times anything: MPI makes it
-    // in a collective that spins while it waits, which made the ranks standing by take a core
-    // from rank 0's timed steps.
+  }
+
+  // The sharing probe's communicator, made before any rank times anything: MPI makes it in a
+  // collective that spins while it waits, which made the ranks standing by take a core from rank
+  // 0's timed steps.
+  void connect() override {
     if (predicting() && parallel::world().size > 1 && !world_) world_ = parallel::world_comm();
   }
 

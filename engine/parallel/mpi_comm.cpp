@@ -52,6 +52,23 @@ bool mpi_finalized() {
 // all-reduce after 0.2 ms of compute, ran at 52,000-68,000 samples/s where it runs at 146,000-160,000.
 constexpr auto kSpin = std::chrono::milliseconds(1);
 constexpr auto kPollInterval = std::chrono::microseconds(50);
+// Polls `count` requests until they complete (true) or `deadline` passes (false), as above.
+bool complete_by(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int done = 0;
+    TB_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+    if (done) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start < kSpin) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (now > deadline) return false;
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
 // MPI counts are int; longer buffers go in pieces of this many elements.
 constexpr i64 kMaxPiece = i64(1) << 30;
 
@@ -248,26 +265,14 @@ class MpiComm final : public Communicator {
   // unusable after that (the requests stay in flight).
   void wait_for(MPI_Request* requests, int count, const char* what) {
     if (count == 0) return;
-    const auto start = std::chrono::steady_clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout_s_);
-    for (;;) {
-      int done = 0;
-      TB_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
-      if (done) return;
-      const auto now = std::chrono::steady_clock::now();
-      if (now - start < kSpin) {
-        std::this_thread::yield();
-        continue;
-      }
-      if (now > deadline) {
-        failed_ = true;
-        throw Error(
-            fmt::format("rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see its "
-                        "error above)",
-                        rank_, timeout_s_, what));
-      }
-      std::this_thread::sleep_for(kPollInterval);
-    }
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s_));
+    if (complete_by(requests, count, deadline)) return;
+    failed_ = true;
+    throw Error(
+        fmt::format("rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see its error above)",
+                    rank_, timeout_s_, what));
   }
 
   double timeout_s_;
@@ -329,15 +334,33 @@ std::pair<int, int> MpiSession::local_rank_and_size() const {
   return {rank, size};
 }
 
-std::vector<std::string> MpiSession::all_gather(const std::string& mine) const {
+std::vector<std::string> MpiSession::all_gather(const std::string& mine, double timeout_s,
+                                                const std::string& what) const {
   const int n = size(), length = int(mine.size());
   std::vector<int> lengths(static_cast<std::size_t>(n)), offsets(static_cast<std::size_t>(n));
-  TB_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  // Nonblocking on MPI_COMM_WORLD, whose errors stay fatal: a rank that never comes leaves the
+  // collective in flight, and the job cannot go on.
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
+  const auto wait = [&](MPI_Request& request) {
+    if (complete_by(&request, 1, deadline)) return;
+    std::fprintf(stderr,
+                 "trainbench rank %d: waited %.0f s for every rank to %s: a rank hangs (see its output); "
+                 "ending the job\n",
+                 rank(), timeout_s, what.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  };
+  MPI_Request request = MPI_REQUEST_NULL;
+  TB_MPI(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request));
+  wait(request);
   int total = 0;
   for (int r = 0; r < n; ++r) offsets[std::size_t(r)] = std::exchange(total, total + lengths[std::size_t(r)]);
   std::string all(std::size_t(total), '\0');
-  TB_MPI(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
-                        MPI_COMM_WORLD));
+  TB_MPI(MPI_Iallgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                         MPI_COMM_WORLD, &request));
+  wait(request);
   std::vector<std::string> out;
   for (int r = 0; r < n; ++r)
     out.push_back(all.substr(std::size_t(offsets[std::size_t(r)]), std::size_t(lengths[std::size_t(r)])));

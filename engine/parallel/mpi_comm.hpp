@@ -32,8 +32,10 @@ class MpiSession {
   // This rank's index among the ranks of its node, and how many there are: from
   // MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), so that Open MPI, MPICH and srun agree.
   std::pair<int, int> local_rank_and_size() const;
-  // Every rank's `mine`, in rank order (a collective).
-  std::vector<std::string> all_gather(const std::string& mine) const;
+  // Every rank's `mine`, in rank order (a collective over MPI_COMM_WORLD). A rank that has not
+  // come after timeout_s ends the job (MPI_Abort), saying it waited for every rank to `what`
+  // ("set up train/..."): the collective stays in flight, so nothing more can be agreed.
+  std::vector<std::string> all_gather(const std::string& mine, double timeout_s, const std::string& what) const;
 
  private:
   bool initialised_here_ = false;

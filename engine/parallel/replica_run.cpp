@@ -93,38 +93,49 @@ struct ReplicaRun::Pool {
 
 ReplicaRun::ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, const Bind& bind, const Factory& make,
                        std::size_t bucket_bytes)
-    : across_ranks_(across_ranks), replicas_(std::size_t(local_replicas)) {
+    : wiring_(wiring),
+      bucket_bytes_(bucket_bytes),
+      across_ranks_(across_ranks),
+      replicas_(std::size_t(local_replicas)),
+      nets_(std::size_t(local_replicas)),
+      data_(std::size_t(local_replicas)) {
   TB_CHECK(local_replicas >= 1, "a run needs a replica");
-  if (across_ranks) world_ = world_comm();
   if (local_replicas > 1)
     pool_ = std::make_unique<Pool>(local_replicas, bind);
   else if (bind)
     bind(0);
-  std::vector<std::unique_ptr<Network>> nets(static_cast<std::size_t>(local_replicas));
-  std::vector<std::unique_ptr<Dataset>> data(static_cast<std::size_t>(local_replicas));
-  on_all([&](int k) { std::tie(nets[std::size_t(k)], data[std::size_t(k)]) = make(k); });
+  on_all([&](int k) { std::tie(nets_[std::size_t(k)], data_[std::size_t(k)]) = make(k); });
+}
 
+void ReplicaRun::connect() {
+  TB_CHECK(!nets_.empty() && nets_[0], "ReplicaRun::connect: called twice");
+  if (across_ranks_) world_ = world_comm();
   std::vector<Network*> raw;
-  for (auto& n : nets) raw.push_back(n.get());
-  Communicators comms = wiring ? wiring(raw, world_.get()) : Communicators(raw.size());
+  for (auto& n : nets_) raw.push_back(n.get());
+  Communicators comms = wiring_ ? wiring_(raw, world_.get()) : Communicators(raw.size());
   // Replicas start together: their constructors broadcast rank 0's weights (a collective).
   on_all([&](int k) {
     Replica& r = replicas_[std::size_t(k)];
-    r.backend = nets[std::size_t(k)].get();
-    std::unique_ptr<Network> net = std::move(nets[std::size_t(k)]);
+    r.backend = nets_[std::size_t(k)].get();
+    std::unique_ptr<Network> net = std::move(nets_[std::size_t(k)]);
     if (comms[std::size_t(k)]) {
-      auto replica = std::make_unique<ReplicaNetwork>(std::move(net), std::move(comms[std::size_t(k)]), bucket_bytes);
+      auto replica = std::make_unique<ReplicaNetwork>(std::move(net), std::move(comms[std::size_t(k)]), bucket_bytes_);
       r.replica = replica.get();
       net = std::move(replica);
     }
-    r.trainer = std::make_unique<Trainer>(std::move(net), std::move(data[std::size_t(k)]));
+    r.trainer = std::make_unique<Trainer>(std::move(net), std::move(data_[std::size_t(k)]));
   });
+  nets_.clear();
+  data_.clear();
 }
 
 ReplicaRun::~ReplicaRun() {
   // Trainers (and their networks, bound to their GPUs) go on their own threads.
   try {
-    on_all([&](int k) { replicas_[std::size_t(k)].trainer.reset(); });
+    on_all([&](int k) {
+      replicas_[std::size_t(k)].trainer.reset();
+      if (k < int(nets_.size())) nets_[std::size_t(k)].reset();  // never connected
+    });
   } catch (...) {
   }
 }

@@ -32,8 +32,15 @@ class ReplicaRun {
   // `wiring` connects the replicas (null: they run independently, as jobs); `across_ranks`: they
   // span the MPI world's ranks (the slowest rank sets the step); `bucket_bytes`: the size of the
   // gradient buckets all-reduced as backward goes (a replay's: 1, each segment its own).
+  // Builds the replicas' networks and data, which is this process's alone (no collective):
+  // connect() wires them.
   ReplicaRun(Wiring wiring, bool across_ranks, int local_replicas, const Bind& bind, const Factory& make,
              std::size_t bucket_bytes = kDefaultBucketBytes);
+  // The collectives that start the run, once, before anything else: the MPI world's
+  // communicator, the wiring, and rank 0's weights broadcast. Under mpirun, call it only once
+  // every rank's construction went well (set_up_together): a rank that never comes would leave
+  // the others in MPI_Comm_dup, which has no deadline.
+  void connect();
   ~ReplicaRun();
   ReplicaRun(const ReplicaRun&) = delete;
   ReplicaRun& operator=(const ReplicaRun&) = delete;
@@ -66,8 +73,13 @@ class ReplicaRun {
   // deadline.
   void training(const std::function<void(int k, Trainer&)>& fn);
 
+  Wiring wiring_;
+  std::size_t bucket_bytes_;
   bool across_ranks_;
   std::vector<Replica> replicas_;
+  // Built, waiting for connect(): each replica's network and data.
+  std::vector<std::unique_ptr<Network>> nets_;
+  std::vector<std::unique_ptr<Dataset>> data_;
   std::unique_ptr<Communicator> world_;  // MPI: agreement and the slowest rank
   struct Pool;
   std::unique_ptr<Pool> pool_;

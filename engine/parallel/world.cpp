@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <new>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -53,7 +55,7 @@ void start_world() {
   std::tie(g_world.local_rank, g_world.local_size) = g_mpi->local_rank_and_size();
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
-  g_world.rank_hosts = g_mpi->all_gather(fmt::format("{}:{}", host, g_world.local_rank));
+  g_world.rank_hosts = g_mpi->all_gather(fmt::format("{}:{}", host, g_world.local_rank), kAgreeTimeout_s, "start");
   std::set<std::string> hosts;
   for (const std::string& h : g_world.rank_hosts) hosts.insert(h.substr(0, h.rfind(':')));
   g_world.nodes = int(hosts.size());
@@ -71,11 +73,36 @@ void start_world() {
 
 const World& world() { return g_world; }
 
-std::vector<std::string> all_ranks(const std::string& mine) {
+std::vector<std::string> all_ranks(const std::string& mine, const std::string& what) {
 #ifdef TB_HAVE_MPI
-  if (g_mpi) return g_mpi->all_gather(mine);
+  if (g_mpi) return g_mpi->all_gather(mine, kAgreeTimeout_s, what);
 #endif
   return {mine};
+}
+
+void set_up_together(const std::string& row, const std::function<void()>& local) {
+  std::exception_ptr failure;
+  std::string mine;  // "" where it went well, else "!" and the error
+  try {
+    local();
+  } catch (const std::bad_alloc&) {
+    failure = std::current_exception();
+    mine = "!out of host memory (std::bad_alloc)";
+  } catch (const std::exception& e) {
+    failure = std::current_exception();
+    mine = std::string("!") + e.what();
+  } catch (...) {
+    failure = std::current_exception();
+    mine = "!an exception that is no std::exception";
+  }
+  if (g_world.size == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  const std::vector<std::string> all = all_ranks(mine, "set up " + row);
+  if (failure) std::rethrow_exception(failure);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) throw Error(fmt::format("rank {} could not set up this row: {}", r, all[r].substr(1)));
 }
 
 std::unique_ptr<Communicator> world_comm() {

@@ -4,6 +4,7 @@
 // CMake that knows which this build has; a harness names a wiring, never a library.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,8 +29,15 @@ struct World {
 // call first. MPI is finalised at exit.
 void start_world();
 const World& world();
-// Every rank's `mine`, in rank order: a collective under mpirun, {mine} without.
-std::vector<std::string> all_ranks(const std::string& mine);
+// Every rank's `mine`, in rank order: a collective under mpirun, {mine} without. A rank that has
+// not come within kAgreeTimeout_s ends the job, naming what every rank was to do ("plan the run").
+inline constexpr double kAgreeTimeout_s = 600;
+std::vector<std::string> all_ranks(const std::string& mine, const std::string& what);
+// A row's set-up, for a row every rank takes part in: local() (no collective in it) on each rank,
+// then an all_ranks() of how it went, before the row's first collective, so that no rank waits in
+// one for a rank whose set-up failed (MPI_Comm_dup waited for ever). Throws on every rank where any
+// failed: this rank's own error, or else the first failing rank's, named. Without mpirun, local().
+void set_up_together(const std::string& row, const std::function<void()>& local);
 // A new communicator over every rank, for a harness's own agreement and timing. Throws
 // tb::Error outside mpirun.
 std::unique_ptr<Communicator> world_comm();
