@@ -92,11 +92,15 @@ long host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
 
 void count_host_wait() { g_host_waits.fetch_add(1, std::memory_order_relaxed); }
 
+void forget_not_ready() {
+  if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+}
+
 void wait_for(cudaStream_t stream) {
   const cudaError_t status = cudaStreamQuery(stream);
   if (status == cudaSuccess) return;
   if (status != cudaErrorNotReady) TB_CU(status);
-  (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
+  forget_not_ready();
   count_host_wait();
   TB_CU(cudaStreamSynchronize(stream));
 }
@@ -105,7 +109,7 @@ void wait_for(cudaEvent_t event) {
   const cudaError_t status = cudaEventQuery(event);
   if (status == cudaSuccess) return;
   if (status != cudaErrorNotReady) TB_CU(status);
-  (void)cudaGetLastError();
+  forget_not_ready();
   count_host_wait();
   TB_CU(cudaEventSynchronize(event));
 }

@@ -138,6 +138,10 @@ void wait_for(cudaStream_t stream);
 void wait_for(cudaEvent_t event);
 // A poll loop of its own (a communicator's deadline) found its event pending: one wait.
 void count_host_wait();
+// After a query that said cudaErrorNotReady (no error: the work is still running): clears that
+// from the thread's last error, so that a later launch check does not take it for one, and leaves
+// any other error there for that check.
+void forget_not_ready();
 
 // A non-blocking stream, owned (a network's uploads run on one).
 class Stream {

@@ -145,14 +145,21 @@ class NcclComm final : public Communicator {
     TB_CHECK(count >= 0, "nccl: all-reduce of {} elements", count);
     DeviceGuard guard(device_);
     order_after_compute();
-    TB_NCCL(ncclAllReduce(data, data, std::size_t(count), nccl_type(type), ncclAvg, comm_, comm_stream_));
+    // A mean over one rank is the data itself: NCCL launches nothing for an in-place sum there,
+    // where its average scales every element by 1 (a pass over the bucket that N ranks fold into
+    // the ring), so that the data-parallel probe paid for a kernel no gpu:N row runs.
+    TB_NCCL(ncclAllReduce(data, data, std::size_t(count), nccl_type(type), size_ == 1 ? ncclSum : ncclAvg, comm_,
+                          comm_stream_));
     pending_ = true;
   }
 
+  // Spins, as a step's end does (finish_device_step): measure_link times its all-reduces through
+  // this wait, and a sleep's wake-up (50 us and the timer's slack) added to each was taken for
+  // the link's latency.
   void wait() override {
     check_usable();
     DeviceGuard guard(device_);
-    finish("an all-reduce");
+    finish("an all-reduce", Poll::Spin);
   }
 
   void wait_on_device() override {
@@ -237,20 +244,20 @@ class NcclComm final : public Communicator {
     return *host_scalar_;
   }
 
-  // Waits for everything on the communication stream (at most timeout_s), then orders later
-  // work on the compute stream after it. The current device must be device_.
-  void finish(const char* what) {
-    TB_CU(cudaEventRecord(comm_done_, comm_stream_));
-    poll(comm_done_, what, Poll::Sleep);
-    TB_CU(cudaStreamWaitEvent(compute_, comm_done_, 0));
-    pending_ = false;
-  }
-
   // How a wait polls: sleeping between polls (set-up and agreement: a wait that may be long, and
   // another rank on this machine may want the core), or spinning with a yield (a step's end: a
   // wait as short as the step, which a sleep's wake-up would lengthen; the spin is what CUDA's
   // own synchronisation does by default).
   enum class Poll { Sleep, Spin };
+
+  // Waits for everything on the communication stream (at most timeout_s), then orders later
+  // work on the compute stream after it. The current device must be device_.
+  void finish(const char* what, Poll how = Poll::Sleep) {
+    TB_CU(cudaEventRecord(comm_done_, comm_stream_));
+    poll(comm_done_, what, how);
+    TB_CU(cudaStreamWaitEvent(compute_, comm_done_, 0));
+    pending_ = false;
+  }
 
   // Until `event` completes, at most timeout_s, watching NCCL's asynchronous errors; aborts the
   // communicator and throws on an error or at the deadline.
@@ -263,7 +270,7 @@ class NcclComm final : public Communicator {
         abort_comm();
         TB_CU(status);
       }
-      (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
+      cuda::forget_not_ready();
       if (first) cuda::count_host_wait();
       ncclResult_t async = ncclSuccess;
       TB_NCCL(ncclCommGetAsyncError(comm_, &async));

@@ -127,7 +127,7 @@ class Group {
       const cudaError_t status = cudaEventQuery(event);
       if (status == cudaSuccess) return;
       if (status != cudaErrorNotReady) TB_CU(status);
-      (void)cudaGetLastError();  // "not ready" is no error; keep it from later launch checks
+      cuda::forget_not_ready();
       if (first) cuda::count_host_wait();
       {
         std::lock_guard lock(mutex_);
