@@ -426,6 +426,29 @@ TEST_P(CpuKernels, AddSumsEveryElement) {
   EXPECT_TRUE(close(a, sum));
 }
 
+// Each element's sum over the parts from `offset` on, for counts of 1 to 3 parts and lengths
+// around the vector width; nothing past `n` written.
+TEST_P(CpuKernels, SumPartsAddsEachElementOfEveryPart) {
+  std::mt19937 rng(47);
+  const i64 lanes = k().lanes;
+  for (int count = 1; count <= 3; ++count)
+    for (const i64 n : {i64(0), i64(1), lanes - 1, lanes, lanes + 1, 3 * lanes + 5})
+      for (const i64 offset : {i64(0), i64(3)}) {
+        std::vector<Vec> parts;
+        std::vector<const float*> pointers;
+        for (int u = 0; u < count; ++u) parts.push_back(uniform(rng, offset + n));
+        for (const Vec& p : parts) pointers.push_back(p.data());
+        Vec out(std::size_t(n + 1), -7.0f);
+        k().sum_parts(out.data(), pointers.data(), count, offset, n);
+        for (i64 i = 0; i < n; ++i) {
+          double sum = 0;
+          for (const Vec& p : parts) sum += double(p[std::size_t(offset + i)]);
+          EXPECT_NEAR(out[std::size_t(i)], sum, 1e-5) << "count " << count << ", n " << n << ", element " << i;
+        }
+        EXPECT_EQ(out[std::size_t(n)], -7.0f) << "written past n = " << n;
+      }
+}
+
 // ---- networks on each ISA ----
 
 // LeNet-5 (the small convolution, the plain pooling, Adam) and the sine LSTM trained a few

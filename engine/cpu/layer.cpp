@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "engine/cpu/kernels/kernels.hpp"
+
 namespace tb::cpu {
 
 InputAdapter::InputAdapter(Context& ctx, const md& given, const md& wanted) : given_(given), wanted_(wanted) {
@@ -97,6 +99,9 @@ ThreadPartials::ThreadPartials(i64 weights, i64 biases) : weights_(weights), bia
 
 void ThreadPartials::sum(i64 samples, float* dweights, float* dbias, const Add& add) {
   const i64 total = weights_ + (dbias ? biases_ : 0);
+  std::vector<const float*> parts;
+  for (const auto& p : partial_) parts.push_back(p.data());
+  const kernels::Table& k = kernels::active();
 #pragma omp parallel num_threads(int(partial_.size()))
   {
     const int t = omp_get_thread_num(), threads = omp_get_num_threads();
@@ -104,12 +109,12 @@ void ThreadPartials::sum(i64 samples, float* dweights, float* dbias, const Add& 
     std::fill(mine.begin(), mine.end(), 0.0f);
     add(samples * t / threads, samples * (t + 1) / threads, mine.data(), dbias ? mine.data() + weights_ : nullptr);
 #pragma omp barrier
-#pragma omp for schedule(static)
-    for (i64 k = 0; k < total; ++k) {
-      float sum = 0;
-      for (int u = 0; u < threads; ++u) sum += partial_[std::size_t(u)][std::size_t(k)];
-      (k < weights_ ? dweights[k] : dbias[k - weights_]) = sum;
-    }
+    // This thread's share of the sums, weights then biases, by the run's ISA's kernel.
+    const i64 first = total * t / threads, last = total * (t + 1) / threads;
+    const i64 weights_end = std::min(last, weights_), biases_start = std::max(first, weights_);
+    if (first < weights_end) k.sum_parts(dweights + first, parts.data(), threads, first, weights_end - first);
+    if (biases_start < last)
+      k.sum_parts(dbias + (biases_start - weights_), parts.data(), threads, biases_start, last - biases_start);
   }
 }
 

@@ -123,6 +123,8 @@ struct Table {
   void (*sgd)(const Update&);                          // every OpenMP thread
   void (*adam)(const Update&);                         // every OpenMP thread
   void (*add)(float* into, const float* from, i64 n);  // into += from, every OpenMP thread
+  // out[i] = the sum over u < count of parts[u][offset + i], for i < n (the calling thread).
+  void (*sum_parts)(float* out, const float* const* parts, int count, i64 offset, i64 n);
 };
 
 // The kernels of `isa` (which the machine must support), and those active_isa() names now.
