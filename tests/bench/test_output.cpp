@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -328,6 +329,72 @@ TEST(ReadCsv, ARowCutShortIsLeftOutSayingSo) {
   EXPECT_EQ(rows[1].benchmark, "c");
   EXPECT_NE(said.find("line 3 has 2 of the header's 3 fields, a row cut short"), std::string::npos) << said;
   EXPECT_NE(said.find("line 5 ends inside a quoted field"), std::string::npos) << said;
+}
+
+// Each character that ends or splits a field puts it in quotes on its own (a line break, a
+// carriage return, a comma, a quote), and csv_split takes it back as written; a carriage return
+// outside quotes (a file saved on Windows) is no part of a field.
+TEST(ReadCsv, FieldsWithOneSpecialCharacterEachGoBackAsWritten) {
+  for (const std::string field : {"two\nlines", "a\rreturn", "a,comma", "a \"quote\""}) {
+    const std::string escaped = csv_escape(field);
+    EXPECT_EQ(escaped.front(), '"') << field;
+    const std::vector<std::string> back = csv_split("x," + escaped + ",y");
+    ASSERT_EQ(back.size(), 3u) << escaped;
+    EXPECT_EQ(back[1], field);
+  }
+  EXPECT_EQ(csv_escape("plain"), "plain");
+  EXPECT_EQ(csv_split("a,b\r"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(csv_split("a,\"b\r\""), (std::vector<std::string>{"a", "b\r"}));
+}
+
+// Runs concatenated (cat a.csv b.csv) repeat the header: it is no row.
+TEST(ReadCsv, AHeaderRepeatedByConcatenatedFilesIsNoRow) {
+  const std::vector<Row> rows =
+      read_csv(write_file("concatenated.csv",
+                          "schema_version,benchmark,status\n6,a,ok\nschema_version,benchmark,status\n6,b,ok\n"),
+               "--x");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].benchmark, "a");
+  EXPECT_EQ(rows[1].benchmark, "b");
+}
+
+// --csv onto a file of another header is refused before anything is written; onto one cut inside
+// a quoted field, the quote is closed and the next row starts on a line of its own.
+TEST(CsvWriterOpens, AnotherHeaderIsRefusedAndAnOpenQuoteIsClosed) {
+  const std::string other = write_file("writer_other.csv", "schema_version,benchmark\n6,a\n");
+  try {
+    CsvWriter out(other);
+    ADD_FAILURE() << "a file of another schema was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("another trainbench schema"), std::string::npos) << e.what();
+  }
+  std::ifstream kept(other);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "schema_version,benchmark\n6,a\n");
+
+  const std::string path = ::testing::TempDir() + "writer_cut.csv";
+  std::remove(path.c_str());
+  {
+    CsvWriter first(path);
+    Row a;
+    a.schema_version = "7", a.benchmark = "a";
+    first.write_row(a);
+  }
+  std::ofstream(path, std::ios::app) << "7,b,\"cut inside a message";
+  ::testing::internal::CaptureStderr();
+  {
+    CsvWriter again(path);
+    Row c;
+    c.schema_version = "7", c.benchmark = "c";
+    again.write_row(c);
+  }
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("its last field's quote closed"), std::string::npos) << said;
+  ::testing::internal::CaptureStderr();
+  const std::vector<Row> rows = read_csv(path, "--x");
+  (void)::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rows.size(), 2u) << "the cut row left out, the rows around it whole";
+  EXPECT_EQ(rows[0].benchmark, "a");
+  EXPECT_EQ(rows[1].benchmark, "c");
 }
 
 // ---- the console: the rows, rendered ----
