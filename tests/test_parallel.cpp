@@ -619,6 +619,25 @@ TEST(Predict, TheComputeBandIsNeverNarrowerThanARepeatedStepMoves) {
   EXPECT_GE((p.samples_per_s_high - p.samples_per_s_low) / p.samples_per_s, 0.02);
 }
 
+// A row so noisy that its spread exceeds the step: the compute term's fast end is the fastest
+// step seen (scaled to the row's step), never below it and never negative.
+TEST(Predict, TheComputeBandOfAVeryNoisyRowEndsAtItsFastestStep) {
+  parallel::OneDevice one;
+  one.timeline.bucket_ready_s = {0.010};
+  one.timeline.bucket_bytes = {1e3};
+  one.timeline.backward_end_s = 0.030;
+  one.timeline.step_end_s = 0.045;
+  one.timeline.steps = 500;
+  one.step_s = 0.050;
+  one.batch = 64;
+  one.step_times = {0.01, 0.02, 0.02, 0.05, 0.05, 0.05, 0.2, 0.2, 0.3, 0.3};  // median 0.05
+  const parallel::Prediction p = parallel::predict(one, 8, parallel::parse_link("nvlink4"));
+  const parallel::Term& compute = p.terms.front();
+  EXPECT_NEAR(compute.low, 0.01 / 0.05 * 0.050, 1e-12);
+  EXPECT_GT(p.samples_per_s_high, 0);
+  EXPECT_TRUE(std::isfinite(p.samples_per_s_high));
+}
+
 TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
   parallel::Link link{
       .name = "measured", .busbw_gbps = 1, .latency_us = 100, .sweep = {{1e5, 1e-3}, {1e6, 3e-3}}, .sweep_ranks = 2};
@@ -855,6 +874,33 @@ TEST(Predict, AMeasuredLinksSizesLieInsideTheirBands) {
   EXPECT_GE(link.high_latency(), link.latency_us);
   EXPECT_GT(link.busbw_gbps, 0);
   EXPECT_EQ(link.sweep_ranks, 2);
+}
+
+// The fit of an exact sweep gives back its link: the latency per step over the ring's 2(N-1)
+// steps (2 log2 N under a binomial tree), the bus bandwidth, and bands from the sweep's slowest
+// and fastest figures: a size faster than the line widens the fast end, a slower one the slow.
+TEST(Predict, TheLinkFitGivesBackTheLatencyAndBusBandwidthOfAnExactSweep) {
+  constexpr double kLatencyUs = 5, kBusbwGbps = 10;
+  for (const bool tree : {false, true}) {
+    const int n = 4;
+    const double steps = tree ? 4 : 6;  // 2 log2 4, 2 (4 - 1)
+    parallel::Link link{.name = "measured"};
+    for (double bytes = 256; bytes <= double(16 << 20); bytes *= 4) {
+      double t = steps * kLatencyUs * 1e-6 + parallel::allreduce_bus_factor(n) * bytes / (kBusbwGbps * 1e9);
+      if (bytes == double(4 << 20)) t *= 0.8;  // one size faster than the line
+      link.sweep.emplace_back(bytes, t);
+      link.sweep_slowest.push_back(t * 1.2);
+      link.sweep_fastest.push_back(t * 0.9);
+    }
+    parallel::fit_link(link, n, tree);
+    EXPECT_NEAR(link.latency_us, kLatencyUs, 0.01 * kLatencyUs) << "tree " << tree;
+    EXPECT_NEAR(link.low_latency(), 0.9 * link.latency_us, 1e-9) << "tree " << tree;
+    EXPECT_NEAR(link.high_latency(), 1.2 * link.latency_us, 1e-9) << "tree " << tree;
+    EXPECT_NEAR(link.busbw_gbps, kBusbwGbps, 0.05 * kBusbwGbps) << "tree " << tree;
+    EXPECT_LT(link.low_busbw(), 0.9 * link.busbw_gbps) << "the slowest repetitions widen the slow end";
+    EXPECT_GT(link.high_busbw(), 1.15 * link.busbw_gbps) << "the size faster than the line widens the fast end";
+    EXPECT_EQ(link.tree_below, tree);
+  }
 }
 
 // Between two swept sizes the curve is a line; from 1 MiB, where the fit's bus bandwidth band was

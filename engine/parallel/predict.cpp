@@ -451,7 +451,6 @@ int in_step_count(int wanted, double after_barrier_s) {
 Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer) {
   const int n = comm.size();
   std::vector<float> host;
-  std::vector<double> x, y;  // ring bytes, seconds
   Link link{.name = "measured", .overlaps_compute = device_buffer != nullptr};
   link.sweep_ranks = n;
   // From 256 bytes: the smallest buckets (the LSTM's 1 KB of gradients) cost what a tiny
@@ -508,7 +507,21 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
     link.sweep.emplace_back(double(bytes), time);
     link.sweep_slowest.push_back(std::max(comm.max(times.back()), slowest_block));
     link.sweep_fastest.push_back(std::min(after_barrier, fastest_block));
-    x.push_back(allreduce_bus_factor(n) * double(bytes));
+  }
+  fit_link(link, n, !comm.algorithms().empty());
+  link.source = fmt::format("{} all-reduce of {} ranks{}, 256 B to {} MiB, measured at start-up", comm.kind(), n,
+                            link.tree_below ? " (" + comm.algorithms() + ")" : "", max_bytes >> 20);
+  return link;
+}
+
+void fit_link(Link& link, int n, bool tree_below) {
+  TB_CHECK(!link.sweep.empty() && link.sweep_slowest.size() == link.sweep.size() &&
+               link.sweep_fastest.size() == link.sweep.size(),
+           "fit_link: a sweep of {} sizes with {} slowest and {} fastest times", link.sweep.size(),
+           link.sweep_slowest.size(), link.sweep_fastest.size());
+  std::vector<double> x, y;  // ring bytes, seconds
+  for (const auto& [bytes, time] : link.sweep) {
+    x.push_back(allreduce_bus_factor(n) * bytes);
     y.push_back(time);
   }
   // The latency is the smallest size's time (256 bytes: nothing but latency), which a line fitted
@@ -521,7 +534,7 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   link.busbw_gbps = 1.0 / slope * 1e-9;
   // A ring all-reduce among n takes 2(n-1) steps: the latency is that many of them; where the
   // communicator runs a binomial tree for small buffers (MPI's, kMpiRingFromBytes), 2 log2 n.
-  const bool tree_below = link.tree_below = !comm.algorithms().empty();
+  link.tree_below = tree_below;
   const double steps = tree_below ? 2.0 * std::max(1, log2_steps(n)) : 2.0 * std::max(1, n - 1);
   link.latency_us = intercept * 1e6 / steps;
   // Its band: the 256 bytes' own.
@@ -540,9 +553,6 @@ Link measure_link(Communicator& comm, std::size_t max_bytes, void* device_buffer
   link.busbw_low_gbps = low;
   link.busbw_high_gbps = high;
   link.low_source = "the sweep (1 MiB and up) against the fit: its slowest repetition, its fastest size's median";
-  link.source = fmt::format("{} all-reduce of {} ranks{}, 256 B to {} MiB, measured at start-up", comm.kind(), n,
-                            tree_below ? " (" + comm.algorithms() + ")" : "", max_bytes >> 20);
-  return link;
 }
 
 }  // namespace tb::parallel

@@ -151,6 +151,12 @@ inline constexpr double kSweepStepGapS = 200e-6;  // the LSTM's step
 // slow: never under 100).
 inline constexpr double kSweepSecondsPerSize = 1.5;
 Link measure_link(Communicator& comm, std::size_t max_bytes = std::size_t(16) << 20, void* device_buffer = nullptr);
+// measure_link's fit of a sweep of n ranks (link.sweep: each size's bytes and time, with its
+// slowest and fastest in sweep_slowest and sweep_fastest): the latency per step (the smallest
+// size's time over the ring's 2(n-1) steps, or 2 log2 n where the communicator runs a binomial
+// tree below kMpiRingFromBytes), the bus bandwidth (the least-squares slope through the other
+// sizes from that latency), and their bands.
+void fit_link(Link& link, int n, bool tree_below);
 
 // N devices on M nodes (M divides N; 1: one level), the link within a node and, with M > 1, the
 // network between nodes.
