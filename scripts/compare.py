@@ -267,12 +267,13 @@ class Result:
     @property
     def direction(self) -> str | None:
         """'better' or 'worse' where the difference is beyond noise, else None: by the
-        medians' change, or where the medians are equal by the side the U test found larger."""
+        medians' change, or where the medians are equal by the side the U test found larger
+        (its U of BASE against half its pairs: of repetitions, or of windows where it took them)."""
         if not self.noise.beyond:
             return None
         worse = self.worse_pct
         if not worse:
-            base_larger = self.noise.u_base > self.base.repetitions * self.new.repetitions / 2
+            base_larger = self.noise.u_base > self.noise.n1 * self.noise.n2 / 2
             worse = 1 if base_larger != self.lower_better else -1
         return "worse" if worse > 0 else "better"
 

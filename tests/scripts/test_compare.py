@@ -420,16 +420,53 @@ def test_rows_of_one_repetition_are_tested_over_their_windows(tmp_path):
 
 
 def test_a_shift_inside_the_windows_own_spread_stays_within_noise(tmp_path):
-    """Windows apart by 0.5% that never overlap (p < 0.001) but spread 2% each: within noise,
-    saying why; apart by 10%: beyond."""
+    """Windows that never overlap (p < alpha), but apart by less than a row's own spread: within
+    noise by the spread rule alone, saying why; steady windows apart by 10%: beyond. BASE's run
+    slowed by a tenth for half its windows (interquartile range 9.95); NEW's windows all lie
+    above BASE's, their median 5.5 above BASE's."""
     steady = [100 + 0.2 * k for k in range(10)]  # 100.0 to 101.8: interquartile range 0.9
-    base = one_repetition(BASE, tmp_path / "base.csv", {MLP: steady, LENET: steady})
-    new = one_repetition(NEW, tmp_path / "new.csv", {MLP: [v + 0.5 for v in steady], LENET: [v + 10 for v in steady]})
+    halves = [90 + 0.1 * k for k in range(5)] + [100 + 0.1 * k for k in range(5)]  # median 95.2
+    above = [100.5 + 0.05 * k for k in range(10)]  # 100.5 to 100.95: median 100.725
+    base = one_repetition(BASE, tmp_path / "base.csv", {MLP: halves, LENET: steady})
+    new = one_repetition(NEW, tmp_path / "new.csv", {MLP: above, LENET: [v + 10 for v in steady]})
     r = run_script("compare.py", base, new)
     assert r.returncode == 0, r.stderr
-    assert "within noise (U test p=" in table_line(r.stdout, MLP)
-    assert table_line(r.stdout, MLP).endswith("n=10/10 windows, inside the windows' spread)")
+    line = table_line(r.stdout, MLP)
+    assert "within noise (U test p=" in line
+    assert line.endswith("n=10/10 windows, inside the windows' spread)")
+    # Its p (and adjusted p) is below alpha: the spread rule, not the test, kept it within noise.
+    p, adjusted = map(float, re.search(r"p=(\S+), adjusted (\S+),", line).groups())
+    assert p < 0.05 and adjusted < 0.05, line
     assert "beyond noise within a run" in table_line(r.stdout, LENET)
+
+
+@pytest.mark.parametrize("metric", ["samples_per_s", "step_time_s"])
+def test_equal_medians_take_their_direction_from_the_windows_u(tmp_path, metric):
+    """The LeNet's rows are 50 samples/s on both sides, but eight of NEW's ten windows are above
+    all of BASE's (and two below): beyond noise with U of BASE 20 of 100 pairs, so NEW is the
+    faster, and the change says so whichever way the files are given and the metric is read.
+    (The U of windows was held to half the pairs of repetitions, 1 x 1 / 2, which any U above 0
+    passed: 'worse' here.)"""
+    steady = [50 + 0.1 * k for k in range(10)]
+    mostly_faster = [40, 40.1] + [60 + 0.1 * k for k in range(8)]
+    slow = one_repetition(BASE, tmp_path / "slow.csv", {LENET: steady})
+    fast = one_repetition(NEW, tmp_path / "fast.csv", {LENET: mostly_faster})
+    for base, new, change in ((slow, fast, "+0.0% better"), (fast, slow, "+0.0% worse")):
+        r = run_script("compare.py", base, new, "--metric", metric)
+        assert r.returncode == 0, r.stderr
+        line = table_line(r.stdout, LENET)
+        assert ratio_column(line) == 1.0 and "beyond noise within a run (U test p=0.0257" in line
+        assert f"{change}  beyond noise" in line, (base, new, line)
+
+
+def test_equal_medians_of_repetitions_take_their_direction_from_the_u(compare_mod, tbcsv_mod):
+    """The same rule over repetitions: U of BASE below half its pairs (5 x 5 / 2) is NEW larger."""
+    same = tbcsv_mod.Sample([50.0] * 5, "iterations")
+    for u_base, lower_better, direction in ((3, False, "better"), (22, False, "worse"),
+                                            (3, True, "worse"), (22, True, "better")):
+        noise = compare_mod.NoiseVerdict(compare_mod.BEYOND, 5, 5, p=0.03, u_base=u_base)
+        result = compare_mod.Result(LENET, same, same, noise, lower_better)
+        assert result.direction == direction, (u_base, lower_better)
 
 
 def test_window_values_of_a_step_time_follow_the_rows_samples_per_s(tbcsv_mod):

@@ -85,6 +85,16 @@ def test_a_row_cut_short_is_left_out_saying_so_and_rows_glued_together_are_refus
         tbcsv_mod.read_table(str(glued))
 
 
+def test_a_number_is_a_finite_float_or_none(tbcsv_mod):
+    """tbcsv.number: a cell that is empty, missing, not a number or not finite is no value (an
+    inf or nan rate would poison every median, ratio and band it reached)."""
+    for text in ("inf", "-inf", "+inf", "Infinity", "nan", "NaN", "-nan", "", "  ", "fast"):
+        assert tbcsv_mod.number({"samples_per_s": text}, "samples_per_s") is None, text
+    assert tbcsv_mod.number({}, "samples_per_s") is None
+    assert tbcsv_mod.number({"samples_per_s": " 1e3 "}, "samples_per_s") == 1000.0
+    assert tbcsv_mod.number({"samples_per_s": "-0.5"}, "samples_per_s") == -0.5
+
+
 def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
     header = tbcsv_mod.read_table(GPU_V3).columns
     context = tbcsv_mod.context_columns(header)

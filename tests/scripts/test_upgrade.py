@@ -147,6 +147,24 @@ def test_the_committed_schema_5_runs(tbcsv_mod):
     assert lenet["verdicts"] == "inside_band"  # 18,130.7: more than one rank's 14,508.8
 
 
+def test_a_rate_above_its_band_is_outside_it_and_its_high_end_inside(tbcsv_mod, tmp_path):
+    """bench/predict/predict.cpp compare: inside_band is low <= rate <= high, so a rate above
+    the band's high end is outside it as one below its low end is; the ends are inside. The mpi:2
+    MLP of emulated-1gbit.csv, whose band is 1,446.81 to 1,595.67."""
+    path = ROOT / "results" / "vm" / "predictions-20261126T102553Z" / "emulated-1gbit.csv"
+    benchmark = "train/mlp/mnist/mpi:2/fp32/bs:100/emulated_nodes"
+    rows = raw_rows(path)
+    for rate, verdict in (("1600", "outside_band"), ("1595.67", "inside_band"),
+                          ("1446.81", "inside_band"), ("1446", "outside_band")):
+        for r in rows:
+            if r["benchmark"] == benchmark:
+                r["samples_per_s"] = rate
+        table = tbcsv_mod.read_table(write(tmp_path / "run.csv", list(rows[0]), rows))
+        mlp = row_of(table, benchmark)
+        assert mlp["prediction"] == "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured"
+        assert mlp["verdicts"] == f"not_scaling+{verdict}", rate
+
+
 def test_a_written_efficiency_is_kept(tbcsv_mod):
     """results/vm/data-parallel-mpi.csv (schema 2): its mpi:2 rows wrote their efficiency (over
     a cpu:1 rate of the time): kept as written, the baseline named."""
