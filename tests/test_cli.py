@@ -218,6 +218,16 @@ def test_bad_flags_are_refused_with_the_flag_named(flag, needle):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("flags,needle", [
+    (["--predict_allreduce=1GiB", "--predict_from=x.csv"], "--predict_allreduce predicts one all-reduce"),
+    (["--predict_allreduce=1GiB", "--replay_from=x.csv"], "--predict_allreduce predicts one all-reduce"),
+    (["--predict_from=x.csv", "--replay_from=y.csv"], "--predict_from and --replay_from are two runs"),
+])
+def test_flags_that_exclude_each_other_are_refused_naming_both(flags, needle):
+    r = run(*flags)
+    assert r.returncode == 2 and needle in r.stderr, (r.returncode, r.stderr)
+
+
 def test_csv_with_another_schema_is_refused_and_left_untouched(tmp_path):
     out = tmp_path / "other.csv"
     out.write_text("name,value\nx,1\n")
