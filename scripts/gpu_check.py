@@ -278,6 +278,23 @@ def median_of(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def no_gpu_here(gpu_rows: list[dict[str, str]]) -> str:
+    """The figure of what trainbench did with gpu:1 on a machine without a GPU: its gpu:1 row's
+    reason (a repetition that did not measure first); where it wrote none, another GPU row's."""
+    gpu1 = [r for r in gpu_rows if one_gpu(r)]
+    pick = gpu1 or gpu_rows
+    row = next((r for r in pick if not tbcsv.is_ok(r)), pick[0] if pick else None)
+    if row is None:
+        said = "trainbench wrote no gpu:1 row"
+    elif tbcsv.is_ok(row):
+        said = f"measured {fmt(median(pick, 'samples_per_s'))} samples/s"
+    else:
+        said = why(row).removeprefix("skipped: ")
+    if row is not None and not gpu1:
+        said = f"no gpu:1 row; its {device(row)} row: {said}"
+    return f"- trainbench's gpu:1 here: {said}"
+
+
 def cmd_machine(args, figures: list[str]) -> str:
     # The step loop's measured rows: its gpu:N predictions are other devices' rates.
     rows = [r for r in iterations(args.csv) if not tbcsv.is_predicted(r)]
@@ -293,9 +310,10 @@ def cmd_machine(args, figures: list[str]) -> str:
         if not ok:
             raise Verdict("failed", "trainbench measured no cpu row")
         figures.append(f"- step loop: {ok[0]['benchmark']} {fmt(median(ok, 'samples_per_s'))} samples/s")
-        skipped = next((r for r in gpu_rows if r.get("status") == "skipped"), None)
-        if skipped:
-            figures.append(f"- trainbench's gpu:1 here: {why(skipped).removeprefix('skipped: ')}")
+        figures.append(no_gpu_here(gpu_rows))
+        # Without a GPU, trainbench must skip its GPU rows saying why: one that failed (a CUDA
+        # error) fails the step.
+        first_failed(gpu_rows)
         return "passed: no GPU; trainbench trains on the CPU"
     first_failed(gpu_rows)
     ok = [r for r in gpu_rows if tbcsv.is_ok(r)]

@@ -76,6 +76,17 @@ def test_every_test_skipping_itself_is_a_skipped_step_with_the_reason(tmp_path):
     assert verdict == "skipped: every test skipped itself: no usable GPU: no CUDA-capable device is detected"
 
 
+def test_a_binary_that_ran_no_test_is_failed_not_skipped(tmp_path):
+    """A filter that matched nothing, or a binary that printed nothing, exited 0 having tested
+    nothing: failed with its last words, not `every test skipped itself`."""
+    log = tmp_path / "log"
+    log.write_text("Note: Google Test filter = Nccl*\n[==========] Running 0 tests from 0 test suites.\n"
+                   "[==========] 0 tests from 0 test suites ran. (0 ms total)\n[  PASSED  ] 0 tests.\n")
+    assert judge("gtest", log, 0, "--what", "test_mpi")[0] == "failed: test_mpi ran no test: [ PASSED ] 0 tests."
+    log.write_text("")
+    assert judge("gtest", log, 0)[0] == "failed: the tests ran no test: (no output)"
+
+
 def test_two_ranks_interleaved_count_once_per_rank(tmp_path):
     log = tmp_path / "log"
     one = ["[==========] 2 tests from 1 test suite ran. (9 ms total)", "[  PASSED  ] 2 tests."]
@@ -195,6 +206,17 @@ def test_clocks_mixed_up_or_a_failed_row_fail_the_default_set(tmp_path):
                       "access was encountered"
 
 
+def test_a_gpu1_row_without_the_device_clock_fails_the_default_set(tmp_path):
+    """A schema 6 gpu:1 row whose device_samples_per_s is empty: its two clocks cannot be held
+    against each other."""
+    rows = with_dp_overhead(rows_of(H100_DEFAULT), lambda name: 0.01)
+    for r in rows:
+        if r["benchmark"] == "train/lenet5/cifar10/gpu:1/fp32/bs:100":
+            r["device_samples_per_s"] = ""
+    verdict, _ = judge("default", write_rows(tmp_path / "nodevice.csv", rows))
+    assert verdict == "failed: train/lenet5/cifar10/gpu:1/fp32/bs:100: no device clock (device_samples_per_s is empty)"
+
+
 def test_a_command_that_stopped_before_writing_rows_is_failed_with_its_error(tmp_path):
     log = tmp_path / "log"
     log.write_text("trainbench 0123 on host\ntrainbench: error: --devices: 'gpu:1/jobz:2': after the slash, jobs:K\n")
@@ -203,6 +225,18 @@ def test_a_command_that_stopped_before_writing_rows_is_failed_with_its_error(tmp
     rows = with_dp_overhead(rows_of(H100_DEFAULT), lambda name: 0.01)
     verdict, _ = judge("default", write_rows(tmp_path / "default.csv", rows), "--status", 0, "--timed-out", 150)
     assert verdict == "failed: trainbench timed out after 150 s"
+
+
+def test_a_command_that_exited_non_zero_after_good_rows_is_failed_with_its_error(tmp_path):
+    """Rows that pass do not explain a non-zero exit status: the step is failed with the log's
+    error line."""
+    log = tmp_path / "log"
+    log.write_text("trainbench 0123 on host\nterminate called after throwing an instance of 'tb::CudaError'\n")
+    assert judge("jobs", jobs_rows(tmp_path))[0].startswith("passed: ")
+    verdict, _ = judge("jobs", jobs_rows(tmp_path), "--status", 134, "--log", log)
+    assert verdict == "failed: trainbench exited 134: terminate called after throwing an instance of 'tb::CudaError'"
+    verdict, _ = judge("timeline", H100 / "resnet224-timeline-20261124.csv", "--status", 1, "--log", log)
+    assert verdict == "failed: trainbench exited 1: terminate called after throwing an instance of 'tb::CudaError'"
 
 
 def test_a_machine_without_a_gpu_trains_on_the_cpu_and_says_why_not_the_gpu():
@@ -256,6 +290,67 @@ def test_a_gpu_trainbench_cannot_use_fails_the_machine_step_with_its_reason():
     assert verdict.startswith("failed: trainbench cannot use the GPU nvidia-smi lists: skipped: gpu:1: ")
 
 
+def test_a_machine_step_without_a_measured_cpu_row_fails(tmp_path):
+    """On a machine without a GPU, a CSV holding only the skipped gpu:1 and gpu:all rows."""
+    rows = [r for r in rows_of(VM / "default-20261126.csv") if r["device"] != "cpu"]
+    assert rows and all(r["status"] == "skipped" for r in rows)
+    verdict, _ = judge("machine", write_rows(tmp_path / "nocpu.csv", rows))
+    assert verdict == "failed: trainbench measured no cpu row"
+
+
+VM_MLP_GPU1 = "train/mlp/mnist/gpu:1/fp32/bs:100"
+
+
+def test_a_failed_gpu_row_fails_the_machine_step_without_a_gpu(tmp_path):
+    """Without a GPU trainbench must skip its GPU rows saying why; a gpu:1 row that failed (a CUDA
+    error) fails the step, and the gpu:1 line is that row's, not the gpu:all row's."""
+    rows = rows_of(VM / "default-20261126.csv")
+    for r in rows:
+        if r["benchmark"] == VM_MLP_GPU1:
+            r.update(status="failed", message="cudaErrorUnknown")
+    verdict, figures = judge("machine", write_rows(tmp_path / "failed.csv", rows))
+    assert verdict == f"failed: {VM_MLP_GPU1}: cudaErrorUnknown"
+    assert figures[1].startswith("- step loop: train/mlp/mnist/cpu/fp32/bs:100 ")
+    assert figures[2] == "- trainbench's gpu:1 here: failed: cudaErrorUnknown"
+
+
+def test_the_machine_steps_gpu1_line_is_the_gpu1_rows_reason(tmp_path):
+    """The gpu:all row first in the file: the line still gives gpu:1's reason; without any gpu:1
+    row it says so, and gives the gpu:all row's."""
+    rows = rows_of(VM / "default-20261126.csv")
+    for r in rows:
+        if r["device"] == "gpu:1":
+            r["message"] = "skipped: gpu:1: the gpu:1 reason"
+    rows.sort(key=lambda r: r["device"] != "gpu:all")
+    verdict, figures = judge("machine", write_rows(tmp_path / "sorted.csv", rows))
+    assert verdict == "passed: no GPU; trainbench trains on the CPU"
+    assert figures[2] == "- trainbench's gpu:1 here: gpu:1: the gpu:1 reason"
+    rows = [r for r in rows if r["device"] != "gpu:1"]
+    verdict, figures = judge("machine", write_rows(tmp_path / "nogpu1.csv", rows))
+    assert verdict == "passed: no GPU; trainbench trains on the CPU"
+    assert figures[2].startswith("- trainbench's gpu:1 here: no gpu:1 row; its gpu:all row: gpu:all: no usable ")
+
+
+def test_a_failed_cpu_repetition_fails_the_machine_step_without_a_gpu(tmp_path):
+    """Beside measured cpu rows, one that failed fails the step (first_failed of the cpu rows)."""
+    rows = rows_of(VM / "default-20261126.csv")
+    lstm = next(r for r in rows if r["benchmark"] == "train/lstm/sine/cpu/fp32/bs:20")
+    rows.append(dict(lstm, repetition="1", status="failed", message="std::bad_alloc"))
+    verdict, _ = judge("machine", write_rows(tmp_path / "failed.csv", rows))
+    assert verdict == "failed: train/lstm/sine/cpu/fp32/bs:20: std::bad_alloc"
+
+
+def test_a_failed_gpu_repetition_fails_the_machine_step_beside_a_good_one(tmp_path):
+    """The H100's step loop, a second repetition of its one row failed."""
+    rows = [r for r in rows_of(H100 / "default-20261124.csv")
+            if r["benchmark"] == "train/resnet152/cifar10/gpu:1/bf16/bs:128"]
+    rows.append(dict(rows[0], repetition="1", status="failed",
+                     message="cudaErrorIllegalAddress: an illegal memory access was encountered"))
+    verdict, _ = judge("machine", write_rows(tmp_path / "machine.csv", rows), "--gpu")
+    assert verdict == "failed: train/resnet152/cifar10/gpu:1/bf16/bs:128: cudaErrorIllegalAddress: an illegal " \
+                      "memory access was encountered"
+
+
 def jobs_rows(tmp_path, refused_message="skipped: gpu:1/jobs:1000: 1000 jobs of 0.05 GiB planned (bs 100, fp32) and "
               "about 1 GiB of CUDA context each need 1050.0 GiB, GPU 0 has 79.1 GiB free: at most 75 such jobs"):
     """gpu:1/jobs:2, gpu:1/threads:2 and gpu:1/jobs:1000 rows of the MLP, made from the VM's cpu row
@@ -281,6 +376,56 @@ def test_jobs_and_threads_run_in_one_window_and_the_memory_bound_refuses_too_man
     assert verdict.startswith("failed: train/mlp/mnist/gpu:1/jobs:1000/fp32/bs:100: the memory bound did not refuse 1000")
 
 
+def jobs_edited(tmp_path, changes):
+    """jobs_rows' rows, the row of each device in `changes` updated by its dict (None: left out)."""
+    rows = [dict(r, **changes.get(r["device"], {})) for r in rows_of(jobs_rows(tmp_path))
+            if changes.get(r["device"], {}) is not None]
+    return write_rows(tmp_path / "edited.csv", rows)
+
+
+JOBS2 = "train/mlp/mnist/gpu:1/jobs:2/fp32/bs:100"
+
+
+@pytest.mark.parametrize("window", ["", "0", "-1.5"])
+def test_a_jobs_row_without_a_common_window_fails(tmp_path, window):
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/jobs:2": {"jobs_window_s": window}}))
+    assert verdict == f"failed: {JOBS2}: no common window (jobs_window_s is empty)"
+
+
+def test_jobs_or_threads_rows_missing_fail_the_jobs_step(tmp_path):
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/threads:2": None}))
+    assert verdict == "failed: expected measured gpu:1/jobs:K and gpu:1/threads:K rows, found {'jobs': 1, 'threads': 0}"
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/jobs:2": None}))
+    assert verdict == "failed: expected measured gpu:1/jobs:K and gpu:1/threads:K rows, found {'jobs': 0, 'threads': 1}"
+
+
+def test_a_jobs_step_that_never_tried_the_memory_bound_fails(tmp_path):
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/jobs:1000": None}))
+    assert verdict == "failed: no row of more than 16 jobs: the memory bound was not tried"
+    # A bound of 1000 makes the jobs:1000 row one that must run: it did not measure.
+    verdict, _ = judge("jobs", jobs_rows(tmp_path), "--max-runnable", 1000)
+    assert verdict.startswith("failed: train/mlp/mnist/gpu:1/jobs:1000/fp32/bs:100: skipped: gpu:1/jobs:1000: ")
+
+
+def test_a_jobs_or_threads_row_that_measured_nothing_fails_with_its_reason(tmp_path):
+    """A skipped row within the bound (a failed one is first_failed's)."""
+    skip = {"status": "skipped", "message": "skipped: no usable GPU", "samples_per_s": "", "step_time_s": ""}
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/jobs:2": skip}))
+    assert verdict == f"failed: {JOBS2}: skipped: no usable GPU"
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/threads:2": skip}))
+    assert verdict == "failed: train/mlp/mnist/gpu:1/threads:2/fp32/bs:100: skipped: no usable GPU"
+
+
+def test_a_failed_jobs_repetition_fails_the_jobs_step_beside_a_good_one(tmp_path):
+    rows = rows_of(jobs_rows(tmp_path))
+    threads = next(r for r in rows if r["device"] == "gpu:1/threads:2")
+    rows.append(dict(threads, repetition="1", status="failed",
+                     message="cudaErrorLaunchFailure: unspecified launch failure"))
+    verdict, _ = judge("jobs", write_rows(tmp_path / "failed.csv", rows))
+    assert verdict == "failed: train/mlp/mnist/gpu:1/threads:2/fp32/bs:100: cudaErrorLaunchFailure: unspecified " \
+                      "launch failure"
+
+
 def test_emulated_nodes_against_their_prediction_and_their_mark():
     verdict, figures = judge("spanning", EMULATED, "--device", "mpi:2", "--emulated", "--expect", 4)
     assert verdict == "passed: 4 mpi:2 rows measured, 3 inside their predicted band"
@@ -298,6 +443,15 @@ def test_rows_not_marked_as_emulated_nodes_fail_the_emulated_step(tmp_path):
     verdict, _ = judge("spanning", write_rows(tmp_path / "plain.csv", rows), "--device", "mpi:2", "--emulated")
     assert verdict == "failed: train/mlp/mnist/mpi:2/fp32/bs:100/emulated_nodes: not marked as emulated nodes " \
                       "(emulated_nodes is empty)"
+
+
+def test_a_failed_row_fails_the_spanning_step_with_its_message(tmp_path):
+    rows = rows_of(EMULATED)
+    for r in rows:
+        if r["benchmark"] == "train/lstm/sine/mpi:2/fp32/bs:20/emulated_nodes":
+            r.update(status="failed", message="MPI_Allreduce: rank 1 lost")
+    verdict, _ = judge("spanning", write_rows(tmp_path / "failed.csv", rows), "--device", "mpi:2")
+    assert verdict == "failed: train/lstm/sine/mpi:2/fp32/bs:20/emulated_nodes: MPI_Allreduce: rank 1 lost"
 
 
 def test_the_timeline_cost_is_read_from_rows_with_and_without_it():
@@ -333,12 +487,58 @@ def test_the_timeline_cost_pools_every_window_of_every_repetition(tmp_path):
                for f in figures), figures
 
 
+def test_a_timeline_step_without_both_sides_of_a_benchmark_fails(tmp_path):
+    rows = rows_of(H100 / "resnet224-timeline-20261124.csv")
+    on = [r for r in rows if "timeline:off" not in r.get("variant", "")]
+    verdict, _ = judge("timeline", write_rows(tmp_path / "on.csv", on))
+    assert verdict == "failed: no benchmark has both a --timeline=on and a --timeline=off row"
+    for r in rows:  # the off side skipped: its reason is given
+        if "timeline:off" in r.get("variant", ""):
+            r.update(status="skipped", message="skipped: gpu:1: no usable GPU", samples_per_s="")
+    verdict, _ = judge("timeline", write_rows(tmp_path / "skipped.csv", rows))
+    assert verdict == "failed: no benchmark has both a --timeline=on and a --timeline=off row: " \
+                      "skipped: gpu:1: no usable GPU"
+
+
+def test_a_failed_timeline_repetition_fails_the_timeline_step_beside_good_ones(tmp_path):
+    rows = rows_of(H100 / "resnet224-timeline-20261124.csv")
+    on = next(r for r in rows if "timeline:off" not in r.get("variant", "") and r.get("samples_per_s")
+              and r.get("run_type") == "iteration")
+    rows.append(dict(on, repetition="9", status="failed", message="cudaErrorIllegalAddress", samples_per_s=""))
+    verdict, _ = judge("timeline", write_rows(tmp_path / "failed.csv", rows))
+    assert verdict == f"failed: {on['benchmark']}: cudaErrorIllegalAddress"
+
+
 def test_the_peer_sets_trainbench_beside_pytorch_on_both_clocks():
     tb = H100 / "trainbench-vs-pytorch-20261123T050007Z-trainbench.csv"
     pt = H100 / "trainbench-vs-pytorch-20261123T050007Z-pytorch.csv"
     verdict, figures = judge("peer", tb, pt)
     assert verdict == "passed: 10 benchmarks measured on both sides"
     assert "| train/resnet152/imagenet/gpu:1/fp32/bs:128 | 394.7 | 379.4 | 1.04x | 1.04x | - |" in figures
+
+
+def test_a_peer_without_a_benchmark_measured_on_both_sides_fails(tmp_path):
+    tb = H100 / "trainbench-vs-pytorch-20261123T050007Z-trainbench.csv"
+    pt = rows_of(H100 / "trainbench-vs-pytorch-20261123T050007Z-pytorch.csv")
+    for r in pt:
+        r.update(status="skipped", message="skipped: torch.cuda.is_available() is False", samples_per_s="")
+    verdict, figures = judge("peer", tb, write_rows(tmp_path / "pytorch.csv", pt))
+    assert verdict == "failed: no benchmark has rows of both trainbench and PyTorch"
+    assert not any(f.startswith("| train/") for f in figures)
+
+
+@pytest.mark.parametrize("side", ["trainbench", "pytorch"])
+def test_a_failed_row_on_either_side_fails_the_peer_beside_measured_pairs(tmp_path, side):
+    paths = {s: H100 / f"trainbench-vs-pytorch-20261123T050007Z-{s}.csv" for s in ("trainbench", "pytorch")}
+    rows = rows_of(paths[side])
+    good = next(r for r in rows if r.get("status") == "ok" and r.get("samples_per_s")
+                and r.get("run_type", "iteration") == "iteration")
+    rows.append(dict(good, repetition="9", status="failed", message="CUDA out of memory", samples_per_s=""))
+    paths[side] = write_rows(tmp_path / f"{side}.csv", rows)
+    verdict, figures = judge("peer", paths["trainbench"], paths["pytorch"])
+    # The reader names the row as tbcsv does (these schema 2 rows gain /data_on_device).
+    assert verdict.startswith(f"failed: {good['benchmark']}") and verdict.endswith(": CUDA out of memory"), verdict
+    assert any(f.startswith("| train/") for f in figures)
 
 
 @pytest.mark.parametrize("command", ["machine", "default", "jobs", "timeline"])
