@@ -62,12 +62,24 @@ bool has_prefix(int argc, char** argv, const char* prefix) {
 // nothing: rank 0 prints and writes the CSV.
 class SilentReporter : public benchmark::BenchmarkReporter {
  public:
+  explicit SilentReporter(int rank) : rank_(rank) {}
   bool ReportContext(const Context&) override { return true; }
+  // A rank's own failure is said here, once a row: rank 0's row may only say that it waited for
+  // this rank (a deadline), and a rank that failed alone said nothing. Another rank's failed
+  // set-up is rank 0's to say.
   void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs)
-      if (r.error_occurred && !tb::bench::is_skip(r.error_message)) ++failed;
+    for (const Run& r : runs) {
+      if (!r.error_occurred || tb::bench::is_skip(r.error_message)) continue;
+      ++failed;
+      if (!tb::parallel::another_ranks_set_up_failed(r.error_message))
+        std::cerr << fmt::format("trainbench rank {}: {} failed: {}\n", rank_, r.benchmark_name(), r.error_message)
+                  << std::flush;
+    }
   }
   int failed = 0;
+
+ private:
+  int rank_;
 };
 
 // The machine context of the CSV, in Google Benchmark's own JSON and console context too.
@@ -400,7 +412,7 @@ int main(int argc, char** argv) {
   if (flags.benchmark_format != "console" || json_out) add_json_context(run.machine, harness.benchmarks());
   Reporter reporter(harness, *run.rows, display_options(flags));
   if (rank != 0) {
-    SilentReporter silent;
+    SilentReporter silent(rank);
     benchmark::RunSpecifiedBenchmarks(&silent);
     benchmark::Shutdown();
     harness.release_sessions();

@@ -568,8 +568,9 @@ def write_small_mnist(folder, images=300):
 def test_a_rank_that_cannot_set_up_a_row_fails_it_on_every_rank_and_the_next_rows_run(tmp_path):
     """Rank 1 sees a truncated MNIST file where rank 0 sees a whole one (a node whose copy is
     broken: a file bind-mounted over it in rank 1's own mount namespace). Its MLP rows fail on
-    every rank, rank 0's row naming rank 1 and the file, and the LSTM's rows after them run. Before,
-    rank 0 waited for ever in the mpi:2 row's MPI_Comm_dup, which rank 1 never reached."""
+    every rank, rank 0's row naming rank 1 and the file, rank 1 saying its error, and the LSTM's rows
+    after them run. Before, rank 0 waited for ever in the mpi:2 row's MPI_Comm_dup, which rank 1
+    never reached, and rank 1 said nothing."""
     good = tmp_path / "data" / "mnist"
     write_small_mnist(good)
     bad = tmp_path / "truncated"
@@ -598,6 +599,12 @@ def test_a_rank_that_cannot_set_up_a_row_fails_it_on_every_rank_and_the_next_row
             row["message"], row["message"]
     for device in ("cpu:1", "mpi:2"):
         assert rows[f"train/lstm/sine/{device}/fp32/bs:20"]["status"] == "ok", rows
+    # Rank 1 says its own error, once a row; rank 0's rows name it.
+    said = [line for line in r.stderr.splitlines() if line.startswith("trainbench rank 1: ")]
+    assert [line.split(" failed: ")[0] for line in said] == [
+        "trainbench rank 1: train/mlp/mnist/cpu:1/fp32/bs:100", "trainbench rank 1: train/mlp/mnist/mpi:2/fp32/bs:100"
+    ], said
+    assert all("train-images-idx3-ubyte" in line for line in said), said
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")

@@ -80,6 +80,10 @@ std::vector<std::string> all_ranks(const std::string& mine, const std::string& w
   return {mine};
 }
 
+namespace {
+constexpr const char* kCouldNotSetUp = " could not set up this row: ";
+}  // namespace
+
 void set_up_together(const std::string& row, const std::function<void()>& local) {
   std::exception_ptr failure;
   std::string mine;  // "" where it went well, else "!" and the error
@@ -102,7 +106,11 @@ void set_up_together(const std::string& row, const std::function<void()>& local)
   const std::vector<std::string> all = all_ranks(mine, "set up " + row);
   if (failure) std::rethrow_exception(failure);
   for (std::size_t r = 0; r < all.size(); ++r)
-    if (!all[r].empty()) throw Error(fmt::format("rank {} could not set up this row: {}", r, all[r].substr(1)));
+    if (!all[r].empty()) throw Error(fmt::format("rank {}{}{}", r, kCouldNotSetUp, all[r].substr(1)));
+}
+
+bool another_ranks_set_up_failed(const std::string& message) {
+  return message.rfind("rank ", 0) == 0 && message.find(kCouldNotSetUp) != std::string::npos;
 }
 
 std::unique_ptr<Communicator> world_comm() {

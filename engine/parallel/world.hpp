@@ -38,6 +38,9 @@ std::vector<std::string> all_ranks(const std::string& mine, const std::string& w
 // one for a rank whose set-up failed (MPI_Comm_dup waited for ever). Throws on every rank where any
 // failed: this rank's own error, or else the first failing rank's, named. Without mpirun, local().
 void set_up_together(const std::string& row, const std::function<void()>& local);
+// Whether `message` is what set_up_together threw on a rank whose own set-up went well (another
+// rank's failure, which rank 0 reports).
+bool another_ranks_set_up_failed(const std::string& message);
 // A new communicator over every rank, for a harness's own agreement and timing. Throws
 // tb::Error outside mpirun.
 std::unique_ptr<Communicator> world_comm();
