@@ -536,6 +536,62 @@ TEST(Predict, NcclLinksChooseAProtocolAndNameIt) {
   EXPECT_NEAR(one / eight, 8, 0.5) << "bandwidth-bound: about 8x";
 }
 
+// NCCL 2.28's tuning model (src/graph/tuning.cc) pinned, one protocol at a time, where each wins:
+// base latency + steps x the step's latency per hardware, and the bytes over the protocol's share
+// of the bus bandwidth (ring: 2(N-1)/N of them; tree: 2 over 0.92 x its share). Each figure is
+// written out, so that a constant that moves fails here. nvlink4: 370 GB/s; ib_ndr400x8: 8 NICs
+// of 45 GB/s, so 360 for 8 GPUs a node.
+TEST(Predict, NcclsProtocolsCostWhatItsTuningModelSays) {
+  struct Case {
+    const char* what;
+    const char* link;
+    int devices, nodes;
+    double bytes, expected_us;
+    const char* algorithm;
+  };
+  const double ring8 = 1.75;  // 2(N-1)/N, N = 8
+  const Case cases[] = {
+      {"ring/ll: base 6.6, 14 NVLink steps of 0.6, half the bus", "nvlink4", 8, 1, 262144,
+       6.6 + 14 * 0.6 + ring8 * 262144 / (0.5 * 370e9) * 1e6, "ring/ll"},
+      {"ring/ll128: base 14, steps of 1.9, 0.92 of the bus", "nvlink4", 8, 1, 26214400,
+       14 + 14 * 1.9 + ring8 * 26214400 / (0.92 * 370e9) * 1e6, "ring/ll128"},
+      {"ring/simple: base 8.4, steps of 3.4, the whole bus", "nvlink4", 8, 1, 1e8,
+       8.4 + 14 * 3.4 + ring8 * 1e8 / 370e9 * 1e6, "ring/simple"},
+      // At 6 MB ring/ll128 wins by 5 us over tree/ll128 at 7/9 of the bus (31.5 + 45.3 us); at
+      // 120/128 within one node the tree would win (69.1 us).
+      {"the one-node tree's 7/9 keeps ring/ll128 ahead at 6 MB", "nvlink4", 8, 1, 6e6,
+       14 + 14 * 1.9 + ring8 * 6e6 / (0.92 * 370e9) * 1e6, "ring/ll128"},
+      {"tree/ll128 across nodes: chains of 7 steps of 1.25, 1 of 8.5, 120/128 of the bus", "ib_ndr400x8", 16, 2, 1e7,
+       14 + 2 * (7 * 1.25 + 1 * 8.5) + 2 * 1e7 / (0.92 * 120.0 / 128 * 360e9) * 1e6, "tree/ll128"},
+      {"tree/ll across nodes: base 6.8, steps of 0.6 and 5.0, 1/3.8 of the bus", "ib_ndr400x8", 16, 2, 4000,
+       6.8 + 2 * (7 * 0.6 + 1 * 5.0) + 2 * 4000 / (0.92 / 3.8 * 360e9) * 1e6, "tree/ll"},
+      {"tree/simple across 16 nodes: steps of 4.0 and 14, log2 16 = 4 between", "ib_ndr400x8", 128, 16, 1e9,
+       8.4 + 2 * (7 * 4.0 + 4 * 14) + 2 * 1e9 / (0.92 * 360e9) * 1e6, "tree/simple"},
+      {"the ring's 2(M-1) steps between 4 nodes at 14, 2(N-1) - 2(M-1) within at 3.4", "ib_ndr400x8", 32, 4, 1e9,
+       8.4 + 56 * 3.4 + 6 * 14 + 2.0 * 31 / 32 * 1e9 / 360e9 * 1e6, "ring/simple"},
+      // NCCL's log2i rounds down: 3 nodes are 1 step of the tree apart, not 2.
+      {"tree/ll across 3 nodes: log2 3 rounded down", "ib_ndr400x8", 24, 3, 4000,
+       6.8 + 2 * (7 * 0.6 + 1 * 5.0) + 2 * 4000 / (0.92 / 3.8 * 360e9) * 1e6, "tree/ll"},
+      {"PCIe: steps of 1.0, no LL128", "pcie4", 8, 1, 4000, 6.6 + 14 * 1.0 + ring8 * 4000 / (0.5 * 24e9) * 1e6,
+       "ring/ll"},
+      {"NVLS: 25 us, 480 GB/s among 8", "nvlink4_nvls", 8, 1, 1e8, 25 + ring8 * 1e8 / 480e9 * 1e6, "nvls/simple"},
+  };
+  for (const Case& k : cases) {
+    parallel::Cluster c;
+    c.devices = k.devices;
+    c.nodes = k.nodes;
+    if (k.nodes > 1) {
+      c.link = parallel::parse_link("nvlink4");
+      c.network = parallel::parse_network(k.link);
+    } else {
+      c.link = parallel::parse_link(k.link);
+    }
+    const parallel::AllReduce a = parallel::all_reduce(k.bytes, c);
+    EXPECT_EQ(a.algorithm, k.algorithm) << k.what;
+    EXPECT_NEAR(a.s * 1e6, k.expected_us, 1e-6) << k.what;
+  }
+}
+
 // NVLink SHARP (nvlink4_nvls) joins the ring and the tree where NCCL runs it, within one node:
 // at 5 to 8 GPUs its measured bus bandwidth (420-480 GB/s) beats the ring's 370 for large buffers;
 // up to 4 GPUs it reaches the ring's and gains nothing but latency (25 us against the ring's 28.8

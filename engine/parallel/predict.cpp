@@ -183,6 +183,12 @@ double latency_at(const Link& link, End end) {
 }
 
 int log2_steps(int n) { return n > 1 ? int(std::ceil(std::log2(double(n)))) : 0; }
+// NCCL's count of a tree's steps between M nodes: its log2i, rounded down (3 nodes: 1).
+int nccl_tree_steps(int nodes) {
+  int steps = 0;
+  while (nodes >>= 1) ++steps;
+  return steps;
+}
 
 }  // namespace
 
@@ -218,7 +224,7 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
   if (nodes > 1) busbw = std::min(busbw, busbw_at(c.network, end) * std::min(c.network.nics, per_node));
   busbw *= 1e9;
   // NCCL's ring: 2(N-1) steps, 2(M-1) of them between nodes (its 2.28 model); its tree: a chain
-  // within a node, a tree of log2 M between nodes, up and down.
+  // within a node, a tree of log2 M between nodes (rounded down, as NCCL's log2i), up and down.
   const int inter_steps = nodes > 1 ? 2 * (nodes - 1) : 0, intra_steps = 2 * (n - 1) - inter_steps;
   AllReduce best{INFINITY, ""};
   const auto consider = [&](double latency_us, double s, std::string name) {
@@ -255,7 +261,7 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     const double tree_share = nodes > 1 ? p.tree_share : p.tree_share_one_node;
     consider(p.ring_base_us + intra_steps * p.ring_step_us[intra_hw] + inter_steps * ring_inter,
              allreduce_bus_factor(n) * bytes / (p.ring_share * busbw), fmt::format("ring/{}", p.name));
-    consider(p.tree_base_us + 2 * ((per_node - 1) * p.tree_step_us[intra_hw] + log2_steps(nodes) * tree_inter),
+    consider(p.tree_base_us + 2 * ((per_node - 1) * p.tree_step_us[intra_hw] + nccl_tree_steps(nodes) * tree_inter),
              2 * bytes / (0.92 * tree_share * busbw), fmt::format("tree/{}", p.name));
   }
   // NVLink SHARP, within one node (NCCL 2.28 runs it across nodes only with CollNet): its slow end
