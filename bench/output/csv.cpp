@@ -238,6 +238,29 @@ void CsvWriter::write_row(const Row& row) {
   last_ = benchmark;
 }
 
+namespace {
+// A row of trainbench's is a few KiB (its prediction inputs the most of it): a record of more is
+// no trainbench CSV, and reading a line of gigabytes whole (a binary file, a file with no line
+// break) ran out of memory.
+constexpr std::size_t kMaxRecordBytes = std::size_t(16) << 20;
+
+// std::getline's, up to `cap` bytes: false at the end of the file; throws past `cap`.
+bool read_line(std::istream& in, std::string& line, std::size_t cap, const std::string& where, int number) {
+  line.clear();
+  std::streambuf* buffer = in.rdbuf();
+  bool any = false;
+  for (int c = buffer->sbumpc(); c != std::char_traits<char>::eof(); c = buffer->sbumpc()) {
+    any = true;
+    if (c == '\n') return true;
+    if (line.size() >= cap)
+      throw InputError(fmt::format("{}: line {} runs past {} MiB: not a trainbench CSV (its rows are a few KiB)", where,
+                                   number, kMaxRecordBytes >> 20));
+    line += char(c);
+  }
+  return any;
+}
+}  // namespace
+
 std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}={}: cannot be read ({})", flag, path, std::strerror(errno)));
@@ -246,7 +269,8 @@ std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
   std::vector<const Column*> by_header;  // the column of each of the header's fields; null: not this schema's
   std::string line, record;
   int number = 0, first = 0;
-  while (std::getline(in, line)) {
+  const std::string where = fmt::format("{}={}", flag, path);
+  while (read_line(in, line, kMaxRecordBytes - std::min(record.size(), kMaxRecordBytes), where, number + 1)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (record.empty()) first = number;

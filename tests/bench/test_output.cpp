@@ -307,6 +307,10 @@ TEST(ReadCsv, BrokenFilesAreRefusedNamingTheFileAndTheLine) {
   EXPECT_NE(refused(write_file("other.csv", "a,b\n1,2\n")).find("not a trainbench CSV"), std::string::npos);
   const std::string glued = refused(write_file("glued.csv", "schema_version,benchmark,status\n6,a,ok,6,b,ok\n"));
   EXPECT_NE(glued.find("line 2 has 6 fields, the header has 3"), std::string::npos) << glued;
+  // A line of 17 MiB (a binary file, no line break) is refused as it is read, not read whole.
+  const std::string huge =
+      refused(write_file("huge.csv", "schema_version,benchmark\n6," + std::string(std::size_t(17) << 20, 'a')));
+  EXPECT_NE(huge.find("line 2 runs past 16 MiB: not a trainbench CSV"), std::string::npos) << huge;
   const std::string typed = refused(write_file("typed.csv", "schema_version,benchmark,threads\n6,a,4\n6,b,four\n"));
   EXPECT_NE(typed.find("line 3: threads is 'four', not a whole number"), std::string::npos) << typed;
   // A column of another schema is left out, one this schema has and the file lacks stays empty.
