@@ -64,7 +64,7 @@ class SilentReporter : public benchmark::BenchmarkReporter {
  public:
   explicit SilentReporter(int rank) : rank_(rank) {}
   bool ReportContext(const Context&) override { return true; }
-  // A rank's own failure is said here, once a row: rank 0's row may only say that it waited for
+  // A rank's own failure is said here, once a repetition: rank 0's row may only say it waited for
   // this rank (a deadline), and a rank that failed alone said nothing. Another rank's failed
   // set-up is rank 0's to say.
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -413,7 +413,13 @@ int main(int argc, char** argv) {
   Reporter reporter(harness, *run.rows, display_options(flags));
   if (rank != 0) {
     SilentReporter silent(rank);
-    benchmark::RunSpecifiedBenchmarks(&silent);
+    try {
+      benchmark::RunSpecifiedBenchmarks(&silent);
+    } catch (const CsvWriteError& e) {  // rank 0 stopped: so does this rank
+      std::cerr << fmt::format("trainbench rank {}: {}\n", rank, e.what());
+      harness.release_sessions();
+      return 1;
+    }
     benchmark::Shutdown();
     harness.release_sessions();
     return silent.failed > 0 ? 1 : 0;

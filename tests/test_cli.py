@@ -608,6 +608,27 @@ def test_a_rank_that_cannot_set_up_a_row_fails_it_on_every_rank_and_the_next_row
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+@pytest.mark.parametrize("timeline", ["off", "on"])
+def test_rows_that_rank_0_alone_fails_keep_the_ranks_together_over_repetitions(tmp_path, timeline):
+    """A learning rate too small to move the loss fails each cpu:1 row on rank 0 alone (only rank 0
+    checks it) and each mpi:2 row on every rank, at each of two repetitions: every row is written,
+    failed with the loss's message, and the job ends of itself. Before, the ranks standing by kept
+    their run of the cpu:1 row where rank 0 built a new one, their collectives paired across rows,
+    and the job died (MPI_ERR_TRUNCATE; with the timeline on, it hung)."""
+    out = tmp_path / "run.csv"
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")
+    r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY,
+                        "--benchmark_filter=train/(mlp/mnist|lstm/sine)/", "--devices=cpu:1,mpi:2", "--lr=1e-30",
+                        f"--timeline={timeline}", "--iterations=2", "--benchmark_repetitions=2", f"--csv={out}"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 1 and "MPI_ERR" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    rows = [row for row in read_csv(out) if row["measurement"] == "measured" and row["run_type"] == "iteration"]
+    assert sorted((row["device"], row["model"], row["repetition"]) for row in rows) == sorted(
+        (device, model, rep) for device in ("cpu:1", "mpi:2") for model in ("mlp", "lstm") for rep in ("0", "1"))
+    assert all(row["status"] == "failed" and "loss did not fall" in row["message"] for row in rows), rows
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
 def test_a_data_parallel_row_that_diverges_under_mpirun_fails_and_the_job_ends_normally(tmp_path):
     """Ranks share the gradients, so a diverging loss is not finite on every rank in the same
     step: the mpi:2 row fails with the loss's message, as a one-device row does, and the job ends

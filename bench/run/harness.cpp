@@ -4,6 +4,7 @@
 #include "bench/run/harness.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -146,6 +147,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
         info.dataset);
   const double load = load_average_1m();
   const bool busy = loaded(info, load);
+  std::string how = "";  // how this rank's repetition ended: "" well, "failed", "stop" (the CSV)
   try {
     // Each row reports its own peak resident set, not an earlier row's (a ResNet-152 before it):
     // another benchmark's run goes first (a train/ row keeps its own across Google Benchmark's
@@ -167,8 +169,10 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     if (!m.message.empty()) st.SetLabel(m.message);
     write(info, m, std::move(outcome.lines));
   } catch (const CsvWriteError&) {
+    finish_together(info, "stop");
     throw;  // the run stops (main)
   } catch (const std::exception& e) {
+    how = "failed";
     // A row that failed: its session goes (the next benchmark starts clean), the run goes on.
     const bool memory = dynamic_cast<const std::bad_alloc*>(&e) != nullptr;
     const std::string message =
@@ -181,6 +185,21 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     if (dynamic_cast<const parallel::ReplicasDiffer*>(&e)) failed.verdicts.emplace_back("replicas_differ");
     write(info, std::move(failed));
   }
+  finish_together(info, how);
+}
+
+// Under mpirun, every rank ends each repetition of a row they all take part in together, and a
+// failure on any drops the row's run on all, so that the next repetition sets up and meets in its
+// collectives on every rank alike: rank 0 alone failed a one-replica row (its loss check), the
+// ranks standing by kept their run, and the ranks' collectives then paired across rows
+// (MPI_ERR_TRUNCATE). Without a deadline: the ranks standing by sleep here while rank 0 measures,
+// for as long as its row takes. Where rank 0 stops (its CSV cannot be written), every rank stops.
+void Harness::finish_together(const BenchInfo& info, const std::string& how) {
+  if (world().size == 1 || on_rank_0_alone(info)) return;
+  const std::vector<std::string> all = parallel::all_ranks(how, "finish a repetition of " + info.name, INFINITY);
+  if (how != "stop" && std::find(all.begin(), all.end(), "stop") != all.end())
+    throw CsvWriteError(fmt::format("rank 0 could not write its CSV during {}: the run stops", info.name));
+  if (std::any_of(all.begin(), all.end(), [](const std::string& h) { return !h.empty(); })) release_sessions();
 }
 
 }  // namespace tb::bench

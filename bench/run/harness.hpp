@@ -63,6 +63,9 @@ class Harness {
 
  private:
   void run_benchmark(benchmark::State& st, const BenchInfo& info);
+  // Under mpirun, how this rank's repetition of `info` ended ("" well, "failed", "stop"), told
+  // to every rank (harness.cpp); throws CsvWriteError where rank 0 stopped.
+  void finish_together(const BenchInfo& info, const std::string& how);
   // The repetition's row (and the lines its run had for the console), and after the
   // benchmark's last one its aggregates and predictions.
   void write(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines = {});

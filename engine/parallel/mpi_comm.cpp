@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -52,8 +53,10 @@ bool mpi_finalized() {
 // all-reduce after 0.2 ms of compute, ran at 52,000-68,000 samples/s where it runs at 146,000-160,000.
 constexpr auto kSpin = std::chrono::milliseconds(1);
 constexpr auto kPollInterval = std::chrono::microseconds(50);
-// Polls `count` requests until they complete (true) or `deadline` passes (false), as above.
-bool complete_by(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline) {
+// Polls `count` requests until they complete (true) or `deadline` passes (false), as above,
+// sleeping `interval` between polls after the spin.
+bool complete_by(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline,
+                 std::chrono::microseconds interval = kPollInterval) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     int done = 0;
@@ -65,7 +68,7 @@ bool complete_by(MPI_Request* requests, int count, std::chrono::steady_clock::ti
       continue;
     }
     if (now > deadline) return false;
-    std::this_thread::sleep_for(kPollInterval);
+    std::this_thread::sleep_for(interval);
   }
 }
 
@@ -340,11 +343,15 @@ std::vector<std::string> MpiSession::all_gather(const std::string& mine, double 
   std::vector<int> lengths(static_cast<std::size_t>(n)), offsets(static_cast<std::size_t>(n));
   // Nonblocking on MPI_COMM_WORLD, whose errors stay fatal: a rank that never comes leaves the
   // collective in flight, and the job cannot go on.
+  // Without a deadline (a rank standing by while rank 0 measures), polls a millisecond apart.
+  const bool bounded = std::isfinite(timeout_s);
   const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
+      bounded ? std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(timeout_s))
+              : std::chrono::steady_clock::time_point::max();
+  const auto interval = bounded ? kPollInterval : std::chrono::microseconds(1000);
   const auto wait = [&](MPI_Request& request) {
-    if (complete_by(&request, 1, deadline)) return;
+    if (complete_by(&request, 1, deadline, interval)) return;
     std::fprintf(stderr,
                  "trainbench rank %d: waited %.0f s for every rank to %s: a rank hangs (see its output); "
                  "ending the job\n",

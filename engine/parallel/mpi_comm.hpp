@@ -34,7 +34,8 @@ class MpiSession {
   std::pair<int, int> local_rank_and_size() const;
   // Every rank's `mine`, in rank order (a collective over MPI_COMM_WORLD). A rank that has not
   // come after timeout_s ends the job (MPI_Abort), saying it waited for every rank to `what`
-  // ("set up train/..."): the collective stays in flight, so nothing more can be agreed.
+  // ("set up train/..."): the collective stays in flight, so nothing more can be agreed. An
+  // infinite timeout_s waits as long as it takes.
   std::vector<std::string> all_gather(const std::string& mine, double timeout_s, const std::string& what) const;
 
  private:

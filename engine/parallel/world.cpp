@@ -73,9 +73,11 @@ void start_world() {
 
 const World& world() { return g_world; }
 
-std::vector<std::string> all_ranks(const std::string& mine, const std::string& what) {
+std::vector<std::string> all_ranks(const std::string& mine, const std::string& what, double timeout_s) {
 #ifdef TB_HAVE_MPI
-  if (g_mpi) return g_mpi->all_gather(mine, kAgreeTimeout_s, what);
+  if (g_mpi) return g_mpi->all_gather(mine, timeout_s, what);
+#else
+  (void)what, (void)timeout_s;
 #endif
   return {mine};
 }

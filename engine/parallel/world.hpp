@@ -31,8 +31,10 @@ void start_world();
 const World& world();
 // Every rank's `mine`, in rank order: a collective under mpirun, {mine} without. A rank that has
 // not come within kAgreeTimeout_s ends the job, naming what every rank was to do ("plan the run").
+// An infinite timeout_s waits as long as it takes (ranks standing by while rank 0 measures).
 inline constexpr double kAgreeTimeout_s = 600;
-std::vector<std::string> all_ranks(const std::string& mine, const std::string& what);
+std::vector<std::string> all_ranks(const std::string& mine, const std::string& what,
+                                   double timeout_s = kAgreeTimeout_s);
 // A row's set-up, for a row every rank takes part in: local() (no collective in it) on each rank,
 // then an all_ranks() of how it went, before the row's first collective, so that no rank waits in
 // one for a rank whose set-up failed (MPI_Comm_dup waited for ever). Throws on every rank where any
