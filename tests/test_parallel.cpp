@@ -651,7 +651,8 @@ TEST(Predict, ContentionSlowsTheComputeAnAllReduceOverlapsOnAGpu) {
 
 // A band is never narrower than its evidence: the compute term moves by kStepRepeatSpread at the
 // least, and by sqrt(kEnoughSteps / steps) times that below kEnoughSteps timed steps.
-TEST(Predict, TheComputeBandIsNeverNarrowerThanARepeatedStepMoves) {
+// A 50-ms step of batch 64 whose one 1-KB bucket is ready 10 ms in, backward ending at 30 ms.
+parallel::OneDevice fifty_ms_step() {
   parallel::OneDevice one;
   one.timeline.bucket_ready_s = {0.010};
   one.timeline.bucket_bytes = {1e3};
@@ -659,6 +660,11 @@ TEST(Predict, TheComputeBandIsNeverNarrowerThanARepeatedStepMoves) {
   one.timeline.step_end_s = 0.045;
   one.step_s = 0.050;
   one.batch = 64;
+  return one;
+}
+
+TEST(Predict, TheComputeBandIsNeverNarrowerThanARepeatedStepMoves) {
+  parallel::OneDevice one = fifty_ms_step();
   one.step_times.assign(21, 0.050);  // no spread at all in the steps sampled
   const parallel::Link link = parallel::parse_link("nvlink4");
   for (const long steps : {2L, 5L, 20L, 500L}) {
@@ -678,14 +684,8 @@ TEST(Predict, TheComputeBandIsNeverNarrowerThanARepeatedStepMoves) {
 // A row so noisy that its spread exceeds the step: the compute term's fast end is the fastest
 // step seen (scaled to the row's step), never below it and never negative.
 TEST(Predict, TheComputeBandOfAVeryNoisyRowEndsAtItsFastestStep) {
-  parallel::OneDevice one;
-  one.timeline.bucket_ready_s = {0.010};
-  one.timeline.bucket_bytes = {1e3};
-  one.timeline.backward_end_s = 0.030;
-  one.timeline.step_end_s = 0.045;
+  parallel::OneDevice one = fifty_ms_step();
   one.timeline.steps = 500;
-  one.step_s = 0.050;
-  one.batch = 64;
   one.step_times = {0.01, 0.02, 0.02, 0.05, 0.05, 0.05, 0.2, 0.2, 0.3, 0.3};  // median 0.05
   const parallel::Prediction p = parallel::predict(one, 8, parallel::parse_link("nvlink4"));
   const parallel::Term& compute = p.terms.front();
