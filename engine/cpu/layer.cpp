@@ -94,13 +94,14 @@ void WeightedBackward::run(Context& ctx) const {
 
 ThreadPartials::ThreadPartials(i64 weights, i64 biases) : weights_(weights), biases_(biases) {
   partial_.resize(std::size_t(omp_get_max_threads()));
-  for (auto& p : partial_) p.assign(std::size_t(weights + biases), 0.0f);
+  for (auto& p : partial_) {
+    p.assign(std::size_t(weights + biases), 0.0f);
+    parts_.push_back(p.data());
+  }
 }
 
 void ThreadPartials::sum(i64 samples, float* dweights, float* dbias, const Add& add) {
   const i64 total = weights_ + (dbias ? biases_ : 0);
-  std::vector<const float*> parts;
-  for (const auto& p : partial_) parts.push_back(p.data());
   const kernels::Table& k = kernels::active();
 #pragma omp parallel num_threads(int(partial_.size()))
   {
@@ -112,9 +113,9 @@ void ThreadPartials::sum(i64 samples, float* dweights, float* dbias, const Add& 
     // This thread's share of the sums, weights then biases, by the run's ISA's kernel.
     const i64 first = total * t / threads, last = total * (t + 1) / threads;
     const i64 weights_end = std::min(last, weights_), biases_start = std::max(first, weights_);
-    if (first < weights_end) k.sum_parts(dweights + first, parts.data(), threads, first, weights_end - first);
+    if (first < weights_end) k.sum_parts(dweights + first, parts_.data(), threads, first, weights_end - first);
     if (biases_start < last)
-      k.sum_parts(dbias + (biases_start - weights_), parts.data(), threads, biases_start, last - biases_start);
+      k.sum_parts(dbias + (biases_start - weights_), parts_.data(), threads, biases_start, last - biases_start);
   }
 }
 

@@ -216,11 +216,17 @@ class ThreadPartials {
   using Add = std::function<void(i64 first, i64 last, float* dweights, float* dbias)>;
   ThreadPartials() = default;
   ThreadPartials(i64 weights, i64 biases);
+  // Moved, never copied: parts_ points into partial_'s buffers, which a move keeps.
+  ThreadPartials(ThreadPartials&&) = default;
+  ThreadPartials& operator=(ThreadPartials&&) = default;
+  ThreadPartials(const ThreadPartials&) = delete;
+  ThreadPartials& operator=(const ThreadPartials&) = delete;
   void sum(i64 samples, float* dweights, float* dbias, const Add& add);
 
  private:
   i64 weights_ = 0, biases_ = 0;
   std::vector<std::vector<float>> partial_;  // per thread: the weights' gradient, then the biases'
+  std::vector<const float*> parts_;          // each thread's buffer, as the sum_parts kernel takes them
 };
 
 // A layer with weights and an optional bias (convolution, inner product). The subclass's

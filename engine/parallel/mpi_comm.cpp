@@ -72,6 +72,12 @@ bool complete_by(MPI_Request* requests, int count, std::chrono::steady_clock::ti
   }
 }
 
+// The time `seconds` from now, on the clock complete_by reads.
+std::chrono::steady_clock::time_point seconds_from_now(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // MPI counts are int; longer buffers go in pieces of this many elements.
 constexpr i64 kMaxPiece = i64(1) << 30;
 
@@ -268,10 +274,7 @@ class MpiComm final : public Communicator {
   // unusable after that (the requests stay in flight).
   void wait_for(MPI_Request* requests, int count, const char* what) {
     if (count == 0) return;
-    const auto deadline =
-        std::chrono::steady_clock::now() +
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s_));
-    if (complete_by(requests, count, deadline)) return;
+    if (complete_by(requests, count, seconds_from_now(timeout_s_))) return;
     failed_ = true;
     throw Error(
         fmt::format("rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see its error above)",
@@ -345,10 +348,7 @@ std::vector<std::string> MpiSession::all_gather(const std::string& mine, double 
   // collective in flight, and the job cannot go on.
   // Without a deadline (a rank standing by while rank 0 measures), polls a millisecond apart.
   const bool bounded = std::isfinite(timeout_s);
-  const auto deadline =
-      bounded ? std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                       std::chrono::duration<double>(timeout_s))
-              : std::chrono::steady_clock::time_point::max();
+  const auto deadline = bounded ? seconds_from_now(timeout_s) : std::chrono::steady_clock::time_point::max();
   const auto interval = bounded ? kPollInterval : std::chrono::microseconds(1000);
   const auto wait = [&](MPI_Request& request) {
     if (complete_by(&request, 1, deadline, interval)) return;
