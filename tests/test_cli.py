@@ -781,7 +781,7 @@ def test_a_prediction_asked_after_the_run_equals_the_runs_own(tmp_path):
                    "link_busbw_gbps", "dominant_term", "message", "predicted_from", "device_kind",
                    "prediction_model"):
         assert after[column] == in_run[name][column], column
-    assert after["prediction_model"] == "2", "every predicted row names the model that made it"
+    assert after["prediction_model"] == "3", "every predicted row names the model that made it"
     # Asked of a file whose own predictions are there, it sets each beside the file's, by its model.
     assert f"the file's own: {float(in_run[name]['samples_per_s']):.0f} samples/s, by this model (this prediction " \
            "+0.0%)" in a.stdout

@@ -538,9 +538,12 @@ TEST(Predict, NcclLinksChooseAProtocolAndNameIt) {
 
 // NCCL 2.28's tuning model (src/graph/tuning.cc) pinned, one protocol at a time, where each wins:
 // base latency + steps x the step's latency per hardware, and the bytes over the protocol's share
-// of the bus bandwidth (ring: 2(N-1)/N of them; tree: 2 over 0.92 x its share). Each figure is
-// written out, so that a constant that moves fails here. nvlink4: 370 GB/s; ib_ndr400x8: 8 NICs
-// of 45 GB/s, so 360 for 8 GPUs a node.
+// of the bus bandwidth (ring: 2(N-1)/N of them; tree: 2 over 0.92 x its share), with its
+// refinements: LL capped at llMaxBw (141 GB/s within a Hopper node; across nodes of Intel CPUs 39
+// at 2 nodes, 20.4 at more), a tree's bandwidth x treeCorrectionFactor at log2(bytes / 64), and a
+// ring across nodes with its latency x1.4 (the plateau). Each figure is written out, so that a
+// constant that moves fails here. nvlink4: 370 GB/s; ib_ndr400x8: 8 NICs of 45 GB/s, so 360 for 8
+// GPUs a node.
 TEST(Predict, NcclsProtocolsCostWhatItsTuningModelSays) {
   struct Case {
     const char* what;
@@ -551,30 +554,35 @@ TEST(Predict, NcclsProtocolsCostWhatItsTuningModelSays) {
   };
   const double ring8 = 1.75;  // 2(N-1)/N, N = 8
   const Case cases[] = {
-      {"ring/ll: base 6.6, 14 NVLink steps of 0.6, half the bus", "nvlink4", 8, 1, 262144,
-       6.6 + 14 * 0.6 + ring8 * 262144 / (0.5 * 370e9) * 1e6, "ring/ll"},
+      {"ring/ll: base 6.6, 14 NVLink steps of 0.6, half the bus capped at Hopper's 141 GB/s", "nvlink4", 8, 1, 262144,
+       6.6 + 14 * 0.6 + ring8 * 262144 / 141e9 * 1e6, "ring/ll"},
       {"ring/ll128: base 14, steps of 1.9, 0.92 of the bus", "nvlink4", 8, 1, 26214400,
        14 + 14 * 1.9 + ring8 * 26214400 / (0.92 * 370e9) * 1e6, "ring/ll128"},
       {"ring/simple: base 8.4, steps of 3.4, the whole bus", "nvlink4", 8, 1, 1e8,
        8.4 + 14 * 3.4 + ring8 * 1e8 / 370e9 * 1e6, "ring/simple"},
-      // At 6 MB ring/ll128 wins by 5 us over tree/ll128 at 7/9 of the bus (31.5 + 45.3 us); at
-      // 120/128 within one node the tree would win (69.1 us).
+      // At 6 MB ring/ll128 wins over tree/ll128 at 7/9 of the bus and x0.8 (6e6 / 64 is 2^16.5).
       {"the one-node tree's 7/9 keeps ring/ll128 ahead at 6 MB", "nvlink4", 8, 1, 6e6,
        14 + 14 * 1.9 + ring8 * 6e6 / (0.92 * 370e9) * 1e6, "ring/ll128"},
-      {"tree/ll128 across nodes: chains of 7 steps of 1.25, 1 of 8.5, 120/128 of the bus", "ib_ndr400x8", 16, 2, 1e7,
-       14 + 2 * (7 * 1.25 + 1 * 8.5) + 2 * 1e7 / (0.92 * 120.0 / 128 * 360e9) * 1e6, "tree/ll128"},
-      {"tree/ll across nodes: base 6.8, steps of 0.6 and 5.0, 1/3.8 of the bus", "ib_ndr400x8", 16, 2, 4000,
-       6.8 + 2 * (7 * 0.6 + 1 * 5.0) + 2 * 4000 / (0.92 / 3.8 * 360e9) * 1e6, "tree/ll"},
-      {"tree/simple across 16 nodes: steps of 4.0 and 14, log2 16 = 4 between", "ib_ndr400x8", 128, 16, 1e9,
-       8.4 + 2 * (7 * 4.0 + 4 * 14) + 2 * 1e9 / (0.92 * 360e9) * 1e6, "tree/simple"},
-      {"the ring's 2(M-1) steps between 4 nodes at 14, 2(N-1) - 2(M-1) within at 3.4", "ib_ndr400x8", 32, 4, 1e9,
-       8.4 + 56 * 3.4 + 6 * 14 + 2.0 * 31 / 32 * 1e9 / 360e9 * 1e6, "ring/simple"},
+      {"tree/ll128 across nodes: chains of 7 steps of 1.25, 1 of 8.5, 120/128 of the bus, x0.9 at 2^17", "ib_ndr400x8",
+       16, 2, 1e7, 14 + 2 * (7 * 1.25 + 1 * 8.5) + 2 * 1e7 / (0.92 * 120.0 / 128 * 360e9 * 0.9) * 1e6, "tree/ll128"},
+      {"tree/ll across 2 nodes: base 6.8, steps of 0.6 and 5.0, 39 GB/s (not 1/3.8 of the bus), x0.8 at 2^5",
+       "ib_ndr400x8", 16, 2, 4000, 6.8 + 2 * (7 * 0.6 + 1 * 5.0) + 2 * 4000 / (39e9 * 0.8) * 1e6, "tree/ll"},
+      {"tree/simple across 16 nodes: steps of 4.0 and 14, log2 16 = 4 between, x1 past 2^22", "ib_ndr400x8", 128, 16,
+       1e9, 8.4 + 2 * (7 * 4.0 + 4 * 14) + 2 * 1e9 / (0.92 * 360e9) * 1e6, "tree/simple"},
+      {"the ring's 2(M-1) steps between 4 nodes at 14, 2(N-1) - 2(M-1) within at 3.4, all x1.4", "ib_ndr400x8", 32, 4,
+       1e9, (8.4 + 56 * 3.4 + 6 * 14) * 1.4 + 2.0 * 31 / 32 * 1e9 / 360e9 * 1e6, "ring/simple"},
       // NCCL's log2i rounds down: 3 nodes are 1 step of the tree apart, not 2.
-      {"tree/ll across 3 nodes: log2 3 rounded down", "ib_ndr400x8", 24, 3, 4000,
-       6.8 + 2 * (7 * 0.6 + 1 * 5.0) + 2 * 4000 / (0.92 / 3.8 * 360e9) * 1e6, "tree/ll"},
+      {"tree/ll across 3 nodes: log2 3 rounded down, LL at 20.4 GB/s beyond 2 nodes", "ib_ndr400x8", 24, 3, 4000,
+       6.8 + 2 * (7 * 0.6 + 1 * 5.0) + 2 * 4000 / (20.4e9 * 0.8) * 1e6, "tree/ll"},
       {"PCIe: steps of 1.0, no LL128", "pcie4", 8, 1, 4000, 6.6 + 14 * 1.0 + ring8 * 4000 / (0.5 * 24e9) * 1e6,
        "ring/ll"},
       {"NVLS: 25 us, 480 GB/s among 8", "nvlink4_nvls", 8, 1, 1e8, 25 + ring8 * 1e8 / 480e9 * 1e6, "nvls/simple"},
+      {"nvlink3: LL capped at Ampere's 87.7 GB/s", "nvlink3", 8, 1, 262144,
+       6.6 + 14 * 0.6 + ring8 * 262144 / 87.7e9 * 1e6, "ring/ll"},
+      // A network as the only level is a GPU per node: a tree of log2 8 = 3 network steps, where a
+      // chain within one node took 7; the ring would take the tree's 5.0 per step, not its own 2.7.
+      {"ib_ndr400 alone: 8 nodes of one GPU, tree/ll at 0.92/3.8 of 45 GB/s x0.8", "ib_ndr400", 8, 1, 4000,
+       6.8 + 2 * (3 * 5.0) + 2 * 4000 / (0.92 / 3.8 * 45e9 * 0.8) * 1e6, "tree/ll"},
   };
   for (const Case& k : cases) {
     parallel::Cluster c;
@@ -590,6 +598,27 @@ TEST(Predict, NcclsProtocolsCostWhatItsTuningModelSays) {
     EXPECT_EQ(a.algorithm, k.algorithm) << k.what;
     EXPECT_NEAR(a.s * 1e6, k.expected_us, 1e-6) << k.what;
   }
+}
+
+// What NCCL's model takes from the nodes' CPUs (unknown to a prediction) spans the band: Intel's
+// figures at the point and the fast end, AMD's at the slow end: LL at most 22.5 GB/s between 2
+// nodes (Intel 39), and a ring's step within a node at least the network's post, 2 us (x3 for
+// Simple; Intel 1 us, under NVLink's 3.4). The slow end's bus bandwidth is the lower of nvlink4's
+// 365 and 8 NDR NICs at 37.5 (300 GB/s).
+TEST(Predict, NcclsRefinementsAcrossNodesTakeTheNodesCpusFromTheBand) {
+  parallel::Cluster c;
+  c.devices = 16;
+  c.nodes = 2;
+  c.link = parallel::parse_link("nvlink4");
+  c.network = parallel::parse_network("ib_ndr400x8");
+  const parallel::AllReduce small = parallel::all_reduce(4000, c, parallel::End::Slow);
+  EXPECT_EQ(small.algorithm, "tree/ll");
+  EXPECT_NEAR(small.s * 1e6, 6.8 + 2 * (7 * 0.6 + 1 * 5.0) + 2 * 4000 / (22.5e9 * 0.8) * 1e6, 1e-6);
+  const parallel::AllReduce big = parallel::all_reduce(1e9, c, parallel::End::Slow);
+  EXPECT_EQ(big.algorithm, "ring/simple");
+  EXPECT_NEAR(big.s * 1e6, (8.4 + 28 * 6.0 + 2 * 14) * 1.4 + 1.875 * 1e9 / 300e9 * 1e6, 1e-6);
+  // The point: Intel's post (3 us for Simple) is under NVLink's 3.4; the bandwidth 360.
+  EXPECT_NEAR(parallel::all_reduce(1e9, c).s * 1e6, (8.4 + 28 * 3.4 + 2 * 14) * 1.4 + 1.875 * 1e9 / 360e9 * 1e6, 1e-6);
 }
 
 // NVLink SHARP (nvlink4_nvls) joins the ring and the tree where NCCL runs it, within one node:

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <numeric>
 #include <optional>
 #include <string_view>
@@ -158,7 +159,9 @@ namespace {
 // hwLat and the bandwidth refinements of ncclTopoTuneModel; the GPU machines ran 2.28.9, whose
 // Hopper and Ampere figures are 2.28.3's and 2.28.7's): a base latency per algorithm, a latency per
 // step over NVLink, PCIe and the network, and the share of the bus bandwidth each reaches. LL128
-// runs only within NVLink nodes; its tree reaches 7/9 of the bus within one node, 120/128 across.
+// runs only within NVLink nodes (or one GPU a node); its tree reaches 7/9 of the bus within one
+// node, 120/128 across. ncclTopoGetAlgoTime then scales a tree's bandwidth by a factor of the
+// buffer's size, its treeCorrectionFactor: by powers of two of bytes / 64, from 64 B up to 256 MB.
 struct Protocol {
   const char* name;
   double ring_base_us, tree_base_us;
@@ -171,6 +174,31 @@ constexpr Protocol kProtocols[] = {
     {"ll128", 14.0, 14.0, {1.9, 2.5, 4.0}, {1.25, 1.9, 8.5}, 0.92, 120.0 / 128, 7.0 / 9},
     {"simple", 8.4, 8.4, {3.4, 5.7, 14.0}, {4.0, 4.0, 14.0}, 1.0, 1.0, 1.0},
 };
+// treeCorrectionFactor, per protocol as kProtocols: at log2(bytes / 64) = 0 .. 22, 1 beyond.
+// clang-format off
+constexpr double kTreeCorrection[][23] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9},
+};
+// clang-format on
+static_assert(std::size(kTreeCorrection) == std::size(kProtocols));
+
+// What NCCL 2.28's model takes from the nodes' CPUs across nodes (index1 of its llMaxBws, and
+// getNetOverhead): LL's bus bandwidth at most ll_max_gbps (at 2 nodes, at more), and a ring step
+// within a node at least the network's per-post overhead (x3 for Simple). Intel's figures are the
+// point and the fast end (a DGX H100's CPUs), AMD's, the lower and the slower, the slow end.
+struct NodeCpu {
+  double ll_max_two_nodes_gbps, ll_max_more_nodes_gbps;
+  double net_overhead_us;
+};
+constexpr NodeCpu kIntelNodes{39.0, 20.4, 1.0}, kAmdNodes{22.5, 19.0, 2.0};
+// A ring's latency across nodes grows by its "plateau effect" (ncclTopoGetAlgoTime: x1.4 for
+// Ampere and later, x1.9 before) for buffers of 64 B and more per rank on each channel; with
+// NCCL's channels unknown here, from 64 B on each of 32.
+constexpr double kRingPlateau = 1.4;
+constexpr double kRingPlateauFromBytesPerRank = 64.0 * 32;
+
 // NVLink SHARP's latency: NCCL 2.28's hwLat for NVLS over NVLink (Simple), its base latency 0.
 constexpr double kNvlsLatencyUs = 25;
 
@@ -188,6 +216,15 @@ int nccl_tree_steps(int nodes) {
   int steps = 0;
   while (nodes >>= 1) ++steps;
   return steps;
+}
+
+// treeCorrectionFactor's entry for `bytes` (log2, rounded down, of bytes / 64) under kProtocols[protocol].
+double tree_correction(std::size_t protocol, double bytes) {
+  const auto sixty_fourths = static_cast<unsigned long long>(bytes / 64);
+  if (sixty_fourths == 0) return 1.0;
+  int log = 0;
+  for (unsigned long long v = sixty_fourths; v >>= 1;) ++log;
+  return log < 23 ? kTreeCorrection[protocol][log] : 1.0;
 }
 
 }  // namespace
@@ -216,6 +253,13 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     figures.link.sweep.clear();
     const double fitted = all_reduce(bytes, figures, end).s;
     return {end == End::Slow ? std::max(curve, fitted) : std::min(curve, fitted), "measured"};
+  }
+  // A network as the only level (--link=ib_ndr400: a GPU per node) is N nodes of one GPU to NCCL.
+  if (link.hw == Hw::Net && c.nodes <= 1 && c.library == Library::Nccl) {
+    Cluster a_gpu_per_node = c;
+    a_gpu_per_node.nodes = n;
+    a_gpu_per_node.network = link;
+    return all_reduce(bytes, a_gpu_per_node, end);
   }
   const int nodes = std::max(1, c.nodes), per_node = n / nodes;
   // The slower level sets the pace: within a node its link, between nodes the NICs a node's
@@ -254,15 +298,32 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     return best;
   }
   const int intra_hw = link.hw == Hw::NVLink ? 0 : link.hw == Hw::PCIe ? 1 : 2;
-  for (const Protocol& p : kProtocols) {
-    if (std::string_view(p.name) == "ll128" && link.hw != Hw::NVLink) continue;
-    const double ring_inter = c.network.hw == Hw::Net ? p.ring_step_us[2] : latency_at(c.network, end);
+  const NodeCpu& cpus = end == End::Slow ? kAmdNodes : kIntelNodes;
+  // LL's cap: within one node the GPUs' generation's (the NVLink presets name it; PCIe's half bus,
+  // 24 GB/s at most, is under every generation's), across nodes the CPUs'.
+  const double ll_max = nodes > 1 ? (nodes == 2 ? cpus.ll_max_two_nodes_gbps : cpus.ll_max_more_nodes_gbps) * 1e9
+                        : link.ll_max_gbps > 0 ? link.ll_max_gbps * 1e9
+                                               : INFINITY;
+  for (std::size_t k = 0; k < std::size(kProtocols); ++k) {
+    const Protocol& p = kProtocols[k];
+    const std::string_view name = p.name;
+    if (name == "ll128" && link.hw != Hw::NVLink && per_node > 1) continue;
+    // With a GPU per node every step's latency is exposed: NCCL takes the tree's network step for
+    // the ring too. Across nodes a ring's step within a node costs at least the network's post.
+    const double* net_steps = per_node == 1 ? p.tree_step_us : p.ring_step_us;
+    const double ring_inter = c.network.hw == Hw::Net ? net_steps[2] : latency_at(c.network, end);
     const double tree_inter = c.network.hw == Hw::Net ? p.tree_step_us[2] : latency_at(c.network, end);
+    double ring_intra = p.ring_step_us[intra_hw];
+    if (nodes > 1) ring_intra = std::max(ring_intra, cpus.net_overhead_us * (name == "simple" ? 3 : 1));
+    double ring_latency = p.ring_base_us + intra_steps * ring_intra + inter_steps * ring_inter;
+    if (name == "simple" && nodes > 1 && bytes >= kRingPlateauFromBytesPerRank * n) ring_latency *= kRingPlateau;
     const double tree_share = nodes > 1 ? p.tree_share : p.tree_share_one_node;
-    consider(p.ring_base_us + intra_steps * p.ring_step_us[intra_hw] + inter_steps * ring_inter,
-             allreduce_bus_factor(n) * bytes / (p.ring_share * busbw), fmt::format("ring/{}", p.name));
+    double ring_bw = p.ring_share * busbw, tree_bw = 0.92 * tree_share * busbw;
+    if (name == "ll") ring_bw = std::min(ring_bw, ll_max), tree_bw = std::min(tree_bw, ll_max);
+    tree_bw *= tree_correction(k, bytes);
+    consider(ring_latency, allreduce_bus_factor(n) * bytes / ring_bw, fmt::format("ring/{}", p.name));
     consider(p.tree_base_us + 2 * ((per_node - 1) * p.tree_step_us[intra_hw] + nccl_tree_steps(nodes) * tree_inter),
-             2 * bytes / (0.92 * tree_share * busbw), fmt::format("tree/{}", p.name));
+             2 * bytes / tree_bw, fmt::format("tree/{}", p.name));
   }
   // NVLink SHARP, within one node (NCCL 2.28 runs it across nodes only with CollNet): its slow end
   // takes no gain over the ring's bus bandwidth.

@@ -26,16 +26,22 @@ namespace tb::parallel {
 //      contention between communication and compute;
 //   2  NCCL 2.28's constants (the GPU machines ran 2.28.9), NVLink SHARP as nvlink4_nvls, a
 //      contention term on GPUs, a band never narrower than its evidence (kStepRepeatSpread,
-//      widened below kEnoughSteps).
-inline constexpr int kPredictionModel = 2;
+//      widened below kEnoughSteps);
+//   3  (2026-11-30) the rest of NCCL 2.28's refinements that need no topology: LL's bus bandwidth
+//      capped (llMaxBw), a tree's bandwidth scaled by the buffer's size (treeCorrectionFactor), a
+//      ring's latency across nodes x1.4 (its plateau) and its steps within a node at least the
+//      network's post, the tree's network step for a ring with a GPU per node, and a network as
+//      the only level taken as a GPU per node.
+inline constexpr int kPredictionModel = 3;
 
 inline constexpr const char* kPredictionAssumptions =
     "every device computes as the measured one (slowed where devices share a machine, as measured), within 1% "
     "(more below 20 timed steps); a step waits for the slowest of N (stragglers from the measured step times); the "
     "data-parallel path's own overhead as measured on one device; per 25 MiB bucket the fastest of a ring (2(N-1) "
     "steps, 2(M-1) of them between M nodes), a tree (a chain within a node, 2 log2 M steps between nodes) and, on "
-    "nvlink4_nvls, NVLink SHARP, with NCCL 2.28's protocols and latencies (src/graph/tuning.cc), at the slower "
-    "level's bus bandwidth (the measured curve where the link was swept at this N); one communication stream; on "
+    "nvlink4_nvls, NVLink SHARP, with NCCL 2.28's protocols, latencies and refinements (src/graph/tuning.cc; across "
+    "nodes Intel CPUs' figures, AMD's at the band's slow end), at the slower level's bus bandwidth (the measured curve "
+    "where the link was swept at this N); one communication stream; on "
     "a GPU, compute that overlaps an all-reduce slowed by 18.9% (0 to 40%: published measurements of contention "
     "between NCCL and kernels); between CPU ranks the all-reduce runs on the computing cores: counted as not "
     "overlapped";
@@ -111,6 +117,9 @@ struct Link {
   // NVLink SHARP within a node (NVLS: the NVSwitch reduces): NCCL's algorithm beside the ring and
   // the tree, at the bus bandwidth nccl-tests measured for it at each N (nvls_busbw).
   bool nvls = false;
+  // NCCL's cap on LL's bus bandwidth within one node of this link's GPUs (its llMaxBw, by their
+  // generation: the NVLink presets'); 0: none known.
+  double ll_max_gbps = 0;
   double low_busbw() const { return busbw_low_gbps > 0 ? busbw_low_gbps : busbw_gbps; }
   double high_busbw() const { return busbw_high_gbps > 0 ? busbw_high_gbps : busbw_gbps; }
   double low_latency() const { return latency_low_us >= 0 ? latency_low_us : latency_us; }

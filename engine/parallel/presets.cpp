@@ -22,6 +22,8 @@ namespace tb::parallel {
 //   nccl-tests all_reduce busbw of about 200-208 GB/s reported on 8x A100 boards
 //   (NVIDIA/nccl-tests issues 149 and 178), up to 232.5 at the largest sizes of an HGX A100 sweep
 //   (nccl-tests issue 175).
+// - ll_max_gbps, NCCL's cap on LL's bus bandwidth within one node by the GPUs' generation
+//   (llMaxBws, tuning.cc 2.28): Hopper's 141 GB/s for nvlink4, Ampere's 87.7 for nvlink3.
 // - pcie3: x16 between GPUs: 8 GT/s per lane, 15.75 GB/s per direction; 12 GB/s is NCCL's own
 //   figure for PCIe 3 x16 (PCI_BW in src/graph/topo.h), no nccl-tests measurement with a figure
 //   was found.
@@ -51,7 +53,8 @@ const std::vector<Link>& link_presets() {
        .source = "NVLink 4 (H100 SXM, 8-GPU board): ring busbw ~370 GB/s, NVIDIA/nccl-tests#212",
        .busbw_low_gbps = 365,
        .low_source = "NCCL_ALGO=RING at 2-8 GPUs: 365-370 GB/s (NVIDIA/nccl#1455)",
-       .hw = Hw::NVLink},
+       .hw = Hw::NVLink,
+       .ll_max_gbps = 141},
       {.name = "nvlink4_nvls",
        .busbw_gbps = 370,
        .latency_us = 3.4,
@@ -60,13 +63,15 @@ const std::vector<Link>& link_presets() {
        .busbw_low_gbps = 365,
        .low_source = "NCCL_ALGO=RING at 2-8 GPUs: 365-370 GB/s (NVIDIA/nccl#1455)",
        .hw = Hw::NVLink,
-       .nvls = true},
+       .nvls = true,
+       .ll_max_gbps = 141},
       {.name = "nvlink3",
        .busbw_gbps = 200,
        .latency_us = 3.4,
        .source = "NVLink 3 (A100 SXM, 8-GPU board): busbw ~200 GB/s, NVIDIA/nccl-tests#149, #178",
        .busbw_high_gbps = 232.5,
-       .hw = Hw::NVLink},
+       .hw = Hw::NVLink,
+       .ll_max_gbps = 87.7},
       {.name = "pcie3",
        .busbw_gbps = 12,
        .latency_us = 5.7,
