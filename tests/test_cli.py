@@ -1301,3 +1301,26 @@ def test_the_published_measurements_table_is_what_its_commands_predict():
         published = numbers(row["published"])
         inside = published[0] <= high and published[-1] >= low  # a range: where it meets the band
         assert row["inside"] == ("yes" if inside else "no"), (row["what was measured"], published, low, high)
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="util-linux's taskset is not installed")
+def test_a_row_whose_core_another_process_takes_is_loaded(tmp_path):
+    """A busy process started with the run, on the one core the run may use: the load average read
+    at the row's start does not see it (a minute's average), the row's thread's wait for the CPU
+    does (the kernel's run delay): the row is `loaded`, its message says how long it waited."""
+    out = tmp_path / "run.csv"
+    hog = subprocess.Popen(["taskset", "-c", "0", "/usr/bin/python3", "-c", "while True: pass"])
+    try:
+        r = subprocess.run(["taskset", "-c", "0", BINARY, "--benchmark_filter=train/lstm/sine/cpu:1/", "--devices=cpu:1",
+                            "--precisions=fp32", "--benchmark_min_time=0.5", f"--csv={out}"],
+                           capture_output=True, text=True, timeout=300)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert r.returncode == 0, r.stderr
+    [row] = [row for row in read_csv(out) if row["run_type"] == "iteration"]
+    assert row["status"] == "ok", row["message"]
+    assert "loaded" in row["verdicts"].split("+"), row
+    waited = re.search(r"its threads waited for a CPU ([\d.]+) s a second of the timed steps", row["message"])
+    assert waited and 0.2 < float(waited.group(1)) <= 1.0, row["message"]
+    assert "threads waited for a CPU" in r.stderr, r.stderr

@@ -3,6 +3,8 @@
 // the last repetition, the aggregates and the predicted rows.
 #include "bench/run/harness.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -103,6 +105,24 @@ bool Harness::loaded(const BenchInfo& info, double load) {
   return true;
 }
 
+// The threads of a row that waited for a CPU, on average over its timed steps, above which
+// another process took cores from it. A load average read at the row's start misses a process
+// that starts after it, and trails one by a minute: a compile on both cores of a 2-core machine,
+// begun as a run started, left the MLP's cpu row with one core (host_cpu_util 0.99, 823 samples/s
+// against 17,560) at a load average of 2.2, under 2 threads + 1.
+constexpr double kWaitingThreads = 0.2;
+
+bool Harness::waited(const BenchInfo& info, double waiting) {
+  // Where the row's own threads outnumber the cores, they wait on each other.
+  if (waiting <= kWaitingThreads || threads_on_this_host(info, world().local_size) > omp_get_num_procs()) return false;
+  if (world().rank == 0 && warned_wait_.insert(info.name).second)
+    std::cerr << fmt::format(
+        "trainbench: warning: {}'s threads waited for a CPU {:.2f} s a second of its timed steps (the kernel's run "
+        "delay): another process took cores from it, and its figures may be low ('loaded' in its verdicts)\n",
+        info.name, waiting);
+  return true;
+}
+
 void Harness::write(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines) {
   rows_->repetition(info, measured, std::move(lines));
   if (++calls_[info.name] < repetitions_) return;
@@ -146,7 +166,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
         "scripts/fetch_datasets.sh fetches the real files, --data_dir names another folder)\n",
         info.dataset);
   const double load = load_average_1m();
-  const bool busy = loaded(info, load);
+  bool busy = loaded(info, load);
   std::string how = "";  // how this rank's repetition ended: "" well, "failed", "stop" (the CSV)
   try {
     // Each row reports its own peak resident set, not an earlier row's (a ResNet-152 before it):
@@ -165,6 +185,13 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     if (!run_->kept_across_calls()) run_.reset();
     Measurement& m = outcome.measured;
     if (load >= 0) m.figures.load_avg_1m = load;
+    if (waited(info, m.cpu_waiting)) {
+      m.message += fmt::format(
+          "{}its threads waited for a CPU {:.2f} s a second of the timed steps: another process took "
+          "cores from it",
+          m.message.empty() ? "" : "; ", m.cpu_waiting);
+      busy = true;
+    }
     if (busy) m.verdicts.insert(m.verdicts.begin(), "loaded");
     if (!m.message.empty()) st.SetLabel(m.message);
     write(info, m, std::move(outcome.lines));

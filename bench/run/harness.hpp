@@ -72,6 +72,9 @@ class Harness {
   // "loaded" where another process was using the CPU at the start of a row (said once per
   // benchmark on the console): a load average above the most threads this run has kept busy.
   bool loaded(const BenchInfo& info, double load);
+  // "loaded" too where the row's threads waited for a CPU in its timed steps (Measurement's
+  // cpu_waiting, said once per benchmark), though no more of them than the cores.
+  bool waited(const BenchInfo& info, double waiting);
 
   Flags flags_;
   std::vector<BenchInfo> benchmarks_;
@@ -84,6 +87,7 @@ class Harness {
   Baselines baselines_;
   int threads_used_ = 0;                  // the most this run has used so far
   std::set<std::string> warned_load_;     // benchmarks whose load was said
+  std::set<std::string> warned_wait_;     // benchmarks whose threads' wait for a CPU was said
   std::set<std::string> said_synthetic_;  // datasets said to be synthetic, under the default ./data
   Predictor predictor_;
   std::unique_ptr<telemetry::Nvml> nvml_;

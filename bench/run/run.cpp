@@ -177,6 +177,7 @@ Outcome BenchmarkRun::walk(benchmark::State& st) {
   m.prediction_inputs = prediction_inputs_;
   const double rate = figures_.samples_per_s.value_or(0);
   m.windows = window_rates(window.step_seconds, rate);
+  if (window.cpu_wait >= 0 && window.wall > 0) m.cpu_waiting = window.cpu_wait / window.wall;
   // What later rows are compared with (their baselines), and what this one is: the prediction
   // made for it in this run, on rank 0.
   if (rate > 0) env_.baselines->add(info_.name, rate);
@@ -325,10 +326,14 @@ void TimedWindow::open() {
   if (sampler_) sampler_->start();
   wall0_ = wall_seconds();
   cpu0_ = process_cpu_seconds();
+  cpu_wait0_ = process_cpu_wait_seconds();
 }
 
 Window TimedWindow::close(double steps, double samples) {
   Window w{.steps = steps, .wall = wall_seconds() - wall0_, .cpu = process_cpu_seconds() - cpu0_};
+  // A thread that ended in the window took its wait with it: never below none.
+  if (const double waited = process_cpu_wait_seconds(); cpu_wait0_ >= 0 && waited >= 0)
+    w.cpu_wait = std::max(0.0, waited - cpu_wait0_);
   if (!sampler_) return w;
   const telemetry::GpuSummary summary = sampler_->stop();
   w.cpu -= summary.thread_cpu_s;

@@ -100,6 +100,9 @@ struct Window {
   double wall = 0;               // seconds, the whole window (the slowest rank's under MPI)
   double cpu = 0;                // this process's CPU seconds in the window, NVML's sampling left out
   double device_step_time = -1;  // seconds per step on the device clock (CUDA events); < 0: none
+  // This process's threads' seconds runnable but waiting for a CPU in the window (the kernel's run
+  // delay): a core taken by another process, or more threads than cores; < 0: unknown.
+  double cpu_wait = -1;
   // Each timed step's wall clock, where the run has them (this process's): the row's windows.
   std::vector<double> step_seconds{};
   double step_time() const { return wall / steps; }
@@ -228,7 +231,7 @@ class TimedWindow {
  private:
   BenchmarkRun& run_;
   std::unique_ptr<telemetry::GpuSampler> sampler_;
-  double wall0_ = 0, cpu0_ = 0;
+  double wall0_ = 0, cpu0_ = 0, cpu_wait0_ = -1;
 };
 
 }  // namespace tb::bench

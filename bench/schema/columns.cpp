@@ -171,7 +171,10 @@ void add_counters(Row& row, const std::map<std::string, double>& counters) {
 
 const std::vector<Verdict>& verdicts() {
   static const std::vector<Verdict> all{
-      {"loaded", "the machine's load average when the row started was above the threads this run used so far + 1"},
+      {"loaded",
+       "the machine's load average when the row started was above the threads this run used so far + 1, or the row's "
+       "threads (no more than the cores) waited for a CPU over 0.2 s a second of its timed steps (the kernel's run "
+       "delay; its message says how long)"},
       {"above_peak",
        "utilisation above 1 without the convolutions' products with their zero padding: the peak it is over was "
        "measured low, or the FLOP count is high"},

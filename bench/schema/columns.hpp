@@ -84,6 +84,9 @@ struct Measurement {
   std::string prediction{};         // the predicted row it was compared with, if any
   std::string prediction_inputs{};  // one-device train rows (bench/predict/inputs.hpp)
   std::vector<double> windows{};    // samples/s of consecutive parts of its timed steps (window_rates)
+  // How many of this process's threads were waiting for a CPU, on average over the timed steps
+  // (their run delay over the wall clock); < 0: unknown. The harness's "loaded" reads it.
+  double cpu_waiting = -1;
 };
 // `m` in its fields of `row`: status, message (a skipped row's with its prefix), iterations,
 // verdicts, prediction, windows and, for an ok row, every counter field its figures hold (a

@@ -5,9 +5,15 @@
 
 #include <fmt/format.h>
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/output/rows.hpp"
@@ -16,6 +22,7 @@
 #include "bench/run/jobs.hpp"
 #include "bench/run/run.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/timer.hpp"
 #include "telemetry/sampler.hpp"
 
 namespace tb::bench {
@@ -121,6 +128,40 @@ TEST(Loaded, ThreadsCountEveryJobReplicaLoaderAndRankHere) {
   cpu.threads = 2;
   EXPECT_EQ(threads_on_this_host(cpu, 1), 2);
   EXPECT_EQ(threads_on_this_host(cpu, 3), 6) << "three ranks here";
+}
+
+// What the wait check reads: two threads spinning on one core, each runnable all along, take
+// turns, so that about half of their time each is spent waiting for it (the kernel's run delay).
+TEST(Loaded, ThreadsSharingOneCoreWaitForIt) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  int core = 0;
+  while (core < CPU_SETSIZE && !CPU_ISSET(core, &allowed)) ++core;
+  ASSERT_LT(core, CPU_SETSIZE);
+  const double before = process_cpu_wait_seconds();
+  if (before < 0) GTEST_SKIP() << "this kernel has no /proc/self/task/*/schedstat (CONFIG_SCHED_INFO)";
+  constexpr double kSpin = 0.4;
+  // The threads stay until the wait is read: a thread that ended takes its schedstat with it.
+  std::atomic<int> spun{0};
+  std::atomic<bool> may_end{false};
+  const auto spin_on_core = [&, core] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(core, &one);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    for (const double end = wall_seconds() + kSpin; wall_seconds() < end;) {
+    }
+    ++spun;
+    while (!may_end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  std::thread a(spin_on_core), b(spin_on_core);
+  while (spun < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const double waited = process_cpu_wait_seconds() - before;
+  may_end = true;
+  a.join();
+  b.join();
+  // Each thread's 0.4 s of the wall clock ran about half of it: the waits sum to about 0.4 s.
+  EXPECT_GT(waited, 0.25 * kSpin);
 }
 
 // ---- a repetition's steps ----
