@@ -1,7 +1,10 @@
 // The --list_models, --list_configs and --csv_header --json outputs (listing.hpp).
 #include "bench/listing.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -34,6 +37,13 @@ std::string json_string(const std::string& s) {
 
 const char* task_name(Task task) { return task == Task::Regression ? "regression" : "classification"; }
 
+// The width of the dataset column: its longest name (fashion-mnist pushed a column of 9 out of line).
+std::size_t dataset_width() {
+  std::size_t width = std::string_view("dataset").size();
+  for (const models::Workload& w : models::workloads()) width = std::max(width, w.dataset.size());
+  return width;
+}
+
 // What each workload needs before it runs, so that a batch can be picked for a card. The arena
 // (values and gradients sharing bytes by lifetime) is exactly what the networks allocate;
 // weights, gradients, optimizer state and batch buffers are counted from the parameters; on a
@@ -43,20 +53,21 @@ void memory_plans(std::ostream& out, const Flags& flags) {
   out << "\nMemory plan (GiB; GPU rows at the workload's GPU batch, which trainbench lowers to what fits "
          "the card; --batch sets both). On a GPU the CUDA context and the libraries' kernels come on top, "
          "outside this plan: about 0.5-1 GiB, measured in each GPU row as mem_context_bytes:\n"
-      << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9} {:>9} {:>9}\n", "model", "dataset", "dev", "precision",
-                     "batch", "arena", "fixed", "total");
+      << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9} {:>9} {:>9}\n", "model", "dataset", dataset_width(), "dev",
+                     "precision", "batch", "arena", "fixed", "total");
   for (const models::Workload& w : models::workloads()) {
     const bool adam = w.optimizer.kind == OptimizerConfig::Kind::Adam;
     const i64 cpu_batch = flags.batch.value_or(w.batch);
     const MemoryPlanBytes c = memory_plan(Backend::Cpu, w.spec, cpu_batch, "fp32", adam);
-    out << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset, "cpu", "fp32",
-                       cpu_batch, double(c.arena) / GB, double(c.fixed) / GB, double(c.total()) / GB);
+    out << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset,
+                       dataset_width(), "cpu", "fp32", cpu_batch, double(c.arena) / GB, double(c.fixed) / GB,
+                       double(c.total()) / GB);
     const i64 gpu = flags.batch.value_or(w.batch_on_gpu());
     for (const char* precision : {"fp32", "tf32", "fp16", "bf16"}) {
       const MemoryPlanBytes p = memory_plan(Backend::Cuda, w.spec, gpu, precision, adam);
-      out << fmt::format("{:<10} {:<9} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset, "gpu",
-                         precision, gpu, double(p.arena) / GB, double(p.fixed + p.workspace) / GB,
-                         double(p.total()) / GB);
+      out << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset,
+                         dataset_width(), "gpu", precision, gpu, double(p.arena) / GB,
+                         double(p.fixed + p.workspace) / GB, double(p.total()) / GB);
     }
   }
 }
@@ -87,14 +98,14 @@ GradientBuckets gradient_buckets(const ModelSpec& spec) {
 }
 
 void list_models(std::ostream& out, const Flags& flags) {
-  out << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16} {:>16} {:>14} {:>8}\n", "model", "dataset", "batch", "params",
-                     "fwd GFLOP/sample", "train GFLOP/step", "gradient MiB", "buckets");
+  out << fmt::format("{:<10} {:<{}} {:>6} {:>12} {:>16} {:>16} {:>14} {:>8}\n", "model", "dataset", dataset_width(),
+                     "batch", "params", "fwd GFLOP/sample", "train GFLOP/step", "gradient MiB", "buckets");
   for (const models::Workload& w : models::workloads()) {
     const ModelCost c = model_cost(w.spec);
     const i64 batch = flags.batch.value_or(w.batch);
     const GradientBuckets g = gradient_buckets(w.spec);
-    out << fmt::format("{:<10} {:<9} {:>6} {:>12} {:>16.6g} {:>16.6g} {:>14.1f} {:>8}\n", w.model, w.dataset, batch,
-                       c.parameters, c.forward_flops_per_sample() * 1e-9,
+    out << fmt::format("{:<10} {:<{}} {:>6} {:>12} {:>16.6g} {:>16.6g} {:>14.1f} {:>8}\n", w.model, w.dataset,
+                       dataset_width(), batch, c.parameters, c.forward_flops_per_sample() * 1e-9,
                        c.train_flops_per_sample() * double(batch) * 1e-9, g.bytes / double(1 << 20), g.buckets);
   }
   out << fmt::format(
@@ -130,10 +141,14 @@ void list_models_json(std::ostream& out, const Flags& flags) {
 }
 
 void list_configs(std::ostream& out) {
-  out << fmt::format("--devices entries: {}\n\n{:<24} {:<28} {:<12} {}\n", device_grammar(), "kind", "written",
-                     "runs as", "what its rows measure");
+  // Columns as wide as their longest entry (gpu:N as emulated nodes' launch line is 40 characters).
+  std::size_t kind = 4, written = 7;
   for (const DeviceKind& k : device_kinds())
-    out << fmt::format("{:<24} {:<28} {:<12} {}\n", k.name, k.grammar, run_kind_name(k.run), k.label);
+    kind = std::max(kind, std::strlen(k.name)), written = std::max(written, std::strlen(k.grammar));
+  out << fmt::format("--devices entries: {}\n\n{:<{}} {:<{}} {:<12} {}\n", device_grammar(), "kind", kind, "written",
+                     written, "runs as", "what its rows measure");
+  for (const DeviceKind& k : device_kinds())
+    out << fmt::format("{:<{}} {:<{}} {:<12} {}\n", k.name, kind, k.grammar, written, run_kind_name(k.run), k.label);
 }
 
 void list_configs_json(std::ostream& out) {

@@ -157,11 +157,12 @@ PredictedRow predicted_row(const Row& source, const parallel::OneDevice& one, co
   return PredictedRow{
       std::move(row),
       fmt::format("  predicted {}{} over {}{}: {:.0f} samples/s (band {:.0f} to {:.0f}, dominated by {}), {:.0f}% "
-                  "efficiency ({:.0f}% to {:.0f}%), exposed communication {:.3g} ms of {:.3g} ms per step ({})",
+                  "efficiency ({:.0f}% to {:.0f}%), a step of {:.3g} ms: its all-reduces {:.3g} ms ({}), {:.3g} ms of "
+                  "them not hidden by backward",
                   device, on, link_text(link), between, q.samples_per_s, q.samples_per_s_low, q.samples_per_s_high,
                   q.dominant, 100 * q.efficiency, 100 * q.efficiency * q.samples_per_s_low / q.samples_per_s,
-                  100 * q.efficiency * q.samples_per_s_high / q.samples_per_s, q.exposed_comm_s * 1e3, q.comm_s * 1e3,
-                  q.algorithm)};
+                  100 * q.efficiency * q.samples_per_s_high / q.samples_per_s, q.step_s * 1e3, q.comm_s * 1e3,
+                  q.algorithm, q.exposed_comm_s * 1e3)};
 }
 
 }  // namespace
