@@ -10,9 +10,13 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -144,6 +148,35 @@ std::vector<std::string> nearest_names(std::string filter, const std::vector<tb:
   std::vector<std::string> out;
   for (const auto& [start, whole, name] : by_distance)
     if (out.size() < count) out.push_back(name);
+  return out;
+}
+
+// The flags --help names closest to an unknown one, at most two, the closest first: those whose
+// names hold it (--filter: --benchmark_filter), else the nearest within an edit for each three
+// letters (--devics: --devices).
+std::vector<std::string> nearest_flags(const std::string& given) {
+  const std::string name = given.substr(0, given.find('='));
+  const std::size_t start = name.find_first_not_of('-');
+  const std::string bare = start == std::string::npos ? "" : name.substr(start);
+  std::set<std::string> known;
+  const std::string text = tb::bench::usage();
+  const std::regex flag(R"(--[a-z][a-z_0-9]+)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), flag); it != std::sregex_iterator(); ++it)
+    known.insert(it->str());
+  std::vector<std::pair<std::size_t, std::string>> holding, near;
+  for (const std::string& k : known) {
+    const std::size_t d = edit_distance(name, k);
+    if (bare.size() >= 3 && k.find(bare) != std::string::npos) holding.emplace_back(d, k);
+    if (d <= std::max<std::size_t>(1, bare.size() / 3)) near.emplace_back(d, k);
+  }
+  std::vector<std::string> out;
+  for (auto* list : {&holding, &near}) {
+    std::sort(list->begin(), list->end());
+    for (const auto& [d, k] : *list)
+      if (out.size() < 2 && std::find(out.begin(), out.end(), k) == out.end() && (list == &holding || out.empty()))
+        out.push_back(k);
+    if (!out.empty()) break;
+  }
   return out;
 }
 
@@ -368,7 +401,9 @@ int main(int argc, char** argv) {
   argv = gb_argv.data();
   benchmark::Initialize(&argc, argv);
   if (argc > 1) {
-    std::cerr << fmt::format("trainbench: error: unknown flag '{}' (see trainbench --help)\n", argv[1]);
+    const std::vector<std::string> near = nearest_flags(argv[1]);
+    std::cerr << fmt::format("trainbench: error: unknown flag '{}' ({}see trainbench --help)\n", argv[1],
+                             near.empty() ? "" : fmt::format("did you mean {}? ", fmt::join(near, " or ")));
     return kUsageError;
   }
   if (flags.predict_allreduce > 0) {
