@@ -166,7 +166,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
         "scripts/fetch_datasets.sh fetches the real files, --data_dir names another folder)\n",
         info.dataset);
   const double load = load_average_1m();
-  bool busy = loaded(info, load);
+  const bool busy = loaded(info, load);
   std::string how = "";  // how this rank's repetition ended: "" well, "failed", "stop" (the CSV)
   try {
     // Each row reports its own peak resident set, not an earlier row's (a ResNet-152 before it):
@@ -185,14 +185,10 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     if (!run_->kept_across_calls()) run_.reset();
     Measurement& m = outcome.measured;
     if (load >= 0) m.figures.load_avg_1m = load;
-    if (waited(info, m.cpu_waiting)) {
-      m.message += fmt::format(
-          "{}its threads waited for a CPU {:.2f} s a second of the timed steps: another process took "
-          "cores from it",
-          m.message.empty() ? "" : "; ", m.cpu_waiting);
-      busy = true;
-    }
-    if (busy) m.verdicts.insert(m.verdicts.begin(), "loaded");
+    // The verdict alone, as the load average's: a row's message says what it measured, the same
+    // on a busy machine as on an idle one.
+    const bool waited_for_cpu = waited(info, m.cpu_waiting);  // said, whatever the load average said
+    if (busy || waited_for_cpu) m.verdicts.insert(m.verdicts.begin(), "loaded");
     if (!m.message.empty()) st.SetLabel(m.message);
     write(info, m, std::move(outcome.lines));
   } catch (const CsvWriteError&) {

@@ -174,7 +174,7 @@ const std::vector<Verdict>& verdicts() {
       {"loaded",
        "the machine's load average when the row started was above the threads this run used so far + 1, or the row's "
        "threads (no more than the cores) waited for a CPU over 0.2 s a second of its timed steps (the kernel's run "
-       "delay; its message says how long)"},
+       "delay; the console's warning says how long)"},
       {"above_peak",
        "utilisation above 1 without the convolutions' products with their zero padding: the peak it is over was "
        "measured low, or the FLOP count is high"},
