@@ -19,16 +19,25 @@ more than 15% or a side ran on a loaded machine (rows whose verdicts say `loaded
 never compared.
 
 The verdict: a two-sided Mann-Whitney U test (SciPy's, as Google Benchmark's compare.py uses)
-over each benchmark's repetitions (where a side has too few of them, over the windows of their
-timed steps, window_samples_per_s: ten consecutive parts of each repetition, "n=10/10 windows"),
-its p adjusted across all the benchmarks tested
+over each benchmark's repetitions, its p adjusted across all the benchmarks tested
 (--correction: Benjamini-Hochberg by default, which keeps false verdicts to a share alpha of the
 verdicts; Holm, which keeps the chance of any false verdict below alpha; or none) and held to
 alpha. "beyond noise" (adjusted p < alpha) is the only verdict: only there does the change say
-"better" or "worse"; "within noise" says "~". A benchmark with too few repetitions for the test
-ever to go below alpha (all of one side above all of the other gives p = 2 / C(n1 + n2, n1):
-0.1 at 3 against 3), or with median aggregates only, is "too few repetitions": not tested, not
-counted, its change "~", and the summary says how to get a verdict.
+"better" or "worse"; "within noise" says "~".
+
+Where a side has too few repetitions for the test ever to go below alpha (all of one side above
+all of the other gives p = 2 / C(n1 + n2, n1): 1 at 1 against 1, 0.1 at 3 against 3), the test
+takes the windows of their timed steps instead, where both sides' rows have enough of them
+(schema 7, window_samples_per_s: each repetition's timed steps in up to ten consecutive parts,
+each part's mean samples/s; --metric samples_per_s or a step time): 10 against 10 for one
+repetition a side, "n=10/10 windows". The windows of a row are parts of one run, so such a
+verdict, "beyond noise within a run", says that the two runs differ by more than each varied
+within itself, not that the code did. A shift of the windows' medians no larger than the wider
+of the two sides' interquartile ranges of windows stays "within noise" even with p below alpha,
+and says so ("p below alpha, but the shift lies inside the windows' spread"). A benchmark with
+neither enough repetitions nor enough windows (rows before schema 7, rows of a step or two), or
+with median aggregates only, is "too few repetitions": not tested, not counted, its change "~",
+and the summary says how to get a verdict.
 
 The geometric mean of all the ratios is printed as a summary, never as a verdict ("~"): it mixes
 the ratios within noise and those untested with the rest, and no test was run on it. The
@@ -148,6 +157,10 @@ class NoiseVerdict:
     # Windows only: the medians' difference is inside the rows' own spread (the larger
     # interquartile range of their windows), so it stays within noise whatever its p.
     inside_spread: bool = False
+    below_alpha: bool = False  # the adjusted p is below alpha (decide)
+    alpha: float | None = None
+    # TOO_FEW only: how many windows each side's rows had (too few, or none, to test instead)
+    windows: tuple[int, int] = (0, 0)
 
     @property
     def beyond(self) -> bool:
@@ -162,13 +175,29 @@ class NoiseVerdict:
         if self.kind == TOO_FEW:
             if 0 in (self.n1, self.n2):
                 return f"{TOO_FEW} (median aggregate only)"
+            if smallest_p(self.n1, self.n2) >= 1:
+                return (f"{TOO_FEW} (n={self.n1}/{self.n2}: one repetition a side cannot be "
+                        f"tested, {self.windows_text()})")
             return (f"{TOO_FEW} (n={self.n1}/{self.n2}: p cannot go below "
                     f"{smallest_p(self.n1, self.n2):.2g})")
         adjusted = f", adjusted {self.p_adjusted:.3g}" if self.adjusted_shown else ""
-        spread = ", inside the windows' spread" if self.inside_spread and self.kind == WITHIN else ""
         within_run = " within a run" if self.unit and self.kind == BEYOND else ""
+        spread = ""
+        if self.inside_spread and self.below_alpha and self.kind == WITHIN:
+            which = "adjusted p" if self.adjusted_shown else "p"
+            spread = (f": {which} below alpha {self.alpha:g}, but the shift lies inside the "
+                      f"windows' spread, so it is not called a change")
         return (f"{self.kind}{within_run} (U test p={self.p:.3g}{adjusted}, n={self.n1}/{self.n2}{self.unit}"
                 f"{spread})")
+
+    def windows_text(self) -> str:
+        """Why the windows of the rows' timed steps were not tested instead."""
+        w1, w2 = self.windows
+        if not w1 and not w2:
+            return "and the rows have no windows to test instead"
+        if not w1 or not w2:
+            return f"and {'BASE' if not w1 else 'NEW'}'s rows have no windows to test instead"
+        return f"and their windows, n={w1}/{w2}, are too few as well"
 
 
 def interquartile_range(values: list[float]) -> float:
@@ -195,7 +224,7 @@ def noise_test(base: tbcsv.Sample, new: tbcsv.Sample, alpha: float) -> NoiseVerd
         # 3 against 3 repetitions: even all of NEW above all of BASE gives p = 0.1, so the
         # test cannot tell that from chance at 0.05 (chance alone parts the two ranges in a
         # tenth of such comparisons). No test, no verdict.
-        return NoiseVerdict(TOO_FEW, n1, n2)
+        return NoiseVerdict(TOO_FEW, n1, n2, windows=(w1, w2))
     u, p = mann_whitney(base.values, new.values)
     return NoiseVerdict(WITHIN, n1, n2, p=p, u_base=u)
 
@@ -207,6 +236,7 @@ def decide(verdicts: list[NoiseVerdict], alpha: float, correction: str) -> None:
     for v, p in zip(tested, adjust([v.p for v in tested], correction)):
         v.p_adjusted = p
         v.adjusted_shown = correction != "none"
+        v.alpha, v.below_alpha = alpha, p < alpha
         v.kind = BEYOND if p < alpha and not v.inside_spread else WITHIN
 
 
@@ -294,6 +324,9 @@ class Comparison:
     no_value: list[str]  # in both files, but one side has no ok value of the metric
     ambiguous: list[str] = field(default_factory=list)  # rows a filter cannot tell apart
     hint: str | None = None  # --filters that would match what is unmatched
+    # Where no --filters would: the unmatched configurations without a value, and why
+    # ("NEW's gpu:1 rows were all skipped (...)").
+    unusable: list[str] = field(default_factory=list)
     alpha: float = 0.05
     correction: str = DEFAULT_CORRECTION
 
@@ -306,11 +339,22 @@ class Comparison:
         return sum(1 for r in self.results if r.noise.counted)
 
 
+def shorten(text: str, width: int = 80) -> str:
+    """The text, or where longer than width its words that fit, ending with '...'."""
+    if len(text) <= width:
+        return text
+    room = width - len("...")
+    head = text[:room]
+    if not text[room].isspace() and " " in head:  # a word cut short: leave it out
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip(" ,;:(") + "..."
+
+
 def failure_notes(rows, name: str, key=row_key) -> str:
     """Why a benchmark has no ok value: its failed/skipped messages, shortened."""
     notes = tbcsv.distinct([r for r in rows if key(r) == name and not tbcsv.is_ok(r)],
                            "message")
-    return "; ".join(notes)[:80]
+    return shorten("; ".join(notes))
 
 
 def no_value_line(name: str, base, new, b, n, key) -> str:
@@ -358,9 +402,36 @@ def compare(base, new, metric: str, alpha: float, lower_better: bool, key=None,
                    [f"{k} ({why})" for k, why in ambiguous.items()], alpha=alpha,
                    correction=correction)
     if only_base and only_new and key in (row_key, framework_key):
-        c.hint = tbfilters.suggest([r for r in base_rows if key(r) in only_base],
-                                   [r for r in new_rows if key(r) in only_new])
+        # Only rows with a value: --filters over rows that were all skipped cannot succeed.
+        def usable(r):
+            return tbcsv.is_ok(r) and tbcsv.number(r, metric) is not None
+        c.hint = tbfilters.suggest([r for r in base_rows if key(r) in only_base and usable(r)],
+                                   [r for r in new_rows if key(r) in only_new and usable(r)])
+        if c.hint is None:
+            c.unusable = (unusable_lines("BASE", [r for r in base_rows if key(r) in only_base],
+                                         metric)
+                          + unusable_lines("NEW", [r for r in new_rows if key(r) in only_new],
+                                           metric))
     return c
+
+
+def unusable_lines(side: str, rows: list, metric: str) -> list[str]:
+    """Per configuration of the rows (device, variant, framework) none of which has an ok
+    value of the metric: what they were and why, from their message column."""
+    by_config: dict = {}
+    for r in rows:
+        by_config.setdefault(tbfilters.configuration(r), []).append(r)
+    out = []
+    for config, rs in by_config.items():
+        if any(tbcsv.is_ok(r) and tbcsv.number(r, metric) is not None for r in rs):
+            continue
+        what = [s for s in tbcsv.distinct(rs, "status") if s != "ok"]
+        if any(tbcsv.is_ok(r) for r in rs):
+            what.append(f"without a {metric} value")
+        why = "; ".join(tbcsv.distinct([r for r in rs if not tbcsv.is_ok(r)], "message"))
+        out.append(f"{side}'s {config} rows were all {' or '.join(what) or 'empty'}"
+                   + (f" ({shorten(why, 160)})" if why else ""))
+    return out
 
 
 def check_metric(tables: list[tbcsv.Table], metric: str) -> None:
@@ -427,7 +498,7 @@ def side_text(rows, column: str) -> str:
                                        and (v := tbcsv.field_of(r, column)))) or "-"
     if column == "framework":
         return ", ".join(dict.fromkeys((r.get("framework") or "trainbench") for r in rows))
-    numbers = sorted(v for r in rows if (v := tbcsv.number(r, column)) is not None)
+    numbers = sorted(tbcsv.context_numbers(rows, column))
     if column == "sgemm_gflops" and numbers:
         return f"{numbers[len(numbers) // 2]:.1f} GFLOP/s"
     if column == "load_avg_1m" and numbers:
@@ -634,6 +705,8 @@ def unmatched(c: Comparison) -> list[tuple[str, list[str]]]:
 
 
 def hint_lines(c: Comparison) -> list[str]:
+    if c.unusable:
+        return [f"note: {'; '.join(c.unusable)}: nothing of them to compare"]
     if not c.hint:
         return []
     return [f"hint: the benchmarks only in BASE and only in NEW differ in their device, "
@@ -736,9 +809,16 @@ framework:pytorch framework:trainbench/data_on_device"""
 VERDICT_HELP = """the verdict: a two-sided Mann-Whitney U test (SciPy) over each benchmark's
 repetitions, its p adjusted across the benchmarks tested (--correction) and held to --alpha.
 Only 'beyond noise' is a verdict, and only there does the change say better or worse ('~'
-elsewhere). Too few repetitions for the test ever to reach alpha (3 against 3 at 0.05: complete
-separation gives p = 0.1), or median aggregates only, is 'too few repetitions': not tested and
-not counted. The geometric mean of all ratios is a summary ('~'); that of the benchmarks beyond
+elsewhere). Where the repetitions are too few for the test ever to reach alpha (1 against 1;
+3 against 3 at 0.05: complete separation gives p = 0.1), it takes the windows of the rows'
+timed steps instead where both sides have enough (schema 7, window_samples_per_s: up to ten
+consecutive parts of each repetition, each part's mean samples/s; 'n=10/10 windows' for one
+repetition a side): 'beyond noise within a run' says the two runs differ by more than each
+varied within itself, not that the code did, and a shift of the windows' medians no larger than
+the wider of the two sides' interquartile ranges of windows stays 'within noise' even with p
+below alpha (the line says so). Neither enough repetitions nor windows (rows before schema 7,
+rows of a step or two), or median aggregates only, is 'too few repetitions': not tested and not
+counted. The geometric mean of all ratios is a summary ('~'); that of the benchmarks beyond
 noise is on its own line."""
 
 
@@ -804,6 +884,7 @@ def no_match(c: Comparison, base, new, metric: str, filters) -> tbcsv.InputError
                                 f"{filters[0]!r} {filters[1]!r} ({counts})")
     fix = (f"they hold different configurations: compare them with {c.hint} (the two files, "
            f"or one holding both)" if c.hint else
+           f"{'; '.join(c.unusable)}: nothing of them to compare" if c.unusable else
            "to compare device configurations or variants, give --filters A B (see --help)")
     return tbcsv.InputError(f"no benchmark of {base.path} has a {metric} value to match in "
                             f"{new.path} ({counts}); {fix}")

@@ -89,13 +89,15 @@ def write_charts(plt, data: Data, out: Path, skipped: dict | None = None) -> lis
     out.mkdir(parents=True, exist_ok=True)
     figs = Figures(plt, data)
     written = []
+    everything = []  # the rows --latest left out, once one chart needs them (latest_note)
     for name, draw, _ in CHARTS:
         try:
             fig = draw(figs, data)
-        except Skip as why:
+        except Skip as skip:
+            why = f"{skip}{latest_note(plt, data, draw, everything)}"
             print(f"skipped {name}: {why}")
             if skipped is not None:
-                skipped[name] = str(why)
+                skipped[name] = why
             for ext in ("png", "svg"):
                 stale = out / f"{name}.{ext}"
                 if stale.exists():
@@ -109,6 +111,25 @@ def write_charts(plt, data: Data, out: Path, skipped: dict | None = None) -> lis
         print(f"wrote {paths[0]} {paths[1]}")
         written.append(name)
     return written
+
+
+def latest_note(plt, data: Data, draw, everything: list) -> str:
+    """For a chart --latest could not draw: where the rows it left out (older runs, other builds
+    of the benchmarks a machine's main build measured, configurations only skipped) would draw
+    it, a note saying so, else ''. everything caches the data without --latest across the
+    charts."""
+    if not data.latest or not data.left_out:
+        return ""
+    if not everything:
+        everything.append(Data(data.tables))
+    try:
+        fig = draw(Figures(plt, everything[0]), everything[0])
+    except Skip:
+        return ""
+    plt.close(fig)
+    return (f" among the rows --latest kept; it left out {data.left_out:,} rows (older runs, "
+            f"other builds, configurations only skipped), with which this chart is drawn: run "
+            f"without --latest")
 
 
 def parse_args(argv):

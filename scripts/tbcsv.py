@@ -706,6 +706,17 @@ def is_median_aggregate(row: dict[str, str]) -> bool:
     return row.get("run_type", "") == "aggregate" and row.get("aggregate", "") == "median"
 
 
+def context_numbers(rows, column: str) -> list[float]:
+    """A context column's numbers (load_avg_1m, sgemm_gflops) over the rows of single runs:
+    repetitions and epochs, not Google Benchmark's aggregate rows, whose counters are the mean,
+    median, stddev or cv of the repetitions' (a load's stddev or cv is no load). Where the rows
+    are aggregates only (--benchmark_report_aggregates_only), their median aggregates'."""
+    single = [v for r in rows if r.get("run_type", "") != "aggregate"
+              and (v := number(r, column)) is not None]
+    return single or [v for r in rows if is_median_aggregate(r)
+                      and (v := number(r, column)) is not None]
+
+
 def is_epoch_row(row: dict[str, str]) -> bool:
     """Per-epoch rows (time-to-accuracy runs) are curves, not steady-state steps."""
     return row.get("benchmark", "").startswith("epochs/") or bool(row.get("epoch", "").strip())

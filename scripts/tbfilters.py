@@ -145,6 +145,14 @@ def side_terms(row: dict[str, str], other: dict[str, str]) -> str:
     return "/".join(terms + tbdevices.variant_items(row.get("variant", "")))
 
 
+def configuration(row: dict[str, str]) -> str:
+    """The filter that names a row's configuration: its device, variant and framework (where
+    not trainbench), `gpu:1/cuda_graph`."""
+    framework = dimension(row, "framework")
+    return "/".join([dimension(row, "device")] + tbdevices.variant_items(row.get("variant", ""))
+                    + ([f"framework:{framework}"] if framework != "trainbench" else []))
+
+
 def suggest(base_rows: list, new_rows: list) -> str | None:
     """`--filters 'cpu' 'gpu:1'` for two sides whose benchmarks differ only in device,
     variant or framework (the same model, dataset, precision and batch), else None."""

@@ -129,9 +129,13 @@ class Data:
 
     def __init__(self, tables: list[tbcsv.Table], latest: bool = False, references=()):
         self.rows = tbcsv.all_rows(tables)
+        self.tables = tables
         self.latest = latest
+        self.left_out = 0  # rows --latest left out: older runs, other builds of a benchmark
         if latest:
-            self.rows = newest_rows(self.rows)
+            kept = newest_rows(self.rows)
+            self.left_out = len(self.rows) - len(kept)
+            self.rows = kept
         measured = [r for r in self.rows if not tbcsv.is_predicted(r)]
         self.predicted_rows = [r for r in self.rows if tbcsv.is_predicted(r)]
         self.step_rows = [r for r in measured if not tbcsv.is_epoch_row(r)]
@@ -258,9 +262,10 @@ def newest_rows(rows) -> list:
     measured it (the latest timestamp among rows not skipped): history stays in the files, the
     charts show the present, and a machine that cannot run a configuration (a CPU-only
     machine's GPU rows) shows nothing for it. Of the builds a machine ran, only its main one (the
-    build of most of its rows): an experiment's generic or ISA-capped build, run last, had become
-    the machine's present (the 2-core VM's MLP at 13,382 samples/s where its own build ran
-    17,560)."""
+    build of most of its rows) where it measured the benchmark: an experiment's generic or
+    ISA-capped build, run last, had become the machine's present (the 2-core VM's MLP at 13,382
+    samples/s where its own build ran 17,560). A benchmark that only another build measured
+    keeps its rows (the 2-core VM's time-to-accuracy run, older than its -march=native build)."""
     builds: dict = {}
     for r in rows:
         if r.get("status") != "skipped":
@@ -270,12 +275,21 @@ def newest_rows(rows) -> list:
 
     def key(r):
         return (machine_key(r), r.get("framework", "") or "trainbench", config_of(r))
+
+    def on_main(r) -> bool:
+        return build_of(r) == main[machine_key(r)]
+    measured = [r for r in rows if r.get("status") != "skipped"]
+    main_measured = {key(r) for r in measured if on_main(r)}
+
+    def of_its_build(r) -> bool:
+        """The main build's row where the benchmark has some, else any build's."""
+        return key(r) not in main_measured or on_main(r)
     newest: dict = {}
-    for r in rows:
-        if r.get("status") != "skipped" and build_of(r) == main[machine_key(r)]:
+    for r in measured:
+        if of_its_build(r):
             newest[key(r)] = max(newest.get(key(r), ""), r.get("timestamp", "") or "")
     return [r for r in rows if key(r) in newest and (r.get("timestamp", "") or "") == newest[key(r)]
-            and (r.get("status") == "skipped" or build_of(r) == main[machine_key(r)])]
+            and (r.get("status") == "skipped" or of_its_build(r))]
 
 
 def spread(sample: tbcsv.Sample) -> tuple[float, float, float]:

@@ -53,7 +53,7 @@ def machines_table(data) -> tuple:
 def field_text(rows, column: str) -> str:
     if column == "timestamp":
         return tbcsv.timestamp_range(rows)
-    numbers = [v for r in rows if (v := tbcsv.number(r, column)) is not None]
+    numbers = tbcsv.context_numbers(rows, column)
     if column == "sgemm_gflops" and numbers:
         return f"{sorted(numbers)[len(numbers) // 2]:.1f} GFLOP/s (median)"
     if column == "load_avg_1m" and numbers:

@@ -61,15 +61,17 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None
         assert needle in lines[0], (needle, lines[0])
 
 
-def rewrite_csv(src: str, dst: Path, drop=(), keep_row=lambda row: True) -> str:
-    """A copy of a fixture without some columns or rows: 'the columns present' cases."""
+def rewrite_csv(src: str, dst: Path, drop=(), keep_row=lambda row: True,
+                change=lambda row: {}) -> str:
+    """A copy of a fixture without some columns or rows: 'the columns present' cases; change(row)
+    gives the cells to set on each row kept."""
     with open(src, newline="") as f:
         rows = list(csv.DictReader(f))
     header = [c for c in rows[0] if c not in drop]
     with open(dst, "w", newline="") as f:
         w = csv.DictWriter(f, header, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
-        w.writerows(r for r in rows if keep_row(r))
+        w.writerows({**r, **change(r)} for r in rows if keep_row(r))
     return str(dst)
 
 

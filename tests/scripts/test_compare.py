@@ -433,11 +433,52 @@ def test_a_shift_inside_the_windows_own_spread_stays_within_noise(tmp_path):
     assert r.returncode == 0, r.stderr
     line = table_line(r.stdout, MLP)
     assert "within noise (U test p=" in line
-    assert line.endswith("n=10/10 windows, inside the windows' spread)")
-    # Its p (and adjusted p) is below alpha: the spread rule, not the test, kept it within noise.
+    # Its p (and adjusted p) is below alpha: the spread rule, not the test, kept it within noise,
+    # and the line says so rather than read as a contradiction.
+    assert line.endswith("n=10/10 windows: adjusted p below alpha 0.05, but the shift lies "
+                         "inside the windows' spread, so it is not called a change)"), line
     p, adjusted = map(float, re.search(r"p=(\S+), adjusted (\S+),", line).groups())
     assert p < 0.05 and adjusted < 0.05, line
     assert "beyond noise within a run" in table_line(r.stdout, LENET)
+    # Without a correction there is one p; a p above alpha needs no word on the spread.
+    r = run_script("compare.py", base, new, "--correction", "none")
+    assert table_line(r.stdout, MLP).endswith(
+        "n=10/10 windows: p below alpha 0.05, but the shift lies inside the windows' spread, so "
+        "it is not called a change)")
+    r = run_script("compare.py", base, new, "--alpha", "0.0001")
+    assert table_line(r.stdout, MLP).endswith("n=10/10 windows)")
+
+
+@pytest.mark.parametrize("base_windows, new_windows, why", [
+    ([], [], "and the rows have no windows to test instead"),
+    ([], [100, 101, 102], "and BASE's rows have no windows to test instead"),
+    ([100, 101], [200, 201], "and their windows, n=2/2, are too few as well"),
+])
+def test_one_repetition_a_side_without_windows_says_why_it_is_not_tested(
+        tmp_path, base_windows, new_windows, why):
+    """1 against 1 can give no p below 1 ('p cannot go below 1' said it so): the line says that
+    one repetition a side cannot be tested, and why the windows were not tested instead."""
+    base = one_repetition(BASE, tmp_path / "base.csv", {MLP: base_windows})
+    new = one_repetition(NEW, tmp_path / "new.csv", {MLP: new_windows})
+    r = run_script("compare.py", base, new)
+    assert r.returncode == 0, r.stderr
+    assert table_line(r.stdout, MLP).endswith(
+        f"too few repetitions (n=1/1: one repetition a side cannot be tested, {why})")
+    assert "cannot go below 1" not in r.stdout
+
+
+def test_the_help_describes_the_windows_and_the_spread_rule():
+    """--help said too few repetitions is 'not tested', while 1 against 1 rows of schema 7 are
+    tested over their windows; the spread rule was only in docs/scripts.md."""
+    r = run_script("compare.py", "--help")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "it takes the windows of the rows' timed steps instead" in text
+    assert "window_samples_per_s" in text and "'n=10/10 windows' for one repetition a side" in text
+    assert ("a shift of the windows' medians no larger than the wider of the two sides' "
+            "interquartile ranges of windows stays 'within noise' even with p below alpha") in text
+    assert ("Neither enough repetitions nor windows (rows before schema 7, rows of a step or "
+            "two), or median aggregates only, is 'too few repetitions': not tested") in text
 
 
 @pytest.mark.parametrize("metric", ["samples_per_s", "step_time_s"])
@@ -475,6 +516,23 @@ def test_window_values_of_a_step_time_follow_the_rows_samples_per_s(tbcsv_mod):
     assert tbcsv_mod.window_values(row, "step_time_s") == [2, 1, 0.5]
     assert tbcsv_mod.window_values(row, "host_cpu_s_per_step") == []
     assert tbcsv_mod.window_values({**row, "window_samples_per_s": ""}, "samples_per_s") == []
+
+
+def test_skip_messages_are_cut_at_a_word_with_an_ellipsis(compare_mod):
+    """They were cut at 80 characters, mid-word: '(cudaErrorInsufficientDriver: no driver,)',
+    '(--gpus=0,0 ru)'."""
+    r = run_script("compare.py", str(ROOT / "results/vm/20261128T115501Z.csv"),
+                   str(ROOT / "results/vm/20261128T115659Z.csv"))
+    assert r.returncode == 0, r.stderr
+    assert ("  train/mlp/mnist/gpu:1/fp32/bs:100 (none in BASE or NEW: skipped: gpu:1: no usable "
+            "NVIDIA driver (cudaErrorInsufficientDriver: no...)\n") in r.stdout
+    assert "driver,)" not in r.stdout and "no drive)" not in r.stdout
+    gpus = ("skipped: gpu:all: this machine has 1 GPU, gpu:N needs two or more (--gpus=0,0 runs "
+            "gpu:2 as two replicas on one GPU: a correctness check)")
+    assert compare_mod.shorten(gpus) == ("skipped: gpu:all: this machine has 1 GPU, gpu:N needs "
+                                         "two or more (--gpus=0,0...")
+    assert compare_mod.shorten("a short message") == "a short message"
+    assert compare_mod.shorten("x" * 100) == "x" * 77 + "..."  # one word: cut where it must be
 
 
 def test_the_header_names_the_devices_that_ran_not_those_skipped(tmp_path):

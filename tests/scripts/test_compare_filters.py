@@ -94,6 +94,25 @@ def test_files_of_two_configurations_point_at_filters(tmp_path):
     assert r.returncode == 0 and len(table(r.stdout)) == 2, r.stderr
 
 
+@pytest.mark.parametrize("message, why", [
+    ("skipped: gpu:1: no usable NVIDIA driver (cudaErrorInsufficientDriver: no driver)",
+     " (skipped: gpu:1: no usable NVIDIA driver (cudaErrorInsufficientDriver: no driver))"),
+    ("", "")])
+def test_files_whose_other_configuration_was_skipped_say_so_not_filters(tmp_path, message, why):
+    """NEW's gpu:1 rows all skipped (no GPU): --filters cpu gpu:1 could only fail, so it is not
+    recommended; the error says the rows were skipped, and why where their message says."""
+    cpu = rewrite_csv(GPU, tmp_path / "cpu.csv", keep_row=lambda row: row["device"] == "cpu")
+    skipped = rewrite_csv(GPU, tmp_path / "gpu.csv", keep_row=lambda row: row["device"] == "gpu:1",
+                          change=lambda row: {"status": "skipped", "message": message,
+                                              "samples_per_s": ""})
+    r = run_script("compare.py", cpu, skipped)
+    assert_one_line_error(r, "no benchmark", f"; NEW's gpu:1 rows were all skipped{why}: nothing "
+                             f"of them to compare")
+    assert "--filters" not in r.stderr
+    r = run_script("compare.py", cpu, skipped, "--filters", "cpu", "gpu:1")
+    assert r.returncode == 2  # what the hint said to run
+
+
 @pytest.mark.parametrize("filters, needle", [
     (("gpu:x", "gpu:1"), "'gpu:x' is not a term a filter knows"),
     (("cpu/gpu:1", "gpu:2"), "names two of device"),
@@ -150,6 +169,31 @@ def test_a_loaded_side_is_a_warning(tmp_path, load, warned):
             f"threads their run had used + 1 (their verdict `loaded`; up to {load} on 2 cores)"
             in r.stdout) == warned
     assert "BASE was loaded" not in r.stdout
+
+
+def loads_with_aggregates(row: dict) -> str:
+    """load_avg_1m as Google Benchmark aggregates it: repetitions at 0.60 to 1.00, their mean
+    and median 0.80, their stddev 0.16 and cv 0.2 (a spread and a ratio, no load at all)."""
+    if row["run_type"] == "iteration":
+        return f"{0.6 + 0.1 * int(row['repetition']):.2f}"
+    return {"mean": "0.8", "median": "0.8", "stddev": "0.16", "cv": "0.2"}[row["aggregate"]]
+
+
+def test_the_load_range_is_over_the_repetitions_not_the_aggregates(tmp_path, compare_mod):
+    """The aggregate rows' load is the mean, median, stddev or cv of the repetitions': the
+    range is the repetitions' (it said 0.16-1.00, the stddev its low)."""
+    loads = edited(SGD, tmp_path / "loads.csv", load_avg_1m=loads_with_aggregates)
+    r = run_script("compare.py", loads, loads)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^load_avg_1m\s+0\.60-1\.00\s+0\.60-1\.00$", r.stdout, re.M), r.stdout
+    # Rows without a run_type (not a trainbench file's) are all read, as before.
+    assert compare_mod.side_text([{"load_avg_1m": "0.3"}, {"load_avg_1m": "1.2"}],
+                                 "load_avg_1m") == "0.30-1.20"
+    # A file of aggregates only: its median aggregates' loads.
+    medians_only = rewrite_csv(loads, tmp_path / "medians.csv",
+                               keep_row=lambda row: row["run_type"] == "aggregate")
+    r = run_script("compare.py", medians_only, medians_only)
+    assert re.search(r"^load_avg_1m\s+0\.80\s+0\.80$", r.stdout, re.M), r.stdout
 
 
 # ---- verdicts -------------------------------------------------------------------------------

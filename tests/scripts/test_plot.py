@@ -386,6 +386,59 @@ def test_latest_keeps_each_machines_main_build():
     assert [r["samples_per_s"] for r in kept] == ["2", "3", "4"]
 
 
+def test_latest_keeps_a_benchmark_that_only_another_build_measured():
+    """The main build's rule holds among the rows of a benchmark it measured: a benchmark only
+    another build ran keeps its newest rows (results/vm's epochs/ run, built before -march=native,
+    had vanished from the charts), and the other build's rows of the main build's benchmarks
+    still go."""
+    native = {"compiler": "gcc 12.2.0, -march=native", "cpu_isa": "avx512"}
+    rows = [{**r, **native} for r in latest_rows()]
+    amd = rows[1]
+    rows += [{**amd, "timestamp": "2026-11-05T00:00:00Z", "samples_per_s": "9",
+              "compiler": "gcc 12.2.0", "cpu_isa": ""},
+             {**amd, "kind": "epochs", "timestamp": "2026-10-01T00:00:00Z", "samples_per_s": "5",
+              "compiler": "gcc 12.2.0", "cpu_isa": ""}]
+    kept = newest_rows(rows)
+    assert [r["samples_per_s"] for r in kept] == ["2", "3", "4", "5"]
+
+
+def epochs_of_another_build(tmp_path) -> str:
+    """gpu_epochs.csv with its epochs/ rows of another build than its 56 train/ rows (48 rows:
+    not the machine's main build), as results/vm/fashion-mnist-epochs.csv is."""
+    return rewrite_csv(GPU, tmp_path / "builds.csv", change=lambda row: {
+        "compiler": "gcc 12.2.0" if row["benchmark"].startswith("epochs/")
+        else "gcc 12.2.0, -march=native"})
+
+
+def test_latest_draws_epochs_rows_of_another_build(tmp_path):
+    r = plot(tmp_path / "out", "--latest", epochs_of_another_build(tmp_path))
+    assert "skipped time_to_accuracy" not in r.stdout
+    assert "time_to_accuracy" in charts_in(tmp_path / "out")
+
+
+def test_a_chart_the_rows_latest_left_out_would_draw_says_so(tmp_path):
+    """A newer run whose epochs/ rows all failed is the present --latest keeps: the chart is
+    skipped, and the note says that the rows --latest left out would draw it."""
+    builds = epochs_of_another_build(tmp_path)
+    failed = rewrite_csv(builds, tmp_path / "failed.csv",
+                         keep_row=lambda row: row["benchmark"].startswith("epochs/"),
+                         change=lambda row: {"status": "failed", "message": "out of memory",
+                                             "val_acc": "", "timestamp": "2026-12-02T08:00:00Z"})
+    r = plot(tmp_path / "out", "--latest", builds, failed)
+    line, = [x for x in r.stdout.splitlines() if x.startswith("skipped time_to_accuracy")]
+    # 48 epochs/ rows of the older run, 3 configurations only skipped.
+    assert line.endswith("among the rows --latest kept; it left out 51 rows (older runs, other "
+                         "builds, configurations only skipped), with which this chart is drawn: "
+                         "run without --latest"), line
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "it left out 51 rows" in report
+    # Charts that the left-out rows would not draw either say nothing of them.
+    assert not any("--latest" in x for x in r.stdout.splitlines()
+                   if x.startswith("skipped ") and "time_to_accuracy" not in x)
+    r = plot(tmp_path / "all", builds, failed)
+    assert "skipped time_to_accuracy" not in r.stdout
+
+
 def test_latest_names_machines_that_share_a_hostname_by_their_gpu_or_cpu():
     class Table:
         rows = latest_rows()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import data_file, medians, run_script
+from conftest import data_file, medians, rewrite_csv, run_script
 from tbplot.model import Data, config_of, scaling_lines, speedups
 
 GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
@@ -215,3 +215,18 @@ def test_headline_is_the_same_whatever_the_hash_seed(tmp_path):
         drawn.append((out / "headline.svg").read_bytes())
     assert "predicted for pcie5" in svg_text(tmp_path / "0" / "headline.svg")
     assert all(d == drawn[0] for d in drawn[1:])
+
+
+def test_the_report_gives_the_repetitions_load_range_not_the_aggregates(tmp_path):
+    """The machines table's load_avg_1m range leaves out the aggregate rows, whose load is the
+    repetitions' mean, median, stddev or cv (it said 0.16 – 1.00, the stddev its low)."""
+    def load(row):
+        if row["run_type"] == "iteration":
+            return f"{0.6 + 0.1 * int(row['repetition']):.2f}"
+        return {"mean": "0.8", "median": "0.8", "stddev": "0.16", "cv": "0.2"}[row["aggregate"]]
+
+    loads = rewrite_csv(data_file("optimizer_sgd_v4.csv"), tmp_path / "loads.csv",
+                        change=lambda row: {"load_avg_1m": load(row)})
+    plot(tmp_path / "out", loads)
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert re.search(r"^\| load_avg_1m \| 0\.60 – 1\.00 \|$", text, re.M), text
