@@ -10,7 +10,6 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -158,11 +157,15 @@ std::vector<std::string> nearest_flags(const std::string& given) {
   const std::string name = given.substr(0, given.find('='));
   const std::size_t start = name.find_first_not_of('-');
   const std::string bare = start == std::string::npos ? "" : name.substr(start);
+  // Every "--name" in --help's text (no std::regex here: GCC 12 warns inside libstdc++'s).
   std::set<std::string> known;
   const std::string text = tb::bench::usage();
-  const std::regex flag(R"(--[a-z][a-z_0-9]+)");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), flag); it != std::sregex_iterator(); ++it)
-    known.insert(it->str());
+  const auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; };
+  for (std::size_t at = text.find("--"); at != std::string::npos; at = text.find("--", at + 2)) {
+    std::size_t end = at + 2;
+    while (end < text.size() && letter(text[end])) ++end;
+    if (end - at > 3 && text[at + 2] >= 'a' && text[at + 2] <= 'z') known.insert(text.substr(at, end - at));
+  }
   std::vector<std::pair<std::size_t, std::string>> holding, near;
   for (const std::string& k : known) {
     const std::size_t d = edit_distance(name, k);
