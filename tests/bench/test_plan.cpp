@@ -143,6 +143,74 @@ TEST(DeviceKinds, EveryKindSaysWhatItIs) {
   }
 }
 
+// A count is digits alone, from 1: text after them is refused (it was read as far as it went:
+// cpu:2x ran as cpu:2), and so is "all" anywhere but after gpu.
+TEST(DeviceKinds, ACountIsDigitsAloneAndAllIsGpusOnly) {
+  FakeMachine m(2);
+  for (const char* bad : {"cpu:2x", "cpu:1.5", "gpu:1/jobs:2x", "mpi:2 ", "cpu:all", "mpi:all", "cpu:1/jobs:all"}) {
+    try {
+      m.plan(bad);
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
+
+// What the machine has is enough: T threads on T cores, K jobs of T threads on K x T cores, its
+// highest CUDA ordinal; one more is not.
+TEST(DeviceKinds, WhatTheMachineHasExactlyIsEnough) {
+  FakeMachine m(2);  // 2 cores, GPUs 0 and 1
+  EXPECT_EQ(m.plan("cpu:2").skip_reason, "");
+  EXPECT_EQ(m.plan("cpu:2").threads, 2);
+  EXPECT_EQ(m.plan("cpu:1/jobs:2").skip_reason, "");
+  EXPECT_EQ(m.plan("cpu:2/jobs:1").skip_reason, "");
+  m.flags.gpus = {1};
+  EXPECT_EQ(m.plan("gpu:1").skip_reason, "");
+  EXPECT_EQ(m.plan("gpu:1").gpu_ordinals, (std::vector<int>{1}));
+  m.flags.gpus = {2};
+  EXPECT_EQ(m.plan("gpu:1").skip_reason,
+            "gpu:1: CUDA device 2 (--gpus, or the rank's local index) does not exist; this machine has devices 0 to 1");
+}
+
+// gpu:N takes the first N --gpus entries in their order, gpu:all one replica per entry (not per
+// device of the machine), and gpu:1 and its threads the first.
+TEST(DeviceKinds, GpuNTakesTheFirstNGpusEntriesInTheirOrder) {
+  FakeMachine m(4);
+  m.flags.gpus = {3, 1, 2};
+  const DeviceConfig all = m.plan("gpu:all");
+  EXPECT_EQ(all.name, "gpu:3");
+  EXPECT_EQ(all.gpu_ordinals, (std::vector<int>{3, 1, 2}));
+  EXPECT_EQ(all.data_parallel, 3);
+  const DeviceConfig two = m.plan("gpu:2");
+  EXPECT_EQ(two.gpu_ordinals, (std::vector<int>{3, 1}));
+  EXPECT_EQ(two.replicas, 2);
+  EXPECT_EQ(two.data_parallel, 2);
+  EXPECT_EQ(m.plan("gpu:1").gpu_ordinals, (std::vector<int>{3}));
+  EXPECT_EQ(m.plan("gpu:1/threads:2").gpu_ordinals, (std::vector<int>{3, 3}));
+}
+
+// A --gpus list that repeats some ordinals but not all is refused for every GPU entry, gpu:1
+// included (it ran on the first entry), and for no CPU entry.
+TEST(DeviceKinds, AGpusListNoGpuKindCanTakeIsRefusedForEveryGpuEntry) {
+  FakeMachine m(2);
+  m.flags.gpus = {0, 0, 1};
+  for (const char* entry : {"gpu:1", "gpu:1/threads:2", "gpu:1/jobs:2", "gpu:all"})
+    EXPECT_THROW(m.plan(entry), InputError) << entry;
+  EXPECT_EQ(m.plan("cpu:1").skip_reason, "");
+}
+
+// Under mpirun -np M, mpi:N and gpu:N run where N is M: fewer are skipped, as more are.
+TEST(DeviceKinds, UnderMpirunOnlyTheJobsRanksAreTheCount) {
+  FakeMachine rank0(4, /*ranks=*/4, /*local_rank=*/0);
+  EXPECT_EQ(rank0.plan("mpi:2").skip_reason, "mpi:2: this job has 4 ranks (mpi:4)");
+  EXPECT_EQ(rank0.plan("mpi:4").skip_reason, "");
+  EXPECT_EQ(rank0.plan("mpi:4").data_parallel, 4);
+  EXPECT_EQ(rank0.plan("gpu:2").skip_reason,
+            "gpu:2: under mpirun -np 4 the GPU configurations are gpu:1 (rank 0) and gpu:4 (one GPU per rank)");
+  EXPECT_EQ(rank0.plan("gpu:4").skip_reason, "");
+}
+
 // ---- baselines (plan/baselines.cpp) ----
 
 // A planned train/ row of ResNet-152 on ImageNet on `device` of kind `kind`.
@@ -266,6 +334,20 @@ TEST(Variant, EveryFlagOfARowIsInTheTable) {
             "prefetch:4/augment/timeline:off");
 }
 
+// An item named twice is written once; prefetch is named only where it differs from its default
+// (2) under loader workers.
+TEST(Variant, AnItemTwiceIsWrittenOnceAndTheDefaultPrefetchIsNone) {
+  EXPECT_EQ(join_variant({"augment", "optimizer:sgd", "augment"}), "optimizer:sgd/augment");
+  EXPECT_EQ(join_variant({"nodes:2", "nodes:2"}), "nodes:2");
+  BenchInfo b = planned("cpu", "cpu", "fp32", 8, 2);
+  b.loader.workers = 2;
+  b.loader.prefetch = 2;
+  EXPECT_EQ(variant_of(b, b.optimizer), "loader_workers:2");
+  b.loader.workers = 0;
+  b.loader.prefetch = 4;
+  EXPECT_EQ(variant_of(b, b.optimizer), "") << "prefetch means nothing without workers";
+}
+
 // ---- the plan ----
 
 // Batch 1 under batch norm is said in every row of it (PyTorch refuses a channel of one value).
@@ -279,6 +361,13 @@ TEST(Plan, BatchOneUnderBatchNormIsNoted) {
     if (b.model == "resnet152" && b.skip_reason.empty()) {
       resnet = true;
       EXPECT_NE(b.plan_note.find("batch 1 under batch norm"), std::string::npos) << b.name;
+      // Values per channel: the batch times the smallest map normalised, ImageNet's 7 x 7 and
+      // CIFAR-10's 1 x 1 at the last stage.
+      if (b.dataset == "imagenet" || b.dataset == "cifar10") {
+        EXPECT_NE(b.plan_note.find(fmt::format("as few as {} value(s) per channel", b.dataset == "imagenet" ? 49 : 1)),
+                  std::string::npos)
+            << b.plan_note;
+      }
     }
     if (b.model == "mlp") {
       EXPECT_EQ(b.plan_note, "") << b.name;
@@ -287,6 +376,64 @@ TEST(Plan, BatchOneUnderBatchNormIsNoted) {
   EXPECT_TRUE(resnet);
   flags.batch = 2;
   for (const BenchInfo& b : plan_benchmarks(flags, 2)) EXPECT_EQ(b.plan_note, "") << b.name;
+}
+
+// The default devices: cpu, then cpu:1 where the machine has more than one core (on one core, cpu
+// is cpu:1 under another name), then gpu:1.
+TEST(Plan, TheDefaultDevicesNameCpu1BesideCpuOnlyOnSeveralCores) {
+  const auto first = [](int cores, std::size_t n) {
+    const std::vector<DeviceConfig> devices = device_configs(Flags{}, cores);
+    std::vector<std::string> names;
+    for (std::size_t k = 0; k < std::min(n, devices.size()); ++k) names.push_back(devices[k].name);
+    return names;
+  };
+  EXPECT_EQ(first(1, 2), (std::vector<std::string>{"cpu", "gpu:1"}));
+  EXPECT_EQ(first(4, 3), (std::vector<std::string>{"cpu", "cpu:1", "gpu:1"}));
+}
+
+// Jobs are separate one-device runs: each keeps --data_on_device, where replicas stepped together
+// (mpi:N) run without it, and their rows say so in the variant.
+TEST(Plan, JobsKeepTheOneDeviceFlagsThatReplicasRunWithout) {
+  Flags flags;
+  flags.devices = {"cpu:1", "cpu:1/jobs:2", "mpi:2"};
+  flags.data_on_device = true;
+  int rows = 0;
+  for (const BenchInfo& b : plan_benchmarks(flags, 2)) {
+    if (b.kind != Kind::Train) continue;
+    ++rows;
+    const bool replicas = b.device == "mpi:2";
+    EXPECT_EQ(b.data_on_device, !replicas) << b.name;
+    EXPECT_EQ(b.variant.find("data_on_device") != std::string::npos, !replicas) << b.name;
+  }
+  EXPECT_GE(rows, 3);
+}
+
+// A regression's epochs run (they have a loss to report); only with --target_accuracy, which they
+// cannot reach, are they skipped saying why.
+TEST(Plan, ARegressionsEpochsAreSkippedOnlyForATargetAccuracy) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  const auto lstm_epochs = [&] {
+    for (const BenchInfo& b : plan_benchmarks(flags, 2))
+      if (b.kind == Kind::Epochs && b.model == "lstm") return b;
+    throw Error("no epochs/lstm row");
+  };
+  EXPECT_EQ(lstm_epochs().skip_reason, "");
+  flags.target_accuracy = 0.5;
+  EXPECT_NE(lstm_epochs().skip_reason.find("is a regression, with no accuracy to reach"), std::string::npos);
+}
+
+// Two entries that come to one row's name are refused before anything runs: they were pooled as
+// repetitions of one row.
+TEST(Plan, TwoConfigurationsOfOneNameAreRefused) {
+  Flags flags;
+  flags.devices = {"cpu:1", "cpu:1"};
+  try {
+    plan_benchmarks(flags, 2);
+    ADD_FAILURE() << "cpu:1 twice was planned";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("two of its configurations are both train/"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
