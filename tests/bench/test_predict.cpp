@@ -106,6 +106,50 @@ TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
   }
 }
 
+// Values a run can write are taken: two buckets ready at one time (marks read back with the
+// device clock's resolution), backward ending with the step, an overhead measured as low as 0;
+// and those next to them that no run writes are refused, naming them.
+TEST(PredictionInputs, TheEdgesARunCanWriteAreTakenAndThoseBesideThemRefused) {
+  const std::string good = format_prediction_inputs(measured_step(), 2, 1);
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " in " << text;
+    return text.replace(at, from.size(), to);
+  };
+  for (const std::string& text :
+       {with("1000000@0.009", "1000000@0.006"), with("step_end=0.01", "step_end=0.009"),
+        with("dp=0.0001,5e-05,0.0002", "dp=0,0,0.0002"), with("sharing_hosts=1", "sharing_hosts=2")})
+    EXPECT_NO_THROW(parse_prediction_inputs(text)) << text;
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {with("steps=0.009,", "steps=0,"), "a step time of 0 s"},
+           {with("dp=0.0001,5e-05,0.0002", "dp=0.0003,5e-05,0.0002"), "dp=0.0003,5e-05,0.0002 is not VALUE,LOW,HIGH"},
+           {with("sharing=1,1,1", "sharing=1.5,1,1.2"), "sharing=1.5,1,1.2"},
+           {with("sharing_hosts=1", "sharing_hosts=0"), "sharing_hosts=0"},
+           {with("backward_end=0.009", "backward_end=0.009x"), "backward_end: '0.009x' is not a number"},
+           {with(";backward_end", ",;backward_end"), "bucket '' is not BYTES@READY_S"},
+           {with(";dp=", ",;dp="), "steps: '' is not a number"},
+       }) {
+    try {
+      parse_prediction_inputs(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Sharing is written where ranks shared the machine, two or more: one rank wrote a sharing no
+// reader takes.
+TEST(PredictionInputs, SharingIsWrittenFromTwoRanksOn) {
+  for (int ranks : {0, 1}) {
+    const std::string text = format_prediction_inputs(measured_step(), ranks, 1);
+    EXPECT_EQ(text.find("sharing"), std::string::npos) << text;
+    EXPECT_EQ(parse_prediction_inputs(text).sharing_ranks, 0);
+  }
+  EXPECT_EQ(parse_prediction_inputs(format_prediction_inputs(measured_step(), 3, 2)).sharing_hosts, 2);
+}
+
 // Two ok repetitions of a CPU row at 1000 and 1200 samples/s, batch 100, the step's inputs.
 std::vector<Row> one_device_rows(const std::string& inputs) {
   std::vector<Row> rows;
@@ -484,6 +528,126 @@ TEST(SavedRows, RowsNoRunWritesAreRefusedNamingTheFileAndTheRow) {
   EXPECT_EQ(saved_one_device_rows(one_device_rows(good), ".", "--replay_from", "run.csv").names.size(), 1u);
 }
 
+// `rows` in a new CSV file of the test's (its header, then the rows): a saved run.
+std::string saved_run(const std::string& name, const std::vector<Row>& rows) {
+  const std::string path = ::testing::TempDir() + name;
+  std::remove(path.c_str());
+  CsvWriter csv(path);
+  for (const Row& r : rows) csv.write_row(r);
+  return path;
+}
+
+// What --predict_from printed and wrote for `flags` (its --csv the test's file `csv`, one per test:
+// ctest runs tests side by side): its exit status, its console and its rows.
+struct PredictedFromCsv {
+  int status = -1;
+  std::string text;
+  std::vector<Row> rows;
+};
+PredictedFromCsv predicted_from(Flags flags, const std::string& csv) {
+  PredictedFromCsv out;
+  flags.csv = ::testing::TempDir() + csv;
+  std::remove(flags.csv.c_str());
+  {
+    CapturedCout captured;
+    out.status = predict_from_csv(flags, MachineContext{});
+    out.text = captured.text();
+  }
+  out.rows = read_csv(flags.csv, "the test's --csv");
+  std::remove(flags.csv.c_str());
+  return out;
+}
+
+// A run of CPU rows alone has no link after it: --predict_from without --link asks for one
+// (the run's own link was its ranks', swept at start-up), rather than saying --devices named none.
+TEST(PredictFromCsv, ACpuRunWithoutALinkIsAskedForOne) {
+  Flags flags;
+  flags.predict_from = saved_run("cpu_run.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  CapturedCout out;
+  try {
+    predict_from_csv(flags, MachineContext{});
+    ADD_FAILURE() << "predicted without a link";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a CPU row has no default link after its run"), std::string::npos) << e.what();
+  }
+  std::remove(flags.predict_from.c_str());
+}
+
+// A predicted row's speed-up is over the median of its cpu row's ok repetitions, not over that
+// row's aggregates (a standard deviation, a coefficient of variation) nor its failed runs.
+TEST(PredictFromCsv, TheSpeedupIsOverTheCpuRowsOkRepetitionsAlone) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.cpu_baseline = "train/mlp/mnist/cpu/fp32/bs:100";
+  // The cpu row: three ok repetitions, two of its aggregates and a failed repetition.
+  const auto cpu_row = [&](double rate, const std::string& run_type, const std::string& status) {
+    Row r = rows[0];
+    r.benchmark = r.cpu_baseline, r.device = "cpu", r.threads = 2, r.cpu_baseline = "", r.prediction_inputs = "";
+    r.samples_per_s = rate, r.run_type = run_type, r.status = status;
+    return r;
+  };
+  for (double rate : {400.0, 500.0, 600.0}) rows.push_back(cpu_row(rate, "iteration", "ok"));
+  for (const char* statistic : {"stddev", "cv"}) {
+    rows.push_back(cpu_row(0.5, "aggregate", "ok"));
+    rows.back().aggregate = statistic;
+  }
+  rows.push_back(cpu_row(1, "iteration", "failed"));
+  Flags flags;
+  flags.predict_from = saved_run("cpu_run_with_its_cpu_row.csv", rows);
+  flags.links = {"10,20"};
+  flags.devices = {"mpi:4"};
+  const PredictedFromCsv got = predicted_from(flags, "speedup_over_ok_repetitions.csv");
+  ASSERT_EQ(got.status, 0) << got.text;
+  ASSERT_EQ(got.rows.size(), 1u);
+  const Row& r = got.rows[0];
+  const double over_500 = r.samples_per_s.value_or(NAN) / 500;
+  EXPECT_NEAR(r.speedup_vs_cpu.value_or(NAN), over_500, 1e-4 * over_500);
+  std::remove(flags.predict_from.c_str());
+}
+
+// A file's own predicted row is set beside its re-prediction with the change from it: the file's
+// at half the rate is +100%.
+TEST(PredictFromCsv, TheFilesOwnPredictionIsSetBesideItsRepredictionWithTheChange) {
+  Flags flags;
+  flags.predict_from =
+      saved_run("cpu_run_predicted.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.links = {"10,20"};
+  flags.devices = {"mpi:4"};
+  const PredictedFromCsv first = predicted_from(flags, "repredicted_first.csv");
+  ASSERT_EQ(first.rows.size(), 1u) << first.text;
+  EXPECT_EQ(first.text.find("the file's own"), std::string::npos) << first.text;
+  Row own = first.rows[0];
+  own.samples_per_s = *own.samples_per_s / 2;
+  { CsvWriter(flags.predict_from).write_row(own); }
+  const PredictedFromCsv again = predicted_from(flags, "repredicted_again.csv");
+  EXPECT_NE(again.text.find(fmt::format("    the file's own: {:.0f} samples/s, by this model (this prediction +100.0%)",
+                                        *own.samples_per_s)),
+            std::string::npos)
+      << again.text;
+  std::remove(flags.predict_from.c_str());
+}
+
+// A prediction starts from one-device rows: a data-parallel row (its rate is N devices') is passed
+// over, and an ok row at no rate is refused, naming it.
+TEST(SavedRows, DataParallelRowsArePassedOverAndAnOkRowAtNoRateIsRefused) {
+  const std::string good = format_prediction_inputs(measured_step(), 0, 0);
+  std::vector<Row> rows = one_device_rows(good);
+  for (Row r : one_device_rows(good)) {
+    r.benchmark = "train/mlp/mnist/mpi:2/fp32/bs:100", r.device = "mpi:2", r.data_parallel = 2;
+    rows.push_back(r);
+  }
+  const SavedRows saved = saved_one_device_rows(rows, ".", "--predict_from", "run.csv");
+  EXPECT_EQ(saved.names, (std::vector<std::string>{"train/mlp/mnist/cpu:1/fp32/bs:100"}));
+  rows[1].samples_per_s = 0;
+  try {
+    saved_one_device_rows(rows, ".", "--predict_from", "run.csv");
+    ADD_FAILURE() << "a row at 0 samples/s was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train/mlp/mnist/cpu:1/fp32/bs:100: batch 100 at 0 samples/s"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PredictAllreduce, SaysTheSizeAndAPredictionPerDeviceCount) {
   Flags flags;
   flags.predict_allreduce = double(1 << 30);
@@ -499,6 +663,40 @@ TEST(PredictAllreduce, SaysTheSizeAndAPredictionPerDeviceCount) {
   EXPECT_NE(text.find("gpu:8"), std::string::npos) << text;
   flags.devices = {"mpi:4"};
   EXPECT_THROW(predict_allreduce(flags), InputError) << "an mpi:N all-reduce runs over a measured link";
+}
+
+// Every --devices entry but gpu:N and mpi:N with N >= 2 is refused, naming it: one GPU, or one
+// split into threads, shares no gradients with another.
+TEST(PredictAllreduce, RefusesEveryEntryButNDevicesOfTheirOwn) {
+  Flags flags;
+  flags.predict_allreduce = 1e6;
+  for (const char* entry : {"gpu:1", "gpu:2/threads:2", "gpu:1/jobs:2", "cpu:2", "mpi:1"}) {
+    flags.devices = {entry};
+    CapturedCout out;
+    try {
+      predict_allreduce(flags);
+      ADD_FAILURE() << entry << " was predicted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("--devices={}: with --predict_allreduce", entry)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// A size is said in the largest binary unit that divides it, else in bytes, digits grouped.
+TEST(PredictAllreduce, SaysTheSizeInTheLargestUnitThatDividesIt) {
+  Flags flags;
+  flags.devices = {"gpu:2"};
+  for (const auto& [bytes, says] : std::vector<std::pair<double, std::string>>{
+           {1.5 * double(1 << 30), "of 1536 MiB (1,610,612,736 bytes) predicted"},
+           {100000, "of 100,000 bytes predicted"},
+           {4096, "of 4 KiB (4,096 bytes) predicted"}}) {
+    flags.predict_allreduce = bytes;
+    CapturedCout out;
+    EXPECT_EQ(predict_allreduce(flags), 0);
+    EXPECT_NE(out.text().find(says), std::string::npos) << out.text();
+  }
 }
 
 }  // namespace
