@@ -829,6 +829,83 @@ TEST(Replay, WaitsOutTheSavedDataParallelOverheadAfterTheStep) {
   EXPECT_THROW(parallel::ReplayNetwork(t, {}, 1, -0.001), Error);
 }
 
+// A saved step of buckets of `bytes`, ready at `ready` (in the order the data-parallel path starts
+// them), backward ending at `backward_end`, the step at `step_end`.
+parallel::StepTimeline saved_step(std::vector<double> bytes, std::vector<double> ready, double backward_end,
+                                  double step_end) {
+  parallel::StepTimeline t;
+  t.bucket_bytes = std::move(bytes);
+  t.bucket_ready_s = std::move(ready);
+  t.backward_end_s = backward_end;
+  t.step_end_s = step_end;
+  t.steps = 1;
+  return t;
+}
+
+// Bucket k (ready k-th) is node K - k: the segments in node order carry the saved buckets from
+// the last ready to the first, each its own bytes (rounded up to whole floats), one after the
+// other; backward's hook names the nodes as their buckets become ready, then backward's end.
+TEST(Replay, EachSavedBucketIsTheSegmentOfTheNodeThatMakesItReady) {
+  parallel::ReplayNetwork replay(saved_step({4000, 1000, 6}, {1e-4, 2e-4, 3e-4}, 3e-4, 4e-4), {}, 1);
+  const std::vector<FlatSegment> segments = replay.gradient_segments();
+  ASSERT_EQ(segments.size(), 3u);
+  std::vector<std::int64_t> counts;
+  for (std::size_t k = 0; k < segments.size(); ++k) {
+    EXPECT_EQ(segments[k].node, int(k) + 1);
+    counts.push_back(segments[k].count);
+    if (k > 0) {
+      EXPECT_EQ(static_cast<float*>(segments[k].data),
+                static_cast<float*>(segments[k - 1].data) + segments[k - 1].count);
+    }
+  }
+  EXPECT_EQ(counts, (std::vector<std::int64_t>{2, 250, 1000}));  // 6 bytes, 1000 bytes, 4000 bytes
+  std::vector<int> heard;
+  replay.set_step_hook([&](int node) { heard.push_back(node); });
+  replay.forward();
+  replay.backward();
+  EXPECT_EQ(heard, (std::vector<int>{3, 2, 1, kBackwardDone}));
+}
+
+// Each step's time is a uniform draw read off the saved quantiles (given in any order) with
+// straight lines between them: never outside the fastest and the slowest, between quantiles
+// rather than on them, and on average the distribution's mean. (forward() draws; it waits for
+// nothing.)
+TEST(Replay, DrawsEachStepFromTheSavedQuantilesWithLinesBetween) {
+  parallel::ReplayNetwork replay(saved_step({1000}, {0.001}, 0.001, 0.002), {0.003, 0.001, 0.002}, 7);
+  constexpr int kDraws = 20000;
+  double sum = 0, fastest = 1, slowest = 0;
+  int on_a_quantile = 0;
+  for (int d = 0; d < kDraws; ++d) {
+    replay.forward();
+    const double s = replay.last_step_s();
+    sum += s;
+    fastest = std::min(fastest, s);
+    slowest = std::max(slowest, s);
+    if (s == 0.001 || s == 0.002 || s == 0.003) ++on_a_quantile;
+  }
+  EXPECT_GE(fastest, 0.001);
+  EXPECT_LE(slowest, 0.003);
+  EXPECT_LT(on_a_quantile, kDraws / 100);
+  // Uniform on [1, 3] ms: mean 2 ms, standard error 0.58 ms / sqrt(20000) = 4 us.
+  EXPECT_NEAR(sum / kDraws, 0.002, 4e-5);
+}
+
+// A drawn step longer than the saved one lengthens every phase alike: the buckets' and backward's
+// ends and the rest of the step after backward, all scaled from the saved step (10 ms) to the
+// drawn one (40 ms). Each wait ends no earlier than asked: lower bounds, whatever the load.
+TEST(Replay, ScalesEveryPhaseToTheDrawnStep) {
+  parallel::ReplayNetwork replay(saved_step({1000}, {0.002}, 0.005, 0.010), {0.040, 0.040}, 1);
+  const auto start = std::chrono::steady_clock::now();
+  replay.forward();
+  EXPECT_DOUBLE_EQ(replay.last_step_s(), 0.040);
+  replay.backward();
+  const auto backward = std::chrono::steady_clock::now();
+  replay.update();
+  const auto end = std::chrono::steady_clock::now();
+  EXPECT_GE(std::chrono::duration<double>(backward - start).count(), 4 * 0.005);
+  EXPECT_GE(std::chrono::duration<double>(end - backward).count(), 4 * (0.010 - 0.005) - 1e-4);
+}
+
 // The term of `p` named `name`.
 const parallel::Term& term_named(const parallel::Prediction& p, const std::string& name) {
   for (const parallel::Term& t : p.terms)
