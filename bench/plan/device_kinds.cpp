@@ -120,8 +120,15 @@ bool gpu_nccl_matches(const DeviceEntry& e, const Machine& m) {
 }
 void gpu_nccl_configure(const DeviceEntry& e, const Machine& m, DeviceConfig& d) {
   one_gpu(d, first_gpus(m.flags, e.count));
+  const int listed = int(m.flags.gpus.size());
   if (m.gpus.unavailable.empty() && e.count > int(m.gpus.devices.size()))
     d.skip_reason = fmt::format("{} needs {} GPUs, this machine has {}", d.name, e.count, m.gpus.devices.size());
+  else if (listed > 0 && e.count > listed)
+    // first_gpus would fill the rest with 0, 1, ...: --gpus=1 made gpu:2 two NCCL ranks on GPU 1.
+    d.skip_reason = fmt::format(
+        "{} with --gpus={}: --gpus names {} device(s) for {} replicas; list {} distinct devices "
+        "or leave --gpus out",
+        d.name, fmt::join(m.flags.gpus, ","), listed, e.count, e.count);
   else
     d.skip_reason = gpu_missing(d, m);
 }

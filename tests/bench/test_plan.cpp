@@ -190,6 +190,22 @@ TEST(DeviceKinds, GpuNTakesTheFirstNGpusEntriesInTheirOrder) {
   EXPECT_EQ(m.plan("gpu:1/threads:2").gpu_ordinals, (std::vector<int>{3, 3}));
 }
 
+// gpu:N with a --gpus list of fewer than N devices is skipped, naming the list: the rest were
+// filled with 0, 1, ..., so that --gpus=1 on two GPUs planned gpu:2 as two NCCL ranks on GPU 1.
+TEST(DeviceKinds, GpuNBeyondTheGpusListIsSkippedNotFilledWithRepeats) {
+  FakeMachine m(4);
+  m.flags.gpus = {2};
+  const DeviceConfig three = m.plan("gpu:3");
+  EXPECT_EQ(
+      three.skip_reason,
+      "gpu:3 with --gpus=2: --gpus names 1 device(s) for 3 replicas; list 3 distinct devices or leave --gpus out");
+  EXPECT_EQ(m.plan("gpu:1").skip_reason, "");
+  m.flags.gpus = {2, 0};
+  EXPECT_EQ(m.plan("gpu:2").skip_reason, "");
+  EXPECT_EQ(m.plan("gpu:2").gpu_ordinals, (std::vector<int>{2, 0}));
+  EXPECT_EQ(m.plan("gpu:5").skip_reason, "gpu:5 needs 5 GPUs, this machine has 4") << "the machine's count first";
+}
+
 // A --gpus list that repeats some ordinals but not all is refused for every GPU entry, gpu:1
 // included (it ran on the first entry), and for no CPU entry.
 TEST(DeviceKinds, AGpusListNoGpuKindCanTakeIsRefusedForEveryGpuEntry) {
