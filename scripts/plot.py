@@ -27,8 +27,10 @@ beside it, as scripts/bench.sh draws them; several CSVs need --out):
   headline            per workload, every machine's samples/s of cpu / gpu:1 / gpu:N (or the
                       CPU configurations of a machine without GPU rows) on one axis, the
                       speedup over its machine's cpu row on each bar (and what differs: bf16
-                      vs fp32, bs 128 vs 8); predicted rows hatched beside the measured ones;
-                      reference runs' bars over this machine's cpu row
+                      vs fp32, bs 128 vs 8), a colour and pattern per configuration, whiskers
+                      the min-max of the repetitions; predicted rows diagonally hatched beside
+                      the measured ones (whiskers: their band); reference runs' bars over this
+                      machine's cpu row; at most 14 inches wide (wider panels split in parts)
   samples_per_s       samples/s per model and device configuration (log scale)
   speedup_vs_cpu      speedup of each configuration over the `cpu` row of the same machine
   scaling_efficiency  multi-GPU scaling efficiency against the number of devices (gpu:N rows)

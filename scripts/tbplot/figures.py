@@ -7,7 +7,7 @@ import math
 import textwrap
 
 import tbcsv
-from tbplot.model import Config, Data, config_sort_key, variant_words
+from tbplot.model import Config, Data, config_sort_key, cores_text, variant_words
 
 # Figure geometry, in inches and points.
 MAX_WIDTH = 18.0
@@ -15,11 +15,18 @@ MIN_WIDTH = 9.0
 SUBTITLE_PT = 8.5
 LINE_IN = 0.19  # height of one subtitle line
 MAX_MACHINE_LINES = 6
+TALL_IN = 12.0  # a figure taller than this keeps this one's space between rows
 # Value labels sit on a white box so reference lines and grid lines never cross the digits.
 LABEL_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none",
              "alpha": 0.85}
 # The hatch of bars whose GPU reported a throttle reason (gpu_throttle), so a slow run says why.
 HATCH = "////"
+
+
+def legend_height(rows: int, text_pt: float) -> float:
+    """Inches the header's legend takes: its first row with the legend's padding (0.28 at the
+    subtitle's size), then about 1.5 lines of its text a row."""
+    return 0.0 if not rows else 0.28 * text_pt / SUBTITLE_PT + (rows - 1) * (1.5 * text_pt + 2) / 72
 
 
 class Skip(Exception):
@@ -39,7 +46,7 @@ def describe_machines(data: Data, rows) -> list[str]:
         machine = ", ".join(tbcsv.distinct(rs, "cpu_model")) or "cpu ?"
         cores = ", ".join(tbcsv.distinct(rs, "cores"))
         if cores:
-            machine += f", {cores} cores"
+            machine += f", {cores_text(cores)}"
         for c in columns:
             values = tbcsv.distinct(rs, c)
             if values:
@@ -64,35 +71,45 @@ class Figures:
         self.data = data
 
     def new(self, title: str, rows, notes: list[str], panel_widths: list[float],
-            panel_h: float, legend=None, grow: bool = False, machines: bool = True):
+            panel_h: float, legend=None, grow: bool = False, machines: bool = True,
+            max_width: float = MAX_WIDTH, text_pt: float = SUBTITLE_PT,
+            handle: tuple[float, float] = (1.6, 0.7)):
         """A figure with one axes per entry of panel_widths (inches), packed into rows of
-        at most three; panels keep their width, so bars are equally wide in every panel.
-        grow: a panel wider than MAX_WIDTH widens the figure instead of being squeezed (the
-        headline of many machines, whose tick labels would overlap). machines: a line per
-        machine above the notes (the headline leaves them to the report)."""
-        packed = pack_rows(panel_widths)
-        widest = max(MAX_WIDTH, *panel_widths) if grow else MAX_WIDTH
+        at most three and max_width inches; panels keep their width, so bars are equally wide
+        in every panel. grow: a panel wider than max_width widens the figure instead of being
+        squeezed (a group of bars too wide to split, whose tick labels would overlap).
+        machines: a line per machine above the notes (the headline leaves them to the report).
+        text_pt: the size of the notes and the legend; handle: the length and height of the
+        legend's patches, in font sizes."""
+        packed = pack_rows(panel_widths, max_width)
+        widest = max(max_width, *panel_widths) if grow else max_width
         width = min(widest, max(MIN_WIDTH, *(sum(r) for r in packed)))
-        chars = int(width * 72 / (0.58 * SUBTITLE_PT))  # DejaVu Sans is ~0.58 em wide
+        chars = int(width * 72 / (0.58 * text_pt))  # DejaVu Sans is ~0.58 em wide
+        line_in = LINE_IN * text_pt / SUBTITLE_PT
         described = describe_machines(self.data, rows) if machines else []
         lines = [w for line in described + notes
                  for w in textwrap.wrap(line, chars, subsequent_indent="    ")]
         legend = legend or []
-        legend_cols, legend_rows = self._legend_shape(legend, width)
-        header_h = 0.5 + LINE_IN * len(lines) + 0.28 * legend_rows + 0.08
+        legend_cols, legend_rows = self._legend_shape(legend, width, text_pt, handle[0])
+        header_h = 0.5 + line_in * len(lines) + legend_height(legend_rows, text_pt) + 0.08
         body_h = len(packed) * panel_h
         fig = self.plt.figure(figsize=(width, header_h + body_h), layout="constrained")
+        if header_h + body_h > TALL_IN:
+            # Constrained layout spaces rows by a share of the figure's height: a tall figure's
+            # rows keep the space a TALL_IN figure gives them, not inches of blank paper.
+            fig.get_layout_engine().set(hspace=0.02 * TALL_IN / (header_h + body_h))
         head, body = fig.subfigures(2, 1, height_ratios=[header_h, body_h])
         top = 1 - 0.12 / header_h
         head.text(0.012, top, title, fontsize=13, fontweight="bold", va="top")
         y = top - 0.38 / header_h
         for line in lines:
-            head.text(0.012, y, line, fontsize=SUBTITLE_PT, va="top", color="0.25")
-            y -= LINE_IN / header_h
+            head.text(0.012, y, line, fontsize=text_pt, va="top", color="0.25")
+            y -= line_in / header_h
         if legend:
             handles, labels = zip(*legend)
             head.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.005, 0.0),
-                        ncol=legend_cols, frameon=False, fontsize=8.5, handlelength=1.6,
+                        ncol=legend_cols, frameon=False, fontsize=text_pt, handlelength=handle[0],
+                        handleheight=handle[1],
                         columnspacing=1.4, borderaxespad=0.2)
         row_figs = body.subfigures(len(packed), 1) if len(packed) > 1 else [body]
         axes = []
@@ -108,14 +125,20 @@ class Figures:
         return fig, axes
 
     @staticmethod
-    def _legend_shape(legend, width: float) -> tuple[int, int]:
+    def _legend_shape(legend, width: float, text_pt: float = SUBTITLE_PT,
+                      handle: float = 1.6) -> tuple[int, int]:
+        """Columns and rows of the legend: as many columns as fit in the width, each as wide
+        as its widest label (matplotlib fills them column by column)."""
         if not legend:
             return 1, 0
-        widths = [(len(label) * 0.55 * 8.5 + 40) / 72 for _, label in legend]
-        if sum(widths) <= width - 0.3:
-            return len(legend), 1
-        cols = max(1, min(len(legend), int((width - 0.3) / max(widths))))
-        return cols, math.ceil(len(legend) / cols)
+        # A label's characters, then its patch, the pad after it and the space between columns.
+        pad = (handle + 0.8 + 1.4) * text_pt + 4
+        widths = [(len(label) * 0.6 * text_pt + pad) / 72 for _, label in legend]
+        for cols in range(len(legend), 0, -1):
+            rows = math.ceil(len(legend) / cols)
+            if sum(max(widths[i:i + rows]) for i in range(0, len(widths), rows)) <= width - 0.3:
+                return cols, rows
+        return 1, len(legend)
 
     @staticmethod
     def patch(colour: str):
@@ -126,11 +149,11 @@ class Figures:
         return [(self.patch(self.data.colour(s)), s) for s in series]
 
 
-def pack_rows(widths: list[float]) -> list[list[float]]:
-    """Greedy rows of panel widths: at most three panels and MAX_WIDTH inches per row."""
+def pack_rows(widths: list[float], max_width: float = MAX_WIDTH) -> list[list[float]]:
+    """Greedy rows of panel widths: at most three panels and max_width inches per row."""
     rows: list[list[float]] = []
     for w in widths:
-        if rows and len(rows[-1]) < 3 and sum(rows[-1]) + w <= MAX_WIDTH:
+        if rows and len(rows[-1]) < 3 and sum(rows[-1]) + w <= max_width:
             rows[-1].append(w)
         else:
             rows.append([w])

@@ -227,13 +227,31 @@ def short_gpu(name: str) -> str:
     return " ".join(name.removeprefix("NVIDIA ").split())
 
 
-def short_cpu(model: str, cores: str = "") -> str:
-    """`Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz`, 8 cores -> `Intel Xeon Gold 6230, 8 cores`."""
+def cores_text(cores: str) -> str:
+    """`8 cores`, `1 core`; several counts (`1, 2`) keep the plural."""
+    cores = cores.strip()
+    return f"{cores} core" if cores == "1" else f"{cores} cores"
+
+
+def cpu_name(model: str) -> str:
+    """`Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz` -> `Intel Xeon Gold 6230`."""
     text = model.split(" @ ")[0]
     for noise in ("(R)", "(TM)", "(tm)", " CPU", " Processor"):
         text = text.replace(noise, "")
-    text = " ".join(text.split()) or "CPU ?"
-    return f"{text}, {cores} cores" if cores else text
+    return " ".join(text.split()) or "CPU ?"
+
+
+def short_cpu(model: str, cores: str = "") -> str:
+    """`Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz`, 8 cores -> `Intel Xeon Gold 6230, 8 cores`
+    (`1 core` for one)."""
+    text = cpu_name(model)
+    return f"{text}, {cores_text(cores)}" if cores else text
+
+
+def host_cpu(model: str, cores: str = "") -> str:
+    """A GPU machine's host CPU as a label says it: `16-core Intel Xeon`."""
+    text = cpu_name(model)
+    return f"{cores.strip()}-core {text}" if cores.strip() else text
 
 
 def machine_labels(machines) -> dict:

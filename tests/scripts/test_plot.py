@@ -1,7 +1,8 @@
 """Tests of scripts/plot.py: which charts it writes for which columns, that every PNG and SVG
 is a real, non-blank image naming the machines and the run, the numbers behind the speedup,
 scaling, time-to-accuracy and energy charts, schema_version 2 and 3 files together, bad input,
-and the message when matplotlib is missing."""
+the message when matplotlib is missing, and the headline's drawing: a look per configuration,
+a width that stays legible, its machines' names, measured whiskers and each panel's scale."""
 import csv
 import filecmp
 import re
@@ -12,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (BAD_INPUTS, FIXTURES, SCRIPTS, assert_one_line_error, bad_path, data_file,
-                      load_generator, rewrite_csv, run_script)
+from conftest import (BAD_INPUTS, FIXTURES, ROOT, SCRIPTS, assert_one_line_error, bad_path,
+                      data_file, load_generator, rewrite_csv, run_script)
+from tbplot import references
 from tbplot.charts import CHARTS
+from tbplot.charts.headline import (MAX_WIDTH_IN, brief_notes, caption, chart_headline,
+                                    legend_entries, look_key, looks, panels, select)
 from tbplot.charts.energy_per_sample import energy_per_sample, energy_unit, throttling
 from tbplot.charts.time_to_accuracy import accuracy_curves
 from tbplot.figures import describe_machines
-from tbplot.model import Data, config_of, machine_of, newest_rows, scaling_lines, speedups, spread
+from tbplot.model import (Config, Data, config_of, host_cpu, machine_of, newest_rows,
+                          scaling_lines, short_cpu, speedups, spread)
 from tbplot.svg import stable_clip_ids
 
 # Every chart plot.py draws: the registry's, so that a chart added there is tested here.
@@ -570,3 +575,226 @@ def test_energy_notes_the_rows_without_the_column(tmp_path):
     assert ("No energy_j_per_sample (rows before schema_version 3, or NVML not loaded), not "
             "drawn: h100-node (3 configurations)") in text  # resnet152 gpu:1 x2, gpu:2
     assert "resnet152" not in text  # no panel for it
+
+
+# ---- the headline: looks, size, machines, whiskers, scales ------------------------------------
+
+TIMELINE = str(ROOT / "results/h100/resnet224-timeline-20261124.csv")  # nvlink4 and pcie5
+H100_DIR = ROOT / "results" / "h100"
+
+
+def draw_headline(data: Data):
+    """The headline's figure, drawn in this process (Agg), and its selection."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tbplot.figures import Figures
+    return plt, chart_headline(Figures(plt, data), data), select(data)
+
+
+def bar_patches(fig) -> list:
+    """The bars of every panel (the legend's patches are the header's, not the axes')."""
+    return [p for ax in fig.axes for p in ax.patches]
+
+
+def texts_of(fig) -> list[str]:
+    import matplotlib.text
+    return [t.get_text() for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
+
+
+def conf(device, variant="", *, gpu=False, n=None, link=""):
+    backend = "gpu" if gpu else "cpu"
+    return Config("train", "mlp", "mnist", device, "fp32", "100", variant, "", backend, n,
+                  "predicted" if link else "measured", link)
+
+
+def test_every_configuration_of_the_headline_looks_different():
+    """Seven CPU variants, more GPU devices than the palette has colours, and predictions of
+    one N over two links and from two sources: no two configurations share colour and hatch,
+    and the legend names each once (the newcomer's cpu:1 and cpu lr:0.01 looked alike, as did
+    gpu:2 over pcie5 and over nvlink4)."""
+    cpus = [conf("cpu", v) for v in ("", "data_on_device", "optimizer:sgd", "lr:0.01",
+                                      "optimizer:sgd/lr:0.01", "lr:0.01/data_on_device")]
+    cpus += [conf("cpu:1"), conf("cpu:2"), conf("cpu:1", "lr:0.01"), conf("mpi:2", n=2)]
+    gpus = [conf(f"gpu:{n}", gpu=True, n=n) for n in range(1, 11)] + [
+        conf("gpu:1", "data_on_device", gpu=True), conf("gpu:1", "timeline:off", gpu=True)]
+    predicted = [conf(f"gpu:{n}", f"predicted:{link}{source}", gpu=True, n=n, link=link)
+                 for n in (2, 4, 8) for link in ("nvlink4", "pcie5")
+                 for source in ("", "/from:gpu:1")]
+    bars = {("m", c): None for c in cpus + gpus + predicted}
+    drawn = looks(bars)
+    assert len(drawn) == len(bars)  # every configuration has its own legend entry
+    assert len(set(drawn.values())) == len(drawn), drawn
+    assert drawn[look_key(conf("cpu:1"))] != drawn[look_key(conf("cpu", "lr:0.01"))]
+    pcie5, nvlink4 = (drawn[look_key(conf("gpu:2", f"predicted:{link}", gpu=True, n=2, link=link))]
+                      for link in ("pcie5", "nvlink4"))
+    assert pcie5.colour == nvlink4.colour and pcie5.hatch != nvlink4.hatch  # one N, two links
+    # A variant keeps its device's colour; a cpu bar never takes a GPU's colour.
+    assert drawn[look_key(conf("cpu", "lr:0.01"))].colour == drawn[look_key(conf("cpu"))].colour
+    cpu_colours = {drawn[look_key(c)].colour for c in cpus if not c.data_parallel}
+    assert not cpu_colours & {drawn[look_key(c)].colour for c in gpus}
+    labels = [label for _, label in legend_entries(drawn)]
+    assert len(set(labels)) == len(labels), labels
+    assert "gpu:2 predicted for pcie5 (not measured)" in labels
+    assert "gpu:2 predicted for nvlink4, from gpu:1 (not measured)" in labels
+
+
+def test_the_drawn_headline_gives_each_configuration_its_look(tbcsv_mod):
+    """Drawn from files with CPU variants and predictions over two links: every bar is drawn,
+    in its configuration's look, and distinct configurations in distinct looks."""
+    files = [TIMELINE, data_file("optimizer_sgd_v4.csv"), data_file("optimizer_adam_v4.csv"),
+             TWO_MACHINES[0]]
+    data = Data([tbcsv_mod.read_table(f) for f in files])
+    plt, fig, chosen = draw_headline(data)
+    drawn = looks(chosen.bars)
+    patches = bar_patches(fig)
+    assert len(patches) == len(chosen.bars)  # nothing dropped
+    from matplotlib.colors import to_rgba
+    styles = {(to_rgba(p.get_facecolor()), p.get_hatch() or "") for p in patches}
+    assert styles == {(to_rgba(look.colour), look.hatch) for look in drawn.values()}
+    assert len(styles) == len({look_key(c) for _, c in chosen.bars}) >= 6
+    links = {c.link for _, c in chosen.predicted}
+    assert links == {"nvlink4", "pcie5"}
+    plt.close(fig)
+
+
+def many_machines(tmp_path, count=6) -> list[str]:
+    """report_gpu_v4.csv as if run on `count` machines: a headline too wide for one row."""
+    return [rewrite_csv(data_file("report_gpu_v4.csv"), tmp_path / f"node{i}.csv",
+                        change=lambda row, i=i: {"host": f"node-{i}"}) for i in range(count)]
+
+
+def test_a_headline_of_many_machines_stays_legible(tmp_path, tbcsv_mod):
+    """Many machines: the figure stays within the width where its text reads as the README
+    shows it, the panels too wide for it split into parts on one y scale (named 1 of N), and
+    every bar is still drawn; text no smaller than the README's headline needs."""
+    data = Data([tbcsv_mod.read_table(f) for f in many_machines(tmp_path)])
+    plt, fig, chosen = draw_headline(data)
+    width, _ = fig.get_size_inches()
+    assert width <= MAX_WIDTH_IN + 1e-6, width
+    assert len(bar_patches(fig)) == len(chosen.bars)
+    titles = [ax.get_title() for ax in fig.axes]
+    parts = [t for t in titles if " of " in t]
+    assert parts and any("(1 of " in t for t in parts), titles
+    # The parts of one panel share its y axis, so their bars compare.
+    by_panel: dict = {}
+    for ax in fig.axes:
+        by_panel.setdefault(ax.get_title().split(" (")[0], set()).add(
+            (ax.get_yscale(), tuple(round(v, 9) for v in ax.get_ylim())))
+    assert all(len(scales) == 1 for scales in by_panel.values()), by_panel
+    for ax in fig.axes:
+        assert all(t.get_fontsize() >= 9 for t in ax.get_xticklabels())
+        assert all(t.get_fontsize() >= 8 for t in ax.texts)  # the bars' labels
+    plt.close(fig)
+    # The README's headline (one machine) keeps two panels a row, within the same width.
+    plt, fig, _ = draw_headline(Data([tbcsv_mod.read_table(data_file("report_gpu_v4.csv"))]))
+    assert fig.get_size_inches()[0] <= MAX_WIDTH_IN and not any(" of " in ax.get_title()
+                                                                for ax in fig.axes)
+    plt.close(fig)
+
+
+def test_one_core_is_one_core(tmp_path, tbcsv_mod):
+    assert short_cpu("AMD EPYC 7B13", "1") == "AMD EPYC 7B13, 1 core"
+    assert short_cpu("AMD EPYC 7B13", "2") == "AMD EPYC 7B13, 2 cores"
+    assert host_cpu("Intel(R) Xeon(R) Processor", "16") == "16-core Intel Xeon"
+    one = rewrite_csv(TWO_MACHINES[0], tmp_path / "one.csv", change=lambda row: {"cores": "1"})
+    data = Data([tbcsv_mod.read_table(p) for p in (TWO_MACHINES[0], one)])
+    names = [data.machine_name(s) for s in data.series]
+    assert names == ["vm (AMD EPYC, 2 cores)", "vm (AMD EPYC, 1 core)"], names
+    assert any(line.startswith("vm (AMD EPYC, 1 core): AMD EPYC, 1 core ·")
+               for line in describe_machines(data, data.rows))
+    plt, fig, _ = draw_headline(data)
+    text = " ".join(texts_of(fig))
+    assert "1 core)" in text and "1 cores" not in text
+    plt.close(fig)
+
+
+def test_a_gpu_machines_cpu_bar_names_its_host(tbcsv_mod):
+    """The reference's cpu bar is its GPU machine's host CPU, and its group says so from what
+    the rows say of the machine (`H100 host: 16-core Intel Xeon`); its GPU bars stay `H100`."""
+    refs, _ = references.load_references([str(H100_DIR)])
+    data = Data([tbcsv_mod.read_table(data_file("default_cpu_v5.csv"))], references=refs)
+    chosen = select(data)
+    rows = [r for r in data.reference_rows if config_of(r).device == "cpu"]
+    host = host_cpu(rows[0]["cpu_model"], rows[0]["cores"])
+    assert host.endswith("-core Intel Xeon"), host
+    for panel, groups in panels(data, chosen).items():
+        theirs = [g for g in groups if {s for s, _ in g.keys} == {"H100"}]
+        cpu, = [g for g in theirs if all(not c.on_gpu for _, c in g.keys)]
+        gpu, = [g for g in theirs if all(c.on_gpu for _, c in g.keys)]
+        assert cpu.label == f"H100 host:\n{host}\nfp32", cpu.label
+        assert gpu.label == "H100\nfp32", gpu.label
+        # This machine has no GPU: its cpu bars are its own, named as before.
+        assert any(g.label.startswith("vm (") and "host" not in g.label for g in groups), panel
+    # A GPU machine named by its CPU (no gpu_name in its rows) is not named twice.
+    data = Data([tbcsv_mod.read_table(p) for p in TWO_MACHINES + [GPU, GPU_V3]])
+    labels = [g.label.replace("\n", " ") for groups in panels(data, select(data)).values()
+              for g in groups]
+    assert "h100-node (H100 80GB HBM3) host: 16-core Intel Xeon Platinum 8480+ fp32" in labels
+    assert not any("gpu-node" in label and "host:" in label for label in labels), labels
+
+
+def noisy(tmp_path) -> str:
+    """machine_a.csv with its mlp cpu:1 repetitions spread to a coefficient of variation of
+    56% (the newcomer's noisy row)."""
+    rates = iter(["3000", "6000", "9000", "12000", "16500"])
+    return rewrite_csv(TWO_MACHINES[0], tmp_path / "noisy.csv", change=lambda row: (
+        {"samples_per_s": next(rates)} if row["benchmark"] == "train/mlp/mnist/cpu:1/fp32/bs:100"
+        and row["run_type"] == "iteration" else {}))
+
+
+def test_measured_bars_carry_the_min_max_of_their_repetitions(tmp_path, tbcsv_mod):
+    src = noisy(tmp_path)
+    values: dict = {}
+    for r in csv_rows(src):
+        if r["status"] == "ok" and r["run_type"] == "iteration":
+            values.setdefault(r["benchmark"], []).append(float(r["samples_per_s"]))
+    spread_ = values["train/mlp/mnist/cpu:1/fp32/bs:100"]
+    assert statistics.stdev(spread_) / statistics.mean(spread_) == pytest.approx(0.56, abs=0.02)
+    data = Data([tbcsv_mod.read_table(src)])
+    plt, fig, chosen = draw_headline(data)
+    names = {data.key(r): r["benchmark"] for r in data.step_rows}
+    want = {k: (min(values[names[k]]), max(values[names[k]])) for k in chosen.bars}
+    assert {k: chosen.whisker(k) for k in chosen.bars} == pytest.approx(want)
+    # Each bar's whisker is drawn from its min to its max.
+    drawn = []
+    for ax in fig.axes:
+        for container in ax.containers:
+            if hasattr(container, "has_yerr") and container.has_yerr:
+                (x, low), (_, high) = container.lines[2][0].get_segments()[0]
+                drawn.append((low, high))
+    assert sorted(drawn) == pytest.approx(sorted(want.values()))
+    noisy_low, noisy_high = want[next(k for k, b in names.items()
+                                      if b == "train/mlp/mnist/cpu:1/fp32/bs:100")]
+    assert (noisy_low, noisy_high) == (3000, 16500)  # visible as noisy
+    # The chart and the report say what the whiskers are.
+    assert "Whiskers: min–max over repetitions" in " ".join(brief_notes(chosen))
+    assert "Whiskers: min–max of the repetitions" in caption(data)
+    plt.close(fig)
+
+
+def test_a_median_aggregate_or_one_repetition_has_no_whisker(tbcsv_mod):
+    data = Data([tbcsv_mod.read_table(data_file("aggregates_only.csv"))])
+    chosen = select(data)
+    assert chosen.bars and not any(chosen.whisker(k) for k in chosen.bars)
+    assert "Whiskers" not in " ".join(brief_notes(chosen))
+
+
+def test_each_panel_says_its_scale(tbcsv_mod):
+    """A CPU-only machine's panels are linear, those with GPU bars log: each y axis names its
+    scale, and where a chart mixes them, each panel's title does too."""
+    data = Data([tbcsv_mod.read_table(p)
+                 for p in (TWO_MACHINES[0], data_file("report_gpu_v4.csv"))])
+    plt, fig, _ = draw_headline(data)
+    scales = set()
+    for ax in fig.axes:
+        said = "log scale" if ax.get_yscale() == "log" else "linear scale"
+        scales.add(said)
+        assert ax.get_ylabel().endswith(f"({said})"), ax.get_ylabel()
+        assert ax.get_title().endswith(f" · {said}"), ax.get_title()
+    assert scales == {"log scale", "linear scale"}
+    plt.close(fig)
+    plt, fig, _ = draw_headline(Data([tbcsv_mod.read_table(TWO_MACHINES[0])]))
+    assert all(ax.get_ylabel().endswith("(linear scale)") and "scale" not in ax.get_title()
+               for ax in fig.axes)
+    plt.close(fig)
