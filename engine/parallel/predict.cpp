@@ -211,19 +211,19 @@ double latency_at(const Link& link, End end) {
 }
 
 int log2_steps(int n) { return n > 1 ? int(std::ceil(std::log2(double(n)))) : 0; }
-// NCCL's count of a tree's steps between M nodes: its log2i, rounded down (3 nodes: 1).
-int nccl_tree_steps(int nodes) {
-  int steps = 0;
-  while (nodes >>= 1) ++steps;
-  return steps;
+// NCCL's log2i: log2 of v rounded down, 0 for v <= 1. A tree between M nodes takes log2i(M) steps
+// (3 nodes: 1), and treeCorrectionFactor is read at log2i(bytes / 64).
+int log2i(unsigned long long v) {
+  int log = 0;
+  while (v >>= 1) ++log;
+  return log;
 }
 
-// treeCorrectionFactor's entry for `bytes` (log2, rounded down, of bytes / 64) under kProtocols[protocol].
+// treeCorrectionFactor's entry for `bytes` under kProtocols[protocol]: 1 below 64 B and from 2^23 x 64.
 double tree_correction(std::size_t protocol, double bytes) {
   const auto sixty_fourths = static_cast<unsigned long long>(bytes / 64);
   if (sixty_fourths == 0) return 1.0;
-  int log = 0;
-  for (unsigned long long v = sixty_fourths; v >>= 1;) ++log;
+  const int log = log2i(sixty_fourths);
   return log < 23 ? kTreeCorrection[protocol][log] : 1.0;
 }
 
@@ -322,7 +322,7 @@ AllReduce all_reduce(double bytes, const Cluster& c, End end) {
     if (name == "ll") ring_bw = std::min(ring_bw, ll_max), tree_bw = std::min(tree_bw, ll_max);
     tree_bw *= tree_correction(k, bytes);
     consider(ring_latency, allreduce_bus_factor(n) * bytes / ring_bw, fmt::format("ring/{}", p.name));
-    consider(p.tree_base_us + 2 * ((per_node - 1) * p.tree_step_us[intra_hw] + nccl_tree_steps(nodes) * tree_inter),
+    consider(p.tree_base_us + 2 * ((per_node - 1) * p.tree_step_us[intra_hw] + log2i(unsigned(nodes)) * tree_inter),
              2 * bytes / tree_bw, fmt::format("tree/{}", p.name));
   }
   // NVLink SHARP, within one node (NCCL 2.28 runs it across nodes only with CollNet): its slow end
