@@ -50,24 +50,24 @@ std::size_t dataset_width() {
 // GPU the cuDNN workspace cap and cuBLAS's workspace come on top.
 void memory_plans(std::ostream& out, const Flags& flags) {
   constexpr double GB = double(1 << 30);  // GiB, as the charts and the summary print memory
+  const std::size_t dataset = dataset_width();
   out << "\nMemory plan (GiB; GPU rows at the workload's GPU batch, which trainbench lowers to what fits "
          "the card; --batch sets both). On a GPU the CUDA context and the libraries' kernels come on top, "
          "outside this plan: about 0.5-1 GiB, measured in each GPU row as mem_context_bytes:\n"
-      << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9} {:>9} {:>9}\n", "model", "dataset", dataset_width(), "dev",
+      << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9} {:>9} {:>9}\n", "model", "dataset", dataset, "dev",
                      "precision", "batch", "arena", "fixed", "total");
   for (const models::Workload& w : models::workloads()) {
     const bool adam = w.optimizer.kind == OptimizerConfig::Kind::Adam;
     const i64 cpu_batch = flags.batch.value_or(w.batch);
     const MemoryPlanBytes c = memory_plan(Backend::Cpu, w.spec, cpu_batch, "fp32", adam);
-    out << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset,
-                       dataset_width(), "cpu", "fp32", cpu_batch, double(c.arena) / GB, double(c.fixed) / GB,
-                       double(c.total()) / GB);
+    out << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset, dataset,
+                       "cpu", "fp32", cpu_batch, double(c.arena) / GB, double(c.fixed) / GB, double(c.total()) / GB);
     const i64 gpu = flags.batch.value_or(w.batch_on_gpu());
     for (const char* precision : {"fp32", "tf32", "fp16", "bf16"}) {
       const MemoryPlanBytes p = memory_plan(Backend::Cuda, w.spec, gpu, precision, adam);
-      out << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset,
-                         dataset_width(), "gpu", precision, gpu, double(p.arena) / GB,
-                         double(p.fixed + p.workspace) / GB, double(p.total()) / GB);
+      out << fmt::format("{:<10} {:<{}} {:<4} {:<9} {:>6} {:>9.3f} {:>9.3f} {:>9.3f}\n", w.model, w.dataset, dataset,
+                         "gpu", precision, gpu, double(p.arena) / GB, double(p.fixed + p.workspace) / GB,
+                         double(p.total()) / GB);
     }
   }
 }
@@ -98,14 +98,15 @@ GradientBuckets gradient_buckets(const ModelSpec& spec) {
 }
 
 void list_models(std::ostream& out, const Flags& flags) {
-  out << fmt::format("{:<10} {:<{}} {:>6} {:>12} {:>16} {:>16} {:>14} {:>8}\n", "model", "dataset", dataset_width(),
-                     "batch", "params", "fwd GFLOP/sample", "train GFLOP/step", "gradient MiB", "buckets");
+  const std::size_t dataset = dataset_width();
+  out << fmt::format("{:<10} {:<{}} {:>6} {:>12} {:>16} {:>16} {:>14} {:>8}\n", "model", "dataset", dataset, "batch",
+                     "params", "fwd GFLOP/sample", "train GFLOP/step", "gradient MiB", "buckets");
   for (const models::Workload& w : models::workloads()) {
     const ModelCost c = model_cost(w.spec);
     const i64 batch = flags.batch.value_or(w.batch);
     const GradientBuckets g = gradient_buckets(w.spec);
-    out << fmt::format("{:<10} {:<{}} {:>6} {:>12} {:>16.6g} {:>16.6g} {:>14.1f} {:>8}\n", w.model, w.dataset,
-                       dataset_width(), batch, c.parameters, c.forward_flops_per_sample() * 1e-9,
+    out << fmt::format("{:<10} {:<{}} {:>6} {:>12} {:>16.6g} {:>16.6g} {:>14.1f} {:>8}\n", w.model, w.dataset, dataset,
+                       batch, c.parameters, c.forward_flops_per_sample() * 1e-9,
                        c.train_flops_per_sample() * double(batch) * 1e-9, g.bytes / double(1 << 20), g.buckets);
   }
   out << fmt::format(
