@@ -150,9 +150,9 @@ std::vector<std::string> nearest_names(std::string filter, const std::vector<tb:
   return out;
 }
 
-// The flags --help names closest to an unknown one, at most two, the closest first: those whose
-// names hold it (--filter: --benchmark_filter), else the nearest within an edit for each three
-// letters (--devics: --devices).
+// The flags --help names closest to an unknown one, the closest first: the two nearest of those
+// whose names hold it (--filter: --benchmark_filter), else the one nearest within an edit for each
+// three letters (--devics: --devices).
 std::vector<std::string> nearest_flags(const std::string& given) {
   const std::string name = given.substr(0, given.find('='));
   const std::size_t start = name.find_first_not_of('-');
@@ -172,14 +172,11 @@ std::vector<std::string> nearest_flags(const std::string& given) {
     if (bare.size() >= 3 && k.find(bare) != std::string::npos) holding.emplace_back(d, k);
     if (d <= std::max<std::size_t>(1, bare.size() / 3)) near.emplace_back(d, k);
   }
+  std::sort(holding.begin(), holding.end());
+  std::sort(near.begin(), near.end());
   std::vector<std::string> out;
-  for (auto* list : {&holding, &near}) {
-    std::sort(list->begin(), list->end());
-    for (const auto& [d, k] : *list)
-      if (out.size() < 2 && std::find(out.begin(), out.end(), k) == out.end() && (list == &holding || out.empty()))
-        out.push_back(k);
-    if (!out.empty()) break;
-  }
+  for (std::size_t i = 0; i < std::min<std::size_t>(2, holding.size()); ++i) out.push_back(holding[i].second);
+  if (out.empty() && !near.empty()) out.push_back(near.front().second);
   return out;
 }
 
