@@ -403,16 +403,19 @@ def compare(base, new, metric: str, alpha: float, lower_better: bool, key=None,
                    correction=correction)
     if only_base and only_new and key in (row_key, framework_key):
         # Only rows with a value: --filters over rows that were all skipped cannot succeed.
-        def usable(r):
-            return tbcsv.is_ok(r) and tbcsv.number(r, metric) is not None
-        c.hint = tbfilters.suggest([r for r in base_rows if key(r) in only_base and usable(r)],
-                                   [r for r in new_rows if key(r) in only_new and usable(r)])
+        c.hint = tbfilters.suggest([r for r in base_rows if key(r) in only_base and has_value(r, metric)],
+                                   [r for r in new_rows if key(r) in only_new and has_value(r, metric)])
         if c.hint is None:
             c.unusable = (unusable_lines("BASE", [r for r in base_rows if key(r) in only_base],
                                          metric)
                           + unusable_lines("NEW", [r for r in new_rows if key(r) in only_new],
                                            metric))
     return c
+
+
+def has_value(row, metric: str) -> bool:
+    """An ok row with a number in the metric's column: what a comparison can use."""
+    return tbcsv.is_ok(row) and tbcsv.number(row, metric) is not None
 
 
 def unusable_lines(side: str, rows: list, metric: str) -> list[str]:
@@ -423,7 +426,7 @@ def unusable_lines(side: str, rows: list, metric: str) -> list[str]:
         by_config.setdefault(tbfilters.configuration(r), []).append(r)
     out = []
     for config, rs in by_config.items():
-        if any(tbcsv.is_ok(r) and tbcsv.number(r, metric) is not None for r in rs):
+        if any(has_value(r, metric) for r in rs):
             continue
         what = [s for s in tbcsv.distinct(rs, "status") if s != "ok"]
         if any(tbcsv.is_ok(r) for r in rs):
