@@ -354,6 +354,7 @@ int finish(const Setup& run, const tb::bench::Reporter& reporter, const tb::benc
     return kUsageError;
   }
   const auto in_csv = [&](const char* what) { return run.csv ? fmt::format("{} {}", what, flags.csv) : std::string(); };
+  if (run.csv) std::cerr << run.csv->rows_written_line();
   if (reporter.skipped() > 0)
     std::cerr << fmt::format(
         "trainbench: {} benchmark(s) skipped: this machine cannot run their configurations (the "

@@ -119,10 +119,16 @@ def test_the_prediction_probes_steps_after_the_window_are_not_the_rows(tmp_path)
 
 
 def test_repetitions_add_aggregate_rows_and_appending_keeps_one_header(tmp_path):
+    """Two runs onto one --csv: one header, each run's repetitions and aggregates; the run's last
+    lines say how many rows it wrote where, and the second that the file already held rows."""
     out = tmp_path / "run.csv"
-    for _ in range(2):
+    for second in (False, True):
+        before = len(read_csv(out)) if second else 0
         r = run("--benchmark_filter=train/lstm/sine/cpu/", f"--csv={out}", "--benchmark_repetitions=2", *FAST)
         assert r.returncode == 0, r.stderr
+        said = f"trainbench: {len(read_csv(out)) - before} rows written to {out}" + (
+            ", after the rows it already held (--csv appends; give a new file for this run alone)" if second else "")
+        assert said + "\n" in r.stderr, r.stderr
     lines = out.read_text().splitlines()
     assert sum(line.startswith("schema_version,") for line in lines) == 1
     rows = read_csv(out)
@@ -794,6 +800,11 @@ def test_a_prediction_asked_after_the_run_equals_the_runs_own(tmp_path):
     assert "--link=20,2" in after["message"] and "--network=10,50" in after["message"]
     assert "4 nodes of 2" in after["message"]
     assert "predicted mpi:8 on 4 nodes over custom" in a.stdout
+    assert f"trainbench: 1 predicted row written to {after_csv}\n" in a.stdout
+    again = run(f"--predict_from={run_csv}", "--devices=mpi:8", *links, f"--csv={after_csv}")
+    assert again.returncode == 0, again.stderr
+    assert f"trainbench: 1 predicted row written to {after_csv}, after the rows it already held" in again.stdout
+    assert len(read_csv(after_csv)) == 2
     # What cannot be predicted after the run is refused, saying why.
     for bad, says in ((["--devices=gpu:1", "--link=20,2"], "gpu:N (from GPU rows) or mpi:N"),
                       (["--link=measured"], "--link=measured"),

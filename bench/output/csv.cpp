@@ -200,6 +200,7 @@ CsvWriter::CsvWriter(const std::string& path) : path_(path) {
     // A last row cut short (a full disk, a killed run) stays on its own line: never glued. Cut
     // inside a quoted field (a message, the prediction inputs), its quote is closed first, or the
     // line break would be part of that field and the next row glued to it.
+    held_rows_ = eol != std::string::npos && std::size_t(st.st_size) > eol + 1;
     char last = '\n';
     if (::pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') {
       const bool open_quote = ends_inside_quotes(fd_, st.st_size);
@@ -236,6 +237,13 @@ void CsvWriter::write_row(const Row& row) {
                     last_.empty() ? "none of this run's" : "the one of " + last_));
   }
   last_ = benchmark;
+  ++written_;
+}
+
+std::string CsvWriter::rows_written_line(const std::string& what) const {
+  return fmt::format(
+      "trainbench: {} {}row{} written to {}{}\n", written_, what.empty() ? "" : what + " ", written_ == 1 ? "" : "s",
+      path_, held_rows_ ? ", after the rows it already held (--csv appends; give a new file for this run alone)" : "");
 }
 
 namespace {

@@ -35,11 +35,16 @@ class CsvWriter {
   // defer_signals_during_writes).
   void write_row(const Row& row);
   const std::string& path() const { return path_; }
+  // Where the rows went, for the run's last line: how many this writer wrote, and whether the file
+  // held rows before it opened (--csv appends: a second run on one file adds to the first's rows).
+  std::string rows_written_line(const std::string& what = "") const;
 
  private:
   std::string path_;
   int fd_ = -1;
   std::string last_;  // benchmark of the last row written, for messages
+  std::size_t written_ = 0;
+  bool held_rows_ = false;  // the file had rows below its header when opened
 };
 
 // Installs SIGINT and SIGTERM handlers that let a row being written finish, then end the process

@@ -134,7 +134,7 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
   if (!flags.csv.empty()) {
     CsvWriter csv(flags.csv);
     for (const Row& row : predicted) csv.write_row(row);
-    std::cout << fmt::format("trainbench: {} predicted rows in {}\n", predicted.size(), flags.csv);
+    std::cout << csv.rows_written_line("predicted");
   }
   if (!flags.summary.empty()) {  // as a run writes its own (it was ignored here)
     std::ofstream summary(flags.summary, std::ios::out | std::ios::trunc);

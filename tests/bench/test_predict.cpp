@@ -456,7 +456,8 @@ TEST(PredictFromCsv, WritesTheGpuRowsPredictionsAndSaysWhatItLeftOut) {
   }
   // The file made gpu:8 predictions of its own (model 1): each is set beside its re-prediction.
   EXPECT_NE(text.find("the file's own: "), std::string::npos) << text;
-  EXPECT_NE(text.find(fmt::format("trainbench: 10 predicted rows in {}", flags.csv)), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("trainbench: 10 predicted rows written to {}\n", flags.csv)), std::string::npos)
+      << text;
   EXPECT_EQ(text.find("not predicted"), std::string::npos) << "--devices asked for GPUs only: " << text;
   std::remove(flags.csv.c_str());
   // --summary takes the summary as a run's does (it was ignored).
