@@ -267,7 +267,7 @@ class NcclComm final : public Communicator {
       const cudaError_t status = cudaEventQuery(event);
       if (status == cudaSuccess) break;
       if (status != cudaErrorNotReady) {
-        abort_comm();
+        fail(fmt::format("CUDA error {} in {}", cudaGetErrorName(status), what));
         TB_CU(status);
       }
       cuda::forget_not_ready();
@@ -277,7 +277,7 @@ class NcclComm final : public Communicator {
       if (async != ncclSuccess && async != ncclInProgress) {
         const char* last = ncclGetLastError(comm_);  // before the abort frees comm_
         const std::string detail = last ? last : "";
-        abort_comm();
+        fail(fmt::format("NCCL error {} in {}", ncclGetErrorString(async), what));
         throw Error(
             fmt::format("nccl: rank {} hit an NCCL error in {}: {}{}{}; the communicator was aborted "
                         "(check the other ranks' errors and NCCL_DEBUG=WARN output)",
@@ -289,7 +289,7 @@ class NcclComm final : public Communicator {
                                      what, group_->reason()));
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        abort_comm();
+        fail(fmt::format("waited {} s in {}", timeout_s_, what));
         throw Error(
             fmt::format("nccl: rank {} waited {} s for the other ranks in {}: a rank failed or hangs (see "
                         "its error above); the communicator was aborted",
@@ -305,6 +305,13 @@ class NcclComm final : public Communicator {
   void abort_comm() noexcept {
     if (comm_ && !aborted_) (void)ncclCommAbort(comm_);
     aborted_ = true;
+  }
+
+  // This rank's own failure in a poll: the process's other GPUs are told before the abort (which
+  // may wait for their communicators), so that they stop at their next poll, not at the deadline.
+  void fail(const std::string& reason) {
+    if (group_) group_->set(rank_, reason);
+    abort_comm();
   }
 
   // Frees everything; statuses are ignored (destructors do not throw).
