@@ -62,6 +62,9 @@ root=$(pwd)
 
 # ---- the steps: id, what, planned seconds on one H100, time bound, what it needs ---------------
 STEPS=(1 2a 2b 3 4 5a 5b 5c 6 7 8)
+# The order they run in: step 6 (the timeline's cost, 25 s) right after the default set, so that a
+# budget that runs short in the emulated nodes does not take it.
+RUN_ORDER=(1 2a 2b 3 6 4 5a 5b 5c 7 8)
 declare -A TITLE PLAN BOUND NEEDS
 step_def() { TITLE[$1]=$2; PLAN[$1]=$3; BOUND[$1]=$4; NEEDS[$1]=$5; }
 step_def 1 "the machine" 20 60 none
@@ -452,13 +455,14 @@ step_5c() {
     STATUS[5c]="failed: timed out: the $one row did not come in the step's $((step_deadline - step_start)) s"
     return
   fi
-  # Into the two ranks' run, which takes longer than the one-device row: 30% of that row's time
-  # (its step times its steps), at most 2 s.
+  # Into the two ranks' run, which takes longer than the one-device row (its steps over sockets):
+  # 80% of that row's time (its step times its steps), at most 8 s, so that the kill lands in the
+  # training loop, past the ranks' NCCL start-up, where trainbench's own poll must see it.
   delay=$("$python" - "$csv" "$one" "$steps" <<'PY'
 import csv, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["device"] == sys.argv[2] and r["status"] == "ok"]
 step = float(rows[0]["step_time_s"] or 0) if rows else 0
-print(f"{min(2.0, max(0.05, 0.3 * int(sys.argv[3]) * step)):.2f}")
+print(f"{min(8.0, max(0.05, 0.8 * int(sys.argv[3]) * step)):.2f}")
 PY
 )
   # The kill needs the delay and the job's KILL_LIMIT s to end, inside the step's time: the start-up
@@ -612,7 +616,7 @@ trap 'on_signal HUP 1' HUP
 say "checking ${gpu_name:-a machine without a GPU ($gpu_why)} in $dir (budget $budget s)"
 write_report
 out_of_budget=""
-for step in "${STEPS[@]}"; do
+for step in "${RUN_ORDER[@]}"; do
   left=$((budget - (SECONDS - started) - RESERVE))
   if [ -n "$selected" ] && [ -z "${WANTED[$step]:-}" ]; then
     STATUS[$step]="skipped: not selected (--steps $selected)"

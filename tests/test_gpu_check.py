@@ -123,6 +123,19 @@ def test_a_failing_step_is_reported_failed_with_its_first_error_line(tmp_path):
     assert "check.md" in archived(archive)
 
 
+def test_the_timelines_step_runs_before_the_emulated_nodes_that_a_short_budget_cannot_hold(tmp_path):
+    """Step 6 (25 s planned) runs right after step 3, before 5a (120 s): with 60 s of budget it is
+    reached (and skipped here for want of a GPU), where 5a and the steps after it are out of budget."""
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5a,6,7", "--budget", 60)
+    assert status == 0, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert steps["6"].startswith("skipped: no GPU"), steps["6"]
+    for step in ("5a", "7"):
+        assert steps[step].startswith("skipped: budget (") and "at step 5a, which plans 120 s" in steps[step], \
+            (step, steps[step])
+    assert stdout.index("  6: skipped") < stdout.index("  5a: skipped"), stdout
+
+
 def test_a_budget_too_small_skips_the_steps_left_and_still_writes_the_folder(tmp_path):
     # 44 s: the machine step (planned 20 s) runs, within 39 s (5 s are kept for the report); then
     # at most 39 s are left, and test_cuda plans 40.
