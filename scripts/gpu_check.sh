@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Checks a GPU machine end to end in one command: whether trainbench works there, and what the
-# machine does, before anyone trusts a benchmark of it. Steps, most valuable first, each under a
-# time bound (none can hang the check), with the time each is planned to take on one H100 (from
-# the check's runs on one H100 on 2026-11-27 and one H200 on 2026-11-28; steps 1 to 6 fit 8
-# minutes, step 7 is a second command: --steps 7 --budget 290):
+# machine does, before anyone trusts a benchmark of it. Steps, most valuable first (6 runs right
+# after 3), each under a time bound (none can hang the check), with the time each is planned to
+# take on one H100 (from the check's runs on one H100 on 2026-11-27 and one H200 on 2026-11-28;
+# steps 1 to 6 fit 8 minutes, step 7 is a second command: --steps 7 --budget 290):
 #   1   the machine: GPU, driver, CUDA, cuDNN, cuBLAS, NCCL, NVML; a step loop on the GPU with
 #       NVML's instantaneous power sampled by nvidia-smi beside its 1-s average and trainbench's
 #       gpu_power_w (without a GPU: the loop on the CPU, and trainbench's reason for no gpu:1)  20 s
