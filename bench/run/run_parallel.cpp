@@ -46,7 +46,7 @@ class ReplicasRun final : public BenchmarkRun {
       if (info_.gpu()) gpu_bind_thread(info_.gpu_ordinals.at(std::size_t(k)));
     };
     auto make = [this, rank](int k) {
-      const int replica = rank * info_.replicas + k;  // a different shard of the data each
+      const int replica = rank * info_.replicas + k;  // its own order of the whole set: a seed each
       data::LoaderConfig loader = info_.loader;
       loader.seed = info_.loader.seed + 7919 * std::uint64_t(replica);
       std::unique_ptr<Network> net = make_network(info_.gpu() ? info_.gpu_ordinals.at(std::size_t(k)) : 0);

@@ -1,5 +1,5 @@
 // Replicas sharing one GPU (--gpus=0,0): gpu:N's N replicas, each with its own thread, stream,
-// network and data shard, exactly as on N devices, except that the all-reduce is a kernel over
+// network and sample order, exactly as on N devices, except that the all-reduce is a kernel over
 // the replicas' device buffers of this process, since NCCL refuses two ranks on one device.
 // It checks the data-parallel path's correctness (buckets, overlap, ordering, averaging) on a
 // machine with one GPU; it says nothing about scaling.
