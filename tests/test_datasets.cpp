@@ -192,6 +192,11 @@ TEST_F(BrokenFiles, WrongDimensions) {
         parse(idx_images(3, 27, 28, random_bytes(3 * 27 * 28, 1)), idx_labels({1, 2, 3}));
       },
       {images_path(), "27x28", "expected 28x28"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(3, 28, 27, random_bytes(3 * 28 * 27, 1)), idx_labels({1, 2, 3}));
+      },
+      {images_path(), "28x27", "expected 28x28"});
 }
 
 TEST_F(BrokenFiles, TruncatedImages) {
@@ -211,6 +216,15 @@ TEST_F(BrokenFiles, ImageHeaderCut) {
         parse(Bytes{0, 0, 8, 3, 0, 0}, idx_labels({1}));
       },
       {images_path(), "6 bytes", "too short", "16 bytes"});
+}
+
+// Headers one byte short of their 16 and 8 bytes are refused as such, not read past their end.
+TEST_F(BrokenFiles, HeadersOneByteShort) {
+  const Bytes images = idx_images(1, 28, 28, pixels(1)), labels = idx_labels({1});
+  expect_input_error([&] { parse(Bytes(images.begin(), images.begin() + 15), labels); },
+                     {images_path(), "15 bytes", "too short", "16 bytes"});
+  expect_input_error([&] { parse(images, Bytes(labels.begin(), labels.begin() + 7)); },
+                     {labels_path(), "7 bytes", "too short", "8 bytes"});
 }
 
 TEST_F(BrokenFiles, TruncatedLabels) {
@@ -238,6 +252,34 @@ TEST_F(BrokenFiles, TrailingBytes) {
   labels.push_back(4);
   expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), labels); },
                      {labels_path(), "12 bytes", "expected 11", "trailing bytes"});
+}
+
+// parse_idx, which the fuzz targets call on bytes in memory, checks the sizes itself: read_idx's
+// limit on the file is not the only check of trailing bytes.
+TEST_F(BrokenFiles, ParseIdxRefusesTrailingBytesInMemory) {
+  Bytes images = idx_images(3, 28, 28, pixels(3));
+  images.push_back(0);
+  expect_input_error(
+      [&] {
+        parse_idx(images, "images", idx_labels({1, 2, 3}), "labels", 28, 28, 10);
+      },
+      {"images: 2369 bytes", "expected 2368", "trailing bytes"});
+  Bytes labels = idx_labels({1, 2, 3});
+  labels.push_back(4);
+  expect_input_error([&] { parse_idx(idx_images(3, 28, 28, pixels(3)), "images", labels, "labels", 28, 28, 10); },
+                     {"labels: 12 bytes", "expected 11", "trailing bytes"});
+}
+
+// A gzip file that expands to a few bytes more than its header allows is refused while it is read,
+// as soon as the bytes pass the limit, not after the whole stream is in memory.
+TEST_F(BrokenFiles, GzipTrailingBytesRefusedWhileReading) {
+  Bytes images = idx_images(3, 28, 28, pixels(3));
+  images.insert(images.end(), 7, 0);
+  const std::string path = dir_.file("train-images-idx3-ubyte.gz");
+  write_gzip(path, images);
+  write_file(labels_path(), idx_labels({1, 2, 3}));
+  expect_input_error([&] { read_idx(path, labels_path(), 28, 28, 10); },
+                     {path, "more than 2368 bytes once decompressed", "expected 2368"});
 }
 
 TEST_F(BrokenFiles, CountsDisagree) {
@@ -285,6 +327,11 @@ TEST_F(BrokenFiles, CifarLabelOutOfRange) {
   EXPECT_EQ(set.count, 1);
   EXPECT_EQ(set.labels.size(), 1u);
   EXPECT_EQ(set.pixels.size(), std::size_t(kCifarRecord - 1));
+  // The last record's label is checked like every other.
+  Bytes last_bad = cifar_records(0, 3);
+  last_bad[std::size_t(2 * kCifarRecord)] = 255;
+  write_file(bad, last_bad);
+  expect_input_error([&] { read_cifar10({bad}); }, {bad, "label 255 of record 2", "[0, 10)"});
 }
 
 TEST_F(BrokenFiles, CorruptGzip) {
@@ -418,6 +465,9 @@ TEST_F(BrokenFiles, HugeSparseFileIsNotReadWhole) {
 TEST_F(BrokenFiles, HeaderDeclaringMoreSamplesThanAnyDataset) {
   expect_input_error([&] { parse(idx_images(20'000'000, 28, 28, {}), idx_labels({}, 20'000'000)); },
                      {images_path(), "20000000 images", "more than the 10000000"});
+  // The most is allowed: such a header is read on, and this file is then too short for it.
+  expect_input_error([&] { parse(idx_images(10'000'000, 28, 28, {}), idx_labels({}, 10'000'000)); },
+                     {images_path(), "16 bytes", "expected 7840000016", "truncated download?"});
 }
 
 TEST_F(BrokenFiles, DirectoryOrSymlinkLoopInAFilesPlace) {
