@@ -23,6 +23,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -150,6 +152,17 @@ void expect_input_error(F&& f, std::initializer_list<std::string> parts) {
     return;
   }
   ADD_FAILURE() << "did not throw";
+}
+
+// The message of the tb::Error `f` throws, or "(no error)".
+template <class F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -720,6 +733,47 @@ TEST(Loader, NormalisationPerChannel) {
   EXPECT_GT(norm.mean[2] - norm.mean[0], 0.3f);
 }
 
+// A channel of one value (a black plane) has no spread: it normalises to zeros, never to the NaN
+// that a standard deviation of zero would give.
+TEST(Loader, ConstantChannelNormalisesToZeroNotNan) {
+  auto set = random_images(8, 3, 4, 6);
+  for (std::int64_t s = 0; s < set->count; ++s)
+    std::fill_n(set->pixels.begin() + s * 48 + 16, 16, std::uint8_t(0));  // channel 1 black
+  const Normalisation norm = Normalisation::of(*set);
+  ASSERT_EQ(norm.stddev.size(), 3u);
+  EXPECT_EQ(norm.mean[1], 0.0f);
+  EXPECT_GT(norm.stddev[1], 0.0f);
+  ImageLoader loader("random", "test", set, norm, {3, 4, 4}, LoaderConfig{.batch = 4, .seed = 1});
+  for (int step = 0; step < 2; ++step) {
+    const Batch& b = loader.next();
+    for (std::size_t i = 0; i < b.input.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(b.input[i])) << "value " << i << " of step " << step;
+      if ((i / 16) % 3 == 1) {
+        ASSERT_EQ(b.input[i], 0.0f) << "value " << i << " of step " << step;
+      }
+    }
+  }
+}
+
+// The loader refuses what it cannot batch: samples of another size than the model takes, fewer
+// samples than one batch (naming both numbers), negative workers, a queue without room.
+TEST(Loader, RefusesWhatItCannotBatch) {
+  const auto set = indexed_set(5);
+  EXPECT_NE(error_message([&] {
+              ImageLoader("indexed", "test", set, identity(), {5}, LoaderConfig{.batch = 1});
+            }).find("samples have 4 values, the model takes 5"),
+            std::string::npos);
+  expect_input_error([&] { ImageLoader("indexed", "test", set, identity(), {4}, LoaderConfig{.batch = 6}); },
+                     {"indexed: 5 samples are fewer than one batch of 6"});
+  for (const auto& [workers, prefetch] : {std::pair{-1, 2}, std::pair{1, 0}})
+    EXPECT_NE(error_message([&] {
+                ImageLoader("indexed", "test", set, identity(), {4},
+                            LoaderConfig{.batch = 1, .workers = workers, .prefetch = prefetch});
+              }).find(fmt::format("{} workers, prefetch {}", workers, prefetch)),
+              std::string::npos)
+        << workers << " workers, prefetch " << prefetch;
+}
+
 // Index of the value of channel c, row y, column x in a (3, 32, 32) sample.
 std::size_t at(i64 c, i64 y, i64 x) { return std::size_t(c * 1024 + y * 32 + x); }
 
@@ -778,6 +832,38 @@ TEST(Loader, AugmentationShiftsAndFlips) {
   EXPECT_GT(changed, samples / 2) << "augmentation left most images as they were";
   EXPECT_GT(flipped, 0);
   EXPECT_LT(flipped, samples);
+}
+
+// Every one of the 9 x 9 x 2 crops and flips is drawn (a flip without a shift too), and each step
+// draws anew: the same draws step after step would fix each batch position's augmentation.
+TEST(Loader, AugmentationDrawsEveryCropAndFlipAnewEachStep) {
+  auto set = random_images(16, 3, 32, 12);
+  const Normalisation norm = Normalisation::of(*set);
+  constexpr i64 kBatch = 16, kSteps = 64;  // 1024 draws of 162 kinds
+  ImageLoader plain("cifar", "test", set, norm, {3, 32, 32}, LoaderConfig{.batch = kBatch, .seed = 5});
+  ImageLoader augmented("cifar", "test", set, norm, {3, 32, 32},
+                        LoaderConfig{.batch = kBatch, .augment = true, .seed = 5});
+  std::set<std::tuple<i64, i64, bool>> kinds;
+  std::set<std::vector<std::tuple<i64, i64, bool>>> step_draws;
+  for (i64 step = 0; step < kSteps; ++step) {
+    const Batch p = plain.next();
+    const Batch& a = augmented.next();
+    std::vector<std::tuple<i64, i64, bool>> draws;
+    for (i64 b = 0; b < kBatch; ++b) {
+      const float* ap = a.input.data() + b * 3072;
+      const float* pp = p.input.data() + b * 3072;
+      for (i64 dy = -4; dy <= 4 && draws.size() == std::size_t(b); ++dy)
+        for (i64 dx = -4; dx <= 4 && draws.size() == std::size_t(b); ++dx)
+          for (bool flip : {false, true})
+            if (draws.size() == std::size_t(b) && is_shifted_copy(ap, pp, dy, dx, flip))
+              draws.emplace_back(dy, dx, flip);
+      ASSERT_EQ(draws.size(), std::size_t(b + 1)) << "step " << step << " sample " << b << " is no shifted copy";
+    }
+    kinds.insert(draws.begin(), draws.end());
+    step_draws.insert(draws);
+  }
+  EXPECT_EQ(kinds.size(), 162u) << "some offsets in [-4, 4] or flips are never drawn";
+  EXPECT_EQ(step_draws.size(), std::size_t(kSteps)) << "steps repeat the same draws";
 }
 
 TEST(Loader, AugmentationLeavesGreyscaleAlone) {
