@@ -985,6 +985,43 @@ TEST(Sine, ValidationRangeInOrderEveryEpoch) {
   }
 }
 
+// Validation is the same every epoch at any window shape, not only where an epoch spans a whole
+// number of periods (35 x 20 x 7 steps = 4900 points = 196 periods of the wave).
+TEST(Sine, ValidationRepeatsEveryEpochAtAnyShape) {
+  constexpr i64 T = 10, N = 3;
+  SineWave val(T, N, true, 1);
+  const i64 steps = val.steps_per_epoch();
+  ASSERT_EQ(steps, 166);
+  ASSERT_NE(steps * N * T % 25, 0) << "an epoch of whole periods would hide a validation that moves on";
+  std::vector<Batch> epoch1;
+  for (i64 s = 0; s < steps; ++s) epoch1.push_back(val.next());
+  for (i64 s = 0; s < steps; ++s) {
+    const Batch& b = val.next();
+    ASSERT_TRUE(b.input == epoch1[std::size_t(s)].input) << "epoch 2 step " << s;
+    for (i64 n = 0; n < N; ++n)
+      ASSERT_EQ(b.input[std::size_t(n)], wave(SineWave::kTrainLength + (s * N + n) * T)) << "step " << s;
+  }
+}
+
+// Replicas train on different windows: the training windows follow the seed.
+TEST(Sine, TrainingWindowsFollowTheSeed) {
+  SineWave one(35, 20, false, 1), two(35, 20, false, 2), again(35, 20, false, 1);
+  const Batch first = one.next();
+  EXPECT_FALSE(two.next().input == first.input);
+  EXPECT_TRUE(again.next().input == first.input);
+}
+
+// An epoch is as many whole batches as end with their last target inside the range: 99 of 5 windows
+// of 10 steps in the 5000 validation points, not the 100 that 5000 / 50 would give.
+TEST(Sine, EpochEndsWithItsLastTargetInsideTheRange) {
+  EXPECT_EQ(SineWave(10, 5, true, 1).steps_per_epoch(), 99);
+  EXPECT_EQ(SineWave(10, 5, false, 1).steps_per_epoch(), 399);
+}
+
+TEST(Sine, RangeShorterThanOneBatchIsRefused) {
+  expect_input_error([] { SineWave(35, 200, true, 1); }, {"sine: 200 windows of 35 steps do not fit in 5000 points"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Splits.
 
