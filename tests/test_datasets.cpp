@@ -1025,6 +1025,80 @@ TEST(Sine, RangeShorterThanOneBatchIsRefused) {
 // ---------------------------------------------------------------------------------------------
 // Splits.
 
+// The data directory: the flag, else $TB_DATA_DIR, else ./data.
+TEST(Splits, DataDirIsTheFlagThenTheEnvironmentThenData) {
+  const char* before = std::getenv("TB_DATA_DIR");
+  const std::string saved = before ? before : "";
+  ASSERT_EQ(setenv("TB_DATA_DIR", "/from/env", 1), 0);
+  EXPECT_EQ(data_dir("/from/flag"), "/from/flag");
+  EXPECT_EQ(data_dir(""), "/from/env");
+  ASSERT_EQ(setenv("TB_DATA_DIR", "", 1), 0);
+  EXPECT_EQ(data_dir(""), "data");
+  if (before)
+    setenv("TB_DATA_DIR", saved.c_str(), 1);
+  else
+    unsetenv("TB_DATA_DIR");
+}
+
+// Synthetic CIFAR-10 images have CIFAR's three channels, so that --augment crops and flips them as
+// it does the real files: a set of one channel is never augmented.
+TEST(Splits, SyntheticCifarIsAugmentedLikeTheRealFiles) {
+  const ModelSpec& lenet = models::workload("lenet5", "cifar10").spec;
+  Splits s = make_splits("cifar10", "", lenet, LoaderConfig{.batch = 16, .augment = true, .seed = 1});
+  const Batch& b = s.train->next();
+  // Shifts pad with exact zeros (about 13% of the values at offsets uniform in [-4, 4]); a
+  // normalised pixel is exactly zero only by chance.
+  const auto zeros = std::count(b.input.begin(), b.input.end(), 0.0f);
+  EXPECT_GT(double(zeros), 0.05 * double(b.input.size())) << "--augment left synthetic CIFAR-10 images as they were";
+}
+
+// CIFAR-10 files where the dataset's tarball unpacks them: cifar-10-batches-bin/ in its folder.
+TEST(Splits, CifarFoundInTheFolderItsTarballUnpacks) {
+  TempDir dir;
+  const std::string nested = dir.file("cifar-10-batches-bin");
+  fs::create_directory(nested);
+  for (int i = 1; i <= 5; ++i)
+    write_file(fmt::format("{}/data_batch_{}.bin", nested, i), cifar_records(4 * (i - 1), 4));
+  write_file(nested + "/test_batch.bin", cifar_records(20, 8));
+  const Splits s =
+      make_splits("cifar10", dir.path(), models::workload("lenet5", "cifar10").spec, LoaderConfig{.batch = 4});
+  EXPECT_EQ(s.source, nested);
+  EXPECT_EQ(s.train->steps_per_epoch(), 5);  // 20 records
+  EXPECT_EQ(s.validation_steps, 2);
+}
+
+// The validation split is read in file order, without augmentation, normalised with the training
+// split's statistics, whatever the training loader does (shuffling, augmenting, workers); a split
+// of exactly one batch validates.
+TEST(Splits, ValidationInOrderUnaugmentedWithTrainingStatistics) {
+  TempDir dir;
+  std::vector<std::string> train_files;
+  for (int i = 1; i <= 5; ++i) {
+    train_files.push_back(dir.file(fmt::format("data_batch_{}.bin", i)));
+    write_file(train_files.back(), cifar_records(4 * (i - 1), 4));
+  }
+  Bytes test = cifar_records(100, 8);
+  for (std::size_t i = 0; i < test.size(); ++i)
+    if (i % std::size_t(kCifarRecord) != 0) test[i] /= 2;  // darker than the training images
+  write_file(dir.file("test_batch.bin"), test);
+  const LoaderConfig train_config{.batch = 8, .workers = 1, .shuffle = true, .augment = true, .seed = 3};
+  Splits s = make_splits("cifar10", dir.path(), models::workload("lenet5", "cifar10").spec, train_config);
+  ASSERT_TRUE(s.validation) << s.no_validation;
+  ASSERT_EQ(s.validation_steps, 1);
+
+  const auto train_set = std::make_shared<ImageSet>(read_cifar10(train_files));
+  const auto val_set = std::make_shared<ImageSet>(read_cifar10({dir.file("test_batch.bin")}));
+  const Normalisation norm = Normalisation::of(*train_set);
+  ASSERT_GT(std::abs(norm.mean[0] - Normalisation::of(*val_set).mean[0]), 0.1f) << "the splits' statistics differ";
+  ImageLoader expected("cifar10", "test", val_set, norm, {3, 32, 32}, LoaderConfig{.batch = 8, .shuffle = false});
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const Batch& want = expected.next();
+    const Batch& got = s.validation->next();
+    EXPECT_EQ(got.labels, want.labels) << "epoch " << epoch;
+    EXPECT_TRUE(got.input == want.input) << "epoch " << epoch;
+  }
+}
+
 void check_classification_batches(Dataset& data, i64 batch, i64 features, i64 steps) {
   ASSERT_GT(data.steps_per_epoch(), 0);
   for (i64 s = 0; s < steps; ++s) {
