@@ -529,7 +529,9 @@ TEST(GpuSampler, TwoDevicesOneWithoutThePid) {
   EXPECT_DOUBLE_EQ(*s.power_median_w, 250);
   EXPECT_EQ(s.mem_used_bytes, (3ULL << 30) + (7ULL << 30));
   EXPECT_FALSE(s.mem_is_process);
-  EXPECT_DOUBLE_EQ(*s.energy_j, 0);  // the fake's counter did not move
+  // The fake's counter did not move: 0 J, known (dereferenced empty, the optional passed as 0).
+  ASSERT_TRUE(s.energy_j);
+  EXPECT_DOUBLE_EQ(*s.energy_j, 0);
 }
 
 TEST(GpuSampler, StopWithoutStartHasNoSamples) {
