@@ -23,6 +23,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -152,6 +154,17 @@ void expect_input_error(F&& f, std::initializer_list<std::string> parts) {
   ADD_FAILURE() << "did not throw";
 }
 
+// The message of the tb::Error `f` throws, or "(no error)".
+template <class F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parsers on broken files.
 
@@ -192,6 +205,11 @@ TEST_F(BrokenFiles, WrongDimensions) {
         parse(idx_images(3, 27, 28, random_bytes(3 * 27 * 28, 1)), idx_labels({1, 2, 3}));
       },
       {images_path(), "27x28", "expected 28x28"});
+  expect_input_error(
+      [&] {
+        parse(idx_images(3, 28, 27, random_bytes(3 * 28 * 27, 1)), idx_labels({1, 2, 3}));
+      },
+      {images_path(), "28x27", "expected 28x28"});
 }
 
 TEST_F(BrokenFiles, TruncatedImages) {
@@ -211,6 +229,15 @@ TEST_F(BrokenFiles, ImageHeaderCut) {
         parse(Bytes{0, 0, 8, 3, 0, 0}, idx_labels({1}));
       },
       {images_path(), "6 bytes", "too short", "16 bytes"});
+}
+
+// Headers one byte short of their 16 and 8 bytes are refused as such, not read past their end.
+TEST_F(BrokenFiles, HeadersOneByteShort) {
+  const Bytes images = idx_images(1, 28, 28, pixels(1)), labels = idx_labels({1});
+  expect_input_error([&] { parse(Bytes(images.begin(), images.begin() + 15), labels); },
+                     {images_path(), "15 bytes", "too short", "16 bytes"});
+  expect_input_error([&] { parse(images, Bytes(labels.begin(), labels.begin() + 7)); },
+                     {labels_path(), "7 bytes", "too short", "8 bytes"});
 }
 
 TEST_F(BrokenFiles, TruncatedLabels) {
@@ -238,6 +265,34 @@ TEST_F(BrokenFiles, TrailingBytes) {
   labels.push_back(4);
   expect_input_error([&] { parse(idx_images(3, 28, 28, pixels(3)), labels); },
                      {labels_path(), "12 bytes", "expected 11", "trailing bytes"});
+}
+
+// parse_idx, which the fuzz targets call on bytes in memory, checks the sizes itself: read_idx's
+// limit on the file is not the only check of trailing bytes.
+TEST_F(BrokenFiles, ParseIdxRefusesTrailingBytesInMemory) {
+  Bytes images = idx_images(3, 28, 28, pixels(3));
+  images.push_back(0);
+  expect_input_error(
+      [&] {
+        parse_idx(images, "images", idx_labels({1, 2, 3}), "labels", 28, 28, 10);
+      },
+      {"images: 2369 bytes", "expected 2368", "trailing bytes"});
+  Bytes labels = idx_labels({1, 2, 3});
+  labels.push_back(4);
+  expect_input_error([&] { parse_idx(idx_images(3, 28, 28, pixels(3)), "images", labels, "labels", 28, 28, 10); },
+                     {"labels: 12 bytes", "expected 11", "trailing bytes"});
+}
+
+// A gzip file that expands to a few bytes more than its header allows is refused while it is read,
+// as soon as the bytes pass the limit, not after the whole stream is in memory.
+TEST_F(BrokenFiles, GzipTrailingBytesRefusedWhileReading) {
+  Bytes images = idx_images(3, 28, 28, pixels(3));
+  images.insert(images.end(), 7, 0);
+  const std::string path = dir_.file("train-images-idx3-ubyte.gz");
+  write_gzip(path, images);
+  write_file(labels_path(), idx_labels({1, 2, 3}));
+  expect_input_error([&] { read_idx(path, labels_path(), 28, 28, 10); },
+                     {path, "more than 2368 bytes once decompressed", "expected 2368"});
 }
 
 TEST_F(BrokenFiles, CountsDisagree) {
@@ -285,6 +340,11 @@ TEST_F(BrokenFiles, CifarLabelOutOfRange) {
   EXPECT_EQ(set.count, 1);
   EXPECT_EQ(set.labels.size(), 1u);
   EXPECT_EQ(set.pixels.size(), std::size_t(kCifarRecord - 1));
+  // The last record's label is checked like every other.
+  Bytes last_bad = cifar_records(0, 3);
+  last_bad[std::size_t(2 * kCifarRecord)] = 255;
+  write_file(bad, last_bad);
+  expect_input_error([&] { read_cifar10({bad}); }, {bad, "label 255 of record 2", "[0, 10)"});
 }
 
 TEST_F(BrokenFiles, CorruptGzip) {
@@ -418,6 +478,9 @@ TEST_F(BrokenFiles, HugeSparseFileIsNotReadWhole) {
 TEST_F(BrokenFiles, HeaderDeclaringMoreSamplesThanAnyDataset) {
   expect_input_error([&] { parse(idx_images(20'000'000, 28, 28, {}), idx_labels({}, 20'000'000)); },
                      {images_path(), "20000000 images", "more than the 10000000"});
+  // The most is allowed: such a header is read on, and this file is then too short for it.
+  expect_input_error([&] { parse(idx_images(10'000'000, 28, 28, {}), idx_labels({}, 10'000'000)); },
+                     {images_path(), "16 bytes", "expected 7840000016", "truncated download?"});
 }
 
 TEST_F(BrokenFiles, DirectoryOrSymlinkLoopInAFilesPlace) {
@@ -670,6 +733,47 @@ TEST(Loader, NormalisationPerChannel) {
   EXPECT_GT(norm.mean[2] - norm.mean[0], 0.3f);
 }
 
+// A channel of one value (a black plane) has no spread: it normalises to zeros, never to the NaN
+// that a standard deviation of zero would give.
+TEST(Loader, ConstantChannelNormalisesToZeroNotNan) {
+  auto set = random_images(8, 3, 4, 6);
+  for (std::int64_t s = 0; s < set->count; ++s)
+    std::fill_n(set->pixels.begin() + s * 48 + 16, 16, std::uint8_t(0));  // channel 1 black
+  const Normalisation norm = Normalisation::of(*set);
+  ASSERT_EQ(norm.stddev.size(), 3u);
+  EXPECT_EQ(norm.mean[1], 0.0f);
+  EXPECT_GT(norm.stddev[1], 0.0f);
+  ImageLoader loader("random", "test", set, norm, {3, 4, 4}, LoaderConfig{.batch = 4, .seed = 1});
+  for (int step = 0; step < 2; ++step) {
+    const Batch& b = loader.next();
+    for (std::size_t i = 0; i < b.input.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(b.input[i])) << "value " << i << " of step " << step;
+      if ((i / 16) % 3 == 1) {
+        ASSERT_EQ(b.input[i], 0.0f) << "value " << i << " of step " << step;
+      }
+    }
+  }
+}
+
+// The loader refuses what it cannot batch: samples of another size than the model takes, fewer
+// samples than one batch (naming both numbers), negative workers, a queue without room.
+TEST(Loader, RefusesWhatItCannotBatch) {
+  const auto set = indexed_set(5);
+  EXPECT_NE(error_message([&] {
+              ImageLoader("indexed", "test", set, identity(), {5}, LoaderConfig{.batch = 1});
+            }).find("samples have 4 values, the model takes 5"),
+            std::string::npos);
+  expect_input_error([&] { ImageLoader("indexed", "test", set, identity(), {4}, LoaderConfig{.batch = 6}); },
+                     {"indexed: 5 samples are fewer than one batch of 6"});
+  for (const auto& [workers, prefetch] : {std::pair{-1, 2}, std::pair{1, 0}})
+    EXPECT_NE(error_message([&] {
+                ImageLoader("indexed", "test", set, identity(), {4},
+                            LoaderConfig{.batch = 1, .workers = workers, .prefetch = prefetch});
+              }).find(fmt::format("{} workers, prefetch {}", workers, prefetch)),
+              std::string::npos)
+        << workers << " workers, prefetch " << prefetch;
+}
+
 // Index of the value of channel c, row y, column x in a (3, 32, 32) sample.
 std::size_t at(i64 c, i64 y, i64 x) { return std::size_t(c * 1024 + y * 32 + x); }
 
@@ -728,6 +832,38 @@ TEST(Loader, AugmentationShiftsAndFlips) {
   EXPECT_GT(changed, samples / 2) << "augmentation left most images as they were";
   EXPECT_GT(flipped, 0);
   EXPECT_LT(flipped, samples);
+}
+
+// Every one of the 9 x 9 x 2 crops and flips is drawn (a flip without a shift too), and each step
+// draws anew: the same draws step after step would fix each batch position's augmentation.
+TEST(Loader, AugmentationDrawsEveryCropAndFlipAnewEachStep) {
+  auto set = random_images(16, 3, 32, 12);
+  const Normalisation norm = Normalisation::of(*set);
+  constexpr i64 kBatch = 16, kSteps = 64;  // 1024 draws of 162 kinds
+  ImageLoader plain("cifar", "test", set, norm, {3, 32, 32}, LoaderConfig{.batch = kBatch, .seed = 5});
+  ImageLoader augmented("cifar", "test", set, norm, {3, 32, 32},
+                        LoaderConfig{.batch = kBatch, .augment = true, .seed = 5});
+  std::set<std::tuple<i64, i64, bool>> kinds;
+  std::set<std::vector<std::tuple<i64, i64, bool>>> step_draws;
+  for (i64 step = 0; step < kSteps; ++step) {
+    const Batch p = plain.next();
+    const Batch& a = augmented.next();
+    std::vector<std::tuple<i64, i64, bool>> draws;
+    for (i64 b = 0; b < kBatch; ++b) {
+      const float* ap = a.input.data() + b * 3072;
+      const float* pp = p.input.data() + b * 3072;
+      for (i64 dy = -4; dy <= 4 && draws.size() == std::size_t(b); ++dy)
+        for (i64 dx = -4; dx <= 4 && draws.size() == std::size_t(b); ++dx)
+          for (bool flip : {false, true})
+            if (draws.size() == std::size_t(b) && is_shifted_copy(ap, pp, dy, dx, flip))
+              draws.emplace_back(dy, dx, flip);
+      ASSERT_EQ(draws.size(), std::size_t(b + 1)) << "step " << step << " sample " << b << " is no shifted copy";
+    }
+    kinds.insert(draws.begin(), draws.end());
+    step_draws.insert(draws);
+  }
+  EXPECT_EQ(kinds.size(), 162u) << "some offsets in [-4, 4] or flips are never drawn";
+  EXPECT_EQ(step_draws.size(), std::size_t(kSteps)) << "steps repeat the same draws";
 }
 
 TEST(Loader, AugmentationLeavesGreyscaleAlone) {
@@ -849,8 +985,119 @@ TEST(Sine, ValidationRangeInOrderEveryEpoch) {
   }
 }
 
+// Validation is the same every epoch at any window shape, not only where an epoch spans a whole
+// number of periods (35 x 20 x 7 steps = 4900 points = 196 periods of the wave).
+TEST(Sine, ValidationRepeatsEveryEpochAtAnyShape) {
+  constexpr i64 T = 10, N = 3;
+  SineWave val(T, N, true, 1);
+  const i64 steps = val.steps_per_epoch();
+  ASSERT_EQ(steps, 166);
+  ASSERT_NE(steps * N * T % 25, 0) << "an epoch of whole periods would hide a validation that moves on";
+  std::vector<Batch> epoch1;
+  for (i64 s = 0; s < steps; ++s) epoch1.push_back(val.next());
+  for (i64 s = 0; s < steps; ++s) {
+    const Batch& b = val.next();
+    ASSERT_TRUE(b.input == epoch1[std::size_t(s)].input) << "epoch 2 step " << s;
+    for (i64 n = 0; n < N; ++n)
+      ASSERT_EQ(b.input[std::size_t(n)], wave(SineWave::kTrainLength + (s * N + n) * T)) << "step " << s;
+  }
+}
+
+// Replicas train on different windows: the training windows follow the seed.
+TEST(Sine, TrainingWindowsFollowTheSeed) {
+  SineWave one(35, 20, false, 1), two(35, 20, false, 2), again(35, 20, false, 1);
+  const Batch first = one.next();
+  EXPECT_FALSE(two.next().input == first.input);
+  EXPECT_TRUE(again.next().input == first.input);
+}
+
+// An epoch is as many whole batches as end with their last target inside the range: 99 of 5 windows
+// of 10 steps in the 5000 validation points, not the 100 that 5000 / 50 would give.
+TEST(Sine, EpochEndsWithItsLastTargetInsideTheRange) {
+  EXPECT_EQ(SineWave(10, 5, true, 1).steps_per_epoch(), 99);
+  EXPECT_EQ(SineWave(10, 5, false, 1).steps_per_epoch(), 399);
+}
+
+TEST(Sine, RangeShorterThanOneBatchIsRefused) {
+  expect_input_error([] { SineWave(35, 200, true, 1); }, {"sine: 200 windows of 35 steps do not fit in 5000 points"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Splits.
+
+// The data directory: the flag, else $TB_DATA_DIR, else ./data.
+TEST(Splits, DataDirIsTheFlagThenTheEnvironmentThenData) {
+  const char* before = std::getenv("TB_DATA_DIR");
+  const std::string saved = before ? before : "";
+  ASSERT_EQ(setenv("TB_DATA_DIR", "/from/env", 1), 0);
+  EXPECT_EQ(data_dir("/from/flag"), "/from/flag");
+  EXPECT_EQ(data_dir(""), "/from/env");
+  ASSERT_EQ(setenv("TB_DATA_DIR", "", 1), 0);
+  EXPECT_EQ(data_dir(""), "data");
+  if (before)
+    setenv("TB_DATA_DIR", saved.c_str(), 1);
+  else
+    unsetenv("TB_DATA_DIR");
+}
+
+// Synthetic CIFAR-10 images have CIFAR's three channels, so that --augment crops and flips them as
+// it does the real files: a set of one channel is never augmented.
+TEST(Splits, SyntheticCifarIsAugmentedLikeTheRealFiles) {
+  const ModelSpec& lenet = models::workload("lenet5", "cifar10").spec;
+  Splits s = make_splits("cifar10", "", lenet, LoaderConfig{.batch = 16, .augment = true, .seed = 1});
+  const Batch& b = s.train->next();
+  // Shifts pad with exact zeros (about 13% of the values at offsets uniform in [-4, 4]); a
+  // normalised pixel is exactly zero only by chance.
+  const auto zeros = std::count(b.input.begin(), b.input.end(), 0.0f);
+  EXPECT_GT(double(zeros), 0.05 * double(b.input.size())) << "--augment left synthetic CIFAR-10 images as they were";
+}
+
+// CIFAR-10 files where the dataset's tarball unpacks them: cifar-10-batches-bin/ in its folder.
+TEST(Splits, CifarFoundInTheFolderItsTarballUnpacks) {
+  TempDir dir;
+  const std::string nested = dir.file("cifar-10-batches-bin");
+  fs::create_directory(nested);
+  for (int i = 1; i <= 5; ++i)
+    write_file(fmt::format("{}/data_batch_{}.bin", nested, i), cifar_records(4 * (i - 1), 4));
+  write_file(nested + "/test_batch.bin", cifar_records(20, 8));
+  const Splits s =
+      make_splits("cifar10", dir.path(), models::workload("lenet5", "cifar10").spec, LoaderConfig{.batch = 4});
+  EXPECT_EQ(s.source, nested);
+  EXPECT_EQ(s.train->steps_per_epoch(), 5);  // 20 records
+  EXPECT_EQ(s.validation_steps, 2);
+}
+
+// The validation split is read in file order, without augmentation, normalised with the training
+// split's statistics, whatever the training loader does (shuffling, augmenting, workers); a split
+// of exactly one batch validates.
+TEST(Splits, ValidationInOrderUnaugmentedWithTrainingStatistics) {
+  TempDir dir;
+  std::vector<std::string> train_files;
+  for (int i = 1; i <= 5; ++i) {
+    train_files.push_back(dir.file(fmt::format("data_batch_{}.bin", i)));
+    write_file(train_files.back(), cifar_records(4 * (i - 1), 4));
+  }
+  Bytes test = cifar_records(100, 8);
+  for (std::size_t i = 0; i < test.size(); ++i)
+    if (i % std::size_t(kCifarRecord) != 0) test[i] /= 2;  // darker than the training images
+  write_file(dir.file("test_batch.bin"), test);
+  const LoaderConfig train_config{.batch = 8, .workers = 1, .shuffle = true, .augment = true, .seed = 3};
+  Splits s = make_splits("cifar10", dir.path(), models::workload("lenet5", "cifar10").spec, train_config);
+  ASSERT_TRUE(s.validation) << s.no_validation;
+  ASSERT_EQ(s.validation_steps, 1);
+
+  const auto train_set = std::make_shared<ImageSet>(read_cifar10(train_files));
+  const auto val_set = std::make_shared<ImageSet>(read_cifar10({dir.file("test_batch.bin")}));
+  const Normalisation norm = Normalisation::of(*train_set);
+  ASSERT_GT(std::abs(norm.mean[0] - Normalisation::of(*val_set).mean[0]), 0.1f) << "the splits' statistics differ";
+  ImageLoader expected("cifar10", "test", val_set, norm, {3, 32, 32}, LoaderConfig{.batch = 8, .shuffle = false});
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const Batch& want = expected.next();
+    const Batch& got = s.validation->next();
+    EXPECT_EQ(got.labels, want.labels) << "epoch " << epoch;
+    EXPECT_TRUE(got.input == want.input) << "epoch " << epoch;
+  }
+}
 
 void check_classification_batches(Dataset& data, i64 batch, i64 features, i64 steps) {
   ASSERT_GT(data.steps_per_epoch(), 0);

@@ -246,6 +246,18 @@ TEST(NvmlRead, GrowsTheProcessBufferUntilThePidFits) {
   EXPECT_GE(fake.calls("nvmlDeviceGetComputeRunningProcesses_v3"), 2) << "200 processes fit the first buffer?";
 }
 
+// Under MIG a process is listed once per GPU instance it uses: its memory is the sum of its entries.
+TEST(NvmlRead, SumsAProcessesEntriesAcrossMigInstances) {
+  FakeNvml fake(TB_FAKE_NVML);
+  fake.processes(0, {kPid, 1234, kPid}, {1ULL << 30, 5, 2ULL << 30});
+  fake.set_device_used(0, 9ULL << 30);
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  const Reading r = nvml->read(nvml->device_by_index(0), kPid);
+  EXPECT_EQ(r.mem_used_bytes, 3ULL << 30);
+  EXPECT_TRUE(r.mem_is_process);
+}
+
 TEST(NvmlRead, HiddenProcessMemoryFallsBackToDeviceMemory) {
   FakeNvml fake(TB_FAKE_NVML);
   fake.processes(0, {kPid}, {~0ULL});  // NVML_VALUE_NOT_AVAILABLE
@@ -390,6 +402,18 @@ TEST(Summary, PowerIsInstantaneousOnlyWhereEveryReadingWas) {
   EXPECT_DOUBLE_EQ(*mixed.power_median_w, 150 + 300);
 }
 
+// A sample whose power could not be read (a failed call) says nothing about how power is read: the
+// other samples' instantaneous readings keep the column instantaneous.
+TEST(Summary, SamplesWithoutPowerLeaveItInstantaneous) {
+  std::vector<Reading> r = series_of({}, {}, {100, 200, 300}, {}, {});
+  for (Reading& reading : r) reading.power_instant = true;
+  r[1].power_w.reset();
+  r[1].power_instant = false;
+  const GpuSummary s = summarise({r});
+  EXPECT_TRUE(s.power_instant);
+  EXPECT_DOUBLE_EQ(*s.power_median_w, 200);
+}
+
 TEST(Summary, OddCountMedianIsTheMiddleValue) {
   const GpuSummary s = summarise({series_of({10, 90, 50, 70, 30}, {}, {}, {}, {})});
   EXPECT_DOUBLE_EQ(*s.util_median, 50);
@@ -509,6 +533,37 @@ TEST(GpuSampler, SamplesAtAboutTenHertzAndMeasuresEnergy) {
   EXPECT_TRUE(s.mem_is_process);
 }
 
+// A run shorter than the period still has its samples at start and at stop, and so its energy.
+TEST(GpuSampler, RunShorterThanThePeriodHasItsStartAndStopSamples) {
+  FakeNvml fake(TB_FAKE_NVML);
+  fake.set_energy(0, 5000000, 250);  // 0.25 J between reads
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  GpuSampler sampler(*nvml, {"0000:01:00.0"}, kPid, std::chrono::hours(1));
+  sampler.start();
+  const GpuSummary s = sampler.stop();
+  EXPECT_EQ(s.samples, 2);
+  EXPECT_EQ(fake.calls("nvmlDeviceGetTotalEnergyConsumption"), 2);
+  ASSERT_TRUE(s.energy_j);
+  EXPECT_DOUBLE_EQ(*s.energy_j, 0.25);
+}
+
+// The sampling thread's CPU time, which the caller leaves out of the run's: more than nothing, less
+// than the wall time the thread lived.
+TEST(GpuSampler, ReportsItsThreadsCpuTime) {
+  FakeNvml fake(TB_FAKE_NVML);
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  GpuSampler sampler(*nvml, {"0000:01:00.0"}, kPid, 5ms);
+  const auto started = std::chrono::steady_clock::now();
+  sampler.start();
+  std::this_thread::sleep_for(100ms);
+  const GpuSummary s = sampler.stop();
+  const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_GT(s.thread_cpu_s, 0.0);
+  EXPECT_LT(s.thread_cpu_s, elapsed_s);
+}
+
 TEST(GpuSampler, TwoDevicesOneWithoutThePid) {
   FakeNvml fake(TB_FAKE_NVML);
   fake.reset(2);
@@ -529,7 +584,9 @@ TEST(GpuSampler, TwoDevicesOneWithoutThePid) {
   EXPECT_DOUBLE_EQ(*s.power_median_w, 250);
   EXPECT_EQ(s.mem_used_bytes, (3ULL << 30) + (7ULL << 30));
   EXPECT_FALSE(s.mem_is_process);
-  EXPECT_DOUBLE_EQ(*s.energy_j, 0);  // the fake's counter did not move
+  // The fake's counter did not move: 0 J, known (dereferenced empty, the optional passed as 0).
+  ASSERT_TRUE(s.energy_j);
+  EXPECT_DOUBLE_EQ(*s.energy_j, 0);
 }
 
 TEST(GpuSampler, StopWithoutStartHasNoSamples) {
@@ -573,6 +630,19 @@ TEST(GpuSampler, DestructorStopsARunningThread) {
   EXPECT_GE(calls, 2);
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(fake.calls("nvmlDeviceGetUtilizationRates"), calls) << "sampling went on after the destructor";
+}
+
+// A period of zero would sample in a busy loop.
+TEST(GpuSampler, ZeroPeriodIsRefused) {
+  FakeNvml fake(TB_FAKE_NVML);
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  try {
+    GpuSampler sampler(*nvml, {"0000:01:00.0"}, kPid, 0ms);
+    FAIL() << "a sampling period of 0 ms was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the sampling period is 0 ms"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GpuSampler, UnknownBusIdThrowsAtConstruction) {
