@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -399,6 +400,60 @@ TEST(CsvWriterOpens, AnotherHeaderIsRefusedAndAnOpenQuoteIsClosed) {
   ASSERT_EQ(rows.size(), 2u) << "the cut row left out, the rows around it whole";
   EXPECT_EQ(rows[0].benchmark, "a");
   EXPECT_EQ(rows[1].benchmark, "c");
+}
+
+// A blank line (an editor's, a hand-joined file's) is no row and nothing to say.
+TEST(ReadCsv, ABlankLineIsSkippedSilently) {
+  ::testing::internal::CaptureStderr();
+  const std::vector<Row> rows =
+      read_csv(write_file("blank.csv", "schema_version,benchmark,status\n6,a,ok\n\n6,b,ok\n"), "--x");
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].benchmark, "b");
+  EXPECT_EQ(said, "");
+}
+
+// A file saved on Windows (CRLF) reads as written, a line break inside a quoted message included;
+// and a row over several lines is named by the line it starts on.
+TEST(ReadCsv, CrlfLinesAndRowsOverSeveralLinesReadAsWritten) {
+  const std::vector<Row> rows =
+      read_csv(write_file("crlf.csv", "schema_version,benchmark,message\r\n6,a,\"two\r\nlines\"\r\n6,b,x\r\n"), "--x");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].message, "two\nlines");
+  EXPECT_EQ(rows[1].message, "x");
+  try {
+    read_csv(write_file("multiline_typed.csv", "schema_version,message,threads\n6,\"two\nlines\",four\n"), "--x");
+    ADD_FAILURE() << "a count of 'four' was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2: threads is 'four'"), std::string::npos) << e.what();
+  }
+}
+
+// Appending to a whole file adds rows and nothing else (no note, no blank line); a header saved
+// with CRLF is trainbench's; a foreign first line over 64 KiB is refused saying it is one.
+TEST(CsvWriterOpens, AWholeFileGetsItsRowsAppendedAndNothingElse) {
+  const std::string path = ::testing::TempDir() + "writer_append.csv";
+  std::remove(path.c_str());
+  Row a;
+  a.schema_version = "7", a.benchmark = "a";
+  { CsvWriter(path).write_row(a); }
+  std::ifstream first(path);
+  const std::string one_row(std::istreambuf_iterator<char>(first), {});
+  ::testing::internal::CaptureStderr();
+  { CsvWriter(path).write_row(a); }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  std::ifstream second(path);
+  const std::string two_rows(std::istreambuf_iterator<char>(second), {});
+  EXPECT_EQ(two_rows, one_row + one_row.substr(one_row.find('\n') + 1));
+
+  const std::string header = fmt::format("{}", fmt::join(csv_columns(), ","));
+  EXPECT_NO_THROW(CsvWriter(write_file("writer_crlf.csv", header + "\r\n7,a\r\n"))) << "a header saved on Windows";
+  try {
+    CsvWriter(write_file("writer_long.csv", std::string(70 * 1024, 'x')));
+    ADD_FAILURE() << "a file of 70 KiB with no line break was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a first line over 64 KiB"), std::string::npos) << e.what();
+  }
 }
 
 // ---- the console: the rows, rendered ----
