@@ -264,6 +264,62 @@ TEST(RowLog, ARepetitionsMeasurementIsItsCellsAndItsLinesFollowItsRows) {
   EXPECT_THROW(log.repetition(info, Measurement{.verdicts = {"insde_band"}}), Error);
 }
 
+// An aggregate is over every ok repetition or none: a counter that a repetition lacks, or holds as
+// NaN, has no aggregate (a mean over some of them would read as one over all).
+TEST(RowLog, ACounterSomeRepetitionLacksOrHoldsAsNanHasNoAggregate) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const BenchInfo info = mlp_info();
+  log.repetition(info, Measurement{.figures = figures(1.0, 0.5, 0.25), .steps = 5});
+  log.repetition(info, Measurement{.figures = figures(3.0, NAN), .steps = 5});
+  log.aggregates(info);
+  int aggregates = 0;
+  for (const Row* r : log.rows_of(info.name)) {
+    if (r->run_type != "aggregate") continue;
+    ++aggregates;
+    EXPECT_TRUE(r->samples_per_s.has_value()) << r->aggregate;
+    EXPECT_FALSE(r->train_acc.has_value()) << r->aggregate << ": one repetition has no accuracy";
+    EXPECT_FALSE(r->step_time_s.has_value()) << r->aggregate << ": one repetition's step time is NaN";
+  }
+  EXPECT_EQ(aggregates, 4);
+}
+
+// An epoch's row: samples/s over its training steps' own time (validation is in elapsed_s, not in
+// the rate), its figures, and a line of notes.
+TEST(RowLog, AnEpochsRateIsItsTrainingStepsOverTheirTime) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  BenchInfo info = mlp_info();
+  info.kind = Kind::Epochs;
+  log.epoch(info, EpochRecord{.epoch = 2,
+                              .train_loss = 0.5,
+                              .val_loss = 0.75,
+                              .train_acc = 0.875,
+                              .elapsed_s = 4,
+                              .train_s = 2,
+                              .steps = 10});
+  const Row& row = log.rows().back();
+  EXPECT_EQ(row.run_type, "epoch");
+  EXPECT_EQ(row.samples_per_s, 500) << "10 steps of 100 over the 2 s of training";
+  EXPECT_EQ(row.elapsed_s, 4);
+  EXPECT_EQ(row.epoch, 2);
+  EXPECT_FALSE(row.val_acc.has_value());
+  EXPECT_EQ(notes.str(), "  " + info.name + " epoch 2: train loss 0.5000 acc 0.8750, val loss 0.7500, 4.0 s\n");
+}
+
+// A cpu row says data_on_device only for a train/ benchmark (an epochs/ one reads its data
+// through the loader whatever the flag).
+TEST(RowLog, OnlyATrainCpuRowSaysItsDataWasResident) {
+  const MachineContext machine;
+  BenchInfo info = mlp_info();
+  info.data_on_device = true;
+  EXPECT_EQ(identity_row(info, machine).data_on_device, 1);
+  info.kind = Kind::Epochs;
+  EXPECT_FALSE(identity_row(info, machine).data_on_device.has_value());
+}
+
 // ---- reading a CSV back (--predict_from, --replay_from, jobs) ----
 
 std::string write_file(const std::string& name, const std::string& text) {
