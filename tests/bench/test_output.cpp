@@ -153,6 +153,102 @@ TEST(Summary, EfficiencyAndCommShareAreTheRowsOwn) {
   EXPECT_EQ(text.find("gpu:1 efficiency"), std::string::npos) << text;
 }
 
+// A line's rate is the median of its ok repetitions (plain digits from 10000 up, four significant
+// figures below); a failed repetition and an epochs/ benchmark's row are no figure of the table.
+TEST(Summary, ARateIsTheMedianOfTheOkTrainRepetitions) {
+  std::vector<Row> rows;
+  for (double rate : {1234.56, 2000.0, 90000.0}) rows.push_back(summary_row("cpu", "fp32", 8, rate));
+  Row failed = summary_row("cpu", "fp32", 8, 5);
+  failed.status = "failed";
+  rows.push_back(failed);
+  Row fast = summary_row("cpu", "fp32", 8, 12345.6);
+  fast.model = "lstm", fast.dataset = "sine";
+  rows.push_back(fast);
+  Row epochs = summary_row("cpu", "fp32", 8, 7);
+  epochs.kind = "epochs", epochs.model = "lenet5", epochs.dataset = "cifar10";
+  rows.push_back(epochs);
+  const std::string text = summary_table(rows, false);
+  const auto line_of = [&](const std::string& workload) {
+    const std::size_t at = text.find(workload);
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of("resnet152/imagenet").find(" 2000 "), std::string::npos) << text;
+  EXPECT_NE(line_of("lstm/sine").find(" 12346 "), std::string::npos) << text;
+  EXPECT_EQ(text.find("lenet5"), std::string::npos) << text;
+}
+
+// Peak GiB: a GPU row's device memory where it has one (its resident set is the host's), else
+// the resident set; in GiB.
+TEST(Summary, PeakIsTheDeviceMemoryInGibWhereARowHasIt) {
+  Row gpu = summary_row("gpu:1", "fp32", 128, 100);
+  gpu.mem_peak_bytes = 2.0 * (1 << 30), gpu.peak_rss_bytes = 3.0 * (1 << 30);
+  const std::string text = summary_table({gpu}, false);
+  EXPECT_NE(text.find(" 2.00\n"), std::string::npos) << text;
+  Row cpu = summary_row("cpu", "fp32", 8, 10);
+  cpu.peak_rss_bytes = 1.5 * (1 << 30);
+  const std::string rss = summary_table({cpu}, false);
+  EXPECT_NE(rss.find(" 1.50\n"), std::string::npos) << rss;
+}
+
+// N replicas sharing one GPU are a correctness check, not scaling: their column says so, and the
+// variant word that names them is no part of the workload.
+TEST(Summary, ReplicasSharingOneGpuAreTheirOwnColumnOfTheSameWorkload) {
+  Row shared = summary_row("gpu:2", "fp32", 128, 150);
+  shared.shared_device = 1;
+  shared.variant = "shared_device";
+  Row graph = summary_row("gpu:1", "fp32", 128, 120);
+  graph.variant = "cuda_graph/shared_device";
+  const std::string text = summary_table({summary_row("gpu:1", "fp32", 128, 100), shared, graph}, false);
+  EXPECT_NE(text.find("gpu:2 (one GPU) samples/s"), std::string::npos) << text;
+  EXPECT_NE(text.find("resnet152/imagenet [cuda_graph]"), std::string::npos) << text;
+  EXPECT_EQ(text.find("shared_device"), std::string::npos) << text;
+}
+
+// The text table aligns the workload left and figures right; the Markdown one says the same in
+// its separator line.
+TEST(Summary, TextAndMarkdownAlignWorkloadsLeftAndFiguresRight) {
+  Row row = summary_row("cpu", "fp32", 8, 12);
+  row.peak_rss_bytes = 1 << 30;
+  const std::string text = summary_table({row}, false);
+  EXPECT_EQ(text.rfind("workload            precision  cpu samples/s  peak GiB\n", 0), 0u) << text;
+  const std::string markdown = summary_table({row}, true);
+  EXPECT_NE(markdown.find("| workload | precision | cpu samples/s | peak GiB |\n| --- | --- | ---: | ---: |\n"),
+            std::string::npos)
+      << markdown;
+}
+
+// Each skip reason once, however many rows give it; a reason about the device as it is, any
+// other with the device and precision it is about.
+TEST(Summary, EachSkipReasonIsOneLineNamingItsDevice) {
+  Row gpu = summary_row("gpu:1", "fp32", 128, 0);
+  gpu.samples_per_s.reset();
+  gpu.status = "skipped", gpu.message = "skipped: gpu:1: no CUDA device";
+  Row other_model = gpu;
+  other_model.model = "lstm";
+  Row bf16 = gpu;
+  bf16.device = "cpu", bf16.precision = "bf16", bf16.message = "skipped: this CPU lacks avx512_bf16";
+  const std::string text = summary_table({gpu, other_model, bf16}, false);
+  EXPECT_EQ(text, "skipped:\n  gpu:1: no CUDA device\n  cpu bf16: this CPU lacks avx512_bf16\n");
+}
+
+// A run of predicted rows alone (--predict_from) has a summary: a line per link, a pair of
+// columns per N in increasing N, each rate with its band where the row has both ends.
+TEST(Summary, PredictedRowsAloneAreATableByLinkAndN) {
+  const auto predicted = [](const std::string& device, double rate, Number low, Number high) {
+    Row r = summary_row(device, "fp32", 128, rate);
+    r.measurement = "predicted", r.predicted_from = "train/x", r.link = "custom";
+    r.link_busbw_gbps = 10, r.scaling_efficiency = 0.9;
+    r.samples_per_s_low = low, r.samples_per_s_high = high;
+    return r;
+  };
+  const std::string text =
+      summary_table({predicted("mpi:10", 66.3, 62.1, 70.4), predicted("mpi:2", 120, 100, std::nullopt)}, false);
+  EXPECT_NE(text.find("predicted N-device scaling"), std::string::npos) << text;
+  EXPECT_LT(text.find("N=2 samples/s"), text.find("N=10 samples/s")) << text;
+  EXPECT_NE(text.find("66.3 (62.1-70.4)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("120 ("), std::string::npos) << "a band with one end is no band:\n" << text;
+}
+
 // ---- the row log ----
 
 BenchInfo mlp_info() {
