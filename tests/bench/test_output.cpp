@@ -654,5 +654,101 @@ TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
   EXPECT_EQ(reporter.skipped(), 1);
 }
 
+// The console's rows read as the CSV's: an aggregate is named by its statistic (the cv in percent
+// of the step), a number from 1000 up is plain digits, an epochs/ row's time is its run's seconds,
+// a failed row is counted with its message, and benchmarks with the same columns share a header.
+TEST(Reporter, EachRowIsShownAsItsKindReads) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.benchmark_filter = "mlp/";
+  const Harness harness(flags, 2);
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const std::string mnist = "train/mlp/mnist/cpu:1/fp32/bs:100", fashion = "train/mlp/fashion-mnist/cpu:1/fp32/bs:100",
+                    epochs = "epochs/mlp/mnist/cpu:1/fp32/bs:100";
+  for (const std::string& name : {mnist, fashion, epochs}) ASSERT_NE(harness.find(name), nullptr) << name;
+  for (double step : {0.08, 0.12})
+    log.repetition(*harness.find(mnist), Measurement{.figures = figures(12345.6, step), .steps = 7});
+  log.aggregates(*harness.find(mnist));
+  log.repetition(*harness.find(fashion), Measurement{.figures = figures(100, 0.1), .steps = 7});
+  log.repetition(*harness.find(fashion), Measurement{.status = "failed", .message = "loss rose"});
+  Row run_of_epochs = figures(50);
+  run_of_epochs.elapsed_s = 12.5;
+  log.repetition(*harness.find(epochs), Measurement{.figures = run_of_epochs, .steps = 30});
+  Reporter reporter(harness, log, DisplayOptions{});
+  std::ostringstream out, err;
+  reporter.SetOutputStream(&out);
+  reporter.SetErrorStream(&err);
+  for (const std::string& name : {mnist, fashion, epochs}) {
+    benchmark::BenchmarkReporter::Run run;
+    run.run_name.function_name = name;
+    reporter.ReportRuns({run});
+  }
+  const std::string text = out.str();
+  const auto line_of = [&](const std::string& start) {
+    const std::size_t at = text.find(start + " ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of(mnist).find(" 12346"), std::string::npos) << text;
+  EXPECT_NE(line_of(mnist + "_mean").find("100 ms"), std::string::npos) << text;
+  EXPECT_NE(line_of(mnist + "_cv").find("28.28 %"), std::string::npos) << "stddev 0.0283 s over a mean of 0.1 s\n"
+                                                                       << text;
+  EXPECT_NE(line_of(epochs).find("12.5 s "), std::string::npos) << text;
+  EXPECT_NE(text.find(" FAILED: loss rose\n"), std::string::npos) << text;
+  EXPECT_EQ(reporter.failed(), 1);
+  // Two headers: the train/ rows' (mnist's and fashion-mnist's, the same columns), the epochs/ row's.
+  std::size_t headers = 0;
+  for (std::size_t at = text.find("\nBenchmark "); at != std::string::npos; at = text.find("\nBenchmark ", at + 1))
+    ++headers;
+  EXPECT_EQ(headers, 2u) << text;
+}
+
+// A configuration the machine cannot run is one line, its scope said once, whatever the number of
+// its benchmarks; the assumptions of predictions are said once before the first benchmark's.
+TEST(Reporter, ASkippedDeviceAndThePredictionsAssumptionsAreSaidOnce) {
+  Flags flags;
+  flags.devices = {"gpu:1"};
+  flags.benchmark_filter = "train/mlp/";
+  const Harness harness(flags, 2);
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Reporter reporter(harness, log, DisplayOptions{});
+  std::ostringstream out, err;
+  reporter.SetOutputStream(&out);
+  reporter.SetErrorStream(&err);
+  for (const std::string name : {"train/mlp/mnist/gpu:1/fp32/bs:100", "train/mlp/fashion-mnist/gpu:1/fp32/bs:100"}) {
+    const BenchInfo* info = harness.find(name);
+    ASSERT_NE(info, nullptr) << name;
+    log.repetition(*info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
+    log.note(name, "  predicted mpi:2 over custom: ...");
+    benchmark::BenchmarkReporter::Run run;
+    run.run_name.function_name = name;
+    reporter.ReportRuns({run});
+  }
+  const std::string text = out.str();
+  const std::string said = "skipped gpu:1: no CUDA device\n";
+  EXPECT_NE(text.find(said), std::string::npos) << text;
+  EXPECT_EQ(text.find(said), text.rfind(said)) << text;
+  EXPECT_EQ(reporter.skipped(), 2) << "benchmarks are counted, their configuration said once";
+  EXPECT_NE(text.find("predictions assume"), std::string::npos) << text;
+  EXPECT_EQ(text.find("predictions assume"), text.rfind("predictions assume")) << text;
+}
+
+// Colour is for the console alone, forced by any of Google Benchmark's words for yes.
+TEST(Reporter, ColourIsForcedOnlyOnTheConsole) {
+  Flags flags;
+  for (const char* yes : {"true", "yes", "1", "always"}) {
+    flags.benchmark_color = yes;
+    EXPECT_TRUE(display_options(flags).colour) << yes;
+  }
+  flags.benchmark_color = "never";
+  EXPECT_FALSE(display_options(flags).colour);
+  flags.benchmark_color = "always";
+  flags.benchmark_format = "json";
+  EXPECT_FALSE(display_options(flags).colour) << "escape bytes in JSON";
+}
+
 }  // namespace
 }  // namespace tb::bench
