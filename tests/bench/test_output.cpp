@@ -694,6 +694,7 @@ TEST(Reporter, EachRowIsShownAsItsKindReads) {
   EXPECT_NE(line_of(mnist + "_mean").find("100 ms"), std::string::npos) << text;
   EXPECT_NE(line_of(mnist + "_cv").find("28.28 %"), std::string::npos) << "stddev 0.0283 s over a mean of 0.1 s\n"
                                                                        << text;
+  EXPECT_EQ(line_of(mnist + "_cv").size(), line_of(mnist + "_mean").size()) << "the cv's columns aligned:\n" << text;
   EXPECT_NE(line_of(epochs).find("12.5 s "), std::string::npos) << text;
   EXPECT_NE(text.find(" FAILED: loss rose\n"), std::string::npos) << text;
   EXPECT_EQ(reporter.failed(), 1);
