@@ -107,7 +107,7 @@ std::string display_name(const Row& row) {
 std::string time_text(const Row& row, bool epochs) {
   const double v = (epochs && row.aggregate != "cv" ? row.elapsed_s : row.step_time_s).value_or(NAN);
   if (std::isnan(v)) return fmt::format("{:>12}", "");
-  if (row.aggregate == "cv") return fmt::format("{:>9.4g} %  ", 100 * v);
+  if (row.aggregate == "cv") return fmt::format("{:>9.4g} % ", 100 * v);
   return fmt::format("{:>9.4g} {:<2}", epochs ? v : v * 1e3, epochs ? "s" : "ms");
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -152,6 +153,102 @@ TEST(Summary, EfficiencyAndCommShareAreTheRowsOwn) {
   EXPECT_EQ(text.find("gpu:1 efficiency"), std::string::npos) << text;
 }
 
+// A line's rate is the median of its ok repetitions (plain digits from 10000 up, four significant
+// figures below); a failed repetition and an epochs/ benchmark's row are no figure of the table.
+TEST(Summary, ARateIsTheMedianOfTheOkTrainRepetitions) {
+  std::vector<Row> rows;
+  for (double rate : {1234.56, 2000.0, 90000.0}) rows.push_back(summary_row("cpu", "fp32", 8, rate));
+  Row failed = summary_row("cpu", "fp32", 8, 5);
+  failed.status = "failed";
+  rows.push_back(failed);
+  Row fast = summary_row("cpu", "fp32", 8, 12345.6);
+  fast.model = "lstm", fast.dataset = "sine";
+  rows.push_back(fast);
+  Row epochs = summary_row("cpu", "fp32", 8, 7);
+  epochs.kind = "epochs", epochs.model = "lenet5", epochs.dataset = "cifar10";
+  rows.push_back(epochs);
+  const std::string text = summary_table(rows, false);
+  const auto line_of = [&](const std::string& workload) {
+    const std::size_t at = text.find(workload);
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of("resnet152/imagenet").find(" 2000 "), std::string::npos) << text;
+  EXPECT_NE(line_of("lstm/sine").find(" 12346 "), std::string::npos) << text;
+  EXPECT_EQ(text.find("lenet5"), std::string::npos) << text;
+}
+
+// Peak GiB: a GPU row's device memory where it has one (its resident set is the host's), else
+// the resident set; in GiB.
+TEST(Summary, PeakIsTheDeviceMemoryInGibWhereARowHasIt) {
+  Row gpu = summary_row("gpu:1", "fp32", 128, 100);
+  gpu.mem_peak_bytes = 2.0 * (1 << 30), gpu.peak_rss_bytes = 3.0 * (1 << 30);
+  const std::string text = summary_table({gpu}, false);
+  EXPECT_NE(text.find(" 2.00\n"), std::string::npos) << text;
+  Row cpu = summary_row("cpu", "fp32", 8, 10);
+  cpu.peak_rss_bytes = 1.5 * (1 << 30);
+  const std::string rss = summary_table({cpu}, false);
+  EXPECT_NE(rss.find(" 1.50\n"), std::string::npos) << rss;
+}
+
+// N replicas sharing one GPU are a correctness check, not scaling: their column says so, and the
+// variant word that names them is no part of the workload.
+TEST(Summary, ReplicasSharingOneGpuAreTheirOwnColumnOfTheSameWorkload) {
+  Row shared = summary_row("gpu:2", "fp32", 128, 150);
+  shared.shared_device = 1;
+  shared.variant = "shared_device";
+  Row graph = summary_row("gpu:1", "fp32", 128, 120);
+  graph.variant = "cuda_graph/shared_device";
+  const std::string text = summary_table({summary_row("gpu:1", "fp32", 128, 100), shared, graph}, false);
+  EXPECT_NE(text.find("gpu:2 (one GPU) samples/s"), std::string::npos) << text;
+  EXPECT_NE(text.find("resnet152/imagenet [cuda_graph]"), std::string::npos) << text;
+  EXPECT_EQ(text.find("shared_device"), std::string::npos) << text;
+}
+
+// The text table aligns the workload left and figures right; the Markdown one says the same in
+// its separator line.
+TEST(Summary, TextAndMarkdownAlignWorkloadsLeftAndFiguresRight) {
+  Row row = summary_row("cpu", "fp32", 8, 12);
+  row.peak_rss_bytes = 1 << 30;
+  const std::string text = summary_table({row}, false);
+  EXPECT_EQ(text.rfind("workload            precision  cpu samples/s  peak GiB\n", 0), 0u) << text;
+  const std::string markdown = summary_table({row}, true);
+  EXPECT_NE(markdown.find("| workload | precision | cpu samples/s | peak GiB |\n| --- | --- | ---: | ---: |\n"),
+            std::string::npos)
+      << markdown;
+}
+
+// Each skip reason once, however many rows give it; a reason about the device as it is, any
+// other with the device and precision it is about.
+TEST(Summary, EachSkipReasonIsOneLineNamingItsDevice) {
+  Row gpu = summary_row("gpu:1", "fp32", 128, 0);
+  gpu.samples_per_s.reset();
+  gpu.status = "skipped", gpu.message = "skipped: gpu:1: no CUDA device";
+  Row other_model = gpu;
+  other_model.model = "lstm";
+  Row bf16 = gpu;
+  bf16.device = "cpu", bf16.precision = "bf16", bf16.message = "skipped: this CPU lacks avx512_bf16";
+  const std::string text = summary_table({gpu, other_model, bf16}, false);
+  EXPECT_EQ(text, "skipped:\n  gpu:1: no CUDA device\n  cpu bf16: this CPU lacks avx512_bf16\n");
+}
+
+// A run of predicted rows alone (--predict_from) has a summary: a line per link, a pair of
+// columns per N in increasing N, each rate with its band where the row has both ends.
+TEST(Summary, PredictedRowsAloneAreATableByLinkAndN) {
+  const auto predicted = [](const std::string& device, double rate, Number low, Number high) {
+    Row r = summary_row(device, "fp32", 128, rate);
+    r.measurement = "predicted", r.predicted_from = "train/x", r.link = "custom";
+    r.link_busbw_gbps = 10, r.scaling_efficiency = 0.9;
+    r.samples_per_s_low = low, r.samples_per_s_high = high;
+    return r;
+  };
+  const std::string text =
+      summary_table({predicted("mpi:10", 66.3, 62.1, 70.4), predicted("mpi:2", 120, 100, std::nullopt)}, false);
+  EXPECT_NE(text.find("predicted N-device scaling"), std::string::npos) << text;
+  EXPECT_LT(text.find("N=2 samples/s"), text.find("N=10 samples/s")) << text;
+  EXPECT_NE(text.find("66.3 (62.1-70.4)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("120 ("), std::string::npos) << "a band with one end is no band:\n" << text;
+}
+
 // ---- the row log ----
 
 BenchInfo mlp_info() {
@@ -261,6 +358,62 @@ TEST(RowLog, ARepetitionsMeasurementIsItsCellsAndItsLinesFollowItsRows) {
   EXPECT_EQ(failed.repetition, 1);
   // A misspelt verdict stops the row where it is written.
   EXPECT_THROW(log.repetition(info, Measurement{.verdicts = {"insde_band"}}), Error);
+}
+
+// An aggregate is over every ok repetition or none: a counter that a repetition lacks, or holds as
+// NaN, has no aggregate (a mean over some of them would read as one over all).
+TEST(RowLog, ACounterSomeRepetitionLacksOrHoldsAsNanHasNoAggregate) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const BenchInfo info = mlp_info();
+  log.repetition(info, Measurement{.figures = figures(1.0, 0.5, 0.25), .steps = 5});
+  log.repetition(info, Measurement{.figures = figures(3.0, NAN), .steps = 5});
+  log.aggregates(info);
+  int aggregates = 0;
+  for (const Row* r : log.rows_of(info.name)) {
+    if (r->run_type != "aggregate") continue;
+    ++aggregates;
+    EXPECT_TRUE(r->samples_per_s.has_value()) << r->aggregate;
+    EXPECT_FALSE(r->train_acc.has_value()) << r->aggregate << ": one repetition has no accuracy";
+    EXPECT_FALSE(r->step_time_s.has_value()) << r->aggregate << ": one repetition's step time is NaN";
+  }
+  EXPECT_EQ(aggregates, 4);
+}
+
+// An epoch's row: samples/s over its training steps' own time (validation is in elapsed_s, not in
+// the rate), its figures, and a line of notes.
+TEST(RowLog, AnEpochsRateIsItsTrainingStepsOverTheirTime) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  BenchInfo info = mlp_info();
+  info.kind = Kind::Epochs;
+  log.epoch(info, EpochRecord{.epoch = 2,
+                              .train_loss = 0.5,
+                              .val_loss = 0.75,
+                              .train_acc = 0.875,
+                              .elapsed_s = 4,
+                              .train_s = 2,
+                              .steps = 10});
+  const Row& row = log.rows().back();
+  EXPECT_EQ(row.run_type, "epoch");
+  EXPECT_EQ(row.samples_per_s, 500) << "10 steps of 100 over the 2 s of training";
+  EXPECT_EQ(row.elapsed_s, 4);
+  EXPECT_EQ(row.epoch, 2);
+  EXPECT_FALSE(row.val_acc.has_value());
+  EXPECT_EQ(notes.str(), "  " + info.name + " epoch 2: train loss 0.5000 acc 0.8750, val loss 0.7500, 4.0 s\n");
+}
+
+// A cpu row says data_on_device only for a train/ benchmark (an epochs/ one reads its data
+// through the loader whatever the flag).
+TEST(RowLog, OnlyATrainCpuRowSaysItsDataWasResident) {
+  const MachineContext machine;
+  BenchInfo info = mlp_info();
+  info.data_on_device = true;
+  EXPECT_EQ(identity_row(info, machine).data_on_device, 1);
+  info.kind = Kind::Epochs;
+  EXPECT_FALSE(identity_row(info, machine).data_on_device.has_value());
 }
 
 // ---- reading a CSV back (--predict_from, --replay_from, jobs) ----
@@ -401,6 +554,60 @@ TEST(CsvWriterOpens, AnotherHeaderIsRefusedAndAnOpenQuoteIsClosed) {
   EXPECT_EQ(rows[1].benchmark, "c");
 }
 
+// A blank line (an editor's, a hand-joined file's) is no row and nothing to say.
+TEST(ReadCsv, ABlankLineIsSkippedSilently) {
+  ::testing::internal::CaptureStderr();
+  const std::vector<Row> rows =
+      read_csv(write_file("blank.csv", "schema_version,benchmark,status\n6,a,ok\n\n6,b,ok\n"), "--x");
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].benchmark, "b");
+  EXPECT_EQ(said, "");
+}
+
+// A file saved on Windows (CRLF) reads as written, a line break inside a quoted message included;
+// and a row over several lines is named by the line it starts on.
+TEST(ReadCsv, CrlfLinesAndRowsOverSeveralLinesReadAsWritten) {
+  const std::vector<Row> rows =
+      read_csv(write_file("crlf.csv", "schema_version,benchmark,message\r\n6,a,\"two\r\nlines\"\r\n6,b,x\r\n"), "--x");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].message, "two\nlines");
+  EXPECT_EQ(rows[1].message, "x");
+  try {
+    read_csv(write_file("multiline_typed.csv", "schema_version,message,threads\n6,\"two\nlines\",four\n"), "--x");
+    ADD_FAILURE() << "a count of 'four' was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2: threads is 'four'"), std::string::npos) << e.what();
+  }
+}
+
+// Appending to a whole file adds rows and nothing else (no note, no blank line); a header saved
+// with CRLF is trainbench's; a foreign first line over 64 KiB is refused saying it is one.
+TEST(CsvWriterOpens, AWholeFileGetsItsRowsAppendedAndNothingElse) {
+  const std::string path = ::testing::TempDir() + "writer_append.csv";
+  std::remove(path.c_str());
+  Row a;
+  a.schema_version = "7", a.benchmark = "a";
+  { CsvWriter(path).write_row(a); }
+  std::ifstream first(path);
+  const std::string one_row(std::istreambuf_iterator<char>(first), {});
+  ::testing::internal::CaptureStderr();
+  { CsvWriter(path).write_row(a); }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  std::ifstream second(path);
+  const std::string two_rows(std::istreambuf_iterator<char>(second), {});
+  EXPECT_EQ(two_rows, one_row + one_row.substr(one_row.find('\n') + 1));
+
+  const std::string header = fmt::format("{}", fmt::join(csv_columns(), ","));
+  EXPECT_NO_THROW(CsvWriter(write_file("writer_crlf.csv", header + "\r\n7,a\r\n"))) << "a header saved on Windows";
+  try {
+    CsvWriter(write_file("writer_long.csv", std::string(70 * 1024, 'x')));
+    ADD_FAILURE() << "a file of 70 KiB with no line break was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a first line over 64 KiB"), std::string::npos) << e.what();
+  }
+}
+
 // ---- the console: the rows, rendered ----
 
 // The reporter shows what the harness wrote, nothing it computes: a benchmark's rows when Google
@@ -445,6 +652,103 @@ TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
   reporter.ReportRuns({skipped});
   EXPECT_NE(out.str().find("skipped gpu:1"), std::string::npos) << out.str();
   EXPECT_EQ(reporter.skipped(), 1);
+}
+
+// The console's rows read as the CSV's: an aggregate is named by its statistic (the cv in percent
+// of the step), a number from 1000 up is plain digits, an epochs/ row's time is its run's seconds,
+// a failed row is counted with its message, and benchmarks with the same columns share a header.
+TEST(Reporter, EachRowIsShownAsItsKindReads) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.benchmark_filter = "mlp/";
+  const Harness harness(flags, 2);
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const std::string mnist = "train/mlp/mnist/cpu:1/fp32/bs:100", fashion = "train/mlp/fashion-mnist/cpu:1/fp32/bs:100",
+                    epochs = "epochs/mlp/mnist/cpu:1/fp32/bs:100";
+  for (const std::string& name : {mnist, fashion, epochs}) ASSERT_NE(harness.find(name), nullptr) << name;
+  for (double step : {0.08, 0.12})
+    log.repetition(*harness.find(mnist), Measurement{.figures = figures(12345.6, step), .steps = 7});
+  log.aggregates(*harness.find(mnist));
+  log.repetition(*harness.find(fashion), Measurement{.figures = figures(100, 0.1), .steps = 7});
+  log.repetition(*harness.find(fashion), Measurement{.status = "failed", .message = "loss rose"});
+  Row run_of_epochs = figures(50);
+  run_of_epochs.elapsed_s = 12.5;
+  log.repetition(*harness.find(epochs), Measurement{.figures = run_of_epochs, .steps = 30});
+  Reporter reporter(harness, log, DisplayOptions{});
+  std::ostringstream out, err;
+  reporter.SetOutputStream(&out);
+  reporter.SetErrorStream(&err);
+  for (const std::string& name : {mnist, fashion, epochs}) {
+    benchmark::BenchmarkReporter::Run run;
+    run.run_name.function_name = name;
+    reporter.ReportRuns({run});
+  }
+  const std::string text = out.str();
+  const auto line_of = [&](const std::string& start) {
+    const std::size_t at = text.find(start + " ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_NE(line_of(mnist).find(" 12346"), std::string::npos) << text;
+  EXPECT_NE(line_of(mnist + "_mean").find("100 ms"), std::string::npos) << text;
+  EXPECT_NE(line_of(mnist + "_cv").find("28.28 %"), std::string::npos) << "stddev 0.0283 s over a mean of 0.1 s\n"
+                                                                       << text;
+  EXPECT_EQ(line_of(mnist + "_cv").size(), line_of(mnist + "_mean").size()) << "the cv's columns aligned:\n" << text;
+  EXPECT_NE(line_of(epochs).find("12.5 s "), std::string::npos) << text;
+  EXPECT_NE(text.find(" FAILED: loss rose\n"), std::string::npos) << text;
+  EXPECT_EQ(reporter.failed(), 1);
+  // Two headers: the train/ rows' (mnist's and fashion-mnist's, the same columns), the epochs/ row's.
+  std::size_t headers = 0;
+  for (std::size_t at = text.find("\nBenchmark "); at != std::string::npos; at = text.find("\nBenchmark ", at + 1))
+    ++headers;
+  EXPECT_EQ(headers, 2u) << text;
+}
+
+// A configuration the machine cannot run is one line, its scope said once, whatever the number of
+// its benchmarks; the assumptions of predictions are said once before the first benchmark's.
+TEST(Reporter, ASkippedDeviceAndThePredictionsAssumptionsAreSaidOnce) {
+  Flags flags;
+  flags.devices = {"gpu:1"};
+  flags.benchmark_filter = "train/mlp/";
+  const Harness harness(flags, 2);
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Reporter reporter(harness, log, DisplayOptions{});
+  std::ostringstream out, err;
+  reporter.SetOutputStream(&out);
+  reporter.SetErrorStream(&err);
+  for (const std::string name : {"train/mlp/mnist/gpu:1/fp32/bs:100", "train/mlp/fashion-mnist/gpu:1/fp32/bs:100"}) {
+    const BenchInfo* info = harness.find(name);
+    ASSERT_NE(info, nullptr) << name;
+    log.repetition(*info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
+    log.note(name, "  predicted mpi:2 over custom: ...");
+    benchmark::BenchmarkReporter::Run run;
+    run.run_name.function_name = name;
+    reporter.ReportRuns({run});
+  }
+  const std::string text = out.str();
+  const std::string said = "skipped gpu:1: no CUDA device\n";
+  EXPECT_NE(text.find(said), std::string::npos) << text;
+  EXPECT_EQ(text.find(said), text.rfind(said)) << text;
+  EXPECT_EQ(reporter.skipped(), 2) << "benchmarks are counted, their configuration said once";
+  EXPECT_NE(text.find("predictions assume"), std::string::npos) << text;
+  EXPECT_EQ(text.find("predictions assume"), text.rfind("predictions assume")) << text;
+}
+
+// Colour is for the console alone, forced by any of Google Benchmark's words for yes.
+TEST(Reporter, ColourIsForcedOnlyOnTheConsole) {
+  Flags flags;
+  for (const char* yes : {"true", "yes", "1", "always"}) {
+    flags.benchmark_color = yes;
+    EXPECT_TRUE(display_options(flags).colour) << yes;
+  }
+  flags.benchmark_color = "never";
+  EXPECT_FALSE(display_options(flags).colour);
+  flags.benchmark_color = "always";
+  flags.benchmark_format = "json";
+  EXPECT_FALSE(display_options(flags).colour) << "escape bytes in JSON";
 }
 
 }  // namespace

@@ -73,6 +73,8 @@ TEST(JobsWindow, StepsAcrossTheEdgesCountForTheirPartInside) {
 TEST(JobsWindow, JobsThatNeverRanTogetherAreAnError) {
   const JobSteps first = steady(0, 2, 1, 10), second = steady(3, 2, 1, 10);
   EXPECT_THROW(common_window({first, second}), Error);
+  // Touching is not overlapping: a window of no length has no rate.
+  EXPECT_THROW(common_window({steady(0, 2, 1, 10), steady(2, 2, 1, 10)}), Error);
   JobSteps none;
   EXPECT_THROW(common_window({first, none}), Error);
 }
@@ -95,6 +97,37 @@ TEST(JobsRow, DeviceMemoryAddsUpUnlessItIsTheDevicesOwn) {
   EXPECT_EQ(device.figures.gpu_mem_used_bytes, 4e9);
   EXPECT_NE(device.message.find(kDeviceWideMemoryNote), std::string::npos) << device.message;
   EXPECT_EQ(device.figures.samples_per_s, 20);
+}
+
+// The rest of the row of K jobs, each figure combined as it means: host CPU adds up (per job: its
+// mean), the seconds per step are the jobs' mean, peaks the largest job's, energy per sample the
+// device's energy over every job's samples (each job read all of it: 1 / sum of 1/e), the losses
+// job 0's, the step K batches at the window's rate, and the message each job's rate inside the
+// window beside its own.
+TEST(JobsRow, EachFigureIsSummedAveragedOrTheLargestAsItMeans) {
+  BenchInfo info;
+  info.batch = 10;
+  // 40 samples each over the common 4 s: 10 samples/s per job, 20 together.
+  const CommonWindow window = common_window({steady(0, 4, 1.0, 10), steady(0, 4, 1.0, 10)});
+  std::vector<Row> rows(2);
+  rows[0].host_cpu_util = 1.0, rows[1].host_cpu_util = 0.5;
+  rows[0].host_cpu_s_per_step = 0.1, rows[1].host_cpu_s_per_step = 0.3;
+  rows[0].mem_peak_bytes = 3e9, rows[1].mem_peak_bytes = 2e9;
+  rows[0].energy_j_per_sample = 2, rows[1].energy_j_per_sample = 2;
+  rows[0].loss_first = 2.5, rows[1].loss_first = 2.25;
+  rows[0].samples_per_s = 11, rows[1].samples_per_s = 12;
+  const JobsResult r = combine_jobs(rows, window, info);
+  EXPECT_DOUBLE_EQ(r.figures.samples_per_s.value_or(NAN), 20);
+  EXPECT_DOUBLE_EQ(r.figures.step_time_s.value_or(NAN), 1) << "2 jobs x batch 10 at 20 samples/s";
+  EXPECT_DOUBLE_EQ(r.figures.jobs_window_s.value_or(NAN), 4);
+  EXPECT_DOUBLE_EQ(r.figures.host_cpu_util.value_or(NAN), 1.5);
+  EXPECT_DOUBLE_EQ(r.figures.host_cpu_util_per_job.value_or(NAN), 0.75);
+  EXPECT_DOUBLE_EQ(r.figures.host_cpu_s_per_step.value_or(NAN), 0.2);
+  EXPECT_DOUBLE_EQ(r.figures.mem_peak_bytes.value_or(NAN), 3e9);
+  EXPECT_DOUBLE_EQ(r.figures.energy_j_per_sample.value_or(NAN), 1) << "the device's energy over both jobs' samples";
+  EXPECT_DOUBLE_EQ(r.figures.loss_first.value_or(NAN), 2.5) << "job 0's";
+  EXPECT_NE(r.message.find("samples/s per job in it 10, 10 (over each job's own steps 11, 12)"), std::string::npos)
+      << r.message;
 }
 
 // A GPU row without NVML says so in its own row, once, whatever its repetitions: the reason went
