@@ -210,8 +210,7 @@ class NcclComm final : public Communicator {
   double min(double value) override { return reduce_one(value, ncclMin, "a min-reduction"); }
 
   void abort(const std::string& reason) override {
-    if (group_) group_->set(rank_, reason);
-    abort_comm();
+    fail(reason);
     std::fprintf(stderr, "trainbench rank %d: %s\n", rank_, reason.c_str());
     std::fflush(stderr);
   }
@@ -307,8 +306,9 @@ class NcclComm final : public Communicator {
     aborted_ = true;
   }
 
-  // This rank's own failure in a poll: the process's other GPUs are told before the abort (which
-  // may wait for their communicators), so that they stop at their next poll, not at the deadline.
+  // This rank's own failure (a poll's error or deadline, or abort()): the process's other GPUs
+  // are told before the abort (which may wait for their communicators), so that they stop at
+  // their next poll, not at the deadline.
   void fail(const std::string& reason) {
     if (group_) group_->set(rank_, reason);
     abort_comm();
