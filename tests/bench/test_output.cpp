@@ -610,30 +610,53 @@ TEST(CsvWriterOpens, AWholeFileGetsItsRowsAppendedAndNothingElse) {
 
 // ---- the console: the rows, rendered ----
 
+// A console of its own: the harness of these devices and filter, a row log and the reporter over
+// them, writing into `out` and `err`; report(NAME) is Google Benchmark's call for a benchmark.
+struct Console {
+  Console(std::vector<std::string> devices, std::string filter)
+      : flags(flags_of(std::move(devices), std::move(filter))),
+        harness(flags, 2),
+        log(machine, nullptr, notes),
+        reporter(harness, log, DisplayOptions{}) {
+    reporter.SetOutputStream(&out);
+    reporter.SetErrorStream(&err);
+  }
+  static Flags flags_of(std::vector<std::string> devices, std::string filter) {
+    Flags f;
+    f.devices = std::move(devices);
+    f.benchmark_filter = std::move(filter);
+    return f;
+  }
+  void report(const std::string& name) {
+    benchmark::BenchmarkReporter::Run run;
+    run.run_name.function_name = name;
+    reporter.ReportRuns({run});
+  }
+  const Flags flags;
+  const Harness harness;
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log;
+  Reporter reporter;
+  std::ostringstream out, err;
+};
+
 // The reporter shows what the harness wrote, nothing it computes: a benchmark's rows when Google
 // Benchmark reports it (the same figures as the CSV), its notes after them, a skipped
 // configuration once.
 TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
-  Flags flags;
-  flags.devices = {"cpu:1", "gpu:1"};
-  flags.benchmark_filter = "mlp/mnist";
-  const Harness harness(flags, 2);
-  const MachineContext machine;
-  std::ostringstream notes;
-  RowLog log(machine, nullptr, notes);
+  Console console({"cpu:1", "gpu:1"}, "mlp/mnist");
+  const Harness& harness = console.harness;
+  RowLog& log = console.log;
+  const Reporter& reporter = console.reporter;
+  const std::ostringstream& out = console.out;
   const std::string name = "train/mlp/mnist/cpu:1/fp32/bs:100";
   const BenchInfo* info = harness.find(name);
   ASSERT_NE(info, nullptr);
   log.repetition(*info, Measurement{.figures = figures(1234.5, 0.081), .steps = 7, .message = "a note"});
   log.note(name, "  predicted mpi:2 over custom: ...");
-  Reporter reporter(harness, log, DisplayOptions{});
-  std::ostringstream out, err;
-  reporter.SetOutputStream(&out);
-  reporter.SetErrorStream(&err);
-  benchmark::BenchmarkReporter::Run run;
-  run.run_name.function_name = name;
-  reporter.ReportRuns({run});
-  reporter.ReportRuns({run});  // its aggregates' call: shown once already
+  console.report(name);
+  console.report(name);  // its aggregates' call: shown once already
   const std::string text = out.str();
   EXPECT_NE(text.find(name + " "), std::string::npos) << text;
   EXPECT_NE(text.find("81 ms"), std::string::npos) << text;  // the row's step, in the row's unit
@@ -647,9 +670,7 @@ TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
   const BenchInfo* gpu_info = harness.find(gpu);
   ASSERT_NE(gpu_info, nullptr);
   log.repetition(*gpu_info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
-  benchmark::BenchmarkReporter::Run skipped;
-  skipped.run_name.function_name = gpu;
-  reporter.ReportRuns({skipped});
+  console.report(gpu);
   EXPECT_NE(out.str().find("skipped gpu:1"), std::string::npos) << out.str();
   EXPECT_EQ(reporter.skipped(), 1);
 }
@@ -658,13 +679,9 @@ TEST(Reporter, RendersTheRowsTheHarnessWroteAndNothingElse) {
 // of the step), a number from 1000 up is plain digits, an epochs/ row's time is its run's seconds,
 // a failed row is counted with its message, and benchmarks with the same columns share a header.
 TEST(Reporter, EachRowIsShownAsItsKindReads) {
-  Flags flags;
-  flags.devices = {"cpu:1"};
-  flags.benchmark_filter = "mlp/";
-  const Harness harness(flags, 2);
-  const MachineContext machine;
-  std::ostringstream notes;
-  RowLog log(machine, nullptr, notes);
+  Console console({"cpu:1"}, "mlp/");
+  const Harness& harness = console.harness;
+  RowLog& log = console.log;
   const std::string mnist = "train/mlp/mnist/cpu:1/fp32/bs:100", fashion = "train/mlp/fashion-mnist/cpu:1/fp32/bs:100",
                     epochs = "epochs/mlp/mnist/cpu:1/fp32/bs:100";
   for (const std::string& name : {mnist, fashion, epochs}) ASSERT_NE(harness.find(name), nullptr) << name;
@@ -676,16 +693,8 @@ TEST(Reporter, EachRowIsShownAsItsKindReads) {
   Row run_of_epochs = figures(50);
   run_of_epochs.elapsed_s = 12.5;
   log.repetition(*harness.find(epochs), Measurement{.figures = run_of_epochs, .steps = 30});
-  Reporter reporter(harness, log, DisplayOptions{});
-  std::ostringstream out, err;
-  reporter.SetOutputStream(&out);
-  reporter.SetErrorStream(&err);
-  for (const std::string& name : {mnist, fashion, epochs}) {
-    benchmark::BenchmarkReporter::Run run;
-    run.run_name.function_name = name;
-    reporter.ReportRuns({run});
-  }
-  const std::string text = out.str();
+  for (const std::string& name : {mnist, fashion, epochs}) console.report(name);
+  const std::string text = console.out.str();
   const auto line_of = [&](const std::string& start) {
     const std::size_t at = text.find(start + " ");
     return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
@@ -697,7 +706,7 @@ TEST(Reporter, EachRowIsShownAsItsKindReads) {
   EXPECT_EQ(line_of(mnist + "_cv").size(), line_of(mnist + "_mean").size()) << "the cv's columns aligned:\n" << text;
   EXPECT_NE(line_of(epochs).find("12.5 s "), std::string::npos) << text;
   EXPECT_NE(text.find(" FAILED: loss rose\n"), std::string::npos) << text;
-  EXPECT_EQ(reporter.failed(), 1);
+  EXPECT_EQ(console.reporter.failed(), 1);
   // Two headers: the train/ rows' (mnist's and fashion-mnist's, the same columns), the epochs/ row's.
   std::size_t headers = 0;
   for (std::size_t at = text.find("\nBenchmark "); at != std::string::npos; at = text.find("\nBenchmark ", at + 1))
@@ -708,31 +717,19 @@ TEST(Reporter, EachRowIsShownAsItsKindReads) {
 // A configuration the machine cannot run is one line, its scope said once, whatever the number of
 // its benchmarks; the assumptions of predictions are said once before the first benchmark's.
 TEST(Reporter, ASkippedDeviceAndThePredictionsAssumptionsAreSaidOnce) {
-  Flags flags;
-  flags.devices = {"gpu:1"};
-  flags.benchmark_filter = "train/mlp/";
-  const Harness harness(flags, 2);
-  const MachineContext machine;
-  std::ostringstream notes;
-  RowLog log(machine, nullptr, notes);
-  Reporter reporter(harness, log, DisplayOptions{});
-  std::ostringstream out, err;
-  reporter.SetOutputStream(&out);
-  reporter.SetErrorStream(&err);
+  Console console({"gpu:1"}, "train/mlp/");
   for (const std::string name : {"train/mlp/mnist/gpu:1/fp32/bs:100", "train/mlp/fashion-mnist/gpu:1/fp32/bs:100"}) {
-    const BenchInfo* info = harness.find(name);
+    const BenchInfo* info = console.harness.find(name);
     ASSERT_NE(info, nullptr) << name;
-    log.repetition(*info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
-    log.note(name, "  predicted mpi:2 over custom: ...");
-    benchmark::BenchmarkReporter::Run run;
-    run.run_name.function_name = name;
-    reporter.ReportRuns({run});
+    console.log.repetition(*info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
+    console.log.note(name, "  predicted mpi:2 over custom: ...");
+    console.report(name);
   }
-  const std::string text = out.str();
+  const std::string text = console.out.str();
   const std::string said = "skipped gpu:1: no CUDA device\n";
   EXPECT_NE(text.find(said), std::string::npos) << text;
   EXPECT_EQ(text.find(said), text.rfind(said)) << text;
-  EXPECT_EQ(reporter.skipped(), 2) << "benchmarks are counted, their configuration said once";
+  EXPECT_EQ(console.reporter.skipped(), 2) << "benchmarks are counted, their configuration said once";
   EXPECT_NE(text.find("predictions assume"), std::string::npos) << text;
   EXPECT_EQ(text.find("predictions assume"), text.rfind("predictions assume")) << text;
 }
