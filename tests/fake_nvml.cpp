@@ -7,10 +7,12 @@
 // clock-event reasons.
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -78,12 +80,20 @@ struct Device {
   unsigned long long energy_mj = 0, energy_step_mj = 0;
 };
 
+// A wait before a call answers: a driver stalled on a GPU reset, say.
+struct Delay {
+  int call;  // which call of the symbol waits, counted from 1; 0 = every call
+  std::chrono::milliseconds wait;
+};
+
 struct State {
   std::mutex mutex;
   std::vector<Device> devices;
   std::map<std::string, int> failures;  // symbol -> status every call returns
+  std::map<std::string, Delay> delays;  // symbol -> the call that waits, and how long
   std::map<std::string, int> calls;     // symbol -> number of calls
-  int initialised = 0;                  // nvmlInit_v2 minus nvmlShutdown
+  std::map<std::string, std::vector<std::chrono::steady_clock::time_point>> call_times;  // symbol -> when each began
+  int initialised = 0;  // nvmlInit_v2 minus nvmlShutdown
 };
 
 State& state() {
@@ -105,14 +115,22 @@ void reset_locked(State& s, unsigned device_count) {
     d.energy_mj = 1000000;
   }
   s.failures.clear();
+  s.delays.clear();
   s.calls.clear();
+  s.call_times.clear();
   s.initialised = 0;
 }
 
-// Counts the call, then the status it returns: a scripted failure, UNINITIALIZED before
-// nvmlInit_v2, INVALID_ARGUMENT for a handle this library did not give, or success.
+// Counts the call and notes when it began, waits if it is scripted to, then the status it
+// returns: a scripted failure, UNINITIALIZED before nvmlInit_v2, INVALID_ARGUMENT for a handle
+// this library did not give, or success. The lock stays held while it waits, so the controls
+// answer only after the stalled call does.
 int enter(State& s, const char* symbol, void* handle, Device** device) {
-  ++s.calls[symbol];
+  const int call = ++s.calls[symbol];
+  s.call_times[symbol].push_back(std::chrono::steady_clock::now());
+  if (auto delay = s.delays.find(symbol); delay != s.delays.end()) {
+    if (delay->second.call == 0 || delay->second.call == call) std::this_thread::sleep_for(delay->second.wait);
+  }
   if (auto failure = s.failures.find(symbol); failure != s.failures.end()) return failure->second;
   if (s.initialised <= 0 && std::strcmp(symbol, "nvmlInit_v2") != 0) return kUninitialized;
   if (device) {
@@ -210,11 +228,34 @@ void fake_nvml_fail(const char* symbol, int status) {
     state().failures[symbol] = status;
 }
 
+// Call number `call` of `symbol` (counted from 1 since the last reset, as fake_nvml_calls counts),
+// or every call when `call` is 0, waits `ms` before it answers. 0 ms stops the delay.
+void fake_nvml_delay(const char* symbol, int call, unsigned ms) {
+  std::lock_guard lock(state().mutex);
+  if (ms == 0)
+    state().delays.erase(symbol);
+  else
+    state().delays[symbol] = Delay{call, std::chrono::milliseconds(ms)};
+}
+
 // How many times `symbol` was called since the last reset.
 int fake_nvml_calls(const char* symbol) {
   std::lock_guard lock(state().mutex);
   const auto it = state().calls.find(symbol);
   return it == state().calls.end() ? 0 : it->second;
+}
+
+// When each call of `symbol` since the last reset began (before any delay), as
+// std::chrono::steady_clock's nanoseconds since its epoch: the first `capacity` into `ns`. Returns
+// the number of calls.
+int fake_nvml_call_times(const char* symbol, long long* ns, int capacity) {
+  std::lock_guard lock(state().mutex);
+  const auto it = state().call_times.find(symbol);
+  if (it == state().call_times.end()) return 0;
+  const std::vector<std::chrono::steady_clock::time_point>& times = it->second;
+  for (std::size_t i = 0; i < std::min(times.size(), std::size_t(std::max(capacity, 0))); ++i)
+    ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(times[i].time_since_epoch()).count();
+  return static_cast<int>(times.size());
 }
 
 // nvmlInit_v2 calls not yet matched by nvmlShutdown.

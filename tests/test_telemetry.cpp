@@ -42,7 +42,9 @@ class FakeNvml {
     bind("fake_nvml_set_device_used", &set_device_used);
     bind("fake_nvml_set_energy", &set_energy);
     bind("fake_nvml_fail", &fail);
+    bind("fake_nvml_delay", &delay_raw);
     bind("fake_nvml_calls", &calls);
+    bind("fake_nvml_call_times", &call_times_raw);
     bind("fake_nvml_initialised", &initialised);
     reset(1);
   }
@@ -56,6 +58,20 @@ class FakeNvml {
   void processes(unsigned device, std::vector<unsigned> pids, std::vector<unsigned long long> bytes) {
     set_processes_raw(device, pids.data(), bytes.data(), unsigned(pids.size()));
   }
+  // Call number `call` of `symbol` (from 1), or every call for 0, waits `wait` before it answers.
+  void delay(const char* symbol, int call, std::chrono::milliseconds wait) {
+    delay_raw(symbol, call, unsigned(wait.count()));
+  }
+  // When each call of `symbol` began, on the clock the sampler schedules by.
+  std::vector<std::chrono::steady_clock::time_point> call_times(const char* symbol) {
+    std::vector<long long> ns(std::size_t(calls(symbol)));
+    const int count = call_times_raw(symbol, ns.data(), int(ns.size()));
+    ns.resize(std::min(ns.size(), std::size_t(count)));
+    std::vector<std::chrono::steady_clock::time_point> times;
+    for (long long t : ns)
+      times.emplace_back(std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::nanoseconds(t)));
+    return times;
+  }
 
   void (*reset)(unsigned device_count) = nullptr;
   const char* (*bus_id)(unsigned device) = nullptr;
@@ -64,7 +80,9 @@ class FakeNvml {
   void (*set_device_used)(unsigned device, unsigned long long bytes) = nullptr;
   void (*set_energy)(unsigned device, unsigned long long start_mj, unsigned long long step_mj) = nullptr;
   void (*fail)(const char* symbol, int status) = nullptr;
+  void (*delay_raw)(const char* symbol, int call, unsigned ms) = nullptr;
   int (*calls)(const char* symbol) = nullptr;
+  int (*call_times_raw)(const char* symbol, long long* ns, int capacity) = nullptr;
   int (*initialised)() = nullptr;
 
  private:
@@ -562,6 +580,87 @@ TEST(GpuSampler, ReportsItsThreadsCpuTime) {
   const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   EXPECT_GT(s.thread_cpu_s, 0.0);
   EXPECT_LT(s.thread_cpu_s, elapsed_s);
+}
+
+// Waits until `symbol` has been called `count` times, however late a busy machine runs the
+// sampler; the deadline only keeps a broken sampler from hanging the test.
+void wait_for_calls(FakeNvml& fake, const char* symbol, int count) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (fake.calls(symbol) < count && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+}
+
+double milliseconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// Samples every 50 ms with the thread's second read stalled for `stall`, and checks that the
+// schedule starts again a period after the stalled read returns: no catch-up sample for the
+// instants the stall missed, then one sample a period. Each sample begins with
+// nvmlDeviceGetUtilizationRates, so the fake's call times are the samples' start times.
+void expect_schedule_restarts_after_stall(std::chrono::milliseconds stall) {
+  constexpr auto kPeriod = 50ms;
+  constexpr int kStalledRead = 3;  // start's read, the thread's first, then this one
+  constexpr int kReadsAfter = 4;   // the thread's samples awaited after the stall
+  FakeNvml fake(TB_FAKE_NVML);
+  fake.set_energy(0, 5000000, 100);  // 0.1 J between reads
+  fake.delay("nvmlDeviceGetUtilizationRates", kStalledRead, stall);
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  GpuSampler sampler(*nvml, {"0000:01:00.0"}, kPid, kPeriod);
+  sampler.start();
+  wait_for_calls(fake, "nvmlDeviceGetUtilizationRates", kStalledRead + kReadsAfter);
+  const GpuSummary s = sampler.stop();
+
+  const auto starts = fake.call_times("nvmlDeviceGetUtilizationRates");
+  ASSERT_GE(starts.size(), std::size_t(kStalledRead + kReadsAfter + 1)) << "the thread's samples and stop's";
+  const auto stalled = starts[kStalledRead - 1];
+  // The n-th sample after the stall is due n periods after the stalled read returned, and a
+  // loaded machine only makes it later; the last start is stop's, which keeps no schedule.
+  for (std::size_t i = kStalledRead; i + 1 < starts.size(); ++i) {
+    const auto periods_after = int(i) - kStalledRead + 1;
+    EXPECT_GE(starts[i] - stalled, stall + periods_after * kPeriod)
+        << "read " << i + 1 << " began " << milliseconds(starts[i] - stalled) << " ms after the " << stall.count()
+        << " ms stalled one: a catch-up sample, not one on the schedule restarted after the stall";
+  }
+  // The stalled read is a sample like the others, and the energy counter spans them all.
+  EXPECT_EQ(s.samples, int(starts.size()));
+  ASSERT_TRUE(s.energy_j);
+  EXPECT_NEAR(*s.energy_j, 0.1 * (s.samples - 1), 1e-9);
+}
+
+// A read that stalls for ten periods (a driver busy with a GPU reset) is one late sample. A
+// schedule that kept its old instants would take every one it missed at once when the read
+// returned: a burst of readings of the same moment.
+TEST(GpuSampler, AStalledReadRestartsTheScheduleWithoutABurst) { expect_schedule_restarts_after_stall(500ms); }
+
+// A read only a little longer than the period is a stall too: the next sample comes a period
+// after it, not at once to make up the instant it overran.
+TEST(GpuSampler, AReadLongerThanThePeriodIsNotFollowedAtOnce) { expect_schedule_restarts_after_stall(75ms); }
+
+// Reads that take a good part of the period do not stretch it: samples begin a period apart,
+// not a period after the previous read ended.
+TEST(GpuSampler, SlowReadsDoNotStretchThePeriod) {
+  constexpr auto kPeriod = 100ms;
+  constexpr auto kRead = 30ms;
+  constexpr int kThreadSamples = 6;
+  FakeNvml fake(TB_FAKE_NVML);
+  fake.delay("nvmlDeviceGetUtilizationRates", 0, kRead);
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  GpuSampler sampler(*nvml, {"0000:01:00.0"}, kPid, kPeriod);
+  sampler.start();
+  wait_for_calls(fake, "nvmlDeviceGetUtilizationRates", 1 + kThreadSamples);
+  sampler.stop();
+
+  const auto starts = fake.call_times("nvmlDeviceGetUtilizationRates");
+  ASSERT_GE(starts.size(), std::size_t(kThreadSamples + 2)) << "start's sample, the thread's and stop's";
+  // Between the thread's samples (start's and stop's keep no schedule). Timed from the end of each
+  // read, every interval would be at least kPeriod + kRead; on the fixed schedule one is a period
+  // unless the machine woke the thread late, and one woken on time in five is all this asks.
+  auto shortest = std::chrono::steady_clock::duration::max();
+  for (std::size_t i = 2; i + 1 < starts.size(); ++i) shortest = std::min(shortest, starts[i] - starts[i - 1]);
+  EXPECT_LT(shortest, kPeriod + kRead) << "the shortest interval between samples was " << milliseconds(shortest)
+                                       << " ms: the schedule drifts by each read's time";
 }
 
 TEST(GpuSampler, TwoDevicesOneWithoutThePid) {
