@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, data_file, load_generator
+from conftest import ROOT, data_file, load_generator, rewrite_csv
 
 GPU_V2, GPU_V3 = data_file("gpu_v2.csv"), data_file("gpu_v3.csv")
 
@@ -154,3 +154,41 @@ def test_a_missing_module_names_debians_python_where_that_one_has_it(tbcsv_mod, 
     monkeypatch.setattr(tbcsv_mod.sys, "executable", "/nonexistent/python3")
     assert tbcsv_mod.with_module("json", "pip install json") == "run it with /usr/bin/python3, which has it"
     assert tbcsv_mod.with_module("no_such_module_anywhere", "pip install it") == "pip install it"
+
+
+def test_a_row_one_field_short_is_left_out_and_one_field_too_many_is_refused(tbcsv_mod, tmp_path, capsys):
+    """The edges of the rule above: a row missing only its last field is as cut short as one
+    missing most of them, and a single field too many is as glued as a whole row."""
+    lines = open(GPU_V3).read().splitlines()
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join([lines[0], lines[1].rsplit(",", 1)[0], *lines[2:]]) + "\n")
+    table = tbcsv_mod.read_table(str(short))
+    assert len(table.rows) == len(lines) - 2
+    assert f"{short}: line 2 has {lines[0].count(',')} of the header's" in capsys.readouterr().err
+    long = tmp_path / "long.csv"
+    long.write_text("\n".join([lines[0], lines[1] + ",", *lines[2:]]) + "\n")
+    with pytest.raises(tbcsv_mod.InputError, match="line 2 has .* fields, the header has"):
+        tbcsv_mod.read_table(str(long))
+
+
+@pytest.mark.parametrize("column", ["benchmark", "run_type", "status"])
+def test_a_file_without_a_column_every_row_needs_is_refused_naming_it(tbcsv_mod, tmp_path, column):
+    path = rewrite_csv(GPU_V3, tmp_path / "without.csv", drop=(column,))
+    with pytest.raises(tbcsv_mod.InputError) as e:
+        tbcsv_mod.read_table(path)
+    assert str(e.value) == f"{path}: not a trainbench CSV (missing column {column})"
+
+
+def test_a_row_with_some_of_version_7s_columns_gets_the_others_empty(tbcsv_mod, tmp_path):
+    """Early version 7 files have the instruction sets but not the windows (window_samples_per_s
+    came later in version 7): the reader gives their rows and header the columns they lack."""
+    generate = load_generator()
+    lacking = ("prediction_model", "window_samples_per_s")
+    header = [c for c in generate.V7_HEADER if c not in lacking]
+    row = {**generate.identity("mlp", "cpu", 2, generate.VM), "schema_version": "7",
+           "run_type": "iteration", "status": "ok", "samples_per_s": 100, "onednn_isa": "avx2"}
+    path = tmp_path / "early_v7.csv"
+    generate.write(path, header, [row])
+    table = tbcsv_mod.read_table(str(path))
+    assert [table.rows[0][c] for c in tbcsv_mod.SCHEMA_7_COLUMNS] == ["avx2", "", "", ""]
+    assert table.columns[-2:] == list(lacking)
