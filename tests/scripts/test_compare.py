@@ -8,6 +8,7 @@ import math
 import random
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -139,6 +140,33 @@ def test_underpowered_sizes_are_those_where_significance_is_unreachable(compare_
     assert compare_mod.smallest_p(4, 4) < 0.05       # 0.029
     assert compare_mod.smallest_p(3, 5) < 0.05       # 0.036
 
+
+
+def test_three_repetitions_a_side_are_too_few_at_alpha_0_1_and_four_are_asked_for(compare_mod,
+                                                                                 tbcsv_mod):
+    """3 against 3 gives p = 0.1 at best, which is not below an alpha of 0.1: no test, and the
+    advice asks for 4 a side."""
+    assert compare_mod.smallest_p(3, 3) == 0.1
+    assert compare_mod.repetitions_for(0.1) == 4
+    verdict = compare_mod.noise_test(tbcsv_mod.Sample([1.0, 2.0, 3.0], "iterations"),
+                                     tbcsv_mod.Sample([4.0, 5.0, 6.0], "iterations"), 0.1)
+    assert verdict.kind == compare_mod.TOO_FEW
+
+
+def test_repetitions_against_a_median_aggregate_are_too_few_on_either_side(compare_mod, tbcsv_mod):
+    repetitions = tbcsv_mod.Sample([1.0, 2.0, 3.0, 4.0, 5.0], "iterations")
+    aggregate = tbcsv_mod.Sample([3.0], "median aggregate")
+    for base, new in ((repetitions, aggregate), (aggregate, repetitions)):
+        assert compare_mod.noise_test(base, new, 0.05).text == \
+            "too few repetitions (median aggregate only)"
+
+
+def test_a_u_test_whose_p_is_nan_counts_as_no_difference(compare_mod, monkeypatch):
+    """Some SciPy versions give nan where every value on both sides is the same."""
+    def nan_test(base, new, alternative):
+        return SimpleNamespace(statistic=12.5, pvalue=math.nan)
+    monkeypatch.setattr(compare_mod, "scipy_mannwhitneyu", lambda: nan_test)
+    assert compare_mod.mann_whitney([5.0] * 5, [5.0] * 5) == (12.5, 1.0)
 
 # ---- --fail-if-slower and metric direction ------------------------------------------------
 
@@ -419,6 +447,12 @@ def test_rows_of_one_repetition_are_tested_over_their_windows(tmp_path):
     assert ratio_column(table_line(r.stdout, MLP)) == pytest.approx(2.0, abs=0.05)
 
 
+
+def test_the_windows_spread_is_their_interquartile_range_between_the_values(compare_mod):
+    """Q3 - Q1, the quartiles interpolated between the values themselves (statistics'
+    'inclusive' method, numpy's default): 4.5 over 1 to 10, where 'exclusive' would say 5.5."""
+    assert compare_mod.interquartile_range([float(v) for v in range(1, 11)]) == 4.5
+
 def test_a_shift_inside_the_windows_own_spread_stays_within_noise(tmp_path):
     """Windows that never overlap (p < alpha), but apart by less than a row's own spread: within
     noise by the spread rule alone, saying why; steady windows apart by 10%: beyond. BASE's run
@@ -534,6 +568,29 @@ def test_skip_messages_are_cut_at_a_word_with_an_ellipsis(compare_mod):
     assert compare_mod.shorten("a short message") == "a short message"
     assert compare_mod.shorten("x" * 100) == "x" * 77 + "..."  # one word: cut where it must be
 
+
+
+def test_why_rows_have_no_value_is_the_messages_of_those_not_ok_once_each(compare_mod):
+    """A benchmark without a value on a side (in the table's 'no ok value' list, cut to 80
+    characters) and a configuration without one (the note where nothing matched, cut to 160)
+    say why in their failed and skipped rows' messages, each once, in file order; an ok row's
+    message is no reason."""
+    name = "train/mlp/mnist/gpu:1/fp32/bs:100"
+    oom = ("failed: cudaErrorMemoryAllocation: out of memory allocating the activations of "
+           "layer 12 (2.1 GiB)")
+    rows = [{"benchmark": name, "device": "gpu:1", "run_type": "iteration", "status": status,
+             "message": message, "samples_per_s": ""}
+            for status, message in (("ok", "ran on 1 thread"), ("skipped", "skipped: no GPU"),
+                                    ("failed", oom), ("failed", oom), ("skipped", ""))]
+    both = f"skipped: no GPU; {oom}"
+    assert compare_mod.failure_notes(rows, name) == compare_mod.shorten(both) == (
+        "skipped: no GPU; failed: cudaErrorMemoryAllocation: out of memory allocating...")
+    side = compare_mod.Side("side.csv", rows)
+    assert compare_mod.no_value_line(name, side, side, None, None, compare_mod.row_key) == (
+        f"{name} (none in BASE or NEW: skipped: no GPU; failed: cudaErrorMemoryAllocation: out "
+        f"of memory allocating...)")
+    assert compare_mod.unusable_lines("NEW", rows, "samples_per_s") == [
+        f"NEW's gpu:1 rows were all skipped or failed or without a samples_per_s value ({both})"]
 
 def test_the_header_names_the_devices_that_ran_not_those_skipped(tmp_path):
     """A side's device line says what ran: gpu rows skipped on a machine without a GPU are not

@@ -220,6 +220,7 @@ def test_the_correction_across_benchmarks_changes_a_verdict(tmp_path, flags, ver
     ([0.04, 0.001, 0.03], "bh", [0.04, 0.003, 0.04]),     # in the order given, not sorted
     ([0.04, 0.001, 0.03], "holm", [0.06, 0.003, 0.06]),
     ([0.5, 0.9], "holm", [1.0, 1.0]),                     # never above 1
+    ([0.6, 0.7], "holm", [1.0, 1.0]),                     # 2 x 0.6 = 1.2, capped at 1
     ([0.04, 0.001, 0.03], "none", [0.04, 0.001, 0.03]),
     ([], "bh", []),
 ])

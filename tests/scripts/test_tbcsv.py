@@ -85,6 +85,10 @@ def test_a_row_cut_short_is_left_out_saying_so_and_rows_glued_together_are_refus
         tbcsv_mod.read_table(str(glued))
 
 
+
+def test_rows_before_version_4_read_as_measured_as_version_4_writes_them(tbcsv_mod):
+    assert {r["measurement"] for r in tbcsv_mod.read_table(GPU_V3).rows} == {"measured"}
+
 def test_a_number_is_a_finite_float_or_none(tbcsv_mod):
     """tbcsv.number: a cell that is empty, missing, not a number or not finite is no value (an
     inf or nan rate would poison every median, ratio and band it reached)."""
