@@ -515,6 +515,45 @@ def test_the_help_describes_the_windows_and_the_spread_rule():
             "two), or median aggregates only, is 'too few repetitions': not tested") in text
 
 
+
+def windows_verdict(compare_mod, tbcsv_mod, base: list, new: list, alpha: float = 0.05):
+    """The verdict on one repetition a side with these windows, after the correction."""
+    verdict = compare_mod.noise_test(tbcsv_mod.Sample([1.0], "iterations", base),
+                                     tbcsv_mod.Sample([1.0], "iterations", new), alpha)
+    compare_mod.decide([verdict], alpha, "bh")
+    return verdict
+
+
+def test_one_outlying_window_does_not_move_the_shift_the_spread_rule_weighs(compare_mod, tbcsv_mod):
+    """The shift is the windows' medians' difference: NEW's one window at 300 (a hiccup of the
+    clock) would move their means' by 25, past BASE's spread of 9.95; the medians' 5.5 is inside
+    it."""
+    halves = [90 + 0.1 * k for k in range(5)] + [100 + 0.1 * k for k in range(5)]
+    above = [100.5 + 0.05 * k for k in range(9)] + [300.0]
+    verdict = windows_verdict(compare_mod, tbcsv_mod, halves, above)
+    assert verdict.p < 0.05 and verdict.inside_spread and verdict.kind == compare_mod.WITHIN
+
+
+def test_a_shift_as_large_as_the_windows_spread_stays_within_noise(compare_mod, tbcsv_mod):
+    """'No larger than' the spread: medians 105 and 115, interquartile ranges 10, p 0.0024."""
+    base = [100.0] * 5 + [110.0] * 5
+    verdict = windows_verdict(compare_mod, tbcsv_mod, base, [v + 10 for v in base])
+    assert verdict.p < 0.05 and verdict.inside_spread and verdict.kind == compare_mod.WITHIN
+
+
+def test_three_windows_a_side_are_too_few_at_alpha_0_1(compare_mod, tbcsv_mod):
+    """Rows of a few steps have fewer windows: 3 against 3 cannot go below p = 0.1."""
+    verdict = windows_verdict(compare_mod, tbcsv_mod, [1.0, 2.0, 3.0], [4.0, 5.0, 6.0], alpha=0.1)
+    assert verdict.kind == compare_mod.TOO_FEW and verdict.windows == (3, 3)
+
+
+def test_the_u_of_repetitions_is_bases(compare_mod, tbcsv_mod):
+    """U counts the pairs where BASE is the larger: 0 where all of BASE is below all of NEW."""
+    low, high = ([float(v) for v in values] for values in (range(1, 6), range(6, 11)))
+    verdict = compare_mod.noise_test(tbcsv_mod.Sample(low, "iterations"),
+                                     tbcsv_mod.Sample(high, "iterations"), 0.05)
+    assert (verdict.n1, verdict.n2, verdict.u_base) == (5, 5, 0)
+
 @pytest.mark.parametrize("metric", ["samples_per_s", "step_time_s"])
 def test_equal_medians_take_their_direction_from_the_windows_u(tmp_path, metric):
     """The LeNet's rows are 50 samples/s on both sides, but eight of NEW's ten windows are above

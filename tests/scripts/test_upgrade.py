@@ -221,6 +221,25 @@ def test_above_peak_not_scaling_and_slower_than_fp32(tbcsv_mod, tmp_path):
     assert float(two["scaling_efficiency"]) == pytest.approx(900 / (2 * 1000))
 
 
+
+def test_as_many_samples_per_s_as_the_baseline_is_neither_not_scaling_nor_slower_than_fp32(
+        tbcsv_mod, tmp_path):
+    """bench/run/run.cpp and run_train.cpp give those verdicts to fewer samples/s only."""
+    rows = [v5_row("gpu:1", 1000, gpu_name="G"),
+            v5_row("gpu:1", 1000, precision="bf16", gpu_name="G"),
+            v5_row("gpu:2", 1000, replicas="2", gpu_name="G")]
+    _, bf16, two = read(tbcsv_mod, tmp_path, rows)
+    assert two["baseline"] == "train/mlp/mnist/gpu:1/fp32/bs:100"
+    assert bf16["verdicts"] == "" and two["verdicts"] == ""
+
+
+def test_a_skipped_cpu_row_is_no_rows_cpu_baseline(tbcsv_mod, tmp_path):
+    """bench/plan/baselines.cpp cpu_row passes over a cpu row with a skip reason."""
+    rows = [v5_row("cpu", 100, threads="4", status="skipped", samples_per_s=""),
+            v5_row("gpu:1", 1000)]
+    _, gpu = read(tbcsv_mod, tmp_path, rows)
+    assert gpu["cpu_baseline"] == "" and gpu["speedup_vs_cpu"] == ""
+
 def test_rows_that_check_a_path_are_compared_with_nothing(tbcsv_mod, tmp_path):
     """Replicas sharing one GPU, GPU ranks as emulated nodes: no speedup, no scaling."""
     rows = [v5_row("cpu", 100, threads="4"), v5_row("gpu:1", 1000),
