@@ -228,6 +228,12 @@ def test_adjusted_p_match_hand_computed_values(compare_mod, p, correction, want)
     assert compare_mod.adjust(p, correction) == pytest.approx(want)
 
 
+
+def test_a_p_equal_to_alpha_is_not_below_it(compare_mod):
+    verdict = compare_mod.NoiseVerdict(compare_mod.WITHIN, 5, 5, p=0.05, u_base=0)
+    compare_mod.decide([verdict], 0.05, "none")
+    assert verdict.kind == compare_mod.WITHIN and not verdict.below_alpha
+
 # ---- the clock of samples_per_s ------------------------------------------------------------
 
 WALL_CLOCK_NOTE = ("note: samples_per_s is the wall clock (host gaps included); --metric "
