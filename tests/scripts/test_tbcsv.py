@@ -175,6 +175,24 @@ def test_a_row_one_field_short_is_left_out_and_one_field_too_many_is_refused(tbc
         tbcsv_mod.read_table(str(long))
 
 
+
+@pytest.mark.parametrize("first, message", [
+    ("", "not a trainbench CSV (line 1 is blank where the header starting with schema_version "
+         "should be)"),
+    (",,,", "not a trainbench CSV (line 1 is blank where the header starting with schema_version "
+            "should be)"),
+    (None, "empty file (no header, no rows)")])
+def test_a_blank_first_line_is_called_empty_only_where_nothing_follows(tbcsv_mod, tmp_path,
+                                                                       first, message):
+    """A blank line, or one of commas, before a run's header and rows was called an empty file
+    (no header, no rows); trainbench's reader calls it not a trainbench CSV."""
+    text = open(GPU_V3).read() if first is not None else ""
+    path = tmp_path / "blank_first.csv"
+    path.write_text(f"{first or ''}\n{text}\n\n")
+    with pytest.raises(tbcsv_mod.InputError) as e:
+        tbcsv_mod.read_table(str(path))
+    assert str(e.value) == f"{path}: {message}"
+
 @pytest.mark.parametrize("column", ["benchmark", "run_type", "status"])
 def test_a_file_without_a_column_every_row_needs_is_refused_naming_it(tbcsv_mod, tmp_path, column):
     path = rewrite_csv(GPU_V3, tmp_path / "without.csv", drop=(column,))
