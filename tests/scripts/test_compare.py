@@ -60,6 +60,34 @@ def test_comparison_values_are_the_medians(compare_mod, tbcsv_mod):
     assert count == 4 and value == pytest.approx(math.sqrt(2), rel=1e-9)
 
 
+
+def test_a_ratio_over_a_median_of_zero_is_1_where_both_are_zero_else_none(compare_mod, tbcsv_mod):
+    """A count such as skipped_steps is 0 on both sides: no change; from 0 to 5 has no ratio."""
+    def ratio(base, new):
+        noise = compare_mod.NoiseVerdict(compare_mod.TOO_FEW, 1, 1)
+        return compare_mod.Result(MLP, tbcsv_mod.Sample([base], "iterations"),
+                                  tbcsv_mod.Sample([new], "iterations"), noise, True).ratio
+    assert (ratio(0.0, 0.0), ratio(0.0, 5.0), ratio(4.0, 5.0)) == (1.0, None, 1.25)
+
+
+
+def test_the_geometric_mean_is_over_the_ratios_there_are(compare_mod, tbcsv_mod):
+    """A benchmark without a ratio (from 0 to 5) is left out of the mean and of its count."""
+    noise = compare_mod.NoiseVerdict(compare_mod.TOO_FEW, 1, 1)
+    results = [compare_mod.Result(MLP, tbcsv_mod.Sample([base], "iterations"),
+                                  tbcsv_mod.Sample([new], "iterations"), noise, False)
+               for base, new in ((1.0, 2.0), (1.0, 8.0), (0.0, 5.0))]
+    value, count = compare_mod.geomean(results)
+    assert value == pytest.approx(4.0) and count == 2
+
+def test_a_sides_rows_of_several_frameworks_are_told_apart_by_all_but_trainbenchs(compare_mod):
+    """framework_key: a PyTorch row's name says its framework; a trainbench row's, written or
+    left empty, is its benchmark as row_key has it, so it still matches the other side's."""
+    row = {"benchmark": MLP, "epoch": ""}
+    assert compare_mod.framework_key({**row, "framework": "trainbench"}) == MLP
+    assert compare_mod.framework_key({**row, "framework": ""}) == MLP
+    assert compare_mod.framework_key({**row, "framework": "pytorch"}) == f"{MLP} [pytorch]"
+
 def test_unmatched_benchmarks_are_listed_and_the_rest_compared():
     r = run_script("compare.py", BASE, NEW)
     assert r.returncode == 0

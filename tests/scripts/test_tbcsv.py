@@ -99,6 +99,15 @@ def test_a_number_is_a_finite_float_or_none(tbcsv_mod):
     assert tbcsv_mod.number({"samples_per_s": "-0.5"}, "samples_per_s") == -0.5
 
 
+
+def test_a_sample_is_the_ok_repetitions_values_never_a_failed_ones(tbcsv_mod):
+    """A repetition that failed after it measured (a loss that went nan) keeps its figures in
+    the file; they are no measurement of the benchmark."""
+    rows = [{"benchmark": "b", "run_type": "iteration", "status": status, "samples_per_s": rate}
+            for status, rate in (("ok", "100"), ("failed", "5"), ("ok", "110"))]
+    [sample] = tbcsv_mod.samples(rows, lambda r: r["benchmark"], "samples_per_s").values()
+    assert sample.values == [100.0, 110.0] and sample.source == "iterations"
+
 def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
     header = tbcsv_mod.read_table(GPU_V3).columns
     context = tbcsv_mod.context_columns(header)
