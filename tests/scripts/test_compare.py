@@ -634,6 +634,9 @@ def test_skip_messages_are_cut_at_a_word_with_an_ellipsis(compare_mod):
                                          "two or more (--gpus=0,0...")
     assert compare_mod.shorten("a short message") == "a short message"
     assert compare_mod.shorten("x" * 100) == "x" * 77 + "..."  # one word: cut where it must be
+    assert compare_mod.shorten("y" * 80) == "y" * 80  # as long as the width: whole
+    # Cut after a word's comma: the ellipsis follows the word, not its punctuation.
+    assert compare_mod.shorten("word, " * 20) == "word, " * 12 + "word..."
 
 
 

@@ -116,6 +116,19 @@ def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
         assert column in context, column
     for column in tbcsv_mod.GPU_TELEMETRY_COLUMNS + ("cuda_graph", "data_on_device"):
         assert column not in context, column
+    # A later column that names a GPU is context unless its suffix says it is a measurement.
+    assert tbcsv_mod.context_columns(["gpu_bus", "gpu_kernel_s", "nccl_wait_pct"]) == ["gpu_bus"]
+
+
+def test_distinct_values_are_the_non_empty_cells_stripped_in_first_seen_order(tbcsv_mod):
+    rows = [{"host": " b "}, {"host": "a"}, {"host": ""}, {}, {"host": "b"}]
+    assert tbcsv_mod.distinct(rows, "host") == ["b", "a"]
+
+
+def test_a_timestamp_range_runs_from_the_first_to_the_last(tbcsv_mod):
+    stamps = ["2026-11-28T11:57:00Z", "2026-11-28T11:55:01Z", "2026-11-28T11:56:00Z"]
+    assert tbcsv_mod.timestamp_range([{"timestamp": t} for t in stamps]) == \
+        "2026-11-28T11:55:01Z – 2026-11-28T11:57:00Z"
 
 
 def source_columns() -> tuple[str, list[str]]:
