@@ -246,3 +246,20 @@ def test_a_pytorch_file_still_matches_a_trainbench_file_by_name():
                     "framework:trainbench/data_on_device")
     assert r2.returncode == 0, r2.stderr
     assert sorted(table(r2.stdout).values()) == sorted(table(r.stdout).values())
+
+
+def test_a_side_of_two_frameworks_never_pools_them(compare_mod):
+    """A file of trainbench's rows and the peer's under one name (compare_pytorch.sh's pair
+    concatenated) is compared per framework: the peer's rows are their own benchmark, only in
+    NEW, rather than pooled with trainbench's into one median."""
+    name = "train/mlp/mnist/gpu:1/fp32/bs:100"
+
+    def rows(framework, rate):
+        return [{"benchmark": name, "framework": framework, "run_type": "iteration",
+                 "status": "ok", "samples_per_s": str(rate)} for _ in range(5)]
+    base = compare_mod.Side("base.csv", rows("trainbench", 100))
+    new = compare_mod.Side("new.csv", rows("trainbench", 200) + rows("pytorch", 50))
+    c = compare_mod.compare(base, new, "samples_per_s", 0.05, lower_better=False)
+    [result] = c.results
+    assert (result.benchmark, result.new.center) == (name, 200)
+    assert c.only_new == [f"{name} [pytorch]"]
