@@ -107,6 +107,20 @@ def test_header_shows_how_the_machines_differ():
         assert not lines[same].endswith("differs"), lines[same]
 
 
+
+def test_a_sides_sgemm_rate_is_the_median_of_its_rows(compare_mod):
+    """One slow sgemm probe among three rows moves neither the header's rate nor the gap the
+    15% warning weighs."""
+    def side(*rates):
+        return compare_mod.Side("x.csv", [{"sgemm_gflops": str(v)} for v in rates])
+    base, new = side(100, 200, 300), side(200)
+    assert compare_mod.side_text(base.rows, "sgemm_gflops") == "200.0 GFLOP/s"
+    assert compare_mod.sgemm_gap(base, new) == (200, 200, 0)
+
+
+def test_figures_from_1000_have_thousands_separators(compare_mod):
+    assert [compare_mod.fmt_value(v) for v in (999.5, 1000, 12345.6)] == ["999.5", "1,000", "12,346"]
+
 def test_gpu_context_columns_appear_in_the_header():
     gpu = data_file("gpu_epochs.csv")
     r = run_script("compare.py", gpu, gpu)
@@ -432,6 +446,17 @@ def test_energy_of_a_v2_file_names_the_schema_version():
     assert_one_line_error(r, GPU_V2, "no column 'energy_j_per_sample'",
                           "schema_version 3 added it and this file is version 2")
 
+
+
+def test_a_column_missing_from_a_file_of_the_version_that_added_it_names_no_version(compare_mod,
+                                                                                   tbcsv_mod):
+    """A version 3 file without energy_j_per_sample was edited: 'version 3 added it and this file
+    is version 3' would be no reason."""
+    def file_of(version):
+        return tbcsv_mod.Table("x.csv", ["schema_version"], [{"schema_version": version}])
+    assert compare_mod.added_by("energy_j_per_sample", file_of("3")) == ""
+    assert compare_mod.added_by("energy_j_per_sample", file_of("2")).startswith(
+        ": schema_version 3 added it and this file is version 2")
 
 # ---- windows: a verdict for rows of one repetition -------------------------------------------
 
