@@ -108,15 +108,27 @@ def test_header_shows_how_the_machines_differ():
 
 
 
+def sgemm_side(compare_mod, *rates):
+    return compare_mod.Side("x.csv", [{"sgemm_gflops": str(v)} for v in rates])
+
+
 def test_a_sides_sgemm_rate_is_the_median_of_its_rows(compare_mod):
     """One slow sgemm probe among three rows moves neither the header's rate nor the gap the
     15% warning weighs."""
-    def side(*rates):
-        return compare_mod.Side("x.csv", [{"sgemm_gflops": str(v)} for v in rates])
-    base, new = side(100, 200, 300), side(200)
+    base, new = sgemm_side(compare_mod, 100, 200, 300), sgemm_side(compare_mod, 200)
     assert compare_mod.side_text(base.rows, "sgemm_gflops") == "200.0 GFLOP/s"
     assert compare_mod.sgemm_gap(base, new) == (200, 200, 0)
 
+
+
+@pytest.mark.parametrize("base, new, mark", [(100, 130, "differs by 30%"),
+                                             (130, 100, "differs by 30%"), (100, 110, "")])
+def test_sgemm_rates_more_than_15_percent_apart_either_way_are_marked_and_warned(compare_mod,
+                                                                                 base, new, mark):
+    sides = sgemm_side(compare_mod, base), sgemm_side(compare_mod, new)
+    assert compare_mod.marker("sgemm_gflops", "", "", *sides) == mark
+    warned = [w for w in compare_mod.warnings(*sides) if w.startswith("warning: sgemm_gflops")]
+    assert len(warned) == bool(mark)
 
 def test_figures_from_1000_have_thousands_separators(compare_mod):
     assert [compare_mod.fmt_value(v) for v in (999.5, 1000, 12345.6)] == ["999.5", "1,000", "12,346"]
