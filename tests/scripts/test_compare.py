@@ -80,6 +80,33 @@ def test_the_geometric_mean_is_over_the_ratios_there_are(compare_mod, tbcsv_mod)
     value, count = compare_mod.geomean(results)
     assert value == pytest.approx(4.0) and count == 2
 
+
+def comparison_of(compare_mod, tbcsv_mod, *ratios_and_kinds):
+    """A Comparison of one result per (ratio NEW/BASE, verdict kind), higher better."""
+    results = [compare_mod.Result(f"b{i}", tbcsv_mod.Sample([1.0], "iterations"),
+                                  tbcsv_mod.Sample([ratio], "iterations"),
+                                  compare_mod.NoiseVerdict(kind, 5, 5, p=0.001, u_base=0), False)
+               for i, (ratio, kind) in enumerate(ratios_and_kinds)]
+    return compare_mod.Comparison("samples_per_s", False, results, [], [], [])
+
+
+def test_the_geometric_mean_of_benchmarks_beyond_noise_that_moved_both_ways_is_mixed(compare_mod,
+                                                                                    tbcsv_mod):
+    c = comparison_of(compare_mod, tbcsv_mod, (2.0, compare_mod.BEYOND), (0.5, compare_mod.BEYOND))
+    assert compare_mod.geomean_lines(c) == [
+        "geometric mean NEW/BASE over 2 benchmarks, all beyond noise: 1.000 (+0.0% mixed: 1 "
+        "better, 1 worse)"]
+
+
+def test_a_benchmark_within_noise_makes_the_geometric_mean_no_verdict(compare_mod, tbcsv_mod):
+    """Two of three beyond noise: the mean of all three is a summary, the two have their own."""
+    c = comparison_of(compare_mod, tbcsv_mod, (2.0, compare_mod.BEYOND), (4.0, compare_mod.BEYOND),
+                      (1.0, compare_mod.WITHIN))
+    assert compare_mod.geomean_lines(c) == [
+        "geometric mean NEW/BASE over 3 benchmarks: 2.000 (+100.0% ~, not a verdict: it includes "
+        "the ratios within noise or untested)",
+        "geometric mean NEW/BASE over the 2 benchmarks beyond noise: 2.828 (+182.8% better)"]
+
 def test_a_sides_rows_of_several_frameworks_are_told_apart_by_all_but_trainbenchs(compare_mod):
     """framework_key: a PyTorch row's name says its framework; a trainbench row's, written or
     left empty, is its benchmark as row_key has it, so it still matches the other side's."""
@@ -129,6 +156,21 @@ def test_sgemm_rates_more_than_15_percent_apart_either_way_are_marked_and_warned
     assert compare_mod.marker("sgemm_gflops", "", "", *sides) == mark
     warned = [w for w in compare_mod.warnings(*sides) if w.startswith("warning: sgemm_gflops")]
     assert len(warned) == bool(mark)
+
+
+def test_each_loaded_side_is_marked_and_warned_naming_its_highest_load(compare_mod):
+    """Both sides of one machine, two of three rows loaded: each side says so once, with the
+    highest load among them; one host is no pooling, no predicted row left out no note."""
+    rows = [{"verdicts": "loaded", "load_avg_1m": "3.5", "cores": "2", "host": "vm"},
+            {"verdicts": "loaded", "load_avg_1m": "6.25", "cores": "2", "host": "vm"},
+            {"verdicts": "", "load_avg_1m": "0.5", "cores": "2", "host": "vm"}]
+    base, new = compare_mod.Side("base.csv", rows), compare_mod.Side("new.csv", rows)
+    assert compare_mod.marker("load_avg_1m", "", "", base, new) == "BASE and NEW loaded"
+    assert compare_mod.warnings(base, new) == [
+        f"warning: {side} was loaded: 2 of 3 rows started with load_avg_1m above the threads "
+        f"their run had used + 1 (their verdict `loaded`; up to 6.25 on 2 cores): their timings "
+        f"share the CPU with other work; rerun on an idle machine" for side in ("BASE", "NEW")]
+    assert compare_mod.pooled_notes(base, new) == []
 
 def test_figures_from_1000_have_thousands_separators(compare_mod):
     assert [compare_mod.fmt_value(v) for v in (999.5, 1000, 12345.6)] == ["999.5", "1,000", "12,346"]
