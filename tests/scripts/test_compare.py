@@ -269,6 +269,7 @@ def test_a_u_test_whose_p_is_nan_counts_as_no_difference(compare_mod, monkeypatc
 @pytest.mark.parametrize("metric, pct, code, lstm_worse", [
     ("samples_per_s", 40, 1, "75.0"),  # NEW to BASE: mlp from 200 to 100 samples/s, 50% slower
     ("samples_per_s", 60, 0, "75.0"),
+    ("samples_per_s", 50, 0, "75.0"),  # exactly 50% slower: not more than 50
     ("step_time_s", 90, 1, "300.0"),   # its step time doubled: 100% slower
     ("step_time_s", 110, 0, "300.0"),
 ])
@@ -309,6 +310,24 @@ def test_time_metrics_are_better_lower(tbcsv_mod):
     assert not any(tbcsv_mod.lower_is_better(c) for c in higher)
 
 
+
+def test_direction_says_which_way_is_better_whatever_the_columns_name():
+    r = run_script("compare.py", BASE, NEW, "--direction", "lower")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("trainbench compare: samples_per_s (lower is better)")
+    assert "+100.0% worse  beyond noise" in table_line(r.stdout, MLP)
+
+
+@pytest.mark.parametrize("flags", [("--alpha", "0"), ("--alpha", "1"), ("--fail-if-slower", "nan"),
+                                   ("--fail-if-slower", "-1")])
+def test_an_alpha_outside_0_to_1_or_a_percentage_not_at_least_0_is_a_usage_error(compare_mod,
+                                                                                  flags):
+    """An alpha of 0 would never be reached by any number of repetitions (the advice's search
+    for them would not end); a nan percentage would fail no run."""
+    with pytest.raises(SystemExit) as e:
+        compare_mod.parse_args([BASE, NEW, *flags])
+    assert e.value.code == 2
+
 def test_step_time_ratios_read_the_other_way():
     r = run_script("compare.py", BASE, NEW, "--metric", "step_time_s")
     assert "(lower is better)" in r.stdout.splitlines()[0]
@@ -318,7 +337,7 @@ def test_step_time_ratios_read_the_other_way():
 
 # ---- output formats ------------------------------------------------------------------------
 
-def test_markdown_output_is_a_table():
+def test_markdown_output_is_a_table(compare_mod):
     r = run_script("compare.py", BASE, NEW, "--format", "markdown")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -333,6 +352,9 @@ def test_markdown_output_is_a_table():
     assert all(row.count("|") == 7 for row in rows)
     assert any(f"`{MLP}`" in row and "| 2.000 |" in row for row in rows)
     assert "| machine | BASE | NEW | |" in lines
+    assert any(line.startswith("| git_commit |") and line.endswith("| **differs** |")
+               for line in lines)
+    assert compare_mod.md_cell("a|b") == "a\\|b"  # a pipe in a name or path splits no cell
     assert any(line.startswith("geometric mean NEW/BASE over 4") for line in lines)
 
 
