@@ -173,7 +173,8 @@ def test_each_loaded_side_is_marked_and_warned_naming_its_highest_load(compare_m
     assert compare_mod.pooled_notes(base, new) == []
 
 def test_figures_from_1000_have_thousands_separators(compare_mod):
-    assert [compare_mod.fmt_value(v) for v in (999.5, 1000, 12345.6)] == ["999.5", "1,000", "12,346"]
+    assert [compare_mod.fmt_value(v) for v in (999.5, 1000, 12345.6)] == \
+        ["999.5", "1,000", "12,346"]
 
 def test_gpu_context_columns_appear_in_the_header():
     gpu = data_file("gpu_epochs.csv")

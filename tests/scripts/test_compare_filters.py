@@ -1,7 +1,9 @@
 """compare.py's --filters A B (issue 21): two device configurations or variants within one or
 more CSVs, matched by model, dataset, precision and batch; the header names what differs and
 warns about machines of different sgemm rates or under load; too few repetitions say how to
-get a verdict; predicted rows are never compared and shared-device rows only with their like."""
+get a verdict; predicted rows are never compared and shared-device rows only with their like;
+a side of two frameworks is compared per framework, and the hint names --filters only where they
+could match (those last in process, on rows made here)."""
 import csv
 import re
 

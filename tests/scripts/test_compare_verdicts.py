@@ -179,10 +179,10 @@ def test_ranges_apart_at_2_and_3_repetitions_are_too_few_and_never_counted(tmp_p
 def test_a_smallest_p_equal_to_alpha_over_the_tests_is_out_of_reach(compare_mod, tbcsv_mod):
     """Two tests of 3 against 3 at alpha 0.2: counted (0.1 is below 0.2), but on its own a
     benchmark needs p below 0.2 / 2 = 0.1, which 3 against 3 cannot give, and the note says so."""
+    noise = [compare_mod.NoiseVerdict(compare_mod.WITHIN, 3, 3, p=0.1, u_base=0) for _ in range(2)]
     results = [compare_mod.Result(f"b{i}", tbcsv_mod.Sample([1.0, 2.0, 3.0], "iterations"),
-                                  tbcsv_mod.Sample([4.0, 5.0, 6.0], "iterations"),
-                                  compare_mod.NoiseVerdict(compare_mod.WITHIN, 3, 3, p=0.1, u_base=0),
-                                  False) for i in range(2)]
+                                  tbcsv_mod.Sample([4.0, 5.0, 6.0], "iterations"), v, False)
+               for i, v in enumerate(noise)]
     c = compare_mod.Comparison("samples_per_s", False, results, [], [], [], alpha=0.2)
     assert compare_mod.correction_note(c) == [
         "note: over 2 tests a benchmark is beyond noise on its own only with p < 0.1 (alpha / 2), "
