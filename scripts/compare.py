@@ -350,11 +350,14 @@ def shorten(text: str, width: int = 80) -> str:
     return head.rstrip(" ,;:(") + "..."
 
 
+def failure_messages(rows) -> str:
+    """Why rows have no ok value: the messages of those failed or skipped, each once."""
+    return "; ".join(tbcsv.distinct([r for r in rows if not tbcsv.is_ok(r)], "message"))
+
+
 def failure_notes(rows, name: str, key=row_key) -> str:
     """Why a benchmark has no ok value: its failed/skipped messages, shortened."""
-    notes = tbcsv.distinct([r for r in rows if key(r) == name and not tbcsv.is_ok(r)],
-                           "message")
-    return shorten("; ".join(notes))
+    return shorten(failure_messages([r for r in rows if key(r) == name]))
 
 
 def no_value_line(name: str, base, new, b, n, key) -> str:
@@ -431,7 +434,7 @@ def unusable_lines(side: str, rows: list, metric: str) -> list[str]:
         what = [s for s in tbcsv.distinct(rs, "status") if s != "ok"]
         if any(tbcsv.is_ok(r) for r in rs):
             what.append(f"without a {metric} value")
-        why = "; ".join(tbcsv.distinct([r for r in rs if not tbcsv.is_ok(r)], "message"))
+        why = failure_messages(rs)
         out.append(f"{side}'s {config} rows were all {' or '.join(what) or 'empty'}"
                    + (f" ({shorten(why, 160)})" if why else ""))
     return out

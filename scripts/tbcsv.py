@@ -165,6 +165,9 @@ def _parse(path: str, f) -> Table:
     reader = csv.reader(f)
     header = next(reader, None)
     if header is None or not any(cell.strip() for cell in header):
+        if any(any(cell.strip() for cell in cells) for cells in reader):
+            raise InputError(f"{path}: not a trainbench CSV (line 1 is blank where the header "
+                             f"starting with schema_version should be)")
         raise InputError(f"{path}: empty file (no header, no rows)")
     if "schema_version" not in header:
         raise InputError(f"{path}: not a trainbench CSV (no schema_version column)")

@@ -8,6 +8,7 @@ import math
 import random
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -59,6 +60,61 @@ def test_comparison_values_are_the_medians(compare_mod, tbcsv_mod):
     assert count == 4 and value == pytest.approx(math.sqrt(2), rel=1e-9)
 
 
+
+def test_a_ratio_over_a_median_of_zero_is_1_where_both_are_zero_else_none(compare_mod, tbcsv_mod):
+    """A count such as skipped_steps is 0 on both sides: no change; from 0 to 5 has no ratio."""
+    def ratio(base, new):
+        noise = compare_mod.NoiseVerdict(compare_mod.TOO_FEW, 1, 1)
+        return compare_mod.Result(MLP, tbcsv_mod.Sample([base], "iterations"),
+                                  tbcsv_mod.Sample([new], "iterations"), noise, True).ratio
+    assert (ratio(0.0, 0.0), ratio(0.0, 5.0), ratio(4.0, 5.0)) == (1.0, None, 1.25)
+
+
+
+def test_the_geometric_mean_is_over_the_ratios_there_are(compare_mod, tbcsv_mod):
+    """A benchmark without a ratio (from 0 to 5) is left out of the mean and of its count."""
+    noise = compare_mod.NoiseVerdict(compare_mod.TOO_FEW, 1, 1)
+    results = [compare_mod.Result(MLP, tbcsv_mod.Sample([base], "iterations"),
+                                  tbcsv_mod.Sample([new], "iterations"), noise, False)
+               for base, new in ((1.0, 2.0), (1.0, 8.0), (0.0, 5.0))]
+    value, count = compare_mod.geomean(results)
+    assert value == pytest.approx(4.0) and count == 2
+
+
+def comparison_of(compare_mod, tbcsv_mod, *ratios_and_kinds):
+    """A Comparison of one result per (ratio NEW/BASE, verdict kind), higher better."""
+    results = [compare_mod.Result(f"b{i}", tbcsv_mod.Sample([1.0], "iterations"),
+                                  tbcsv_mod.Sample([ratio], "iterations"),
+                                  compare_mod.NoiseVerdict(kind, 5, 5, p=0.001, u_base=0), False)
+               for i, (ratio, kind) in enumerate(ratios_and_kinds)]
+    return compare_mod.Comparison("samples_per_s", False, results, [], [], [])
+
+
+def test_the_geometric_mean_of_benchmarks_beyond_noise_that_moved_both_ways_is_mixed(compare_mod,
+                                                                                    tbcsv_mod):
+    c = comparison_of(compare_mod, tbcsv_mod, (2.0, compare_mod.BEYOND), (0.5, compare_mod.BEYOND))
+    assert compare_mod.geomean_lines(c) == [
+        "geometric mean NEW/BASE over 2 benchmarks, all beyond noise: 1.000 (+0.0% mixed: 1 "
+        "better, 1 worse)"]
+
+
+def test_a_benchmark_within_noise_makes_the_geometric_mean_no_verdict(compare_mod, tbcsv_mod):
+    """Two of three beyond noise: the mean of all three is a summary, the two have their own."""
+    c = comparison_of(compare_mod, tbcsv_mod, (2.0, compare_mod.BEYOND), (4.0, compare_mod.BEYOND),
+                      (1.0, compare_mod.WITHIN))
+    assert compare_mod.geomean_lines(c) == [
+        "geometric mean NEW/BASE over 3 benchmarks: 2.000 (+100.0% ~, not a verdict: it includes "
+        "the ratios within noise or untested)",
+        "geometric mean NEW/BASE over the 2 benchmarks beyond noise: 2.828 (+182.8% better)"]
+
+def test_a_sides_rows_of_several_frameworks_are_told_apart_by_all_but_trainbenchs(compare_mod):
+    """framework_key: a PyTorch row's name says its framework; a trainbench row's, written or
+    left empty, is its benchmark as row_key has it, so it still matches the other side's."""
+    row = {"benchmark": MLP, "epoch": ""}
+    assert compare_mod.framework_key({**row, "framework": "trainbench"}) == MLP
+    assert compare_mod.framework_key({**row, "framework": ""}) == MLP
+    assert compare_mod.framework_key({**row, "framework": "pytorch"}) == f"{MLP} [pytorch]"
+
 def test_unmatched_benchmarks_are_listed_and_the_rest_compared():
     r = run_script("compare.py", BASE, NEW)
     assert r.returncode == 0
@@ -77,6 +133,48 @@ def test_header_shows_how_the_machines_differ():
     for same in ("host", "cpu_model", "cores", "os", "onednn", "benchmark_lib"):
         assert not lines[same].endswith("differs"), lines[same]
 
+
+
+def sgemm_side(compare_mod, *rates):
+    return compare_mod.Side("x.csv", [{"sgemm_gflops": str(v)} for v in rates])
+
+
+def test_a_sides_sgemm_rate_is_the_median_of_its_rows(compare_mod):
+    """One slow sgemm probe among three rows moves neither the header's rate nor the gap the
+    15% warning weighs."""
+    base, new = sgemm_side(compare_mod, 100, 200, 300), sgemm_side(compare_mod, 200)
+    assert compare_mod.side_text(base.rows, "sgemm_gflops") == "200.0 GFLOP/s"
+    assert compare_mod.sgemm_gap(base, new) == (200, 200, 0)
+
+
+
+@pytest.mark.parametrize("base, new, mark", [(100, 130, "differs by 30%"),
+                                             (130, 100, "differs by 30%"), (100, 110, "")])
+def test_sgemm_rates_more_than_15_percent_apart_either_way_are_marked_and_warned(compare_mod,
+                                                                                 base, new, mark):
+    sides = sgemm_side(compare_mod, base), sgemm_side(compare_mod, new)
+    assert compare_mod.marker("sgemm_gflops", "", "", *sides) == mark
+    warned = [w for w in compare_mod.warnings(*sides) if w.startswith("warning: sgemm_gflops")]
+    assert len(warned) == bool(mark)
+
+
+def test_each_loaded_side_is_marked_and_warned_naming_its_highest_load(compare_mod):
+    """Both sides of one machine, two of three rows loaded: each side says so once, with the
+    highest load among them; one host is no pooling, no predicted row left out no note."""
+    rows = [{"verdicts": "loaded", "load_avg_1m": "3.5", "cores": "2", "host": "vm"},
+            {"verdicts": "loaded", "load_avg_1m": "6.25", "cores": "2", "host": "vm"},
+            {"verdicts": "", "load_avg_1m": "0.5", "cores": "2", "host": "vm"}]
+    base, new = compare_mod.Side("base.csv", rows), compare_mod.Side("new.csv", rows)
+    assert compare_mod.marker("load_avg_1m", "", "", base, new) == "BASE and NEW loaded"
+    assert compare_mod.warnings(base, new) == [
+        f"warning: {side} was loaded: 2 of 3 rows started with load_avg_1m above the threads "
+        f"their run had used + 1 (their verdict `loaded`; up to 6.25 on 2 cores): their timings "
+        f"share the CPU with other work; rerun on an idle machine" for side in ("BASE", "NEW")]
+    assert compare_mod.pooled_notes(base, new) == []
+
+def test_figures_from_1000_have_thousands_separators(compare_mod):
+    assert [compare_mod.fmt_value(v) for v in (999.5, 1000, 12345.6)] == \
+        ["999.5", "1,000", "12,346"]
 
 def test_gpu_context_columns_appear_in_the_header():
     gpu = data_file("gpu_epochs.csv")
@@ -140,11 +238,39 @@ def test_underpowered_sizes_are_those_where_significance_is_unreachable(compare_
     assert compare_mod.smallest_p(3, 5) < 0.05       # 0.036
 
 
+
+def test_three_repetitions_a_side_are_too_few_at_alpha_0_1_and_four_are_asked_for(compare_mod,
+                                                                                 tbcsv_mod):
+    """3 against 3 gives p = 0.1 at best, which is not below an alpha of 0.1: no test, and the
+    advice asks for 4 a side."""
+    assert compare_mod.smallest_p(3, 3) == 0.1
+    assert compare_mod.repetitions_for(0.1) == 4
+    verdict = compare_mod.noise_test(tbcsv_mod.Sample([1.0, 2.0, 3.0], "iterations"),
+                                     tbcsv_mod.Sample([4.0, 5.0, 6.0], "iterations"), 0.1)
+    assert verdict.kind == compare_mod.TOO_FEW
+
+
+def test_repetitions_against_a_median_aggregate_are_too_few_on_either_side(compare_mod, tbcsv_mod):
+    repetitions = tbcsv_mod.Sample([1.0, 2.0, 3.0, 4.0, 5.0], "iterations")
+    aggregate = tbcsv_mod.Sample([3.0], "median aggregate")
+    for base, new in ((repetitions, aggregate), (aggregate, repetitions)):
+        assert compare_mod.noise_test(base, new, 0.05).text == \
+            "too few repetitions (median aggregate only)"
+
+
+def test_a_u_test_whose_p_is_nan_counts_as_no_difference(compare_mod, monkeypatch):
+    """Some SciPy versions give nan where every value on both sides is the same."""
+    def nan_test(base, new, alternative):
+        return SimpleNamespace(statistic=12.5, pvalue=math.nan)
+    monkeypatch.setattr(compare_mod, "scipy_mannwhitneyu", lambda: nan_test)
+    assert compare_mod.mann_whitney([5.0] * 5, [5.0] * 5) == (12.5, 1.0)
+
 # ---- --fail-if-slower and metric direction ------------------------------------------------
 
 @pytest.mark.parametrize("metric, pct, code, lstm_worse", [
     ("samples_per_s", 40, 1, "75.0"),  # NEW to BASE: mlp from 200 to 100 samples/s, 50% slower
     ("samples_per_s", 60, 0, "75.0"),
+    ("samples_per_s", 50, 0, "75.0"),  # exactly 50% slower: not more than 50
     ("step_time_s", 90, 1, "300.0"),   # its step time doubled: 100% slower
     ("step_time_s", 110, 0, "300.0"),
 ])
@@ -185,6 +311,24 @@ def test_time_metrics_are_better_lower(tbcsv_mod):
     assert not any(tbcsv_mod.lower_is_better(c) for c in higher)
 
 
+
+def test_direction_says_which_way_is_better_whatever_the_columns_name():
+    r = run_script("compare.py", BASE, NEW, "--direction", "lower")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("trainbench compare: samples_per_s (lower is better)")
+    assert "+100.0% worse  beyond noise" in table_line(r.stdout, MLP)
+
+
+@pytest.mark.parametrize("flags", [("--alpha", "0"), ("--alpha", "1"), ("--fail-if-slower", "nan"),
+                                   ("--fail-if-slower", "-1")])
+def test_an_alpha_outside_0_to_1_or_a_percentage_not_at_least_0_is_a_usage_error(compare_mod,
+                                                                                  flags):
+    """An alpha of 0 would never be reached by any number of repetitions (the advice's search
+    for them would not end); a nan percentage would fail no run."""
+    with pytest.raises(SystemExit) as e:
+        compare_mod.parse_args([BASE, NEW, *flags])
+    assert e.value.code == 2
+
 def test_step_time_ratios_read_the_other_way():
     r = run_script("compare.py", BASE, NEW, "--metric", "step_time_s")
     assert "(lower is better)" in r.stdout.splitlines()[0]
@@ -194,7 +338,7 @@ def test_step_time_ratios_read_the_other_way():
 
 # ---- output formats ------------------------------------------------------------------------
 
-def test_markdown_output_is_a_table():
+def test_markdown_output_is_a_table(compare_mod):
     r = run_script("compare.py", BASE, NEW, "--format", "markdown")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -209,6 +353,9 @@ def test_markdown_output_is_a_table():
     assert all(row.count("|") == 7 for row in rows)
     assert any(f"`{MLP}`" in row and "| 2.000 |" in row for row in rows)
     assert "| machine | BASE | NEW | |" in lines
+    assert any(line.startswith("| git_commit |") and line.endswith("| **differs** |")
+               for line in lines)
+    assert compare_mod.md_cell("a|b") == "a\\|b"  # a pipe in a name or path splits no cell
     assert any(line.startswith("geometric mean NEW/BASE over 4") for line in lines)
 
 
@@ -377,6 +524,17 @@ def test_energy_of_a_v2_file_names_the_schema_version():
                           "schema_version 3 added it and this file is version 2")
 
 
+
+def test_a_column_missing_from_a_file_of_the_version_that_added_it_names_no_version(compare_mod,
+                                                                                   tbcsv_mod):
+    """A version 3 file without energy_j_per_sample was edited: 'version 3 added it and this file
+    is version 3' would be no reason."""
+    def file_of(version):
+        return tbcsv_mod.Table("x.csv", ["schema_version"], [{"schema_version": version}])
+    assert compare_mod.added_by("energy_j_per_sample", file_of("3")) == ""
+    assert compare_mod.added_by("energy_j_per_sample", file_of("2")).startswith(
+        ": schema_version 3 added it and this file is version 2")
+
 # ---- windows: a verdict for rows of one repetition -------------------------------------------
 
 def one_repetition(src: str, dst: Path, windows: dict) -> str:
@@ -418,6 +576,12 @@ def test_rows_of_one_repetition_are_tested_over_their_windows(tmp_path):
     # The ratio is still the rows' own figures', not the windows'.
     assert ratio_column(table_line(r.stdout, MLP)) == pytest.approx(2.0, abs=0.05)
 
+
+
+def test_the_windows_spread_is_their_interquartile_range_between_the_values(compare_mod):
+    """Q3 - Q1, the quartiles interpolated between the values themselves (statistics'
+    'inclusive' method, numpy's default): 4.5 over 1 to 10, where 'exclusive' would say 5.5."""
+    assert compare_mod.interquartile_range([float(v) for v in range(1, 11)]) == 4.5
 
 def test_a_shift_inside_the_windows_own_spread_stays_within_noise(tmp_path):
     """Windows that never overlap (p < alpha), but apart by less than a row's own spread: within
@@ -481,6 +645,45 @@ def test_the_help_describes_the_windows_and_the_spread_rule():
             "two), or median aggregates only, is 'too few repetitions': not tested") in text
 
 
+
+def windows_verdict(compare_mod, tbcsv_mod, base: list, new: list, alpha: float = 0.05):
+    """The verdict on one repetition a side with these windows, after the correction."""
+    verdict = compare_mod.noise_test(tbcsv_mod.Sample([1.0], "iterations", base),
+                                     tbcsv_mod.Sample([1.0], "iterations", new), alpha)
+    compare_mod.decide([verdict], alpha, "bh")
+    return verdict
+
+
+def test_one_outlying_window_does_not_move_the_shift_the_spread_rule_weighs(compare_mod, tbcsv_mod):
+    """The shift is the windows' medians' difference: NEW's one window at 300 (a hiccup of the
+    clock) would move their means' by 25, past BASE's spread of 9.95; the medians' 5.5 is inside
+    it."""
+    halves = [90 + 0.1 * k for k in range(5)] + [100 + 0.1 * k for k in range(5)]
+    above = [100.5 + 0.05 * k for k in range(9)] + [300.0]
+    verdict = windows_verdict(compare_mod, tbcsv_mod, halves, above)
+    assert verdict.p < 0.05 and verdict.inside_spread and verdict.kind == compare_mod.WITHIN
+
+
+def test_a_shift_as_large_as_the_windows_spread_stays_within_noise(compare_mod, tbcsv_mod):
+    """'No larger than' the spread: medians 105 and 115, interquartile ranges 10, p 0.0024."""
+    base = [100.0] * 5 + [110.0] * 5
+    verdict = windows_verdict(compare_mod, tbcsv_mod, base, [v + 10 for v in base])
+    assert verdict.p < 0.05 and verdict.inside_spread and verdict.kind == compare_mod.WITHIN
+
+
+def test_three_windows_a_side_are_too_few_at_alpha_0_1(compare_mod, tbcsv_mod):
+    """Rows of a few steps have fewer windows: 3 against 3 cannot go below p = 0.1."""
+    verdict = windows_verdict(compare_mod, tbcsv_mod, [1.0, 2.0, 3.0], [4.0, 5.0, 6.0], alpha=0.1)
+    assert verdict.kind == compare_mod.TOO_FEW and verdict.windows == (3, 3)
+
+
+def test_the_u_of_repetitions_is_bases(compare_mod, tbcsv_mod):
+    """U counts the pairs where BASE is the larger: 0 where all of BASE is below all of NEW."""
+    low, high = ([float(v) for v in values] for values in (range(1, 6), range(6, 11)))
+    verdict = compare_mod.noise_test(tbcsv_mod.Sample(low, "iterations"),
+                                     tbcsv_mod.Sample(high, "iterations"), 0.05)
+    assert (verdict.n1, verdict.n2, verdict.u_base) == (5, 5, 0)
+
 @pytest.mark.parametrize("metric", ["samples_per_s", "step_time_s"])
 def test_equal_medians_take_their_direction_from_the_windows_u(tmp_path, metric):
     """The LeNet's rows are 50 samples/s on both sides, but eight of NEW's ten windows are above
@@ -533,7 +736,33 @@ def test_skip_messages_are_cut_at_a_word_with_an_ellipsis(compare_mod):
                                          "two or more (--gpus=0,0...")
     assert compare_mod.shorten("a short message") == "a short message"
     assert compare_mod.shorten("x" * 100) == "x" * 77 + "..."  # one word: cut where it must be
+    assert compare_mod.shorten("y" * 80) == "y" * 80  # as long as the width: whole
+    # Cut after a word's comma: the ellipsis follows the word, not its punctuation.
+    assert compare_mod.shorten("word, " * 20) == "word, " * 12 + "word..."
 
+
+
+def test_why_rows_have_no_value_is_the_messages_of_those_not_ok_once_each(compare_mod):
+    """A benchmark without a value on a side (in the table's 'no ok value' list, cut to 80
+    characters) and a configuration without one (the note where nothing matched, cut to 160)
+    say why in their failed and skipped rows' messages, each once, in file order; an ok row's
+    message is no reason."""
+    name = "train/mlp/mnist/gpu:1/fp32/bs:100"
+    oom = ("failed: cudaErrorMemoryAllocation: out of memory allocating the activations of "
+           "layer 12 (2.1 GiB)")
+    rows = [{"benchmark": name, "device": "gpu:1", "run_type": "iteration", "status": status,
+             "message": message, "samples_per_s": ""}
+            for status, message in (("ok", "ran on 1 thread"), ("skipped", "skipped: no GPU"),
+                                    ("failed", oom), ("failed", oom), ("skipped", ""))]
+    both = f"skipped: no GPU; {oom}"
+    assert compare_mod.failure_notes(rows, name) == compare_mod.shorten(both) == (
+        "skipped: no GPU; failed: cudaErrorMemoryAllocation: out of memory allocating...")
+    side = compare_mod.Side("side.csv", rows)
+    assert compare_mod.no_value_line(name, side, side, None, None, compare_mod.row_key) == (
+        f"{name} (none in BASE or NEW: skipped: no GPU; failed: cudaErrorMemoryAllocation: out "
+        f"of memory allocating...)")
+    assert compare_mod.unusable_lines("NEW", rows, "samples_per_s") == [
+        f"NEW's gpu:1 rows were all skipped or failed or without a samples_per_s value ({both})"]
 
 def test_the_header_names_the_devices_that_ran_not_those_skipped(tmp_path):
     """A side's device line says what ran: gpu rows skipped on a machine without a GPU are not

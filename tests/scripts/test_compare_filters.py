@@ -1,13 +1,17 @@
 """compare.py's --filters A B (issue 21): two device configurations or variants within one or
 more CSVs, matched by model, dataset, precision and batch; the header names what differs and
 warns about machines of different sgemm rates or under load; too few repetitions say how to
-get a verdict; predicted rows are never compared and shared-device rows only with their like."""
+get a verdict; predicted rows are never compared and shared-device rows only with their like;
+a side of two frameworks is compared per framework, and the hint names --filters only where they
+could match (those last in process, on rows made here)."""
 import csv
 import re
 
 import pytest
 
 from conftest import ROOT, assert_one_line_error, data_file, medians, rewrite_csv, run_script
+
+import tbfilters  # scripts/, which conftest puts on sys.path
 
 GPU = data_file("report_gpu_v4.csv")  # cpu, gpu:1, gpu:2 (+ shared), gpu:8 predicted
 PLAIN, GRAPH = data_file("h100_plain_v3.csv"), data_file("h100_cuda_graph_v3.csv")
@@ -246,3 +250,95 @@ def test_a_pytorch_file_still_matches_a_trainbench_file_by_name():
                     "framework:trainbench/data_on_device")
     assert r2.returncode == 0, r2.stderr
     assert sorted(table(r2.stdout).values()) == sorted(table(r.stdout).values())
+
+
+def test_a_side_of_two_frameworks_never_pools_them(compare_mod):
+    """A file of trainbench's rows and the peer's under one name (compare_pytorch.sh's pair
+    concatenated) is compared per framework: the peer's rows are their own benchmark, only in
+    NEW, rather than pooled with trainbench's into one median."""
+    name = "train/mlp/mnist/gpu:1/fp32/bs:100"
+
+    def rows(framework, rate):
+        return [{"benchmark": name, "framework": framework, "run_type": "iteration",
+                 "status": "ok", "samples_per_s": str(rate)} for _ in range(5)]
+    base = compare_mod.Side("base.csv", rows("trainbench", 100))
+    new = compare_mod.Side("new.csv", rows("trainbench", 200) + rows("pytorch", 50))
+    c = compare_mod.compare(base, new, "samples_per_s", 0.05, lower_better=False)
+    [result] = c.results
+    assert (result.benchmark, result.new.center) == (name, 200)
+    assert c.only_new == [f"{name} [pytorch]"]
+
+
+# ---- what is matched, and the hint when nothing is ------------------------------------------
+
+def mlp_rows(device, status="ok", rate="100", message="", reps=3, **cells):
+    return [{"benchmark": f"train/mlp/mnist/{device}/fp32/bs:100", "device": device,
+             "run_type": "iteration", "status": status, "message": message,
+             "samples_per_s": rate, **cells} for _ in range(reps)]
+
+
+def compared(compare_mod, base, new, **kw):
+    return compare_mod.compare(compare_mod.Side("base.csv", base), compare_mod.Side("new.csv", new),
+                               "samples_per_s", 0.05, False, **kw)
+
+
+def test_no_filters_are_suggested_for_a_configuration_whose_rows_all_failed_on_either_side(
+        compare_mod):
+    """Rows that failed after they measured keep a number, but no ok value: --filters over
+    them could only fail, whichever side they are on; the note says why instead."""
+    cpu = mlp_rows("cpu")
+    failed = mlp_rows("gpu:1", "failed", "5", "loss is not finite at step 3")
+    for base, new, side in ((cpu, failed, "NEW"), (failed, cpu, "BASE")):
+        c = compared(compare_mod, base, new)
+        assert c.hint is None
+        assert c.unusable == [f"{side}'s gpu:1 rows were all failed (loss is not finite at step 3)"]
+
+
+def test_filters_are_suggested_only_where_both_sides_have_benchmarks_of_their_own(compare_mod):
+    c = compared(compare_mod, mlp_rows("cpu") + mlp_rows("gpu:1", "skipped", ""), mlp_rows("cpu"))
+    assert len(c.only_base) == 1 and not c.only_new
+    assert c.hint is None and c.unusable == []
+
+
+def test_no_filters_are_suggested_to_a_comparison_already_under_filters(compare_mod):
+    """--filters cpu gpu:1 over trainbench's cpu rows and the peer's gpu:1 rows: their keys
+    differ in the framework, which the hint would name; under --filters it is never given."""
+    pair = tbfilters.FilterPair(tbfilters.parse_filter("cpu"), tbfilters.parse_filter("gpu:1"))
+    c = compared(compare_mod, mlp_rows("cpu"), mlp_rows("gpu:1", framework="pytorch"),
+                 key=pair.key)
+    assert c.only_base and c.only_new and c.hint is None
+
+
+def test_a_benchmark_a_filter_cannot_tell_apart_is_listed_only_as_not_compared(compare_mod):
+    name = "train/mlp/mnist/gpu:1/fp32/bs:100"
+    c = compared(compare_mod, mlp_rows("cpu") + mlp_rows("gpu:1"), mlp_rows("cpu"),
+                 ambiguous={name: "devices gpu:1, gpu:2: name one in the filter"})
+    assert c.only_base == [] and c.ambiguous == [
+        f"{name} (devices gpu:1, gpu:2: name one in the filter)"]
+
+
+def test_a_configuration_with_one_ok_value_is_usable(compare_mod):
+    rows = mlp_rows("gpu:1", reps=1) + mlp_rows("gpu:1", "failed", "", "out of memory", reps=2)
+    assert compare_mod.unusable_lines("NEW", rows, "samples_per_s") == []
+
+
+def test_other_epochs_of_the_same_benchmark_get_no_filters_hint(compare_mod):
+    """Per-epoch rows match by epoch: epochs only one side ran differ in nothing a filter names."""
+    def epochs(*numbers):
+        return [{**mlp_rows("gpu:1", reps=1)[0], "epoch": str(e)} for e in numbers]
+    c = compared(compare_mod, epochs(1, 2), epochs(3))
+    assert c.only_base and c.only_new and c.hint is None
+
+
+def test_a_row_without_a_framework_is_trainbenchs():
+    row = mlp_rows("gpu:1", reps=1)[0]
+    assert tbfilters.dimension({**row, "framework": ""}, "framework") == "trainbench"
+    assert tbfilters.parse_filter("gpu:1/framework:trainbench").matches(row)
+    assert tbfilters.configuration({**row, "framework": "pytorch", "variant": "data_on_device"}) \
+        == "gpu:1/data_on_device/framework:pytorch"
+
+
+@pytest.mark.parametrize("term", ["framework:", "host:"])
+def test_a_framework_or_host_term_without_a_name_is_refused(tbcsv_mod, term):
+    with pytest.raises(tbcsv_mod.InputError, match=f"'{term}' is not a term a filter knows"):
+        tbfilters.parse_filter(f"gpu:1/{term}")

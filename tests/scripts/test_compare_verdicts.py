@@ -175,6 +175,20 @@ def test_ranges_apart_at_2_and_3_repetitions_are_too_few_and_never_counted(tmp_p
         f"compare.py: warning: {benchmark(1)} worse by 14.9% but too few repetitions: not counted"]
 
 
+
+def test_a_smallest_p_equal_to_alpha_over_the_tests_is_out_of_reach(compare_mod, tbcsv_mod):
+    """Two tests of 3 against 3 at alpha 0.2: counted (0.1 is below 0.2), but on its own a
+    benchmark needs p below 0.2 / 2 = 0.1, which 3 against 3 cannot give, and the note says so."""
+    noise = [compare_mod.NoiseVerdict(compare_mod.WITHIN, 3, 3, p=0.1, u_base=0) for _ in range(2)]
+    results = [compare_mod.Result(f"b{i}", tbcsv_mod.Sample([1.0, 2.0, 3.0], "iterations"),
+                                  tbcsv_mod.Sample([4.0, 5.0, 6.0], "iterations"), v, False)
+               for i, v in enumerate(noise)]
+    c = compare_mod.Comparison("samples_per_s", False, results, [], [], [], alpha=0.2)
+    assert compare_mod.correction_note(c) == [
+        "note: over 2 tests a benchmark is beyond noise on its own only with p < 0.1 (alpha / 2), "
+        "and the U test's p cannot go below that at n=3/3: 0.1 (all of one side above the other); "
+        "for such a verdict, run both sides with --benchmark_repetitions=4."]
+
 # ---- the correction ------------------------------------------------------------------------
 
 # Six benchmarks at 5 repetitions a side (no ties: SciPy's exact test), NEW slower in three:
@@ -220,12 +234,19 @@ def test_the_correction_across_benchmarks_changes_a_verdict(tmp_path, flags, ver
     ([0.04, 0.001, 0.03], "bh", [0.04, 0.003, 0.04]),     # in the order given, not sorted
     ([0.04, 0.001, 0.03], "holm", [0.06, 0.003, 0.06]),
     ([0.5, 0.9], "holm", [1.0, 1.0]),                     # never above 1
+    ([0.6, 0.7], "holm", [1.0, 1.0]),                     # 2 x 0.6 = 1.2, capped at 1
     ([0.04, 0.001, 0.03], "none", [0.04, 0.001, 0.03]),
     ([], "bh", []),
 ])
 def test_adjusted_p_match_hand_computed_values(compare_mod, p, correction, want):
     assert compare_mod.adjust(p, correction) == pytest.approx(want)
 
+
+
+def test_a_p_equal_to_alpha_is_not_below_it(compare_mod):
+    verdict = compare_mod.NoiseVerdict(compare_mod.WITHIN, 5, 5, p=0.05, u_base=0)
+    compare_mod.decide([verdict], 0.05, "none")
+    assert verdict.kind == compare_mod.WITHIN and not verdict.below_alpha
 
 # ---- the clock of samples_per_s ------------------------------------------------------------
 

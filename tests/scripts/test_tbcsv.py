@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, data_file, load_generator
+from conftest import ROOT, data_file, load_generator, rewrite_csv
 
 GPU_V2, GPU_V3 = data_file("gpu_v2.csv"), data_file("gpu_v3.csv")
 
@@ -85,6 +85,10 @@ def test_a_row_cut_short_is_left_out_saying_so_and_rows_glued_together_are_refus
         tbcsv_mod.read_table(str(glued))
 
 
+
+def test_rows_before_version_4_read_as_measured_as_version_4_writes_them(tbcsv_mod):
+    assert {r["measurement"] for r in tbcsv_mod.read_table(GPU_V3).rows} == {"measured"}
+
 def test_a_number_is_a_finite_float_or_none(tbcsv_mod):
     """tbcsv.number: a cell that is empty, missing, not a number or not finite is no value (an
     inf or nan rate would poison every median, ratio and band it reached)."""
@@ -95,6 +99,15 @@ def test_a_number_is_a_finite_float_or_none(tbcsv_mod):
     assert tbcsv_mod.number({"samples_per_s": "-0.5"}, "samples_per_s") == -0.5
 
 
+
+def test_a_sample_is_the_ok_repetitions_values_never_a_failed_ones(tbcsv_mod):
+    """A repetition that failed after it measured (a loss that went nan) keeps its figures in
+    the file; they are no measurement of the benchmark."""
+    rows = [{"benchmark": "b", "run_type": "iteration", "status": status, "samples_per_s": rate}
+            for status, rate in (("ok", "100"), ("failed", "5"), ("ok", "110"))]
+    [sample] = tbcsv_mod.samples(rows, lambda r: r["benchmark"], "samples_per_s").values()
+    assert sample.values == [100.0, 110.0] and sample.source == "iterations"
+
 def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
     header = tbcsv_mod.read_table(GPU_V3).columns
     context = tbcsv_mod.context_columns(header)
@@ -103,6 +116,19 @@ def test_telemetry_is_measurement_not_machine_context(tbcsv_mod):
         assert column in context, column
     for column in tbcsv_mod.GPU_TELEMETRY_COLUMNS + ("cuda_graph", "data_on_device"):
         assert column not in context, column
+    # A later column that names a GPU is context unless its suffix says it is a measurement.
+    assert tbcsv_mod.context_columns(["gpu_bus", "gpu_kernel_s", "nccl_wait_pct"]) == ["gpu_bus"]
+
+
+def test_distinct_values_are_the_non_empty_cells_stripped_in_first_seen_order(tbcsv_mod):
+    rows = [{"host": " b "}, {"host": "a"}, {"host": ""}, {}, {"host": "b"}]
+    assert tbcsv_mod.distinct(rows, "host") == ["b", "a"]
+
+
+def test_a_timestamp_range_runs_from_the_first_to_the_last(tbcsv_mod):
+    stamps = ["2026-11-28T11:57:00Z", "2026-11-28T11:55:01Z", "2026-11-28T11:56:00Z"]
+    assert tbcsv_mod.timestamp_range([{"timestamp": t} for t in stamps]) == \
+        "2026-11-28T11:55:01Z – 2026-11-28T11:57:00Z"
 
 
 def source_columns() -> tuple[str, list[str]]:
@@ -154,3 +180,59 @@ def test_a_missing_module_names_debians_python_where_that_one_has_it(tbcsv_mod, 
     monkeypatch.setattr(tbcsv_mod.sys, "executable", "/nonexistent/python3")
     assert tbcsv_mod.with_module("json", "pip install json") == "run it with /usr/bin/python3, which has it"
     assert tbcsv_mod.with_module("no_such_module_anywhere", "pip install it") == "pip install it"
+
+
+def test_a_row_one_field_short_is_left_out_and_one_field_too_many_is_refused(tbcsv_mod, tmp_path, capsys):
+    """The edges of the rule above: a row missing only its last field is as cut short as one
+    missing most of them, and a single field too many is as glued as a whole row."""
+    lines = open(GPU_V3).read().splitlines()
+    short = tmp_path / "short.csv"
+    short.write_text("\n".join([lines[0], lines[1].rsplit(",", 1)[0], *lines[2:]]) + "\n")
+    table = tbcsv_mod.read_table(str(short))
+    assert len(table.rows) == len(lines) - 2
+    assert f"{short}: line 2 has {lines[0].count(',')} of the header's" in capsys.readouterr().err
+    long = tmp_path / "long.csv"
+    long.write_text("\n".join([lines[0], lines[1] + ",", *lines[2:]]) + "\n")
+    with pytest.raises(tbcsv_mod.InputError, match="line 2 has .* fields, the header has"):
+        tbcsv_mod.read_table(str(long))
+
+
+
+@pytest.mark.parametrize("first, message", [
+    ("", "not a trainbench CSV (line 1 is blank where the header starting with schema_version "
+         "should be)"),
+    (",,,", "not a trainbench CSV (line 1 is blank where the header starting with schema_version "
+            "should be)"),
+    (None, "empty file (no header, no rows)")])
+def test_a_blank_first_line_is_called_empty_only_where_nothing_follows(tbcsv_mod, tmp_path,
+                                                                       first, message):
+    """A blank line, or one of commas, before a run's header and rows was called an empty file
+    (no header, no rows); trainbench's reader calls it not a trainbench CSV."""
+    text = open(GPU_V3).read() if first is not None else ""
+    path = tmp_path / "blank_first.csv"
+    path.write_text(f"{first or ''}\n{text}\n\n")
+    with pytest.raises(tbcsv_mod.InputError) as e:
+        tbcsv_mod.read_table(str(path))
+    assert str(e.value) == f"{path}: {message}"
+
+@pytest.mark.parametrize("column", ["benchmark", "run_type", "status"])
+def test_a_file_without_a_column_every_row_needs_is_refused_naming_it(tbcsv_mod, tmp_path, column):
+    path = rewrite_csv(GPU_V3, tmp_path / "without.csv", drop=(column,))
+    with pytest.raises(tbcsv_mod.InputError) as e:
+        tbcsv_mod.read_table(path)
+    assert str(e.value) == f"{path}: not a trainbench CSV (missing column {column})"
+
+
+def test_a_row_with_some_of_version_7s_columns_gets_the_others_empty(tbcsv_mod, tmp_path):
+    """Early version 7 files have the instruction sets but not the windows (window_samples_per_s
+    came later in version 7): the reader gives their rows and header the columns they lack."""
+    generate = load_generator()
+    lacking = ("prediction_model", "window_samples_per_s")
+    header = [c for c in generate.V7_HEADER if c not in lacking]
+    row = {**generate.identity("mlp", "cpu", 2, generate.VM), "schema_version": "7",
+           "run_type": "iteration", "status": "ok", "samples_per_s": 100, "onednn_isa": "avx2"}
+    path = tmp_path / "early_v7.csv"
+    generate.write(path, header, [row])
+    table = tbcsv_mod.read_table(str(path))
+    assert [table.rows[0][c] for c in tbcsv_mod.SCHEMA_7_COLUMNS] == ["avx2", "", "", ""]
+    assert table.columns[-2:] == list(lacking)

@@ -165,6 +165,23 @@ def test_a_rate_above_its_band_is_outside_it_and_its_high_end_inside(tbcsv_mod, 
         assert mlp["verdicts"] == f"not_scaling+{verdict}", rate
 
 
+
+def test_the_prediction_over_the_runs_measured_link_is_the_one_a_row_is_compared_with(tbcsv_mod,
+                                                                                     tmp_path):
+    """bench/predict/predict.cpp compare: where predictions over several links match a row, the
+    one over this run's measured link, wherever it lies in the file; the mpi:2 MLP of
+    emulated-1gbit.csv, with a prediction over another link (and its own band) before it."""
+    path = ROOT / "results" / "vm" / "predictions-20261126T102553Z" / "emulated-1gbit.csv"
+    rows = raw_rows(path)
+    measured = "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured"
+    [i] = [k for k, r in enumerate(rows) if r["benchmark"] == measured]
+    other = {**rows[i], "benchmark": measured.replace(":measured", ":nvlink4"), "link": "nvlink4",
+             "samples_per_s_low": "1", "samples_per_s_high": "2"}
+    table = tbcsv_mod.read_table(write(tmp_path / "run.csv", list(rows[0]),
+                                       rows[:i] + [other] + rows[i:]))
+    mlp = row_of(table, "train/mlp/mnist/mpi:2/fp32/bs:100/emulated_nodes")
+    assert mlp["prediction"] == measured
+
 def test_a_written_efficiency_is_kept(tbcsv_mod):
     """results/vm/data-parallel-mpi.csv (schema 2): its mpi:2 rows wrote their efficiency (over
     a cpu:1 rate of the time): kept as written, the baseline named."""
@@ -220,6 +237,32 @@ def test_above_peak_not_scaling_and_slower_than_fp32(tbcsv_mod, tmp_path):
     assert two["baseline"] == "train/mlp/mnist/gpu:1/fp32/bs:100" and two["verdicts"] == "not_scaling"
     assert float(two["scaling_efficiency"]) == pytest.approx(900 / (2 * 1000))
 
+
+
+def test_as_many_samples_per_s_as_the_baseline_is_neither_not_scaling_nor_slower_than_fp32(
+        tbcsv_mod, tmp_path):
+    """bench/run/run.cpp and run_train.cpp give those verdicts to fewer samples/s only."""
+    rows = [v5_row("gpu:1", 1000, gpu_name="G"),
+            v5_row("gpu:1", 1000, precision="bf16", gpu_name="G"),
+            v5_row("gpu:2", 1000, replicas="2", gpu_name="G")]
+    _, bf16, two = read(tbcsv_mod, tmp_path, rows)
+    assert two["baseline"] == "train/mlp/mnist/gpu:1/fp32/bs:100"
+    assert bf16["verdicts"] == "" and two["verdicts"] == ""
+
+
+def test_a_skipped_cpu_row_is_no_rows_cpu_baseline(tbcsv_mod, tmp_path):
+    """bench/plan/baselines.cpp cpu_row passes over a cpu row with a skip reason."""
+    rows = [v5_row("cpu", 100, threads="4", status="skipped", samples_per_s=""),
+            v5_row("gpu:1", 1000)]
+    _, gpu = read(tbcsv_mod, tmp_path, rows)
+    assert gpu["cpu_baseline"] == "" and gpu["speedup_vs_cpu"] == ""
+
+
+def test_a_load_or_utilisation_at_its_bound_gets_no_verdict(tbcsv_mod, tmp_path):
+    """bench/run/harness.cpp and run.cpp: loaded above the threads used + 1, above_peak above 1;
+    a load of 4 + 1 and a utilisation of 1 are neither."""
+    [row] = read(tbcsv_mod, tmp_path, [v5_row("cpu", 100, threads="4", load="5", utilisation="1")])
+    assert row["verdicts"] == ""
 
 def test_rows_that_check_a_path_are_compared_with_nothing(tbcsv_mod, tmp_path):
     """Replicas sharing one GPU, GPU ranks as emulated nodes: no speedup, no scaling."""

@@ -85,8 +85,9 @@ def test_cpu_epoch_and_schema_5_rows_are_left_as_written(tbcsv_mod, tmp_path):
     assert row["clock"] == "wall" and table.notes == []
 
 
-def test_a_gpu_row_without_a_wall_clock_keeps_the_device_clock_and_says_so(tbcsv_mod, tmp_path):
-    table = read(tbcsv_mod, tmp_path, [gpu_row(wall=None), gpu_row(device="cpu", wall=0.01)])
+@pytest.mark.parametrize("wall", [None, -0.002])  # a negative step is no wall clock either
+def test_a_gpu_row_without_a_wall_clock_keeps_the_device_clock_and_says_so(tbcsv_mod, tmp_path, wall):
+    table = read(tbcsv_mod, tmp_path, [gpu_row(wall=wall), gpu_row(device="cpu", wall=0.01)])
     gpu, cpu = table.rows
     assert gpu["samples_per_s"] == "100000" and gpu["device_samples_per_s"] == "100000"
     assert gpu["clock"] == "device (no wall clock recorded)" and tbcsv_mod.on_device_clock(gpu)
