@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import tbcsv
 from tbplot.model import (Config, config_name, config_sort_key, efficiencies, precision_key,
-                          speedup_pairs)
+                          speedup_pairs, times)
 
 GIB = 2 ** 30
 # (metric title with its unit, formatter) in the order the table shows them.
@@ -25,7 +25,7 @@ def fmt_rate(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
-FORMATS = {"samples/s": fmt_rate, "speedup over cpu (x)": lambda v: f"{v:.3g}",
+FORMATS = {"samples/s": fmt_rate, "speedup over cpu (x)": lambda v: times(v, ""),
            "scaling efficiency (%)": lambda v: f"{100 * v:.0f}",
            "peak memory (GiB)": lambda v: f"{v / GIB:.3g}",
            "comm share (%)": lambda v: f"{100 * v:.1f}"}
