@@ -1,0 +1,110 @@
+"""What the charts and the report are drawn from (scripts/tbplot/model.py and summary.py), read
+without drawing: the order of configurations, panel titles, scaling lines, and which rows carry
+a speedup or a scaling efficiency. Each case is small enough to say by hand what it must give."""
+import pytest
+
+import tbcsv
+import tbdevices
+from conftest import data_file
+from tbplot.model import Config, Data, config_sort_key, efficiencies, panel_title, scaling_lines
+from tbplot.summary import cell, summarise
+
+GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
+
+
+def config(device, precision="fp32", batch="100", variant=""):
+    return Config("train", "mlp", "mnist", device, precision, batch, variant)
+
+
+def test_configurations_sort_by_device_variant_precision_then_batch_by_number():
+    # Plain first, then measured variants (fewer flags first, then by flag), predictions last;
+    # fp32, tf32, fp16, bf16 and then any other precision; batch 8 before 128, a batch that is
+    # not a number last.
+    want = [config("cpu"),
+            config("gpu:1", batch="8"), config("gpu:1", batch="128"), config("gpu:1", batch="?"),
+            config("gpu:1", "tf32"), config("gpu:1", "fp16"), config("gpu:1", "bf16"),
+            config("gpu:1", "fp8"),
+            config("gpu:1", variant="cuda_graph"),
+            config("gpu:1", variant="data_on_device/cuda_graph"),
+            config("gpu:1", variant="predicted:nvlink4")]
+    assert sorted(reversed(want), key=config_sort_key) == want
+
+
+def test_a_panel_title_names_a_kind_other_than_training_and_leaves_out_empty_parts():
+    assert panel_title(("train", "mlp", "mnist")) == "mlp · mnist"
+    assert panel_title(("epochs", "lenet5", "cifar10")) == "lenet5 · cifar10"
+    assert panel_title(("infer", "mlp", "")) == "infer · mlp"
+
+
+def test_gpu_scaling_lines_start_at_one_device_and_leave_mpi_out(tbcsv_mod):
+    lines = scaling_lines(Data([tbcsv_mod.read_table(GPU)]))
+    mlp = ("fixture-host", ("train", "mlp", "mnist"), "fp32", "bs:100")
+    assert lines[mlp] == {1: 1.0, 2: pytest.approx(0.71)}
+    assert len(lines) == 4  # mlp and resnet152, fp32 and bf16; the gpu:8 prediction is not one
+    # The CPU machine's mpi:2 rows have an efficiency, but no GPU line.
+    cpu = Data([tbcsv_mod.read_table(CPU)])
+    assert {c.device for _, c in efficiencies(cpu)} == {"mpi:2"}
+    assert scaling_lines(cpu) == {}
+
+
+# ---- the report's summary table ---------------------------------------------------------------
+
+def row(device, variant="", host="node", precision="fp32", **cells) -> dict:
+    """One ok repetition as schema 6 writes it, its kind's facts from tbdevices."""
+    measurement = "predicted" if "predicted" in variant else "measured"
+    kind = tbdevices.kind_of(device, variant, measurement=measurement)
+    return {"schema_version": "6", "benchmark": f"train/mlp/mnist/{device}/{precision}/bs:100",
+            "kind": "train", "model": "mlp", "dataset": "mnist", "device": device,
+            "precision": precision, "batch": "100", "variant": variant,
+            "device_kind": kind.name, "backend": kind.backend,
+            "data_parallel": str(kind.data_parallel or ""), "measurement": measurement,
+            "run_type": "iteration", "status": "ok", "host": host, "framework": "trainbench",
+            "samples_per_s": "1000", **{k: str(v) for k, v in cells.items()}}
+
+
+def data_of(*rows) -> Data:
+    return Data([tbcsv.Table("in-memory.csv", list(rows[0]), list(rows))])
+
+
+def test_columns_follow_the_device_order_not_the_names():
+    s = summarise(data_of(row("cpu"), row("gpu:10"), row("gpu:2"), row("gpu:1", "cuda_graph"),
+                          row("gpu:1", "optimizer:adam/data_on_device")))
+    assert [name for metric, name in s.columns if metric == "samples/s"] == [
+        "cpu", "gpu:1 cuda_graph", "gpu:1 optimizer:adam data_on_device", "gpu:2", "gpu:10"]
+
+
+def test_lines_follow_the_machines_the_models_and_trainbenchs_precisions():
+    rows = [row("cpu", host=h, precision=p) for h in ("zeta", "alpha") for p in ("bf16", "fp32")]
+    rows += [{**row("cpu", host="zeta"), "model": "lenet5", "dataset": "cifar10",
+              "benchmark": "train/lenet5/cifar10/cpu/fp32/bs:100"}]
+    rows.insert(0, rows.pop())  # lenet5 ran first
+    s = summarise(data_of(*rows))
+    assert s.several_series
+    assert [(ln.series, ln.config.model, ln.config.precision) for ln in s.lines] == [
+        ("zeta", "lenet5", "fp32"), ("zeta", "mlp", "fp32"), ("zeta", "mlp", "bf16"),
+        ("alpha", "mlp", "fp32"), ("alpha", "mlp", "bf16")]
+    assert not summarise(data_of(row("cpu"), row("gpu:1"))).several_series
+
+
+def test_only_prediction_columns_are_named_predictions():
+    assert summarise(data_of(row("cpu"), row("gpu:2"))).predicted == set()
+    s = summarise(data_of(row("gpu:1"), row("gpu:8", "predicted:nvlink4", comm_share=0.2)))
+    assert s.predicted == {"gpu:8 predicted (nvlink4)"}
+
+
+def test_peak_memory_is_the_devices_on_a_gpu_and_the_processs_on_the_cpu():
+    s = summarise(data_of(row("cpu", peak_rss_bytes=2 ** 30, mem_peak_bytes=5 * 2 ** 30),
+                          row("gpu:1", peak_rss_bytes=3 * 2 ** 30, mem_peak_bytes=2 ** 31),
+                          row("gpu:2", peak_rss_bytes=3 * 2 ** 30)))
+    line, = s.lines
+    assert line.values[("peak memory (GiB)", "cpu")] == 2 ** 30
+    assert line.values[("peak memory (GiB)", "gpu:1")] == 2 ** 31
+    # A GPU row without the device's peak has none: its process's is not the GPU's memory.
+    assert ("peak memory (GiB)", "gpu:2") not in line.values
+
+
+def test_comm_share_is_a_data_parallel_figure_and_zero_is_written():
+    s = summarise(data_of(row("gpu:1", comm_share=0), row("gpu:2", comm_share=0)))
+    line, = s.lines
+    assert [name for metric, name in s.columns if metric == "comm share (%)"] == ["gpu:2"]
+    assert cell(s, line, ("comm share (%)", "gpu:2")) == "0.0"
