@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import tbcsv
-from tbplot.model import (Config, config_name, config_sort_key, efficiencies, precision_key,
-                          speedup_pairs, times)
+from tbplot.model import (Config, batch_number, config_name, config_sort_key, efficiencies,
+                          precision_key, speedup_pairs, times)
 
 GIB = 2 ** 30
 # (metric title with its unit, formatter) in the order the table shows them.
@@ -99,7 +99,7 @@ def summarise(data) -> Summary:
     panels = {p: i for i, p in enumerate(dict.fromkeys(data.key(r)[1].panel for r in rows))}
     ordered = sorted(lines.values(), key=lambda ln: (
         series.get(ln.series, 0), panels.get(ln.config.panel, 0),
-        precision_key(ln.config.precision), ln.config.batch))
+        precision_key(ln.config.precision), batch_number(ln.config.batch), ln.config.batch))
     return Summary(ordered, columns, predicted, len({ln.series for ln in ordered}) > 1)
 
 

@@ -49,13 +49,13 @@ def test_gpu_scaling_lines_start_at_one_device_and_leave_mpi_out(tbcsv_mod):
 
 # ---- the report's summary table ---------------------------------------------------------------
 
-def row(device, variant="", host="node", precision="fp32", **cells) -> dict:
+def row(device, variant="", host="node", precision="fp32", batch="100", **cells) -> dict:
     """One ok repetition as schema 6 writes it, its kind's facts from tbdevices."""
     measurement = "predicted" if "predicted" in variant else "measured"
     kind = tbdevices.kind_of(device, variant, measurement=measurement)
-    return {"schema_version": "6", "benchmark": f"train/mlp/mnist/{device}/{precision}/bs:100",
+    return {"schema_version": "6", "benchmark": f"train/mlp/mnist/{device}/{precision}/bs:{batch}",
             "kind": "train", "model": "mlp", "dataset": "mnist", "device": device,
-            "precision": precision, "batch": "100", "variant": variant,
+            "precision": precision, "batch": batch, "variant": variant,
             "device_kind": kind.name, "backend": kind.backend,
             "data_parallel": str(kind.data_parallel or ""), "measurement": measurement,
             "run_type": "iteration", "status": "ok", "host": host, "framework": "trainbench",
@@ -84,6 +84,13 @@ def test_lines_follow_the_machines_the_models_and_trainbenchs_precisions():
         ("zeta", "lenet5", "fp32"), ("zeta", "mlp", "fp32"), ("zeta", "mlp", "bf16"),
         ("alpha", "mlp", "fp32"), ("alpha", "mlp", "bf16")]
     assert not summarise(data_of(row("cpu"), row("gpu:1"))).several_series
+
+
+def test_a_workloads_lines_run_from_the_smaller_batch_to_the_larger():
+    # ResNet-152 224 trains batch 8 on the CPU and 128 on the GPU: two lines, 8 first (as text,
+    # "128" came before "8").
+    s = summarise(data_of(row("gpu:1", batch="128"), row("cpu", batch="8")))
+    assert [ln.config.batch for ln in s.lines] == ["8", "128"]
 
 
 def test_only_prediction_columns_are_named_predictions():
