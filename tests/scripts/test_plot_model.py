@@ -6,8 +6,9 @@ import pytest
 import tbcsv
 import tbdevices
 from conftest import data_file
-from tbplot.model import Config, Data, config_sort_key, efficiencies, panel_title, scaling_lines
-from tbplot.summary import cell, summarise
+from tbplot.model import (Config, Data, config_of, config_sort_key, efficiencies, panel_title,
+                          scaling_lines)
+from tbplot.summary import cell, fmt_rate, summarise
 
 GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
 
@@ -28,6 +29,12 @@ def test_configurations_sort_by_device_variant_precision_then_batch_by_number():
             config("gpu:1", variant="data_on_device/cuda_graph"),
             config("gpu:1", variant="predicted:nvlink4")]
     assert sorted(reversed(want), key=config_sort_key) == want
+
+
+def test_a_variant_with_blanks_around_it_is_the_same_configuration():
+    # A hand-edited CSV: the variant is the row's identity, as field_of reads the others.
+    plain = {"benchmark": "train/mlp/mnist/gpu:1/fp32/bs:100", "variant": "data_on_device"}
+    assert config_of({**plain, "variant": " data_on_device "}) == config_of(plain)
 
 
 def test_a_panel_title_names_a_kind_other_than_training_and_leaves_out_empty_parts():
@@ -108,6 +115,11 @@ def test_peak_memory_is_the_devices_on_a_gpu_and_the_processs_on_the_cpu():
     assert line.values[("peak memory (GiB)", "gpu:1")] == 2 ** 31
     # A GPU row without the device's peak has none: its process's is not the GPU's memory.
     assert ("peak memory (GiB)", "gpu:2") not in line.values
+
+
+def test_a_rate_is_written_whole_from_100_and_with_3_digits_below():
+    assert [fmt_rate(v) for v in (17560.4, 999.7, 100.0, 99.94, 4.125)] == [
+        "17,560", "1,000", "100", "99.9", "4.12"]
 
 
 def test_comm_share_is_a_data_parallel_figure_and_zero_is_written():
