@@ -7,7 +7,7 @@ import tbcsv
 import tbdevices
 from conftest import data_file
 from tbplot.model import (Config, Data, config_of, config_sort_key, efficiencies, panel_title,
-                          scaling_lines)
+                          scaling_lines, speedup_pairs, times)
 from tbplot.summary import cell, fmt_rate, summarise
 
 GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
@@ -82,13 +82,13 @@ def test_columns_follow_the_device_order_not_the_names():
 
 def test_lines_follow_the_machines_the_models_and_trainbenchs_precisions():
     rows = [row("cpu", host=h, precision=p) for h in ("zeta", "alpha") for p in ("bf16", "fp32")]
-    rows += [{**row("cpu", host="zeta"), "model": "lenet5", "dataset": "cifar10",
-              "benchmark": "train/lenet5/cifar10/cpu/fp32/bs:100"}]
+    rows += [{**row("cpu", host="zeta", precision="bf16"), "model": "lenet5",
+              "dataset": "cifar10", "benchmark": "train/lenet5/cifar10/cpu/bf16/bs:100"}]
     rows.insert(0, rows.pop())  # lenet5 ran first
     s = summarise(data_of(*rows))
     assert s.several_series
     assert [(ln.series, ln.config.model, ln.config.precision) for ln in s.lines] == [
-        ("zeta", "lenet5", "fp32"), ("zeta", "mlp", "fp32"), ("zeta", "mlp", "bf16"),
+        ("zeta", "lenet5", "bf16"), ("zeta", "mlp", "fp32"), ("zeta", "mlp", "bf16"),
         ("alpha", "mlp", "fp32"), ("alpha", "mlp", "bf16")]
     assert not summarise(data_of(row("cpu"), row("gpu:1"))).several_series
 
@@ -117,6 +117,10 @@ def test_peak_memory_is_the_devices_on_a_gpu_and_the_processs_on_the_cpu():
     assert ("peak memory (GiB)", "gpu:2") not in line.values
 
 
+def test_a_ratio_is_written_whole_from_100_and_with_3_digits_below():
+    assert [times(v) for v in (3956.2, 999.7, 550.0, 7.44)] == ["3,956×", "1,000×", "550×", "7.44×"]
+
+
 def test_a_rate_is_written_whole_from_100_and_with_3_digits_below():
     assert [fmt_rate(v) for v in (17560.4, 999.7, 100.0, 99.94, 4.125)] == [
         "17,560", "1,000", "100", "99.9", "4.12"]
@@ -127,3 +131,39 @@ def test_comm_share_is_a_data_parallel_figure_and_zero_is_written():
     line, = s.lines
     assert [name for metric, name in s.columns if metric == "comm share (%)"] == ["gpu:2"]
     assert cell(s, line, ("comm share (%)", "gpu:2")) == "0.0"
+
+
+# ---- series, speedups and efficiencies of hand-made rows ----------------------------------------
+
+def test_a_machine_at_two_commits_is_two_series_unless_latest_and_peer_rows_never_split_it():
+    older = {**row("cpu"), "git_commit": "aaa", "timestamp": "2026-11-01T00:00:00Z"}
+    newer = {**row("gpu:1"), "git_commit": "bbb", "timestamp": "2026-11-02T00:00:00Z"}
+    assert data_of(older, newer).series == ["node @ aaa", "node @ bbb"]
+    assert Data([tbcsv.Table("in-memory.csv", list(older), [older, newer])],
+                latest=True).series == ["node"]
+    pytorch = {**row("gpu:1"), "framework": "pytorch", "git_commit": ""}
+    assert data_of(older, pytorch).series == ["node", "node · pytorch"]
+
+
+def test_a_speedup_is_shown_where_it_is_positive():
+    pairs = speedup_pairs(data_of(
+        row("gpu:1", speedup_vs_cpu=0, cpu_baseline="train/mlp/mnist/cpu/fp32/bs:100"),
+        row("gpu:2", speedup_vs_cpu=3, cpu_baseline="train/mlp/mnist/cpu/fp32/bs:100")))
+    assert [(c.device, p.ratio) for (_, c), p in pairs.items()] == [("gpu:2", 3)]
+
+
+def test_only_devices_of_their_own_sharing_gradients_have_a_scaling_efficiency():
+    # A file that carries a figure where trainbench writes none (one GPU, replicas sharing one)
+    # still shows none there.
+    data = data_of(row("gpu:1", scaling_efficiency=1), row("gpu:2", scaling_efficiency=0.9),
+                   row("gpu:2", "shared_device", scaling_efficiency=0.5))
+    assert [(c.device, c.variant, e) for (_, c), e in efficiencies(data).items()] == [
+        ("gpu:2", "", 0.9)]
+
+
+def test_a_variants_scaling_is_a_line_of_its_own():
+    lines = scaling_lines(data_of(row("gpu:2", scaling_efficiency=0.9),
+                                  row("gpu:2", "data_on_device", scaling_efficiency=0.8)))
+    panel = ("train", "mlp", "mnist")
+    assert lines == {("node", panel, "fp32", "bs:100"): {1: 1.0, 2: 0.9},
+                     ("node", panel, "fp32", "bs:100 data_on_device"): {1: 1.0, 2: 0.8}}

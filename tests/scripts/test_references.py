@@ -343,13 +343,13 @@ def test_reference_bars_are_plain_cpu_and_gpu1_rows_and_each_links_largest_predi
 
 def test_each_cpu_row_of_this_machine_has_a_line_and_a_machine_without_one_no_table():
     ref = reference_of("REF", rate_row("gpu:1", 5000, host="ref"))
-    own = [rate_row("cpu", 50), rate_row("cpu", 40, "optimizer:adam"),
+    own = [rate_row("cpu", 4.125), rate_row("cpu", 400, "optimizer:adam"),
            rate_row("gpu:1", 4000, host="gpu-box")]
     tables = versus.versus_tables(versus_data(own, ref))
     assert [t.series for t in tables] == ["vm"]  # gpu-box has no cpu row
-    assert [line[1:3] for line in tables[0].rows] == [["fp32, bs 100", "50"],
-                                                      ["fp32, bs 100, optimizer:adam", "40"]]
-    assert tables[0].rows[0][3].startswith("100x (") and tables[0].rows[1][3] == ""
+    assert [line[1:3] for line in tables[0].rows] == [["fp32, bs 100", "4.12"],
+                                                      ["fp32, bs 100, optimizer:adam", "400"]]
+    assert tables[0].rows[0][3] == "1,212x (5k/s)" and tables[0].rows[1][3] == ""
 
 
 def test_columns_follow_the_references_order_then_the_device_order():
@@ -365,3 +365,22 @@ def test_only_versions_both_runs_name_and_that_differ_are_said():
                                        compiler="gcc 12", onednn="3.6"))
     data = versus_data([rate_row("cpu", 50, git_commit="bbb", compiler="gcc 12", onednn="")], ref)
     assert versus.version_differences(data, "vm", "REF") == "git_commit aaa vs bbb"
+    same = versus_data([rate_row("cpu", 50, git_commit="aaa", compiler="gcc 12")], ref)
+    table, = versus.versus_tables(same)
+    assert not any(n.startswith("Versions differ") for n in table.notes), table.notes
+
+
+def test_a_references_epoch_rows_are_not_its_bars():
+    epoch = {**rate_row("cpu", 90, host="ref"), "benchmark": "epochs/mlp/mnist/cpu/fp32/bs:100",
+             "kind": "epochs", "epoch": "1"}
+    data = versus_data([rate_row("cpu", 50)], reference_of("REF", rate_row("cpu", 100, host="ref"),
+                                                           epoch))
+    assert [r["kind"] for r in data.reference_rows] == ["train"]
+
+
+def test_the_markdown_table_aligns_figures_right_and_escapes_a_pipe():
+    table = versus.VersusTable("vm", ["workload", "this cpu row", "this cpu samples/s", "H100"],
+                               [["mlp · mnist", "fp32, bs 100", "50", "a|b"]], ["A note."])
+    assert versus.render_markdown([table]).splitlines()[2:5] == [
+        "| workload | this cpu row | this cpu samples/s | H100 |", "| --- | --- | ---: | ---: |",
+        "| mlp · mnist | fp32, bs 100 | 50 | a\\|b |"]
