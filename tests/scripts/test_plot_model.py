@@ -6,8 +6,8 @@ import pytest
 import tbcsv
 import tbdevices
 from conftest import data_file
-from tbplot.model import (Config, Data, config_of, config_sort_key, efficiencies, panel_title,
-                          scaling_lines, speedup_pairs, times)
+from tbplot.model import (Config, Data, clock_notes, config_of, config_sort_key, efficiencies,
+                          host_cpu, panel_title, scaling_lines, short_cpu, speedup_pairs, times)
 from tbplot.summary import cell, fmt_rate, summarise
 
 GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
@@ -137,19 +137,21 @@ def test_comm_share_is_a_data_parallel_figure_and_zero_is_written():
 
 def test_a_machine_at_two_commits_is_two_series_unless_latest_and_peer_rows_never_split_it():
     older = {**row("cpu"), "git_commit": "aaa", "timestamp": "2026-11-01T00:00:00Z"}
-    newer = {**row("gpu:1"), "git_commit": "bbb", "timestamp": "2026-11-02T00:00:00Z"}
-    assert data_of(older, newer).series == ["node @ aaa", "node @ bbb"]
+    newer = {**row("gpu:1"), "git_commit": "2465388134a9b1c2d3e4", "timestamp": "2026-11-02T00:00:00Z"}
+    assert data_of(older, newer).series == ["node @ aaa", "node @ 2465388134a9"]
     assert Data([tbcsv.Table("in-memory.csv", list(older), [older, newer])],
                 latest=True).series == ["node"]
     pytorch = {**row("gpu:1"), "framework": "pytorch", "git_commit": ""}
     assert data_of(older, pytorch).series == ["node", "node · pytorch"]
 
 
-def test_a_speedup_is_shown_where_it_is_positive():
+def test_a_speedup_is_shown_where_it_is_positive_predictions_included():
+    cpu = "train/mlp/mnist/cpu/fp32/bs:100"
     pairs = speedup_pairs(data_of(
-        row("gpu:1", speedup_vs_cpu=0, cpu_baseline="train/mlp/mnist/cpu/fp32/bs:100"),
-        row("gpu:2", speedup_vs_cpu=3, cpu_baseline="train/mlp/mnist/cpu/fp32/bs:100")))
-    assert [(c.device, p.ratio) for (_, c), p in pairs.items()] == [("gpu:2", 3)]
+        row("gpu:1", speedup_vs_cpu=0, cpu_baseline=cpu),
+        row("gpu:2", speedup_vs_cpu=3, cpu_baseline=cpu),
+        row("gpu:8", "predicted:nvlink4", speedup_vs_cpu=11, cpu_baseline=cpu)))
+    assert [(c.device, p.ratio) for (_, c), p in pairs.items()] == [("gpu:2", 3), ("gpu:8", 11)]
 
 
 def test_only_devices_of_their_own_sharing_gradients_have_a_scaling_efficiency():
@@ -167,3 +169,40 @@ def test_a_variants_scaling_is_a_line_of_its_own():
     panel = ("train", "mlp", "mnist")
     assert lines == {("node", panel, "fp32", "bs:100"): {1: 1.0, 2: 0.9},
                      ("node", panel, "fp32", "bs:100 data_on_device"): {1: 1.0, 2: 0.8}}
+
+
+def test_a_machine_is_named_by_its_hardware_once():
+    vm = row("cpu", host="vm", cpu_model="Intel(R) Xeon(R) Processor", cores="2")
+    gpu_vm = row("gpu:1", host="vm", cpu_model="Intel(R) Xeon(R) Processor", cores="16",
+                 gpu_name="NVIDIA H100 80GB HBM3")
+    alone = data_of(vm)
+    assert alone.machine_name("vm") == "vm (Intel Xeon, 2 cores)"
+    # One host name, two machines: the series says the hardware already.
+    two = data_of(vm, gpu_vm)
+    assert two.series == ["vm (Intel Xeon, 2 cores)", "vm (H100 80GB HBM3)"]
+    assert [two.machine_name(s) for s in two.series] == two.series
+    # Two of them with the same GPU: the CPU and its cores tell them apart.
+    eight = {**gpu_vm, "cores": "8", "benchmark": "train/mlp/mnist/gpu:1/bf16/bs:100"}
+    assert data_of(gpu_vm, eight).series == ["vm (H100 80GB HBM3, Intel Xeon, 16 cores)",
+                                             "vm (H100 80GB HBM3, Intel Xeon, 8 cores)"]
+
+
+def test_a_cpu_is_named_without_its_clock_and_trademarks_and_its_cores_only_when_known():
+    gold = "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz"
+    assert short_cpu(gold, "8") == "Intel Xeon Gold 6230, 8 cores"
+    assert short_cpu(gold) == "Intel Xeon Gold 6230"
+    assert short_cpu("") == "CPU ?"
+    assert host_cpu(gold, " 16 ") == "16-core Intel Xeon Gold 6230"
+    assert host_cpu(gold, "") == "Intel Xeon Gold 6230"
+
+
+def test_the_clock_note_names_the_ok_rows_on_the_device_clock_four_at_most():
+    device = [row(f"gpu:{n}", clock=tbcsv.CLOCK_DEVICE) for n in (1, 2, 3, 4, 5, 6)]
+    failed = {**row("gpu:7", clock=tbcsv.CLOCK_DEVICE), "status": "failed"}
+    data = data_of(row("cpu"), *device, failed)
+    wall, said = clock_notes(data, data.rows)
+    assert wall == "Samples/s on the wall clock (host gaps included; a GPU step ends when the " \
+                   "device is done)."
+    assert said.endswith(": node: mlp · mnist gpu:1 fp32, mlp · mnist gpu:2 fp32, mlp · mnist "
+                         "gpu:3 fp32, mlp · mnist gpu:4 fp32 and 2 more."), said
+    assert clock_notes(data, [row("cpu")]) == [wall]
