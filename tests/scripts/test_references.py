@@ -350,6 +350,7 @@ def test_each_cpu_row_of_this_machine_has_a_line_and_a_machine_without_one_no_ta
     assert [line[1:3] for line in tables[0].rows] == [["fp32, bs 100", "4.12"],
                                                       ["fp32, bs 100, optimizer:adam", "400"]]
     assert tables[0].rows[0][3] == "1,212x (5k/s)" and tables[0].rows[1][3] == ""
+    assert versus.versus_tables(versus_data(own)) == []  # no reference, no table
 
 
 def test_columns_follow_the_references_order_then_the_device_order():
