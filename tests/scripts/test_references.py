@@ -148,6 +148,12 @@ def test_a_broken_index_is_named(tmp_path):
                              "about")
 
 
+def test_a_path_is_named_from_the_working_folder_where_it_lies_under_it_else_in_full():
+    assert references.near(Path.cwd() / "results" / "x.csv") == os.path.join("results", "x.csv")
+    outside = Path.cwd().parent / "x.csv"
+    assert references.near(outside) == str(outside)
+
+
 def test_a_reference_is_chosen_by_its_folder_or_its_index_once_each():
     index = (H100_DIR / "reference.json").resolve()
     assert references.chosen_indexes([str(H100_DIR), f"{index}, {H100_DIR}"]) == [index]
