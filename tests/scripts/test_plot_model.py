@@ -163,6 +163,14 @@ def test_only_devices_of_their_own_sharing_gradients_have_a_scaling_efficiency()
         ("gpu:2", "", 0.9)]
 
 
+def test_a_scaling_line_runs_from_the_fewest_devices_whatever_the_rows_order():
+    # The chart draws a line through its points in this order.
+    lines = scaling_lines(data_of(row("gpu:4", scaling_efficiency=0.8),
+                                  row("gpu:2", scaling_efficiency=0.9)))
+    line, = lines.values()
+    assert list(line.items()) == [(1, 1.0), (2, 0.9), (4, 0.8)]
+
+
 def test_a_variants_scaling_is_a_line_of_its_own():
     lines = scaling_lines(data_of(row("gpu:2", scaling_efficiency=0.9),
                                   row("gpu:2", "data_on_device", scaling_efficiency=0.8)))

@@ -154,6 +154,13 @@ def test_a_path_is_named_from_the_working_folder_where_it_lies_under_it_else_in_
     assert references.near(outside) == str(outside)
 
 
+def test_a_reference_given_as_an_input_by_a_relative_path_is_not_drawn_twice(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    refs, said = references.load_references([str(H100_DIR)], [os.path.relpath(H100_RUN)])
+    assert refs == [] and said == [f"reference H100: results/h100/{H100_RUN.name} is among the "
+                                   "inputs, not drawn twice"]
+
+
 def test_a_reference_is_chosen_by_its_folder_or_its_index_once_each():
     index = (H100_DIR / "reference.json").resolve()
     assert references.chosen_indexes([str(H100_DIR), f"{index}, {H100_DIR}"]) == [index]
@@ -349,7 +356,9 @@ def test_reference_bars_are_plain_cpu_and_gpu1_rows_and_each_links_largest_predi
 
 def test_each_cpu_row_of_this_machine_has_a_line_and_a_machine_without_one_no_table():
     ref = reference_of("REF", rate_row("gpu:1", 5000, host="ref"))
-    own = [rate_row("cpu", 4.125), rate_row("cpu", 400, "optimizer:adam"),
+    epoch = {**rate_row("cpu", 90), "benchmark": "epochs/mlp/mnist/cpu/fp32/bs:100",
+             "kind": "epochs", "epoch": "1"}  # a curve's point, not a steady-state rate
+    own = [rate_row("cpu", 4.125), rate_row("cpu", 400, "optimizer:adam"), epoch,
            rate_row("gpu:1", 4000, host="gpu-box")]
     tables = versus.versus_tables(versus_data(own, ref))
     assert [t.series for t in tables] == ["vm"]  # gpu-box has no cpu row
