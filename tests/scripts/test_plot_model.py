@@ -1,6 +1,8 @@
 """What the charts and the report are drawn from (scripts/tbplot/model.py and summary.py), read
-without drawing: the order of configurations, panel titles, scaling lines, and which rows carry
-a speedup or a scaling efficiency. Each case is small enough to say by hand what it must give."""
+without drawing, on rows made by hand: the order of configurations and panels, series and machine
+names, the clock note, which rows carry a speedup or a scaling efficiency and how they are
+written, and the summary table's columns, lines and cells. Each case is small enough to say by
+hand what it must give."""
 import pytest
 
 import tbcsv
@@ -16,6 +18,25 @@ GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
 def config(device, precision="fp32", batch="100", variant=""):
     return Config("train", "mlp", "mnist", device, precision, batch, variant)
 
+
+def row(device, variant="", host="node", precision="fp32", batch="100", **cells) -> dict:
+    """One ok repetition as schema 6 writes it, its kind's facts from tbdevices."""
+    measurement = "predicted" if "predicted" in variant else "measured"
+    kind = tbdevices.kind_of(device, variant, measurement=measurement)
+    return {"schema_version": "6", "benchmark": f"train/mlp/mnist/{device}/{precision}/bs:{batch}",
+            "kind": "train", "model": "mlp", "dataset": "mnist", "device": device,
+            "precision": precision, "batch": batch, "variant": variant,
+            "device_kind": kind.name, "backend": kind.backend,
+            "data_parallel": str(kind.data_parallel or ""), "measurement": measurement,
+            "run_type": "iteration", "status": "ok", "host": host, "framework": "trainbench",
+            "samples_per_s": "1000", **{k: str(v) for k, v in cells.items()}}
+
+
+def data_of(*rows) -> Data:
+    return Data([tbcsv.Table("in-memory.csv", list(rows[0]), list(rows))])
+
+
+# ---- configurations and panels ---------------------------------------------------------------
 
 def test_configurations_sort_by_device_variant_precision_then_batch_by_number():
     # Plain first, then measured variants (fewer flags first, then by flag), predictions last;
@@ -43,6 +64,81 @@ def test_a_panel_title_names_a_kind_other_than_training_and_leaves_out_empty_par
     assert panel_title(("infer", "mlp", "")) == "infer · mlp"
 
 
+# ---- series, machine names and the clock note ------------------------------------------------
+
+def test_a_machine_at_two_commits_is_two_series_unless_latest_and_peer_rows_never_split_it():
+    older = {**row("cpu"), "git_commit": "aaa", "timestamp": "2026-11-01T00:00:00Z"}
+    newer = {**row("gpu:1"), "git_commit": "2465388134a9b1c2d3e4",
+             "timestamp": "2026-11-02T00:00:00Z"}
+    assert data_of(older, newer).series == ["node @ aaa", "node @ 2465388134a9"]
+    assert Data([tbcsv.Table("in-memory.csv", list(older), [older, newer])],
+                latest=True).series == ["node"]
+    pytorch = {**row("gpu:1"), "framework": "pytorch", "git_commit": ""}
+    assert data_of(older, pytorch).series == ["node", "node · pytorch"]
+
+
+def test_a_machine_is_named_by_its_hardware_once():
+    vm = row("cpu", host="vm", cpu_model="Intel(R) Xeon(R) Processor", cores="2")
+    gpu_vm = row("gpu:1", host="vm", cpu_model="Intel(R) Xeon(R) Processor", cores="16",
+                 gpu_name="NVIDIA H100 80GB HBM3")
+    alone = data_of(vm)
+    assert alone.machine_name("vm") == "vm (Intel Xeon, 2 cores)"
+    # One host name, two machines: the series says the hardware already.
+    two = data_of(vm, gpu_vm)
+    assert two.series == ["vm (Intel Xeon, 2 cores)", "vm (H100 80GB HBM3)"]
+    assert [two.machine_name(s) for s in two.series] == two.series
+    # Two of them with the same GPU: the CPU and its cores tell them apart.
+    eight = {**gpu_vm, "cores": "8", "benchmark": "train/mlp/mnist/gpu:1/bf16/bs:100"}
+    assert data_of(gpu_vm, eight).series == ["vm (H100 80GB HBM3, Intel Xeon, 16 cores)",
+                                             "vm (H100 80GB HBM3, Intel Xeon, 8 cores)"]
+
+
+def test_a_cpu_is_named_without_its_clock_and_trademarks_and_its_cores_only_when_known():
+    gold = "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz"
+    assert short_cpu(gold, "8") == "Intel Xeon Gold 6230, 8 cores"
+    assert short_cpu(gold) == "Intel Xeon Gold 6230"
+    assert short_cpu("") == "CPU ?"
+    assert host_cpu(gold, " 16 ") == "16-core Intel Xeon Gold 6230"
+    assert host_cpu(gold, "") == "Intel Xeon Gold 6230"
+
+
+def test_the_clock_note_names_the_ok_rows_on_the_device_clock_four_at_most():
+    device = [row(f"gpu:{n}", clock=tbcsv.CLOCK_DEVICE) for n in (1, 2, 3, 4, 5, 6)]
+    failed = {**row("gpu:7", clock=tbcsv.CLOCK_DEVICE), "status": "failed"}
+    data = data_of(row("cpu"), *device, failed)
+    wall, said = clock_notes(data, data.rows)
+    assert wall == "Samples/s on the wall clock (host gaps included; a GPU step ends when the " \
+                   "device is done)."
+    assert said.endswith(": node: mlp · mnist gpu:1 fp32, mlp · mnist gpu:2 fp32, mlp · mnist "
+                         "gpu:3 fp32, mlp · mnist gpu:4 fp32 and 2 more."), said
+    assert clock_notes(data, [row("cpu")]) == [wall]
+
+
+# ---- speedups and scaling --------------------------------------------------------------------
+
+def test_a_speedup_is_shown_where_it_is_positive_predictions_included():
+    cpu = "train/mlp/mnist/cpu/fp32/bs:100"
+    pairs = speedup_pairs(data_of(
+        row("gpu:1", speedup_vs_cpu=0, cpu_baseline=cpu),
+        row("gpu:2", speedup_vs_cpu=3, cpu_baseline=cpu),
+        row("gpu:8", "predicted:nvlink4", speedup_vs_cpu=11, cpu_baseline=cpu)))
+    assert [(c.device, p.ratio) for (_, c), p in pairs.items()] == [("gpu:2", 3), ("gpu:8", 11)]
+
+
+def test_a_ratio_is_written_whole_from_100_and_with_3_digits_below():
+    assert [times(v) for v in (3956.2, 999.7, 550.0, 7.44)] == [
+        "3,956×", "1,000×", "550×", "7.44×"]
+
+
+def test_only_devices_of_their_own_sharing_gradients_have_a_scaling_efficiency():
+    # A file that carries a figure where trainbench writes none (one GPU, replicas sharing one)
+    # still shows none there.
+    data = data_of(row("gpu:1", scaling_efficiency=1), row("gpu:2", scaling_efficiency=0.9),
+                   row("gpu:2", "shared_device", scaling_efficiency=0.5))
+    assert [(c.device, c.variant, e) for (_, c), e in efficiencies(data).items()] == [
+        ("gpu:2", "", 0.9)]
+
+
 def test_gpu_scaling_lines_start_at_one_device_and_leave_mpi_out(tbcsv_mod):
     lines = scaling_lines(Data([tbcsv_mod.read_table(GPU)]))
     mlp = ("fixture-host", ("train", "mlp", "mnist"), "fp32", "bs:100")
@@ -54,24 +150,23 @@ def test_gpu_scaling_lines_start_at_one_device_and_leave_mpi_out(tbcsv_mod):
     assert scaling_lines(cpu) == {}
 
 
-# ---- the report's summary table ---------------------------------------------------------------
-
-def row(device, variant="", host="node", precision="fp32", batch="100", **cells) -> dict:
-    """One ok repetition as schema 6 writes it, its kind's facts from tbdevices."""
-    measurement = "predicted" if "predicted" in variant else "measured"
-    kind = tbdevices.kind_of(device, variant, measurement=measurement)
-    return {"schema_version": "6", "benchmark": f"train/mlp/mnist/{device}/{precision}/bs:{batch}",
-            "kind": "train", "model": "mlp", "dataset": "mnist", "device": device,
-            "precision": precision, "batch": batch, "variant": variant,
-            "device_kind": kind.name, "backend": kind.backend,
-            "data_parallel": str(kind.data_parallel or ""), "measurement": measurement,
-            "run_type": "iteration", "status": "ok", "host": host, "framework": "trainbench",
-            "samples_per_s": "1000", **{k: str(v) for k, v in cells.items()}}
+def test_a_scaling_line_runs_from_the_fewest_devices_whatever_the_rows_order():
+    # The chart draws a line through its points in this order.
+    lines = scaling_lines(data_of(row("gpu:4", scaling_efficiency=0.8),
+                                  row("gpu:2", scaling_efficiency=0.9)))
+    line, = lines.values()
+    assert list(line.items()) == [(1, 1.0), (2, 0.9), (4, 0.8)]
 
 
-def data_of(*rows) -> Data:
-    return Data([tbcsv.Table("in-memory.csv", list(rows[0]), list(rows))])
+def test_a_variants_scaling_is_a_line_of_its_own():
+    lines = scaling_lines(data_of(row("gpu:2", scaling_efficiency=0.9),
+                                  row("gpu:2", "data_on_device", scaling_efficiency=0.8)))
+    panel = ("train", "mlp", "mnist")
+    assert lines == {("node", panel, "fp32", "bs:100"): {1: 1.0, 2: 0.9},
+                     ("node", panel, "fp32", "bs:100 data_on_device"): {1: 1.0, 2: 0.8}}
 
+
+# ---- the report's summary table --------------------------------------------------------------
 
 def test_columns_follow_the_device_order_not_the_names():
     s = summarise(data_of(row("cpu"), row("gpu:10"), row("gpu:2"), row("gpu:1", "cuda_graph"),
@@ -117,10 +212,6 @@ def test_peak_memory_is_the_devices_on_a_gpu_and_the_processs_on_the_cpu():
     assert ("peak memory (GiB)", "gpu:2") not in line.values
 
 
-def test_a_ratio_is_written_whole_from_100_and_with_3_digits_below():
-    assert [times(v) for v in (3956.2, 999.7, 550.0, 7.44)] == ["3,956×", "1,000×", "550×", "7.44×"]
-
-
 def test_a_rate_is_written_whole_from_100_and_with_3_digits_below():
     assert [fmt_rate(v) for v in (17560.4, 999.7, 100.0, 99.94, 4.125)] == [
         "17,560", "1,000", "100", "99.9", "4.12"]
@@ -131,86 +222,3 @@ def test_comm_share_is_a_data_parallel_figure_and_zero_is_written():
     line, = s.lines
     assert [name for metric, name in s.columns if metric == "comm share (%)"] == ["gpu:2"]
     assert cell(s, line, ("comm share (%)", "gpu:2")) == "0.0"
-
-
-# ---- series, speedups and efficiencies of hand-made rows ----------------------------------------
-
-def test_a_machine_at_two_commits_is_two_series_unless_latest_and_peer_rows_never_split_it():
-    older = {**row("cpu"), "git_commit": "aaa", "timestamp": "2026-11-01T00:00:00Z"}
-    newer = {**row("gpu:1"), "git_commit": "2465388134a9b1c2d3e4", "timestamp": "2026-11-02T00:00:00Z"}
-    assert data_of(older, newer).series == ["node @ aaa", "node @ 2465388134a9"]
-    assert Data([tbcsv.Table("in-memory.csv", list(older), [older, newer])],
-                latest=True).series == ["node"]
-    pytorch = {**row("gpu:1"), "framework": "pytorch", "git_commit": ""}
-    assert data_of(older, pytorch).series == ["node", "node · pytorch"]
-
-
-def test_a_speedup_is_shown_where_it_is_positive_predictions_included():
-    cpu = "train/mlp/mnist/cpu/fp32/bs:100"
-    pairs = speedup_pairs(data_of(
-        row("gpu:1", speedup_vs_cpu=0, cpu_baseline=cpu),
-        row("gpu:2", speedup_vs_cpu=3, cpu_baseline=cpu),
-        row("gpu:8", "predicted:nvlink4", speedup_vs_cpu=11, cpu_baseline=cpu)))
-    assert [(c.device, p.ratio) for (_, c), p in pairs.items()] == [("gpu:2", 3), ("gpu:8", 11)]
-
-
-def test_only_devices_of_their_own_sharing_gradients_have_a_scaling_efficiency():
-    # A file that carries a figure where trainbench writes none (one GPU, replicas sharing one)
-    # still shows none there.
-    data = data_of(row("gpu:1", scaling_efficiency=1), row("gpu:2", scaling_efficiency=0.9),
-                   row("gpu:2", "shared_device", scaling_efficiency=0.5))
-    assert [(c.device, c.variant, e) for (_, c), e in efficiencies(data).items()] == [
-        ("gpu:2", "", 0.9)]
-
-
-def test_a_scaling_line_runs_from_the_fewest_devices_whatever_the_rows_order():
-    # The chart draws a line through its points in this order.
-    lines = scaling_lines(data_of(row("gpu:4", scaling_efficiency=0.8),
-                                  row("gpu:2", scaling_efficiency=0.9)))
-    line, = lines.values()
-    assert list(line.items()) == [(1, 1.0), (2, 0.9), (4, 0.8)]
-
-
-def test_a_variants_scaling_is_a_line_of_its_own():
-    lines = scaling_lines(data_of(row("gpu:2", scaling_efficiency=0.9),
-                                  row("gpu:2", "data_on_device", scaling_efficiency=0.8)))
-    panel = ("train", "mlp", "mnist")
-    assert lines == {("node", panel, "fp32", "bs:100"): {1: 1.0, 2: 0.9},
-                     ("node", panel, "fp32", "bs:100 data_on_device"): {1: 1.0, 2: 0.8}}
-
-
-def test_a_machine_is_named_by_its_hardware_once():
-    vm = row("cpu", host="vm", cpu_model="Intel(R) Xeon(R) Processor", cores="2")
-    gpu_vm = row("gpu:1", host="vm", cpu_model="Intel(R) Xeon(R) Processor", cores="16",
-                 gpu_name="NVIDIA H100 80GB HBM3")
-    alone = data_of(vm)
-    assert alone.machine_name("vm") == "vm (Intel Xeon, 2 cores)"
-    # One host name, two machines: the series says the hardware already.
-    two = data_of(vm, gpu_vm)
-    assert two.series == ["vm (Intel Xeon, 2 cores)", "vm (H100 80GB HBM3)"]
-    assert [two.machine_name(s) for s in two.series] == two.series
-    # Two of them with the same GPU: the CPU and its cores tell them apart.
-    eight = {**gpu_vm, "cores": "8", "benchmark": "train/mlp/mnist/gpu:1/bf16/bs:100"}
-    assert data_of(gpu_vm, eight).series == ["vm (H100 80GB HBM3, Intel Xeon, 16 cores)",
-                                             "vm (H100 80GB HBM3, Intel Xeon, 8 cores)"]
-
-
-def test_a_cpu_is_named_without_its_clock_and_trademarks_and_its_cores_only_when_known():
-    gold = "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz"
-    assert short_cpu(gold, "8") == "Intel Xeon Gold 6230, 8 cores"
-    assert short_cpu(gold) == "Intel Xeon Gold 6230"
-    assert short_cpu("") == "CPU ?"
-    assert host_cpu(gold, " 16 ") == "16-core Intel Xeon Gold 6230"
-    assert host_cpu(gold, "") == "Intel Xeon Gold 6230"
-
-
-def test_the_clock_note_names_the_ok_rows_on_the_device_clock_four_at_most():
-    device = [row(f"gpu:{n}", clock=tbcsv.CLOCK_DEVICE) for n in (1, 2, 3, 4, 5, 6)]
-    failed = {**row("gpu:7", clock=tbcsv.CLOCK_DEVICE), "status": "failed"}
-    data = data_of(row("cpu"), *device, failed)
-    wall, said = clock_notes(data, data.rows)
-    assert wall == "Samples/s on the wall clock (host gaps included; a GPU step ends when the " \
-                   "device is done)."
-    assert said.endswith(": node: mlp · mnist gpu:1 fp32, mlp · mnist gpu:2 fp32, mlp · mnist "
-                         "gpu:3 fp32, mlp · mnist gpu:4 fp32 and 2 more."), said
-    assert clock_notes(data, [row("cpu")]) == [wall]
