@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import tbcsv
-from tbplot.model import (Config, config_name, config_sort_key, efficiencies, precision_key,
-                          speedup_pairs)
+from tbplot.model import (Config, batch_number, config_name, config_sort_key, efficiencies,
+                          precision_key, speedup_pairs, times)
 
 GIB = 2 ** 30
 # (metric title with its unit, formatter) in the order the table shows them.
@@ -25,7 +25,7 @@ def fmt_rate(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
 
-FORMATS = {"samples/s": fmt_rate, "speedup over cpu (x)": lambda v: f"{v:.3g}",
+FORMATS = {"samples/s": fmt_rate, "speedup over cpu (x)": lambda v: times(v, ""),
            "scaling efficiency (%)": lambda v: f"{100 * v:.0f}",
            "peak memory (GiB)": lambda v: f"{v / GIB:.3g}",
            "comm share (%)": lambda v: f"{100 * v:.1f}"}
@@ -99,7 +99,7 @@ def summarise(data) -> Summary:
     panels = {p: i for i, p in enumerate(dict.fromkeys(data.key(r)[1].panel for r in rows))}
     ordered = sorted(lines.values(), key=lambda ln: (
         series.get(ln.series, 0), panels.get(ln.config.panel, 0),
-        precision_key(ln.config.precision), ln.config.batch))
+        precision_key(ln.config.precision), batch_number(ln.config.batch), ln.config.batch))
     return Summary(ordered, columns, predicted, len({ln.series for ln in ordered}) > 1)
 
 

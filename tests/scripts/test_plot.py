@@ -407,6 +407,18 @@ def test_latest_keeps_a_benchmark_that_only_another_build_measured():
     assert [r["samples_per_s"] for r in kept] == ["2", "3", "4", "5"]
 
 
+def test_latest_counts_a_builds_measured_rows_not_its_skips():
+    """A generic build run last on a CPU machine skips every GPU benchmark: its skips do not make
+    it the machine's main build."""
+    native = {"compiler": "gcc 12.2.0, -march=native", "cpu_isa": "avx512"}
+    rows = [{**r, **native} for r in latest_rows()]
+    generic = {**rows[1], "timestamp": "2026-11-05T00:00:00Z", "compiler": "gcc 12.2.0"}
+    rows += [{**generic, "samples_per_s": "9"}] + [
+        {**generic, "device": f"gpu:{n}", "status": "skipped", "samples_per_s": ""}
+        for n in (1, 2, 4)]
+    assert [r["samples_per_s"] for r in newest_rows(rows)] == ["2", "3", "4"]
+
+
 def epochs_of_another_build(tmp_path) -> str:
     """gpu_epochs.csv with its epochs/ rows of another build than its 56 train/ rows (48 rows:
     not the machine's main build), as results/vm/fashion-mnist-epochs.csv is."""

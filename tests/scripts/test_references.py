@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+import tbcsv
+import tbdevices
 from conftest import ROOT, SCRIPTS, assert_one_line_error, data_file, run_script
-from tbplot import references
+from tbplot import references, versus
 from tbplot.charts.headline import panels, select
 from tbplot.model import Data, config_of, times
 
@@ -144,6 +146,36 @@ def test_a_broken_index_is_named(tmp_path):
     r = run_script("plot.py", CPU_RUN, "--reference", tmp_path, "--out", tmp_path / "out")
     assert_one_line_error(r, "reference.json: missing machine, cpu, gpu, date, commit, clock, "
                              "about")
+
+
+def test_a_path_is_named_from_the_working_folder_where_it_lies_under_it_else_in_full():
+    assert references.near(Path.cwd() / "results" / "x.csv") == os.path.join("results", "x.csv")
+    outside = Path.cwd().parent / "x.csv"
+    assert references.near(outside) == str(outside)
+
+
+def test_a_reference_given_as_an_input_by_a_relative_path_is_not_drawn_twice(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    refs, said = references.load_references([str(H100_DIR)], [os.path.relpath(H100_RUN)])
+    assert refs == [] and said == [f"reference H100: results/h100/{H100_RUN.name} is among the "
+                                   "inputs, not drawn twice"]
+
+
+def test_a_reference_is_chosen_by_its_folder_or_its_index_once_each():
+    index = (H100_DIR / "reference.json").resolve()
+    assert references.chosen_indexes([str(H100_DIR), f"{index}, {H100_DIR}"]) == [index]
+    assert references.chosen_indexes(["none"]) == references.chosen_indexes(None) == []
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"date": 20261127}, "missing date"),  # a number is not the text an index holds
+    ({"clock": "gpu"}, "clock 'gpu' is neither 'wall' nor 'device'"),
+])
+def test_an_index_with_a_field_of_the_wrong_kind_is_named(tmp_path, change, needle):
+    fields = {**H100_REF, "csv": str(H100_RUN), **change}
+    (tmp_path / "reference.json").write_text(json.dumps(fields))
+    with pytest.raises(tbcsv.InputError, match=re.escape(needle)):
+        references.load(tmp_path / "reference.json")
 
 
 # ---- the table: the summary, the console, the report ----------------------------------------
@@ -278,3 +310,93 @@ def test_a_reference_named_like_an_input_machine_is_told_apart(tbcsv_mod):
     data = Data([table], references=refs)
     assert data.series == ["H100", "H100 (reference)"]
     assert {config_of(r).device for r in data.reference_rows} >= {"cpu", "gpu:1"}
+
+
+# ---- this machine against the references, row by row (tbplot/versus.py) ----------------------
+
+def rate_row(device, rate, variant="", precision="fp32", host="vm", status="ok", **cells) -> dict:
+    """One ok repetition of mlp · mnist as schema 6 writes it, its kind's facts from tbdevices."""
+    measurement = "predicted" if "predicted" in variant else "measured"
+    kind = tbdevices.kind_of(device, variant, measurement=measurement)
+    return {"schema_version": "6", "benchmark": f"train/mlp/mnist/{device}/{precision}/bs:100",
+            "kind": "train", "model": "mlp", "dataset": "mnist", "device": device,
+            "precision": precision, "batch": "100", "variant": variant,
+            "device_kind": kind.name, "backend": kind.backend,
+            "data_parallel": str(kind.data_parallel or ""), "measurement": measurement,
+            "run_type": "iteration", "status": status, "host": host, "framework": "trainbench",
+            "samples_per_s": str(rate), **cells}
+
+
+def reference_of(name: str, *rows) -> references.Reference:
+    return references.Reference(index=Path(f"{name}/reference.json"), name=name, machine="m",
+                                cpu="c", gpu="g", date="d", commit="c0", csv=Path(f"{name}.csv"),
+                                clock="wall", about="a",
+                                table=tbcsv.Table(f"{name}.csv", list(rows[0]), list(rows)))
+
+
+def versus_data(own: list, *refs) -> Data:
+    return Data([tbcsv.Table("own.csv", list(own[0]), own)], references=refs)
+
+
+def test_reference_bars_are_plain_cpu_and_gpu1_rows_and_each_links_largest_prediction():
+    ref = reference_of("REF", rate_row("cpu", 100, host="ref"), rate_row("cpu:1", 20, host="ref"),
+                       rate_row("gpu:1", 5000, host="ref"),
+                       rate_row("gpu:1", 6000, "data_on_device", host="ref"),
+                       rate_row("gpu:1", 9000, precision="bf16", host="ref", status="failed"),
+                       rate_row("gpu:2", 9000, host="ref"),
+                       rate_row("gpu:2", 9500, "predicted:nvlink4", host="ref"),
+                       rate_row("gpu:8", 36000, "predicted:nvlink4", host="ref"),
+                       rate_row("gpu:4", 15000, "predicted:pcie5", host="ref"),
+                       rate_row("mpi:4", 300, "predicted:tcp", host="ref"))
+    bars = versus.reference_bars(versus_data([rate_row("cpu", 50)], ref))
+    assert sorted((c.device, c.variant, sample.center) for (_, c), sample in bars.items()) == [
+        ("cpu", "", 100), ("gpu:1", "", 5000), ("gpu:4", "predicted:pcie5", 15000),
+        ("gpu:8", "predicted:nvlink4", 36000)]
+
+
+def test_each_cpu_row_of_this_machine_has_a_line_and_a_machine_without_one_no_table():
+    ref = reference_of("REF", rate_row("gpu:1", 5000, host="ref"))
+    epoch = {**rate_row("cpu", 90), "benchmark": "epochs/mlp/mnist/cpu/fp32/bs:100",
+             "kind": "epochs", "epoch": "1"}  # a curve's point, not a steady-state rate
+    own = [rate_row("cpu", 4.125), rate_row("cpu", 400, "optimizer:adam"), epoch,
+           rate_row("gpu:1", 4000, host="gpu-box")]
+    tables = versus.versus_tables(versus_data(own, ref))
+    assert [t.series for t in tables] == ["vm"]  # gpu-box has no cpu row
+    assert [line[1:3] for line in tables[0].rows] == [["fp32, bs 100", "4.12"],
+                                                      ["fp32, bs 100, optimizer:adam", "400"]]
+    assert tables[0].rows[0][3] == "1,212x (5k/s)" and tables[0].rows[1][3] == ""
+    assert versus.versus_tables(versus_data(own)) == []  # no reference, no table
+
+
+def test_columns_follow_the_references_order_then_the_device_order():
+    first = reference_of("Zeta", rate_row("gpu:1", 5000, host="z"))
+    second = reference_of("Alpha", rate_row("cpu", 500, host="a"), rate_row("gpu:1", 900, host="a"))
+    table, = versus.versus_tables(versus_data([rate_row("cpu", 50)], first, second))
+    assert table.headers[3:] == ["Zeta gpu:1 fp32 / this cpu", "Alpha cpu fp32 / this cpu",
+                                 "Alpha gpu:1 fp32 / this cpu"]
+
+
+def test_only_versions_both_runs_name_and_that_differ_are_said():
+    ref = reference_of("REF", rate_row("gpu:1", 5000, host="ref", git_commit="aaa",
+                                       compiler="gcc 12", onednn="3.6"))
+    data = versus_data([rate_row("cpu", 50, git_commit="bbb", compiler="gcc 12", onednn="")], ref)
+    assert versus.version_differences(data, "vm", "REF") == "git_commit aaa vs bbb"
+    same = versus_data([rate_row("cpu", 50, git_commit="aaa", compiler="gcc 12")], ref)
+    table, = versus.versus_tables(same)
+    assert not any(n.startswith("Versions differ") for n in table.notes), table.notes
+
+
+def test_a_references_epoch_rows_are_not_its_bars():
+    epoch = {**rate_row("cpu", 90, host="ref"), "benchmark": "epochs/mlp/mnist/cpu/fp32/bs:100",
+             "kind": "epochs", "epoch": "1"}
+    data = versus_data([rate_row("cpu", 50)], reference_of("REF", rate_row("cpu", 100, host="ref"),
+                                                           epoch))
+    assert [r["kind"] for r in data.reference_rows] == ["train"]
+
+
+def test_the_markdown_table_aligns_figures_right_and_escapes_a_pipe():
+    table = versus.VersusTable("vm", ["workload", "this cpu row", "this cpu samples/s", "H100"],
+                               [["mlp · mnist", "fp32, bs 100", "50", "a|b"]], ["A note."])
+    assert versus.render_markdown([table]).splitlines()[2:5] == [
+        "| workload | this cpu row | this cpu samples/s | H100 |", "| --- | --- | ---: | ---: |",
+        "| mlp · mnist | fp32, bs 100 | 50 | a\\|b |"]

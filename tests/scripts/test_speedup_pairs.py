@@ -16,12 +16,15 @@ from tbplot.model import Data, speedup_pairs
 
 GENERATE = load_generator()
 # (benchmark, device, precision, batch, samples/s): ResNet-152 224 trains batch 128 on the GPU
-# and 8 on the CPU (fp32 only); the MLP the same batch everywhere.
+# and 8 on the CPU (fp32 only); the MLP the same batch everywhere; LeNet-5's GPU 1,234 times
+# its CPU (an 8-GPU machine's bf16 against a small CPU's fp32 is above a thousand).
 ROWS = [("train/resnet152/imagenet/cpu/fp32/bs:8", "cpu", "fp32", 8, 4.0),
         ("train/resnet152/imagenet/gpu:1/fp32/bs:128", "gpu:1", "fp32", 128, 400.0),
         ("train/resnet152/imagenet/gpu:1/bf16/bs:128", "gpu:1", "bf16", 128, 2200.0),
         ("train/mlp/mnist/cpu/fp32/bs:100", "cpu", "fp32", 100, 50000.0),
-        ("train/mlp/mnist/gpu:1/fp32/bs:100", "gpu:1", "fp32", 100, 350000.0)]
+        ("train/mlp/mnist/gpu:1/fp32/bs:100", "gpu:1", "fp32", 100, 350000.0),
+        ("train/lenet5/cifar10/cpu/fp32/bs:100", "cpu", "fp32", 100, 100.0),
+        ("train/lenet5/cifar10/gpu:1/fp32/bs:100", "gpu:1", "fp32", 100, 123400.0)]
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +110,14 @@ def test_the_bars_say_what_differs(drawn, chart):
     # Each pair's label sits under its ratio: the bf16 bar both, the fp32 bar its batch.
     assert words.count("bf16 vs fp32") == 1 and words.count("bs 128 vs 8") == 2, words
     assert "550×" in words and "100×" in words and "7×" in words
+
+
+def test_a_speedup_of_a_thousand_or_more_is_written_whole(drawn):
+    """As the headline writes a ratio (model.times): `1,234`, never `1.23e+03` (the H100
+    reference's report said `1.16e+03 (bf16 vs fp32, bs 128 vs 8)` for its gpu:8 prediction)."""
+    md = (drawn / "report.md").read_text()
+    lenet, = [line for line in md.splitlines() if line.startswith("| lenet5 · cifar10 | fp32")]
+    assert "| 1,234 |" in lenet and "e+" not in lenet, lenet
+    for chart in ("headline", "speedup_vs_cpu"):
+        words = svg_words(drawn / f"{chart}.svg")
+        assert "1,234×" in words and not any("e+03" in w for w in words), (chart, words)

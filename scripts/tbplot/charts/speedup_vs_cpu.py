@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tbcsv
 from tbplot.figures import Figures, Skip, bar_panel_width, grouped_bars, panels_of
-from tbplot.model import Data, clock_notes, panel_title, speedup_pairs
+from tbplot.model import Data, clock_notes, panel_title, speedup_pairs, times
 
 QUESTION = ("How much faster than the same machine's cpu row (all cores) is each "
             "configuration?")
@@ -34,7 +34,7 @@ def chart_speedup(figs: Figures, data: Data):
         figs.series_legend(series) if len(series) > 1 else None)
     values = {k: (v, v, v) for k, v in ratios.items()}
     for ax, (panel, configs) in zip(axes, panels.items()):
-        grouped_bars(ax, data, configs, series, values, {}, lambda v: f"{v:.3g}×", log=log,
+        grouped_bars(ax, data, configs, series, values, {}, times, log=log,
                      notes={k: v.label.replace(", ", "\n") for k, v in pairs.items()})
         ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1, zorder=1)
         # Keep the 1x reference in view even when every configuration is slower than cpu.
