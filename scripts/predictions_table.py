@@ -208,8 +208,14 @@ def at_n_figures(ln: Line) -> str:
     if ln.communication is None or ln.at_n.communication is None:
         return f"{ln.at_n.predicted:,.0f}"
     _, low, high = ln.communication
-    return (f"{ln.at_n.predicted:,.0f}; communication {ln.at_n.communication[0] * 1e3:.3g} ms against "
-            f"{low * 1e3:.3g} to {high * 1e3:.3g}")
+    return (f"{ln.at_n.predicted:,.0f}; communication {milliseconds(ln.at_n.communication[0])} ms against "
+            f"{milliseconds(low)} to {milliseconds(high)}")
+
+
+def milliseconds(seconds: float) -> str:
+    """3 significant digits, whole numbers from 100 ms (`3,270`, never `3.27e+03`)."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def counts(lines: list[Line]) -> list[str]:

@@ -163,3 +163,11 @@ def test_a_probe_without_compared_rows_is_refused(tmp_path):
     cpu_only = FIXTURES / "binary" / "cpu-links.csv"
     r = run_script("predictions_table.py", f"at 8={AT_8}={cpu_only}")
     assert r.returncode == 2 and "cpu-links.csv: no measured data-parallel row compared" in r.stderr
+
+
+def test_a_communication_of_a_second_or_more_is_written_whole(tmp_path):
+    """Milliseconds from 100 up are whole numbers with separators, as every rate in the table:
+    `1,140 ms`, never `1.14e+03 ms` (the committed table's ResNet-152 replays read so)."""
+    r = run_script("predictions_table.py", f"at 8={AT_8}={probe_with(tmp_path, {MLP_8: 10})}")
+    cell = table_lines(r.stdout)[MLP_8][9]
+    assert re.fullmatch(r"[\d,]+; communication 1,140 ms against 108 to 135, \*\*fell short\*\*", cell), cell
