@@ -128,24 +128,22 @@ def caption(data) -> str:
     chosen = select(data)
     series = list(dict.fromkeys(s for s, _ in chosen.bars))
     cpu_only = [s for s in series if s not in chosen.gpu_series]
-    text = QUESTION + " Samples/s on the wall clock."
+    text = QUESTION
     if cpu_only:
         devices = sorted({c.device for s, c in chosen.bars if s in cpu_only},
                          key=tbcsv.device_sort_key)
         text += (f" No GPU rows for {', '.join(cpu_only)}: drawn with the CPU configurations "
-                 f"it has ({', '.join(devices)}).")
+                 f"it has ({', '.join(devices)}; cpu = all cores, cpu:N = N threads, mpi:N = N "
+                 f"ranks).")
     if chosen.references:
         names = ", ".join(sorted(chosen.references, key=data.series.index))
         text += (f" Beside them, the reference run of {names} in the same workloads and "
                  f"precisions, its bars labelled with their samples/s over this machine's cpu row.")
-    text += " " + whiskers_said(chosen, long=True)
-    if chosen.predicted:
-        text += (" Diagonally hatched bars are predicted (measurement=predicted), not measured, "
-                 "one direction per link.")
     if any(tbdevices.measured_variant(c.variant) for _, c in chosen.bars):
         text += (" A dotted, lined or circled bar is a variant of its device (its flags: the "
                  "legend).")
-    # The chart carries two lines of notes; the report keeps them all.
+    # The chart carries two lines of notes; the report keeps them all (what hatching and whiskers
+    # mean among them).
     rows = [r for r in data.step_rows + data.predicted_rows + data.reference_rows
             if data.key(r) in chosen.bars and tbcsv.is_ok(r)]
     return text + " " + " ".join(notes(chosen, data, rows))
@@ -503,11 +501,6 @@ def notes(chosen: Selection, data, rows) -> list[str]:
            "workload, in the same precision and batch where the CPU ran them, else fp32 and the "
            "cpu row's batch, with what differs (bf16 vs fp32, bs 128 vs 8)."]
     out += clock_notes(data, rows)
-    series = list(dict.fromkeys(s for s, _ in chosen.bars))
-    cpu_only = [s for s in series if s not in chosen.gpu_series]
-    if cpu_only:
-        out.append(f"No GPU rows for {', '.join(cpu_only)}: its CPU configurations are shown "
-                   f"(cpu = all cores, cpu:N = N threads, mpi:N = N ranks).")
     this = this_machine(data, chosen)
     for ref in data.references:
         if ref.name not in chosen.references:
