@@ -163,6 +163,63 @@ TEST(Loaded, ThreadsCountEveryJobReplicaLoaderAndRankHere) {
   EXPECT_EQ(threads_on_this_host(cpu, 3), 6) << "three ranks here";
 }
 
+// Another process used the CPU where the load average at a row's start is above the most threads
+// this run has kept busy so far, plus one: a 1-thread row after a 2-thread one is held against 2.
+// An unreadable load average says nothing; each benchmark's warning is said once.
+TEST(Loaded, ALoadAverageAboveTheMostThreadsSoFarPlusOneIsAnotherProcess) {
+  std::ostringstream console;
+  LoadCheck check(console);
+  BenchInfo one;
+  one.name = "train/mlp/mnist/cpu:1/fp32/bs:100";
+  one.device_kind = &kind_named("cpu:T");
+  one.threads = 1;
+  BenchInfo two = one;
+  two.name = "train/mlp/mnist/cpu:2/fp32/bs:100";
+  two.threads = 2;
+  EXPECT_FALSE(check.loaded(one, 2.0, 1)) << "1 thread + 1";
+  EXPECT_TRUE(check.loaded(one, 2.5, 1));
+  EXPECT_FALSE(check.loaded(two, 3.0, 1)) << "2 threads + 1";
+  EXPECT_TRUE(check.loaded(two, 3.5, 1));
+  EXPECT_FALSE(check.loaded(one, 3.0, 1)) << "held against the 2 threads of the row before";
+  EXPECT_FALSE(check.loaded(one, -1, 1)) << "/proc/loadavg unreadable";
+  EXPECT_TRUE(check.loaded(two, 3.5, 1));
+  std::vector<std::string> said;
+  std::istringstream lines(console.str());
+  for (std::string line; std::getline(lines, line);) said.push_back(line);
+  ASSERT_EQ(said.size(), 2u) << console.str();
+  EXPECT_EQ(said[0].rfind("trainbench: warning: load average 2.5 at the start of " + one.name +
+                              ", where this run uses at most 1 thread(s): another process is using the CPU",
+                          0),
+            0u)
+      << said[0];
+  EXPECT_EQ(said[1].rfind("trainbench: warning: load average 3.5 at the start of " + two.name +
+                              ", where this run uses at most 2 thread(s)",
+                          0),
+            0u)
+      << said[1];
+}
+
+// A row's threads that waited for a CPU over 0.2 s a second of its timed steps lost cores to
+// another process (said once per benchmark), unless they outnumber the cores and wait on each other.
+TEST(Loaded, ThreadsThatWaitedForACpuLostItToAnotherProcessUnlessTheyOutnumberTheCores) {
+  std::ostringstream console;
+  LoadCheck check(console);
+  BenchInfo row;
+  row.name = "train/mlp/mnist/cpu:2/fp32/bs:100";
+  row.device_kind = &kind_named("cpu:T");
+  row.threads = 2;
+  EXPECT_FALSE(check.waited(row, 0.2, 1, 2));
+  EXPECT_FALSE(check.waited(row, -1, 1, 2)) << "the wait unknown";
+  EXPECT_TRUE(check.waited(row, 0.25, 1, 2)) << "as many threads as cores";
+  EXPECT_TRUE(check.waited(row, 0.5, 1, 2));
+  EXPECT_FALSE(check.waited(row, 0.9, 1, 1)) << "2 threads on 1 core";
+  EXPECT_FALSE(check.waited(row, 0.9, 2, 3)) << "2 ranks of 2 threads on 3 cores";
+  EXPECT_EQ(console.str(), "trainbench: warning: " + row.name +
+                               "'s threads waited for a CPU 0.25 s a second of its timed steps (the kernel's run "
+                               "delay): another process took cores from it, and its figures may be low ('loaded' in "
+                               "its verdicts)\n");
+}
+
 // What the wait check reads: two threads spinning on one core, each runnable all along, take
 // turns, so that about half of their time each is spent waiting for it (the kernel's run delay).
 TEST(Loaded, ThreadsSharingOneCoreWaitForIt) {
