@@ -7,10 +7,13 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -327,6 +330,9 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
     EXPECT_EQ(r->prediction_inputs.rfind("v1;buckets=", 0), 0u) << r->prediction_inputs;
     EXPECT_EQ(r->device_kind, "cpu:T");
   }
+  // The run is kept across the benchmark's calls, prepared once: the second repetition trains on
+  // from where the first left the network, not from the same start.
+  EXPECT_NE(iterations[0]->loss_last, iterations[1]->loss_last);
   EXPECT_EQ(aggregates.size(), 4u);
   // The predicted rows: mpi:2, 4 and 8 over the link, the same as predict_rows makes of the rows.
   std::vector<const Row*> predicted;
@@ -350,6 +356,77 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
   const std::vector<std::string>& lines = log.notes_of(name);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].rfind("  predicted mpi:2 over custom", 0), 0u) << lines[0];
+}
+
+// Each benchmark is measured by a run of its own, from a peak resident set of its own: the MLP's
+// run was kept for the LSTM's row (its first loss the MLP's), and a peak reached before the rows
+// (memory since returned) was each row's peak_rss_bytes.
+TEST(Harness, EachBenchmarkIsMeasuredByItsOwnRunFromItsOwnPeakMemory) {
+  if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot be written here";
+  constexpr std::size_t kEarlier = std::size_t(512) << 20;
+  void* earlier = mmap(nullptr, kEarlier, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(earlier, MAP_FAILED);
+  std::memset(earlier, 1, kEarlier);
+  ASSERT_EQ(munmap(earlier, kEarlier), 0);
+  const double earlier_peak = double(peak_rss_bytes());
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.iterations = 2;
+  flags.iterations_given = true;
+  flags.warmup_steps = 1;
+  flags.timeline = false;
+  MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Harness harness(flags, 2);
+  harness.register_benchmarks(log);
+  NoDisplay display;
+  benchmark::RunSpecifiedBenchmarks(&display, "^train/(mlp/mnist|lstm/sine)/cpu:1/");
+  benchmark::ClearRegisteredBenchmarks();
+  harness.release_sessions();
+  std::map<std::string, const Row*> rows;
+  for (const Row& r : log.rows())
+    if (r.run_type == "iteration") rows[r.model] = &r;
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& [model, row] : rows) {
+    EXPECT_EQ(row->status, "ok") << model << ": " << row->message;
+    EXPECT_LT(row->peak_rss_bytes.value_or(NAN), earlier_peak) << model;
+  }
+  EXPECT_NE(rows["lstm"]->loss_first, rows["mlp"]->loss_first);
+}
+
+class UnitsSeen : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) units[r.run_name.function_name] = r.time_unit;
+  }
+  std::map<std::string, benchmark::TimeUnit> units;
+};
+
+// Google Benchmark's own reports (--benchmark_out) give a train/ row's time, a step's, in
+// milliseconds and an epochs/ row's, the whole run's, in seconds; a configuration the machine
+// cannot run is still each benchmark's row, skipped, saying why.
+TEST(Harness, ReportsTrainRowsInMillisecondsAndEpochsRowsInSecondsSkippedOrNot) {
+  Flags flags;
+  flags.devices = {"cpu:4096"};
+  MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Harness harness(flags, 2);
+  harness.register_benchmarks(log);
+  UnitsSeen display;
+  benchmark::RunSpecifiedBenchmarks(&display, "^(train|epochs)/lstm/sine/cpu:4096/");
+  benchmark::ClearRegisteredBenchmarks();
+  for (const std::string kind : {"train", "epochs"}) {
+    const std::string name = kind + "/lstm/sine/cpu:4096/fp32/bs:20";
+    ASSERT_EQ(display.units.count(name), 1u) << name;
+    EXPECT_EQ(display.units[name], kind == "train" ? benchmark::kMillisecond : benchmark::kSecond) << name;
+    const std::vector<const Row*> rows = log.rows_of(name);
+    ASSERT_FALSE(rows.empty()) << name;
+    EXPECT_EQ(rows[0]->status, "skipped");
+    EXPECT_NE(rows[0]->message.find("cpu:4096 needs 4096 cores"), std::string::npos) << rows[0]->message;
+  }
 }
 
 }  // namespace
