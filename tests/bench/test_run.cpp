@@ -333,6 +333,21 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
   // The run is kept across the benchmark's calls, prepared once: the second repetition trains on
   // from where the first left the network, not from the same start.
   EXPECT_NE(iterations[0]->loss_last, iterations[1]->loss_last);
+  // A first window of 3 steps is enough to probe the data-parallel path's overhead.
+  for (const Row* r : iterations)
+    EXPECT_NE(r->prediction_inputs.find(";dp="), std::string::npos) << r->prediction_inputs;
+  // Each timed step's own time, for predictions (21 quantiles: of 3 steps, the 1st, 11th and 21st
+  // are the steps): inside the window, together no longer than it.
+  for (const Row* r : iterations) {
+    const std::size_t from = r->prediction_inputs.find(";steps=") + 7;
+    const std::string text = r->prediction_inputs.substr(from, r->prediction_inputs.find(';', from) - from);
+    std::vector<double> quantiles;
+    std::istringstream numbers(text);
+    for (std::string q; std::getline(numbers, q, ',');) quantiles.push_back(std::stod(q));
+    ASSERT_EQ(quantiles.size(), 21u) << r->prediction_inputs;
+    EXPECT_LE(quantiles[0] + quantiles[10] + quantiles[20], 3 * r->step_time_s.value_or(NAN) * (1 + 1e-6))
+        << r->prediction_inputs;
+  }
   EXPECT_EQ(aggregates.size(), 4u);
   // The predicted rows: mpi:2, 4 and 8 over the link, the same as predict_rows makes of the rows.
   std::vector<const Row*> predicted;
@@ -427,6 +442,45 @@ TEST(Harness, ReportsTrainRowsInMillisecondsAndEpochsRowsInSecondsSkippedOrNot) 
     EXPECT_EQ(rows[0]->status, "skipped");
     EXPECT_NE(rows[0]->message.find("cpu:4096 needs 4096 cores"), std::string::npos) << rows[0]->message;
   }
+}
+
+// A repetition that failed drops its run: the next is prepared and warmed up afresh, and fails
+// alike (a run kept from the failed one carried on from its steps: "after 3 steps", then "after 5").
+TEST(Harness, ARepetitionThatFailedDropsItsRunAndTheNextStartsAfresh) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.lr = 1e-30;  // too small to move the loss: every repetition fails its check
+  flags.benchmark_repetitions = "2";
+  flags.iterations = 2;
+  flags.iterations_given = true;
+  flags.warmup_steps = 1;
+  flags.timeline = false;
+  MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Harness harness(flags, 2);
+  harness.register_benchmarks(log);
+  int argc = 3;
+  char program[] = "test_bench_run", min_time[] = "--benchmark_min_time=0", repetitions[] = "--benchmark_repetitions=2";
+  char* argv[] = {program, min_time, repetitions, nullptr};
+  benchmark::Initialize(&argc, argv);
+  NoDisplay display;
+  std::string name;  // with its variant: lr, warm-up
+  for (const BenchInfo& b : harness.benchmarks())
+    if (b.name.rfind("train/mlp/mnist/cpu:1/", 0) == 0) name = b.name;
+  ASSERT_FALSE(name.empty());
+  benchmark::RunSpecifiedBenchmarks(&display, "^" + name + "$");
+  benchmark::ClearRegisteredBenchmarks();
+  std::vector<const Row*> failed;
+  for (const Row* r : log.rows_of(name))
+    if (r->run_type == "iteration") failed.push_back(r);
+  ASSERT_EQ(failed.size(), 2u);
+  for (const Row* r : failed) {
+    EXPECT_EQ(r->status, "failed");
+    EXPECT_EQ(r->message.rfind("loss did not fall", 0), 0u) << r->message;
+    EXPECT_NE(r->message.find("after 3 steps"), std::string::npos) << "1 warm-up step and 2 timed: " << r->message;
+  }
+  EXPECT_EQ(failed[0]->message, failed[1]->message);
 }
 
 }  // namespace
