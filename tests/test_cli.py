@@ -389,6 +389,9 @@ def test_epochs_benchmark_writes_one_row_per_epoch_and_a_final_row(tmp_path):
     final = [row for row in rows if row["run_type"] == "iteration"]
     assert len(final) == 1 and final[0]["status"] == "ok" and final[0]["epoch"] == "3"
     assert final[0]["data_source"] == "generated"
+    # Its step is a training step, validation left out: the training steps together took less than
+    # the run, which validated after each epoch.
+    assert float(final[0]["step_time_s"]) * int(epochs[-1]["iterations"]) < float(epochs[-1]["elapsed_s"]), final[0]
 
 
 def test_target_accuracy_reports_the_time_it_took(tmp_path):
@@ -588,14 +591,30 @@ def test_ranks_that_set_up_apart_all_stop_at_once_naming_the_rank_and_the_row(tm
                 and "--bind-to none" in r.stderr), r.stderr[-2000:]
 
 
-def write_small_mnist(folder, images=300):
-    """An MNIST folder of `images` training and test images (idx files), enough for --batch=100."""
+def write_small_mnist(folder, images=300, test_images=None):
+    """An MNIST folder of `images` training and `test_images` (as many) test images (idx files),
+    enough for --batch=100."""
     folder.mkdir(parents=True)
-    for split in ("train", "t10k"):
+    for split, count in (("train", images), ("t10k", test_images or images)):
         (folder / f"{split}-images-idx3-ubyte").write_bytes(
-            struct.pack(">4I", 0x803, images, 28, 28) + bytes((i * 7) % 256 for i in range(images * 784)))
+            struct.pack(">4I", 0x803, count, 28, 28) + bytes((i * 7) % 256 for i in range(count * 784)))
         (folder / f"{split}-labels-idx1-ubyte").write_bytes(
-            struct.pack(">2I", 0x801, images) + bytes(i % 10 for i in range(images)))
+            struct.pack(">2I", 0x801, count) + bytes(i % 10 for i in range(count)))
+
+
+def test_epochs_rows_fail_for_a_validation_split_under_one_batch_or_a_loss_that_did_not_fall(tmp_path):
+    """epochs/ rows check what train/ rows check, and validate: MNIST's 50 test images are fewer
+    than one batch of 100, and a learning rate too small to move the LSTM's loss fails it."""
+    write_small_mnist(tmp_path / "mnist", test_images=50)
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=epochs/(mlp/mnist|lstm/sine)/cpu:1/", "--devices=cpu:1", f"--data_dir={tmp_path}",
+            "--epochs=1", "--lr=1e-30", f"--csv={out}")
+    assert r.returncode == 1, r.stderr[-2000:]
+    rows = {row["model"]: row for row in read_csv(out) if row["run_type"] == "iteration"}
+    assert rows["mlp"]["status"] == "failed" and rows["mlp"]["message"].startswith(
+        f"mnist: its validation split ({tmp_path / 'mnist' / 't10k-images-idx3-ubyte'}) holds 50 samples, fewer than "
+        "one batch of 100"), rows["mlp"]
+    assert rows["lstm"]["status"] == "failed" and rows["lstm"]["message"].startswith("loss did not fall"), rows["lstm"]
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
