@@ -282,6 +282,7 @@ def test_gpu_rows_without_a_gpu_are_skipped_with_the_reason_and_cpu_rows_still_r
         assert rows["train/mlp/mnist/cpu/fp32/bs:100"][column] == "", column
     # The console says it once, as a skip, not as an error a new user reads as a failure.
     assert "ERROR OCCURRED" not in r.stdout
+    assert "GPU rows have no NVML columns" not in r.stderr, "no GPU row ran: NVML is neither loaded nor missed"
     skipped = [line for line in console_lines(r.stdout) if line.startswith("skipped ")]
     assert len(skipped) == 1 and skipped[0].startswith("skipped gpu:1: "), r.stdout
     assert "1 benchmark(s) skipped" in r.stderr
@@ -336,6 +337,7 @@ def test_diverging_run_fails_its_row_and_the_next_benchmark_still_runs(tmp_path)
     for row in rows:
         assert row["status"] == "failed"
         assert "loss is NaN" in row["message"] or "loss is inf" in row["message"]
+        assert row["iterations"] == "0", "a failed row counts no timed steps"
     assert "benchmark(s) failed" in r.stderr
 
 
@@ -387,6 +389,9 @@ def test_epochs_benchmark_writes_one_row_per_epoch_and_a_final_row(tmp_path):
     final = [row for row in rows if row["run_type"] == "iteration"]
     assert len(final) == 1 and final[0]["status"] == "ok" and final[0]["epoch"] == "3"
     assert final[0]["data_source"] == "generated"
+    # Its step is a training step, validation left out: the training steps together took less than
+    # the run, which validated after each epoch.
+    assert float(final[0]["step_time_s"]) * int(epochs[-1]["iterations"]) < float(epochs[-1]["elapsed_s"]), final[0]
 
 
 def test_target_accuracy_reports_the_time_it_took(tmp_path):
@@ -413,6 +418,23 @@ def test_a_target_accuracy_is_no_regressions_and_synthetic_data_says_so(tmp_path
                        timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("no mnist/ under ./data: its rows train on synthetic data") == 1, r.stderr
+
+
+def test_synthetic_data_is_said_once_for_a_dataset_with_files_to_fetch_and_never_for_imagenet(tmp_path):
+    """Under the default ./data, MNIST's rows say once that they train on synthetic data, however many
+    rows and repetitions it has; ImageNet, which has no files to fetch (always synthetic), says
+    nothing. The note is said as a row starts: TB_CPU_LANES='bad' fails each row at once, so that
+    ResNet-152 never steps."""
+    env = dict(os.environ, TB_CPU_LANES="bad")
+    r = subprocess.run([BINARY, "--benchmark_filter=train/(mlp/mnist|resnet152/imagenet)/cpu:1/", "--devices=cpu:1",
+                        "--batch=1", "--benchmark_repetitions=2", "--timeline=off", f"--csv={tmp_path / 'run.csv'}"],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert r.returncode == 1, r.stderr
+    rows = read_csv(tmp_path / "run.csv")
+    assert sorted(row["model"] for row in rows) == ["mlp", "mlp", "resnet152", "resnet152"]
+    assert all(row["status"] == "failed" and "TB_CPU_LANES='bad'" in row["message"] for row in rows), rows
+    assert r.stderr.count("no mnist/ under ./data: its rows train on synthetic data") == 1, r.stderr
+    assert "under ./data" not in r.stderr.replace("no mnist/ under ./data", ""), r.stderr
 
 
 def test_real_format_data_on_disk_with_loader_workers(tmp_path):
@@ -515,14 +537,19 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     out = tmp_path / "run.csv"
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")  # Open MPI's lifetime allocations
     r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY,
-                        "--benchmark_filter=train/mlp/mnist/", "--iterations=4", f"--csv={out}"],
+                        "--benchmark_filter=(train/mlp/mnist|epochs/lstm/sine)/", "--iterations=4", "--epochs=1",
+                        f"--csv={out}"],
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     rows = read_csv(out)
     assert sum(line.startswith("schema_version,") for line in out.read_text().splitlines()) == 1
     ok = {row["benchmark"]: row for row in rows if row["status"] == "ok" and row["measurement"] == "measured"}
-    # Rank 0's rows only: the one-replica baseline (rank 0 alone), then the data-parallel run.
-    assert list(ok) == ["train/mlp/mnist/cpu:1/fp32/bs:100", "train/mlp/mnist/mpi:2/fp32/bs:100"]
+    # Rank 0's rows only: the one-replica baseline (rank 0 alone), then the data-parallel run; the
+    # epochs/ row of one replica is rank 0's alone (the other ranks skip it, and wait for no one).
+    assert list(ok) == ["train/mlp/mnist/cpu:1/fp32/bs:100", "train/mlp/mnist/mpi:2/fp32/bs:100",
+                        "epochs/lstm/sine/cpu:1/fp32/bs:20"]
+    epochs = [row for row in rows if row["benchmark"] == "epochs/lstm/sine/cpu:1/fp32/bs:20"]
+    assert [(row["run_type"], row["epoch"]) for row in epochs] == [("epoch", "1"), ("iteration", "1")], epochs
     row = ok["train/mlp/mnist/mpi:2/fp32/bs:100"]
     assert (row["ranks"], row["replicas"], row["iterations"]) == ("2", "2", "4")
     # Both ranks on this machine: one node, each rank's host and rank on it.
@@ -564,14 +591,30 @@ def test_ranks_that_set_up_apart_all_stop_at_once_naming_the_rank_and_the_row(tm
                 and "--bind-to none" in r.stderr), r.stderr[-2000:]
 
 
-def write_small_mnist(folder, images=300):
-    """An MNIST folder of `images` training and test images (idx files), enough for --batch=100."""
+def write_small_mnist(folder, images=300, test_images=None):
+    """An MNIST folder of `images` training and `test_images` (as many) test images (idx files),
+    enough for --batch=100."""
     folder.mkdir(parents=True)
-    for split in ("train", "t10k"):
+    for split, count in (("train", images), ("t10k", test_images or images)):
         (folder / f"{split}-images-idx3-ubyte").write_bytes(
-            struct.pack(">4I", 0x803, images, 28, 28) + bytes((i * 7) % 256 for i in range(images * 784)))
+            struct.pack(">4I", 0x803, count, 28, 28) + bytes((i * 7) % 256 for i in range(count * 784)))
         (folder / f"{split}-labels-idx1-ubyte").write_bytes(
-            struct.pack(">2I", 0x801, images) + bytes(i % 10 for i in range(images)))
+            struct.pack(">2I", 0x801, count) + bytes(i % 10 for i in range(count)))
+
+
+def test_epochs_rows_fail_for_a_validation_split_under_one_batch_or_a_loss_that_did_not_fall(tmp_path):
+    """epochs/ rows check what train/ rows check, and validate: MNIST's 50 test images are fewer
+    than one batch of 100, and a learning rate too small to move the LSTM's loss fails it."""
+    write_small_mnist(tmp_path / "mnist", test_images=50)
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=epochs/(mlp/mnist|lstm/sine)/cpu:1/", "--devices=cpu:1", f"--data_dir={tmp_path}",
+            "--epochs=1", "--lr=1e-30", f"--csv={out}")
+    assert r.returncode == 1, r.stderr[-2000:]
+    rows = {row["model"]: row for row in read_csv(out) if row["run_type"] == "iteration"}
+    assert rows["mlp"]["status"] == "failed" and rows["mlp"]["message"].startswith(
+        f"mnist: its validation split ({tmp_path / 'mnist' / 't10k-images-idx3-ubyte'}) holds 50 samples, fewer than "
+        "one batch of 100"), rows["mlp"]
+    assert rows["lstm"]["status"] == "failed" and rows["lstm"]["message"].startswith("loss did not fall"), rows["lstm"]
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
@@ -1057,14 +1100,18 @@ def test_console_columns_carry_units_and_plain_numbers():
 
 
 def test_benchmark_format_json_is_json_on_stdout_with_the_machine_context(tmp_path):
+    out = tmp_path / "run.csv"
     r = run("--benchmark_filter=train/lstm/sine/", "--benchmark_format=json", "--devices=cpu,gpu:1",
-            "--precisions=fp32", *FAST)
+            "--precisions=fp32", f"--csv={out}", *FAST)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)  # nothing but JSON: skip lines and the summary go to stderr
     assert doc["context"]["trainbench_schema_version"] == "7"
     for key in ("trainbench_host", "trainbench_cpu_model", "trainbench_git_commit", "trainbench_onednn"):
         assert doc["context"][key], key
-    assert any(b["name"].startswith("train/lstm/sine/cpu/") for b in doc["benchmarks"])
+    [cpu] = [b for b in doc["benchmarks"] if b["name"] == "train/lstm/sine/cpu/fp32/bs:20"]
+    # A row's message is its label there (on two cores or more the cpu row's says it ran as lanes).
+    [row] = [row for row in read_csv(out) if row["device"] == "cpu"]
+    assert cpu.get("label", "") == row["message"], (cpu, row["message"])
     assert "Summary" in r.stderr
     if not any(b["name"].startswith("train/lstm/sine/gpu:1/") and not b.get("error_occurred") for b in doc["benchmarks"]):
         assert "skipped gpu:1" in r.stderr

@@ -48,6 +48,7 @@ Harness::Harness(const Flags& flags, int cores)
     : flags_(flags),
       benchmarks_(flags.replay_from.empty() ? plan_benchmarks(flags, cores) : plan_replays(flags)),
       repetitions_(std::max(1, std::atoi(flags.benchmark_repetitions.c_str()))),
+      load_check_(std::cerr),
       predictor_(flags) {
   const bool gpu_runs = std::any_of(benchmarks_.begin(), benchmarks_.end(),
                                     [](const BenchInfo& b) { return b.gpu() && b.skip_reason.empty(); });
@@ -92,12 +93,12 @@ int threads_on_this_host(const BenchInfo& info, int local_ranks) {
   return per_process * (jobs ? info.replicas : 1) * local_ranks;
 }
 
-bool Harness::loaded(const BenchInfo& info, double load) {
-  threads_used_ = std::max(threads_used_, threads_on_this_host(info, world().local_size));
+bool LoadCheck::loaded(const BenchInfo& info, double load, int local_ranks) {
+  threads_used_ = std::max(threads_used_, threads_on_this_host(info, local_ranks));
   constexpr double kSlack = 1.0;
   if (load < 0 || load <= threads_used_ + kSlack) return false;
   if (world().rank == 0 && warned_load_.insert(info.name).second)
-    std::cerr << fmt::format(
+    console_ << fmt::format(
         "trainbench: warning: load average {:.1f} at the start of {}, where this run uses at most {} thread(s): "
         "another process is using the CPU and this row's figures may be low (load_avg_1m in the CSV, 'loaded' in its "
         "verdicts)\n",
@@ -112,11 +113,11 @@ bool Harness::loaded(const BenchInfo& info, double load) {
 // against 17,560) at a load average of 2.2, under 2 threads + 1.
 constexpr double kWaitingThreads = 0.2;
 
-bool Harness::waited(const BenchInfo& info, double waiting) {
+bool LoadCheck::waited(const BenchInfo& info, double waiting, int local_ranks, int cores) {
   // Where the row's own threads outnumber the cores, they wait on each other.
-  if (waiting <= kWaitingThreads || threads_on_this_host(info, world().local_size) > omp_get_num_procs()) return false;
+  if (waiting <= kWaitingThreads || threads_on_this_host(info, local_ranks) > cores) return false;
   if (world().rank == 0 && warned_wait_.insert(info.name).second)
-    std::cerr << fmt::format(
+    console_ << fmt::format(
         "trainbench: warning: {}'s threads waited for a CPU {:.2f} s a second of its timed steps (the kernel's run "
         "delay): another process took cores from it, and its figures may be low ('loaded' in its verdicts)\n",
         info.name, waiting);
@@ -166,7 +167,7 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
         "scripts/fetch_datasets.sh fetches the real files, --data_dir names another folder)\n",
         info.dataset);
   const double load = load_average_1m();
-  const bool busy = loaded(info, load);
+  const bool busy = load_check_.loaded(info, load, world().local_size);
   std::string how = "";  // how this rank's repetition ended: "" well, "failed", "stop" (the CSV)
   try {
     // Each row reports its own peak resident set, not an earlier row's (a ResNet-152 before it):
@@ -186,8 +187,8 @@ void Harness::run_benchmark(benchmark::State& st, const BenchInfo& info) {
     Measurement& m = outcome.measured;
     if (load >= 0) m.figures.load_avg_1m = load;
     // The verdict alone, as the load average's: a row's message says what it measured, the same
-    // on a busy machine as on an idle one.
-    const bool waited_for_cpu = waited(info, m.cpu_waiting);  // said, whatever the load average said
+    // on a busy machine as on an idle one. The wait is said whatever the load average said.
+    const bool waited_for_cpu = load_check_.waited(info, m.cpu_waiting, world().local_size, omp_get_num_procs());
     if (busy || waited_for_cpu) m.verdicts.insert(m.verdicts.begin(), "loaded");
     if (!m.message.empty()) st.SetLabel(m.message);
     write(info, m, std::move(outcome.lines));

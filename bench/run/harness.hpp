@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -39,6 +40,25 @@ namespace tb::bench {
 // by the row's threads alone, K jobs of cpu:1 were "at most 1 thread", and their own load made
 // the next row's verdict "loaded".
 int threads_on_this_host(const BenchInfo& info, int local_ranks);
+
+// Whether another process took the CPU from a row ("loaded" in its verdicts), by either of two
+// signs, each said once per benchmark on rank 0's `console`.
+class LoadCheck {
+ public:
+  explicit LoadCheck(std::ostream& console) : console_(console) {}
+  // A load average read at the start of the row (`load`; negative where it could not be read)
+  // above the most threads this run has kept busy so far, plus one.
+  bool loaded(const BenchInfo& info, double load, int local_ranks);
+  // The row's threads waited for a CPU in its timed steps (`waiting`: Measurement's cpu_waiting),
+  // though no more of them than the `cores`: more wait on each other.
+  bool waited(const BenchInfo& info, double waiting, int local_ranks, int cores);
+
+ private:
+  std::ostream& console_;
+  int threads_used_ = 0;               // the most this run has used so far
+  std::set<std::string> warned_load_;  // benchmarks whose load was said
+  std::set<std::string> warned_wait_;  // benchmarks whose threads' wait for a CPU was said
+};
 
 class Harness {
  public:
@@ -69,12 +89,6 @@ class Harness {
   // The repetition's row (and the lines its run had for the console), and after the
   // benchmark's last one its aggregates and predictions.
   void write(const BenchInfo& info, const Measurement& measured, std::vector<std::string> lines = {});
-  // "loaded" where another process was using the CPU at the start of a row (said once per
-  // benchmark on the console): a load average above the most threads this run has kept busy.
-  bool loaded(const BenchInfo& info, double load);
-  // "loaded" too where the row's threads waited for a CPU in its timed steps (Measurement's
-  // cpu_waiting, said once per benchmark), though no more of them than the cores.
-  bool waited(const BenchInfo& info, double waiting);
 
   Flags flags_;
   std::vector<BenchInfo> benchmarks_;
@@ -85,9 +99,7 @@ class Harness {
   // The benchmark now running, kept across Google Benchmark's calls of it.
   std::unique_ptr<BenchmarkRun> run_;
   Baselines baselines_;
-  int threads_used_ = 0;                  // the most this run has used so far
-  std::set<std::string> warned_load_;     // benchmarks whose load was said
-  std::set<std::string> warned_wait_;     // benchmarks whose threads' wait for a CPU was said
+  LoadCheck load_check_;
   std::set<std::string> said_synthetic_;  // datasets said to be synthetic, under the default ./data
   Predictor predictor_;
   std::unique_ptr<telemetry::Nvml> nvml_;

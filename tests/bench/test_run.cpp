@@ -7,10 +7,13 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -163,6 +166,63 @@ TEST(Loaded, ThreadsCountEveryJobReplicaLoaderAndRankHere) {
   EXPECT_EQ(threads_on_this_host(cpu, 3), 6) << "three ranks here";
 }
 
+// Another process used the CPU where the load average at a row's start is above the most threads
+// this run has kept busy so far, plus one: a 1-thread row after a 2-thread one is held against 2.
+// An unreadable load average says nothing; each benchmark's warning is said once.
+TEST(Loaded, ALoadAverageAboveTheMostThreadsSoFarPlusOneIsAnotherProcess) {
+  std::ostringstream console;
+  LoadCheck check(console);
+  BenchInfo one;
+  one.name = "train/mlp/mnist/cpu:1/fp32/bs:100";
+  one.device_kind = &kind_named("cpu:T");
+  one.threads = 1;
+  BenchInfo two = one;
+  two.name = "train/mlp/mnist/cpu:2/fp32/bs:100";
+  two.threads = 2;
+  EXPECT_FALSE(check.loaded(one, 2.0, 1)) << "1 thread + 1";
+  EXPECT_TRUE(check.loaded(one, 2.5, 1));
+  EXPECT_FALSE(check.loaded(two, 3.0, 1)) << "2 threads + 1";
+  EXPECT_TRUE(check.loaded(two, 3.5, 1));
+  EXPECT_FALSE(check.loaded(one, 3.0, 1)) << "held against the 2 threads of the row before";
+  EXPECT_FALSE(check.loaded(one, -1, 1)) << "/proc/loadavg unreadable";
+  EXPECT_TRUE(check.loaded(two, 3.5, 1));
+  std::vector<std::string> said;
+  std::istringstream lines(console.str());
+  for (std::string line; std::getline(lines, line);) said.push_back(line);
+  ASSERT_EQ(said.size(), 2u) << console.str();
+  EXPECT_EQ(said[0].rfind("trainbench: warning: load average 2.5 at the start of " + one.name +
+                              ", where this run uses at most 1 thread(s): another process is using the CPU",
+                          0),
+            0u)
+      << said[0];
+  EXPECT_EQ(said[1].rfind("trainbench: warning: load average 3.5 at the start of " + two.name +
+                              ", where this run uses at most 2 thread(s)",
+                          0),
+            0u)
+      << said[1];
+}
+
+// A row's threads that waited for a CPU over 0.2 s a second of its timed steps lost cores to
+// another process (said once per benchmark), unless they outnumber the cores and wait on each other.
+TEST(Loaded, ThreadsThatWaitedForACpuLostItToAnotherProcessUnlessTheyOutnumberTheCores) {
+  std::ostringstream console;
+  LoadCheck check(console);
+  BenchInfo row;
+  row.name = "train/mlp/mnist/cpu:2/fp32/bs:100";
+  row.device_kind = &kind_named("cpu:T");
+  row.threads = 2;
+  EXPECT_FALSE(check.waited(row, 0.2, 1, 2));
+  EXPECT_FALSE(check.waited(row, -1, 1, 2)) << "the wait unknown";
+  EXPECT_TRUE(check.waited(row, 0.25, 1, 2)) << "as many threads as cores";
+  EXPECT_TRUE(check.waited(row, 0.5, 1, 2));
+  EXPECT_FALSE(check.waited(row, 0.9, 1, 1)) << "2 threads on 1 core";
+  EXPECT_FALSE(check.waited(row, 0.9, 2, 3)) << "2 ranks of 2 threads on 3 cores";
+  EXPECT_EQ(console.str(), "trainbench: warning: " + row.name +
+                               "'s threads waited for a CPU 0.25 s a second of its timed steps (the kernel's run "
+                               "delay): another process took cores from it, and its figures may be low ('loaded' in "
+                               "its verdicts)\n");
+}
+
 // What the wait check reads: two threads spinning on one core, each runnable all along, take
 // turns, so that about half of their time each is spent waiting for it (the kernel's run delay).
 TEST(Loaded, ThreadsSharingOneCoreWaitForIt) {
@@ -270,6 +330,29 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
     EXPECT_EQ(r->prediction_inputs.rfind("v1;buckets=", 0), 0u) << r->prediction_inputs;
     EXPECT_EQ(r->device_kind, "cpu:T");
   }
+  // The run is kept across the benchmark's calls, prepared once: the second repetition trains on
+  // from where the first left the network, not from the same start.
+  EXPECT_NE(iterations[0]->loss_last, iterations[1]->loss_last);
+  // A first window of 3 steps is enough to probe the data-parallel path's overhead, measured
+  // against the row's own steps: milliseconds on the MLP's steps of milliseconds, not a second.
+  for (const Row* r : iterations) {
+    const std::size_t dp = r->prediction_inputs.find(";dp=");
+    ASSERT_NE(dp, std::string::npos) << r->prediction_inputs;
+    const double overhead = std::stod(r->prediction_inputs.substr(dp + 4));
+    EXPECT_TRUE(overhead >= 0 && overhead < 0.5) << r->prediction_inputs;
+  }
+  // Each timed step's own time, for predictions (21 quantiles: of 3 steps, the 1st, 11th and 21st
+  // are the steps): inside the window, together no longer than it.
+  for (const Row* r : iterations) {
+    const std::size_t from = r->prediction_inputs.find(";steps=") + 7;
+    const std::string text = r->prediction_inputs.substr(from, r->prediction_inputs.find(';', from) - from);
+    std::vector<double> quantiles;
+    std::istringstream numbers(text);
+    for (std::string q; std::getline(numbers, q, ',');) quantiles.push_back(std::stod(q));
+    ASSERT_EQ(quantiles.size(), 21u) << r->prediction_inputs;
+    EXPECT_LE(quantiles[0] + quantiles[10] + quantiles[20], 3 * r->step_time_s.value_or(NAN) * (1 + 1e-6))
+        << r->prediction_inputs;
+  }
   EXPECT_EQ(aggregates.size(), 4u);
   // The predicted rows: mpi:2, 4 and 8 over the link, the same as predict_rows makes of the rows.
   std::vector<const Row*> predicted;
@@ -293,6 +376,116 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
   const std::vector<std::string>& lines = log.notes_of(name);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0].rfind("  predicted mpi:2 over custom", 0), 0u) << lines[0];
+}
+
+// Each benchmark is measured by a run of its own, from a peak resident set of its own: the MLP's
+// run was kept for the LSTM's row (its first loss the MLP's), and a peak reached before the rows
+// (memory since returned) was each row's peak_rss_bytes.
+TEST(Harness, EachBenchmarkIsMeasuredByItsOwnRunFromItsOwnPeakMemory) {
+  if (!reset_peak_rss()) GTEST_SKIP() << "/proc/self/clear_refs cannot be written here";
+  constexpr std::size_t kEarlier = std::size_t(512) << 20;
+  void* earlier = mmap(nullptr, kEarlier, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(earlier, MAP_FAILED);
+  std::memset(earlier, 1, kEarlier);
+  ASSERT_EQ(munmap(earlier, kEarlier), 0);
+  const double earlier_peak = double(peak_rss_bytes());
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.iterations = 2;
+  flags.iterations_given = true;
+  flags.warmup_steps = 1;
+  flags.timeline = false;
+  MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Harness harness(flags, 2);
+  harness.register_benchmarks(log);
+  NoDisplay display;
+  benchmark::RunSpecifiedBenchmarks(&display, "^train/(mlp/mnist|lstm/sine)/cpu:1/");
+  benchmark::ClearRegisteredBenchmarks();
+  harness.release_sessions();
+  std::map<std::string, const Row*> rows;
+  for (const Row& r : log.rows())
+    if (r.run_type == "iteration") rows[r.model] = &r;
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& [model, row] : rows) {
+    EXPECT_EQ(row->status, "ok") << model << ": " << row->message;
+    EXPECT_LT(row->peak_rss_bytes.value_or(NAN), earlier_peak) << model;
+  }
+  EXPECT_NE(rows["lstm"]->loss_first, rows["mlp"]->loss_first);
+}
+
+class UnitsSeen : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) units[r.run_name.function_name] = r.time_unit;
+  }
+  std::map<std::string, benchmark::TimeUnit> units;
+};
+
+// Google Benchmark's own reports (--benchmark_out) give a train/ row's time, a step's, in
+// milliseconds and an epochs/ row's, the whole run's, in seconds; a configuration the machine
+// cannot run is still each benchmark's row, skipped, saying why.
+TEST(Harness, ReportsTrainRowsInMillisecondsAndEpochsRowsInSecondsSkippedOrNot) {
+  Flags flags;
+  flags.devices = {"cpu:4096"};
+  MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Harness harness(flags, 2);
+  harness.register_benchmarks(log);
+  UnitsSeen display;
+  benchmark::RunSpecifiedBenchmarks(&display, "^(train|epochs)/lstm/sine/cpu:4096/");
+  benchmark::ClearRegisteredBenchmarks();
+  for (const std::string kind : {"train", "epochs"}) {
+    const std::string name = kind + "/lstm/sine/cpu:4096/fp32/bs:20";
+    ASSERT_EQ(display.units.count(name), 1u) << name;
+    EXPECT_EQ(display.units[name], kind == "train" ? benchmark::kMillisecond : benchmark::kSecond) << name;
+    const std::vector<const Row*> rows = log.rows_of(name);
+    ASSERT_FALSE(rows.empty()) << name;
+    EXPECT_EQ(rows[0]->status, "skipped");
+    EXPECT_NE(rows[0]->message.find("cpu:4096 needs 4096 cores"), std::string::npos) << rows[0]->message;
+  }
+}
+
+// A repetition that failed drops its run: the next is prepared and warmed up afresh, and fails
+// alike (a run kept from the failed one carried on from its steps: "after 3 steps", then "after 5").
+TEST(Harness, ARepetitionThatFailedDropsItsRunAndTheNextStartsAfresh) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.lr = 1e-30;  // too small to move the loss: every repetition fails its check
+  flags.benchmark_repetitions = "2";
+  flags.iterations = 2;
+  flags.iterations_given = true;
+  flags.warmup_steps = 1;
+  flags.timeline = false;
+  MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Harness harness(flags, 2);
+  harness.register_benchmarks(log);
+  int argc = 3;
+  char program[] = "test_bench_run", min_time[] = "--benchmark_min_time=0", repetitions[] = "--benchmark_repetitions=2";
+  char* argv[] = {program, min_time, repetitions, nullptr};
+  benchmark::Initialize(&argc, argv);
+  NoDisplay display;
+  std::string name;  // with its variant: lr, warm-up
+  for (const BenchInfo& b : harness.benchmarks())
+    if (b.name.rfind("train/mlp/mnist/cpu:1/", 0) == 0) name = b.name;
+  ASSERT_FALSE(name.empty());
+  benchmark::RunSpecifiedBenchmarks(&display, "^" + name + "$");
+  benchmark::ClearRegisteredBenchmarks();
+  std::vector<const Row*> failed;
+  for (const Row* r : log.rows_of(name))
+    if (r->run_type == "iteration") failed.push_back(r);
+  ASSERT_EQ(failed.size(), 2u);
+  for (const Row* r : failed) {
+    EXPECT_EQ(r->status, "failed");
+    EXPECT_EQ(r->message.rfind("loss did not fall", 0), 0u) << r->message;
+    EXPECT_NE(r->message.find("after 3 steps"), std::string::npos) << "1 warm-up step and 2 timed: " << r->message;
+  }
+  EXPECT_EQ(failed[0]->message, failed[1]->message);
 }
 
 }  // namespace
