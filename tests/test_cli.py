@@ -1117,6 +1117,17 @@ def test_benchmark_format_json_is_json_on_stdout_with_the_machine_context(tmp_pa
         assert "skipped gpu:1" in r.stderr
 
 
+def test_benchmark_time_unit_sets_every_rows_unit(tmp_path):
+    """Each row's own unit (ms for train/, s for epochs/) stands only where the flag is not
+    given: a benchmark's unit overrides Google Benchmark's --benchmark_time_unit, which was
+    checked and then ignored."""
+    r = run("--benchmark_filter=train/lstm/sine/cpu", "--benchmark_format=json", "--benchmark_time_unit=us",
+            f"--csv={tmp_path / 'run.csv'}", *FAST)
+    assert r.returncode == 0, r.stderr
+    units = {b["name"]: b["time_unit"] for b in json.loads(r.stdout)["benchmarks"]}
+    assert units and set(units.values()) == {"us"}, units
+
+
 def test_benchmark_out_json_carries_the_context_too(tmp_path):
     out = tmp_path / "gb.json"
     r = run("--benchmark_filter=train/lstm/sine/cpu/", f"--benchmark_out={out}", *FAST)

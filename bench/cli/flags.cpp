@@ -101,6 +101,7 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
   } else if (auto v = value("benchmark_time_unit")) {
     if (*v != "ns" && *v != "us" && *v != "ms" && *v != "s")
       throw InputError(fmt::format("--benchmark_time_unit: '{}' is not one of ns, us, ms, s", *v));
+    f.benchmark_time_unit_given = true;
   }
 }
 

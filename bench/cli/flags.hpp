@@ -36,6 +36,7 @@ struct Flags {
   std::string benchmark_out;                 // Google Benchmark's --benchmark_out, seen in passing
   std::string benchmark_repetitions = "1";   // Google Benchmark's --benchmark_repetitions, seen in passing
   std::string benchmark_min_time;            // Google Benchmark's --benchmark_min_time, seen in passing
+  bool benchmark_time_unit_given = false;    // Google Benchmark's --benchmark_time_unit: every row's unit
   std::string summary;                       // --summary=FILE: the end-of-run table as Markdown
   std::vector<std::string> links;            // --link=A+B: links predictions assume (empty: per device)
   int nodes = 1;                             // --nodes=M: predicted devices spread over M nodes

@@ -80,8 +80,11 @@ void Harness::register_benchmarks(RowLog& rows) {
     // One call of a benchmark is one repetition: a train/ row's run takes its own steps
     // (StepBudget: until --benchmark_min_time, or a fixed count every rank agrees on under
     // mpirun), an epochs/ row its epochs. Google Benchmark runs with a minimum time of 0 (main), so
-    // it keeps the first call of each repetition, with one iteration, and sizes nothing.
-    registered->Unit(b.kind == Kind::Epochs ? benchmark::kSecond : benchmark::kMillisecond);
+    // it keeps the first call of each repetition, with one iteration, and sizes nothing. Its time
+    // columns are in ms for a train/ row and s for an epochs/ row, unless --benchmark_time_unit
+    // names one for every row (a benchmark's own unit would override the flag).
+    if (!flags_.benchmark_time_unit_given)
+      registered->Unit(b.kind == Kind::Epochs ? benchmark::kSecond : benchmark::kMillisecond);
   }
 }
 
