@@ -294,6 +294,36 @@ class NoDisplay : public benchmark::BenchmarkReporter {
   std::size_t reported = 0;
 };
 
+// Flags of a short run on one thread: one warm-up step, then `steps` timed, unwatched by the
+// timeline.
+Flags short_cpu1_run(std::int64_t steps) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.iterations = steps;
+  flags.iterations_given = true;
+  flags.warmup_steps = 1;
+  flags.timeline = false;
+  return flags;
+}
+
+// A harness with its benchmarks registered and the row log it writes, as main sets them up.
+struct Registered {
+  explicit Registered(const Flags& flags) : harness(flags, 2) { harness.register_benchmarks(log); }
+  MachineContext machine;
+  std::ostringstream notes;
+  RowLog log{machine, nullptr, notes};
+  Harness harness;
+};
+
+// Google Benchmark told, as main tells it, that every call is one repetition, `repetitions` of them.
+void initialize_repetitions(int repetitions) {
+  std::string program = "test_bench_run", min_time = "--benchmark_min_time=0",
+              count = fmt::format("--benchmark_repetitions={}", repetitions);
+  int argc = 3;
+  char* argv[] = {program.data(), min_time.data(), count.data(), nullptr};
+  benchmark::Initialize(&argc, argv);
+}
+
 // A real run of the MLP on one thread, two repetitions of 3 steps, predicted over a custom link:
 // every repetition is a row the moment it ends, then the aggregates, then the predicted rows,
 // made from the rows by the same function --predict_from uses.
@@ -311,11 +341,7 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
   RowLog log(machine, nullptr, notes);
   Harness harness(flags, 2);
   harness.register_benchmarks(log);
-  // As main tells it: every call one repetition.
-  int argc = 3;
-  char program[] = "test_bench_run", min_time[] = "--benchmark_min_time=0", repetitions[] = "--benchmark_repetitions=2";
-  char* argv[] = {program, min_time, repetitions, nullptr};
-  benchmark::Initialize(&argc, argv);
+  initialize_repetitions(2);
   NoDisplay display;
   const std::string name = "train/mlp/mnist/cpu:1/fp32/bs:100";
   benchmark::RunSpecifiedBenchmarks(&display, "^" + name + "$");
@@ -389,23 +415,13 @@ TEST(Harness, EachBenchmarkIsMeasuredByItsOwnRunFromItsOwnPeakMemory) {
   std::memset(earlier, 1, kEarlier);
   ASSERT_EQ(munmap(earlier, kEarlier), 0);
   const double earlier_peak = double(peak_rss_bytes());
-  Flags flags;
-  flags.devices = {"cpu:1"};
-  flags.iterations = 2;
-  flags.iterations_given = true;
-  flags.warmup_steps = 1;
-  flags.timeline = false;
-  MachineContext machine;
-  std::ostringstream notes;
-  RowLog log(machine, nullptr, notes);
-  Harness harness(flags, 2);
-  harness.register_benchmarks(log);
+  Registered run(short_cpu1_run(2));
   NoDisplay display;
   benchmark::RunSpecifiedBenchmarks(&display, "^train/(mlp/mnist|lstm/sine)/cpu:1/");
   benchmark::ClearRegisteredBenchmarks();
-  harness.release_sessions();
+  run.harness.release_sessions();
   std::map<std::string, const Row*> rows;
-  for (const Row& r : log.rows())
+  for (const Row& r : run.log.rows())
     if (r.run_type == "iteration") rows[r.model] = &r;
   ASSERT_EQ(rows.size(), 2u);
   for (const auto& [model, row] : rows) {
@@ -430,11 +446,7 @@ class UnitsSeen : public benchmark::BenchmarkReporter {
 TEST(Harness, ReportsTrainRowsInMillisecondsAndEpochsRowsInSecondsSkippedOrNot) {
   Flags flags;
   flags.devices = {"cpu:4096"};
-  MachineContext machine;
-  std::ostringstream notes;
-  RowLog log(machine, nullptr, notes);
-  Harness harness(flags, 2);
-  harness.register_benchmarks(log);
+  Registered run(flags);
   UnitsSeen display;
   benchmark::RunSpecifiedBenchmarks(&display, "^(train|epochs)/lstm/sine/cpu:4096/");
   benchmark::ClearRegisteredBenchmarks();
@@ -442,7 +454,7 @@ TEST(Harness, ReportsTrainRowsInMillisecondsAndEpochsRowsInSecondsSkippedOrNot) 
     const std::string name = kind + "/lstm/sine/cpu:4096/fp32/bs:20";
     ASSERT_EQ(display.units.count(name), 1u) << name;
     EXPECT_EQ(display.units[name], kind == "train" ? benchmark::kMillisecond : benchmark::kSecond) << name;
-    const std::vector<const Row*> rows = log.rows_of(name);
+    const std::vector<const Row*> rows = run.log.rows_of(name);
     ASSERT_FALSE(rows.empty()) << name;
     EXPECT_EQ(rows[0]->status, "skipped");
     EXPECT_NE(rows[0]->message.find("cpu:4096 needs 4096 cores"), std::string::npos) << rows[0]->message;
@@ -452,32 +464,20 @@ TEST(Harness, ReportsTrainRowsInMillisecondsAndEpochsRowsInSecondsSkippedOrNot) 
 // A repetition that failed drops its run: the next is prepared and warmed up afresh, and fails
 // alike (a run kept from the failed one carried on from its steps: "after 3 steps", then "after 5").
 TEST(Harness, ARepetitionThatFailedDropsItsRunAndTheNextStartsAfresh) {
-  Flags flags;
-  flags.devices = {"cpu:1"};
+  Flags flags = short_cpu1_run(2);
   flags.lr = 1e-30;  // too small to move the loss: every repetition fails its check
   flags.benchmark_repetitions = "2";
-  flags.iterations = 2;
-  flags.iterations_given = true;
-  flags.warmup_steps = 1;
-  flags.timeline = false;
-  MachineContext machine;
-  std::ostringstream notes;
-  RowLog log(machine, nullptr, notes);
-  Harness harness(flags, 2);
-  harness.register_benchmarks(log);
-  int argc = 3;
-  char program[] = "test_bench_run", min_time[] = "--benchmark_min_time=0", repetitions[] = "--benchmark_repetitions=2";
-  char* argv[] = {program, min_time, repetitions, nullptr};
-  benchmark::Initialize(&argc, argv);
+  Registered run(flags);
+  initialize_repetitions(2);
   NoDisplay display;
   std::string name;  // with its variant: lr, warm-up
-  for (const BenchInfo& b : harness.benchmarks())
+  for (const BenchInfo& b : run.harness.benchmarks())
     if (b.name.rfind("train/mlp/mnist/cpu:1/", 0) == 0) name = b.name;
   ASSERT_FALSE(name.empty());
   benchmark::RunSpecifiedBenchmarks(&display, "^" + name + "$");
   benchmark::ClearRegisteredBenchmarks();
   std::vector<const Row*> failed;
-  for (const Row* r : log.rows_of(name))
+  for (const Row* r : run.log.rows_of(name))
     if (r->run_type == "iteration") failed.push_back(r);
   ASSERT_EQ(failed.size(), 2u);
   for (const Row* r : failed) {
