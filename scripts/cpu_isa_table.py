@@ -21,7 +21,7 @@ def build(row: dict[str, str]) -> str:
 
 
 def shown(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+    return tbcsv.figure(x)
 
 
 def main(argv: list[str]) -> int:

@@ -214,8 +214,7 @@ def at_n_figures(ln: Line) -> str:
 
 def milliseconds(seconds: float) -> str:
     """3 significant digits, whole numbers from 100 ms (`3,270`, never `3.27e+03`)."""
-    ms = seconds * 1e3
-    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
+    return tbcsv.figure(seconds * 1e3)
 
 
 def counts(lines: list[Line]) -> list[str]:

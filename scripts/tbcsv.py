@@ -910,6 +910,12 @@ def context_columns(columns: list[str]) -> list[str]:
     return base + extra
 
 
+def figure(x: float) -> str:
+    """A figure as the tables and labels write it: 3 significant digits, whole numbers with
+    separators from 100 (`17,560`, `999.7` as `1,000`, never `1e+03`)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def distinct(rows, column: str) -> list[str]:
     """Distinct non-empty values of a column, in first-seen order."""
     return list(dict.fromkeys(v for r in rows if (v := (r.get(column) or "").strip())))

@@ -359,7 +359,7 @@ class Speedup:
 
 def times(ratio: float, sign: str = "×") -> str:
     """A ratio as a label says it: 3 significant digits, whole numbers from 100 (`3,956×`)."""
-    return f"{ratio:,.0f}{sign}" if ratio >= 100 else f"{ratio:.3g}{sign}"
+    return tbcsv.figure(ratio) + sign
 
 
 def speedup_pairs(data: Data, rows=None) -> dict:

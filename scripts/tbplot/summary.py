@@ -22,7 +22,7 @@ METRICS = ("samples/s", "speedup over cpu (x)", "scaling efficiency (%)", "peak 
 
 
 def fmt_rate(v: float) -> str:
-    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+    return tbcsv.figure(v)
 
 
 FORMATS = {"samples/s": fmt_rate, "speedup over cpu (x)": lambda v: times(v, ""),

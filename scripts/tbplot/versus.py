@@ -117,7 +117,7 @@ def versus_tables(data: Data) -> list[VersusTable]:
                      for (r, c), p in pairs.items() if p.base == base}
             lines.append([panel_title(base.panel), f"{base.precision}, bs {base.batch}"
                           + (f", {base.variant}" if base.variant else ""),
-                          f"{cpus[base]:,.0f}" if cpus[base] >= 100 else f"{cpus[base]:.3g}"]
+                          tbcsv.figure(cpus[base])]
                          + [cells.get(k, "") for k in columns])
         headers = (["workload", "this cpu row", "this cpu samples/s"]
                    + [f"{r} {config_name(c)} {c.precision} / this cpu" for r, c in columns])
