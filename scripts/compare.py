@@ -452,12 +452,12 @@ def check_metric(tables: list[tbcsv.Table], metric: str) -> None:
 
 def added_by(metric: str, table: tbcsv.Table) -> str:
     """Why an older file lacks a column a later schema version added, or ''."""
-    for version, columns in (("3", tbcsv.SCHEMA_3_COLUMNS), ("4", tbcsv.SCHEMA_4_COLUMNS)):
-        versions = tbcsv.distinct(table.rows, "schema_version")
-        if metric in columns and all(v < version for v in versions):
-            return (f": schema_version {version} added it and this file is version "
-                    f"{', '.join(versions)}; give files of version {version} or later")
-    return ""
+    version = tbcsv.version_adding(metric)
+    versions = tbcsv.distinct(table.rows, "schema_version")
+    if version is None or not versions or not all(v < version for v in versions):
+        return ""
+    return (f": schema_version {version} added it and this file is version "
+            f"{', '.join(versions)}; give files of version {version} or later")
 
 
 # ---- formatting ----------------------------------------------------------------------------

@@ -77,6 +77,16 @@ SCHEMA_6_COLUMNS = ("device_kind", "backend", "data_parallel", "baseline", "cpu_
 # not say.
 SCHEMA_7_COLUMNS = ("onednn_isa", "cpu_isa", "prediction_model", "window_samples_per_s")
 
+# The columns each version appended, by the version that added them (columns of versions 1 and 2
+# are in every file these scripts read).
+COLUMNS_ADDED_BY = {"3": SCHEMA_3_COLUMNS, "4": SCHEMA_4_COLUMNS, "5": SCHEMA_5_COLUMNS,
+                    "6": SCHEMA_6_COLUMNS, "7": SCHEMA_7_COLUMNS}
+
+
+def version_adding(column: str) -> str | None:
+    """The schema version that added a column, or None for one every version has (or none)."""
+    return next((v for v, columns in COLUMNS_ADDED_BY.items() if column in columns), None)
+
 # The words of the verdicts column, in the order of trainbench's table (bench/schema/columns.cpp
 # verdicts(), `trainbench --list_configs --json`, SCHEMA.md's table of verdicts).
 VERDICTS = ("loaded", "above_peak", "slower_than_fp32", "not_scaling", "inside_band",

@@ -535,6 +535,30 @@ def test_a_column_missing_from_a_file_of_the_version_that_added_it_names_no_vers
     assert compare_mod.added_by("energy_j_per_sample", file_of("2")).startswith(
         ": schema_version 3 added it and this file is version 2")
 
+
+def test_a_column_of_versions_5_to_7_missing_from_an_older_file_names_the_version_that_added_it(
+        compare_mod, tbcsv_mod):
+    """Not only versions 3 and 4: a version 4 file asked for version 5's device clock was refused
+    as 'no column' without a reason."""
+    r = run_script("compare.py", data_file("report_cpu_v4.csv"), data_file("report_cpu_v4.csv"),
+                   "--metric", "device_samples_per_s")
+    assert_one_line_error(r, data_file("report_cpu_v4.csv"), "no column 'device_samples_per_s'",
+                          "schema_version 5 added it and this file is version 4; give files "
+                          "of version 5 or later")
+
+    def file_of(*versions):
+        return tbcsv_mod.Table("x.csv", ["schema_version"],
+                               [{"schema_version": v} for v in versions])
+    for column, version in (("variant", "4"), ("samples_per_s_low", "5"),
+                            ("prediction_inputs", "6"), ("window_samples_per_s", "7")):
+        before = str(int(version) - 1)
+        assert compare_mod.added_by(column, file_of("2", before)).startswith(
+            f": schema_version {version} added it and this file is version 2, {before}"), column
+        assert compare_mod.added_by(column, file_of(before, version)) == "", column
+    # A column every version has, and a file with no rows, have no version to name.
+    assert compare_mod.added_by("samples_per_s", file_of("1")) == ""
+    assert compare_mod.added_by("window_samples_per_s", file_of()) == ""
+
 # ---- windows: a verdict for rows of one repetition -------------------------------------------
 
 def one_repetition(src: str, dst: Path, windows: dict) -> str:
