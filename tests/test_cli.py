@@ -534,11 +534,13 @@ def test_the_own_kernels_isa_is_capped_recorded_and_a_bad_cap_refused(tmp_path):
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
 def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path):
+    """Without warm-up steps too: rank 1 stands by through rank 0's cpu:1 row (its timed steps and
+    its counters, which it skips), then joins the sharing probe, with no step of its own before."""
     out = tmp_path / "run.csv"
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0")  # Open MPI's lifetime allocations
     r = subprocess.run(["mpirun", "-np", "2", "--allow-run-as-root", "--oversubscribe", BINARY,
                         "--benchmark_filter=(train/mlp/mnist|epochs/lstm/sine)/", "--iterations=4", "--epochs=1",
-                        f"--csv={out}"],
+                        "--warmup_steps=0", f"--csv={out}"],
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     rows = read_csv(out)
@@ -564,6 +566,11 @@ def test_mpirun_two_ranks_train_one_data_parallel_row_written_by_rank_0(tmp_path
     assert abs(float(row["scaling_efficiency"]) - float(row["samples_per_s"]) / (2 * baseline)) < 1e-3
     # Printed once, by rank 0 (a second line compares it with its prediction).
     assert sum(line.startswith("train/mlp/mnist/mpi:2/fp32/bs:100") for line in r.stdout.splitlines()) == 1
+    # The cpu:1 row's prediction of mpi:2, from the sharing probe both ranks stepped.
+    predicted = [row for row in rows if row["measurement"] == "predicted"]
+    assert [row["benchmark"] for row in predicted] == [
+        "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured/from:cpu:1"], predicted
+    assert ";sharing_ranks=2;sharing_hosts=1" in ok["train/mlp/mnist/cpu:1/fp32/bs:100"]["prediction_inputs"]
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
