@@ -93,6 +93,7 @@ TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
            {with("backward_end=0.009", "backward_end=0.008"), "are not in order"},
            {with("timeline_steps=100", "timeline_steps=0"), "timeline_steps=0"},
            {with("sharing_ranks=2", "sharing_ranks=1"), "sharing_ranks=1"},
+           {with("sharing_ranks=2", "sharing_ranks=0"), "sharing_ranks=0 and sharing_hosts=1"},
            {good + ";dp=0,0,0", "dp= is given twice"},
            {with("dp=", "dq="), "dq= is no field of version 1"},
            {with("timeline_steps=100", "timeline_steps=1e30"), "timeline_steps: '1e30' is not a count"},
