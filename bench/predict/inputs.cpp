@@ -74,8 +74,9 @@ parallel::Range range_of(const std::string& text, const std::string& field) {
 }
 
 // What a run writes holds these; anything else (an edited or damaged cell) would predict
-// nonsense (negative samples/s, an inverted band) instead of being refused.
-void check_values(const PredictionInputs& in) {
+// nonsense (negative samples/s, an inverted band) instead of being refused. `sharing_given`: the
+// cell has the sharing fields (a run writes them from 2 ranks on).
+void check_values(const PredictionInputs& in, bool sharing_given) {
   const parallel::OneDevice& one = in.one;
   const parallel::StepTimeline& t = one.timeline;
   const auto refuse = [](const std::string& what) {
@@ -103,7 +104,7 @@ void check_values(const PredictionInputs& in) {
   };
   ordered(one.dp_overhead, "dp", 0, true);
   ordered(one.sharing, "sharing", 0, false);
-  if (in.sharing_ranks != 0 && (in.sharing_ranks < 2 || in.sharing_hosts < 1))
+  if (sharing_given && (in.sharing_ranks < 2 || in.sharing_hosts < 1))
     refuse(fmt::format("sharing_ranks={} and sharing_hosts={}: ranks share a machine from 2 ranks on 1 host or more",
                        in.sharing_ranks, in.sharing_hosts));
 }
@@ -191,7 +192,7 @@ PredictionInputs parse_prediction_inputs(const std::string& text) {
   } else {
     one.sharing_source = "no ranks shared this machine in the run";
   }
-  check_values(in);
+  check_values(in, f.count("sharing") != 0);
   return in;
 }
 

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench/output/csv.hpp"
@@ -20,6 +21,7 @@
 #include "bench/predict/after_run.hpp"
 #include "bench/predict/inputs.hpp"
 #include "bench/predict/predict.hpp"
+#include "bench/predict/replays.hpp"
 #include "bench/schema/columns.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
@@ -91,6 +93,7 @@ TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
            {with("backward_end=0.009", "backward_end=0.008"), "are not in order"},
            {with("timeline_steps=100", "timeline_steps=0"), "timeline_steps=0"},
            {with("sharing_ranks=2", "sharing_ranks=1"), "sharing_ranks=1"},
+           {with("sharing_ranks=2", "sharing_ranks=0"), "sharing_ranks=0 and sharing_hosts=1"},
            {good + ";dp=0,0,0", "dp= is given twice"},
            {with("dp=", "dq="), "dq= is no field of version 1"},
            {with("timeline_steps=100", "timeline_steps=1e30"), "timeline_steps: '1e30' is not a count"},
@@ -148,6 +151,53 @@ TEST(PredictionInputs, SharingIsWrittenFromTwoRanksOn) {
     EXPECT_EQ(parse_prediction_inputs(text).sharing_ranks, 0);
   }
   EXPECT_EQ(parse_prediction_inputs(format_prediction_inputs(measured_step(), 3, 2)).sharing_hosts, 2);
+}
+
+// Text that is no column a run writes is refused saying which part: a field without '=', a
+// missing field, a count below 0; and the edges of what a run can write are taken: a bucket of no
+// bytes, the largest count. A bucket ready before the step began is refused.
+TEST(PredictionInputs, FieldsAndCountsAreReadSayingWhatIsWrong) {
+  const std::string good = format_prediction_inputs(measured_step(), 2, 1);
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " in " << text;
+    return text.replace(at, from.size(), to);
+  };
+  for (const std::string& text :
+       {with("4000000@0.006", "0@0.006"), with("timeline_steps=100", "timeline_steps=2147483647")})
+    EXPECT_NO_THROW(parse_prediction_inputs(text)) << text;
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {with(";backward_end=", ";backward_end;backward_end="), "'backward_end' is not NAME=VALUE"},
+           {with(";timeline_steps=100", ""), "no timeline_steps= field"},
+           {with("timeline_steps=100", "timeline_steps=-1"), "timeline_steps: '-1' is not a count"},
+           {with("timeline_steps=100", "timeline_steps=2147483648"), "timeline_steps: '2147483648' is not a count"},
+           {with("4000000@0.006", "4000000@-0.001"), "bucket 0 is ready at -0.001 s, before the one before it"},
+       }) {
+    try {
+      parse_prediction_inputs(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
+// What was not measured is not written, and reads back as not measured: no step times, no
+// overhead (no source, or "not measured ..."), so that inputs read and written again are the same.
+TEST(PredictionInputs, WhatWasNotMeasuredIsNotWritten) {
+  parallel::OneDevice one = measured_step();
+  one.step_times.clear();
+  one.dp_overhead_source.clear();
+  const std::string text = format_prediction_inputs(one, 0, 0);
+  EXPECT_EQ(text.substr(text.size() - 7), ";steps=") << text;
+  EXPECT_EQ(text.find("dp="), std::string::npos) << text;
+  const PredictionInputs back = parse_prediction_inputs(text);
+  EXPECT_TRUE(back.one.step_times.empty());
+  EXPECT_EQ(back.one.dp_overhead_source, "not measured");
+  EXPECT_EQ(format_prediction_inputs(back.one, 0, 0), text) << "written again as read";
+  one.dp_overhead_source = "not measured: --dp_probe=off";
+  EXPECT_EQ(format_prediction_inputs(one, 0, 0), text);
 }
 
 // Two ok repetitions of a CPU row at 1000 and 1200 samples/s, batch 100, the step's inputs.
@@ -370,6 +420,211 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
             number(parallel::predict(one, 2, preset).samples_per_s));
 }
 
+// The rows a prediction starts from are the ok measured repetitions at a rate: it takes their
+// median rate (not their mean) and the last one's inputs, and passes over a predicted row, a
+// failed one and one at no rate.
+TEST(PredictRows, TakeTheMedianOfTheMeasuredRatesAndTheLastRowsInputs) {
+  parallel::OneDevice earlier = measured_step();
+  earlier.timeline.steps = 50;
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(earlier, 0, 0));
+  rows[0].samples_per_s = 1600;  // the rates 1600, 1200 and 1000: median 1200, mean 1267
+  rows.push_back(rows[1]);
+  rows.back().samples_per_s = 1000;
+  rows.back().prediction_inputs = format_prediction_inputs(measured_step(), 0, 0);
+  Row predicted = rows[1], failed = rows[1], no_rate = rows[1];
+  predicted.measurement = "predicted", predicted.samples_per_s = 1e6, predicted.prediction_inputs = "";
+  failed.status = "failed", failed.samples_per_s = 1e6;
+  no_rate.samples_per_s = 0;
+  rows.insert(rows.begin(), {predicted, failed, no_rate});
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {4};
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  parallel::OneDevice one = parse_prediction_inputs(rows.back().prediction_inputs).one;
+  one.step_s = 100 / 1200.0;
+  one.batch = 100;
+  parallel::Link link = parallel::parse_link("10,20");
+  link.overlaps_compute = false;
+  EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, 4, link).samples_per_s));
+  EXPECT_EQ(got[0].row.iterations, 100) << "the last row's timeline, of 100 steps";
+}
+
+// A predicted row's columns are the model's figures for it: its step and the terms in it, the
+// all-reduced bytes, the replicas and the link; the console says the terms, the step's first.
+TEST(PredictRows, HoldTheModelsFiguresInTheirColumns) {
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {4};
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
+  one.step_s = 100 / 1100.0;
+  one.batch = 100;
+  parallel::Link link = parallel::parse_link("10,20");
+  link.overlaps_compute = false;
+  const parallel::Prediction q = parallel::predict(one, 4, link);
+  const Row& row = got[0].row;
+  EXPECT_EQ(row.iterations, 100) << "the timeline's steps";
+  EXPECT_EQ(row.replicas, 4);
+  EXPECT_EQ(row.allreduce_bytes_per_step, 5e6) << "the two buckets";
+  EXPECT_DOUBLE_EQ(*row.step_time_s, q.step_s);
+  EXPECT_DOUBLE_EQ(*row.comm_s_per_step, q.exposed_comm_s);
+  EXPECT_DOUBLE_EQ(*row.comm_share, q.exposed_comm_s / q.step_s);
+  EXPECT_DOUBLE_EQ(*row.scaling_efficiency, q.efficiency);
+  EXPECT_EQ(row.dominant_term, q.dominant);
+  EXPECT_EQ(row.link_busbw_gbps, 10);
+  EXPECT_EQ(row.link_latency_us, 20);
+  EXPECT_EQ(row.measurement, "predicted");
+  EXPECT_EQ(row.predicted_from, "train/mlp/mnist/cpu:1/fp32/bs:100");
+  EXPECT_NE(got[0].line.find(" over custom (10 GB/s, 20 us a step): "), std::string::npos) << got[0].line;
+  ASSERT_GE(q.terms.size(), 2u);
+  EXPECT_NE(row.message.find(fmt::format("terms: {} {:.3g} (", q.terms[0].name, q.terms[0].s * 1e3)), std::string::npos)
+      << row.message;
+  EXPECT_NE(row.message.find(fmt::format(", {} +{:.3g} (", q.terms[1].name, q.terms[1].s * 1e3)), std::string::npos)
+      << row.message;
+}
+
+// GPUs on one node all-reduce over NCCL in one process; on nodes of their own they are ranks, and
+// the row's name says the nodes and the network between them.
+TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("nvlink4")};
+  plan.counts = {8};
+  std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].row.device_kind, "gpu:N over NCCL");
+  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
+  one.step_s = 100 / 1100.0;
+  one.batch = 100;
+  const parallel::Prediction q = parallel::predict(one, parallel::Cluster{.devices = 8, .link = plan.links[0]});
+  ASSERT_GT(q.comm_s, 1.01 * q.exposed_comm_s) << "the test needs all-reduces backward hides";
+  EXPECT_DOUBLE_EQ(*got[0].row.comm_share, q.exposed_comm_s / q.step_s) << "the share of the step not hidden";
+  EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/gpu:8/fp32/bs:100/predicted:nvlink4/from:gpu:1");
+  plan.nodes = 2;
+  plan.networks = {parallel::parse_network("100gbe")};
+  got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].row.device_kind, "gpu:N across ranks");
+  EXPECT_EQ(got[0].row.benchmark,
+            "train/mlp/mnist/gpu:8/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1");
+  EXPECT_EQ(got[0].row.network, "100gbe");
+  EXPECT_EQ(got[0].row.network_busbw_gbps, 5);
+}
+
+// A predicted row takes its source's identity and none of what the source measured or concluded:
+// no counter of it, its repetition, verdicts, windows, prediction or what its device was.
+TEST(PredictRows, TakeNothingTheSourceMeasuredOrConcluded) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::string sentinel = "123456";
+  for (Row& r : rows) {
+    const double rate = *r.samples_per_s;
+    for (const Column& c : columns())
+      if (c.kind == ColumnKind::Counter) {
+        ASSERT_TRUE(c.set(r, sentinel)) << c.name;
+      }
+    r.samples_per_s = rate;
+    r.repetition = 1, r.verdicts = "stable", r.window_samples_per_s = "1,2", r.prediction = "inside_band";
+    r.shared_device = 1, r.emulated_nodes = 1;
+  }
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2};
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  const Row& row = got[0].row;
+  for (const Column& c : columns())
+    if (c.kind == ColumnKind::Counter) {
+      EXPECT_NE(c.cell(row), sentinel) << c.name;
+    }
+  EXPECT_FALSE(row.repetition);
+  EXPECT_EQ(row.verdicts, "");
+  EXPECT_EQ(row.window_samples_per_s, "");
+  EXPECT_EQ(row.prediction, "");
+  EXPECT_FALSE(row.shared_device);
+  EXPECT_FALSE(row.emulated_nodes);
+  EXPECT_EQ(row.model, "mlp") << "its identity is the source's";
+}
+
+// One device shares no gradients: a count of 1 predicts nothing, beside the counts that do.
+TEST(PredictRows, PredictNothingForOneDevice) {
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {1, 4};
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].row.device, "mpi:4");
+}
+
+// The speed-up over the CPU is the source's: where the source names no cpu row (a cpu row of its
+// own), its predicted rows have none, whatever rate the plan holds.
+TEST(PredictRows, HaveASpeedupWhereTheSourceNamesItsCpuRow) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2};
+  plan.cpu_samples_per_s = 500;
+  EXPECT_FALSE(predict_rows(pointers(rows), plan, MachineContext{})[0].row.speedup_vs_cpu);
+  for (Row& r : rows) r.cpu_baseline = "train/mlp/mnist/cpu/fp32/bs:100";
+  const Row row = predict_rows(pointers(rows), plan, MachineContext{})[0].row;
+  EXPECT_DOUBLE_EQ(row.speedup_vs_cpu.value_or(NAN), *row.samples_per_s / 500);
+}
+
+// Over the run's measured link the ranks ran as they ran: sharing the machine as the sharing probe
+// measured, on one level whatever --nodes says. A replay over it waits its compute out: no sharing.
+TEST(PredictRows, OverTheMeasuredLinkKeepTheSharingMeasuredAndOneLevel) {
+  parallel::OneDevice shared = measured_step();
+  shared.sharing = {1.5, 1.4, 1.6};
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(shared, 2, 1));
+  parallel::Link measured = parallel::parse_link("10,20");
+  measured.name = "measured";
+  measured.overlaps_compute = false;
+  PredictionPlan plan;
+  plan.links = {measured};
+  plan.nodes = 4;
+  plan.networks = {parallel::parse_network("100gbe")};
+  plan.counts = {2};
+  std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
+  one.step_s = 100 / 1100.0;
+  one.batch = 100;
+  const parallel::Cluster ranks{.devices = 2, .link = measured, .library = parallel::Library::Mpi};
+  EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, ranks).samples_per_s));
+  EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured/from:cpu:1");
+  EXPECT_NE(got[0].row.message.find("sharing: x1.5 (1.4 to 1.6)"), std::string::npos) << got[0].row.message;
+  plan.replay = true;
+  got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0].row.message.find("sharing: none: replayed compute is waited out"), std::string::npos)
+      << got[0].row.message;
+  one.sharing = parallel::Range::exactly(1);
+  parallel::Cluster replay = ranks;
+  replay.link.overlaps_compute = true;
+  EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, replay).samples_per_s));
+}
+
+// check_prediction_shape's refusal says the nodes asked for, and the least that would do.
+TEST(PredictRows, SayTheNodesAnNvlinkShapeNeeds) {
+  const parallel::Link nvlink4 = parallel::parse_link("nvlink4");
+  for (const auto& [devices, nodes, says] : std::vector<std::tuple<int, int, std::string>>{
+           {12, 1, "12 devices over nvlink4: an NVLink link joins at most 8 GPUs"},
+           {12, 1, "(e.g. --nodes=2 --network=ib_ndr400x8)"},
+           {64, 4, "64 devices over nvlink4 on 4 nodes: an NVLink link joins at most 8 GPUs"}}) {
+    try {
+      check_prediction_shape(nvlink4, devices, nodes, 8);
+      ADD_FAILURE() << devices << " on " << nodes << " nodes taken";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(check_prediction_shape(nvlink4, 64, 8, 8));
+}
+
 // The policy: one-device train rows with a timeline are predicted; a measured row is compared with
 // the prediction made from a row of its per-rank threads, the measured link's first.
 TEST(Predictor, ComparesAMeasuredRowWithItsPredictionAndSaysInsideOrOutside) {
@@ -408,6 +663,156 @@ TEST(Predictor, ComparesAMeasuredRowWithItsPredictionAndSaysInsideOrOutside) {
   epochs.kind = Kind::Epochs;
   EXPECT_TRUE(predictor.after_benchmark(epochs, pointers(rows), MachineContext{}).empty());
   EXPECT_TRUE(predictor.after_benchmark(mpi, pointers(rows), MachineContext{}).empty());
+}
+
+// The one-device cpu:1 row of the Predictor tests, and a GPU one.
+BenchInfo one_device_info(bool gpu) {
+  BenchInfo one;
+  one.kind = Kind::Train;
+  one.model = "mlp";
+  one.dataset = "mnist";
+  one.device = gpu ? "gpu:1" : "cpu:1";
+  one.name = fmt::format("train/mlp/mnist/{}/fp32/bs:100", one.device);
+  one.precision = "fp32";
+  one.batch = 100;
+  one.threads = 1;
+  one.backend = gpu ? Backend::Cuda : Backend::Cpu;
+  one.device_kind = &kind_named(gpu ? "gpu:1" : "cpu:T");
+  return one;
+}
+
+std::vector<Row> gpu_rows() {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
+  return rows;
+}
+
+std::vector<std::string> devices_of(const std::vector<PredictedRow>& predicted) {
+  std::vector<std::string> out;
+  for (const PredictedRow& p : predicted) out.push_back(p.row.benchmark);
+  return out;
+}
+
+// A GPU row is predicted over nvlink4 without --link; --nodes, --network and --gpus_per_node
+// shape what the run predicts as they shape --predict_from's.
+TEST(Predictor, PredictsOverTheFlagsNodesAndNvlink4ByDefault) {
+  const std::vector<Row> rows = gpu_rows();
+  EXPECT_EQ(devices_of(Predictor(Flags{}).after_benchmark(one_device_info(true), pointers(rows), MachineContext{})),
+            (std::vector<std::string>{"train/mlp/mnist/gpu:2/fp32/bs:100/predicted:nvlink4/from:gpu:1",
+                                      "train/mlp/mnist/gpu:4/fp32/bs:100/predicted:nvlink4/from:gpu:1",
+                                      "train/mlp/mnist/gpu:8/fp32/bs:100/predicted:nvlink4/from:gpu:1"}));
+  Flags flags;
+  flags.nodes = 2;
+  flags.networks = {"100gbe"};
+  flags.gpus_per_node = 2;
+  EXPECT_EQ(devices_of(Predictor(flags).after_benchmark(one_device_info(true), pointers(rows), MachineContext{})),
+            (std::vector<std::string>{
+                "train/mlp/mnist/gpu:2/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1",
+                "train/mlp/mnist/gpu:4/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1"}))
+      << "1 and 2 GPUs a node: no more than --gpus_per_node";
+}
+
+// Rows without a timeline (--timeline=off) and CUDA-graph rows hold no bucket timeline of their
+// own: they are not predicted.
+TEST(Predictor, PredictsNoRowWithoutATimelineNorACudaGraphsRow) {
+  Flags flags;
+  flags.links = {"10,20"};
+  Predictor predictor(flags);
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  BenchInfo one = one_device_info(false);
+  EXPECT_EQ(predictor.after_benchmark(one, pointers(rows), MachineContext{}).size(), 3u);
+  BenchInfo without_timeline = one, graphed = one;
+  without_timeline.timeline = false;
+  graphed.cuda_graph = true;
+  EXPECT_TRUE(predictor.after_benchmark(without_timeline, pointers(rows), MachineContext{}).empty());
+  EXPECT_TRUE(predictor.after_benchmark(graphed, pointers(rows), MachineContext{}).empty());
+}
+
+// The run's predicted rows carry the speed-up over the rate of the source's cpu row it is given.
+TEST(Predictor, GivesThePredictedRowsTheSpeedupOverTheCpuRow) {
+  Flags flags;
+  flags.links = {"10,20"};
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.cpu_baseline = "train/mlp/mnist/cpu/fp32/bs:100";
+  const std::vector<PredictedRow> made =
+      Predictor(flags).after_benchmark(one_device_info(false), pointers(rows), MachineContext{}, 500);
+  ASSERT_FALSE(made.empty());
+  EXPECT_DOUBLE_EQ(made[0].row.speedup_vs_cpu.value_or(NAN), *made[0].row.samples_per_s / 500);
+}
+
+// The band's ends are inside it; a rate of 0 (a row that measured none) is compared with nothing;
+// the line says measured / predicted.
+TEST(Predictor, TakesTheBandsEndsAsInsideAndComparesNoRateOfZero) {
+  Flags flags;
+  flags.links = {"10,20"};
+  Predictor predictor(flags);
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<PredictedRow> made =
+      predictor.after_benchmark(one_device_info(false), pointers(rows), MachineContext{});
+  ASSERT_FALSE(made.empty());
+  BenchInfo mpi = one_device_info(false);
+  mpi.name = "train/mlp/mnist/mpi:2/fp32/bs:100";
+  mpi.device = "mpi:2";
+  mpi.device_kind = &kind_named("mpi:N");
+  mpi.data_parallel = 2;
+  const double low = *made[0].row.samples_per_s_low, point = *made[0].row.samples_per_s,
+               high = *made[0].row.samples_per_s_high;
+  ASSERT_LT(low, high);
+  EXPECT_EQ(predictor.compare(mpi, low)->verdict, "inside_band");
+  EXPECT_EQ(predictor.compare(mpi, high)->verdict, "inside_band");
+  const std::string line = predictor.compare(mpi, low)->line;
+  EXPECT_NE(line.find(fmt::format("measured / predicted = {:.2f},", low / point)), std::string::npos) << line;
+  EXPECT_FALSE(predictor.compare(mpi, 0));
+}
+
+// A measured row is compared with its prediction whatever says how its ranks ran: a replay, GPU
+// ranks as emulated nodes (no data_parallel: a check of the multi-node path), against a
+// prediction over a network between nodes.
+TEST(Predictor, ComparesReplaysAndEmulatedNodesWithTheirPredictions) {
+  Flags flags;
+  flags.links = {"10,20"};
+  Predictor cpu(flags);
+  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  ASSERT_FALSE(cpu.after_benchmark(one_device_info(false), pointers(rows), MachineContext{}).empty());
+  BenchInfo replay = one_device_info(false);
+  replay.name = "train/mlp/mnist/mpi:2/fp32/bs:100/replayed";
+  replay.device = "mpi:2";
+  replay.variant = "replayed";
+  replay.device_kind = &kind_named("mpi:N");
+  replay.data_parallel = 2;
+  const auto replayed = cpu.compare(replay, 1000);
+  ASSERT_TRUE(replayed);
+  EXPECT_EQ(replayed->prediction, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:custom/from:cpu:1");
+
+  flags.nodes = 2;
+  flags.networks = {"100gbe"};
+  Predictor gpu(flags);
+  const std::vector<Row> gpus = gpu_rows();
+  ASSERT_FALSE(gpu.after_benchmark(one_device_info(true), pointers(gpus), MachineContext{}).empty());
+  BenchInfo emulated = one_device_info(true);
+  emulated.name = "train/mlp/mnist/gpu:2/fp32/bs:100/emulated_nodes/nodes:2";
+  emulated.device = "gpu:2";
+  emulated.variant = "emulated_nodes/nodes:2";
+  emulated.device_kind = &kind_named("gpu:N as emulated nodes");
+  emulated.data_parallel = 0;  // it shares one GPU
+  const auto compared = gpu.compare(emulated, 1000);
+  ASSERT_TRUE(compared);
+  EXPECT_EQ(compared->prediction,
+            "train/mlp/mnist/gpu:2/fp32/bs:100/nodes:2/predicted:custom/network:100gbe/from:gpu:1");
+}
+
+// A replay is predicted for this world's ranks and no other count: in a world of one rank (no
+// mpirun), for none.
+TEST(Predictor, PredictsAReplayForTheWorldsRanksAlone) {
+  Flags flags;
+  flags.links = {"10,20"};
+  Predictor predictor(flags);
+  BenchInfo replay = one_device_info(false);
+  replay.replay = BenchInfo::Replay{.of = replay.name, .backend = "cpu", .inputs = ""};
+  replay.replay->rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  EXPECT_TRUE(predictor.for_replay(replay, MachineContext{}).empty());
+  BenchInfo not_a_replay = one_device_info(false);
+  EXPECT_TRUE(predictor.for_replay(not_a_replay, MachineContext{}).empty());
 }
 
 // What std::cout printed while it lived.
@@ -529,6 +934,45 @@ TEST(SavedRows, RowsNoRunWritesAreRefusedNamingTheFileAndTheRow) {
   EXPECT_EQ(saved_one_device_rows(one_device_rows(good), ".", "--replay_from", "run.csv").names.size(), 1u);
 }
 
+// A saved run's rows a prediction starts from are its ok train/ iterations that the filter takes:
+// an epochs row, a failed one and an aggregate of the same benchmark are passed over, as is a
+// workload the filter does not take.
+TEST(SavedRows, AreTheOkTrainIterationsTheFilterTakes) {
+  const std::string good = format_prediction_inputs(measured_step(), 0, 0);
+  std::vector<Row> rows = one_device_rows(good);
+  Row epochs = rows[0], failed = rows[0], aggregate = rows[0], other = rows[0];
+  epochs.kind = "epochs";
+  failed.status = "failed";
+  aggregate.run_type = "aggregate", aggregate.aggregate = "mean";
+  other.benchmark = "train/lstm/ptb/cpu:1/fp32/bs:100", other.model = "lstm";
+  rows.insert(rows.end(), {epochs, failed, aggregate, other});
+  SavedRows saved = saved_one_device_rows(rows, ".", "--predict_from", "run.csv");
+  EXPECT_EQ(saved.names,
+            (std::vector<std::string>{"train/mlp/mnist/cpu:1/fp32/bs:100", "train/lstm/ptb/cpu:1/fp32/bs:100"}));
+  EXPECT_EQ(saved.rows.at("train/mlp/mnist/cpu:1/fp32/bs:100").size(), 2u) << "its two ok repetitions";
+  saved = saved_one_device_rows(rows, "mlp", "--predict_from", "run.csv");
+  EXPECT_EQ(saved.names, (std::vector<std::string>{"train/mlp/mnist/cpu:1/fp32/bs:100"}));
+}
+
+// A filter that is no regular expression, a file whose rows all lack the inputs, and an ok row at
+// an infinite rate are refused, saying which.
+TEST(SavedRows, RefuseABadFilterRowsWithoutInputsAndAnInfiniteRate) {
+  const std::string good = format_prediction_inputs(measured_step(), 0, 0);
+  std::vector<Row> infinite = one_device_rows(good);
+  infinite[0].samples_per_s = INFINITY;
+  for (const auto& [rows, filter, says] : std::vector<std::tuple<std::vector<Row>, std::string, std::string>>{
+           {one_device_rows(good), "(", "--benchmark_filter=(: not a regular expression"},
+           {one_device_rows(""), ".", "holds prediction_inputs (2 such rows without them)"},
+           {infinite, ".", "the row of train/mlp/mnist/cpu:1/fp32/bs:100: batch 100 at inf samples/s"}}) {
+    try {
+      saved_one_device_rows(rows, filter, "--predict_from", "run.csv");
+      ADD_FAILURE() << "taken: " << says;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 // `rows` in a new CSV file of the test's (its header, then the rows): a saved run.
 std::string saved_run(const std::string& name, const std::vector<Row>& rows) {
   const std::string path = ::testing::TempDir() + name;
@@ -579,14 +1023,15 @@ TEST(PredictFromCsv, ACpuRunWithoutALinkIsAskedForOne) {
 TEST(PredictFromCsv, TheSpeedupIsOverTheCpuRowsOkRepetitionsAlone) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   for (Row& r : rows) r.cpu_baseline = "train/mlp/mnist/cpu/fp32/bs:100";
-  // The cpu row: three ok repetitions, two of its aggregates and a failed repetition.
+  // The cpu row: three ok repetitions (median 500, mean 600), two of its aggregates and a failed
+  // repetition.
   const auto cpu_row = [&](double rate, const std::string& run_type, const std::string& status) {
     Row r = rows[0];
     r.benchmark = r.cpu_baseline, r.device = "cpu", r.threads = 2, r.cpu_baseline = "", r.prediction_inputs = "";
     r.samples_per_s = rate, r.run_type = run_type, r.status = status;
     return r;
   };
-  for (double rate : {400.0, 500.0, 600.0}) rows.push_back(cpu_row(rate, "iteration", "ok"));
+  for (double rate : {400.0, 500.0, 900.0}) rows.push_back(cpu_row(rate, "iteration", "ok"));
   for (const char* statistic : {"stddev", "cv"}) {
     rows.push_back(cpu_row(0.5, "aggregate", "ok"));
     rows.back().aggregate = statistic;
@@ -698,6 +1143,166 @@ TEST(PredictAllreduce, SaysTheSizeInTheLargestUnitThatDividesIt) {
     EXPECT_EQ(predict_allreduce(flags), 0);
     EXPECT_NE(out.text().find(says), std::string::npos) << out.text();
   }
+}
+
+// After the run there is no measured link: --link=measured is refused saying what to give.
+TEST(PredictFromCsv, RefusesTheMeasuredLink) {
+  Flags flags;
+  flags.predict_from =
+      saved_run("measured_link_run.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.links = {"measured"};
+  CapturedCout out;
+  try {
+    predict_from_csv(flags, MachineContext{});
+    ADD_FAILURE() << "predicted over --link=measured after the run";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--link=measured: the measured link is the one a run's own ranks swept"),
+              std::string::npos)
+        << e.what();
+  }
+  std::remove(flags.predict_from.c_str());
+}
+
+// --nodes, --network and --gpus_per_node shape --predict_from's rows: 1 and 2 GPUs a node on 2
+// nodes, the row saying its nodes and network.
+TEST(PredictFromCsv, SpreadsTheDevicesOverTheFlagsNodes) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
+  Flags flags;
+  flags.predict_from = saved_run("gpu_run_on_nodes.csv", rows);
+  flags.nodes = 2;
+  flags.networks = {"100gbe"};
+  flags.gpus_per_node = 2;
+  const PredictedFromCsv got = predicted_from(flags, "predicted_on_nodes.csv");
+  ASSERT_EQ(got.status, 0) << got.text;
+  std::vector<std::string> names;
+  for (const Row& r : got.rows) names.push_back(r.benchmark);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "train/mlp/mnist/gpu:2/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1",
+                       "train/mlp/mnist/gpu:4/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1"}));
+  std::remove(flags.predict_from.c_str());
+}
+
+// A file's own predicted row is set beside its re-prediction, not that row's aggregates that
+// follow it in the file (a standard deviation).
+TEST(PredictFromCsv, SetsTheFilesOwnIterationRowBesideItsReprediction) {
+  Flags flags;
+  flags.predict_from =
+      saved_run("cpu_run_with_aggregates.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.links = {"10,20"};
+  flags.devices = {"mpi:4"};
+  const PredictedFromCsv first = predicted_from(flags, "repredicted_with_aggregates.csv");
+  ASSERT_EQ(first.rows.size(), 1u) << first.text;
+  Row own = first.rows[0], stddev = first.rows[0];
+  stddev.run_type = "aggregate", stddev.aggregate = "stddev", stddev.samples_per_s = 3;
+  {
+    CsvWriter csv(flags.predict_from);
+    csv.write_row(own);
+    csv.write_row(stddev);
+  }
+  const PredictedFromCsv again = predicted_from(flags, "repredicted_with_aggregates_again.csv");
+  EXPECT_NE(again.text.find(fmt::format("    the file's own: {:.0f} samples/s, by this model (this prediction +0.0%)",
+                                        *own.samples_per_s)),
+            std::string::npos)
+      << again.text;
+  std::remove(flags.predict_from.c_str());
+}
+
+// --predict_allreduce spreads the GPUs over --nodes, between them --network.
+TEST(PredictAllreduce, SpreadsTheGpusOverTheFlagsNodes) {
+  Flags flags;
+  flags.predict_allreduce = 1e6;
+  flags.devices = {"gpu:16"};
+  flags.nodes = 2;
+  flags.networks = {"100gbe"};
+  CapturedCout out;
+  EXPECT_EQ(predict_allreduce(flags), 0);
+  EXPECT_NE(out.text().find("  gpu:16 on 2 nodes over nvlink4 and 100gbe: "), std::string::npos) << out.text();
+}
+
+// The default counts are 2, 4 and 8 GPUs, a line each; a line's figures are the model's, as
+// nccl-tests says them: the time with its band (fast to slow), busbw = algbw x 2(N-1)/N with its
+// band (slow to fast), algbw = bytes / time.
+TEST(PredictAllreduce, SaysTheModelsTimeAndBusbwWithTheirBands) {
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("nvlink4"), parallel::parse_link("100:80-110,20")};
+  const double bytes = double(1 << 30);
+  const std::vector<std::string> lines = predict_allreduce_lines(bytes, plan);
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[0].rfind("  gpu:2 over nvlink4: ", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[2].rfind("  gpu:8 over nvlink4: ", 0), 0u) << lines[2];
+  // A link whose band has both ends (nvlink4's fast end is its point).
+  const parallel::Cluster eight{.devices = 8, .link = parallel::parse_link("100:80-110,20")};
+  const parallel::AllReduce point = parallel::all_reduce(bytes, eight);
+  const double slow = parallel::all_reduce(bytes, eight, parallel::End::Slow).s,
+               fast = parallel::all_reduce(bytes, eight, parallel::End::Fast).s;
+  ASSERT_TRUE(fast < point.s && point.s < slow) << "the test needs a band";
+  const auto busbw = [&](double s) { return 2.0 * 7 / 8 * bytes / s / 1e9; };
+  EXPECT_EQ(lines[5], fmt::format("  gpu:8 over custom: {:.4g} ms ({:.4g} to {:.4g}), {}; busbw {:.4g} GB/s ({:.4g} "
+                                  "to {:.4g}), algbw {:.4g} GB/s",
+                                  point.s * 1e3, fast * 1e3, slow * 1e3, point.algorithm, busbw(point.s), busbw(slow),
+                                  busbw(fast), bytes / point.s / 1e9));
+}
+
+// --replay_from plans an mpi:N benchmark of this world's ranks per saved one-device row, at the
+// median of its repetitions' rates, with the row's optimizer and at least one thread; in a world
+// of one rank it is skipped, saying how to start it.
+TEST(PlanReplays, ReplayEachSavedRowOnTheWorldsRanks) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  rows.push_back(rows[1]);
+  rows.back().samples_per_s = 1700;  // 1000, 1200 and 1700: median 1200, mean 1300
+  for (Row& r : rows) r.threads = 0, r.optimizer = "adam";
+  Flags flags;
+  flags.replay_from = saved_run("replayed_run.csv", rows);
+  const std::vector<BenchInfo> planned = plan_replays(flags);
+  ASSERT_EQ(planned.size(), 1u);
+  const BenchInfo& b = planned[0];
+  EXPECT_EQ(b.name, "train/mlp/mnist/mpi:1/fp32/bs:100/replayed");
+  EXPECT_EQ(b.device, "mpi:1");
+  EXPECT_EQ(b.threads, 1) << "a row of no threads replays on one";
+  EXPECT_EQ(b.optimizer.kind, OptimizerConfig::Kind::Adam);
+  EXPECT_EQ(b.baseline, "train/mlp/mnist/cpu:1/fp32/bs:100");
+  ASSERT_TRUE(b.replay);
+  EXPECT_EQ(b.replay->rows.size(), 3u);
+  EXPECT_DOUBLE_EQ(b.replay->samples_per_s, 1200);
+  EXPECT_NE(b.skip_reason.find("start it with mpirun -np N (N >= 2)"), std::string::npos) << b.skip_reason;
+  EXPECT_EQ(b.skip_scope, "mpi:1");
+  std::remove(flags.replay_from.c_str());
+}
+
+// Rows of one workload on two devices (cpu and cpu:1) would replay as one benchmark: refused,
+// naming both.
+TEST(PlanReplays, RefuseTwoRowsThatReplayAsOne) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row r : one_device_rows(format_prediction_inputs(measured_step(), 0, 0))) {
+    r.benchmark = "train/mlp/mnist/cpu/fp32/bs:100", r.device = "cpu";
+    rows.push_back(r);
+  }
+  Flags flags;
+  flags.replay_from = saved_run("replayed_twice.csv", rows);
+  try {
+    plan_replays(flags);
+    ADD_FAILURE() << "two rows replayed as one";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("train/mlp/mnist/cpu:1/fp32/bs:100 and train/mlp/mnist/cpu/fp32/bs:100 both "
+                                         "replay as train/mlp/mnist/mpi:1/fp32/bs:100/replayed"),
+              std::string::npos)
+        << e.what();
+  }
+  std::remove(flags.replay_from.c_str());
+}
+
+// A --summary that cannot be written fails the run (exit status 1), saying where.
+TEST(PredictFromCsv, FailsWhereTheSummaryCannotBeWritten) {
+  Flags flags;
+  flags.predict_from =
+      saved_run("cpu_run_for_summary.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.links = {"10,20"};
+  flags.devices = {"mpi:4"};
+  flags.summary = ::testing::TempDir() + "no_such_folder/summary.md";
+  const PredictedFromCsv got = predicted_from(flags, "summary_not_written.csv");
+  EXPECT_EQ(got.status, 1) << got.text;
+  std::remove(flags.predict_from.c_str());
 }
 
 }  // namespace
