@@ -19,7 +19,7 @@ from tbplot import references
 from tbplot.charts import CHARTS
 from tbplot.charts.headline import (MAX_WIDTH_IN, brief_notes, caption, chart_headline,
                                     legend_entries, look_key, looks, panels, select)
-from tbplot.charts.energy_per_sample import energy_per_sample, energy_unit, throttling
+from tbplot.charts.energy_per_sample import chart_energy, energy_per_sample, energy_unit, throttling
 from tbplot.charts.time_to_accuracy import accuracy_curves
 from tbplot.figures import describe_machines
 from tbplot.model import (Config, Data, config_of, host_cpu, machine_of, newest_rows,
@@ -810,3 +810,84 @@ def test_each_panel_says_its_scale(tbcsv_mod):
     assert all(ax.get_ylabel().endswith("(linear scale)") and "scale" not in ax.get_title()
                for ax in fig.axes)
     plt.close(fig)
+
+
+# ---- the charts' scaffolding and what each says (found by the report audit) --------------------
+
+def draw_chart(draw, data: Data):
+    """A chart's figure, drawn in this process (Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tbplot.figures import Figures
+    return plt, draw(Figures(plt, data), data)
+
+
+def test_bar_labels_are_plain_numbers_with_a_suffix_from_a_thousand():
+    from tbplot.figures import si
+    assert [si(v) for v in (999, 1000, 1500, 12345, 2.5e6, 3e9, 0.5)] == [
+        "999", "1k", "1.5k", "12.3k", "2.5M", "3G", "0.5"]
+    assert [si(v) for v in (999.7, 999_700, -1500)] == ["1k", "1M", "-1.5k"]  # not 1e+03k
+
+
+def test_peak_memory_labels_each_bar_with_its_stacks_total_in_binary_units(tbcsv_mod):
+    """peak_memory: a bar's label is the sum of its stacked parts (not one part), in GiB, MiB or
+    KiB of 1024, naming its machine where several are drawn; the notes say what is stacked."""
+    from tbplot.charts.peak_memory import byte_unit, chart_peak_memory, fmt_bytes
+    assert [fmt_bytes(v) for v in (2 ** 30, 1.5 * 2 ** 30, 2 ** 20, 1010 * 2 ** 20)] == [
+        "1 GiB", "1.5 GiB", "1 MiB", "1,010 MiB"]  # not 1.01e+03 MiB
+    assert byte_unit(2 ** 10) == (2 ** 10, "KiB")
+    data = Data([tbcsv_mod.read_table(p) for p in (GPU, GPU_V3)])
+    plt, fig = draw_chart(chart_peak_memory, data)
+    ax = fig.axes[0]
+    factor, unit = byte_unit(max(p.get_x() + p.get_width() for p in ax.patches) * 2 ** 30)
+    assert unit == "GiB" and ax.get_xlabel() == "peak memory (GiB)"
+    ends: dict = {}
+    for p in ax.patches:  # a bar's segments share its y; the last ends where the bar does
+        y = round(p.get_y() + p.get_height() / 2, 6)
+        ends[y] = max(ends.get(y, 0.0), p.get_x() + p.get_width())
+    labels = {round(t.xy[1], 6): t.get_text() for t in ax.texts}
+    assert set(labels) == set(ends)
+    for y, end in ends.items():
+        total, machine = labels[y].split(" · ")
+        assert total == fmt_bytes(end * 2 ** 30) and machine in data.series, labels[y]
+    assert "Stacked: the mem_* columns (bytes allocated, by purpose)." in " ".join(texts_of(fig))
+    plt.close(fig)
+
+
+def test_an_energy_label_of_a_thousand_or_more_is_written_whole(tmp_path, tbcsv_mod):
+    """The unit keeps the smallest bar readable, so the largest can pass 1,000 of it: written
+    whole (1,660), as the H100's and H200's charts read 1.42e+03 and 1.87e+03."""
+    heavy = rewrite_csv(GPU_V3, tmp_path / "heavy.csv", change=lambda row: (
+        {"energy_j_per_sample": str(5 * float(row["energy_j_per_sample"]))}
+        if "resnet152" in row["benchmark"] and row["energy_j_per_sample"] else {}))
+    data = Data([tbcsv_mod.read_table(heavy)])
+    got = energy_per_sample(data)
+    plt, fig = draw_chart(chart_energy, data)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert fig.axes[0].get_ylabel() == "energy per sample (mJ)"
+    want = [f"{1e3 * sample.center:,.0f}" for (_, c), sample in got.items()
+            if c.model == "resnet152"]
+    assert want and all(w in texts for w in want) and any(len(w) > 3 for w in want), (want, texts)
+    assert not any("e+" in t for t in texts), texts
+    plt.close(fig)
+
+
+def test_host_cpu_labels_give_the_time_its_unit_and_the_cores_busy(tbcsv_mod):
+    """The axis in milliseconds while every step takes under a second (machine_a.csv), else in
+    seconds (gpu_epochs.csv's resnet152 on the CPU); each label in its own bar's unit, so a GPU
+    step beside seconds reads 87.3 µs, not 8.73e-05 s."""
+    from tbplot.charts.host_cpu_per_step import chart_host_cpu, fmt_seconds
+    assert [fmt_seconds(v) for v in (2.5, 0.0123, 8.73e-05, 1234.0)] == [
+        "2.5 s", "12.3 ms", "87.3 µs", "1,234 s"]
+    for path, unit, units in ((TWO_MACHINES[0], "ms", {"ms", "µs"}), (GPU, "s", {"s", "ms", "µs"})):
+        plt, fig = draw_chart(chart_host_cpu, Data([tbcsv_mod.read_table(path)]))
+        ax = fig.axes[0]
+        assert ax.get_xlabel() == f"host CPU time per step ({unit}, log scale)"
+        said = set()
+        for t in ax.texts:
+            got = re.fullmatch(r"[\d.,]+ (s|ms|µs) · \d+\.\d\d cores busy", t.get_text())
+            assert got, t.get_text()
+            said.add(got.group(1))
+        assert said == units, said
+        plt.close(fig)
