@@ -1136,3 +1136,27 @@ def test_repetitions_that_agree_have_no_whisker_and_the_notes_none(tmp_path, tbc
     chosen = select(Data([tbcsv_mod.read_table(same)]))
     assert chosen.bars and all(chosen.bars[k].repetitions >= 2 for k in chosen.bars)
     assert not any(chosen.whisker(k) for k in chosen.bars) and whiskers_said(chosen) == ""
+
+
+def test_a_bar_whose_pair_differs_in_batch_says_it_once(tbcsv_mod):
+    """The H200's ImageNet bars (bs 128 over the cpu row's bs 8) in a panel of two batches: the
+    pair's `bs 128 vs 8` says the batch, no `bs:128` line besides."""
+    data = Data([tbcsv_mod.read_table(str(ROOT / "results/h200/default-20261128T062641Z.csv"))])
+    chosen = select(data)
+    by_panel = panels(data, chosen)
+    set_labels(by_panel, chosen, bar_labels(data, chosen))
+    texts = [g.texts[k] for groups in by_panel.values() for g in groups for k in g.keys
+             if k[1].dataset == "imagenet" and k[1].on_gpu and not k[1].predicted]
+    assert texts and all("bs 128 vs 8" in t for t in texts), texts
+    assert not any("bs:128" in t for t in texts), texts
+
+
+def test_reference_bars_are_over_this_cpu_only_beside_one_input_machine(tbcsv_mod):
+    from tbplot.charts.headline import this_machine
+    one = Data([tbcsv_mod.read_table(TWO_MACHINES[0])],
+               references=references.load_references([str(H100_DIR)])[0])
+    assert this_machine(one, select(one)) == "vm"
+    two = Data([tbcsv_mod.read_table(p) for p in TWO_MACHINES],
+               references=references.load_references([str(H100_DIR)])[0])
+    chosen = select(two)
+    assert chosen.references and this_machine(two, chosen) is None
