@@ -1160,3 +1160,17 @@ def test_reference_bars_are_over_this_cpu_only_beside_one_input_machine(tbcsv_mo
                references=references.load_references([str(H100_DIR)])[0])
     chosen = select(two)
     assert chosen.references and this_machine(two, chosen) is None
+
+
+def test_a_split_panels_parts_are_numbered_from_one(tmp_path, tbcsv_mod):
+    data = Data([tbcsv_mod.read_table(f) for f in many_machines(tmp_path)])
+    plt, fig, _ = draw_headline(data)
+    parts: dict = {}
+    for ax in fig.axes:
+        found = re.search(r"^(.*) \((\d+) of (\d+)\)", ax.get_title())
+        if found:
+            parts.setdefault(found.group(1), []).append((int(found.group(2)), int(found.group(3))))
+    assert parts, [ax.get_title() for ax in fig.axes]
+    for numbers in parts.values():
+        assert numbers == [(i + 1, len(numbers)) for i in range(len(numbers))], numbers
+    plt.close(fig)
