@@ -1174,3 +1174,14 @@ def test_a_split_panels_parts_are_numbered_from_one(tmp_path, tbcsv_mod):
     for numbers in parts.values():
         assert numbers == [(i + 1, len(numbers)) for i in range(len(numbers))], numbers
     plt.close(fig)
+
+
+def test_the_headlines_caption_lists_cpu_configurations_in_device_order(tmp_path, tbcsv_mod):
+    """`cpu, cpu:4, cpu:16`: by device, not as text (where cpu:16 comes before cpu:4)."""
+    def renamed(row):
+        names = {"cpu:1": "cpu:16", "mpi:2": "cpu:4"}
+        device = names.get(row["device"], row["device"])
+        return {"device": device, "benchmark": row["benchmark"].replace(f"/{row['device']}/", f"/{device}/")}
+    threads = rewrite_csv(data_file("report_cpu_v4.csv"), tmp_path / "threads.csv", change=renamed)
+    said = caption(Data([tbcsv_mod.read_table(threads)]))
+    assert "drawn with the CPU configurations it has (cpu, cpu:4, cpu:16;" in said, said
