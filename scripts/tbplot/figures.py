@@ -161,9 +161,11 @@ def pack_rows(widths: list[float], max_width: float = MAX_WIDTH) -> list[list[fl
 
 
 def si(value: float) -> str:
-    """3 significant digits with a k/M/G suffix: bar labels stay short."""
+    """3 significant digits with a k/M/G suffix: bar labels stay short. The suffix is the
+    rounded value's (999,700 is `1M`, never `1e+03k`)."""
+    rounded = abs(float(f"{value:.3g}"))
     for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
+        if rounded >= factor:
             return f"{value / factor:.3g}{suffix}"
     return f"{value:.3g}"
 

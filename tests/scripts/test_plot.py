@@ -17,12 +17,13 @@ from conftest import (BAD_INPUTS, FIXTURES, ROOT, SCRIPTS, assert_one_line_error
                       data_file, load_generator, rewrite_csv, run_script)
 from tbplot import references
 from tbplot.charts import CHARTS
-from tbplot.charts.headline import (MAX_WIDTH_IN, brief_notes, caption, chart_headline,
-                                    legend_entries, look_key, looks, panels, select)
-from tbplot.charts.energy_per_sample import energy_per_sample, energy_unit, throttling
+from tbplot.charts.headline import (MAX_WIDTH_IN, bar_labels, brief_notes, caption, chart_headline,
+                                    legend_entries, look_key, looks, panels, select, set_labels,
+                                    whiskers_said)
+from tbplot.charts.energy_per_sample import chart_energy, energy_per_sample, energy_unit, throttling
 from tbplot.charts.time_to_accuracy import accuracy_curves
 from tbplot.figures import describe_machines
-from tbplot.model import (Config, Data, config_of, host_cpu, machine_of, newest_rows,
+from tbplot.model import (Config, Data, config_of, host_cpu, machine_of, newest_rows, panel_title,
                           scaling_lines, short_cpu, speedups, spread)
 from tbplot.svg import stable_clip_ids
 
@@ -810,3 +811,377 @@ def test_each_panel_says_its_scale(tbcsv_mod):
     assert all(ax.get_ylabel().endswith("(linear scale)") and "scale" not in ax.get_title()
                for ax in fig.axes)
     plt.close(fig)
+
+
+# ---- the charts' scaffolding and what each says (found by the report audit) --------------------
+
+def draw_chart(draw, data: Data):
+    """A chart's figure, drawn in this process (Agg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tbplot.figures import Figures
+    return plt, draw(Figures(plt, data), data)
+
+
+def test_bar_labels_are_plain_numbers_with_a_suffix_from_a_thousand():
+    from tbplot.figures import si
+    assert [si(v) for v in (999, 1000, 1500, 12345, 2.5e6, 3e9, 0.5)] == [
+        "999", "1k", "1.5k", "12.3k", "2.5M", "3G", "0.5"]
+    assert [si(v) for v in (999.7, 999_700, -1500)] == ["1k", "1M", "-1.5k"]  # not 1e+03k
+
+
+def test_a_log_axis_is_labelled_in_plain_numbers_on_its_own_axis():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tbplot.figures import log_scale
+    fig, ax = plt.subplots()
+    log_scale(ax, "y", 1, 1e4)
+    assert ax.get_yscale() == "log" and ax.yaxis.get_major_formatter()(1000, 0) == "1k"
+    assert ax.get_xscale() == "linear" and ax.xaxis.get_major_formatter()(1000, 0) != "1k"
+    plt.close(fig)
+
+
+def test_the_machine_lines_show_six_machines_and_count_the_rest(tmp_path, tbcsv_mod):
+    six = Data([tbcsv_mod.read_table(f) for f in many_machines(tmp_path, 6)])
+    lines = describe_machines(six, six.rows)
+    assert [line.split(":")[0] for line in lines] == [f"node-{i}" for i in range(6)]
+    seven = Data([tbcsv_mod.read_table(f) for f in many_machines(tmp_path, 7)])
+    lines = describe_machines(seven, seven.rows)
+    assert len(lines) == 6 and lines[-1] == "… and 2 more machines", lines
+
+
+def test_a_bar_panel_names_each_group_under_its_bars(tbcsv_mod):
+    """samples_per_s: configurations cpu first, then by N, each tick under its own bars (one a
+    machine), precision and batch named only where they vary, and skipped marked where a bar
+    would be."""
+    from tbplot.charts.samples_per_s import chart_samples_per_s
+    data = Data([tbcsv_mod.read_table(p) for p in TWO_MACHINES])
+    plt, fig = draw_chart(chart_samples_per_s, data)
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["cpu", "cpu:1", "cpu:4"], ticks
+    assert ax.get_yscale() == "log"
+    # Each bar stands within its tick's group, the first machine's left of the second's.
+    bars = sorted((p.get_x() + p.get_width() / 2, p.get_facecolor()) for p in ax.patches)
+    for tick, (x, _) in zip([0, 0, 1, 1, 2], bars):
+        assert abs(x - tick) < 0.4, (tick, x)
+    assert bars[0][1] == bars[2][1] != bars[1][1]  # one colour per machine, in order
+    assert [t.get_text() for t in ax.texts].count("skipped") == 1  # vm's cpu:4
+    # Whiskers: each bar's min-max over its repetitions.
+    got = tbcsv_mod.samples(data.step_rows, data.key, "samples_per_s")
+    want = sorted((low, high) for (_, c), sample in got.items() if c.model == "mlp"
+                  for _, low, high in [spread(sample)] if high > low)
+    drawn = sorted(tuple(y for _, y in c.lines[2][0].get_segments()[0])
+                   for c in ax.containers if getattr(c, "has_yerr", False))
+    assert want and drawn == pytest.approx(want)
+    plt.close(fig)
+    from tbplot.figures import config_labels
+    configs = [Config("train", "mlp", "mnist", "cpu", p, b) for p, b in
+               (("fp32", "100"), ("fp32", "8"), ("bf16", "100"))]
+    assert config_labels(configs[:2]) == ["cpu\nbs:100", "cpu\nbs:8"]
+    assert config_labels([configs[0], configs[2]]) == ["cpu\nfp32", "cpu\nbf16"]
+
+
+def test_a_speedup_bar_says_what_differs_from_its_cpu_row(tbcsv_mod):
+    """speedup_vs_cpu: a bf16 bar over the fp32 cpu row says `bf16 vs fp32` under its ratio; the
+    1× line is drawn at 1 on a log axis (ratios of 1 to 234) that the notes call log."""
+    from tbplot.charts.speedup_vs_cpu import chart_speedup
+    data = Data([tbcsv_mod.read_table(data_file("report_gpu_v4.csv"))])
+    plt, fig = draw_chart(chart_speedup, data)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "124×\nbf16 vs fp32" in texts and "234×\nbf16 vs fp32" in texts, texts
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log" and ax.get_ylabel() == "speedup over cpu (×)"
+        assert any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.get_lines())
+    assert "dashed line: 1× (no speedup). Log scale." in " ".join(texts_of(fig))
+    plt.close(fig)
+
+
+def test_a_horizontal_bar_chart_keeps_the_benchmarks_order_top_down(tbcsv_mod):
+    """host_cpu_per_step: benchmarks in the order of the rows from the top, each name at the
+    middle of its group, the machines' bars in their order within it."""
+    from tbplot.charts.host_cpu_per_step import chart_host_cpu
+    data = Data([tbcsv_mod.read_table(p) for p in TWO_MACHINES])
+    plt, fig = draw_chart(chart_host_cpu, data)
+    ax = fig.axes[0]
+    names = [t.get_text() for t in ax.get_yticklabels()]
+    ok = {r["benchmark"] for r in data.step_rows if r["status"] == "ok"}
+    assert names == [b for b in dict.fromkeys(r["benchmark"] for r in data.step_rows)
+                     if b in ok], names
+    bottom, top = ax.get_ylim()
+    assert bottom > top  # the first benchmark at the top
+    ys = sorted(p.get_y() + p.get_height() / 2 for p in ax.patches)
+    ticks = list(ax.get_yticks())
+    for tick in ticks:
+        mine = [y for y in ys if abs(y - tick) <= 0.5]
+        assert mine and abs(sum(mine) / len(mine) - tick) < 1e-9, (tick, mine)
+    from matplotlib.colors import to_rgba
+    first = sorted(ax.patches, key=lambda p: p.get_y())[:2]  # the first benchmark's
+    assert [p.get_facecolor() for p in first] == [to_rgba(data.colour(s)) for s in data.series]
+    assert ax.texts[0].get_text().endswith("cores busy") and " ms" in ax.texts[0].get_text()
+    plt.close(fig)
+
+
+def test_the_scaling_chart_draws_percent_against_the_perfect_line(tbcsv_mod):
+    """scaling_efficiency: each line in percent from its gpu:1 point, a label per N >= 2 point,
+    the dashed 100% line, and a legend naming each line's precision and batch."""
+    from tbplot.charts.scaling_efficiency import chart_scaling
+    data = Data([tbcsv_mod.read_table(GPU)])
+    lines = scaling_lines(data)
+    plt, fig = draw_chart(chart_scaling, data)
+    for ax in fig.axes:
+        (_, _, precision, batch), eff = next((k, v) for k, v in lines.items()
+                                             if panel_title(k[1]) == ax.get_title())
+        curve, perfect = ax.get_lines()
+        assert list(curve.get_xdata()) == sorted(eff)
+        assert list(curve.get_ydata()) == pytest.approx([100 * e for _, e in sorted(eff.items())])
+        assert list(perfect.get_ydata()) == [100, 100]
+        assert [t.get_text() for t in ax.texts] == [f"{100 * e:.0f}%" for n, e in sorted(eff.items())
+                                                    if n > 1]
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [f"{precision} {batch}"]
+        assert ax.get_xlabel() == "devices (N of gpu:N)"
+        assert ax.get_ylabel() == "scaling efficiency (%)"
+    plt.close(fig)
+
+
+def test_time_to_accuracy_names_each_configurations_line_style(tbcsv_mod):
+    """time_to_accuracy: the legend names the configurations in their line styles, cpu first;
+    a time axis over more than 10x is log and says so."""
+    from tbplot.charts.time_to_accuracy import chart_time_to_accuracy
+    data = Data([tbcsv_mod.read_table(GPU)])
+    curves = accuracy_curves(data)
+    plt, fig = draw_chart(chart_time_to_accuracy, data)
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        names = [t.get_text() for t in legend.get_texts()]
+        assert names == ["cpu", "gpu:1", "gpu:2"]
+        styles = [h.get_linestyle() for h in legend.get_lines()]
+        drawn = {line.get_linestyle(): (list(line.get_xdata()), list(line.get_ydata()))
+                 for line in ax.get_lines()}
+        for name, style in zip(names, styles):
+            points = next(p for (_, c), p in curves.items()
+                          if c.device == name and panel_title(c.panel) == ax.get_title())
+            assert drawn[style] == ([t for t, _ in points], [a for _, a in points]), name
+        assert ax.get_xscale() == "log" and ax.get_xlabel() == "elapsed time (s, log scale)"
+    plt.close(fig)
+
+
+def test_an_accuracy_of_one_is_a_fraction_shown_in_percent(tmp_path, tbcsv_mod):
+    from tbplot.charts.time_to_accuracy import chart_time_to_accuracy
+    perfect = rewrite_csv(GPU, tmp_path / "perfect.csv", change=lambda row: (
+        {"val_acc": "1"} if row["val_acc"] else {}))
+    data = Data([tbcsv_mod.read_table(perfect)])
+    plt, fig = draw_chart(chart_time_to_accuracy, data)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "validation accuracy (%)"
+    assert ax.yaxis.get_major_formatter()(1.0, 0) == "100%"
+    plt.close(fig)
+
+
+def headline_texts(data: Data) -> dict:
+    """(series, device, variant, precision) -> the lines of the headline's bar label."""
+    chosen = select(data)
+    by_panel = panels(data, chosen)
+    set_labels(by_panel, chosen, bar_labels(data, chosen))
+    return {(k[0], k[1].device, k[1].variant, k[1].precision): g.texts[k]
+            for groups in by_panel.values() for g in groups for k in g.keys
+            if k[1].model == "mlp"}
+
+
+def test_the_headline_labels_a_bar_with_its_rate_its_speedup_and_what_differs(tbcsv_mod):
+    texts = headline_texts(Data([tbcsv_mod.read_table(data_file("report_gpu_v4.csv"))]))
+    host = "fixture-host"
+    assert texts == {(host, "cpu", "", "fp32"): ["35.5k", "1× (cpu)"],
+                     (host, "gpu:1", "", "fp32"): ["518k", "14.6×"],
+                     (host, "gpu:2", "", "fp32"): ["748k", "21.1×"],
+                     (host, "gpu:1", "", "bf16"): ["1.24M", "35.1×", "bf16 vs fp32"],
+                     (host, "gpu:2", "", "bf16"): ["1.79M", "50.6×", "bf16 vs fp32"]}, texts
+
+
+def test_a_cpu_variants_bar_is_not_labelled_as_the_cpu_row(tbcsv_mod):
+    """`1× (cpu)` is the plain cpu row's: a cpu optimizer:adam bar is another configuration."""
+    data = Data([tbcsv_mod.read_table(data_file(f))
+                 for f in ("optimizer_sgd_v4.csv", "optimizer_adam_v4.csv")])
+    texts = headline_texts(data)
+    assert texts[("vm", "cpu", "", "fp32")] == ["10.5k", "1× (cpu)"]
+    assert "1× (cpu)" not in texts[("vm", "cpu", "optimizer:adam", "fp32")]
+    assert "A dotted, lined or circled bar is a variant of its device" in caption(data)
+
+
+def test_the_headline_says_what_its_whiskers_and_hatching_are(tbcsv_mod):
+    measured = select(Data([tbcsv_mod.read_table(data_file("report_cpu_v4.csv"))]))
+    assert whiskers_said(measured) == "Whiskers: min–max over repetitions."
+    assert "hatching" not in " ".join(brief_notes(measured))
+    both = select(Data([tbcsv_mod.read_table(str(H100_DIR / "check-20261127T060400Z/timeline.csv"))]))
+    assert whiskers_said(both) == ("Whiskers: min–max over repetitions (measured bars), the "
+                                   "prediction's band (hatched bars).")
+    assert "diagonal hatching: predicted, not measured" in brief_notes(both)[1]
+
+
+def test_peak_memory_labels_each_bar_with_its_stacks_total_in_binary_units(tbcsv_mod):
+    """peak_memory: a bar's label is the sum of its stacked parts (not one part), in GiB, MiB or
+    KiB of 1024, naming its machine where several are drawn; the notes say what is stacked."""
+    from tbplot.charts.peak_memory import byte_unit, chart_peak_memory, fmt_bytes
+    assert [fmt_bytes(v) for v in (2 ** 30, 1.5 * 2 ** 30, 2 ** 20, 1010 * 2 ** 20)] == [
+        "1 GiB", "1.5 GiB", "1 MiB", "1,010 MiB"]  # not 1.01e+03 MiB
+    assert byte_unit(2 ** 10) == (2 ** 10, "KiB")
+    data = Data([tbcsv_mod.read_table(p) for p in (GPU, GPU_V3)])
+    plt, fig = draw_chart(chart_peak_memory, data)
+    ax = fig.axes[0]
+    factor, unit = byte_unit(max(p.get_x() + p.get_width() for p in ax.patches) * 2 ** 30)
+    assert unit == "GiB" and ax.get_xlabel() == "peak memory (GiB)"
+    ends: dict = {}
+    for p in ax.patches:  # a bar's segments share its y; the last ends where the bar does
+        y = round(p.get_y() + p.get_height() / 2, 6)
+        ends[y] = max(ends.get(y, 0.0), p.get_x() + p.get_width())
+    labels = {round(t.xy[1], 6): t.get_text() for t in ax.texts}
+    assert set(labels) == set(ends)
+    for y, end in ends.items():
+        total, machine = labels[y].split(" · ")
+        assert total == fmt_bytes(end * 2 ** 30) and machine in data.series, labels[y]
+    assert "Stacked: the mem_* columns (bytes allocated, by purpose)." in " ".join(texts_of(fig))
+    plt.close(fig)
+
+
+def test_an_energy_label_of_a_thousand_or_more_is_written_whole(tmp_path, tbcsv_mod):
+    """The unit keeps the smallest bar readable, so the largest can pass 1,000 of it: written
+    whole (1,660), as the H100's and H200's charts read 1.42e+03 and 1.87e+03."""
+    heavy = rewrite_csv(GPU_V3, tmp_path / "heavy.csv", change=lambda row: (
+        {"energy_j_per_sample": str(5 * float(row["energy_j_per_sample"]))}
+        if "resnet152" in row["benchmark"] and row["energy_j_per_sample"] else {}))
+    data = Data([tbcsv_mod.read_table(heavy)])
+    got = energy_per_sample(data)
+    plt, fig = draw_chart(chart_energy, data)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert fig.axes[0].get_ylabel() == "energy per sample (mJ)"
+    want = [f"{1e3 * sample.center:,.0f}" for (_, c), sample in got.items()
+            if c.model == "resnet152"]
+    assert want and all(w in texts for w in want) and any(len(w) > 3 for w in want), (want, texts)
+    assert not any("e+" in t for t in texts), texts
+    plt.close(fig)
+
+
+def test_host_cpu_labels_give_the_time_its_unit_and_the_cores_busy(tbcsv_mod):
+    """The axis in milliseconds while every step takes under a second (machine_a.csv), else in
+    seconds (gpu_epochs.csv's resnet152 on the CPU); each label in its own bar's unit, so a GPU
+    step beside seconds reads 87.3 µs, not 8.73e-05 s."""
+    from tbplot.charts.host_cpu_per_step import chart_host_cpu, fmt_seconds
+    assert [fmt_seconds(v) for v in (2.5, 0.0123, 8.73e-05, 1234.0)] == [
+        "2.5 s", "12.3 ms", "87.3 µs", "1,234 s"]
+    for path, unit, units in ((TWO_MACHINES[0], "ms", {"ms", "µs"}), (GPU, "s", {"s", "ms", "µs"})):
+        plt, fig = draw_chart(chart_host_cpu, Data([tbcsv_mod.read_table(path)]))
+        ax = fig.axes[0]
+        assert ax.get_xlabel() == f"host CPU time per step ({unit}, log scale)"
+        said = set()
+        for t in ax.texts:
+            got = re.fullmatch(r"[\d.,]+ (s|ms|µs) · \d+\.\d\d cores busy", t.get_text())
+            assert got, t.get_text()
+            said.add(got.group(1))
+        assert said == units, said
+        plt.close(fig)
+
+
+def test_energy_counts_one_configuration_without_the_column_in_the_singular(tmp_path, tbcsv_mod):
+    from tbplot.charts.energy_per_sample import is_gpu_row, lacking_notes
+    no_resnet = rewrite_csv(GPU_V3, tmp_path / "v3.csv",
+                            keep_row=lambda row: "resnet152" not in row["benchmark"])
+    one = rewrite_csv(GPU_V2, tmp_path / "v2.csv",
+                      keep_row=lambda row: row["benchmark"].startswith("train/resnet152/cifar10/gpu:2/"))
+    data = Data([tbcsv_mod.read_table(one), tbcsv_mod.read_table(no_resnet)], latest=True)
+    gpu_rows = [r for r in data.step_rows if is_gpu_row(r)]
+    note, = lacking_notes(data, energy_per_sample(data), gpu_rows)
+    assert note.endswith("not drawn: h100-node (1 configuration)"), note
+
+
+def test_a_trainbench_gpu_row_is_stacked_by_purpose_though_it_has_the_devices_peak(tbcsv_mod):
+    """trainbench's GPU rows have both the mem_* breakdown and mem_peak_bytes: their bars are the
+    breakdown; the device's peak alone is for a peer framework's rows, which have no breakdown."""
+    from tbplot.charts.peak_memory import DEVICE_PEAK, chart_peak_memory
+    data = Data([tbcsv_mod.read_table(str(H100_DIR / "default-20261127T060200Z.csv"))])
+    assert any(r.get("mem_peak_bytes") and r.get("mem_weights_bytes") for r in data.step_rows)
+    plt, fig = draw_chart(chart_peak_memory, data)
+    legend = texts_of(fig)
+    assert "weights" in legend and "activations" in legend and DEVICE_PEAK not in legend, legend
+    plt.close(fig)
+
+
+def test_time_to_accuracy_reads_epochs_in_order_and_never_an_aggregate(tmp_path, tbcsv_mod):
+    """The curves of gpu_epochs.csv are the same with its rows in reverse order and with a
+    stddev aggregate row after each epoch row (whose val_acc and elapsed_s are spreads)."""
+    with open(GPU, newline="") as f:
+        rows = list(csv.DictReader(f))
+    want = accuracy_curves(Data([tbcsv_mod.read_table(GPU)]))
+
+    def curves_of(name, body):
+        path = tmp_path / name
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(body)
+        return accuracy_curves(Data([tbcsv_mod.read_table(str(path))]))
+
+    assert curves_of("reversed.csv", rows[::-1]) == want
+    spreads = [r for row in rows for r in ([row] + ([{**row, "run_type": "aggregate",
+                                                       "aggregate": "stddev", "repetition": "",
+                                                       "val_acc": "0.001", "elapsed_s": "0.5"}]
+                                                     if row["epoch"] else []))]
+    assert curves_of("aggregates.csv", spreads) == want
+
+
+def test_repetitions_that_agree_have_no_whisker_and_the_notes_none(tmp_path, tbcsv_mod):
+    same = rewrite_csv(data_file("report_cpu_v4.csv"), tmp_path / "same.csv",
+                       change=lambda row: {"samples_per_s": "1000"} if row["samples_per_s"] else {})
+    chosen = select(Data([tbcsv_mod.read_table(same)]))
+    assert chosen.bars and all(chosen.bars[k].repetitions >= 2 for k in chosen.bars)
+    assert not any(chosen.whisker(k) for k in chosen.bars) and whiskers_said(chosen) == ""
+
+
+def test_a_bar_whose_pair_differs_in_batch_says_it_once(tbcsv_mod):
+    """The H200's ImageNet bars (bs 128 over the cpu row's bs 8) in a panel of two batches: the
+    pair's `bs 128 vs 8` says the batch, no `bs:128` line besides."""
+    data = Data([tbcsv_mod.read_table(str(ROOT / "results/h200/default-20261128T062641Z.csv"))])
+    chosen = select(data)
+    by_panel = panels(data, chosen)
+    set_labels(by_panel, chosen, bar_labels(data, chosen))
+    texts = [g.texts[k] for groups in by_panel.values() for g in groups for k in g.keys
+             if k[1].dataset == "imagenet" and k[1].on_gpu and not k[1].predicted]
+    assert texts and all("bs 128 vs 8" in t for t in texts), texts
+    assert not any("bs:128" in t for t in texts), texts
+
+
+def test_reference_bars_are_over_this_cpu_only_beside_one_input_machine(tbcsv_mod):
+    from tbplot.charts.headline import this_machine
+    one = Data([tbcsv_mod.read_table(TWO_MACHINES[0])],
+               references=references.load_references([str(H100_DIR)])[0])
+    assert this_machine(one, select(one)) == "vm"
+    two = Data([tbcsv_mod.read_table(p) for p in TWO_MACHINES],
+               references=references.load_references([str(H100_DIR)])[0])
+    chosen = select(two)
+    assert chosen.references and this_machine(two, chosen) is None
+
+
+def test_a_split_panels_parts_are_numbered_from_one(tmp_path, tbcsv_mod):
+    data = Data([tbcsv_mod.read_table(f) for f in many_machines(tmp_path)])
+    plt, fig, _ = draw_headline(data)
+    parts: dict = {}
+    for ax in fig.axes:
+        found = re.search(r"^(.*) \((\d+) of (\d+)\)", ax.get_title())
+        if found:
+            parts.setdefault(found.group(1), []).append((int(found.group(2)), int(found.group(3))))
+    assert parts, [ax.get_title() for ax in fig.axes]
+    for numbers in parts.values():
+        assert numbers == [(i + 1, len(numbers)) for i in range(len(numbers))], numbers
+    plt.close(fig)
+
+
+def test_the_headlines_caption_lists_cpu_configurations_in_device_order(tmp_path, tbcsv_mod):
+    """`cpu, cpu:4, cpu:16`: by device, not as text (where cpu:16 comes before cpu:4)."""
+    def renamed(row):
+        names = {"cpu:1": "cpu:16", "mpi:2": "cpu:4"}
+        device = names.get(row["device"], row["device"])
+        return {"device": device, "benchmark": row["benchmark"].replace(f"/{row['device']}/", f"/{device}/")}
+    threads = rewrite_csv(data_file("report_cpu_v4.csv"), tmp_path / "threads.csv", change=renamed)
+    said = caption(Data([tbcsv_mod.read_table(threads)]))
+    assert "drawn with the CPU configurations it has (cpu, cpu:4, cpu:16;" in said, said

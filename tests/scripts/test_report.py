@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import data_file, medians, rewrite_csv, run_script
+from tbplot import report
 from tbplot.model import Data, config_of, scaling_lines, speedups
+from tbplot.summary import summarise
 
 GPU, CPU = data_file("report_gpu_v4.csv"), data_file("report_cpu_v4.csv")
 SKIP_REASON = "skipped: gpu:4 needs 4 GPUs, this machine has 2"
@@ -242,3 +244,91 @@ def test_the_report_gives_the_repetitions_load_range_not_the_aggregates(tmp_path
     plot(tmp_path / "out", loads)
     text = (tmp_path / "out" / "report.md").read_text()
     assert re.search(r"^\| load_avg_1m \| 0\.60 – 1\.00 \|$", text, re.M), text
+
+
+# ---- the report's parts, from the rows (found by the report audit) ---------------------------
+
+def report_data(tbcsv_mod, *paths) -> Data:
+    return Data([tbcsv_mod.read_table(p) for p in paths])
+
+
+def test_the_title_names_four_machines_and_counts_the_rest(tmp_path, tbcsv_mod):
+    files = [rewrite_csv(CPU, tmp_path / f"node{i}.csv", change=lambda row, i=i: {"host": f"node-{i}"})
+             for i in range(5)]
+    four = report.title(report_data(tbcsv_mod, *files[:4]))
+    assert [f"node-{i}" in four for i in range(4)] == [True] * 4 and "more" not in four, four
+    five = report.title(report_data(tbcsv_mod, *files))
+    assert five.count("node-") == 4 and five.endswith(" and 1 more"), five
+
+
+def test_the_machines_table_has_a_column_per_machine_and_a_line_per_field_any_has(tmp_path, tbcsv_mod):
+    """Columns in the machines' order (ws-alpha's file first), a field only one machine has kept
+    with '-' for the other, the sgemm median and a load that did not vary written once."""
+    sgemm = iter([10.0, 300.0])
+    cpu = rewrite_csv(CPU, tmp_path / "cpu.csv", change=lambda row: {
+        "sgemm_gflops": str(next(sgemm, 90.0)) if row["run_type"] == "iteration" else "1"})
+    _, headers, lines, _ = report.machines_table(report_data(tbcsv_mod, data_file("machine_b.csv"), cpu))
+    assert headers == ["field", "ws-alpha", "fixture-cpu-host"]
+    line = {fields[0]: fields[1:] for fields in lines}
+    assert line["cpu_model"] == ["Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz",
+                                 "Fixture EPYC (test data, not a real run)"]
+    assert line["sgemm_gflops"] == ["-", "90.0 GFLOP/s (median)"]  # not 10 (the lowest)
+    assert line["load_avg_1m"] == ["-", "0.20"]  # one load: no range
+
+
+def test_the_summary_of_several_machines_names_each_lines_machine(tbcsv_mod):
+    """The lead columns (machine, model, precision, batch) and, in the HTML, a header over each
+    metric's columns with the configurations' names under it."""
+    table = report.summary_table(summarise(report_data(tbcsv_mod, data_file("machine_b.csv"), CPU)))
+    _, headers, rows, (_, names) = table
+    assert headers[:4] == ["machine", "model", "precision", "batch"]
+    assert rows[0][:4] == ["ws-alpha", "mlp · mnist", "fp32", "100"]
+    html = "\n".join(report.html_table(table))
+    spans = [(metric, int(n)) for n, metric in
+             re.findall(r'<th class="group" colspan="(\d+)">([^<]*)</th>', html)]
+    assert spans[0] == ("", 4)
+    column = 4
+    for metric, n in spans[1:]:
+        assert all(h.startswith(f"{metric}: ") for h in headers[column:column + n]), metric
+        column += n
+    assert column == len(headers)
+    under = re.findall(r"<th>([^<]*)</th>", html)
+    assert under == names and under[4] == "cpu", under[:6]
+
+
+def test_the_summary_says_what_predicted_and_shared_device_columns_are(gpu_report):
+    md = (gpu_report[0] / "report.md").read_text()
+    summary = md.split("## Summary\n", 1)[1].split("\n## ", 1)[0]
+    assert "Columns named predicted are predictions of N-device scaling" in summary
+    assert "N replicas on one GPU (shared_device) check correctness, not scaling" in summary
+
+
+def test_the_report_counts_every_row_predictions_included(gpu_report, tbcsv_mod):
+    with open(GPU) as f:
+        count = sum(1 for _ in f) - 1
+    assert len(report_data(tbcsv_mod, GPU).step_rows) < count  # the prediction's row counts too
+    assert f"Drawn by scripts/plot.py from {count} rows;" in (gpu_report[0] / "report.md").read_text()
+
+
+def test_failed_rows_are_listed_with_their_message(tmp_path, tbcsv_mod):
+    data = report_data(tbcsv_mod, data_file("compare_new.csv"))
+    md = report.render_markdown(report.blocks(data, tmp_path, [], {}))
+    failed = md.split("## Failed rows\n\n", 1)[1].splitlines()
+    assert failed[0] == "- cpu on vm: loss is not finite at step 3 (resnet152 · cifar10 fp32)"
+    assert "## Skipped configurations" not in md
+
+
+def test_cells_are_escaped_and_numbers_right_aligned(tmp_path):
+    """A '|' in a Markdown cell and '<' in an HTML one stay text; a column is right-aligned only
+    where every cell is a number; an image's alt text is its caption."""
+    image = tmp_path / "chart.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n")
+    doc = [("h1", "t"),
+           ("table", ["name", "rate", "mixed"], [["a|b", "1,234", "12"], ["<b>", "5.5", "fp32"]], None),
+           ("img", image, "What is <this>?")]
+    md = report.render_markdown(doc)
+    assert "| a\\|b | 1,234 | 12 |" in md and "| --- | ---: | --- |" in md
+    html = report.render_html(doc)
+    assert "<td>&lt;b&gt;</td>" in html and '<td class="n">5.5</td>' in html
+    assert "<td>fp32</td>" in html and "<b>" not in html
+    assert 'alt="What is &lt;this&gt;?"' in html

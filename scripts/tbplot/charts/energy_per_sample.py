@@ -116,7 +116,7 @@ def chart_energy(figs: Figures, data: Data):
     factor, unit = energy_unit(min(sample.center for sample in got.values()))
     values = {k: tuple(v / factor for v in spread(sample)) for k, sample in got.items()}
     for ax, (panel, configs) in zip(axes, panels.items()):
-        grouped_bars(ax, data, configs, series, values, {}, lambda v: f"{v:.3g}", log=False,
+        grouped_bars(ax, data, configs, series, values, {}, tbcsv.figure, log=False,
                      hatched=set(throttled))
         ax.set_title(panel_title(panel), fontsize=10)
         ax.set_ylabel(f"energy per sample ({unit})", fontsize=8.5)

@@ -26,7 +26,7 @@ def byte_unit(largest: float) -> tuple[float, str]:
 
 def fmt_bytes(value: float) -> str:
     factor, unit = byte_unit(value)
-    return f"{value / factor:.3g} {unit}"
+    return f"{tbcsv.figure(value / factor)} {unit}"
 
 
 def chart_peak_memory(figs: Figures, data: Data):
