@@ -134,6 +134,54 @@ def test_a_clean_memcheck_run_passes_and_a_run_without_its_summary_does_not(tmp_
     assert judge("sanitizer", log, 0)[0].startswith("failed: compute-sanitizer printed no ERROR SUMMARY")
 
 
+def test_a_crash_is_named_by_its_last_error_line_not_its_first_or_last_line(tmp_path):
+    """A run's last words: its last line of an error word (terminate among them), before the
+    `what():` that follows it and after an earlier error line."""
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.First\ncudaMalloc: error 2, retrying with a smaller workspace\n"
+                   "terminate called after throwing an instance of 'tb::CudaError'\n  what():  out of memory\n")
+    verdict, _ = judge("gtest", log, 134)
+    assert verdict == "failed: the tests exited 134: terminate called after throwing an instance of 'tb::CudaError'"
+
+
+def test_a_failing_run_names_its_first_failure_and_each_failed_test_once(tmp_path):
+    """Two ranks failing the same test count one failed test; the detail is the first failure's
+    lines up to GoogleTest's own `[ ... ]` line."""
+    log = tmp_path / "log"
+    rank = ("[ RUN      ] A.One\n/src/a.cpp:10: Failure\nValue of: x\n[  FAILED  ] A.One (1 ms)\n"
+            "[ RUN      ] A.Two\n/src/a.cpp:20: Failure\nValue of: y\n[  FAILED  ] A.Two (1 ms)\n"
+            "[==========] 2 tests from 1 test suite ran. (2 ms total)\n[  PASSED  ] 0 tests.\n")
+    log.write_text(rank + rank)
+    verdict, _ = judge("gtest", log, 1, "--ranks", 2)
+    assert verdict == "failed: 2 failed, first A.One: /src/a.cpp:10: Value of: x"
+
+
+def test_a_stopped_run_is_timed_out_though_a_test_had_failed_and_names_the_last_started(tmp_path):
+    """The timeout says more than a failure before it; the test that was running is the last one
+    started (one whose end line was lost is not it)."""
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.Lost\n[ RUN      ] A.First\n/src/a.cpp:10: Failure\nValue of: x\n"
+                   "[  FAILED  ] A.First (5 ms)\n[ RUN      ] A.Second\n")
+    verdict, _ = judge("gtest", log, 124, "--timed-out", 80, "--what", "test_cuda")
+    assert verdict == "failed: test_cuda timed out after 80 s in A.Second (1 tests had finished)"
+
+
+def test_skips_count_once_per_rank_with_the_first_reason(tmp_path):
+    log = tmp_path / "log"
+    rank = ("[ RUN      ] N.A\n[       OK ] N.A (1 ms)\n[ RUN      ] N.B\n"
+            "/src/t.cpp:1: Skipped\nneeds two GPUs\n[  SKIPPED ] N.B (0 ms)\n[ RUN      ] N.C\n/src/t.cpp:2: Skipped\n"
+            "needs NCCL\n[  SKIPPED ] N.C (0 ms)\n[==========] 3 tests from 1 test suite ran. (1 ms total)\n"
+            "[  PASSED  ] 1 test.\n[  SKIPPED ] 2 tests, listed below:\n")
+    log.write_text(rank + rank)
+    verdict, _ = judge("gtest", log, 0, "--ranks", 2)
+    assert verdict == "passed: 1 passed, 2 skipped (needs two GPUs) on each of 2 ranks"
+
+
+def test_a_gtest_step_without_its_log_fails_saying_so(tmp_path):
+    verdict, _ = judge("gtest", tmp_path / "missing-log.txt", 0, "--what", "test_cuda")
+    assert verdict == f"failed: {tmp_path / 'missing-log.txt'}: no such file (the step wrote no log)"
+
+
 # ---- trainbench's CSVs ---------------------------------------------------------------------------
 
 def with_dp_overhead(rows, share):
