@@ -182,6 +182,22 @@ def test_a_gtest_step_without_its_log_fails_saying_so(tmp_path):
     assert verdict == f"failed: {tmp_path / 'missing-log.txt'}: no such file (the step wrote no log)"
 
 
+def test_a_killed_run_is_named_by_its_killed_line(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.First\nKilled\nrun_with_timeout: the command's output ends here\n")
+    assert judge("gtest", log, 137)[0] == "failed: the tests exited 137: Killed"
+
+
+def test_a_memcheck_run_without_its_summary_names_the_failed_test_first(tmp_path):
+    """A run that crashed before compute-sanitizer's summary: its failed test says more than the
+    missing summary."""
+    log = tmp_path / "memcheck.log"
+    log.write_text("========= COMPUTE-SANITIZER\n[ RUN      ] L.Linear/fp32\n/src/tests/test_cuda.cpp:100: Failure\n"
+                   "Expected: ok\n[  FAILED  ] L.Linear/fp32 (1 ms)\n")
+    assert judge("sanitizer", log, 1)[0] == "failed: 1 failed, first L.Linear/fp32: /src/tests/test_cuda.cpp:100: " \
+                                            "Expected: ok"
+
+
 # ---- trainbench's CSVs ---------------------------------------------------------------------------
 
 def with_dp_overhead(rows, share):
@@ -767,6 +783,85 @@ def test_a_timed_out_step_with_a_failed_row_says_both_and_an_empty_timeout_is_no
                       "cudaErrorIllegalAddress"
     # gpu_check.sh passes --timed-out= for a command that was not stopped.
     assert judge("default", one_percent_default(tmp_path), "--timed-out=")[0].startswith("passed: ")
+
+
+def test_rows_without_a_message_are_named_so(tmp_path):
+    silent = {"status": "skipped", "message": "", "samples_per_s": "", "step_time_s": ""}
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/jobs:2": silent}))
+    assert verdict == f"failed: {JOBS2}: skipped: no message"
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/jobs:2": dict(silent, status="failed")}))
+    assert verdict == f"failed: {JOBS2}: failed, no message"
+
+
+def test_the_jobs_step_reads_its_kinds_alone_and_gives_the_bounds_words(tmp_path):
+    """A plain gpu:1 row beside the jobs rows is not one of them; a refused row's figure is its
+    message without `skipped: `."""
+    rows = rows_of(jobs_rows(tmp_path))
+    jobs2 = next(r for r in rows if r["device"] == "gpu:1/jobs:2")
+    plain = dict(jobs2, device="gpu:1", benchmark="train/mlp/mnist/gpu:1/fp32/bs:100", replicas="1")
+    verdict, figures = judge("jobs", write_rows(tmp_path / "plain.csv", rows + [plain]))
+    assert verdict == "passed: 1 jobs rows and 1 threads rows; the memory bound refused 1"
+    assert "- train/mlp/mnist/gpu:1/jobs:1000/fp32/bs:100: gpu:1/jobs:1000: 1000 jobs of 0.05 GiB planned (bs 100, " \
+           "fp32) and about 1 GiB of CUDA context each need 1050.0 GiB, GPU 0 has 79.1 GiB free: at most 75 such " \
+           "jobs" in figures
+
+
+def test_the_default_set_names_workloads_without_a_cpu_row_and_a_gpu1_rows_reason(tmp_path):
+    def no_lstm_cpu(rows):
+        return [r for r in rows if not (r["device"] == "cpu" and r["benchmark"].startswith("train/lstm/"))]
+    verdict, _ = judge("default", one_percent_default(tmp_path, no_lstm_cpu))
+    assert verdict == "passed: 10 gpu:1 rows beside 4 cpu rows (no cpu row for lstm/sine); the " \
+                      "data-parallel path adds at most 5% to each"
+    # Without a GPU: the gpu:1 row's reason, not the measured cpu row's.
+    verdict, _ = judge("default", VM / "default-20261126.csv")
+    assert verdict.startswith("failed: trainbench measured no gpu:1 row: skipped: gpu:1: "), verdict
+
+
+def test_a_spanning_step_short_of_rows_gives_a_reason_and_every_row_carries_the_mark(tmp_path):
+    rows = rows_of(EMULATED)
+    lstm = "train/lstm/sine/mpi:2/fp32/bs:20/emulated_nodes"
+    for r in rows:
+        if r["benchmark"] == lstm:
+            r.update(status="skipped", message="skipped: mpi:2: a rank lost its peer", samples_per_s="")
+    path = write_rows(tmp_path / "short.csv", rows)
+    verdict, _ = judge("spanning", path, "--device", "mpi:2", "--emulated", "--expect", 4)
+    assert verdict == "failed: 3 mpi:2 rows measured, 4 expected: skipped: mpi:2: a rank lost its peer"
+    for r in rows:
+        if r["benchmark"] == lstm:
+            r["emulated_nodes"] = ""
+    verdict, _ = judge("spanning", write_rows(tmp_path / "unmarked.csv", rows), "--device", "mpi:2", "--emulated")
+    assert verdict == f"failed: {lstm}: not marked as emulated nodes (emulated_nodes is empty)"
+
+
+def test_a_prediction_that_did_not_measure_is_no_prediction(tmp_path):
+    rows = rows_of(EMULATED)
+    for r in rows:
+        if r["measurement"] == "predicted" and r["benchmark"].startswith("train/mlp/"):
+            r.update(status="skipped", message="skipped: no link measured")
+    verdict, figures = judge("spanning", write_rows(tmp_path / "unpredicted.csv", rows), "--device", "mpi:2")
+    assert verdict == "passed: 4 mpi:2 rows measured, 2 inside their predicted band"
+    assert "| mlp/mnist | fp32 | - | no prediction | - | 1,486 | - |" in figures
+
+
+def test_a_stopped_command_without_rows_is_timed_out_and_a_failed_rows_reason_beats_the_exit_status(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("trainbench 0123 on host\nKilled\n")
+    verdict, _ = judge("jobs", tmp_path / "none.csv", "--status", 124, "--timed-out", 60, "--log", log)
+    assert verdict == f"failed: trainbench timed out after 60 s; trainbench wrote no rows to read " \
+                      f"({tmp_path / 'none.csv'}: no such file)"
+    rows = rows_of(H100 / "default-20261124.csv")
+    for r in rows:
+        if r["benchmark"] == "train/lenet5/cifar10/gpu:1/bf16/bs:100":
+            r.update(status="failed", message="cudaErrorIllegalAddress")
+    verdict, _ = judge("default", write_rows(tmp_path / "failed.csv", rows), "--status", 1, "--log", log)
+    assert verdict == "failed: train/lenet5/cifar10/gpu:1/bf16/bs:100: cudaErrorIllegalAddress"
+
+
+def test_a_gpu_without_power_readings_anywhere_passes_saying_so(tmp_path):
+    rows = [dict(r, gpu_power_w="", energy_j_per_sample="") for r in rows_of(H100 / "default-20261124.csv")
+            if r["benchmark"] == "train/resnet152/cifar10/gpu:1/bf16/bs:128"]
+    verdict, _ = judge("machine", write_rows(tmp_path / "machine.csv", rows), "--gpu")
+    assert verdict == "passed: NVML gives no power reading here (nvidia-smi neither)"
 
 
 # ---- step 5c: the line that names the killed rank -------------------------------------------
