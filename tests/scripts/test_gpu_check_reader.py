@@ -182,6 +182,16 @@ def test_a_gtest_step_without_its_log_fails_saying_so(tmp_path):
     assert verdict == f"failed: {tmp_path / 'missing-log.txt'}: no such file (the step wrote no log)"
 
 
+def test_a_stopped_run_counts_skipped_tests_as_finished_and_reads_two_ranks_on_one_line(tmp_path):
+    """Two ranks' `[ RUN ]` on one line of the log (mpirun): the first name ended at the second's
+    bracket, which it took, and the second test was never read as started."""
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.Skip\n[  SKIPPED ] A.Skip (0 ms)\n[ RUN      ] A.One[ RUN      ] A.Two\n"
+                   "[       OK ] A.One (3 ms)\n")
+    verdict, _ = judge("gtest", log, 124, "--timed-out", 80)
+    assert verdict == "failed: the tests timed out after 80 s in A.Two (2 tests had finished)"
+
+
 def test_a_killed_run_is_named_by_its_killed_line(tmp_path):
     log = tmp_path / "log"
     log.write_text("[ RUN      ] A.First\nKilled\nrun_with_timeout: the command's output ends here\n")
