@@ -232,7 +232,8 @@ def with_failed_rows(tmp_path: Path) -> Path:
     with open(FIXTURES / "compare_base.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     mlp = next(r for r in rows if r["benchmark"] == MLP and r["run_type"] == "iteration")
-    rows += [dict(mlp, repetition=str(9 + i), status="failed", samples_per_s="1000000") for i in range(3)]
+    rows += [dict(mlp, repetition=str(9 + i), status="failed", samples_per_s="1000000")
+             for i in range(3)]
     path = tmp_path / "base.csv"
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -244,8 +245,10 @@ def with_failed_rows(tmp_path: Path) -> Path:
 def test_a_figure_reads_the_ok_iteration_rows_else_the_median_aggregates(tmp_path):
     with_failed_rows(tmp_path)
     (tmp_path / "agg.csv").write_bytes((FIXTURES / "aggregates_only.csv").read_bytes())
-    text = (f'<!-- figures F = "base.csv"\nA = "agg.csv"\n"ok {{100}}" = median(F, "samples_per_s", b="{MLP}")\n'
-            f'"aggregates {{10,043}}" = median(A, "samples_per_s", b="{MLP}") -->\nok 100, aggregates 10,043\n')
+    text = (f'<!-- figures F = "base.csv"\nA = "agg.csv"\n'
+            f'"ok {{100}}" = median(F, "samples_per_s", b="{MLP}")\n'
+            f'"aggregates {{10,043}}" = median(A, "samples_per_s", b="{MLP}") -->\n'
+            'ok 100, aggregates 10,043\n')
     assert page_check(tmp_path, text) == {}
 
 
@@ -254,7 +257,8 @@ def test_a_figure_reads_the_ok_iteration_rows_else_the_median_aggregates(tmp_pat
     ('median(F, "no_such_column", b="nope")', "base.csv: no column 'no_such_column'"),
     ('median(F, "samples_per_s", no_such_column="x")', "base.csv: no column 'no_such_column'"),
     (f'one(F, "samples_per_s", b="{MLP}")', "base.csv: 5 rows match, one() needs exactly one"),
-    (f'same(F, "samples_per_s", b="{MLP}")', "base.csv: samples_per_s differs between the matching rows"),
+    (f'same(F, "samples_per_s", b="{MLP}")',
+     "base.csv: samples_per_s differs between the matching rows"),
     ('md("two.md", "mlp", "rate")', "two.md: 2 cells in row 'mlp', column 'rate' (need one)"),
     ('md("gone.md", "mlp", "rate")', "gone.md: no such file"),
     ("X + 1", "unknown name 'X'"),
@@ -262,29 +266,33 @@ def test_a_figure_reads_the_ok_iteration_rows_else_the_median_aggregates(tmp_pat
 ])
 def test_a_figure_that_cannot_be_told_apart_or_read_is_an_error(tmp_path, expr, error):
     with_failed_rows(tmp_path)
-    (tmp_path / "two.md").write_text("| name | rate |\n| --- | --- |\n| mlp | 1 |\n\n| name | rate |\n| --- | --- |\n"
-                                     "| mlp | 2 |\n", encoding="utf-8")
+    table = "| name | rate |\n| --- | --- |\n| mlp | {} |\n"
+    (tmp_path / "two.md").write_text(table.format(1) + "\n" + table.format(2), encoding="utf-8")
     failed = page_check(tmp_path, f'<!-- figures F = "base.csv"\n"x {{1}}" = {expr} -->\nx 1\n')
     assert list(failed) == ["\"x {1}\""] and failed["\"x {1}\""].startswith(error), failed
 
 
 def test_a_table_figure_needs_one_row_of_its_label(tmp_path):
-    text = '<!-- figures [mlp | rate] = 1 -->\n| name | rate |\n| --- | --- |\n| mlp | 1 |\n| **mlp** | 2 |\n'
-    assert page_check(tmp_path, text) == {"[mlp | rate]": "the table after the marker has 2 rows 'mlp' (need one)"}
+    text = ('<!-- figures [mlp | rate] = 1 -->\n'
+            '| name | rate |\n| --- | --- |\n| mlp | 1 |\n| **mlp** | 2 |\n')
+    assert page_check(tmp_path, text) == \
+        {"[mlp | rate]": "the table after the marker has 2 rows 'mlp' (need one)"}
 
 
 def test_a_copied_table_may_hold_some_columns_and_each_of_its_rows_must_be_in_the_source(tmp_path):
-    (tmp_path / "summary.md").write_text("| workload | precision | rate | note |\n| --- | --- | ---: | --- |\n"
-                                         "| mlp | fp32 | 1,234 | a |\n", encoding="utf-8")
+    (tmp_path / "summary.md").write_text("| workload | precision | rate | note |\n"
+                                         "| --- | --- | ---: | --- |\n| mlp | fp32 | 1,234 | a |\n",
+                                         encoding="utf-8")
     marker = '<!-- figures table "summary.md" by workload, precision -->\n'
-    assert page_check(tmp_path, marker + "| workload | precision | rate |\n| --- | --- | ---: |\n"
-                                         "| mlp | fp32 | 1,234 |\n") == {}
-    assert page_check(tmp_path, marker + "| workload | precision | rate |\n| --- | --- | ---: |\n"
-                                         "| lstm | fp32 | 1,234 |\n") == {"[lstm fp32 | rate]": "summary.md: no row lstm fp32"}
+    header = "| workload | precision | rate |\n| --- | --- | ---: |\n"
+    assert page_check(tmp_path, marker + header + "| mlp | fp32 | 1,234 |\n") == {}
+    assert page_check(tmp_path, marker + header + "| lstm | fp32 | 1,234 |\n") == \
+        {"[lstm fp32 | rate]": "summary.md: no row lstm fp32"}
 
 
 def test_the_block_after_a_marker_skips_other_comments_and_ends_at_one(tmp_path):
-    lines = ["<!-- figures X = 1 -->", "<!-- another", "comment -->", "", "text one", "<!-- b -->", "text two"]
+    lines = ["<!-- figures X = 1 -->", "<!-- another", "comment -->", "", "text one", "<!-- b -->",
+             "text two"]
     assert check_readme.target_block(lines, 0).lines == ["text one"]
     # Whitespace counts as one space, in the marker's text as on the page.
     text = '<!-- figures "a  {1} b" = 1\n"a  1" = "a 1" -->\n<!-- a note -->\nsome a\n1 b\n'
@@ -312,7 +320,8 @@ def test_links_to_anchors_and_links_in_fenced_code_are_not_checked(tmp_path):
 
 
 @pytest.mark.parametrize("shown, value, ok", [
-    (" none ", "none", True), ("1", float("nan"), False), ("100%", "100%", True), ("1,234", "1,234", True),
+    (" none ", "none", True), ("1", float("nan"), False), ("100%", "100%", True),
+    ("1,234", "1,234", True),
     ("99%", "100%", False), ("100.0%", "100%", True), ("1,234.0", "1,234", True),
 ])
 def test_a_shown_figure_matches_a_files_text_as_a_number_where_it_is_one(shown, value, ok):
@@ -338,6 +347,8 @@ def test_a_readme_without_markers_fails_and_a_missing_page_exits_2(tmp_path):
 def test_a_page_outside_the_checkout_reads_its_files_beside_it(tmp_path):
     (tmp_path / "data.md").write_text("| name | rate |\n| --- | --- |\n| mlp | 7 |\n", encoding="utf-8")
     page = tmp_path / "notes.md"
-    page.write_text('<!-- figures "rate {7}" = md("data.md", "mlp", "rate") -->\nrate 7\n', encoding="utf-8")
+    page.write_text('<!-- figures "rate {7}" = md("data.md", "mlp", "rate") -->\nrate 7\n',
+                    encoding="utf-8")
     r = run_script("check_readme.py", page)
-    assert r.returncode == 0 and "all 1 figures in notes.md match their files" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "all 1 figures in notes.md match their files" in r.stdout, r.stdout
