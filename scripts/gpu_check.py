@@ -94,7 +94,8 @@ def last_words(lines: list[str]) -> str:
 
 # ---- GoogleTest and compute-sanitizer ------------------------------------------------------------
 
-RUN = re.compile(r"\[ RUN +\] (\S+)")
+# A test's name ends at the next `[`: two ranks' `[ RUN ]` can share one line of the log.
+RUN = re.compile(r"\[ RUN +\] ([^\s[]+)")
 # `[  FAILED  ] Suite.Name (12 ms)`, or for a parameterised test `..., where GetParam() = fp32 (12 ms)`
 ENDED = re.compile(r"\[ +(OK|FAILED|SKIPPED) +\] ([^\s,]+)[^[]*?\(\d+ ms\)")
 RAN = re.compile(r"\[=+\] (\d+) tests? from .* ran\.")

@@ -208,3 +208,147 @@ def test_expressions_allow_arithmetic_and_the_functions_only(tmp_path):
     for bad in ("__import__('os')", "open('x')", "(1).real", "[1, 2]"):
         with pytest.raises(check_readme.FigureError):
             evaluate(bad)
+
+
+# ---- the marker language's rules, on pages and files of a test's own ------------------------
+
+FIXTURES = ROOT / "tests" / "scripts" / "fixtures"
+MLP = "train/mlp/mnist/cpu/fp32/bs:100"
+
+
+def page_check(tmp_path: Path, text: str):
+    """check() of a page holding text, its markers' files under tmp_path: the figures that do not
+    match, as {label: error or what the page shows}."""
+    page = tmp_path / "page.md"
+    page.write_text(text, encoding="utf-8")
+    found, _ = check_readme.check(page, tmp_path)
+    return {f.label: f.error or f.shown for f in found
+            if f.error or not check_readme.matches(f.shown or "", f.value)}
+
+
+def with_failed_rows(tmp_path: Path) -> Path:
+    """compare_base.csv with three failed repetitions of the MLP far off its rate."""
+    import csv
+    with open(FIXTURES / "compare_base.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    mlp = next(r for r in rows if r["benchmark"] == MLP and r["run_type"] == "iteration")
+    rows += [dict(mlp, repetition=str(9 + i), status="failed", samples_per_s="1000000")
+             for i in range(3)]
+    path = tmp_path / "base.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_a_figure_reads_the_ok_iteration_rows_else_the_median_aggregates(tmp_path):
+    with_failed_rows(tmp_path)
+    (tmp_path / "agg.csv").write_bytes((FIXTURES / "aggregates_only.csv").read_bytes())
+    text = (f'<!-- figures F = "base.csv"\nA = "agg.csv"\n'
+            f'"ok {{100}}" = median(F, "samples_per_s", b="{MLP}")\n'
+            f'"aggregates {{10,043}}" = median(A, "samples_per_s", b="{MLP}") -->\n'
+            'ok 100, aggregates 10,043\n')
+    assert page_check(tmp_path, text) == {}
+
+
+@pytest.mark.parametrize("expr, error", [
+    ('median(F, "samples_per_s", b="nope")', "base.csv: no ok row with benchmark=nope"),
+    ('median(F, "no_such_column", b="nope")', "base.csv: no column 'no_such_column'"),
+    ('median(F, "samples_per_s", no_such_column="x")', "base.csv: no column 'no_such_column'"),
+    (f'one(F, "samples_per_s", b="{MLP}")', "base.csv: 5 rows match, one() needs exactly one"),
+    (f'same(F, "samples_per_s", b="{MLP}")',
+     "base.csv: samples_per_s differs between the matching rows"),
+    ('md("two.md", "mlp", "rate")', "two.md: 2 cells in row 'mlp', column 'rate' (need one)"),
+    ('md("gone.md", "mlp", "rate")', "gone.md: no such file"),
+    ("X + 1", "unknown name 'X'"),
+    ('"a" * 2', "arithmetic on text"),
+])
+def test_a_figure_that_cannot_be_told_apart_or_read_is_an_error(tmp_path, expr, error):
+    with_failed_rows(tmp_path)
+    table = "| name | rate |\n| --- | --- |\n| mlp | {} |\n"
+    (tmp_path / "two.md").write_text(table.format(1) + "\n" + table.format(2), encoding="utf-8")
+    failed = page_check(tmp_path, f'<!-- figures F = "base.csv"\n"x {{1}}" = {expr} -->\nx 1\n')
+    assert list(failed) == ["\"x {1}\""] and failed["\"x {1}\""].startswith(error), failed
+
+
+def test_a_table_figure_needs_one_row_of_its_label(tmp_path):
+    text = ('<!-- figures [mlp | rate] = 1 -->\n'
+            '| name | rate |\n| --- | --- |\n| mlp | 1 |\n| **mlp** | 2 |\n')
+    assert page_check(tmp_path, text) == \
+        {"[mlp | rate]": "the table after the marker has 2 rows 'mlp' (need one)"}
+
+
+def test_a_copied_table_may_hold_some_columns_and_each_of_its_rows_must_be_in_the_source(tmp_path):
+    (tmp_path / "summary.md").write_text("| workload | precision | rate | note |\n"
+                                         "| --- | --- | ---: | --- |\n| mlp | fp32 | 1,234 | a |\n",
+                                         encoding="utf-8")
+    marker = '<!-- figures table "summary.md" by workload, precision -->\n'
+    header = "| workload | precision | rate |\n| --- | --- | ---: |\n"
+    assert page_check(tmp_path, marker + header + "| mlp | fp32 | 1,234 |\n") == {}
+    assert page_check(tmp_path, marker + header + "| lstm | fp32 | 1,234 |\n") == \
+        {"[lstm fp32 | rate]": "summary.md: no row lstm fp32"}
+
+
+def test_the_block_after_a_marker_skips_other_comments_and_ends_at_one(tmp_path):
+    lines = ["<!-- figures X = 1 -->", "<!-- another", "comment -->", "", "text one", "<!-- b -->",
+             "text two"]
+    assert check_readme.target_block(lines, 0).lines == ["text one"]
+    # Whitespace counts as one space, in the marker's text as on the page.
+    text = '<!-- figures "a  {1} b" = 1\n"a  1" = "a 1" -->\n<!-- a note -->\nsome a\n1 b\n'
+    assert page_check(tmp_path, text) == {}
+
+
+def test_a_marker_without_its_end_is_an_error(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text('<!-- figures X = 1\n"{1}" = X\n\n1\n', encoding="utf-8")
+    with pytest.raises(check_readme.FigureError, match="line 1: a figures marker without its -->"):
+        check_readme.check(page, tmp_path)
+
+
+def test_tables_and_blocks_are_read_as_markdown_writes_them():
+    assert check_readme.table_rows(["| a \\| b | **c** |", "| --- | :---: |", "| 1 | 2 |"]) == \
+        [["a \\| b", "**c**"], ["1", "2"]]
+    assert check_readme.normal(" `a \\| b` **c** ") == "a | b c"
+    fenced = check_readme.blocks(["```", "one", "", "two", "```", "", "three"])
+    assert [b.lines for b in fenced] == [["```", "one", "", "two", "```"], ["three"]]
+
+
+def test_links_to_anchors_and_links_in_fenced_code_are_not_checked(tmp_path):
+    lines = ["[top](#results)", "```", "[example](no/such/file.md)", "```"]
+    assert check_readme.broken_links(lines, tmp_path, tmp_path) == []
+
+
+@pytest.mark.parametrize("shown, value, ok", [
+    (" none ", "none", True), ("1", float("nan"), False), ("100%", "100%", True),
+    ("1,234", "1,234", True),
+    ("99%", "100%", False), ("100.0%", "100%", True), ("1,234.0", "1,234", True),
+])
+def test_a_shown_figure_matches_a_files_text_as_a_number_where_it_is_one(shown, value, ok):
+    assert check_readme.matches(shown, value) is ok
+
+
+def test_expressions_negate_and_refuse_unknown_names(tmp_path):
+    evaluate = check_readme.Evaluator(check_readme.Sources(tmp_path))
+    assert evaluate("-2 + 3") == 1
+    with pytest.raises(check_readme.FigureError, match="unknown name 'nothing'"):
+        evaluate("nothing")
+
+
+def test_a_readme_without_markers_fails_and_a_missing_page_exits_2(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# A README\n\nNo figures.\n", encoding="utf-8")
+    r = run_script("check_readme.py", readme, "--root", tmp_path)
+    assert r.returncode == 1 and "no figure markers in" in r.stdout, r.stdout
+    r = run_script("check_readme.py", tmp_path / "missing.md")
+    assert r.returncode == 2 and "missing.md: no such file" in r.stderr, r.stderr
+
+
+def test_a_page_outside_the_checkout_reads_its_files_beside_it(tmp_path):
+    (tmp_path / "data.md").write_text("| name | rate |\n| --- | --- |\n| mlp | 7 |\n", encoding="utf-8")
+    page = tmp_path / "notes.md"
+    page.write_text('<!-- figures "rate {7}" = md("data.md", "mlp", "rate") -->\nrate 7\n',
+                    encoding="utf-8")
+    r = run_script("check_readme.py", page)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "all 1 figures in notes.md match their files" in r.stdout, r.stdout

@@ -134,6 +134,80 @@ def test_a_clean_memcheck_run_passes_and_a_run_without_its_summary_does_not(tmp_
     assert judge("sanitizer", log, 0)[0].startswith("failed: compute-sanitizer printed no ERROR SUMMARY")
 
 
+def test_a_crash_is_named_by_its_last_error_line_not_its_first_or_last_line(tmp_path):
+    """A run's last words: its last line of an error word (terminate among them), before the
+    `what():` that follows it and after an earlier error line."""
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.First\ncudaMalloc: error 2, retrying with a smaller workspace\n"
+                   "terminate called after throwing an instance of 'tb::CudaError'\n  what():  out of memory\n")
+    verdict, _ = judge("gtest", log, 134)
+    assert verdict == "failed: the tests exited 134: terminate called after throwing an instance of 'tb::CudaError'"
+
+
+def test_a_failing_run_names_its_first_failure_and_each_failed_test_once(tmp_path):
+    """Two ranks failing the same test count one failed test; the detail is the first failure's
+    lines up to GoogleTest's own `[ ... ]` line."""
+    log = tmp_path / "log"
+    rank = ("[ RUN      ] A.One\n/src/a.cpp:10: Failure\nValue of: x\n[  FAILED  ] A.One (1 ms)\n"
+            "[ RUN      ] A.Two\n/src/a.cpp:20: Failure\nValue of: y\n[  FAILED  ] A.Two (1 ms)\n"
+            "[==========] 2 tests from 1 test suite ran. (2 ms total)\n[  PASSED  ] 0 tests.\n")
+    log.write_text(rank + rank)
+    verdict, _ = judge("gtest", log, 1, "--ranks", 2)
+    assert verdict == "failed: 2 failed, first A.One: /src/a.cpp:10: Value of: x"
+
+
+def test_a_stopped_run_is_timed_out_though_a_test_had_failed_and_names_the_last_started(tmp_path):
+    """The timeout says more than a failure before it; the test that was running is the last one
+    started (one whose end line was lost is not it)."""
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.Lost\n[ RUN      ] A.First\n/src/a.cpp:10: Failure\nValue of: x\n"
+                   "[  FAILED  ] A.First (5 ms)\n[ RUN      ] A.Second\n")
+    verdict, _ = judge("gtest", log, 124, "--timed-out", 80, "--what", "test_cuda")
+    assert verdict == "failed: test_cuda timed out after 80 s in A.Second (1 tests had finished)"
+
+
+def test_skips_count_once_per_rank_with_the_first_reason(tmp_path):
+    log = tmp_path / "log"
+    rank = ("[ RUN      ] N.A\n[       OK ] N.A (1 ms)\n[ RUN      ] N.B\n"
+            "/src/t.cpp:1: Skipped\nneeds two GPUs\n[  SKIPPED ] N.B (0 ms)\n[ RUN      ] N.C\n/src/t.cpp:2: Skipped\n"
+            "needs NCCL\n[  SKIPPED ] N.C (0 ms)\n[==========] 3 tests from 1 test suite ran. (1 ms total)\n"
+            "[  PASSED  ] 1 test.\n[  SKIPPED ] 2 tests, listed below:\n")
+    log.write_text(rank + rank)
+    verdict, _ = judge("gtest", log, 0, "--ranks", 2)
+    assert verdict == "passed: 1 passed, 2 skipped (needs two GPUs) on each of 2 ranks"
+
+
+def test_a_gtest_step_without_its_log_fails_saying_so(tmp_path):
+    verdict, _ = judge("gtest", tmp_path / "missing-log.txt", 0, "--what", "test_cuda")
+    assert verdict == f"failed: {tmp_path / 'missing-log.txt'}: no such file (the step wrote no log)"
+
+
+def test_a_stopped_run_counts_skipped_tests_as_finished_and_reads_two_ranks_on_one_line(tmp_path):
+    """Two ranks' `[ RUN ]` on one line of the log (mpirun): the first name ended at the second's
+    bracket, which it took, and the second test was never read as started."""
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.Skip\n[  SKIPPED ] A.Skip (0 ms)\n[ RUN      ] A.One[ RUN      ] A.Two\n"
+                   "[       OK ] A.One (3 ms)\n")
+    verdict, _ = judge("gtest", log, 124, "--timed-out", 80)
+    assert verdict == "failed: the tests timed out after 80 s in A.Two (2 tests had finished)"
+
+
+def test_a_killed_run_is_named_by_its_killed_line(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.First\nKilled\nrun_with_timeout: the command's output ends here\n")
+    assert judge("gtest", log, 137)[0] == "failed: the tests exited 137: Killed"
+
+
+def test_a_memcheck_run_without_its_summary_names_the_failed_test_first(tmp_path):
+    """A run that crashed before compute-sanitizer's summary: its failed test says more than the
+    missing summary."""
+    log = tmp_path / "memcheck.log"
+    log.write_text("========= COMPUTE-SANITIZER\n[ RUN      ] L.Linear/fp32\n/src/tests/test_cuda.cpp:100: Failure\n"
+                   "Expected: ok\n[  FAILED  ] L.Linear/fp32 (1 ms)\n")
+    assert judge("sanitizer", log, 1)[0] == "failed: 1 failed, first L.Linear/fp32: /src/tests/test_cuda.cpp:100: " \
+                                            "Expected: ok"
+
+
 # ---- trainbench's CSVs ---------------------------------------------------------------------------
 
 def with_dp_overhead(rows, share):
@@ -549,6 +623,257 @@ def test_an_unreadable_csv_is_a_failed_step_not_a_traceback(tmp_path, command):
     assert verdict == f"failed: trainbench wrote no rows to read ({bad}: not a trainbench CSV (no schema_version column))"
 
 
+def one_percent_default(tmp_path, edit=None):
+    """The H100's default set of 2026-11-27 with an overhead of 1% of each gpu:1 step, its rows
+    passed through `edit` (rows -> rows) before they are written."""
+    rows = with_dp_overhead(rows_of(H100_DEFAULT), lambda name: 0.01)
+    return write_rows(tmp_path / "default.csv", edit(rows) if edit else rows)
+
+
+MLP_GPU1 = "train/mlp/mnist/gpu:1/fp32/bs:100"
+
+
+def test_the_cpu_column_is_the_median_of_the_measured_all_core_rows(tmp_path):
+    """Beside the `cpu` row: a second repetition like it and a third far off (the median, not the
+    mean), a skipped repetition and a cpu:1 row each as far off (either would move the median)
+    leave the cpu column as it was."""
+    line = next(f for f in judge("default", one_percent_default(tmp_path))[1] if f.startswith("| mlp/mnist | fp32 |"))
+    cpu = next(r for r in rows_of(H100_DEFAULT) if r["device"] == "cpu" and r["benchmark"].startswith("train/mlp/"))
+    rate = float(cpu["samples_per_s"])
+
+    def more_cpu_rows(rows):
+        return rows + [dict(cpu, repetition="1"), dict(cpu, repetition="2", samples_per_s=str(100 * rate)),
+                       dict(cpu, repetition="3", status="skipped", message="skipped: load",
+                            samples_per_s=str(100 * rate)),
+                       dict(cpu, device="cpu:1", device_kind="cpu:T", benchmark="train/mlp/mnist/cpu:1/fp32/bs:100",
+                            samples_per_s=str(100 * rate))]
+    verdict, figures = judge("default", one_percent_default(tmp_path, more_cpu_rows))
+    assert verdict.startswith("passed: 10 gpu:1 rows beside 5 cpu rows"), verdict
+    assert line in figures
+
+
+def test_the_default_sets_table_holds_the_gpu1_rows_only(tmp_path):
+    """A measured gpu:2 row (the default set's gpu:all on a machine of two GPUs) is neither in the
+    table nor held to the data-parallel bar."""
+    def with_gpu2(rows):
+        gpu1 = next(r for r in rows if r["benchmark"] == MLP_GPU1)
+        return rows + [dict(gpu1, device="gpu:2", device_kind="gpu:N over NCCL", prediction_inputs="",
+                            benchmark="train/mlp/mnist/gpu:2/fp32/bs:100")]
+    verdict, figures = judge("default", one_percent_default(tmp_path, with_gpu2))
+    assert verdict == "passed: 10 gpu:1 rows beside 5 cpu rows; the data-parallel path adds at most 5% to each"
+    assert not any("gpu:2/" in f for f in figures)
+
+
+@pytest.mark.parametrize("ratio, passes", [(1.01, True), (1.05, False)])
+def test_the_wall_clock_may_be_above_the_device_clock_by_2_percent_only(tmp_path, ratio, passes):
+    def faster_wall(rows):
+        for r in rows:
+            if r["benchmark"] == MLP_GPU1:
+                r["device_samples_per_s"] = str(float(r["samples_per_s"]) / ratio)
+        return rows
+    verdict, _ = judge("default", one_percent_default(tmp_path, faster_wall))
+    assert verdict.startswith("passed: ") if passes else verdict.startswith(f"failed: {MLP_GPU1}: the wall clock's")
+
+
+def test_a_data_parallel_overhead_exactly_at_the_bar_passes(tmp_path):
+    import gpu_check
+    import tbcsv
+    rows = with_dp_overhead(rows_of(H100_DEFAULT), lambda name: 0.05 if name == MLP_GPU1 else 0.01)
+    path = write_rows(tmp_path / "default.csv", rows)
+    rows = [r for r in tbcsv.read_table(str(path)).rows if r["benchmark"] == MLP_GPU1 and tbcsv.is_iteration(r)]
+    share = 100 * gpu_check.prediction_input(rows[0], "dp")[0] / gpu_check.median(rows, "step_time_s")
+    assert judge("default", path, "--dp-limit", repr(share))[0].startswith("passed: ")
+    assert judge("default", path, "--dp-limit", repr(share * 0.999))[0].startswith(
+        "failed: the data-parallel path adds more than")
+
+
+def test_the_data_parallel_figure_is_any_repetitions_and_a_row_over_the_bar_is_named_first(tmp_path):
+    """A first repetition without dp= (its probe did not run) beside one with it is measured; where
+    rows are over the bar and others lack the figure, the verdict names those over it."""
+    def probe_in_second_repetition(rows):
+        gpu1 = next(r for r in rows if r["benchmark"] == MLP_GPU1)
+        first = dict(gpu1, prediction_inputs=";".join(f for f in gpu1["prediction_inputs"].split(";")
+                                                      if not f.startswith("dp=")))
+        return [first] + [dict(r, repetition="1") if r is gpu1 else r for r in rows]
+    assert judge("default", one_percent_default(tmp_path, probe_in_second_repetition))[0].startswith("passed: ")
+    rows = rows_of(H100_DEFAULT)
+    for r in rows:
+        if r["benchmark"] == "train/lstm/sine/gpu:1/fp32/bs:20":
+            r["prediction_inputs"] = ";".join(f for f in r["prediction_inputs"].split(";") if not f.startswith("dp="))
+    verdict, _ = judge("default", write_rows(tmp_path / "both.csv", rows))
+    assert verdict.startswith("failed: the data-parallel path adds more than 5% to "), verdict
+
+
+def test_a_refused_jobs_row_beside_a_measured_repetition_fails(tmp_path):
+    """The memory bound must refuse every repetition of too many jobs: one that measured fails the
+    step though the first says `at most`."""
+    rows = rows_of(jobs_rows(tmp_path))
+    refused = next(r for r in rows if r["device"] == "gpu:1/jobs:1000")
+    measured = next(r for r in rows if r["device"] == "gpu:1/jobs:2")
+    rows.append(dict(measured, device=refused["device"], benchmark=refused["benchmark"], repetition="1"))
+    verdict, _ = judge("jobs", write_rows(tmp_path / "both.csv", rows))
+    assert verdict.startswith("failed: train/mlp/mnist/gpu:1/jobs:1000/fp32/bs:100: the memory bound did not refuse "
+                              "1000 jobs"), verdict
+
+
+def test_a_measured_rate_on_its_bands_edge_is_inside_it(tmp_path):
+    rows = rows_of(EMULATED)
+    measured = {r["benchmark"].split("/")[1]: r["samples_per_s"] for r in rows
+                if r["measurement"] == "measured" and "/mpi:2/" in r["benchmark"]}
+    for r in rows:
+        if r["measurement"] == "predicted" and r["benchmark"].startswith("train/mlp/"):
+            r["samples_per_s_low"] = measured["mlp"]
+        if r["measurement"] == "predicted" and r["benchmark"].startswith("train/lenet5/"):
+            r["samples_per_s_high"] = measured["lenet5"]
+    verdict, _ = judge("spanning", write_rows(tmp_path / "edges.csv", rows), "--device", "mpi:2", "--expect", 4)
+    assert verdict == "passed: 4 mpi:2 rows measured, 3 inside their predicted band"
+
+
+@pytest.mark.parametrize("column, value", [("precision", "bf16"), ("batch", "200")])
+def test_a_measured_row_is_held_against_the_prediction_of_its_own_precision_and_batch(tmp_path, column, value):
+    rows = rows_of(EMULATED)
+    mlp = next(r for r in rows if r["measurement"] == "predicted" and r["benchmark"].startswith("train/mlp/"))
+    name = mlp["benchmark"].replace("/fp32/", "/bf16/") if column == "precision" else \
+        mlp["benchmark"].replace("/bs:100", "/bs:200")
+    other = dict(mlp, benchmark=name, samples_per_s="1", samples_per_s_low="0.5", samples_per_s_high="2",
+                 **{column: value})
+    verdict, figures = judge("spanning", write_rows(tmp_path / "other.csv", [other] + rows), "--device", "mpi:2")
+    assert "| mlp/mnist | fp32 | 11,487 | 1,474 (1,447 to 1,596; communication) | 0.05859 | 1,486 | yes |" in figures
+    assert verdict == "passed: 4 mpi:2 rows measured, 3 inside their predicted band"
+
+
+def test_a_timeline_cost_exactly_at_the_bar_passes_and_one_not_measured_fails(tmp_path):
+    import gpu_check
+    import tbcsv
+    path = H100 / "resnet224-timeline-20261124.csv"
+    rows = [r for r in tbcsv.read_table(str(path)).rows if tbcsv.is_iteration(r) and tbcsv.is_ok(r)
+            and not tbcsv.is_predicted(r)]
+    sides = {}
+    for r in rows:
+        sides.setdefault(gpu_check.configuration(r), {}).setdefault(gpu_check.timeline_off(r), []).append(r)
+    costs = [100 * (1 - gpu_check.median_of(gpu_check.window_rates(s[False]))
+                    / gpu_check.median_of(gpu_check.window_rates(s[True]))) for s in sides.values()]
+    assert len(costs) == 2 and max(costs) > 0
+    assert judge("timeline", path, "--limit", repr(max(costs)))[0].startswith("passed: 2 workloads")
+    assert judge("timeline", path, "--limit", repr(max(costs) * 0.999))[0].startswith("failed: the timeline costs")
+    # An ok row without a rate: its cost cannot be read, and is not taken for a pass.
+    blank = rows_of(path)
+    for r in blank:
+        if "timeline:off" not in r.get("variant", "") and r["measurement"] != "predicted":
+            r.update(samples_per_s="", step_time_s="", wall_step_time_s="", device_samples_per_s="")
+    verdict, _ = judge("timeline", write_rows(tmp_path / "blank.csv", blank))
+    assert verdict.startswith("failed: the timeline costs more than 3% of the step: "), verdict
+    assert verdict.endswith(" -%"), verdict
+
+
+def test_a_timeline_off_row_of_another_variant_is_not_the_partner(tmp_path):
+    """Off rows that differ in another variant item (cuda_graph) measure something else: they are
+    not pooled with the plain off rows."""
+    rows = rows_of(H100 / "resnet224-timeline-20261124.csv")
+    other = [dict(r, variant="timeline:off/cuda_graph", benchmark=r["benchmark"] + "/cuda_graph", samples_per_s="1e6")
+             for r in rows if "timeline:off" in r.get("variant", "") and r.get("samples_per_s")
+             and r["measurement"] != "predicted"]
+    assert other
+    verdict, _ = judge("timeline", write_rows(tmp_path / "graphs.csv", rows + other))
+    assert verdict == "passed: 2 workloads with and without the timeline, each at most 3% apart"
+
+
+def test_a_peer_given_an_odd_number_of_files_fails_asking_for_pairs():
+    tb = H100 / "trainbench-vs-pytorch-20261123T050007Z-trainbench.csv"
+    assert judge("peer", tb)[0] == "failed: peer: give TRAINBENCH.csv PYTORCH.csv pairs"
+
+
+def test_a_timed_out_step_with_a_failed_row_says_both_and_an_empty_timeout_is_none(tmp_path):
+    rows = rows_of(H100 / "default-20261124.csv")
+    for r in rows:
+        if r["benchmark"] == "train/lenet5/cifar10/gpu:1/bf16/bs:100":
+            r.update(status="failed", message="cudaErrorIllegalAddress")
+    verdict, _ = judge("default", write_rows(tmp_path / "failed.csv", rows), "--timed-out", 150)
+    assert verdict == "failed: trainbench timed out after 150 s; train/lenet5/cifar10/gpu:1/bf16/bs:100: " \
+                      "cudaErrorIllegalAddress"
+    # gpu_check.sh passes --timed-out= for a command that was not stopped.
+    assert judge("default", one_percent_default(tmp_path), "--timed-out=")[0].startswith("passed: ")
+
+
+def test_rows_without_a_message_are_named_so(tmp_path):
+    silent = {"status": "skipped", "message": "", "samples_per_s": "", "step_time_s": ""}
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/jobs:2": silent}))
+    assert verdict == f"failed: {JOBS2}: skipped: no message"
+    verdict, _ = judge("jobs", jobs_edited(tmp_path, {"gpu:1/jobs:2": dict(silent, status="failed")}))
+    assert verdict == f"failed: {JOBS2}: failed, no message"
+
+
+def test_the_jobs_step_reads_its_kinds_alone_and_gives_the_bounds_words(tmp_path):
+    """A plain gpu:1 row beside the jobs rows is not one of them; a refused row's figure is its
+    message without `skipped: `."""
+    rows = rows_of(jobs_rows(tmp_path))
+    jobs2 = next(r for r in rows if r["device"] == "gpu:1/jobs:2")
+    plain = dict(jobs2, device="gpu:1", benchmark="train/mlp/mnist/gpu:1/fp32/bs:100", replicas="1")
+    verdict, figures = judge("jobs", write_rows(tmp_path / "plain.csv", rows + [plain]))
+    assert verdict == "passed: 1 jobs rows and 1 threads rows; the memory bound refused 1"
+    assert "- train/mlp/mnist/gpu:1/jobs:1000/fp32/bs:100: gpu:1/jobs:1000: 1000 jobs of 0.05 GiB planned (bs 100, " \
+           "fp32) and about 1 GiB of CUDA context each need 1050.0 GiB, GPU 0 has 79.1 GiB free: at most 75 such " \
+           "jobs" in figures
+
+
+def test_the_default_set_names_workloads_without_a_cpu_row_and_a_gpu1_rows_reason(tmp_path):
+    def no_lstm_cpu(rows):
+        return [r for r in rows if not (r["device"] == "cpu" and r["benchmark"].startswith("train/lstm/"))]
+    verdict, _ = judge("default", one_percent_default(tmp_path, no_lstm_cpu))
+    assert verdict == "passed: 10 gpu:1 rows beside 4 cpu rows (no cpu row for lstm/sine); the " \
+                      "data-parallel path adds at most 5% to each"
+    # Without a GPU: the gpu:1 row's reason, not the measured cpu row's.
+    verdict, _ = judge("default", VM / "default-20261126.csv")
+    assert verdict.startswith("failed: trainbench measured no gpu:1 row: skipped: gpu:1: "), verdict
+
+
+def test_a_spanning_step_short_of_rows_gives_a_reason_and_every_row_carries_the_mark(tmp_path):
+    rows = rows_of(EMULATED)
+    lstm = "train/lstm/sine/mpi:2/fp32/bs:20/emulated_nodes"
+    for r in rows:
+        if r["benchmark"] == lstm:
+            r.update(status="skipped", message="skipped: mpi:2: a rank lost its peer", samples_per_s="")
+    path = write_rows(tmp_path / "short.csv", rows)
+    verdict, _ = judge("spanning", path, "--device", "mpi:2", "--emulated", "--expect", 4)
+    assert verdict == "failed: 3 mpi:2 rows measured, 4 expected: skipped: mpi:2: a rank lost its peer"
+    for r in rows:
+        if r["benchmark"] == lstm:
+            r["emulated_nodes"] = ""
+    verdict, _ = judge("spanning", write_rows(tmp_path / "unmarked.csv", rows), "--device", "mpi:2", "--emulated")
+    assert verdict == f"failed: {lstm}: not marked as emulated nodes (emulated_nodes is empty)"
+
+
+def test_a_prediction_that_did_not_measure_is_no_prediction(tmp_path):
+    rows = rows_of(EMULATED)
+    for r in rows:
+        if r["measurement"] == "predicted" and r["benchmark"].startswith("train/mlp/"):
+            r.update(status="skipped", message="skipped: no link measured")
+    verdict, figures = judge("spanning", write_rows(tmp_path / "unpredicted.csv", rows), "--device", "mpi:2")
+    assert verdict == "passed: 4 mpi:2 rows measured, 2 inside their predicted band"
+    assert "| mlp/mnist | fp32 | - | no prediction | - | 1,486 | - |" in figures
+
+
+def test_a_stopped_command_without_rows_is_timed_out_and_a_failed_rows_reason_beats_the_exit_status(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("trainbench 0123 on host\nKilled\n")
+    verdict, _ = judge("jobs", tmp_path / "none.csv", "--status", 124, "--timed-out", 60, "--log", log)
+    assert verdict == f"failed: trainbench timed out after 60 s; trainbench wrote no rows to read " \
+                      f"({tmp_path / 'none.csv'}: no such file)"
+    rows = rows_of(H100 / "default-20261124.csv")
+    for r in rows:
+        if r["benchmark"] == "train/lenet5/cifar10/gpu:1/bf16/bs:100":
+            r.update(status="failed", message="cudaErrorIllegalAddress")
+    verdict, _ = judge("default", write_rows(tmp_path / "failed.csv", rows), "--status", 1, "--log", log)
+    assert verdict == "failed: train/lenet5/cifar10/gpu:1/bf16/bs:100: cudaErrorIllegalAddress"
+
+
+def test_a_gpu_without_power_readings_anywhere_passes_saying_so(tmp_path):
+    rows = [dict(r, gpu_power_w="", energy_j_per_sample="") for r in rows_of(H100 / "default-20261124.csv")
+            if r["benchmark"] == "train/resnet152/cifar10/gpu:1/bf16/bs:128"]
+    verdict, _ = judge("machine", write_rows(tmp_path / "machine.csv", rows), "--gpu")
+    assert verdict == "passed: NVML gives no power reading here (nvidia-smi neither)"
+
+
 # ---- step 5c: the line that names the killed rank -------------------------------------------
 
 KILLED_LOG = H100 / "check-20261127T060400Z" / "killed-log.txt"
@@ -576,3 +901,48 @@ def test_no_line_names_a_rank_that_was_not_killed(tmp_path):
     assert killed(log, 1) == ""
     assert killed(log, 2) == "process rank 2 exited on signal 9 (Killed)."
     assert killed(tmp_path / "missing.txt", 1) == ""
+
+
+def test_the_killed_line_is_the_first_naming_that_rank_exactly_without_its_nul_bytes(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"process rank 10 with PID 7 on node n1 exited on signal 9 (Killed).\n"
+                    b"process rank 1 with PID 9\0\0 on node n1 exited on signal 9 (Killed).\n"
+                    b"process rank 1 with PID 9 on node n2 exited on signal 9 (Killed), again.\n")
+    assert killed(log, 1) == "process rank 1 with PID 9 on node n1 exited on signal 9 (Killed)."
+    assert killed(log, 10) == "process rank 10 with PID 7 on node n1 exited on signal 9 (Killed)."
+
+
+# ---- the reader's own rules ------------------------------------------------------------------
+
+def test_a_verdict_is_one_line_of_at_most_400_characters():
+    import gpu_check
+    assert gpu_check.one_line("a\n  b") == "a b"
+    assert gpu_check.one_line("x" * 400) == "x" * 400
+    assert gpu_check.one_line("x" * 401) == "x" * 397 + "..."
+
+
+@pytest.mark.parametrize("value, shown", [(None, "-"), (0.2918, "0.2918"), (12.07, "12.07"), (999.96, "1,000"),
+                                          (1234.4, "1,234"), (9999.7, "10,000"), (16298.4, "16,298")])
+def test_a_figure_has_four_significant_digits_and_separators_never_an_exponent(value, shown):
+    import gpu_check
+    assert gpu_check.fmt(value) == shown
+
+
+def test_power_samples_at_half_utilisation_are_the_busy_ones(tmp_path):
+    rows = [r for r in rows_of(H100 / "default-20261124.csv")
+            if r["benchmark"] == "train/resnet152/cifar10/gpu:1/bf16/bs:128"]
+    smi = power_samples(tmp_path / "power.csv", [600.0, 700.0, 650.0], [610.0, 620.0, 630.0], busy=50)
+    _, figures = judge("machine", write_rows(tmp_path / "machine.csv", rows), "--gpu", "--power", smi)
+    assert any(f.startswith("- NVML through nvidia-smi during the step loop (every 100 ms, 3 samples with the GPU "
+                            "busy): instantaneous power median 650 W") for f in figures), figures
+
+
+def test_without_a_gpu_the_gpu1_line_gives_a_repetition_that_did_not_measure(tmp_path):
+    """A gpu:1 repetition that measured, first in the file, beside one skipped: the line gives the
+    skipped one's reason."""
+    rows = rows_of(VM / "default-20261126.csv")
+    gpu1 = next(r for r in rows if r["benchmark"] == VM_MLP_GPU1)
+    cpu = next(r for r in rows if r["benchmark"] == "train/mlp/mnist/cpu/fp32/bs:100")
+    measured = dict(cpu, device=gpu1["device"], benchmark=VM_MLP_GPU1, repetition="1")
+    _, figures = judge("machine", write_rows(tmp_path / "machine.csv", [measured] + rows))
+    assert figures[2].startswith("- trainbench's gpu:1 here: gpu:1: "), figures[2]
