@@ -92,6 +92,17 @@ TEST(Flags, ABadValueIsRefusedNamingItsFlag) {
   }
 }
 
+// --benchmark_color takes the words the console reads (bench/run/reporter.cpp); any other word,
+// 'off' and 'blue' alike, was taken for auto, colour on a terminal, without a word.
+TEST(Flags, BenchmarkColorTakesOnlyTheWordsTheConsoleReads) {
+  for (const char* word : {"auto", "true", "yes", "1", "always", "false", "no", "0", "never"})
+    EXPECT_EQ(parse({fmt::format("--benchmark_color={}", word)}).flags.benchmark_color, word);
+  for (const char* word : {"off", "blue", ""})
+    EXPECT_EQ(
+        refusal({fmt::format("--benchmark_color={}", word)}),
+        fmt::format("--benchmark_color: '{}' is not auto, true or false (or yes, 1, always; no, 0, never)", word));
+}
+
 // The ranks of an MPI job compare these lines: the order flags were given in does not matter,
 // any value that changes what is measured does, and defaults are spelt out.
 TEST(Flags, ShapingFlagsAreTheSameTextForTheSameRun) {
