@@ -90,6 +90,12 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
       throw InputError(fmt::format("--benchmark_format: '{}' is not one of console, json, csv", *v));
     f.benchmark_format = *v;
   } else if (auto v = value("benchmark_color")) {
+    // The words the console reads (run/reporter.cpp, display_options): any other ('off', a typo)
+    // was taken for auto, colour on a terminal, without a word.
+    const std::vector<std::string> words{"auto", "true", "yes", "1", "always", "false", "no", "0", "never"};
+    if (std::find(words.begin(), words.end(), *v) == words.end())
+      throw InputError(
+          fmt::format("--benchmark_color: '{}' is not auto, true or false (or yes, 1, always; no, 0, never)", *v));
     f.benchmark_color = *v;
   } else if (auto v = value("benchmark_out")) {
     if (v->empty()) throw InputError("--benchmark_out: give a file name, e.g. --benchmark_out=results/run.json");

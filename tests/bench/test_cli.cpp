@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +24,7 @@
 #include "engine/backends.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/spec.hpp"
+#include "engine/parallel/predict.hpp"
 #include "models/models.hpp"
 
 namespace tb::bench {
@@ -85,11 +89,117 @@ TEST(Flags, ABadValueIsRefusedNamingItsFlag) {
       {{"--nodes=2"}, "--network="},
       {{"--predict_from=a.csv", "--replay_from=b.csv"}, "give one of them"},
       {{"--json"}, "--list_models"},
+      {{"--predict_allreduce=1GiB", "--predict_from=a.csv"}, "--predict_allreduce predicts one all-reduce"},
+      {{"--predict_allreduce=1GiB", "--replay_from=a.csv"}, "--predict_allreduce predicts one all-reduce"},
+      {{"--devices=cpu:1,cpu,cpu:1"}, "--devices: cpu:1 is given twice: give it once (--benchmark_repetitions=N"},
   };
   for (const auto& [args, words] : cases) {
     const std::string message = refusal(args);
     EXPECT_NE(message.find(words), std::string::npos) << ::testing::PrintToString(args) << ": " << message;
   }
+  for (const char* listing : {"--list_models", "--list_configs", "--csv_header"})
+    EXPECT_NO_THROW(parse({listing, "--json"})) << listing;
+}
+
+// Every number is taken at the ends of its range and refused just past them, with the reason;
+// a value with anything after the number is no number.
+TEST(Flags, NumbersAreTakenAtTheEndsOfTheirRangeAndRefusedPastThem) {
+  for (const char* arg : {"--batch=1", "--batch=1048576", "--warmup_steps=0", "--seed=0", "--loader_workers=0",
+                          "--prefetch=1", "--epochs=1", "--iterations=1", "--lr=1000000", "--target_accuracy=1",
+                          "--gpu_memory_limit=1", "--gpu_memory_limit=1048576GiB", "--predict_allreduce=1",
+                          "--benchmark_min_time=0", "--benchmark_repetitions=1", "--gpus_per_node=1"})
+    EXPECT_NO_THROW(parse({arg})) << arg;
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"--batch=0", "--batch: '0' is not an integer from 1 to 1048576 (example: --batch=2)"},
+      {"--batch=1048577", "--batch: '1048577' is not an integer from 1 to 1048576"},
+      {"--batch=5x", "--batch: '5x' is not an integer"},
+      {"--lr=0", "--lr: '0' is not a positive number (example: --lr=0.01)"},
+      {"--lr=0.1x", "--lr: '0.1x' is not a positive number"},
+      {"--target_accuracy=1.5", "--target_accuracy: 1.5 is above 1, the highest accuracy"},
+      {"--prefetch=0", "--prefetch: '0' is not an integer from 1 to 1024"},
+      {"--epochs=0", "--epochs: '0' is not an integer from 1 to 1000000"},
+      {"--benchmark_min_time=inf", "--benchmark_min_time: 'inf' is not a number of seconds"},
+      {"--gpu_memory_limit=0", "--gpu_memory_limit: '0' is neither a byte count"},
+      {"--gpu_memory_limit=1.5", "--gpu_memory_limit: '1.5' is neither a byte count"},
+      {"--gpu_memory_limit=8GB", "--gpu_memory_limit: '8GB' is neither a byte count"},
+      {"--gpu_memory_limit=1048577GiB", "--gpu_memory_limit: '1048577GiB' is more than 1 PiB"},
+      {"--predict_allreduce=0", "--predict_allreduce: '0' is not a byte count from 1 byte to 1 PiB"},
+      {"--predict_allreduce=1.5", "--predict_allreduce: '1.5' is not a byte count"},
+      {"--predict_allreduce=4GB", "--predict_allreduce: '4GB' is not a byte count"},
+      {"--predict_allreduce=1048577GiB", "--predict_allreduce: '1048577GiB' is not a byte count"},
+  };
+  for (const auto& [arg, start] : cases) {
+    const std::string message = refusal({arg});
+    EXPECT_EQ(message.rfind(start, 0), 0u) << arg << ": " << message;
+  }
+}
+
+// A list or a file name with nothing in it is refused, saying what to give.
+TEST(Flags, AnEmptyListOrFileNameIsRefusedWithAnExample) {
+  EXPECT_EQ(refusal({"--precisions=,"}), "--precisions: give at least one, e.g. --precisions=fp32,fp16");
+  EXPECT_EQ(refusal({"--summary="}), "--summary: give a file name, e.g. --summary=results/summary.md");
+  EXPECT_EQ(refusal({"--benchmark_out="}), "--benchmark_out: give a file name, e.g. --benchmark_out=results/run.json");
+  EXPECT_EQ(parse({"--devices=cpu,,cpu:1,"}).flags.devices, (std::vector<std::string>{"cpu", "cpu:1"}));
+}
+
+// Each flag's value is what its field holds, every word the flag takes included.
+TEST(Flags, EachValueIsTheFieldItSets) {
+  const Parsed p = parse({"--gpu_memory_limit=512KiB", "--timeline=off", "--optimizer=adam", "--gpu_layout=nhwc",
+                          "--precisions=fp32,fastest", "--benchmark_time_unit=s", "--iterations=5",
+                          "--benchmark_color=true", "--benchmark_format=csv", "--benchmark_out_format=csv",
+                          "--warmup_steps=0", "--predict_allreduce=2KiB", "-h"});
+  EXPECT_EQ(p.flags.gpu_memory_limit, 512.0 * 1024);
+  EXPECT_FALSE(p.flags.timeline);
+  EXPECT_EQ(p.flags.optimizer, "adam");
+  EXPECT_EQ(p.flags.gpu_layout, "nhwc");
+  EXPECT_EQ(p.flags.precisions, (std::vector<std::string>{"fp32", "fastest"}));
+  EXPECT_TRUE(p.flags.benchmark_time_unit_given);
+  EXPECT_EQ(p.flags.iterations, 5);
+  EXPECT_TRUE(p.flags.iterations_given) << "every repetition then takes exactly 5 steps";
+  EXPECT_EQ(p.flags.benchmark_color, "true");
+  EXPECT_EQ(p.flags.benchmark_format, "csv");
+  EXPECT_EQ(p.flags.warmup_steps, 0);
+  EXPECT_EQ(p.flags.predict_allreduce, 2048.0);
+  EXPECT_TRUE(p.flags.help);
+  EXPECT_FALSE(parse({}).flags.iterations_given);
+  EXPECT_FALSE(parse({}).flags.benchmark_time_unit_given);
+  EXPECT_TRUE(parse({"--timeline=on"}).flags.timeline);
+}
+
+// --benchmark_color takes the words the console reads (bench/run/reporter.cpp); any other word,
+// 'off' and 'blue' alike, was taken for auto, colour on a terminal, without a word.
+TEST(Flags, BenchmarkColorTakesOnlyTheWordsTheConsoleReads) {
+  for (const char* word : {"auto", "true", "yes", "1", "always", "false", "no", "0", "never"})
+    EXPECT_EQ(parse({fmt::format("--benchmark_color={}", word)}).flags.benchmark_color, word);
+  for (const char* word : {"off", "blue", ""})
+    EXPECT_EQ(
+        refusal({fmt::format("--benchmark_color={}", word)}),
+        fmt::format("--benchmark_color: '{}' is not auto, true or false (or yes, 1, always; no, 0, never)", word));
+}
+
+// A flag given twice names both values; a list flag says how to give several.
+TEST(Flags, AFlagGivenTwiceIsRefusedNamingBothValues) {
+  EXPECT_EQ(refusal({"--csv=a.csv", "--seed=2", "--csv=b.csv"}),
+            "--csv is given twice ('a.csv' and 'b.csv'): give it once");
+  EXPECT_EQ(refusal({"--gpus=0", "--gpus=1"}),
+            "--gpus is given twice ('0' and '1'): give it once, with a list: --gpus=A,B");
+}
+
+// The files a run writes are three, and a trainbench CSV is appended to (--csv) but never
+// overwritten (--summary, --benchmark_out); files that do not exist yet are compared by path.
+TEST(Flags, OutputFilesAreThreeAndATrainbenchCsvIsOnlyAppendedTo) {
+  namespace fs = std::filesystem;
+  std::string folder = (fs::temp_directory_path() / "tb-flags-XXXXXX").string();
+  ASSERT_NE(mkdtemp(folder.data()), nullptr);
+  const std::string rows = folder + "/rows.csv";
+  std::ofstream(rows) << "schema_version,name\n9,train/mlp/mnist/cpu/fp32/bs:100\n";
+  EXPECT_NO_THROW(parse({"--csv=" + rows}));
+  for (const char* flag : {"--summary=", "--benchmark_out="})
+    EXPECT_NE(refusal({flag + rows}).find("the file holds trainbench rows"), std::string::npos) << flag;
+  EXPECT_EQ(refusal({"--csv=" + folder + "/new.csv", "--summary=" + folder + "/./new.csv"}),
+            fmt::format("--csv={0}/new.csv and --summary={0}/./new.csv are one file: give each its own", folder));
+  EXPECT_EQ(refusal({"--summary=" + folder}), fmt::format("--summary={}: is a folder; give a file name in it", folder));
+  fs::remove_all(folder);
 }
 
 // The ranks of an MPI job compare these lines: the order flags were given in does not matter,
@@ -104,6 +214,49 @@ TEST(Flags, ShapingFlagsAreTheSameTextForTheSameRun) {
   EXPECT_NE(a.find("--batch=default\n"), std::string::npos) << a;
   // Where the CSV goes does not change what is measured.
   EXPECT_EQ(shaping_flags(parse({"--csv=x.csv"}).flags), shaping_flags(parse({}).flags));
+}
+
+// Each flag that shapes a run is in the text on its own: two ranks that differ in any one of them
+// are told so.
+TEST(Flags, EachShapingFlagChangesTheText) {
+  const std::string defaults = shaping_flags(parse({}).flags);
+  const std::vector<std::vector<std::string>> runs{{"--devices=cpu"},
+                                                   {"--precisions=fp32"},
+                                                   {"--batch=3"},
+                                                   {"--warmup_steps=1"},
+                                                   {"--optimizer=sgd"},
+                                                   {"--lr=0.5"},
+                                                   {"--seed=2"},
+                                                   {"--data_dir=d"},
+                                                   {"--loader_workers=1"},
+                                                   {"--prefetch=3"},
+                                                   {"--augment"},
+                                                   {"--epochs=2"},
+                                                   {"--target_accuracy=0.5"},
+                                                   {"--gpus=1"},
+                                                   {"--gpu_memory_limit=0.5"},
+                                                   {"--cuda_graph"},
+                                                   {"--gpu_layout=nhwc"},
+                                                   {"--data_on_device"},
+                                                   {"--iterations=5"},
+                                                   {"--link=pcie4"},
+                                                   {"--gpus_per_node=4"},
+                                                   {"--nodes=2", "--network=10,50"},
+                                                   {"--replay_from=r.csv"},
+                                                   {"--timeline=off"},
+                                                   {"--benchmark_filter=x"},
+                                                   {"--benchmark_repetitions=2"},
+                                                   {"--benchmark_min_time=0.5"}};
+  for (const std::vector<std::string>& run : runs)
+    EXPECT_NE(shaping_flags(parse(run).flags), defaults) << ::testing::PrintToString(run);
+}
+
+// --help names every preset of the links within a node and of the networks between nodes.
+TEST(Flags, UsageNamesEveryLinkAndNetworkPreset) {
+  const std::string text = usage();
+  for (const auto* presets : {&parallel::link_presets(), &parallel::network_presets()})
+    for (const parallel::Link& link : *presets) EXPECT_NE(text.find(link.name), std::string::npos) << link.name;
+  EXPECT_EQ(text.find('@'), std::string::npos) << "a placeholder left in";
 }
 
 // cli/context: the machine a row was measured on, read from this one.

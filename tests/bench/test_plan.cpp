@@ -4,13 +4,19 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/plan/configs.hpp"
 #include "bench/plan/device_kinds.hpp"
+#include "datasets/sources.hpp"
 #include "engine/core/error.hpp"
+#include "models/models.hpp"
 
 namespace tb::bench {
 namespace {
@@ -317,6 +323,71 @@ TEST(Baselines, RowsOnResidentDataPairWithTheCpuRowOfTheirVariant) {
   EXPECT_EQ(named(both, "gpu:1", "fp32").cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8/data_on_device");
 }
 
+// `b` as the same row of the epochs/ benchmark.
+BenchInfo as_epochs(BenchInfo b) {
+  b.kind = Kind::Epochs;
+  b.name = "epochs/" + b.name.substr(b.name.find('/') + 1);
+  return b;
+}
+
+const BenchInfo& by_name(const std::vector<BenchInfo>& all, const std::string& name) {
+  for (const BenchInfo& b : all)
+    if (b.name == name) return b;
+  throw Error(fmt::format("no row {}", name));
+}
+
+// Baselines run first within each workload, never across: the epochs/ rows keep their place after
+// the train/ rows, and no epochs/ row has a speed-up over the CPU (one replica, whole epochs).
+TEST(Baselines, RowsAreOrderedAndComparedWithinTheirWorkloadOnly) {
+  std::vector<BenchInfo> all{planned("gpu:1", "gpu:1", "fp32", 8), planned("cpu", "cpu", "fp32", 8, 2),
+                             as_epochs(planned("gpu:1", "gpu:1", "fp32", 8)),
+                             as_epochs(planned("cpu", "cpu", "fp32", 8, 2))};
+  pair_baselines(all);
+  std::vector<std::string> order;
+  for (const BenchInfo& b : all) order.push_back(b.name);
+  EXPECT_EQ(order, (std::vector<std::string>{
+                       "train/resnet152/imagenet/cpu/fp32/bs:8", "train/resnet152/imagenet/gpu:1/fp32/bs:8",
+                       "epochs/resnet152/imagenet/cpu/fp32/bs:8", "epochs/resnet152/imagenet/gpu:1/fp32/bs:8"}));
+  EXPECT_EQ(all[1].cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8");
+  EXPECT_EQ(all[3].cpu_baseline, "");
+}
+
+// A scaling row is over the one-device row of its own batch, without the nodes its ranks ran on;
+// a precision's fp32 row is the one of its batch too.
+TEST(Baselines, ScalingAndFp32RowsAreOfTheRowsOwnBatch) {
+  std::vector<BenchInfo> all{
+      planned("cpu", "cpu", "fp32", 8, 2),    planned("cpu:1", "cpu:T", "fp32", 4),
+      planned("cpu:1", "cpu:T", "fp32", 8),   planned("mpi:2", "mpi:N", "fp32", 8, 1, 2, "nodes:2"),
+      planned("gpu:1", "gpu:1", "fp32", 128), planned("gpu:1", "gpu:1", "fp32", 64),
+      planned("gpu:1", "gpu:1", "bf16", 128)};
+  pair_baselines(all);
+  const BenchInfo& mpi = by_name(all, "train/resnet152/imagenet/mpi:2/fp32/bs:8/nodes:2");
+  EXPECT_EQ(mpi.baseline, "train/resnet152/imagenet/cpu:1/fp32/bs:8");
+  EXPECT_EQ(mpi.cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:8");
+  EXPECT_EQ(by_name(all, "train/resnet152/imagenet/gpu:1/bf16/bs:128").fp32_row,
+            "train/resnet152/imagenet/gpu:1/fp32/bs:128");
+}
+
+// The cpu row compared with is one that runs, of the row's own variant before its own batch; a CPU
+// row has no fp32 row (its other precisions are skipped, not run in another precision).
+TEST(Baselines, TheCpuRowIsOneThatRunsOfTheRowsVariantFirst) {
+  BenchInfo skipped = planned("cpu", "cpu", "fp32", 8, 2);
+  skipped.skip_reason = "cpu: skipped";
+  std::vector<BenchInfo> none{skipped, planned("gpu:1", "gpu:1", "fp32", 8)};
+  pair_baselines(none);
+  EXPECT_EQ(named(none, "gpu:1", "fp32").cpu_baseline, "");
+  std::vector<BenchInfo> two{planned("cpu", "cpu", "fp32", 16, 2, 0, "data_on_device"),
+                             planned("cpu", "cpu", "fp32", 8, 2),
+                             planned("gpu:1", "gpu:1", "fp32", 8, 1, 0, "data_on_device")};
+  pair_baselines(two);
+  EXPECT_EQ(named(two, "gpu:1", "fp32").cpu_baseline, "train/resnet152/imagenet/cpu/fp32/bs:16/data_on_device");
+  BenchInfo cpu_bf16 = planned("cpu", "cpu", "bf16", 8, 2);
+  cpu_bf16.skip_reason = "the CPU backend trains in fp32 only, not bf16";
+  std::vector<BenchInfo> cpu{planned("cpu", "cpu", "fp32", 8, 2), cpu_bf16};
+  pair_baselines(cpu);
+  EXPECT_EQ(named(cpu, "cpu", "bf16").fp32_row, "");
+}
+
 // ---- the variant's table ----
 
 TEST(Variant, ItemsGoInTheTablesOrderEachOnce) {
@@ -450,6 +521,146 @@ TEST(Plan, TwoConfigurationsOfOneNameAreRefused) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("two of its configurations are both train/"), std::string::npos) << e.what();
   }
+}
+
+// The flags that shape a row are every planned row's own: the seed, the epochs and their target,
+// the warm-up (train/ rows only: epochs/ rows train from scratch), augmentation (CIFAR-10's
+// only), --optimizer with its default learning rate and --lr over any.
+TEST(Plan, EveryRowTakesTheFlagsThatShapeIt) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.seed = 9;
+  flags.epochs = 3;
+  flags.target_accuracy = 0.5;
+  flags.warmup_steps = 4;
+  flags.augment = true;
+  flags.optimizer = "adam";
+  const std::vector<BenchInfo> all = plan_benchmarks(flags, 2);
+  ASSERT_FALSE(all.empty());
+  for (const BenchInfo& b : all) {
+    EXPECT_EQ(b.seed, 9u) << b.name;
+    EXPECT_EQ(b.loader.seed, 9u) << b.name;
+    EXPECT_EQ(b.epochs, 3) << b.name;
+    EXPECT_EQ(b.target_accuracy, 0.5) << b.name;
+    EXPECT_EQ(b.warmup_steps, b.kind == Kind::Train ? 4 : 0) << b.name;
+    EXPECT_EQ(b.loader.augment, b.dataset == "cifar10") << b.name;
+    EXPECT_EQ(b.optimizer.kind, OptimizerConfig::Kind::Adam) << b.name;
+    EXPECT_EQ(b.optimizer.lr, 1e-3) << b.name << ": Adam's default learning rate";
+    if (b.model == "lstm") {
+      EXPECT_EQ(b.data_source, "generated") << b.name << ": a regression's data is made, never synthetic";
+    }
+  }
+  flags.optimizer = "sgd";
+  for (const BenchInfo& b : plan_benchmarks(flags, 2)) EXPECT_EQ(b.optimizer.lr, 0.01) << b.name;
+  flags.lr = 0.5;
+  for (const BenchInfo& b : plan_benchmarks(flags, 2)) EXPECT_EQ(b.optimizer.lr, 0.5) << b.name;
+}
+
+// A batch the flag sets keeps the workload's own learning rate for that batch (ResNet's scales
+// with it): no variant; the GPU's flags are no CPU row's variant.
+TEST(Plan, ACpuRowsVariantIsEmptyUnderTheBatchAndTheGpusFlags) {
+  Flags flags;
+  flags.devices = {"cpu", "cpu:1"};
+  flags.batch = 7;
+  flags.cuda_graph = true;
+  flags.gpu_layout = "nhwc";
+  flags.gpu_memory_limit = 0.5;
+  const std::vector<BenchInfo> all = plan_benchmarks(flags, 2);
+  bool resnet = false;
+  for (const BenchInfo& b : all) {
+    resnet = resnet || b.model == "resnet152";
+    EXPECT_EQ(b.variant, "") << b.name;
+    if (b.kind == Kind::Train && b.device == "cpu:1") {
+      EXPECT_EQ(b.cpu_baseline, fmt::format("train/{}/{}/cpu/fp32/bs:7", b.model, b.dataset)) << b.name;
+    }
+  }
+  EXPECT_TRUE(resnet);
+}
+
+// epochs/ rows train one replica: on jobs they are skipped saying so, and the resident dataset
+// (train/ rows only) is not in their variant.
+TEST(Plan, EpochsRowsAreOneReplicasWithoutTheResidentDataset) {
+  Flags flags;
+  flags.devices = {"cpu:1", "cpu:1/jobs:2"};
+  flags.data_on_device = true;
+  int epochs = 0;
+  for (const BenchInfo& b : plan_benchmarks(flags, 2)) {
+    if (b.kind != Kind::Epochs) continue;
+    ++epochs;
+    EXPECT_EQ(b.variant.find("data_on_device"), std::string::npos) << b.name;
+    EXPECT_EQ(b.skip_reason, b.device == "cpu:1" ? ""
+                                                 : "cpu:1/jobs:2: epochs/ rows train one replica; train/ rows measure "
+                                                   "cpu:1/jobs:2")
+        << b.name;
+  }
+  EXPECT_GE(epochs, 2);
+}
+
+// A precision is planned once however it is named (fastest is fp32 on the CPU); one the CPU cannot
+// run is skipped saying so, after what the device lacks; a skipped row has no batch norm note.
+TEST(Plan, PrecisionsAreOnceEachAndSkippedAfterTheDevice) {
+  Flags flags;
+  flags.devices = {"cpu:1", "cpu:3"};
+  flags.precisions = {"fp32", "fastest", "fp16"};
+  flags.batch = 1;
+  for (const BenchInfo& b : plan_benchmarks(flags, 2)) {
+    EXPECT_NE(b.precision, "fastest") << b.name;
+    if (b.device == "cpu:3") {
+      EXPECT_EQ(b.skip_reason, "cpu:3 needs 3 cores, this machine has 2") << b.name;
+    } else if (b.precision == "fp16") {
+      EXPECT_EQ(b.skip_reason, "the CPU backend trains in fp32 only, not fp16") << b.name;
+    }
+    if (!b.skip_reason.empty()) {
+      EXPECT_EQ(b.plan_note, "") << b.name;
+    }
+  }
+  // A GPU configuration that cannot run is one skipped row per workload, not one per precision.
+  DeviceConfig no_gpu;
+  no_gpu.name = "gpu:1";
+  no_gpu.kind = &kind_named("gpu:1");
+  no_gpu.skip_reason = "gpu:1: no CUDA device";
+  EXPECT_EQ(device_precisions(Flags{}, no_gpu), (std::vector<std::pair<std::string, std::string>>{{"fp32", ""}}));
+}
+
+// A data folder named by --data_dir or TB_DATA_DIR must be one (an empty TB_DATA_DIR names none);
+// a workload of real data only is not planned where the folder lacks its dataset.
+TEST(Plan, ANamedDataFolderMustBeOneAndRealDataOnlyWorkloadsNeedTheirs) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  const auto refusal = [&] {
+    try {
+      plan_benchmarks(flags, 2);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("planned");
+  };
+  flags.data_dir = "/no/such/folder";
+  EXPECT_EQ(refusal().rfind("--data_dir=/no/such/folder: no such folder (leave it out", 0), 0u) << refusal();
+  flags.data_dir = TB_SOURCE_DIR "/CMakeLists.txt";
+  EXPECT_EQ(refusal(), "--data_dir=" TB_SOURCE_DIR "/CMakeLists.txt: is not a folder");
+  std::string empty = (std::filesystem::temp_directory_path() / "tb-plan-XXXXXX").string();
+  ASSERT_NE(mkdtemp(empty.data()), nullptr);
+  flags.data_dir = empty;
+  const std::vector<BenchInfo> all = plan_benchmarks(flags, 2);
+  for (const models::Workload& w : models::workloads()) {
+    if (!w.real_data_only) continue;
+    // Fashion-MNIST is also found where Debian installed it, outside the folder.
+    const bool found = !data::find_dataset(w.dataset, empty).empty();
+    const bool planned =
+        std::any_of(all.begin(), all.end(), [&](const BenchInfo& b) { return b.dataset == w.dataset; });
+    EXPECT_EQ(planned, found) << w.model << "/" << w.dataset;
+  }
+  std::filesystem::remove(empty);
+  flags.data_dir = "";
+  const char* before = std::getenv("TB_DATA_DIR");
+  const std::string kept = before ? before : "";
+  setenv("TB_DATA_DIR", "", 1);
+  EXPECT_NO_THROW(plan_benchmarks(flags, 2)) << "an empty TB_DATA_DIR is the default folder, which may be absent";
+  if (before)
+    setenv("TB_DATA_DIR", kept.c_str(), 1);
+  else
+    unsetenv("TB_DATA_DIR");
 }
 
 }  // namespace
