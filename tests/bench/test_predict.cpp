@@ -63,6 +63,25 @@ TEST(PredictionInputs, RoundTripTheTimelineQuantilesAndProbes) {
   EXPECT_DOUBLE_EQ(back.one.sharing.value, 1);
 }
 
+// `good` with its first `from` replaced by `to` (`from` must be there).
+std::string edited(std::string good, const std::string& from, const std::string& to) {
+  const std::size_t at = good.find(from);
+  EXPECT_NE(at, std::string::npos) << from << " in " << good;
+  return at == std::string::npos ? good : good.replace(at, from.size(), to);
+}
+
+// Each text is refused by parse_prediction_inputs with an error that says the given words.
+void expect_refused(const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [text, says] : cases) {
+    try {
+      parse_prediction_inputs(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
   for (const char* bad : {"", "v2;buckets=", "v1;buckets=1@2",
                           "v1;buckets=x@1;backward_end=0;step_end=0;"
@@ -78,35 +97,23 @@ TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
 TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
   EXPECT_NO_THROW(parse_prediction_inputs(good));
-  const auto with = [&](const std::string& from, const std::string& to) {
-    std::string text = good;
-    const std::size_t at = text.find(from);
-    EXPECT_NE(at, std::string::npos) << from << " in " << text;
-    return text.replace(at, from.size(), to);
-  };
-  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
-           {with("dp=0.0001,5e-05,0.0002", "dp=-0.01,-0.01,-0.01"), "dp=-0.01,-0.01,-0.01 is not VALUE,LOW,HIGH"},
-           {with("dp=0.0001,5e-05,0.0002", "dp=0.0001,0.001,5e-05"), "dp=0.0001,0.001,5e-05"},
-           {with("sharing=1,1,1", "sharing=0,0,0"), "sharing=0,0,0"},
-           {with("4000000@0.006", "-4000000@0.006"), "bucket 0 has -4000000 bytes"},
-           {with("1000000@0.009", "1000000@0.003"), "bucket 1 is ready at 0.003 s"},
-           {with("backward_end=0.009", "backward_end=0.008"), "are not in order"},
-           {with("timeline_steps=100", "timeline_steps=0"), "timeline_steps=0"},
-           {with("sharing_ranks=2", "sharing_ranks=1"), "sharing_ranks=1"},
-           {with("sharing_ranks=2", "sharing_ranks=0"), "sharing_ranks=0 and sharing_hosts=1"},
-           {good + ";dp=0,0,0", "dp= is given twice"},
-           {with("dp=", "dq="), "dq= is no field of version 1"},
-           {with("timeline_steps=100", "timeline_steps=1e30"), "timeline_steps: '1e30' is not a count"},
-           {with("sharing_ranks=2", "sharing_ranks=2.5"), "sharing_ranks: '2.5' is not a count"},
-           {with(";sharing_hosts=1", ""), "sharing=, sharing_ranks= and sharing_hosts= come together"},
-       }) {
-    try {
-      parse_prediction_inputs(text);
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  }
+  const auto with = [&](const std::string& from, const std::string& to) { return edited(good, from, to); };
+  expect_refused({
+      {with("dp=0.0001,5e-05,0.0002", "dp=-0.01,-0.01,-0.01"), "dp=-0.01,-0.01,-0.01 is not VALUE,LOW,HIGH"},
+      {with("dp=0.0001,5e-05,0.0002", "dp=0.0001,0.001,5e-05"), "dp=0.0001,0.001,5e-05"},
+      {with("sharing=1,1,1", "sharing=0,0,0"), "sharing=0,0,0"},
+      {with("4000000@0.006", "-4000000@0.006"), "bucket 0 has -4000000 bytes"},
+      {with("1000000@0.009", "1000000@0.003"), "bucket 1 is ready at 0.003 s"},
+      {with("backward_end=0.009", "backward_end=0.008"), "are not in order"},
+      {with("timeline_steps=100", "timeline_steps=0"), "timeline_steps=0"},
+      {with("sharing_ranks=2", "sharing_ranks=1"), "sharing_ranks=1"},
+      {with("sharing_ranks=2", "sharing_ranks=0"), "sharing_ranks=0 and sharing_hosts=1"},
+      {good + ";dp=0,0,0", "dp= is given twice"},
+      {with("dp=", "dq="), "dq= is no field of version 1"},
+      {with("timeline_steps=100", "timeline_steps=1e30"), "timeline_steps: '1e30' is not a count"},
+      {with("sharing_ranks=2", "sharing_ranks=2.5"), "sharing_ranks: '2.5' is not a count"},
+      {with(";sharing_hosts=1", ""), "sharing=, sharing_ranks= and sharing_hosts= come together"},
+  });
 }
 
 // Values a run can write are taken: two buckets ready at one time (marks read back with the
@@ -114,32 +121,20 @@ TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
 // and those next to them that no run writes are refused, naming them.
 TEST(PredictionInputs, TheEdgesARunCanWriteAreTakenAndThoseBesideThemRefused) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
-  const auto with = [&](const std::string& from, const std::string& to) {
-    std::string text = good;
-    const std::size_t at = text.find(from);
-    EXPECT_NE(at, std::string::npos) << from << " in " << text;
-    return text.replace(at, from.size(), to);
-  };
+  const auto with = [&](const std::string& from, const std::string& to) { return edited(good, from, to); };
   for (const std::string& text :
        {with("1000000@0.009", "1000000@0.006"), with("step_end=0.01", "step_end=0.009"),
         with("dp=0.0001,5e-05,0.0002", "dp=0,0,0.0002"), with("sharing_hosts=1", "sharing_hosts=2")})
     EXPECT_NO_THROW(parse_prediction_inputs(text)) << text;
-  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
-           {with("steps=0.009,", "steps=0,"), "a step time of 0 s"},
-           {with("dp=0.0001,5e-05,0.0002", "dp=0.0003,5e-05,0.0002"), "dp=0.0003,5e-05,0.0002 is not VALUE,LOW,HIGH"},
-           {with("sharing=1,1,1", "sharing=1.5,1,1.2"), "sharing=1.5,1,1.2"},
-           {with("sharing_hosts=1", "sharing_hosts=0"), "sharing_hosts=0"},
-           {with("backward_end=0.009", "backward_end=0.009x"), "backward_end: '0.009x' is not a number"},
-           {with(";backward_end", ",;backward_end"), "bucket '' is not BYTES@READY_S"},
-           {with(";dp=", ",;dp="), "steps: '' is not a number"},
-       }) {
-    try {
-      parse_prediction_inputs(text);
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  }
+  expect_refused({
+      {with("steps=0.009,", "steps=0,"), "a step time of 0 s"},
+      {with("dp=0.0001,5e-05,0.0002", "dp=0.0003,5e-05,0.0002"), "dp=0.0003,5e-05,0.0002 is not VALUE,LOW,HIGH"},
+      {with("sharing=1,1,1", "sharing=1.5,1,1.2"), "sharing=1.5,1,1.2"},
+      {with("sharing_hosts=1", "sharing_hosts=0"), "sharing_hosts=0"},
+      {with("backward_end=0.009", "backward_end=0.009x"), "backward_end: '0.009x' is not a number"},
+      {with(";backward_end", ",;backward_end"), "bucket '' is not BYTES@READY_S"},
+      {with(";dp=", ",;dp="), "steps: '' is not a number"},
+  });
 }
 
 // Sharing is written where ranks shared the machine, two or more: one rank wrote a sharing no
@@ -158,29 +153,17 @@ TEST(PredictionInputs, SharingIsWrittenFromTwoRanksOn) {
 // bytes, the largest count. A bucket ready before the step began is refused.
 TEST(PredictionInputs, FieldsAndCountsAreReadSayingWhatIsWrong) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
-  const auto with = [&](const std::string& from, const std::string& to) {
-    std::string text = good;
-    const std::size_t at = text.find(from);
-    EXPECT_NE(at, std::string::npos) << from << " in " << text;
-    return text.replace(at, from.size(), to);
-  };
+  const auto with = [&](const std::string& from, const std::string& to) { return edited(good, from, to); };
   for (const std::string& text :
        {with("4000000@0.006", "0@0.006"), with("timeline_steps=100", "timeline_steps=2147483647")})
     EXPECT_NO_THROW(parse_prediction_inputs(text)) << text;
-  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
-           {with(";backward_end=", ";backward_end;backward_end="), "'backward_end' is not NAME=VALUE"},
-           {with(";timeline_steps=100", ""), "no timeline_steps= field"},
-           {with("timeline_steps=100", "timeline_steps=-1"), "timeline_steps: '-1' is not a count"},
-           {with("timeline_steps=100", "timeline_steps=2147483648"), "timeline_steps: '2147483648' is not a count"},
-           {with("4000000@0.006", "4000000@-0.001"), "bucket 0 is ready at -0.001 s, before the one before it"},
-       }) {
-    try {
-      parse_prediction_inputs(text);
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-  }
+  expect_refused({
+      {with(";backward_end=", ";backward_end;backward_end="), "'backward_end' is not NAME=VALUE"},
+      {with(";timeline_steps=100", ""), "no timeline_steps= field"},
+      {with("timeline_steps=100", "timeline_steps=-1"), "timeline_steps: '-1' is not a count"},
+      {with("timeline_steps=100", "timeline_steps=2147483648"), "timeline_steps: '2147483648' is not a count"},
+      {with("4000000@0.006", "4000000@-0.001"), "bucket 0 is ready at -0.001 s, before the one before it"},
+  });
 }
 
 // What was not measured is not written, and reads back as not measured: no step times, no
