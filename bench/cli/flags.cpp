@@ -104,6 +104,7 @@ void check_benchmark_flag(const std::string& arg, Flags& f) {
     // Google Benchmark prints its usage and exits 0, having run nothing, on any other value.
     if (*v != "console" && *v != "json" && *v != "csv")
       throw InputError(fmt::format("--benchmark_out_format: '{}' is not one of console, json, csv", *v));
+    f.benchmark_out_format_given = true;
   } else if (auto v = value("benchmark_time_unit")) {
     if (*v != "ns" && *v != "us" && *v != "ms" && *v != "s")
       throw InputError(fmt::format("--benchmark_time_unit: '{}' is not one of ns, us, ms, s", *v));
@@ -539,6 +540,12 @@ Flags parse_flags(int& argc, char** argv) {
     throw InputError(
         "--json goes with --list_models, --list_configs or --csv_header (trainbench --list_models --json); results "
         "go to --csv=FILE");
+  // Google Benchmark writes that format to --benchmark_out's file only; without one, the flag
+  // was taken and nothing changed.
+  if (f.benchmark_out_format_given && f.benchmark_out.empty())
+    throw InputError(
+        "--benchmark_out_format is the format of --benchmark_out's file: give --benchmark_out=FILE with it (the "
+        "console's format is --benchmark_format)");
   check_output_files(f);
   return f;
 }

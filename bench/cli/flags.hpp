@@ -34,6 +34,7 @@ struct Flags {
   std::string benchmark_format = "console";  // Google Benchmark's --benchmark_format, seen in passing
   std::string benchmark_color = "auto";      // Google Benchmark's --benchmark_color, seen in passing
   std::string benchmark_out;                 // Google Benchmark's --benchmark_out, seen in passing
+  bool benchmark_out_format_given = false;   // --benchmark_out_format, which needs --benchmark_out
   std::string benchmark_repetitions = "1";   // Google Benchmark's --benchmark_repetitions, seen in passing
   std::string benchmark_min_time;            // Google Benchmark's --benchmark_min_time, seen in passing
   bool benchmark_time_unit_given = false;    // Google Benchmark's --benchmark_time_unit: every row's unit

@@ -139,6 +139,10 @@ TEST(Flags, AnEmptyListOrFileNameIsRefusedWithAnExample) {
   EXPECT_EQ(refusal({"--precisions=,"}), "--precisions: give at least one, e.g. --precisions=fp32,fp16");
   EXPECT_EQ(refusal({"--summary="}), "--summary: give a file name, e.g. --summary=results/summary.md");
   EXPECT_EQ(refusal({"--benchmark_out="}), "--benchmark_out: give a file name, e.g. --benchmark_out=results/run.json");
+  // A format without the file it formats, which Google Benchmark took and ignored.
+  EXPECT_EQ(refusal({"--benchmark_out_format=json"})
+                .rfind("--benchmark_out_format is the format of --benchmark_out's file: give --benchmark_out=FILE", 0),
+            0u);
   EXPECT_EQ(parse({"--devices=cpu,,cpu:1,"}).flags.devices, (std::vector<std::string>{"cpu", "cpu:1"}));
 }
 
@@ -147,7 +151,7 @@ TEST(Flags, EachValueIsTheFieldItSets) {
   const Parsed p = parse({"--gpu_memory_limit=512KiB", "--timeline=off", "--optimizer=adam", "--gpu_layout=nhwc",
                           "--precisions=fp32,fastest", "--benchmark_time_unit=s", "--iterations=5",
                           "--benchmark_color=true", "--benchmark_format=csv", "--benchmark_out_format=csv",
-                          "--warmup_steps=0", "--predict_allreduce=2KiB", "-h"});
+                          "--benchmark_out=x.csv", "--warmup_steps=0", "--predict_allreduce=2KiB", "-h"});
   EXPECT_EQ(p.flags.gpu_memory_limit, 512.0 * 1024);
   EXPECT_FALSE(p.flags.timeline);
   EXPECT_EQ(p.flags.optimizer, "adam");
@@ -158,6 +162,8 @@ TEST(Flags, EachValueIsTheFieldItSets) {
   EXPECT_TRUE(p.flags.iterations_given) << "every repetition then takes exactly 5 steps";
   EXPECT_EQ(p.flags.benchmark_color, "true");
   EXPECT_EQ(p.flags.benchmark_format, "csv");
+  EXPECT_TRUE(p.flags.benchmark_out_format_given);
+  EXPECT_EQ(p.flags.benchmark_out, "x.csv");
   EXPECT_EQ(p.flags.warmup_steps, 0);
   EXPECT_EQ(p.flags.predict_allreduce, 2048.0);
   EXPECT_TRUE(p.flags.help);
