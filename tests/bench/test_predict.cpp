@@ -203,6 +203,22 @@ std::vector<const Row*> pointers(const std::vector<Row>& rows) {
   return out;
 }
 
+// The one-device step the predictor reads from `row`'s inputs where its rows' median rate is
+// `samples_per_s` (a batch of 100), as a test predicts it again.
+parallel::OneDevice one_device_of(const Row& row, double samples_per_s) {
+  parallel::OneDevice one = parse_prediction_inputs(row.prediction_inputs).one;
+  one.step_s = 100 / samples_per_s;
+  one.batch = 100;
+  return one;
+}
+
+// A link given as figures between CPU ranks, whose all-reduces do not overlap backward.
+parallel::Link ranks_link(const std::string& figures) {
+  parallel::Link link = parallel::parse_link(figures);
+  link.overlaps_compute = false;
+  return link;
+}
+
 // A predicted row from CSV rows is the model's prediction of the same step: the rows' median rate,
 // the inputs' timeline and quantiles, no sharing over a link of devices of their own, and (CPU
 // ranks) no overlap.
@@ -213,11 +229,8 @@ TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   plan.counts = {4};
   const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
-  one.step_s = 100 / 1100.0;
-  one.batch = 100;
-  parallel::Link link = parallel::parse_link("10,20");
-  link.overlaps_compute = false;
+  parallel::OneDevice one = one_device_of(rows[0], 1100);
+  const parallel::Link link = ranks_link("10,20");
   const parallel::Prediction q = parallel::predict(one, 4, link);
   const Row& row = got[0].row;
   EXPECT_EQ(number(*row.samples_per_s), number(q.samples_per_s));
@@ -372,18 +385,15 @@ TEST(PredictRows, KeepTheSourceRunsHostsUnlessTheyPredictNodesOfTheirOwn) {
 // the ranks' measured one included, whose sweep of host buffers says a CPU step's cannot.
 TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
   const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
-  parallel::Link measured = parallel::parse_link("10,20");
+  parallel::Link measured = ranks_link("10,20");  // as measure_link sets it for host buffers
   measured.name = "measured";
-  measured.overlaps_compute = false;  // as measure_link sets it for host buffers
   PredictionPlan plan;
   plan.links = {measured};
   plan.counts = {2};
   plan.replay = true;
   const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
-  one.step_s = 100 / 1100.0;
-  one.batch = 100;
+  parallel::OneDevice one = one_device_of(rows[0], 1100);
   one.sharing = parallel::Range::exactly(1);
   // Through MPI, as a replay's ranks all-reduce: no contention, which is a GPU's.
   parallel::Cluster overlapping{.devices = 2, .link = measured, .library = parallel::Library::Mpi};
@@ -397,10 +407,8 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
   // Without the replay, CPU ranks' all-reduces do not overlap, over any link.
   plan.replay = false;
   plan.links = {parallel::parse_link("10,20")};
-  parallel::Link preset = parallel::parse_link("10,20");
-  preset.overlaps_compute = false;
   EXPECT_EQ(number(*predict_rows(pointers(rows), plan, MachineContext{})[0].row.samples_per_s),
-            number(parallel::predict(one, 2, preset).samples_per_s));
+            number(parallel::predict(one, 2, ranks_link("10,20")).samples_per_s));
 }
 
 // The rows a prediction starts from are the ok measured repetitions at a rate: it takes their
@@ -424,11 +432,8 @@ TEST(PredictRows, TakeTheMedianOfTheMeasuredRatesAndTheLastRowsInputs) {
   plan.counts = {4};
   const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  parallel::OneDevice one = parse_prediction_inputs(rows.back().prediction_inputs).one;
-  one.step_s = 100 / 1200.0;
-  one.batch = 100;
-  parallel::Link link = parallel::parse_link("10,20");
-  link.overlaps_compute = false;
+  parallel::OneDevice one = one_device_of(rows.back(), 1200);
+  const parallel::Link link = ranks_link("10,20");
   EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, 4, link).samples_per_s));
   EXPECT_EQ(got[0].row.iterations, 100) << "the last row's timeline, of 100 steps";
 }
@@ -442,11 +447,8 @@ TEST(PredictRows, HoldTheModelsFiguresInTheirColumns) {
   plan.counts = {4};
   const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
-  one.step_s = 100 / 1100.0;
-  one.batch = 100;
-  parallel::Link link = parallel::parse_link("10,20");
-  link.overlaps_compute = false;
+  parallel::OneDevice one = one_device_of(rows[0], 1100);
+  const parallel::Link link = ranks_link("10,20");
   const parallel::Prediction q = parallel::predict(one, 4, link);
   const Row& row = got[0].row;
   EXPECT_EQ(row.iterations, 100) << "the timeline's steps";
@@ -480,9 +482,7 @@ TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
   std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].row.device_kind, "gpu:N over NCCL");
-  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
-  one.step_s = 100 / 1100.0;
-  one.batch = 100;
+  parallel::OneDevice one = one_device_of(rows[0], 1100);
   const parallel::Prediction q = parallel::predict(one, parallel::Cluster{.devices = 8, .link = plan.links[0]});
   ASSERT_GT(q.comm_s, 1.01 * q.exposed_comm_s) << "the test needs all-reduces backward hides";
   EXPECT_DOUBLE_EQ(*got[0].row.comm_share, q.exposed_comm_s / q.step_s) << "the share of the step not hidden";
@@ -563,9 +563,8 @@ TEST(PredictRows, OverTheMeasuredLinkKeepTheSharingMeasuredAndOneLevel) {
   parallel::OneDevice shared = measured_step();
   shared.sharing = {1.5, 1.4, 1.6};
   const std::vector<Row> rows = one_device_rows(format_prediction_inputs(shared, 2, 1));
-  parallel::Link measured = parallel::parse_link("10,20");
+  parallel::Link measured = ranks_link("10,20");
   measured.name = "measured";
-  measured.overlaps_compute = false;
   PredictionPlan plan;
   plan.links = {measured};
   plan.nodes = 4;
@@ -573,9 +572,7 @@ TEST(PredictRows, OverTheMeasuredLinkKeepTheSharingMeasuredAndOneLevel) {
   plan.counts = {2};
   std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
-  parallel::OneDevice one = parse_prediction_inputs(rows[0].prediction_inputs).one;
-  one.step_s = 100 / 1100.0;
-  one.batch = 100;
+  parallel::OneDevice one = one_device_of(rows[0], 1100);
   const parallel::Cluster ranks{.devices = 2, .link = measured, .library = parallel::Library::Mpi};
   EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, ranks).samples_per_s));
   EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured/from:cpu:1");
