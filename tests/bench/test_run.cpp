@@ -166,19 +166,23 @@ TEST(Loaded, ThreadsCountEveryJobReplicaLoaderAndRankHere) {
   EXPECT_EQ(threads_on_this_host(cpu, 3), 6) << "three ranks here";
 }
 
+// A cpu:T row of `threads` threads named `name`, as the load checks read it.
+BenchInfo cpu_row(const std::string& name, int threads) {
+  BenchInfo row;
+  row.name = name;
+  row.device_kind = &kind_named("cpu:T");
+  row.threads = threads;
+  return row;
+}
+
 // Another process used the CPU where the load average at a row's start is above the most threads
 // this run has kept busy so far, plus one: a 1-thread row after a 2-thread one is held against 2.
 // An unreadable load average says nothing; each benchmark's warning is said once.
 TEST(Loaded, ALoadAverageAboveTheMostThreadsSoFarPlusOneIsAnotherProcess) {
   std::ostringstream console;
   LoadCheck check(console);
-  BenchInfo one;
-  one.name = "train/mlp/mnist/cpu:1/fp32/bs:100";
-  one.device_kind = &kind_named("cpu:T");
-  one.threads = 1;
-  BenchInfo two = one;
-  two.name = "train/mlp/mnist/cpu:2/fp32/bs:100";
-  two.threads = 2;
+  const BenchInfo one = cpu_row("train/mlp/mnist/cpu:1/fp32/bs:100", 1);
+  const BenchInfo two = cpu_row("train/mlp/mnist/cpu:2/fp32/bs:100", 2);
   EXPECT_FALSE(check.loaded(one, 2.0, 1)) << "1 thread + 1";
   EXPECT_TRUE(check.loaded(one, 2.5, 1));
   EXPECT_FALSE(check.loaded(two, 3.0, 1)) << "2 threads + 1";
@@ -207,10 +211,7 @@ TEST(Loaded, ALoadAverageAboveTheMostThreadsSoFarPlusOneIsAnotherProcess) {
 TEST(Loaded, ThreadsThatWaitedForACpuLostItToAnotherProcessUnlessTheyOutnumberTheCores) {
   std::ostringstream console;
   LoadCheck check(console);
-  BenchInfo row;
-  row.name = "train/mlp/mnist/cpu:2/fp32/bs:100";
-  row.device_kind = &kind_named("cpu:T");
-  row.threads = 2;
+  const BenchInfo row = cpu_row("train/mlp/mnist/cpu:2/fp32/bs:100", 2);
   EXPECT_FALSE(check.waited(row, 0.2, 1, 2));
   EXPECT_FALSE(check.waited(row, -1, 1, 2)) << "the wait unknown";
   EXPECT_TRUE(check.waited(row, 0.25, 1, 2)) << "as many threads as cores";
