@@ -96,6 +96,18 @@ def test_a_column_a_benchmark_lacks_is_a_dash_and_the_runs_are_the_most_of_a_col
     assert "the median of up to 5 runs per column" in r.stdout
 
 
+def test_a_run_of_the_generic_build_alone_is_a_table_over_its_best_isa(tmp_path):
+    """A file without native rows (bench_cpu_isa.sh with TB_BIN a generic build) was a
+    StopIteration traceback."""
+    generic = [r for r in committed_rows() if r["compiler"] == GENERIC]
+    path = written(generic, tmp_path / "generic.csv")
+    r = run_script("cpu_isa_table.py", path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "| benchmark | generic avx512 |"
+    assert table_lines(r.stdout)[LSTM] == ["148,440 (147,981-149,048)"]
+    assert r.stdout.endswith(f"over the generic build at avx512 ({path})\n")
+
+
 def test_no_file_two_files_an_unreadable_file_and_no_isa_are_refused(tmp_path):
     for args in ([], [RUN, RUN]):
         r = run_script("cpu_isa_table.py", *args)
