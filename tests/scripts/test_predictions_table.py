@@ -281,3 +281,16 @@ def test_the_communication_term_is_read_where_another_term_follows_it(tmp_path):
         r["message"] = re.sub(r"(communication \+[^)]*\))", r"\1, stragglers +0 (0 to 0)", r["message"])
     r = run_script("predictions_table.py", f"at 8={AT_8}={written(rows, tmp_path / 'later.csv')}")
     assert table_lines(r.stdout)[MLP_8][9] == "6,344; communication 114 ms against 108 to 135, carried"
+
+
+def test_only_steps_over_1_ms_are_counted_against_their_point(tmp_path):
+    """The LSTM's measured rows set near its point (35,000 against 35,543) with its step of
+    0.795 ms: inside its band, and no step over 1 ms to count."""
+    rows = binary_rows()
+    for r in rows:
+        if r["benchmark"] == LSTM and r["run_type"] == "iteration":
+            r["samples_per_s"], r["verdicts"] = "35000", "inside_band"
+    path = written(rows, tmp_path / "near.csv")
+    r = run_script("predictions_table.py", f"here={path}={path}")
+    assert ("- measured, N = 2: 2 of 2 inside their bands; steps over 1 ms: 1 of 1 within 10% of the point"
+            in r.stdout), r.stdout
