@@ -2,8 +2,9 @@
 """The table of scripts/bench_cpu_isa.sh: for each cpu row of a CSV, the median samples/s of each
 build (the compiler column's target: -march=native or generic x86-64) and ISA of trainbench's own
 kernels (cpu_isa), its lowest and highest, and its ratio over the native build at the best ISA in
-the file: the median of the rounds' ratios, the k-th run of each column against the k-th of that
-one (bench_cpu_isa.sh runs them interleaved, so each pair shares the machine's state of its round).
+the file (the generic build's, in a file of that build alone): the median of the rounds' ratios,
+the k-th run of each column against the k-th of that one (bench_cpu_isa.sh runs them interleaved,
+so each pair shares the machine's state of its round).
 Markdown on stdout. Usage: cpu_isa_table.py CSV"""
 import statistics
 import sys
@@ -44,7 +45,8 @@ def main(argv: list[str]) -> int:
         print(f"cpu_isa_table.py: error: {argv[0]}: no ok cpu rows with a cpu_isa (schema 7)", file=sys.stderr)
         return 2
     columns = sorted({(b, isa) for _, b, isa in samples}, key=lambda c: (c[0] != "native", ORDER.index(c[1])))
-    best = next(c for c in columns if c[0] == "native")
+    # The native build at the best ISA, or the generic build's best where the file has no native rows.
+    best = columns[0]
     names = list(dict.fromkeys(name for name, _, _ in samples))
     head = " | ".join(f"{b} {isa}" for b, isa in columns)
     print(f"| benchmark | {head} |")

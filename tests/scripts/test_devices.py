@@ -55,13 +55,14 @@ def test_each_device_reads_as_its_kind(device, fields):
 
 
 def test_what_is_no_device_and_the_counts_scripts_ask_for():
-    for text in ("", "gpu", "tpu:1", "gpu:all", "gpu:2/jobs:2", "cpu/jobs:2", "mpi:x"):
+    for text in ("", "gpu", "tpu:1", "gpu:all", "gpu:2/jobs:2", "cpu/jobs:2", "mpi:x", "gpu:01"):
         assert tbdevices.parse(text) is None, text
-    assert [tbdevices.parse(d).data_parallel for d in ("gpu:1", "gpu:2", "mpi:4", "cpu:2", "gpu:1/threads:2")] == [
-        None, 2, 4, None, None]
+    assert [tbdevices.parse(d).data_parallel
+            for d in ("gpu:1", "gpu:2", "mpi:4", "mpi:1", "cpu:2", "gpu:1/threads:2")] == [
+        None, 2, 4, None, None, None]
     assert tbdevices.device_count("gpu:4") == 4 and tbdevices.device_count("mpi:4") is None
-    assert sorted(["mpi:2", "gpu:2", "cpu:2", "gpu:1", "cpu", "cpu:1"], key=tbdevices.sort_key) == [
-        "cpu", "cpu:1", "cpu:2", "gpu:1", "gpu:2", "mpi:2"]
+    assert sorted(["mpi:2", "gpu:2", "cpu:16", "cpu:2", "gpu:1", "cpu", "cpu:1"], key=tbdevices.sort_key) == [
+        "cpu", "cpu:1", "cpu:2", "cpu:16", "gpu:1", "gpu:2", "mpi:2"]
     assert tbdevices.split_name("train/mlp/mnist/gpu:1/jobs:2/fp32/bs:100".split("/"))[3] == "gpu:1/jobs:2"
 
 
@@ -75,12 +76,15 @@ def test_what_is_no_device_and_the_counts_scripts_ask_for():
     ("gpu:2", {"shared_device": True}, "gpu:N sharing one GPU", "gpu", None),
     ("gpu:2", {"ranks": 2}, "gpu:N across ranks", "gpu", 2),
     ("gpu:2", {"ranks": 2, "emulated_nodes": True}, "gpu:N as emulated nodes", "gpu", None),
+    ("gpu:2", {"emulated_nodes": True}, "gpu:N over NCCL", "gpu", 2),  # emulated nodes need ranks
     ("gpu:1/threads:2", {}, "gpu:1/threads:K", "gpu", None),
     ("gpu:1/jobs:2", {}, "gpu:1/jobs:K", "gpu", None),
     ("mpi:2", {"ranks": 2}, "mpi:N", "cpu", 2),
     ("mpi:2", {"ranks": 2, "variant": "emulated_nodes"}, "mpi:N", "cpu", 2),  # CPU ranks scale
     ("gpu:8", {"variant": "predicted:nvlink4", "measurement": "predicted"}, "gpu:N over NCCL", "gpu", 8),
     ("mpi:2", {"variant": "predicted:measured", "measurement": "predicted"}, "mpi:N", "cpu", 2),
+    ("gpu:2", {"variant": "emulated_nodes/replayed", "ranks": 2, "emulated_nodes": True,
+               "measurement": "replayed"}, "gpu:N over NCCL", "gpu", 2),
     ("gpu:all", {}, "gpu:N over NCCL", "gpu", None),  # skipped where no GPU: no N
     ("tpu:1", {}, "", "", None),
 ])
@@ -108,3 +112,56 @@ def test_variant_rules_are_the_cpps():
     assert tbdevices.repaired_variant("augment", False, True, "pcie5") == "augment/predicted:pcie5"
     assert tbdevices.variant_words("shared_device/predicted:nvlink4", "gpu:2") == [
         "2 replicas", "on one GPU", "predicted (nvlink4)"]
+
+
+def test_a_names_parts_hold_the_devices_slash_and_the_batch_without_its_prefix():
+    assert tbdevices.name_parts("train/mlp/mnist/gpu:1/threads:4/fp32/bs:100") == dict(
+        kind="train", model="mlp", dataset="mnist", device="gpu:1/threads:4", precision="fp32", batch="100")
+    assert tbdevices.name_parts("train/mlp/mnist/cpu:2/jobs:2/fp32/bs:100")["device"] == "cpu:2/jobs:2"
+
+
+def test_an_older_rows_cells_are_read_as_trainbench_wrote_them():
+    """older_row_kind from a row's cells: no ranks column is one rank, a predicted row stands for
+    gpu:N over NCCL whatever its ranks ran as, a `1` with spaces is a 1; on_emulated_nodes takes
+    `1` only."""
+    assert tbdevices.older_row_kind("gpu:2", {}).name == "gpu:N over NCCL"
+    assert tbdevices.older_row_kind("gpu:2", {"shared_device": " 1 "}).name == "gpu:N sharing one GPU"
+    predicted = {"variant": "emulated_nodes/predicted:nvlink4", "ranks": "2", "emulated_nodes": "1",
+                 "measurement": "predicted"}
+    assert tbdevices.older_row_kind("gpu:2", predicted) == tbdevices.KindFacts("gpu:N over NCCL", "gpu", 2)
+    emulated = [tbdevices.on_emulated_nodes({"emulated_nodes": v}) for v in ("1", "0", "")]
+    assert emulated == [True, False, False]
+
+
+def test_what_a_kind_that_checks_a_path_checks():
+    shared = "gpu:N sharing one GPU"
+    assert tbdevices.what_it_checks(shared, "gpu:2") == "2 replicas on one GPU: correctness, not scaling"
+    assert tbdevices.what_it_checks("gpu:N as emulated nodes", "gpu:4") == (
+        "4 ranks as emulated nodes on one GPU: the multi-node path, not scaling")
+    assert tbdevices.what_it_checks(shared) == "N replicas on one GPU: correctness, not scaling"
+    assert tbdevices.what_it_checks("gpu:N over NCCL", "gpu:2") == ""
+
+
+def test_which_kinds_are_one_replica_one_gpu_and_all_cores():
+    kinds = [k.name for k in tbdevices.KINDS]
+    assert [k for k in kinds if tbdevices.is_one_replica(k)] == ["cpu", "cpu:T", "gpu:1"]
+    assert [k for k in kinds if tbdevices.is_one_gpu(k)] == ["gpu:1"]
+    assert [k for k in kinds if tbdevices.is_all_cores(k)] == ["cpu"]
+
+
+def test_a_variants_items_flags_and_values():
+    """A replay drops out of the comparable and the measured variant like a prediction; unknown
+    flags join last; a flag's value is None where the variant lacks it, '' for a bare switch; a
+    predicted row without a link gets `predicted:unknown`, one with a link keeps it."""
+    assert tbdevices.comparable_variant("augment/replayed") == "augment"
+    assert tbdevices.measured_variant("augment/nodes:2/replayed") == "augment/nodes:2"
+    assert tbdevices.join_variant(["zeta", "optimizer:adam"]) == "optimizer:adam/zeta"
+    assert [tbdevices.is_flag(t) for t in ("optimizer:adam", "cuda_graph", "tpu:1")] == [True, True, False]
+    assert tbdevices.names_a_prediction("from:cpu:1") and not tbdevices.names_a_prediction("nodes:2")
+    assert tbdevices.MEASURED_FLAGS == tuple(f for f in tbdevices.VARIANT_FLAGS
+                                             if f not in ("predicted", "network", "from"))
+    v = "timeline:off/augment"
+    assert [tbdevices.variant_value(v, f) for f in ("timeline", "augment", "nodes")] == ["off", "", None]
+    assert tbdevices.predicted_link("network:ib/predicted:nvlink4") == "nvlink4"
+    assert tbdevices.repaired_variant("", False, True, "") == "predicted:unknown"
+    assert tbdevices.repaired_variant("predicted:nvlink4", False, True, "pcie5") == "predicted:nvlink4"

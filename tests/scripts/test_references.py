@@ -17,7 +17,7 @@ import pytest
 
 import tbcsv
 import tbdevices
-from conftest import ROOT, SCRIPTS, assert_one_line_error, data_file, run_script
+from conftest import ROOT, SCRIPTS, assert_one_line_error, data_file, rewrite_csv, run_script
 from tbplot import references, versus
 from tbplot.charts.headline import panels, select
 from tbplot.model import Data, config_of, times
@@ -193,8 +193,7 @@ def test_the_table_compares_this_cpu_with_each_reference_row(tmp_path):
     summary.write_text("# trainbench summary\n")
     r = run_script("reference_table.py", CPU_RUN, "--reference", H100_DIR, "--append", summary)
     assert r.returncode == 0, r.stderr
-    text = summary.read_text()
-    assert text.startswith("# trainbench summary\n") and r.stdout in text
+    assert summary.read_text() == "# trainbench summary\n" + "\n" + r.stdout  # a blank line between
     lines = table_lines(r.stdout)
     assert set(lines) == {"mlp · mnist", "lenet5 · cifar10", "lstm · sine",
                           "resnet152 · cifar10", "resnet152 · imagenet"}
@@ -220,6 +219,35 @@ def test_the_table_compares_this_cpu_with_each_reference_row(tmp_path):
 def test_reference_none_prints_nothing(tmp_path):
     r = run_script("reference_table.py", CPU_RUN, "--reference", "none")
     assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+
+
+def test_without_a_choice_every_reference_under_results_is_compared():
+    r = run_script("reference_table.py", CPU_RUN)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == run_script("reference_table.py", CPU_RUN, "--reference", "all").stdout
+    assert "H100 gpu:1 fp32 / this cpu" in r.stdout
+
+
+def test_a_reference_among_the_inputs_leaves_nothing_to_compare():
+    """Its rows are this machine's: it is not compared with itself, and the run says so."""
+    r = run_script("reference_table.py", H100_RUN, "--reference", H100_DIR)
+    assert (r.returncode, r.stdout) == (0, "")
+    note, last = r.stderr.splitlines()
+    assert note.startswith("reference_table.py: reference H100: ") and note.endswith(
+        f"{H100_REF['csv']} is among the inputs, not drawn twice")
+    assert last == "reference_table.py: no reference run to compare with"
+
+
+def test_a_run_without_an_ok_cpu_row_has_no_table(tmp_path):
+    failed = rewrite_csv(CPU_RUN, tmp_path / "failed.csv", change=lambda row: {"status": "error"})
+    r = run_script("reference_table.py", failed, "--reference", H100_DIR)
+    assert (r.returncode, r.stdout) == (0, "")
+    assert r.stderr == f"reference_table.py: no ok cpu row in {failed} to compare with the references\n"
+
+
+def test_a_summary_that_cannot_be_appended_to_is_one_line(tmp_path):
+    r = run_script("reference_table.py", CPU_RUN, "--reference", H100_DIR, "--append", tmp_path)
+    assert_one_line_error(r, f"reference_table.py: error: {tmp_path}: cannot append (Is a directory)")
 
 
 def test_the_report_has_the_table(beside_h100):
