@@ -53,18 +53,20 @@ class StandInDevice {
   double clock_ = 0;
 };
 
-// A network of `layers` nodes after the input, each with `params` parameters, whose forward,
-// backward and update are one device operation per layer. Synchronous calls (forward, backward,
+// A network of `layers` nodes after the input, each with `params` parameters (their gradients
+// counted as `type`'s elements: a GPU's 16-bit ones), whose forward, backward and update are one
+// device operation per layer. Synchronous calls (forward, backward,
 // update) wait; start_step enqueues the whole step and finish_step waits once, as a GPU
 // network's do. It counts batches given while a step was in flight (the trainer's prefetch).
 class StandInNetwork final : public Network {
  public:
-  StandInNetwork(StandInDevice& device, int layers = 4, std::int64_t params = 8)
+  StandInNetwork(StandInDevice& device, int layers = 4, std::int64_t params = 8, ElemType type = ElemType::F32)
       : device_(device),
         layers_(layers),
         params_(std::size_t(layers * params), 0.5f),
         grads_(params_.size(), 0.0f),
-        per_layer_(params) {}
+        per_layer_(params),
+        type_(type) {}
 
   void set_batch(const BatchView&) override {
     if (started_) ++prefetched_;
@@ -114,8 +116,8 @@ class StandInNetwork final : public Network {
   std::vector<float> read_param_grad(int, int) const override { return {}; }
   void write_param(int, int, const std::vector<float>&) override {}
   std::int64_t param_bytes() const override { return std::int64_t(params_.size() * sizeof(float)); }
-  std::vector<FlatSegment> gradient_segments() override { return segments(grads_.data()); }
-  std::vector<FlatSegment> param_segments() override { return segments(params_.data()); }
+  std::vector<FlatSegment> gradient_segments() override { return segments(grads_.data(), type_); }
+  std::vector<FlatSegment> param_segments() override { return segments(params_.data(), ElemType::F32); }
   std::uint64_t param_checksum() override { return fnv1a(params_.data(), params_.size() * sizeof(float)); }
   void set_step_hook(std::function<void(int node)> hook) override { hook_ = std::move(hook); }
   void synchronize() override { device_.wait(); }
@@ -126,10 +128,10 @@ class StandInNetwork final : public Network {
   int abandoned() const { return abandoned_; }    // steps abandoned after a failure
 
  private:
-  std::vector<FlatSegment> segments(float* base) {
+  std::vector<FlatSegment> segments(float* base, ElemType type) {
     std::vector<FlatSegment> out;
     for (int node = 1; node <= layers_; ++node)
-      out.push_back(FlatSegment{base + (node - 1) * per_layer_, ElemType::F32, per_layer_, node});
+      out.push_back(FlatSegment{base + (node - 1) * per_layer_, type, per_layer_, node});
     return out;
   }
   void enqueue_forward() {
@@ -151,6 +153,7 @@ class StandInNetwork final : public Network {
   int layers_;
   std::vector<float> params_, grads_;
   std::int64_t per_layer_;
+  ElemType type_;
   std::function<void(int node)> hook_;
   bool started_ = false;
   int steps_ = 0, prefetched_ = 0, batches_ = 0, abandoned_ = 0;
@@ -181,7 +184,7 @@ class StandInComm final : public parallel::Communicator {
     if (!std::exchange(waited_on_device_, false)) return -1;
     if (fails_ == Fails::AtStepEnd) throw Error("stand-in: the step's all-reduces passed their deadline");
     device_.wait();
-    return 0;
+    return device_wait_s;
   }
   void broadcast(void*, std::int64_t, ElemType, int) override {
     if (fails_ == Fails::AtBroadcast) throw Error("stand-in: the broadcast passed its deadline");
@@ -189,6 +192,8 @@ class StandInComm final : public parallel::Communicator {
   void barrier() override {}
   double max(double value) override { return value; }
   void abort(const std::string&) override { ++device_.aborts; }
+
+  double device_wait_s = 0;  // what each step's end says the device waited for the all-reduces
 
  private:
   StandInDevice& device_;

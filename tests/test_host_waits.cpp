@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/core/timer.hpp"
 #include "engine/parallel/probe.hpp"
 #include "engine/parallel/replica.hpp"
 #include "engine/parallel/timeline.hpp"
@@ -90,6 +91,24 @@ TEST(HostWaits, AReplicaStepAddsNoWaitAndTheTrainerPrefetchesUnderIt) {
   EXPECT_EQ(device.all_reduces, 4 * (kSteps + 1));
   EXPECT_EQ(r.stats().steps, kSteps + 1);
   EXPECT_EQ(r.stats().buckets_early, 3 * (kSteps + 1)) << "every bucket but the last starts during backward";
+}
+
+// The communication a replica's step did not hide is what the device waited for the all-reduces
+// (the host's wait is the step's own), and each step all-reduces the stand-in's 128 bytes of
+// gradients. The replica's hook starts its all-reduces: another one (a timeline's) is refused.
+TEST(HostWaits, AReplicaCountsTheDevicesWaitAndEveryStepsBytes) {
+  StandInDevice device;
+  auto comm = std::make_unique<StandInComm>(device);
+  comm->device_wait_s = 0.25;
+  auto replica = std::make_unique<parallel::ReplicaNetwork>(std::make_unique<StandInNetwork>(device), std::move(comm),
+                                                            kBucketBytes);
+  parallel::ReplicaNetwork& r = *replica;
+  Trainer trainer(std::move(replica), std::make_unique<NoData>());
+  for (int s = 0; s < kSteps; ++s) trainer.step();
+  EXPECT_EQ(r.stats().steps, kSteps);
+  EXPECT_DOUBLE_EQ(r.stats().wait_s, 0.25 * kSteps);
+  EXPECT_DOUBLE_EQ(r.stats().bytes, 128.0 * kSteps);
+  EXPECT_THROW(r.set_step_hook([](int) {}), Error);
 }
 
 // Called alone, backward waits for its all-reduces on the host (the step's halves are not there
@@ -173,6 +192,51 @@ TEST(HostWaits, ATimelineRefusesAStepWhoseEndWasNotReported) {
   EXPECT_THROW(recorder.after_step(), Error);
 }
 
+// A step that reported only part of itself to the hook gives no timeline either: its buckets but
+// not its end, or its end but no bucket.
+TEST(HostWaits, ATimelineRefusesAStepThatReportedOnlyPartOfItself) {
+  StandInDevice device;
+  StandInNetwork net(device);
+  parallel::TimelineRecorder recorder(net, kBucketBytes, std::make_unique<StandInClock>(device), /*every_s=*/0);
+  recorder.before_step();
+  net.backward();  // every bucket, but not the step's end
+  EXPECT_THROW(recorder.after_step(), Error);
+  recorder.before_step();
+  net.update();  // the step's end, but no bucket
+  EXPECT_THROW(recorder.after_step(), Error);
+  const parallel::StepTimeline none = recorder.timeline();
+  EXPECT_EQ(none.steps, 0);
+  EXPECT_TRUE(none.bucket_ready_s.empty()) << "a mean over no step";
+}
+
+// A bucket of 16-bit gradients (a GPU's) counts two bytes an element: the stand-in's four layers
+// of 8 such gradients are buckets of 16 bytes each.
+TEST(HostWaits, ATimelinesBucketsCountSixteenBitGradientsInTwoBytes) {
+  StandInDevice device;
+  StandInNetwork net(device, /*layers=*/4, /*params=*/8, ElemType::F16);
+  parallel::TimelineRecorder recorder(net, /*bucket_bytes=*/16, std::make_unique<StandInClock>(device), /*every_s=*/0);
+  recorder.before_step();
+  net.start_step();
+  StepTimes times;
+  net.finish_step(times);
+  recorder.after_step();
+  const parallel::StepTimeline t = recorder.timeline();
+  EXPECT_EQ(t.bucket_bytes, (std::vector<double>{16, 16, 16, 16}));
+  EXPECT_DOUBLE_EQ(t.gradient_bytes(), 64);
+}
+
+// A model without parameters has no bucket to time: refused, saying so.
+TEST(HostWaits, ATimelineRefusesAModelWithoutParameters) {
+  StandInDevice device;
+  StandInNetwork net(device, /*layers=*/0);
+  try {
+    parallel::TimelineRecorder recorder(net, kBucketBytes, std::make_unique<StandInClock>(device));
+    ADD_FAILURE() << "a timeline of no buckets was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a timeline needs a model with parameters"), std::string::npos) << e.what();
+  }
+}
+
 // The data-parallel probe steps once through the replica untimed (its first all-reduce pays the
 // communicator's set-up: 0.2 s here), then times at least the steps asked for, on the trainer's
 // own path (its prefetch), and gives the trainer its network back. The replica's buckets are the
@@ -193,6 +257,15 @@ TEST(HostWaits, TheProbesFirstStepThroughTheReplicaIsNotTimed) {
   EXPECT_EQ(&trainer.network(), &net) << "the trainer did not get its own network back";
   trainer.step();  // and trains on without the replica's hook
   EXPECT_EQ(device.all_reduces, int(times.size()) + 1);
+}
+
+// The replica's probe times the steps it is asked for: no more than that where the seconds asked
+// for are none.
+TEST(HostWaits, TheReplicasProbeTimesTheStepsAskedFor) {
+  Stepped stepped;
+  const std::vector<double> times = parallel::time_replica_steps(
+      *stepped.trainer, std::make_unique<StandInComm>(stepped.device), parallel::ProbeSteps{.steps = 2, .seconds = 0});
+  EXPECT_EQ(times.size(), 2u);
 }
 
 // A replica that cannot be made (its broadcast of the weights failed) leaves the trainer its own
@@ -282,6 +355,24 @@ TEST(HostWaits, AProbeTimesAtLeastItsStepsAndItsSecondsAfterTheUntimedOne) {
   double total = 0;
   for (double t : timed) total += t;
   EXPECT_GE(total, 0.05);
+}
+
+// Each time is one step's own: the timed steps are disjoint spans of the probe, so that their sum
+// is no more than the probe's own wall time (times counted from the first timed step's start
+// would sum to several times it).
+TEST(HostWaits, AProbesTimesAreEachOneStepsOwn) {
+  StandInDevice device;
+  Trainer trainer(std::make_unique<StandInNetwork>(device), std::make_unique<NoData>());
+  const double start = wall_seconds();
+  const std::vector<double> times = parallel::time_steps(trainer, parallel::ProbeSteps{.steps = 8, .seconds = 0});
+  const double probe = wall_seconds() - start;
+  ASSERT_EQ(times.size(), 8u);
+  double total = 0;
+  for (double t : times) {
+    EXPECT_GT(t, 0);
+    total += t;
+  }
+  EXPECT_LE(total, probe);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // collectives, bucketing, and the data-parallel step against one replica on the whole batch.
 // Everything here runs on the CPU backend, so it runs on every machine.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 
 #include <fmt/format.h>
 
@@ -102,6 +103,48 @@ TEST(ThreadComm, ARankThatNeverComesIsATimeoutNotAHang) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
+// Where two ranks fail, the others report the first failure, the cause, not what followed it.
+TEST(ThreadComm, TheOthersReportTheFirstFailure) {
+  auto comms = thread_comms(3);
+  comms[1]->abort("out of memory on replica 1");
+  comms[2]->abort("replica 2 stopped after replica 1");
+  try {
+    comms[0]->barrier();
+    ADD_FAILURE() << "rank 0 passed the barrier";
+  } catch (const parallel::PeerFailed& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 stopped: replica 1 failed: out of memory on replica 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A rank that comes after another gave up waiting for it stops with that rank's timeout, rather
+// than completing the collective with the arrival the other left behind.
+TEST(ThreadComm, ARankThatComesAfterAnotherTimedOutStops) {
+  auto comms = thread_comms(2, /*timeout_s=*/0.05);
+  EXPECT_THROW(comms[1]->barrier(), Error);  // rank 0 does not come in time
+  try {
+    comms[0]->barrier();
+    ADD_FAILURE() << "rank 0 passed a barrier that rank 1 had left";
+  } catch (const parallel::PeerFailed& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 stopped: rank 1 waited"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ThreadComm, ARankOutsideTheGroupIsRefused) {
+  auto group = parallel::make_thread_group(2, 60);
+  for (int rank : {-1, 2}) {
+    try {
+      parallel::make_thread_comm(group, rank);
+      ADD_FAILURE() << "rank " << rank << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("replica {} is not in a group of 2", rank)), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_THROW(parallel::make_thread_group(0, 60), Error);
+}
+
 std::unique_ptr<cpu::CpuNetwork> cpu_net(const ModelSpec& spec, i64 batch, OptimizerConfig opt) {
   return std::make_unique<cpu::CpuNetwork>(spec, NetworkOptions{.batch = batch, .optimizer = opt, .seed = 7});
 }
@@ -163,6 +206,40 @@ TEST(Buckets, OverlappingSegmentsAreRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the gradients of nodes 1 and 2 overlap"), std::string::npos) << e.what();
   }
+}
+
+TEST(Buckets, AnEmptySegmentIsRefused) {
+  std::vector<float> grads(100);
+  const std::vector<FlatSegment> segments = {{grads.data(), ElemType::F32, 100, 1},
+                                             {grads.data() + 100, ElemType::F32, 0, 2}};
+  try {
+    parallel::plan_buckets(segments, parallel::kDefaultBucketBytes);
+    ADD_FAILURE() << "an empty gradient segment was planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient segment of node 2 is empty"), std::string::npos) << e.what();
+  }
+}
+
+// 16-bit gradients and fp32 ones (a GPU's batch norm) are bucketed each type on its own, counted
+// in their own elements: an fp16 buffer lying below the fp32 one is no overlap, and two fp16
+// neighbours join into one bucket of both. Offsets in bytes of one buffer: nodes 1 and 2 fp16
+// (16 elements, 32 bytes each), then nodes 3 and 4 fp32 (16 elements, 64 bytes each).
+TEST(Buckets, SixteenBitAndFp32GradientsAreBucketedEachInItsOwnElements) {
+  alignas(64) std::byte grads[192];
+  const std::vector<FlatSegment> segments = {{grads, ElemType::F16, 16, 1},
+                                             {grads + 32, ElemType::F16, 16, 2},
+                                             {grads + 64, ElemType::F32, 16, 3},
+                                             {grads + 128, ElemType::F32, 16, 4}};
+  const auto buckets = parallel::plan_buckets(segments, parallel::kDefaultBucketBytes);
+  testing_support::expect_buckets_cover_each_gradient_once(segments, buckets, "fp16 and fp32");
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0].type, ElemType::F32);
+  EXPECT_EQ(buckets[0].count, 32);
+  EXPECT_EQ(buckets[1].type, ElemType::F16);
+  EXPECT_EQ(buckets[1].data, static_cast<void*>(grads));
+  EXPECT_EQ(buckets[1].count, 32);
+  EXPECT_EQ(parallel::elem_bytes(ElemType::F16), 2u);
+  EXPECT_EQ(parallel::elem_bytes(ElemType::BF16), 2u);
 }
 
 // A communicator that passes every call to another; the stand-ins below change one of them.
@@ -331,6 +408,64 @@ TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
     }
   });
   EXPECT_EQ(failures, 2) << "every rank sees the disagreement";
+}
+
+// A network of one 4-float gradient whose parameter checksum is given: for the weight check alone.
+class Checksummed final : public Network {
+ public:
+  explicit Checksummed(std::uint64_t checksum) : checksum_(checksum) {}
+  void set_batch(const BatchView&) override {}
+  float forward() override { return 0; }
+  float evaluate() override { return 0; }
+  std::int64_t correct() const override { return -1; }
+  void backward() override {}
+  void update() override {}
+  std::vector<float> read_output(int) const override { return {}; }
+  std::vector<float> read_grad(int) const override { return {}; }
+  void set_output_grad(const std::vector<float>&) override {}
+  std::vector<float> read_param(int, int) const override { return {}; }
+  std::vector<float> read_param_grad(int, int) const override { return {}; }
+  void write_param(int, int, const std::vector<float>&) override {}
+  std::int64_t param_bytes() const override { return 0; }
+  std::vector<FlatSegment> gradient_segments() override { return {{grads_.data(), ElemType::F32, 4, 1}}; }
+  std::vector<FlatSegment> param_segments() override { return {}; }
+  std::uint64_t param_checksum() override { return checksum_; }
+  void set_step_hook(std::function<void(int)>) override {}
+
+ private:
+  std::uint64_t checksum_;
+  std::vector<float> grads_ = std::vector<float>(4);
+};
+
+// The weight check compares all 64 bits of the checksum (in three pieces of 22): replicas whose
+// checksums differ in any one bit fail it on every rank, each naming its own checksum, and equal
+// ones pass.
+TEST(DataParallel, ChecksumsThatDifferInAnyOneBitFailTheWeightCheck) {
+  for (int bit : {0, 21, 22, 43, 44, 63}) {
+    SCOPED_TRACE(bit);
+    const std::uint64_t differs = std::uint64_t(1) << bit;
+    auto comms = thread_comms(2);
+    std::vector<std::string> messages(2);
+    on_threads(2, [&](int r) {
+      parallel::ReplicaNetwork replica(std::make_unique<Checksummed>(r == 0 ? 0 : differs),
+                                       std::move(comms[std::size_t(r)]));
+      try {
+        replica.check_weights_agree();
+      } catch (const parallel::ReplicasDiffer& e) {
+        messages[std::size_t(r)] = e.what();
+      }
+    });
+    EXPECT_EQ(messages[0],
+              "the 2 replicas' weights differ after training (rank 0's checksum 0000000000000000): data-parallel "
+              "replicas must stay identical");
+    EXPECT_NE(messages[1].find(fmt::format("(rank 1's checksum {:016x})", differs)), std::string::npos) << messages[1];
+  }
+  auto comms = thread_comms(2);
+  on_threads(2, [&](int r) {
+    parallel::ReplicaNetwork replica(std::make_unique<Checksummed>(0x8000'0400'0020'0001),
+                                     std::move(comms[std::size_t(r)]));
+    EXPECT_NO_THROW(replica.check_weights_agree());
+  });
 }
 
 // A replica whose loss is not finite (found by the trainer after the step, outside the replica's
@@ -904,6 +1039,37 @@ TEST(Replay, ScalesEveryPhaseToTheDrawnStep) {
   const auto end = std::chrono::steady_clock::now();
   EXPECT_GE(std::chrono::duration<double>(backward - start).count(), 4 * 0.005);
   EXPECT_GE(std::chrono::duration<double>(end - backward).count(), 4 * (0.010 - 0.005) - 1e-4);
+}
+
+// A saved step that cannot be replayed is refused, saying why: ready times that do not match the
+// buckets, a step that takes no time.
+TEST(Replay, ATimelineThatCannotBeReplayedIsRefused) {
+  try {
+    parallel::ReplayNetwork(saved_step({1000, 1000}, {1e-3}, 1e-3, 2e-3), {}, 1);
+    ADD_FAILURE() << "a timeline of 2 buckets and 1 ready time was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("replay: a timeline of 2 buckets and 1 ready times"), std::string::npos)
+        << e.what();
+  }
+  try {
+    parallel::ReplayNetwork(saved_step({1000}, {0}, 0, 0), {}, 1);
+    ADD_FAILURE() << "a step of no time was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("replay: a step that takes no time"), std::string::npos) << e.what();
+  }
+}
+
+// Every saved bucket's gradients are the replay's own memory, to the last (rounded-up) float, as
+// the all-reduces write them; and the thread's timer slack, lifted for the replay's sleeps, is
+// given back.
+TEST(Replay, EachSegmentIsWritableAndTheTimerSlackIsGivenBack) {
+  parallel::ReplayNetwork replay(saved_step({4000, 1000, 6}, {1e-4, 2e-4, 3e-4}, 3e-4, 2e-3), {}, 1);
+  for (const FlatSegment& s : replay.gradient_segments()) std::fill_n(static_cast<float*>(s.data), s.count, 1.0f);
+  const int slack = ::prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
+  replay.forward();
+  replay.backward();
+  replay.update();
+  EXPECT_EQ(::prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL), slack);
 }
 
 // The term of `p` named `name`.

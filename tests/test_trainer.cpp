@@ -1,18 +1,21 @@
 // The trainer's own bookkeeping (engine/train/trainer.cpp), on a network that echoes its batch:
 // which batch each step, evaluation and the first batch's loss ran on, on a synchronous backend
 // and on an asynchronous one (where the next batch is fetched and set under the step), the loss
-// checks, the phase times and the tally.
+// checks, the phase times and the tally; and the epoch loop over it (engine/train/epochs.cpp).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/dataset.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/network.hpp"
+#include "engine/train/epochs.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace tb {
@@ -21,7 +24,9 @@ namespace {
 // A network whose loss is the first input value of the batch it was given last, so that a loss
 // names the batch it was computed on. Synchronous (the whole step runs in start_step, the
 // default) or asynchronous (start_step returns at once and the trainer sets the next batch under
-// it; the step keeps the batch it started on). Its steps report no device clock (StepTimes{}).
+// it; the step keeps the batch it started on). Its steps report `reported` (by default no device
+// clock, StepTimes{}); its one sample is correct where the batch's number is at least
+// `correct_from` (none: no accuracy, a regression's -1).
 class EchoNetwork final : public Network {
  public:
   explicit EchoNetwork(bool asynchronous) : asynchronous_(asynchronous) {}
@@ -29,12 +34,15 @@ class EchoNetwork final : public Network {
   void set_batch(const BatchView& batch) override { given_ = batch.input[0]; }
   float forward() override { return given_; }
   float evaluate() override { return given_; }
-  std::int64_t correct() const override { return -1; }
+  std::int64_t correct() const override {
+    if (!std::isfinite(correct_from)) return -1;
+    return given_ >= correct_from ? 1 : 0;
+  }
   void backward() override {}
   void update() override {}
   void start_step() override { started_ = given_; }
   float finish_step(StepTimes& times) override {
-    times = StepTimes{};
+    times = reported;
     return started_;
   }
   bool asynchronous() const override { return asynchronous_; }
@@ -51,6 +59,9 @@ class EchoNetwork final : public Network {
   std::uint64_t param_checksum() override { return 0; }
   void set_step_hook(std::function<void(int)>) override {}
 
+  StepTimes reported{};
+  float correct_from = std::numeric_limits<float>::infinity();
+
  private:
   bool asynchronous_;
   float given_ = 0, started_ = 0;
@@ -58,6 +69,7 @@ class EchoNetwork final : public Network {
 
 // Batches numbered from `first` (each one sample whose only input is its number), in one buffer
 // that each next() overwrites, as a loader's is; or every batch `value` where one is given.
+// `epoch_steps` batches make an epoch (0: endless); next() and feed() can be made to take time.
 class Numbered final : public Dataset {
  public:
   explicit Numbered(float first = 1) : number_(first) {
@@ -71,13 +83,21 @@ class Numbered final : public Dataset {
   }
   const Batch& next() override {
     ++fetched;
+    std::this_thread::sleep_for(next_takes);
     batch_.input[0] = number_;
     number_ += step_;
     return batch_;
   }
+  void feed(Network& net, const Batch& batch) const override {
+    std::this_thread::sleep_for(feed_takes);
+    Dataset::feed(net, batch);
+  }
   std::string name() const override { return "numbered"; }
   std::string source() const override { return "test"; }
+  i64 steps_per_epoch() const override { return epoch_steps; }
   int fetched = 0;
+  i64 epoch_steps = 0;
+  std::chrono::milliseconds next_takes{0}, feed_takes{0};
 
  private:
   float number_, step_ = 1;
@@ -167,6 +187,108 @@ TEST(Trainer, PhasesAddOnlyWhatTheBackendMeasured) {
   EXPECT_TRUE(p.split);
   EXPECT_EQ(p.device, 0);
   EXPECT_EQ(s.trainer->last_device_seconds(), -1);
+}
+
+// A backend with a device clock: each phase is summed from what its steps measured, the device's
+// data time is added to the host's, and the last step's device time is kept.
+TEST(Trainer, PhasesSumWhatEachStepMeasured) {
+  auto owned = std::make_unique<EchoNetwork>(false);
+  owned->reported = StepTimes{.forward = 1, .backward = 2, .update = 3, .device = 6, .data = 0.5};
+  Trainer trainer(std::move(owned), std::make_unique<Numbered>());
+  for (int k = 0; k < 3; ++k) trainer.step();
+  const PhaseTimes& p = trainer.phases();
+  EXPECT_DOUBLE_EQ(p.forward, 3);
+  EXPECT_DOUBLE_EQ(p.backward, 6);
+  EXPECT_DOUBLE_EQ(p.update, 9);
+  EXPECT_DOUBLE_EQ(p.device, 18);
+  EXPECT_GE(p.data, 1.5);
+  EXPECT_TRUE(p.split);
+  EXPECT_EQ(trainer.last_device_seconds(), 6);
+}
+
+// The host's data phase: its wait is the fetch alone (next()), the phase the fetch and the copy
+// into the network (feed()). Each is no shorter than the sleep the stand-in takes in it.
+TEST(Trainer, TheDataWaitIsTheFetchAndTheDataPhaseAddsTheCopy) {
+  auto data = std::make_unique<Numbered>();
+  data->next_takes = std::chrono::milliseconds(2);
+  data->feed_takes = std::chrono::milliseconds(3);
+  Trainer trainer(std::make_unique<EchoNetwork>(false), std::move(data));
+  for (int k = 0; k < 3; ++k) trainer.step();
+  const PhaseTimes& p = trainer.phases();
+  EXPECT_GE(p.data_wait, 3 * 0.002);
+  EXPECT_GE(p.data - p.data_wait, 3 * 0.003);
+}
+
+// Epochs of 2 training batches (numbered 1, 2, then 3, 4, ...) each followed by 2 validation
+// batches (10, 11, then 12, 13, ...); a batch numbered 12 or more is correct. Each epoch's
+// figures are its own steps' (the tally restarts), its steps count from the first epoch, and
+// each record is also handed to the callback.
+struct EpochSetUp {
+  EpochSetUp() {
+    auto owned = std::make_unique<EchoNetwork>(false);
+    owned->correct_from = 12;
+    auto training = std::make_unique<Numbered>();
+    training->epoch_steps = 2;
+    training->next_takes = std::chrono::milliseconds(2);
+    trainer = std::make_unique<Trainer>(std::move(owned), std::move(training));
+  }
+  std::unique_ptr<Trainer> trainer;
+  Numbered validation{10};
+};
+
+TEST(Epochs, EachEpochReportsItsOwnStepsAndItsValidation) {
+  EpochSetUp s;
+  std::vector<EpochRecord> heard;
+  const EpochResult result = train_epochs(*s.trainer, s.validation, 2, EpochOptions{.epochs = 3},
+                                          [&](const EpochRecord& r) { heard.push_back(r); });
+  ASSERT_EQ(result.records.size(), 3u);
+  ASSERT_EQ(heard.size(), 3u);
+  EXPECT_EQ(result.time_to_target_s, -1) << "no target was asked for";
+  for (std::size_t k = 0; k < 3; ++k) {
+    const EpochRecord& r = result.records[k];
+    SCOPED_TRACE(k);
+    EXPECT_EQ(r.epoch, i64(k) + 1);
+    EXPECT_EQ(r.steps, 2 * (i64(k) + 1));
+    EXPECT_DOUBLE_EQ(r.train_loss, 1.5 + 2 * double(k));
+    EXPECT_DOUBLE_EQ(r.val_loss, 10.5 + 2 * double(k));
+    EXPECT_DOUBLE_EQ(r.train_acc, 0);
+    EXPECT_DOUBLE_EQ(r.val_acc, k == 0 ? 0 : 1);
+    // The training time sums the epochs' steps (2 ms each at least), within the elapsed time,
+    // and the CPU time is the steps' own (they sleep most of it).
+    EXPECT_GE(r.train_s, 2 * 0.002 * double(k + 1));
+    EXPECT_LE(r.train_s, r.elapsed_s);
+    EXPECT_LT(r.train_cpu_s, r.train_s);
+    EXPECT_EQ(heard[k].epoch, r.epoch);
+    EXPECT_EQ(heard[k].train_loss, r.train_loss);
+  }
+}
+
+// A target accuracy ends training at the first epoch whose validation reaches it (equal counts),
+// at that epoch's elapsed time.
+TEST(Epochs, TrainingStopsAtTheFirstEpochThatReachesTheTarget) {
+  EpochSetUp s;
+  const EpochResult result =
+      train_epochs(*s.trainer, s.validation, 2, EpochOptions{.epochs = 5, .target_accuracy = 1.0}, {});
+  ASSERT_EQ(result.records.size(), 2u);
+  EXPECT_EQ(result.time_to_target_s, result.records[1].elapsed_s);
+}
+
+TEST(Epochs, DataWithoutEpochsOrAWholeValidationBatchIsRefused) {
+  EpochSetUp s;
+  try {
+    train_epochs(*s.trainer, s.validation, 0, EpochOptions{}, {});
+    ADD_FAILURE() << "an empty validation split was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("numbered: the validation split holds no whole batch"), std::string::npos)
+        << e.what();
+  }
+  Trainer endless(std::make_unique<EchoNetwork>(false), std::make_unique<Numbered>());
+  try {
+    train_epochs(endless, s.validation, 2, EpochOptions{}, {});
+    ADD_FAILURE() << "endless training data was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("numbered: the training data has no epochs"), std::string::npos) << e.what();
+  }
 }
 
 // A task without accuracy (a batch's correct of -1) has none for the whole tally, whatever
