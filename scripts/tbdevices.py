@@ -111,11 +111,14 @@ def device_count(device: str) -> int | None:
 
 
 def sort_key(device: str) -> tuple:
-    """cpu, cpu:1, cpu:2, ..., gpu:1, gpu:2, ..., mpi:2: by kind, then all-cores before N, then N."""
+    """cpu, cpu:1, cpu:1/jobs:2, cpu:2, ..., gpu:1, gpu:1/threads:2, gpu:1/jobs:2, gpu:2, ...,
+    mpi:2: by kind, then all cores before N, then N (one GPU for gpu:1/threads:K and
+    gpu:1/jobs:K), then the plain device, its threads and its jobs (the kinds' order), each by K."""
     d = parse(device)
-    n = None if d is None else (d.threads or d.devices or d.ranks)
+    n = None if d is None else (d.threads or d.devices or d.ranks or (1 if d.backend == GPU else None))
+    split = (0, 0) if d is None else (d.jobs or 0, d.replicas or 0)
     prefix = device.partition(":")[0]
-    return (prefix != "cpu", prefix, n is not None, n or 0, device)
+    return (prefix != "cpu", prefix, n is not None, n or 0, split, device)
 
 
 def split_name(parts: list[str]) -> list[str]:

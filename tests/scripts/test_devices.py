@@ -63,6 +63,11 @@ def test_what_is_no_device_and_the_counts_scripts_ask_for():
     assert tbdevices.device_count("gpu:4") == 4 and tbdevices.device_count("mpi:4") is None
     assert sorted(["mpi:2", "gpu:2", "cpu:16", "cpu:2", "gpu:1", "cpu", "cpu:1"], key=tbdevices.sort_key) == [
         "cpu", "cpu:1", "cpu:2", "cpu:16", "gpu:1", "gpu:2", "mpi:2"]
+    # A GPU's jobs and threads are one GPU's: after gpu:1, before gpu:2, K by number (they sorted
+    # before gpu:1, as if all cores); a CPU's jobs after their cpu:T alike.
+    split = ["cpu:1", "cpu:1/jobs:2", "cpu:1/jobs:10", "cpu:2", "gpu:1", "gpu:1/threads:2", "gpu:1/threads:10",
+             "gpu:1/jobs:2", "gpu:1/jobs:10", "gpu:2"]
+    assert sorted(reversed(split), key=tbdevices.sort_key) == split
     assert tbdevices.split_name("train/mlp/mnist/gpu:1/jobs:2/fp32/bs:100".split("/"))[3] == "gpu:1/jobs:2"
 
 
