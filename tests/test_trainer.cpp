@@ -67,7 +67,8 @@ class EchoNetwork final : public Network {
   float given_ = 0, started_ = 0;
 };
 
-// Batches numbered from `first` (each one sample whose only input is its number), in one buffer
+// Batches numbered from `first` (each `samples` samples, one by default, whose only input read is
+// its number), in one buffer
 // that each next() overwrites, as a loader's is; or every batch `value` where one is given.
 // `epoch_steps` batches make an epoch (0: endless); next() and feed() can be made to take time.
 class Numbered final : public Dataset {
@@ -84,6 +85,7 @@ class Numbered final : public Dataset {
   const Batch& next() override {
     ++fetched;
     std::this_thread::sleep_for(next_takes);
+    batch_.batch = samples;
     batch_.input[0] = number_;
     number_ += step_;
     return batch_;
@@ -97,6 +99,7 @@ class Numbered final : public Dataset {
   i64 steps_per_epoch() const override { return epoch_steps; }
   int fetched = 0;
   i64 epoch_steps = 0;
+  i64 samples = 1;  // each batch's (the network reads its first input alone)
   std::chrono::milliseconds next_takes{0}, feed_takes{0};
 
  private:
@@ -148,6 +151,21 @@ TEST_P(TrainerOn, AnEvaluationLeavesTheNextTrainingBatchInPlace) {
   EXPECT_EQ(t.steps, 2);
   EXPECT_DOUBLE_EQ(t.mean_loss(), 100);
   EXPECT_EQ(s.trainer->step(), 3.0f);
+}
+
+// An evaluation's tally counts every sample of its batches, so that its accuracy is over samples,
+// not batches: 2 batches of 4 samples with one correct each are 2 of 8 correct.
+TEST(Trainer, AnEvaluationCountsEverySampleOfItsBatches) {
+  auto network = std::make_unique<EchoNetwork>(false);
+  network->correct_from = 0;
+  Trainer trainer(std::move(network), std::make_unique<Numbered>());
+  auto validation = Numbered::always(7);
+  validation->samples = 4;
+  const Tally t = trainer.evaluate(*validation, 2);
+  EXPECT_EQ(t.steps, 2);
+  EXPECT_EQ(t.samples, 8);
+  EXPECT_EQ(t.correct, 2);
+  EXPECT_DOUBLE_EQ(t.accuracy(), 0.25);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TrainerOn, testing::Bool(), [](const testing::TestParamInfo<bool>& i) {
