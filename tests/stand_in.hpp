@@ -98,7 +98,7 @@ class StandInNetwork final : public Network {
   float finish_step(StepTimes& times) override {
     device_.wait();
     started_ = false;
-    times = StepTimes{.forward = 0, .backward = 0, .update = 0, .device = 0};
+    times = StepTimes{.forward = 0, .backward = 0, .update = 0, .device = device_seconds};
     return 1.0f;
   }
   bool asynchronous() const override { return true; }
@@ -121,6 +121,8 @@ class StandInNetwork final : public Network {
   std::uint64_t param_checksum() override { return fnv1a(params_.data(), params_.size() * sizeof(float)); }
   void set_step_hook(std::function<void(int node)> hook) override { hook_ = std::move(hook); }
   void synchronize() override { device_.wait(); }
+
+  double device_seconds = 0;  // what each step's device clock says it took
 
   int steps() const { return steps_; }            // steps started
   int prefetched() const { return prefetched_; }  // batches given while a step was in flight

@@ -16,6 +16,7 @@
 #include "engine/core/timer.hpp"
 #include "engine/parallel/probe.hpp"
 #include "engine/parallel/replica.hpp"
+#include "engine/parallel/replica_run.hpp"
 #include "engine/parallel/timeline.hpp"
 #include "engine/train/trainer.hpp"
 #include "tests/stand_in.hpp"
@@ -373,6 +374,25 @@ TEST(HostWaits, AProbesTimesAreEachOneStepsOwn) {
     total += t;
   }
   EXPECT_LE(total, probe);
+}
+
+// A run's replicas in this process step together: warm_up(n) takes n steps on each, and a step's
+// device time is the slowest replica's (the step is over when it is), whichever replica that is.
+TEST(ReplicaRun, WarmUpStepsEveryReplicaAndAStepsDeviceTimeIsTheSlowestReplicas) {
+  StandInDevice devices[2];
+  StandInNetwork* nets[2] = {};
+  parallel::ReplicaRun run(nullptr, /*across_ranks=*/false, 2, nullptr, [&](int k) {
+    auto net = std::make_unique<StandInNetwork>(devices[k]);
+    net->device_seconds = k == 1 ? 5e-3 : 2e-3;
+    nets[k] = net.get();
+    return std::make_pair(std::unique_ptr<Network>(std::move(net)),
+                          std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+  });
+  run.connect();
+  run.warm_up(3);
+  EXPECT_EQ(nets[0]->steps(), 3);
+  EXPECT_EQ(nets[1]->steps(), 3);
+  EXPECT_DOUBLE_EQ(run.step().device, 5e-3);
 }
 
 }  // namespace

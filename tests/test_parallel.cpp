@@ -28,6 +28,7 @@
 #include "models/models.hpp"
 #include "tests/large_batch.hpp"
 #include "tests/replica_checks.hpp"
+#include "tests/stand_in.hpp"
 #include "tests/threads.hpp"
 
 namespace tb {
@@ -466,6 +467,30 @@ TEST(DataParallel, ChecksumsThatDifferInAnyOneBitFailTheWeightCheck) {
                                      std::move(comms[std::size_t(r)]));
     EXPECT_NO_THROW(replica.check_weights_agree());
   });
+}
+
+// The run's check reports the first replica's failure, and replicas whose weights differ as
+// ReplicasDiffer (the row's verdict names them) even where a loss check failed too, keeping that
+// replica's loss message: here both replicas' losses did not fall and their weights differ.
+TEST(DataParallel, TheRunsCheckReportsTheFirstFailureAndDifferingWeightsAsSuch) {
+  parallel::Wiring threads = [](const std::vector<Network*>& nets, Communicator*) {
+    return thread_comms(int(nets.size()));
+  };
+  parallel::ReplicaRun run(threads, /*across_ranks=*/false, 2, nullptr, [&](int k) {
+    return std::make_pair(std::unique_ptr<Network>(std::make_unique<Checksummed>(std::uint64_t(k))),
+                          std::unique_ptr<Dataset>(std::make_unique<testing_support::NoData>()));
+  });
+  run.connect();
+  try {
+    run.check([&](Trainer& t) {
+      throw CheckFailed(&t == run.replicas()[0].trainer.get() ? "the loss did not fall (0)"
+                                                              : "the loss did not fall (1)");
+    });
+    ADD_FAILURE() << "the check passed";
+  } catch (const CheckFailed& e) {
+    EXPECT_NE(dynamic_cast<const parallel::ReplicasDiffer*>(&e), nullptr) << "not reported as differing weights";
+    EXPECT_EQ(std::string(e.what()), "replica 0: the loss did not fall (0)");
+  }
 }
 
 // A replica whose loss is not finite (found by the trainer after the step, outside the replica's
