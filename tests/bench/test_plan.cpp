@@ -233,6 +233,22 @@ TEST(DeviceKinds, UnderMpirunOnlyTheJobsRanksAreTheCount) {
   EXPECT_EQ(rank0.plan("gpu:4").skip_reason, "");
 }
 
+// gpu:all with jobs or threads is refused on every machine, as gpu:N with them is: where fewer than
+// two GPUs were, it was taken as a skipped gpu:all row named gpu:all/jobs:2.
+TEST(DeviceKinds, GpuAllWithJobsOrThreadsIsRefusedOnEveryMachine) {
+  for (int gpus : {0, 1, 2}) {
+    FakeMachine m(gpus);
+    for (const std::string entry : {"gpu:all/jobs:2", "gpu:all/threads:2"}) {
+      try {
+        m.plan(entry);
+        ADD_FAILURE() << entry << " was taken on a machine of " << gpus << " GPU(s)";
+      } catch (const InputError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("--devices: '" + entry + "': ", 0), 0u) << e.what();
+      }
+    }
+  }
+}
+
 // What each kind plans is what its rows use: cpu all the cores, a GPU one host thread and the
 // device --gpus names, a jobs row K jobs each running its one-device configuration.
 TEST(DeviceKinds, EachKindPlansTheThreadsReplicasAndDevicesItsRowsUse) {
