@@ -213,6 +213,7 @@ def test_filter_that_matches_nothing_is_an_error():
     ("--gpu_memory_limit=1.5", "--gpu_memory_limit"),
     ("--devices=gpu:2/jobs:2", "jobs are K processes on one GPU"),
     ("--devices=cpu/jobs:2", "cpu:T/jobs:K"),
+    ("--devices=gpu:all/jobs:2", "'gpu:all/jobs:2': jobs are K processes on one GPU"),
     ("--nodes=2", "--network"),
     ("--network=10,50", "give the nodes too"),
     ("--devices=mpi:x", "mpi:x"),

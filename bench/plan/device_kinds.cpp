@@ -370,7 +370,8 @@ DeviceConfig plan_device(const std::string& text, const Machine& m) {
   DeviceEntry e = parse_device_entry(text);
   if (e.device == "gpu") shared_gpus_ordinal(m.flags);  // refuses a --gpus list no GPU kind can take
   DeviceConfig d{.name = text};
-  if (e.all) {
+  // gpu:all with jobs or threads is refused below, as gpu:N with them is, on every machine.
+  if (e.all && e.split.empty()) {
     e.count = all_gpus(m);
     if (e.count == 0) {
       d.kind = &kind_named("gpu:N over NCCL");  // where gpu:all would have run

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "bench/cli/context.hpp"
 #include "bench/cli/flags.hpp"
 #include "bench/listing.hpp"
+#include "bench/plan/configs.hpp"
 #include "bench/plan/device_kinds.hpp"
 #include "bench/schema/columns.hpp"
 #include "engine/backends.hpp"
@@ -330,6 +332,156 @@ TEST(Listing, ModelsJsonHasEveryWorkloadWithItsCountsAndTheBatchFlag) {
   for (std::size_t at = 0; (at = seven.str().find(R"("batch": 7, "gpu_batch": 7,)", at)) != std::string::npos; ++at)
     ++count;
   EXPECT_EQ(count, models::workloads().size()) << "--batch sets every workload's batch, on the CPU and the GPU";
+}
+
+// The whitespace-separated cells of `text`'s lines, each line's first cells `start`: the rows of a
+// table trainbench prints.
+std::vector<std::vector<std::string>> table_rows(const std::string& text, const std::vector<std::string>& start) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::vector<std::string> cells;
+    for (std::string w; words >> w;) cells.push_back(w);
+    if (cells.size() >= start.size() && std::equal(start.begin(), start.end(), cells.begin())) rows.push_back(cells);
+  }
+  return rows;
+}
+
+const models::Workload& workload(const std::string& model, const std::string& dataset) {
+  for (const models::Workload& w : models::workloads())
+    if (w.model == model && w.dataset == dataset) return w;
+  throw Error(fmt::format("no workload {}/{}", model, dataset));
+}
+
+// --list_models' table: each workload's batch, parameters, GFLOPs and the fp32 gradients a
+// data-parallel step all-reduces in buckets of 25 MiB (the MLP's 1796010 parameters: 6.9 MiB, one
+// bucket; ResNet-152's 229.6 MiB: 9 buckets of at least 25 MiB each); --batch sets the batch and
+// with it the GFLOPs of a step.
+TEST(Listing, ModelsTableGivesEachWorkloadsCountsAndGradientBuckets) {
+  Flags flags;
+  std::ostringstream out;
+  list_models(out, flags);
+  EXPECT_EQ(
+      table_rows(out.str(), {"mlp", "mnist", "100"}),
+      (std::vector<std::vector<std::string>>{{"mlp", "mnist", "100", "1796010", "0.003588", "0.9196", "6.9", "1"}}));
+  EXPECT_EQ(table_rows(out.str(), {"resnet152", "imagenet", "8"}),
+            (std::vector<std::vector<std::string>>{
+                {"resnet152", "imagenet", "8", "60192808", "23.0273", "550.766", "229.6", "9"}}));
+  EXPECT_NE(out.str().find("all-reduced per data-parallel step, in buckets of 25 MiB"), std::string::npos);
+  flags.batch = 7;
+  std::ostringstream seven;
+  list_models(seven, flags);
+  EXPECT_EQ(
+      table_rows(seven.str(), {"mlp", "mnist", "7"}),
+      (std::vector<std::vector<std::string>>{{"mlp", "mnist", "7", "1796010", "0.003588", "0.064372", "6.9", "1"}}));
+}
+
+// The memory plans after the table: each workload's plan in GiB, on the CPU at its batch and on a
+// GPU at its GPU batch (the cuDNN and cuBLAS workspaces in "fixed"); --batch sets both.
+TEST(Listing, MemoryPlanIsEachWorkloadsPlanInGibAtItsBatch) {
+  constexpr double GiB = double(1 << 30);
+  const models::Workload& resnet = workload("resnet152", "imagenet");
+  const bool adam = resnet.optimizer.kind == OptimizerConfig::Kind::Adam;
+  ASSERT_NE(resnet.batch, resnet.batch_on_gpu()) << "a workload whose two batches differ";
+  const auto cells = [&](const MemoryPlanBytes& p, double fixed) {
+    return std::vector<std::string>{fmt::format("{:.3f}", double(p.arena) / GiB), fmt::format("{:.3f}", fixed / GiB),
+                                    fmt::format("{:.3f}", double(p.total()) / GiB)};
+  };
+  for (const std::optional<i64> batch : {std::optional<i64>(), std::optional<i64>(7)}) {
+    Flags flags;
+    flags.batch = batch;
+    std::ostringstream out;
+    list_models(out, flags);
+    const i64 cpu_batch = batch.value_or(resnet.batch), gpu_batch = batch.value_or(resnet.batch_on_gpu());
+    const MemoryPlanBytes cpu = memory_plan(Backend::Cpu, resnet.spec, cpu_batch, "fp32", adam);
+    const MemoryPlanBytes gpu = memory_plan(Backend::Cuda, resnet.spec, gpu_batch, "fp32", adam);
+    std::vector<std::string> cpu_row{"resnet152", "imagenet", "cpu", "fp32", std::to_string(cpu_batch)};
+    std::vector<std::string> gpu_row{"resnet152", "imagenet", "gpu", "fp32", std::to_string(gpu_batch)};
+    for (const std::string& c : cells(cpu, double(cpu.fixed))) cpu_row.push_back(c);
+    for (const std::string& c : cells(gpu, double(gpu.fixed + gpu.workspace))) gpu_row.push_back(c);
+    EXPECT_EQ(table_rows(out.str(), {"resnet152", "imagenet", "cpu"}),
+              (std::vector<std::vector<std::string>>{cpu_row}));
+    EXPECT_EQ(table_rows(out.str(), {"resnet152", "imagenet", "gpu", "fp32"}),
+              (std::vector<std::vector<std::string>>{gpu_row}));
+  }
+}
+
+// --list_models --json: every field of a workload as the registry has it (the MLP's whole entry),
+// the task, sequence length and whether it needs its real files, and its gradients' bytes: 4 per
+// parameter.
+TEST(Listing, ModelsJsonGivesEveryFieldOfAWorkload) {
+  Flags flags;
+  std::ostringstream out;
+  list_models_json(out, flags);
+  const std::string s = out.str();
+  EXPECT_NE(s.find(R"(  {"model": "mlp", "dataset": "mnist", "task": "classification", "classes": 10, )"
+                   R"("input_shape": [784], "seq_len": 0, "batch": 100, "gpu_batch": 100, "warmup_steps": 2, )"
+                   R"("epochs": 5, "real_data_only": false, "optimizer": {"kind": "adam", "lr": 0.001, )"
+                   R"("momentum": 0.9, "weight_decay": 0, "beta1": 0.9, "beta2": 0.999, "eps": 1e-08, )"
+                   R"("lr_reference_batch": 0}, "params": 1796010, "forward_flops_per_sample": 3588000, )"
+                   R"("train_flops_per_sample": 9196000, "gradient_bytes": 7184040, "gradient_buckets": 1})"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find(R"({"model": "lstm", "dataset": "sine", "task": "regression", "classes": 0, "input_shape": [1], )"
+                   R"("seq_len": 35,)"),
+            std::string::npos);
+  const std::size_t fashion = s.find(R"("dataset": "fashion-mnist")");
+  ASSERT_NE(fashion, std::string::npos);
+  EXPECT_NE(s.substr(fashion, s.find('\n', fashion) - fashion).find(R"("real_data_only": true)"), std::string::npos);
+  for (const models::Workload& w : models::workloads()) {
+    const std::size_t at = s.find(fmt::format(R"({{"model": "{}", "dataset": "{}")", w.model, w.dataset));
+    ASSERT_NE(at, std::string::npos) << w.model;
+    EXPECT_NE(s.substr(at, s.find('\n', at) - at)
+                  .find(fmt::format(R"("gradient_bytes": {},)", 4 * model_cost(w.spec).parameters)),
+              std::string::npos)
+        << w.model << "/" << w.dataset;
+  }
+}
+
+// --list_configs: each kind's run in the "runs as" column, under its header, whatever the width
+// of the names and grammars before it.
+TEST(Listing, ConfigsTableGivesEachKindsRunUnderItsHeader) {
+  std::ostringstream table;
+  list_configs(table);
+  std::vector<std::string> lines;
+  std::istringstream text(table.str());
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  ASSERT_GE(lines.size(), 3 + device_kinds().size());
+  const std::size_t column = lines[2].find("runs as");
+  ASSERT_NE(column, std::string::npos) << lines[2];
+  for (std::size_t k = 0; k < device_kinds().size(); ++k) {
+    const DeviceKind& kind = device_kinds()[k];
+    const std::string& line = lines[3 + k];
+    EXPECT_EQ(line.rfind(kind.name, 0), 0u) << line;
+    EXPECT_EQ(line.substr(column, line.find(' ', column) - column), run_kind_name(kind.run)) << line;
+  }
+}
+
+// --list_configs --json: a kind's every flag (the emulated nodes' kind has them all but one
+// process), each variant flag's meaning and the ISA of trainbench's own kernels.
+TEST(Listing, ConfigsJsonGivesEachKindsFlagsTheVariantsMeaningsAndTheIsa) {
+  std::ostringstream json;
+  list_configs_json(json);
+  const std::string s = json.str();
+  EXPECT_NE(s.find(R"({"name": "gpu:N as emulated nodes", "grammar": "gpu:N under scripts/emulate_nodes.sh --gpu N", )"
+                   R"("pattern": "^gpu:(?P<devices>[0-9]+)$", "label": "N ranks as emulated nodes sharing one GPU )"
+                   R"(over NCCL's socket transport: checks the multi-node path, not scaling", "backend": "gpu", )"
+                   R"("run": "replicas", "communicates": true, "across_ranks": true, "one_process": false, )"
+                   R"("shares_device": true, "check_word": "emulated_nodes"})"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find(R"({"name": "cpu:T/jobs:K", "grammar": "cpu:T/jobs:K", )"
+                   R"("pattern": "^cpu:(?P<threads>[0-9]+)/jobs:(?P<jobs>[0-9]+)$", "label": "K separate )"
+                   R"(processes of T threads each, timed on one window", "backend": "cpu", "run": "processes", )"
+                   R"("communicates": false, "across_ranks": false, "one_process": true, "shares_device": false, )"
+                   R"("check_word": ""})"),
+            std::string::npos)
+      << s;
+  for (const VariantFlag& v : variant_flags())
+    EXPECT_NE(s.find(fmt::format(R"({{"name": "{}", "meaning": "{}"}})", v.name, v.meaning)), std::string::npos)
+        << v.name;
+  EXPECT_NE(s.find(fmt::format("\"cpu_isa\": \"{}\",", own_cpu_isa())), std::string::npos) << s;
 }
 
 TEST(Listing, ConfigsNameEveryKindWithItsPatternInBothForms) {

@@ -233,6 +233,135 @@ TEST(DeviceKinds, UnderMpirunOnlyTheJobsRanksAreTheCount) {
   EXPECT_EQ(rank0.plan("gpu:4").skip_reason, "");
 }
 
+// gpu:all with jobs or threads is refused on every machine, as gpu:N with them is: where fewer than
+// two GPUs were, it was taken as a skipped gpu:all row named gpu:all/jobs:2.
+TEST(DeviceKinds, GpuAllWithJobsOrThreadsIsRefusedOnEveryMachine) {
+  for (int gpus : {0, 1, 2}) {
+    FakeMachine m(gpus);
+    for (const std::string entry : {"gpu:all/jobs:2", "gpu:all/threads:2"}) {
+      try {
+        m.plan(entry);
+        ADD_FAILURE() << entry << " was taken on a machine of " << gpus << " GPU(s)";
+      } catch (const InputError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind("--devices: '" + entry + "': ", 0), 0u) << e.what();
+      }
+    }
+  }
+}
+
+// What each kind plans is what its rows use: cpu all the cores, a GPU one host thread and the
+// device --gpus names, a jobs row K jobs each running its one-device configuration.
+TEST(DeviceKinds, EachKindPlansTheThreadsReplicasAndDevicesItsRowsUse) {
+  FakeMachine m(2);  // 2 cores, GPUs 0 and 1
+  EXPECT_EQ(m.plan("cpu").threads, 2);
+  const DeviceConfig cpu_jobs = m.plan("cpu:1/jobs:2");
+  EXPECT_EQ(cpu_jobs.threads, 1);
+  EXPECT_EQ(cpu_jobs.replicas, 2);
+  EXPECT_EQ(cpu_jobs.job_device, "cpu:1");
+  const DeviceConfig gpu_jobs = m.plan("gpu:1/jobs:2");
+  EXPECT_EQ(gpu_jobs.threads, 1);
+  EXPECT_EQ(gpu_jobs.replicas, 2);
+  EXPECT_EQ(gpu_jobs.job_device, "gpu:1");
+  EXPECT_EQ(m.plan("gpu:2").threads, 1) << "the thread driving each GPU";
+  m.flags.gpus = {1};
+  const DeviceConfig one = m.plan("gpu:1");
+  EXPECT_EQ(one.threads, 1);
+  EXPECT_EQ(one.gpu_ordinal, 1) << "the device a jobs row's --gpus and the memory check name";
+}
+
+// Each reason names what is missing and, for jobs, the most that fit: a GPU kind on a machine
+// without one says why there is none (not that it has 0 GPUs), as gpu:all does.
+TEST(DeviceKinds, EachSkipReasonNamesWhatIsMissing) {
+  FakeMachine none(0);  // 2 cores, no GPU
+  EXPECT_EQ(none.plan("cpu:2/jobs:2").skip_reason,
+            "cpu:2/jobs:2: 2 jobs of 2 thread(s) need 4 cores, this machine has 2: at most 1 such jobs");
+  EXPECT_EQ(none.plan("cpu:3/jobs:1").skip_reason,
+            "cpu:3/jobs:1: 1 jobs of 3 thread(s) need 3 cores, this machine has 2: one job of 3 threads does not fit");
+  for (const char* entry : {"gpu:2", "gpu:1/threads:2", "gpu:1/jobs:2"})
+    EXPECT_EQ(none.plan(entry).skip_reason, std::string(entry) + ": no CUDA device") << entry;
+  const DeviceConfig all = none.plan("gpu:all");
+  EXPECT_EQ(all.skip_reason, "gpu:all: no CUDA device");
+  EXPECT_EQ(all.kind->name, std::string("gpu:N over NCCL"));
+  EXPECT_EQ(all.threads, 1);
+  EXPECT_EQ(none.plan("mpi:1").skip_reason,
+            "mpi:1: one rank all-reduces with no one: mpi:N takes N >= 2 ranks (one process on the CPU is cpu or "
+            "cpu:T)");
+  FakeMachine two(2);
+  two.flags.gpus = {0, 3};  // the highest ordinal is the one checked, wherever it is in the list
+  EXPECT_EQ(two.plan("gpu:2").skip_reason,
+            "gpu:2: CUDA device 3 (--gpus, or the rank's local index) does not exist; this machine has devices 0 to 1");
+  FakeMachine shared(1);
+  shared.flags.gpus = {0, 0};
+  EXPECT_EQ(shared.plan("gpu:3").skip_reason,
+            "gpu:3 with --gpus=0,0: give one entry per replica sharing device 0, e.g. --gpus=0,0,0");
+}
+
+// Under mpirun a rank's cores are those it is bound to, and a one-process kind the machine could
+// not run anyway keeps its own reason; replicas sharing a GPU are refused (they need one process).
+TEST(DeviceKinds, UnderMpirunTheReasonsSayWhatMpirunChanges) {
+  FakeMachine rank0(1, /*ranks=*/2, /*local_rank=*/0);
+  EXPECT_EQ(rank0.plan("cpu:3").skip_reason,
+            "cpu:3 needs 3 cores, this machine has 2 (under mpirun, those its rank is bound to: --bind-to none)");
+  EXPECT_EQ(rank0.plan("cpu:1/jobs:3").skip_reason,
+            "cpu:1/jobs:3: 3 jobs of 1 thread(s) need 3 cores, this machine has 2: at most 2 such jobs");
+  rank0.flags.gpus = {0, 0};
+  try {
+    rank0.plan("gpu:2");
+    ADD_FAILURE() << "gpu:2 with --gpus=0,0 under mpirun was taken";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--gpus=0,0: replicas sharing one GPU run in one process", 0), 0u)
+        << e.what();
+  }
+}
+
+// Each refusal says what is wrong with the entry: its device, its count, what may follow the
+// slash, or which kinds have jobs or threads.
+TEST(DeviceKinds, EachRefusalSaysWhatIsWrongWithTheEntry) {
+  FakeMachine m(1);
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"tpu:1", "--devices: unknown device 'tpu:1'"},
+      {"cpu:99999999999", "--devices: 'cpu:99999999999': 99999999999 is more than any machine has"},
+      {"gpu:1/jobs", "--devices: 'gpu:1/jobs': after the slash, jobs:K or threads:K"},
+      {"gpu:2/jobs:2",
+       "--devices: 'gpu:2/jobs:2': jobs are K processes on one GPU (gpu:1/jobs:K) or of T threads each on the CPU "
+       "(cpu:T/jobs:K)"},
+      {"cpu/jobs:2", "--devices: 'cpu/jobs:2': jobs are K processes on one GPU"},
+      {"gpu:2/threads:2", "--devices: 'gpu:2/threads:2': threads share one GPU, e.g. gpu:1/threads:2"},
+  };
+  for (const auto& [entry, start] : cases) {
+    try {
+      m.plan(entry);
+      ADD_FAILURE() << entry << " was taken";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(start, 0), 0u) << e.what();
+    }
+  }
+}
+
+// The table's flags for each kind, which the harness asks instead of names: how it runs, on which
+// backend, whether its replicas communicate, need mpirun, live in one process or share a device.
+TEST(DeviceKinds, EachKindRunsCommunicatesAndSharesAsItsEntrySays) {
+  std::vector<std::string> said;
+  for (const DeviceKind& k : device_kinds())
+    said.push_back(fmt::format(
+        "{}: {} {}{}{}{}{}{}", k.name, run_kind_name(k.run), k.backend == Backend::Cpu ? "cpu" : "gpu",
+        k.wiring ? " communicates" : "", k.across_ranks ? " across_ranks" : "", k.one_process ? " one_process" : "",
+        k.shares_device ? " shares_device" : "", *k.check_word ? " " + std::string(k.check_word) : ""));
+  EXPECT_EQ(said, (std::vector<std::string>{
+                      "cpu: one_replica cpu",
+                      "cpu:T: one_replica cpu",
+                      "cpu:T/jobs:K: processes cpu one_process",
+                      "gpu:1: one_replica gpu",
+                      "gpu:N over NCCL: replicas gpu communicates one_process",
+                      "gpu:N sharing one GPU: replicas gpu communicates one_process shares_device shared_device",
+                      "gpu:N as emulated nodes: replicas gpu communicates across_ranks shares_device emulated_nodes",
+                      "gpu:N across ranks: replicas gpu communicates across_ranks",
+                      "gpu:1/threads:K: replicas gpu one_process shares_device",
+                      "gpu:1/jobs:K: processes gpu one_process shares_device",
+                      "mpi:N: replicas cpu communicates across_ranks",
+                  }));
+}
+
 // ---- baselines (plan/baselines.cpp) ----
 
 // A planned train/ row of ResNet-152 on ImageNet on `device` of kind `kind`.

@@ -133,6 +133,40 @@ TEST(JobsRow, EachFigureIsSummedAveragedOrTheLargestAsItMeans) {
       << r.message;
 }
 
+// The other figures of the row of K jobs: its replicas are the jobs, its wall step the step, the
+// data wait the jobs' mean, every peak the largest job's, both losses job 0's; the message gives
+// each job's host CPU as top shows it, and on a GPU says the jobs share it.
+TEST(JobsRow, ReplicasPeaksLossesAndTheMessageAreTheJobs) {
+  BenchInfo info;
+  info.batch = 10;
+  const CommonWindow window = common_window({steady(0, 4, 1.0, 10), steady(0, 4, 1.0, 10)});
+  std::vector<Row> rows(2);
+  rows[0].host_cpu_util = 1.0, rows[1].host_cpu_util = 0.5;
+  rows[0].data_s_per_step = 0.2, rows[1].data_s_per_step = 0.4;
+  rows[0].peak_rss_bytes = 1e9, rows[1].peak_rss_bytes = 2e9;
+  rows[0].gpu_util = 0.9, rows[1].gpu_util = 0.8;
+  rows[0].gpu_temp_max_c = 60, rows[1].gpu_temp_max_c = 70;
+  rows[0].loss_first = 2.5, rows[1].loss_first = 2.25;
+  rows[0].loss_last = 1.5, rows[1].loss_last = 1.25;
+  rows[0].samples_per_s = 11, rows[1].samples_per_s = 12;
+  const JobsResult r = combine_jobs(rows, window, info);
+  EXPECT_DOUBLE_EQ(r.figures.replicas.value_or(NAN), 2);
+  EXPECT_DOUBLE_EQ(r.figures.wall_step_time_s.value_or(NAN), 1);
+  EXPECT_DOUBLE_EQ(r.figures.data_s_per_step.value_or(NAN), 0.3);
+  EXPECT_DOUBLE_EQ(r.figures.peak_rss_bytes.value_or(NAN), 2e9);
+  EXPECT_DOUBLE_EQ(r.figures.gpu_util.value_or(NAN), 0.9);
+  EXPECT_DOUBLE_EQ(r.figures.gpu_temp_max_c.value_or(NAN), 70);
+  EXPECT_DOUBLE_EQ(r.figures.loss_first.value_or(NAN), 2.5);
+  EXPECT_DOUBLE_EQ(r.figures.loss_last.value_or(NAN), 1.5) << "job 0's";
+  EXPECT_EQ(r.message,
+            "2 processes, timed on one window of 4 s in which every job ran: samples/s per job in it 10, 10 (over "
+            "each job's own steps 11, 12); host CPU per job 100%, 50% (what top shows for each)");
+  info.backend = Backend::Cuda;
+  const std::string on_gpu = combine_jobs(rows, window, info).message;
+  EXPECT_EQ(on_gpu.rfind("2 processes on one GPU, each with its own CUDA context, timed on one window of 4 s", 0), 0u)
+      << on_gpu;
+}
+
 // A GPU row without NVML says so in its own row, once, whatever its repetitions: the reason went
 // to stderr only, once per run, and the row's NVML columns were empty without a word.
 TEST(Telemetry, AGpuRowWithoutNvmlSaysWhyInItsRow) {
