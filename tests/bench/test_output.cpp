@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
@@ -51,6 +54,16 @@ TEST(Counters, OneThatIsNoColumnStopsTheRowNamingIt) {
   // An iteration row names the mask's bits (aggregate rows leave it out: RowLog's test).
   add_counters(row, {{"gpu_throttle", 0}});
   EXPECT_EQ(row.gpu_throttle, telemetry::throttle_reason_names(0));
+}
+
+// Only a negative value of a column whose negative means none is none: an accuracy of 0 is a
+// figure, a negative loss is kept, and a target never reached (-1) is none.
+TEST(Counters, OnlyANegativeOfAColumnWhoseNegativeMeansNoneIsNone) {
+  Row row;
+  add_counters(row, {{"val_acc", 0}, {"loss_first", -0.5}, {"time_to_target_s", -1}});
+  EXPECT_EQ(row.val_acc, 0.0) << "an accuracy of 0 is a figure";
+  EXPECT_EQ(row.loss_first, -0.5);
+  EXPECT_FALSE(row.time_to_target_s) << "-1: the target was never reached";
 }
 
 // ---- the row's fields and the table of columns made from them ----
@@ -104,6 +117,30 @@ TEST(Columns, AreTheRowsFieldsInTheCsvsOrderEachCellWrittenAsItsType) {
   EXPECT_TRUE(column("val_acc").negative_is_none);
   EXPECT_FALSE(column("samples_per_s").negative_is_none);
   EXPECT_EQ(column_named("samples_per_sec"), nullptr);
+}
+
+// The counters the console shows, each with its header and the factor from the CSV's value.
+TEST(Columns, TheConsoleShowsItsCountersWithTheirUnits) {
+  std::vector<std::string> shown;
+  for (const Column& c : columns())
+    if (c.on_console) shown.push_back(fmt::format("{}: {} x{}", c.name, c.console_name, c.console_scale));
+  EXPECT_EQ(shown, (std::vector<std::string>{"samples_per_s: samples/s x1", "model_tflops: TFLOP/s x1",
+                                             "utilisation: util % x100", "host_cpu_util: CPU cores x1",
+                                             "loss_last: loss x1", "val_loss: val loss x1", "val_acc: val acc % x100",
+                                             "elapsed_s: elapsed s x1", "gpu_util: GPU util % x1"}));
+}
+
+// An empty cell is none, whatever the field held; a count written as a number is taken only
+// where a double holds it whole (up to 9e15), so one past int64 is refused, not wrapped.
+TEST(Columns, AnEmptyCellIsNoneAndACountPastADoublesWholeNumbersIsRefused) {
+  Row row;
+  row.params = 5, row.samples_per_s = 2;
+  EXPECT_FALSE(column_named("params")->set(row, "1e20"));
+  EXPECT_EQ(row.params, 5);
+  EXPECT_TRUE(column_named("params")->set(row, ""));
+  EXPECT_FALSE(row.params);
+  EXPECT_TRUE(column_named("samples_per_s")->set(row, ""));
+  EXPECT_FALSE(row.samples_per_s);
 }
 
 // ---- verdicts ----
@@ -231,6 +268,60 @@ TEST(Summary, EachSkipReasonIsOneLineNamingItsDevice) {
   EXPECT_EQ(text, "skipped:\n  gpu:1: no CUDA device\n  cpu bf16: this CPU lacks avx512_bf16\n");
 }
 
+// The figures at their edges: a rate of 10000 is plain digits, one of 0 is shown, a NaN is none;
+// a row with no memory figure leaves peak GiB empty; an aggregate row is no repetition.
+TEST(Summary, RatesAtTheirEdgesAndAggregateRowsAreNoRepetition) {
+  Row plain = summary_row("cpu", "fp32", 8, 10000);
+  Row zero = summary_row("cpu", "fp32", 8, 0);
+  zero.model = "lstm", zero.dataset = "sine";
+  Row nan = summary_row("cpu", "fp32", 8, NAN);
+  nan.model = "mlp", nan.dataset = "mnist";
+  Row mean = summary_row("cpu", "fp32", 8, 50000);
+  mean.run_type = "aggregate", mean.aggregate = "mean";
+  const std::string text = summary_table({plain, zero, nan, mean}, false);
+  EXPECT_EQ(text.substr(0, text.find("samples/s:")),
+            "workload            precision  cpu samples/s  peak GiB\n"
+            "lstm/sine                fp32              0          \n"
+            "mlp/mnist                fp32                         \n"
+            "resnet152/imagenet       fp32          10000          \n");
+}
+
+// Each of a line's columns is the median of its rows (speed-up and efficiency too), and peak
+// GiB is the largest over every column of the line.
+TEST(Summary, EveryFigureIsTheMedianOfItsRowsAndPeakTheLinesLargest) {
+  std::vector<Row> rows;
+  for (double x : {2.0, 3.0, 10.0}) {
+    Row r = summary_row("gpu:2", "fp32", 128, 100 * x);
+    r.data_parallel = 2, r.speedup_vs_cpu = x, r.scaling_efficiency = x / 10;
+    r.mem_peak_bytes = 1.0 * (1 << 30);
+    rows.push_back(r);
+  }
+  Row one = summary_row("gpu:1", "fp32", 128, 120);
+  one.data_parallel = 1;  // a one-device row: no efficiency column of its own
+  one.mem_peak_bytes = 3.0 * (1 << 30);
+  rows.push_back(one);
+  const std::string text = summary_table(rows, false);
+  const std::string line =
+      text.substr(text.find("resnet152"), text.find('\n', text.find("resnet152")) - text.find("resnet152"));
+  EXPECT_EQ(line,
+            "resnet152/imagenet       fp32              300              120        3.00x               30%      3.00")
+      << text;
+  EXPECT_EQ(text.find("gpu:1 efficiency"), std::string::npos) << text;
+}
+
+// One reason on two devices is a line for each; the Markdown summary has its title and a
+// heading for the skipped configurations.
+TEST(Summary, OneReasonOnTwoDevicesIsTwoLinesAndMarkdownHasItsHeadings) {
+  Row cpu = summary_row("cpu", "bf16", 8, 0);
+  cpu.status = "skipped", cpu.message = "skipped: this CPU lacks avx512_bf16";
+  Row threads = cpu;
+  threads.device = "cpu:2";
+  EXPECT_EQ(summary_table({cpu, threads}, false),
+            "skipped:\n  cpu bf16: this CPU lacks avx512_bf16\n  cpu:2 bf16: this CPU lacks avx512_bf16\n");
+  EXPECT_EQ(summary_table({cpu}, true),
+            "# trainbench summary\n\n\n## Skipped\n\n- cpu bf16: this CPU lacks avx512_bf16\n");
+}
+
 // A run of predicted rows alone (--predict_from) has a summary: a line per link, a pair of
 // columns per N in increasing N, each rate with its band where the row has both ends.
 TEST(Summary, PredictedRowsAloneAreATableByLinkAndN) {
@@ -247,6 +338,33 @@ TEST(Summary, PredictedRowsAloneAreATableByLinkAndN) {
   EXPECT_LT(text.find("N=2 samples/s"), text.find("N=10 samples/s")) << text;
   EXPECT_NE(text.find("66.3 (62.1-70.4)"), std::string::npos) << text;
   EXPECT_EQ(text.find("120 ("), std::string::npos) << "a band with one end is no band:\n" << text;
+}
+
+// A line per source row and link, the nodes and network of a two-level prediction in its link,
+// each N's efficiency in percent.
+TEST(Summary, PredictedLinesAreBySourceAndLinkWithTheirNetworkAndEfficiency) {
+  const auto predicted = [](const std::string& from, const std::string& device, double efficiency) {
+    Row r = summary_row(device, "fp32", 128, 100);
+    r.measurement = "predicted", r.predicted_from = from, r.link = "nvlink";
+    r.link_busbw_gbps = 300, r.scaling_efficiency = efficiency;
+    return r;
+  };
+  Row two_nodes = predicted("train/a", "gpu:16", 0.5);
+  two_nodes.network = "ib", two_nodes.nodes = 2, two_nodes.network_busbw_gbps = 25;
+  const std::string text =
+      summary_table({predicted("train/a", "gpu:8", 0.875), two_nodes, predicted("train/b", "gpu:8", 0.25)}, false);
+  const std::size_t from = text.find("from ");
+  ASSERT_NE(from, std::string::npos) << text;
+  EXPECT_EQ(
+      text.substr(from, text.find("samples/s predicted") - from),
+      "from                                                  link  N=8 samples/s  N=8 efficiency  N=16 samples/s  "
+      "N=16 efficiency\n"
+      "train/a                                  nvlink (300 GB/s)            100             88%                 "
+      "                \n"
+      "train/a  nvlink (300 GB/s) + 2 nodes, ib (25 GB/s per NIC)                                            100 "
+      "             50%\n"
+      "train/b                                  nvlink (300 GB/s)            100             25%                 "
+      "                \n");
 }
 
 // ---- the row log ----
@@ -328,6 +446,7 @@ TEST(RowLog, OneOkRepetitionHasNoAggregatesAndASkipSaysSo) {
   const Row skipped = log.repetition(info, Measurement{.status = "skipped", .message = "gpu:1: no CUDA device"});
   EXPECT_EQ(skipped.message, "skipped: gpu:1: no CUDA device");
   EXPECT_TRUE(is_skip(skipped.message));
+  EXPECT_FALSE(is_skip("loss rose; skipped: the rest")) << "the prefix only, not a word inside a failure";
 }
 
 TEST(RowLog, ARepetitionsMeasurementIsItsCellsAndItsLinesFollowItsRows) {
@@ -401,8 +520,15 @@ TEST(RowLog, AnEpochsRateIsItsTrainingStepsOverTheirTime) {
   EXPECT_EQ(row.samples_per_s, 500) << "10 steps of 100 over the 2 s of training";
   EXPECT_EQ(row.elapsed_s, 4);
   EXPECT_EQ(row.epoch, 2);
+  EXPECT_EQ(row.train_loss, 0.5);
+  EXPECT_EQ(row.val_loss, 0.75);
+  EXPECT_EQ(row.train_acc, 0.875);
   EXPECT_FALSE(row.val_acc.has_value());
   EXPECT_EQ(notes.str(), "  " + info.name + " epoch 2: train loss 0.5000 acc 0.8750, val loss 0.7500, 4.0 s\n");
+  log.epoch(info, EpochRecord{.epoch = 3, .val_loss = 0.5, .val_acc = 0.75, .elapsed_s = 6, .train_s = 3, .steps = 15});
+  EXPECT_EQ(log.rows().back().val_acc, 0.75);
+  EXPECT_NE(notes.str().find("epoch 3: train loss 0.0000, val loss 0.5000 acc 0.7500, 6.0 s\n"), std::string::npos)
+      << notes.str();
 }
 
 // A cpu row says data_on_device only for a train/ benchmark (an epochs/ one reads its data
@@ -414,6 +540,84 @@ TEST(RowLog, OnlyATrainCpuRowSaysItsDataWasResident) {
   EXPECT_EQ(identity_row(info, machine).data_on_device, 1);
   info.kind = Kind::Epochs;
   EXPECT_FALSE(identity_row(info, machine).data_on_device.has_value());
+}
+
+// An ok repetition keeps its text counter (the throttle reasons) and the prediction inputs it
+// was made of.
+TEST(RowLog, AnOkRepetitionKeepsItsThrottleReasonsAndPredictionInputs) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  Row f = figures(2.0);
+  f.gpu_throttle = telemetry::throttle_reason_names(4);
+  const Row ok =
+      log.repetition(mlp_info(), Measurement{.figures = f, .steps = 5, .prediction_inputs = "train/mlp/mnist/cpu:1"});
+  EXPECT_EQ(ok.gpu_throttle, telemetry::throttle_reason_names(4));
+  EXPECT_EQ(ok.prediction_inputs, "train/mlp/mnist/cpu:1");
+}
+
+// An aggregate row is ok and says over how many repetitions it is; only iteration rows count
+// (an epoch row of the same benchmark is none); a cv over a mean of 0 is 0, not NaN.
+TEST(RowLog, AnAggregateIsOverTheIterationRowsAloneAndSaysHowMany) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const BenchInfo info = mlp_info();
+  for (double rate : {1.0, 2.0, 3.0}) {
+    Row f = figures(rate);
+    f.skipped_steps = 0;
+    log.repetition(info, Measurement{.figures = f, .steps = 5});
+  }
+  log.epoch(info, EpochRecord{.epoch = 1, .elapsed_s = 1, .train_s = 1, .steps = 10});
+  log.aggregates(info);
+  int aggregates = 0;
+  for (const Row* r : log.rows_of(info.name)) {
+    if (r->run_type != "aggregate") continue;
+    ++aggregates;
+    EXPECT_EQ(r->status, "ok") << r->aggregate;
+    EXPECT_EQ(r->iterations, 3) << r->aggregate;
+    if (r->aggregate == "mean") {
+      EXPECT_EQ(r->samples_per_s, 2.0);
+    }
+    if (r->aggregate == "cv") {
+      EXPECT_EQ(r->skipped_steps, 0.0);
+    }
+  }
+  EXPECT_EQ(aggregates, 4);
+}
+
+// An identity row: the benchmark's settings and the machine's context, and where the benchmark
+// replays a saved row, that row's backend and name.
+TEST(RowLog, AnIdentityRowIsTheBenchmarksSettingsAndTheMachine) {
+  MachineContext machine;
+  machine.host = "node1", machine.cores = 2;
+  BenchInfo info = mlp_info();
+  info.warmup_steps = 3;
+  info.device_kind = &device_kinds().front();
+  ASSERT_EQ(info.device_kind->backend, Backend::Cpu);
+  Row row = identity_row(info, machine);
+  EXPECT_EQ(row.schema_version, kSchemaVersion);
+  EXPECT_EQ(row.framework, "trainbench");
+  EXPECT_EQ(row.warmup_steps, 3);
+  EXPECT_EQ(row.ranks, 1);
+  EXPECT_FALSE(row.nodes) << "one rank: no nodes";
+  EXPECT_FALSE(row.target_acc) << "no target";
+  EXPECT_FALSE(row.sgemm_gflops) << "not measured";
+  EXPECT_FALSE(row.data_parallel);
+  EXPECT_EQ(row.host, "node1");
+  EXPECT_EQ(row.cores, 2);
+  EXPECT_EQ(row.backend, "cpu");
+  EXPECT_EQ(row.measurement, "measured");
+  EXPECT_EQ(row.peak_source, "oneDNN sgemm 1024^3 measured at start-up (median of 5 rounds)");
+  info.skip_reason = "no such CPU";
+  EXPECT_EQ(identity_row(info, machine).peak_source, "") << "a skipped row measured no peak";
+  info.replay = BenchInfo::Replay{.of = "train/mlp/mnist/gpu:1/fp32/bs:100", .backend = "gpu", .inputs = ""};
+  row = identity_row(info, machine);
+  EXPECT_EQ(row.measurement, "replayed");
+  EXPECT_EQ(row.backend, "gpu");
+  EXPECT_EQ(row.predicted_from, "train/mlp/mnist/gpu:1/fp32/bs:100");
+  info.data_parallel = 1;  // a replay on one rank
+  EXPECT_EQ(identity_row(info, machine).data_parallel, 1);
 }
 
 // ---- reading a CSV back (--predict_from, --replay_from, jobs) ----
@@ -605,6 +809,97 @@ TEST(CsvWriterOpens, AWholeFileGetsItsRowsAppendedAndNothingElse) {
     ADD_FAILURE() << "a file of 70 KiB with no line break was taken";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("a first line over 64 KiB"), std::string::npos) << e.what();
+  }
+}
+
+// The last line of a run says how many rows it wrote (one row, rows), and whether the file held
+// rows before (a header alone is no rows); a file in a folder that does not exist yet is made
+// there.
+TEST(CsvWriterOpens, ItsLastLineCountsTheRowsAndSaysWhetherTheFileHeldSome) {
+  const std::string dir = ::testing::TempDir() + "writer_new_dir";
+  const std::string path = dir + "/run.csv";
+  std::remove(path.c_str());
+  std::remove(dir.c_str());
+  Row a;
+  a.schema_version = "7", a.benchmark = "a";
+  {
+    CsvWriter empty(path);
+    EXPECT_EQ(empty.rows_written_line(), "trainbench: 0 rows written to " + path + "\n");
+  }
+  {
+    CsvWriter header_only(path);
+    header_only.write_row(a);
+    EXPECT_EQ(header_only.rows_written_line("predicted"), "trainbench: 1 predicted row written to " + path + "\n");
+  }
+  CsvWriter again(path);
+  again.write_row(a);
+  again.write_row(a);
+  EXPECT_EQ(again.rows_written_line(), "trainbench: 2 rows written to " + path +
+                                           ", after the rows it already held (--csv appends; give a new file for "
+                                           "this run alone)\n");
+}
+
+// What --csv cannot append to is refused saying what it is: a directory; a one-line file of
+// another tool's header, named as not trainbench's (not as over 64 KiB).
+TEST(CsvWriterOpens, ADirectoryAndAForeignHeaderAreRefusedSayingWhatTheyAre) {
+  const auto refused = [](const std::string& path) {
+    try {
+      CsvWriter out(path);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("taken");
+  };
+  const std::string dir = refused(::testing::TempDir());
+  EXPECT_NE(dir.find("is a directory, not a file"), std::string::npos) << dir;
+  const std::string foreign = refused(write_file("writer_foreign.csv", "a,b,c"));
+  EXPECT_NE(foreign.find("the file exists with a header that is not trainbench's (3 columns); trainbench schema"),
+            std::string::npos)
+      << foreign;
+}
+
+// A row that cannot be written (here past the file size limit, as a full disk would) stops the
+// run naming the file, the row and the last row that is on disk.
+TEST(CsvWriterOpens, ARowThatCannotBeWrittenNamesTheLastRowOnDisk) {
+  const std::string path = ::testing::TempDir() + "writer_limit.csv";
+  std::remove(path.c_str());
+  CsvWriter out(path);
+  Row a;
+  a.schema_version = "7", a.benchmark = "a";
+  out.write_row(a);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit at_size = old;
+  at_size.rlim_cur = rlim_t(st.st_size);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &at_size), 0);
+  Row b = a;
+  b.benchmark = "b";
+  std::string said = "taken";
+  try {
+    out.write_row(b);
+  } catch (const CsvWriteError& e) {
+    said = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_EQ(said, "--csv=" + path +
+                      ": writing the row of b failed (File too large); the last row on disk is the one of a. The run "
+                      "stops here.");
+  EXPECT_EQ(out.rows_written_line(), "trainbench: 1 row written to " + path + "\n");
+}
+
+// A cell not a number in a number column is refused as not a number (a count's as not a whole one).
+TEST(ReadCsv, ACellNotANumberIsRefusedAsNotANumber) {
+  try {
+    read_csv(write_file("typed_number.csv", "schema_version,benchmark,samples_per_s\n6,a,fast\n"), "--x");
+    ADD_FAILURE() << "a rate of 'fast' was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2: samples_per_s is 'fast', not a number (a row edited"),
+              std::string::npos)
+        << e.what();
   }
 }
 
