@@ -34,11 +34,11 @@ struct Cell {
 double value(const Number& v) { return v && !std::isnan(*v) ? *v : -1; }
 double value(const Count& v) { return v ? double(*v) : -1; }
 
-// The column a row belongs to: its device, marked where it is not a measured scaling figure.
+// The column a measured row belongs to: its device, marked where it is not a scaling figure
+// (predicted rows have a table of their own).
 std::string device_column(const Row& row) {
   std::string device = row.device;
   if (row.shared_device == 1) device += " (one GPU)";
-  if (row.measurement == "predicted") device += fmt::format(" (predicted, {})", row.link);
   return device;
 }
 
@@ -125,8 +125,7 @@ struct Collected {
 
   void add_measured(const Row& row) {
     std::string variant = row.variant;
-    for (const char* hidden : {"shared_device", "predicted:"})
-      if (const auto at = variant.find(hidden); at != std::string::npos) variant.erase(at);
+    if (const auto at = variant.find("shared_device"); at != std::string::npos) variant.erase(at);
     while (!variant.empty() && variant.back() == '/') variant.pop_back();
     const LineKey key{fmt::format("{}/{}{}", row.model, row.dataset, variant.empty() ? "" : " [" + variant + "]"),
                       row.precision};
