@@ -1341,6 +1341,29 @@ TEST(Predict, ASweptLinksBandIsTheWiderOfItsCurvesAndItsFits) {
   EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Slow).s, 6.05e-3, 1e-12) << "the slowest repetitions, wider";
 }
 
+// Every preset's latency is the ring/Simple step of NCCL's tuning model for its hardware
+// (hwLat in NVIDIA/nccl src/graph/tuning.cc: NVLink 3.4 us, PCIe 5.7, network 14), as presets.cpp
+// says; the presets are those --help lists, in its order, and 10gbe's bus bandwidth is scaled
+// from 25gbe's as its source says.
+TEST(Predict, EveryPresetsLatencyIsNcclsRingStepForItsHardware) {
+  const auto latency = [](parallel::Hw hw) {
+    return hw == parallel::Hw::NVLink ? 3.4 : hw == parallel::Hw::PCIe ? 5.7 : hw == parallel::Hw::Net ? 14 : -1;
+  };
+  for (const auto* presets : {&parallel::link_presets(), &parallel::network_presets()})
+    for (const parallel::Link& l : *presets) EXPECT_EQ(l.latency_us, latency(l.hw)) << l.name;
+  std::vector<std::string> links, networks;
+  for (const parallel::Link& l : parallel::link_presets()) links.push_back(l.name);
+  for (const parallel::Link& l : parallel::network_presets()) networks.push_back(l.name);
+  EXPECT_EQ(links,
+            (std::vector<std::string>{"nvlink4", "nvlink4_nvls", "nvlink3", "pcie3", "pcie4", "pcie5", "ib_ndr400"}));
+  EXPECT_EQ(networks, (std::vector<std::string>{"ib_ndr400", "100gbe", "25gbe", "10gbe"}));
+  // 10 Gb Ethernet has no published figure: 25gbe's share of its line rate, of 10 Gb/s.
+  EXPECT_NEAR(parallel::parse_network("10gbe").busbw_gbps, parallel::parse_network("25gbe").busbw_gbps * 10 / 25,
+              1e-12);
+  EXPECT_EQ(parallel::parse_link("nvlink3").hw, parallel::Hw::NVLink);
+  EXPECT_EQ(parallel::parse_link("pcie4").hw, parallel::Hw::PCIe);
+}
+
 TEST(Predict, LinksByNameByFiguresAndRefused) {
   EXPECT_EQ(parallel::parse_link("nvlink4").busbw_gbps, 370);
   for (const auto* presets : {&parallel::link_presets(), &parallel::network_presets()})
