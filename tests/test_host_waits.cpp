@@ -395,5 +395,157 @@ TEST(ReplicaRun, WarmUpStepsEveryReplicaAndAStepsDeviceTimeIsTheSlowestReplicas)
   EXPECT_DOUBLE_EQ(run.step().device, 5e-3);
 }
 
+// Each replica is made once, on its own thread after bind(k) ran there (a GPU replica's device
+// is current when its network is made); one replica is made on the caller's thread. Replicas of
+// one process that share gradients are as many as it runs.
+TEST(ReplicaRun, EachReplicaIsMadeOnItsOwnThreadAfterItsBind) {
+  StandInDevice devices[2];
+  for (int n : {1, 2}) {
+    SCOPED_TRACE(n);
+    std::vector<std::thread::id> bound(2), made(2);
+    std::vector<int> binds(2), makes(2);
+    parallel::ReplicaRun run(
+        nullptr, /*across_ranks=*/false, n,
+        [&](int k) {
+          bound[std::size_t(k)] = std::this_thread::get_id();
+          ++binds[std::size_t(k)];
+        },
+        [&](int k) {
+          made[std::size_t(k)] = std::this_thread::get_id();
+          EXPECT_EQ(binds[std::size_t(k)], 1) << "replica " << k << " made before its bind";
+          ++makes[std::size_t(k)];
+          return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
+                                std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+        });
+    EXPECT_EQ(binds, n == 1 ? (std::vector<int>{1, 0}) : (std::vector<int>{1, 1}));
+    EXPECT_EQ(makes, binds);
+    for (int k = 0; k < n; ++k) EXPECT_EQ(made[std::size_t(k)], bound[std::size_t(k)]) << k;
+    if (n == 1)
+      EXPECT_EQ(made[0], std::this_thread::get_id());
+    else
+      EXPECT_NE(made[0], made[1]);
+    EXPECT_EQ(run.communicating_ranks(), n);
+  }
+}
+
+// A run of no replicas is refused before anything is made.
+TEST(ReplicaRun, ARunOfNoReplicasIsRefused) {
+  int made = 0;
+  try {
+    parallel::ReplicaRun run(nullptr, /*across_ranks=*/false, 0, nullptr, [&](int) {
+      ++made;
+      return std::make_pair(std::unique_ptr<Network>(), std::unique_ptr<Dataset>());
+    });
+    ADD_FAILURE() << "the run was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a run needs a replica"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(made, 0);
+}
+
+// A replica whose thread cannot be bound (its GPU is not there) fails the run with its reason.
+TEST(ReplicaRun, AReplicaThatCannotBeBoundFailsTheRunWithItsReason) {
+  StandInDevice devices[2];
+  try {
+    parallel::ReplicaRun run(
+        nullptr, /*across_ranks=*/false, 2,
+        [](int k) {
+          if (k == 1) throw Error("stand-in: device 1 is not there");
+        },
+        [&](int k) {
+          return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
+                                std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+        });
+    ADD_FAILURE() << "the run was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stand-in: device 1 is not there"), std::string::npos) << e.what();
+  }
+}
+
+// Where replicas fail on their own, the run reports the first one's failure by index, whichever
+// failed last (here replica 1, later).
+TEST(ReplicaRun, TheFirstReplicasOwnFailureIsReported) {
+  StandInDevice devices[2];
+  try {
+    parallel::ReplicaRun run(
+        nullptr, /*across_ranks=*/false, 2,
+        [](int k) {
+          if (k == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          throw Error(fmt::format("stand-in: device {} is not there", k));
+        },
+        [&](int k) {
+          return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
+                                std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+        });
+    ADD_FAILURE() << "the run was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stand-in: device 0 is not there"), std::string::npos) << e.what();
+  }
+}
+
+// Where every replica was stopped by another's failure (another rank's), the run reports that.
+TEST(ReplicaRun, ReplicasAllStoppedByAnothersFailureReportIt) {
+  StandInDevice devices[2];
+  try {
+    parallel::ReplicaRun run(
+        nullptr, /*across_ranks=*/false, 2,
+        [](int k) { throw parallel::PeerFailed(fmt::format("rank {} stopped: replica 3 failed: stand-in", k)); },
+        [&](int k) {
+          return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
+                                std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+        });
+    ADD_FAILURE() << "the run was made";
+  } catch (const parallel::PeerFailed& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 0 stopped: replica 3 failed: stand-in");
+  }
+}
+
+// A step reports its own failures alone: after a replica's batch could not be read (replicas run
+// as jobs), the next step, which goes well, does not report it again.
+TEST(ReplicaRun, AStepAfterAFailedOneReportsOnlyItsOwnFailures) {
+  StandInDevice devices[2];
+  StandInNetwork* nets[2] = {};
+  parallel::ReplicaRun run(nullptr, /*across_ranks=*/false, 2, nullptr, [&](int k) {
+    auto net = std::make_unique<StandInNetwork>(devices[k]);
+    nets[k] = net.get();
+    return std::make_pair(std::unique_ptr<Network>(std::move(net)),
+                          std::unique_ptr<Dataset>(std::make_unique<FailingData>(k == 1 ? 2 : 0)));
+  });
+  run.connect();
+  EXPECT_THROW(run.step(), Error);  // replica 1's prefetch
+  EXPECT_NO_THROW(run.step());
+  EXPECT_EQ(nets[0]->steps(), 2);
+  EXPECT_EQ(nets[1]->steps(), 2);
+}
+
+// The run's communication counters are a replica's, counting every step it took through its
+// communicator; replicas run as jobs (no wiring) communicate nothing and count nothing. A run
+// connects once.
+TEST(ReplicaRun, CommStatsCountTheStepsThroughTheCommunicatorAndAJobHasNone) {
+  static StandInDevice devices[2];  // static: a wiring is a plain function
+  const parallel::ReplicaRun::Factory make = [&](int k) {
+    return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
+                          std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+  };
+  parallel::Wiring stand_ins = [](const std::vector<Network*>& nets, parallel::Communicator*) {
+    parallel::Communicators comms;
+    for (std::size_t k = 0; k < nets.size(); ++k) comms.push_back(std::make_unique<StandInComm>(devices[k]));
+    return comms;
+  };
+  parallel::ReplicaRun wired(stand_ins, /*across_ranks=*/false, 2, nullptr, make, kBucketBytes);
+  wired.connect();
+  EXPECT_THROW(wired.connect(), Error);
+  wired.warm_up(3);
+  EXPECT_EQ(wired.comm_stats().steps, 3);
+  EXPECT_EQ(wired.comm_stats().buckets, 12);  // 4 a step
+  ASSERT_NE(wired.replicas()[1].replica, nullptr);
+  EXPECT_EQ(wired.replicas()[1].backend, &wired.replicas()[1].replica->inner());
+  parallel::ReplicaRun jobs(nullptr, /*across_ranks=*/false, 2, nullptr, make);
+  jobs.connect();
+  jobs.warm_up(3);
+  EXPECT_EQ(jobs.comm_stats().steps, 0);
+  EXPECT_EQ(jobs.replicas()[0].replica, nullptr);
+}
+
 }  // namespace
 }  // namespace tb

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <new>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "engine/parallel/replica.hpp"
 #include "engine/parallel/replica_run.hpp"
 #include "engine/parallel/timeline.hpp"
+#include "engine/parallel/world.hpp"
 #include "models/models.hpp"
 #include "tests/large_batch.hpp"
 #include "tests/replica_checks.hpp"
@@ -129,6 +131,26 @@ TEST(ThreadComm, ARankThatComesAfterAnotherTimedOutStops) {
     ADD_FAILURE() << "rank 0 passed a barrier that rank 1 had left";
   } catch (const parallel::PeerFailed& e) {
     EXPECT_NE(std::string(e.what()).find("rank 0 stopped: rank 1 waited"), std::string::npos) << e.what();
+  }
+}
+
+// A rank's worker keeps its first failure: an all-reduce started after one timed out fails too
+// (the group has stopped), and wait() reports the timeout, the cause, not the stop that followed.
+// (The sleeps order the worker's failures before the wait; the test passes whatever the timing.)
+TEST(ThreadComm, WaitReportsTheWorkersFirstFailure) {
+  auto comms = thread_comms(2, /*timeout_s=*/0.05);
+  std::vector<float> v(4, 1.0f);
+  comms[0]->start_all_reduce_mean(v.data(), 4, ElemType::F32);  // rank 1 never comes
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the worker has given up by then
+  comms[0]->start_all_reduce_mean(v.data(), 4, ElemType::F32);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // and has failed this one too
+  try {
+    comms[0]->wait();
+    ADD_FAILURE() << "the all-reduces passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(dynamic_cast<const parallel::PeerFailed*>(&e), nullptr) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("rank 0 waited 0 s for the other replicas in an all-reduce", 0), 0u)
+        << e.what();
   }
 }
 
@@ -467,6 +489,48 @@ TEST(DataParallel, ChecksumsThatDifferInAnyOneBitFailTheWeightCheck) {
                                      std::move(comms[std::size_t(r)]));
     EXPECT_NO_THROW(replica.check_weights_agree());
   });
+}
+
+// One replica's communicator (a one-device row's step through the data-parallel path) has no
+// one to exchange with: every collective leaves its value as it is.
+TEST(World, OneReplicasCommunicatorLeavesEveryValueAsItIs) {
+  Checksummed net(0);
+  const std::unique_ptr<Communicator> comm = parallel::one_replica_comm(net);
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_EQ(comm->kind(), "one replica");
+  EXPECT_DOUBLE_EQ(comm->max(-2.5), -2.5);
+  EXPECT_DOUBLE_EQ(comm->min(3.5), 3.5);
+  std::vector<float> v{1, 2, 3};
+  comm->start_all_reduce_mean(v.data(), 3, ElemType::F32);
+  comm->wait();
+  comm->broadcast(v.data(), 3, ElemType::F32, 0);
+  comm->barrier();
+  EXPECT_EQ(v, (std::vector<float>{1, 2, 3}));
+}
+
+// Alone (no mpirun), a row's set-up runs once and throws its own failure as it was thrown.
+TEST(World, ASetUpAloneThrowsItsOwnFailure) {
+  int ran = 0;
+  parallel::set_up_together("a row", [&] { ++ran; });
+  EXPECT_EQ(ran, 1);
+  try {
+    parallel::set_up_together("a row", [] { throw CheckFailed("cifar10: data_batch_3.bin is truncated"); });
+    ADD_FAILURE() << "the set-up passed";
+  } catch (const CheckFailed& e) {
+    EXPECT_EQ(std::string(e.what()), "cifar10: data_batch_3.bin is truncated");
+  }
+  EXPECT_THROW(parallel::set_up_together("a row", [] { throw std::bad_alloc(); }), std::bad_alloc);
+}
+
+// Rank 0 tells a row that failed because another rank could not set it up (it says so once, not
+// as its own failure) from its own failures, by the message set_up_together threw.
+TEST(World, AnotherRanksSetUpFailureIsToldFromThisRanksOwn) {
+  EXPECT_TRUE(parallel::another_ranks_set_up_failed("rank 1 could not set up this row: no train-images-idx3-ubyte"));
+  EXPECT_FALSE(parallel::another_ranks_set_up_failed("mnist: no train-images-idx3-ubyte"));
+  EXPECT_FALSE(parallel::another_ranks_set_up_failed("replica 1 could not set up this row: out of memory"));
+  EXPECT_FALSE(parallel::another_ranks_set_up_failed("mnist: rank 1 could not set up this row: x"));
+  EXPECT_FALSE(parallel::another_ranks_set_up_failed("rank 1 stopped: replica 0 failed: x"));
 }
 
 // The run's check reports the first replica's failure, and replicas whose weights differ as
@@ -1275,6 +1339,29 @@ TEST(Predict, ASweptLinksBandIsTheWiderOfItsCurvesAndItsFits) {
   EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Fast).s, 5.5e-4 / 1.25, 1e-12);
   link.busbw_low_gbps = 0.95;
   EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Slow).s, 6.05e-3, 1e-12) << "the slowest repetitions, wider";
+}
+
+// Every preset's latency is the ring/Simple step of NCCL's tuning model for its hardware
+// (hwLat in NVIDIA/nccl src/graph/tuning.cc: NVLink 3.4 us, PCIe 5.7, network 14), as presets.cpp
+// says; the presets are those --help lists, in its order, and 10gbe's bus bandwidth is scaled
+// from 25gbe's as its source says.
+TEST(Predict, EveryPresetsLatencyIsNcclsRingStepForItsHardware) {
+  const auto latency = [](parallel::Hw hw) {
+    return hw == parallel::Hw::NVLink ? 3.4 : hw == parallel::Hw::PCIe ? 5.7 : hw == parallel::Hw::Net ? 14 : -1;
+  };
+  for (const auto* presets : {&parallel::link_presets(), &parallel::network_presets()})
+    for (const parallel::Link& l : *presets) EXPECT_EQ(l.latency_us, latency(l.hw)) << l.name;
+  std::vector<std::string> links, networks;
+  for (const parallel::Link& l : parallel::link_presets()) links.push_back(l.name);
+  for (const parallel::Link& l : parallel::network_presets()) networks.push_back(l.name);
+  EXPECT_EQ(links,
+            (std::vector<std::string>{"nvlink4", "nvlink4_nvls", "nvlink3", "pcie3", "pcie4", "pcie5", "ib_ndr400"}));
+  EXPECT_EQ(networks, (std::vector<std::string>{"ib_ndr400", "100gbe", "25gbe", "10gbe"}));
+  // 10 Gb Ethernet has no published figure: 25gbe's share of its line rate, of 10 Gb/s.
+  EXPECT_NEAR(parallel::parse_network("10gbe").busbw_gbps, parallel::parse_network("25gbe").busbw_gbps * 10 / 25,
+              1e-12);
+  EXPECT_EQ(parallel::parse_link("nvlink3").hw, parallel::Hw::NVLink);
+  EXPECT_EQ(parallel::parse_link("pcie4").hw, parallel::Hw::PCIe);
 }
 
 TEST(Predict, LinksByNameByFiguresAndRefused) {

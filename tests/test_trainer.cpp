@@ -92,6 +92,7 @@ class Numbered final : public Dataset {
   }
   void feed(Network& net, const Batch& batch) const override {
     std::this_thread::sleep_for(feed_takes);
+    if (++fed == feed_fails_at) throw Error("numbered: a batch could not be copied to the network");
     Dataset::feed(net, batch);
   }
   std::string name() const override { return "numbered"; }
@@ -101,6 +102,8 @@ class Numbered final : public Dataset {
   i64 epoch_steps = 0;
   i64 samples = 1;  // each batch's (the network reads its first input alone)
   std::chrono::milliseconds next_takes{0}, feed_takes{0};
+  int feed_fails_at = 0;  // the feed() (counted from 1) that throws; 0: none
+  mutable int fed = 0;
 
  private:
   float number_, step_ = 1;
@@ -155,6 +158,18 @@ TEST_P(TrainerOn, AnEvaluationLeavesTheNextTrainingBatchInPlace) {
 
 // An evaluation's tally counts every sample of its batches, so that its accuracy is over samples,
 // not batches: 2 batches of 4 samples with one correct each are 2 of 8 correct.
+// A batch that cannot be set on the network under a step (the asynchronous backend's prefetch,
+// whose feed() throws) is not trained on: the next step fetches and sets a batch of its own,
+// rather than stepping on the batch the failed feed left unset (the network still held batch 1).
+TEST(Trainer, ABatchWhoseFeedFailsUnderAStepIsNotTrainedOn) {
+  auto data = std::make_unique<Numbered>();
+  data->feed_fails_at = 2;  // batch 2's, the first step's prefetch
+  Trainer trainer(std::make_unique<EchoNetwork>(/*asynchronous=*/true), std::move(data));
+  EXPECT_THROW(trainer.step(), Error);
+  trainer.step();
+  EXPECT_EQ(trainer.losses(), std::vector<float>{3});
+}
+
 TEST(Trainer, AnEvaluationCountsEverySampleOfItsBatches) {
   auto network = std::make_unique<EchoNetwork>(false);
   network->correct_from = 0;
