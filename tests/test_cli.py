@@ -818,6 +818,9 @@ def test_mpirun_compares_mpi2_with_its_prediction_and_the_row_says_inside_or_out
     where = "inside" if inside else "outside"
     assert f"measured / predicted = {got / point:.2f}, {where} the band" in r.stdout
     assert float(m["scaling_efficiency"]) > 0 and m["data_parallel"] == "2" and m["device_kind"] == "mpi:N"
+    # Its communication: the seconds of a step backward did not hide, and their share of the step.
+    share = float(m["comm_s_per_step"]) / float(m["step_time_s"])
+    assert float(m["comm_share"]) == pytest.approx(share, rel=1e-4), (m["comm_share"], share)
 
 
 def test_a_prediction_asked_after_the_run_equals_the_runs_own(tmp_path):

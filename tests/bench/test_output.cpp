@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -19,8 +20,10 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench/output/csv.hpp"
 #include "bench/output/rows.hpp"
@@ -908,11 +911,11 @@ TEST(ReadCsv, ACellNotANumberIsRefusedAsNotANumber) {
 // A console of its own: the harness of these devices and filter, a row log and the reporter over
 // them, writing into `out` and `err`; report(NAME) is Google Benchmark's call for a benchmark.
 struct Console {
-  Console(std::vector<std::string> devices, std::string filter)
+  Console(std::vector<std::string> devices, std::string filter, DisplayOptions display = {})
       : flags(flags_of(std::move(devices), std::move(filter))),
         harness(flags, 2),
         log(machine, nullptr, notes),
-        reporter(harness, log, DisplayOptions{}) {
+        reporter(harness, log, std::move(display)) {
     reporter.SetOutputStream(&out);
     reporter.SetErrorStream(&err);
   }
@@ -1041,6 +1044,136 @@ TEST(Reporter, ColourIsForcedOnlyOnTheConsole) {
   flags.benchmark_color = "always";
   flags.benchmark_format = "json";
   EXPECT_FALSE(display_options(flags).colour) << "escape bytes in JSON";
+}
+
+// A cell under 1000 keeps four significant figures; a counter the console shows scaled (util %)
+// is its CSV value times its scale; a NaN is a blank cell, never "nan"; the row's notes follow.
+TEST(Reporter, CellsKeepFourFiguresTheirConsoleScaleAndNaNIsBlank) {
+  Console console({"cpu:1"}, "mlp/mnist");
+  const std::string name = "train/mlp/mnist/cpu:1/fp32/bs:100";
+  Row row = figures(123.456, 0.08);
+  row.utilisation = 0.125;
+  row.host_cpu_util = NAN;
+  row.loss_last = 0.25;
+  console.log.repetition(*console.harness.find(name), Measurement{.figures = row, .steps = 7, .message = "a note"});
+  console.report(name);
+  const std::string text = console.out.str();
+  const std::string line =
+      text.substr(text.find(name + " "), text.find('\n', text.find(name + " ")) - text.find(name + " "));
+  EXPECT_NE(line.find(" 123.5 "), std::string::npos) << text;
+  EXPECT_NE(line.find(" 12.5 "), std::string::npos) << "util % is utilisation x 100:\n" << text;
+  EXPECT_EQ(line.find("nan"), std::string::npos) << text;
+  EXPECT_NE(text.find("CPU cores"), std::string::npos) << "the CPU cores column is shown, its NaN blank:\n" << text;
+  EXPECT_TRUE(line.ends_with(" 0.25  a note")) << "its notes after its cells, set apart:\n" << text;
+}
+
+// An epochs/ benchmark of several repetitions: its rows' Time is the run's seconds, its cv row's
+// the cv of the step (as every cv row's), not of the run's seconds; its epoch rows were said as
+// they came and are not in the table.
+TEST(Reporter, AnEpochsCvRowIsTheStepsAndItsEpochRowsAreNotInTheTable) {
+  Console console({"cpu:1"}, "mlp/mnist");
+  const std::string name = "epochs/mlp/mnist/cpu:1/fp32/bs:100";
+  const BenchInfo* info = console.harness.find(name);
+  ASSERT_NE(info, nullptr);
+  console.log.epoch(
+      *info, EpochRecord{.epoch = 1, .train_loss = 0.5, .val_loss = 0.6, .elapsed_s = 5, .train_s = 4, .steps = 50});
+  for (const auto& [step, elapsed] : {std::pair{0.08, 10.0}, std::pair{0.12, 20.0}}) {
+    Row run_of_epochs = figures(50, step);
+    run_of_epochs.elapsed_s = elapsed;
+    console.log.repetition(*info, Measurement{.figures = run_of_epochs, .steps = 1});
+  }
+  console.log.aggregates(*info);
+  console.report(name);
+  const std::string text = console.out.str();
+  const std::size_t cv = text.find(name + "_cv ");
+  ASSERT_NE(cv, std::string::npos) << text;
+  EXPECT_NE(text.substr(cv, text.find('\n', cv) - cv).find("28.28 %"), std::string::npos)
+      << "stddev 0.0283 s over a mean step of 0.1 s (the run's seconds': 47.14 %)\n"
+      << text;
+  EXPECT_NE(text.find(name + "  "), std::string::npos) << text;
+  std::size_t lines = 0;
+  for (std::size_t at = text.find(name + " "); at != std::string::npos; at = text.find(name + " ", at + 1)) ++lines;
+  EXPECT_EQ(lines, 2u) << "its two repetitions, not its epoch row:\n" << text;
+}
+
+// Coloured, an ok row's name is green and a failed row red; a benchmark whose first repetition
+// failed and whose second did not is counted failed.
+TEST(Reporter, ColourSaysOkInGreenAndFailedInRedAndAnyFailedRepetitionCounts) {
+  Console console({"cpu:1"}, "mlp/mnist", DisplayOptions{.colour = true});
+  const std::string name = "train/mlp/mnist/cpu:1/fp32/bs:100";
+  const BenchInfo* info = console.harness.find(name);
+  ASSERT_NE(info, nullptr);
+  console.log.repetition(*info, Measurement{.status = "failed", .message = "loss rose"});
+  console.log.repetition(*info, Measurement{.figures = figures(100, 0.1), .steps = 7});
+  console.report(name);
+  const std::string text = console.out.str();
+  const auto line_of = [&](const std::string& colour) {
+    const std::size_t at = text.find(colour + name + " ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_TRUE(line_of("\033[31m").ends_with(" FAILED: loss rose\033[0m")) << text;
+  const std::string ok = line_of("\033[32m");
+  EXPECT_LT(ok.find("\033[0m "), ok.find(" 100 ms")) << "the name alone coloured:\n" << text;
+  EXPECT_EQ(console.reporter.failed(), 1);
+}
+
+// A reason that starts with its configuration and a space ("cpu:4096 needs 4096 cores") is said
+// with the configuration once, as one that starts with it and a colon.
+TEST(Reporter, ASkipsReasonDoesNotRepeatItsConfiguration) {
+  Console console({"cpu:4096"}, "mlp/mnist");
+  const std::string name = "train/mlp/mnist/cpu:4096/fp32/bs:100";
+  const BenchInfo* info = console.harness.find(name);
+  ASSERT_NE(info, nullptr);
+  ASSERT_EQ(info->skip_scope, "cpu:4096");
+  console.log.repetition(*info,
+                         Measurement{.status = "skipped", .message = "cpu:4096 needs 4096 cores (this machine has 2)"});
+  console.report(name);
+  EXPECT_NE(console.out.str().find("skipped cpu:4096: needs 4096 cores (this machine has 2)\n"), std::string::npos)
+      << console.out.str();
+}
+
+// A terminal on stdout is coloured unless colour is refused, by any of Google Benchmark's words
+// for no or by NO_COLOR.
+TEST(Reporter, ATerminalIsColouredUnlessRefused) {
+  const int terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(terminal, 0);
+  ASSERT_EQ(::grantpt(terminal), 0);
+  ASSERT_EQ(::unlockpt(terminal), 0);
+  const int follower = ::open(::ptsname(terminal), O_RDWR | O_NOCTTY);
+  ASSERT_GE(follower, 0);
+  const char* term = std::getenv("TERM");
+  const std::string old_term = term ? term : "";
+  const char* no_colour = std::getenv("NO_COLOR");
+  const std::string old_no_colour = no_colour ? no_colour : "";
+  std::fflush(stdout);
+  const int saved = ::dup(STDOUT_FILENO);
+  ::dup2(follower, STDOUT_FILENO);
+  ::setenv("TERM", "xterm", 1);
+  ::unsetenv("NO_COLOR");
+  Flags flags;
+  std::map<std::string, bool> coloured;
+  for (const char* word : {"auto", "false", "no", "0", "never"}) {
+    flags.benchmark_color = word;
+    coloured[word] = display_options(flags).colour;
+  }
+  flags.benchmark_color = "auto";
+  ::setenv("NO_COLOR", "1", 1);
+  const bool with_no_colour = display_options(flags).colour;
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  ::close(follower);
+  ::close(terminal);
+  if (term)
+    ::setenv("TERM", old_term.c_str(), 1);
+  else
+    ::unsetenv("TERM");
+  if (no_colour)
+    ::setenv("NO_COLOR", old_no_colour.c_str(), 1);
+  else
+    ::unsetenv("NO_COLOR");
+  EXPECT_TRUE(coloured["auto"]);
+  for (const char* no : {"false", "no", "0", "never"}) EXPECT_FALSE(coloured[no]) << no;
+  EXPECT_FALSE(with_no_colour);
 }
 
 }  // namespace

@@ -414,6 +414,37 @@ TEST(Harness, WritesEveryRowOfABenchmarkThenItsAggregatesAndPredictions) {
     EXPECT_LE(quantiles[0] + quantiles[10] + quantiles[20], 3 * r->step_time_s.value_or(NAN) * (1 + 1e-6))
         << r->prediction_inputs;
   }
+  // The data-parallel overhead is probed once per benchmark, on its first window, and kept for the
+  // next: VALUE,LOW,HIGH, the noise of the steps on either side of it.
+  std::vector<std::string> dp_cells;
+  for (const Row* r : iterations) {
+    const std::size_t from = r->prediction_inputs.find(";dp=") + 4;
+    dp_cells.push_back(r->prediction_inputs.substr(from, r->prediction_inputs.find(';', from) - from));
+    std::vector<double> dp;
+    std::istringstream numbers(dp_cells.back());
+    for (std::string v; std::getline(numbers, v, ',');) dp.push_back(std::stod(v));
+    ASSERT_EQ(dp.size(), 3u) << r->prediction_inputs;
+    EXPECT_TRUE(dp[1] <= dp[0] && dp[0] <= dp[2]) << r->prediction_inputs;
+  }
+  EXPECT_EQ(dp_cells[0], dp_cells[1]) << "probed again for the second repetition";
+  // The samples/s of each step of a repetition (its windows, one step each here): the row's rate
+  // scaled by each step's share, their reciprocals averaging the row's.
+  for (const Row* r : iterations) {
+    std::vector<double> rates;
+    std::istringstream cells(r->window_samples_per_s);
+    for (std::string w; std::getline(cells, w, ';');) rates.push_back(std::stod(w));
+    ASSERT_EQ(rates.size(), 3u) << r->window_samples_per_s;
+    double mean_inverse = 0;
+    for (double w : rates) mean_inverse += 1 / w / 3;
+    EXPECT_NEAR(mean_inverse * r->samples_per_s.value_or(NAN), 1, 1e-4) << r->window_samples_per_s;
+  }
+  // A repetition's phases are its own steps': forward, backward and update inside its step, none
+  // of the warm-up's, the probes' or an earlier repetition's.
+  for (const Row* r : iterations)
+    EXPECT_LE(
+        r->forward_s_per_step.value_or(NAN) + r->backward_s_per_step.value_or(NAN) + r->update_s_per_step.value_or(NAN),
+        r->step_time_s.value_or(NAN) * (1 + 1e-5))
+        << "repetition " << r->repetition.value_or(-1);
   EXPECT_EQ(aggregates.size(), 4u);
   // The predicted rows: mpi:2, 4 and 8 over the link, the same as predict_rows makes of the rows.
   std::vector<const Row*> predicted;
@@ -521,6 +552,30 @@ TEST(Harness, ARepetitionThatFailedDropsItsRunAndTheNextStartsAfresh) {
     EXPECT_NE(r->message.find("after 3 steps"), std::string::npos) << "1 warm-up step and 2 timed: " << r->message;
   }
   EXPECT_EQ(failed[0]->message, failed[1]->message);
+}
+
+// An epochs/ row is its run's last epoch: its epoch count, its validation loss and its run's
+// seconds (validation included), beside a step of its training alone.
+TEST(Harness, AnEpochsRowIsItsRunsLastEpoch) {
+  Flags flags;
+  flags.devices = {"cpu:1"};
+  flags.epochs = 2;
+  Registered run(flags);
+  initialize_repetitions(1);
+  NoDisplay display;
+  benchmark::RunSpecifiedBenchmarks(&display, "^epochs/lstm/sine/cpu:1/");
+  benchmark::ClearRegisteredBenchmarks();
+  run.harness.release_sessions();
+  std::vector<const Row*> epochs, final;
+  for (const Row& r : run.log.rows()) (r.run_type == "epoch" ? epochs : final).push_back(&r);
+  ASSERT_EQ(epochs.size(), 2u);
+  ASSERT_EQ(final.size(), 1u);
+  const Row& row = *final[0];
+  EXPECT_EQ(row.status, "ok") << row.message;
+  EXPECT_EQ(row.epoch, 2);
+  EXPECT_EQ(row.val_loss, epochs[1]->val_loss);
+  EXPECT_EQ(row.elapsed_s, epochs[1]->elapsed_s);
+  EXPECT_LT(row.step_time_s.value_or(NAN) * double(epochs[1]->iterations.value_or(0)), row.elapsed_s.value_or(NAN));
 }
 
 }  // namespace
