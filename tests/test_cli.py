@@ -406,6 +406,17 @@ def test_target_accuracy_reports_the_time_it_took(tmp_path):
     assert final["target_acc"] == "0.5"
 
 
+def test_a_target_accuracy_not_reached_fails_the_row_naming_the_accuracy_epochs_and_target(tmp_path):
+    """LeNet-5 cannot reach 99.9% on CIFAR-10 in one epoch: its row fails, saying the accuracy it
+    reached after how many epochs (not steps), and the run's exit status says a benchmark failed."""
+    out = tmp_path / "run.csv"
+    r = run("--benchmark_filter=epochs/lenet5/cifar10/cpu/", "--epochs=1", "--target_accuracy=0.999", f"--csv={out}")
+    assert r.returncode == 1, r.stderr
+    [failed] = [row for row in read_csv(out) if row["status"] == "failed"]
+    assert re.fullmatch(r"validation accuracy 0\.\d{4} after 1 epoch never reached the target 0\.9990",
+                        failed["message"]), failed["message"]
+
+
 def test_a_target_accuracy_is_no_regressions_and_synthetic_data_says_so(tmp_path):
     """--target_accuracy skips the LSTM's epochs, a regression with no accuracy (they failed, 'accuracy
     -1 never reached the target'); a row on synthetic data under the default ./data says so once."""

@@ -52,8 +52,8 @@ class EpochsRun final : public BenchmarkRun {
     set_epoch_figures(figures_, last);
     figures_.time_to_target_s = result_.time_to_target_s;
     if (info_.target_accuracy > 0 && result_.time_to_target_s < 0)
-      throw CheckFailed(fmt::format("validation accuracy {:.4f} after {} epochs never reached the target {:.4f}",
-                                    last.val_acc, last.epoch, info_.target_accuracy));
+      throw CheckFailed(fmt::format("validation accuracy {:.4f} after {} epoch{} never reached the target {:.4f}",
+                                    last.val_acc, last.epoch, last.epoch == 1 ? "" : "s", info_.target_accuracy));
   }
 
   void build() {
