@@ -75,6 +75,15 @@ def rewrite_csv(src: str, dst: Path, drop=(), keep_row=lambda row: True,
     return str(dst)
 
 
+def written(rows: list[dict], path) -> str:
+    """The rows written to path as a CSV, with their header."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def compare_mod():
     return importlib.import_module("compare")

@@ -5,7 +5,7 @@ left out or added; and its refusals (exit 2, one line)."""
 import csv
 import re
 
-from conftest import FIXTURES, ROOT, run_script
+from conftest import FIXTURES, ROOT, run_script, written
 
 RUN = ROOT / "results" / "vm" / "cpu-isa-20261128.csv"
 DOC = ROOT / "docs" / "cpu-kernels.md"
@@ -28,15 +28,6 @@ def table_lines(text: str) -> dict:
 def committed_rows() -> list[dict]:
     with open(RUN, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def written(rows: list[dict], path) -> str:
-    """The rows written to path as a CSV, with their header."""
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    return str(path)
 
 
 def test_the_committed_run_gives_each_columns_median_range_and_ratio():

@@ -6,7 +6,7 @@ committed table of docs/prediction.md comes out of its schema 5 CSVs unchanged."
 import csv
 import re
 
-from conftest import FIXTURES, ROOT, run_script
+from conftest import FIXTURES, ROOT, run_script, written
 
 RUN = ROOT / "results" / "vm" / "predictions-20261126T102553Z"
 SETTINGS = [("mpi:2, one machine", "one-machine.csv"),
@@ -54,15 +54,6 @@ def edited_run(tmp_path, verdicts: list[str]) -> str:
     for r, verdict in zip(reps, verdicts):
         r["verdicts"] = verdict
     return written(rows, tmp_path / "edited.csv")
-
-
-def written(rows: list[dict], path) -> str:
-    """The rows written to path as a CSV, with their header."""
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    return str(path)
 
 
 def test_the_verdict_is_the_rows_not_worked_out_again(tmp_path):
