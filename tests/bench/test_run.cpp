@@ -82,14 +82,20 @@ TEST(JobsWindow, JobsThatNeverRanTogetherAreAnError) {
   EXPECT_THROW(common_window({first, none}), Error);
 }
 
+// Two jobs of batch 10 that ran 40 samples each over the common 4 s (10 samples/s per job, 20
+// together), and their rows for a test to fill.
+class JobsRow : public testing::Test {
+ protected:
+  JobsRow() { info.batch = 10; }
+  BenchInfo info;
+  const CommonWindow window = common_window({steady(0, 4, 1.0, 10), steady(0, 4, 1.0, 10)});
+  std::vector<Row> rows = std::vector<Row>(2);
+};
+
 // The jobs' device memory adds up where each job's is its own process's; where NVML listed no
 // job's process (a container), each figure is the whole device's, and the row takes the largest,
 // saying so: summed, two jobs counted the device twice.
-TEST(JobsRow, DeviceMemoryAddsUpUnlessItIsTheDevicesOwn) {
-  BenchInfo info;
-  info.batch = 10;
-  const CommonWindow window = common_window({steady(0, 4, 1.0, 10), steady(0, 4, 1.0, 10)});
-  std::vector<Row> rows(2);
+TEST_F(JobsRow, DeviceMemoryAddsUpUnlessItIsTheDevicesOwn) {
   rows[0].gpu_mem_used_bytes = 3e9, rows[1].gpu_mem_used_bytes = 4e9;
   for (Row& r : rows) r.host_cpu_util = 1, r.samples_per_s = 10, r.loss_first = 2, r.loss_last = 1;
   const JobsResult own = combine_jobs(rows, window, info);
@@ -107,12 +113,7 @@ TEST(JobsRow, DeviceMemoryAddsUpUnlessItIsTheDevicesOwn) {
 // device's energy over every job's samples (each job read all of it: 1 / sum of 1/e), the losses
 // job 0's, the step K batches at the window's rate, and the message each job's rate inside the
 // window beside its own.
-TEST(JobsRow, EachFigureIsSummedAveragedOrTheLargestAsItMeans) {
-  BenchInfo info;
-  info.batch = 10;
-  // 40 samples each over the common 4 s: 10 samples/s per job, 20 together.
-  const CommonWindow window = common_window({steady(0, 4, 1.0, 10), steady(0, 4, 1.0, 10)});
-  std::vector<Row> rows(2);
+TEST_F(JobsRow, EachFigureIsSummedAveragedOrTheLargestAsItMeans) {
   rows[0].host_cpu_util = 1.0, rows[1].host_cpu_util = 0.5;
   rows[0].host_cpu_s_per_step = 0.1, rows[1].host_cpu_s_per_step = 0.3;
   rows[0].mem_peak_bytes = 3e9, rows[1].mem_peak_bytes = 2e9;
@@ -136,11 +137,7 @@ TEST(JobsRow, EachFigureIsSummedAveragedOrTheLargestAsItMeans) {
 // The other figures of the row of K jobs: its replicas are the jobs, its wall step the step, the
 // data wait the jobs' mean, every peak the largest job's, both losses job 0's; the message gives
 // each job's host CPU as top shows it, and on a GPU says the jobs share it.
-TEST(JobsRow, ReplicasPeaksLossesAndTheMessageAreTheJobs) {
-  BenchInfo info;
-  info.batch = 10;
-  const CommonWindow window = common_window({steady(0, 4, 1.0, 10), steady(0, 4, 1.0, 10)});
-  std::vector<Row> rows(2);
+TEST_F(JobsRow, ReplicasPeaksLossesAndTheMessageAreTheJobs) {
   rows[0].host_cpu_util = 1.0, rows[1].host_cpu_util = 0.5;
   rows[0].data_s_per_step = 0.2, rows[1].data_s_per_step = 0.4;
   rows[0].peak_rss_bytes = 1e9, rows[1].peak_rss_bytes = 2e9;
