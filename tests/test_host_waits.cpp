@@ -376,6 +376,13 @@ TEST(HostWaits, AProbesTimesAreEachOneStepsOwn) {
   EXPECT_LE(total, probe);
 }
 
+// A replica as ReplicaRun's factory returns it: `net` with `data`, or with no data.
+std::pair<std::unique_ptr<Network>, std::unique_ptr<Dataset>> made_replica(std::unique_ptr<Network> net,
+                                                                           std::unique_ptr<Dataset> data = nullptr) {
+  if (!data) data = std::make_unique<NoData>();
+  return {std::move(net), std::move(data)};
+}
+
 // A run's replicas in this process step together: warm_up(n) takes n steps on each, and a step's
 // device time is the slowest replica's (the step is over when it is), whichever replica that is.
 TEST(ReplicaRun, WarmUpStepsEveryReplicaAndAStepsDeviceTimeIsTheSlowestReplicas) {
@@ -385,8 +392,7 @@ TEST(ReplicaRun, WarmUpStepsEveryReplicaAndAStepsDeviceTimeIsTheSlowestReplicas)
     auto net = std::make_unique<StandInNetwork>(devices[k]);
     net->device_seconds = k == 1 ? 5e-3 : 2e-3;
     nets[k] = net.get();
-    return std::make_pair(std::unique_ptr<Network>(std::move(net)),
-                          std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+    return made_replica(std::move(net));
   });
   run.connect();
   run.warm_up(3);
@@ -414,8 +420,7 @@ TEST(ReplicaRun, EachReplicaIsMadeOnItsOwnThreadAfterItsBind) {
           made[std::size_t(k)] = std::this_thread::get_id();
           EXPECT_EQ(binds[std::size_t(k)], 1) << "replica " << k << " made before its bind";
           ++makes[std::size_t(k)];
-          return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
-                                std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+          return made_replica(std::make_unique<StandInNetwork>(devices[k]));
         });
     EXPECT_EQ(binds, n == 1 ? (std::vector<int>{1, 0}) : (std::vector<int>{1, 1}));
     EXPECT_EQ(makes, binds);
@@ -452,10 +457,7 @@ TEST(ReplicaRun, AReplicaThatCannotBeBoundFailsTheRunWithItsReason) {
         [](int k) {
           if (k == 1) throw Error("stand-in: device 1 is not there");
         },
-        [&](int k) {
-          return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
-                                std::unique_ptr<Dataset>(std::make_unique<NoData>()));
-        });
+        [&](int k) { return made_replica(std::make_unique<StandInNetwork>(devices[k])); });
     ADD_FAILURE() << "the run was made";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stand-in: device 1 is not there"), std::string::npos) << e.what();
@@ -473,10 +475,7 @@ TEST(ReplicaRun, TheFirstReplicasOwnFailureIsReported) {
           if (k == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
           throw Error(fmt::format("stand-in: device {} is not there", k));
         },
-        [&](int k) {
-          return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
-                                std::unique_ptr<Dataset>(std::make_unique<NoData>()));
-        });
+        [&](int k) { return made_replica(std::make_unique<StandInNetwork>(devices[k])); });
     ADD_FAILURE() << "the run was made";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stand-in: device 0 is not there"), std::string::npos) << e.what();
@@ -490,10 +489,7 @@ TEST(ReplicaRun, ReplicasAllStoppedByAnothersFailureReportIt) {
     parallel::ReplicaRun run(
         nullptr, /*across_ranks=*/false, 2,
         [](int k) { throw parallel::PeerFailed(fmt::format("rank {} stopped: replica 3 failed: stand-in", k)); },
-        [&](int k) {
-          return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
-                                std::unique_ptr<Dataset>(std::make_unique<NoData>()));
-        });
+        [&](int k) { return made_replica(std::make_unique<StandInNetwork>(devices[k])); });
     ADD_FAILURE() << "the run was made";
   } catch (const parallel::PeerFailed& e) {
     EXPECT_EQ(std::string(e.what()), "rank 0 stopped: replica 3 failed: stand-in");
@@ -508,8 +504,7 @@ TEST(ReplicaRun, AStepAfterAFailedOneReportsOnlyItsOwnFailures) {
   parallel::ReplicaRun run(nullptr, /*across_ranks=*/false, 2, nullptr, [&](int k) {
     auto net = std::make_unique<StandInNetwork>(devices[k]);
     nets[k] = net.get();
-    return std::make_pair(std::unique_ptr<Network>(std::move(net)),
-                          std::unique_ptr<Dataset>(std::make_unique<FailingData>(k == 1 ? 2 : 0)));
+    return made_replica(std::move(net), std::make_unique<FailingData>(k == 1 ? 2 : 0));
   });
   run.connect();
   EXPECT_THROW(run.step(), Error);  // replica 1's prefetch
@@ -524,8 +519,7 @@ TEST(ReplicaRun, AStepAfterAFailedOneReportsOnlyItsOwnFailures) {
 TEST(ReplicaRun, CommStatsCountTheStepsThroughTheCommunicatorAndAJobHasNone) {
   static StandInDevice devices[2];  // static: a wiring is a plain function
   const parallel::ReplicaRun::Factory make = [&](int k) {
-    return std::make_pair(std::unique_ptr<Network>(std::make_unique<StandInNetwork>(devices[k])),
-                          std::unique_ptr<Dataset>(std::make_unique<NoData>()));
+    return made_replica(std::make_unique<StandInNetwork>(devices[k]));
   };
   parallel::Wiring stand_ins = [](const std::vector<Network*>& nets, parallel::Communicator*) {
     parallel::Communicators comms;
