@@ -476,6 +476,12 @@ PY
     return
   fi
   sleep "${delay:-1}"
+  if ! kill -0 "$job" 2>/dev/null; then
+    wait "$job"; status=$?
+    current=""
+    STATUS[5c]="failed: the job ended (exit status $status) in the ${delay:-1} s before the kill, no rank was killed: $(one_line "$(grep -aiE 'error|skipped|killed' "$log" | tail -1)")"
+    return
+  fi
   local pid
   pid=$(rank_pid 1 "--csv=$csv")
   if [ -z "$pid" ]; then

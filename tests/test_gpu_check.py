@@ -209,6 +209,32 @@ def test_the_gpu_steps_commands_run_here_and_fail_with_trainbenchs_own_reason(tm
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_the_killed_rank_step_says_when_the_job_ended_before_the_kill(tmp_path):
+    """Step 5c where the job ends in the delay before the kill (a stand-in whose rank 0 writes the
+    one-device row, a step of 2.5 ms whose 1,000 steps make a 2-s delay, and both ranks exit at
+    once): the step says the job ended and how, with its last error line, not that no rank 1 was
+    found to kill."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' || exit 9\n")
+    smi.chmod(0o755)
+    stand_in = tmp_path / "trainbench"
+    stand_in.write_text(
+        "#!/bin/sh\nfor a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
+        "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n"
+        "  printf 'benchmark,device,status,step_time_s\\ntrain/lstm/sine/cpu:1/fp32/bs:20,cpu:1,ok,0.0025\\n' >\"$csv\"\n"
+        "  sleep 0.5; echo 'stand-in trainbench: error: ended early on purpose' >&2\nfi\n")
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1", TB_BIN=str(stand_in))
+    status, stdout, stderr = run_check(out, "--steps", "5c", env=env, timeout=180)
+    _, _, steps = the_check(out)
+    assert steps["5c"] == ("failed: the job ended (exit status 0) in the 2.00 s before the kill, no rank was killed: "
+                           "stand-in trainbench: error: ended early on purpose"), steps["5c"]
+    assert status == 1, stdout + stderr
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
 def test_the_killed_rank_step_kills_rank_1_mid_row_and_times_the_end(tmp_path):
     """Step 5c's kill on CPU ranks (TB_CHECK_CPU_RANKS=1: cpu:1,mpi:2 under mpirun, the same
     code that kills a GPU rank): rank 1's trainbench found and killed after the one-device row,
