@@ -485,6 +485,14 @@ PY
   local pid
   pid=$(rank_pid 1 "--csv=$csv")
   if [ -z "$pid" ]; then
+    # What was there instead, for the log: each trainbench's pid, MPI rank and arguments.
+    local proc
+    for proc in /proc/[0-9]*; do
+      [ "$(cat "$proc/comm" 2>/dev/null)" = trainbench ] || continue
+      echo "gpu_check.sh: no rank 1 of --csv=$csv; trainbench ${proc#/proc/}:" \
+        "$(tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep '^OMPI_COMM_WORLD_RANK=')" \
+        "$(tr '\0' ' ' <"$proc/cmdline" 2>/dev/null)" >>"$log"
+    done
     kill -TERM "$job" 2>/dev/null
     wait "$job"
     current=""
