@@ -311,7 +311,7 @@ is N x --batch.
   --data_dir=DIR        folder with one sub-folder per dataset (mnist, fashion-mnist, cifar10);
                         default $TB_DATA_DIR, else ./data. Absent datasets use synthetic data
   --loader_workers=N    threads preparing batches ahead (default 0: on the training thread)
-  --prefetch=K          batches the workers prepare ahead (default 2)
+  --prefetch=K          batches the workers prepare ahead (default 2; needs --loader_workers)
   --augment             CIFAR-10 training augmentation: random crop (padding 4), horizontal flip
   --epochs=E            epochs of the epochs/ benchmarks (default: per model, see docs/datasets.md)
   --target_accuracy=X   stop an epochs/ benchmark once validation accuracy reaches X
@@ -546,6 +546,13 @@ Flags parse_flags(int& argc, char** argv) {
     throw InputError(
         "--benchmark_out_format is the format of --benchmark_out's file: give --benchmark_out=FILE with it (the "
         "console's format is --benchmark_format)");
+  // The queue belongs to the loader's threads: with none (the default), each batch is made on the
+  // training thread as it is needed, and the flag was taken and changed nothing.
+  if (given.count("--prefetch") && f.loader_workers == 0)
+    throw InputError(fmt::format(
+        "--prefetch={} is the queue of the loader's threads: give --loader_workers=N with it (without them, the "
+        "default, each batch is made on the training thread when it is needed)",
+        f.prefetch));
   check_output_files(f);
   return f;
 }

@@ -62,8 +62,8 @@ std::vector<std::string> job_arguments(const BenchInfo& info, const Flags& flags
                              fmt::format("--warmup_steps={}", info.warmup_steps),
                              fmt::format("--seed={}", flags.seed),
                              fmt::format("--loader_workers={}", flags.loader_workers),
-                             fmt::format("--prefetch={}", flags.prefetch),
                              fmt::format("--gpu_layout={}", flags.gpu_layout)};
+  if (flags.loader_workers > 0) a.push_back(fmt::format("--prefetch={}", flags.prefetch));
   if (flags.optimizer) a.push_back("--optimizer=" + *flags.optimizer);
   if (flags.lr) a.push_back(fmt::format("--lr={}", *flags.lr));
   if (flags.augment) a.emplace_back("--augment");
