@@ -634,6 +634,20 @@ def killed_line(path: str, rank: int) -> str:
     return ""
 
 
+def ended_row(path: str, device_name: str) -> str:
+    """The benchmark of the CSV's first measured row of `device_name` that ended ok (its run was
+    over before the step's kill); empty when there is none, or no CSV to read."""
+    try:
+        rows = table_of(path).rows
+    except NoRows:
+        return ""
+    for row in rows:
+        if (tbcsv.is_iteration(row) and row.get("measurement") == "measured" and device(row) == device_name
+                and row.get("status") == "ok"):
+            return row["benchmark"]
+    return ""
+
+
 def seconds(text: str) -> int | None:
     """--timed-out's value: seconds, or empty for a command that was not stopped."""
     return int(text) if text else None
@@ -652,6 +666,9 @@ def main() -> int:
     killed = sub.add_parser("killed", help="print mpirun's line that names a rank killed by signal 9 (none: nothing)")
     killed.add_argument("log")
     killed.add_argument("rank", type=int)
+    ended = sub.add_parser("ended", help="print the benchmark of a measured ok row of DEVICE in the CSV (none: nothing)")
+    ended.add_argument("csv")
+    ended.add_argument("device")
     parsers = {name: sub.add_parser(name) for name in CSV_COMMANDS}
     for name, s in parsers.items():
         if name == "peer":
@@ -676,6 +693,9 @@ def main() -> int:
     args = p.parse_args()
     if args.command == "killed":
         print(killed_line(args.log, args.rank))
+        return 0
+    if args.command == "ended":
+        print(ended_row(args.csv, args.device))
         return 0
     figures: list[str] = []
     print(one_line(decide(args, figures)))

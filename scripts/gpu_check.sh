@@ -413,8 +413,10 @@ rank_pid() {
   local proc
   for proc in /proc/[0-9]*; do
     [ "$(cat "$proc/comm" 2>/dev/null)" = trainbench ] || continue
-    tr '\0' '\n' <"$proc/cmdline" 2>/dev/null | grep -qxF -- "$2" || continue
-    tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
+    # grep -z reads the NUL-separated files itself: a pipe from tr, under pipefail, could fail the
+    # match when grep's early exit cut tr short (SIGPIPE): a race, on an environment of over 8 KiB.
+    grep -qzxF -- "$2" "$proc/cmdline" 2>/dev/null || continue
+    grep -qzx "OMPI_COMM_WORLD_RANK=$1" "$proc/environ" 2>/dev/null || continue
     echo "${proc#/proc/}"
     return
   done
@@ -422,20 +424,23 @@ rank_pid() {
 
 step_5c() {
   need_tool 5c mpirun "Open MPI: scripts/gpu_bundle.sh carries it" || return
-  local csv=$dir/killed.csv log=$dir/killed-log.txt status=0 launcher one devices filter steps delay
+  local csv=$dir/killed.csv log=$dir/killed-log.txt status=0 launcher one two filter steps share delay
+  # The kill comes a share of the one-device row's time after that row: inside the two ranks' row,
+  # which must take longer than that share (its step against the one-device step, and its start).
   if [ "${TB_CHECK_CPU_RANKS:-0}" = 1 ]; then
-    # For tests on a machine without a GPU: the same kill, of CPU ranks under mpirun (the LSTM,
-    # whose mpi:2 step is slower than its cpu:1 step).
+    # For tests on a machine without a GPU: the same kill, of CPU ranks under mpirun (the LSTM).
+    # Its mpi:2 step has taken from 0.9 to 4 times its cpu:1 step (two ranks on a loaded 2-core
+    # machine): a third of the cpu:1 row. At 80% the kill once came after the mpi:2 row had ended.
     # shellcheck disable=SC2207  # the flags are words
-    launcher=(mpirun $(mpirun_flags)) one=cpu:1 devices=cpu:1,mpi:2 filter='^train/lstm/sine/' steps=1000
+    launcher=(mpirun $(mpirun_flags)) one=cpu:1 two=mpi:2 filter='^train/lstm/sine/' steps=1000 share=0.3
   else
-    # The MLP's 20,000 steps: a few seconds of gpu:1 on rank 0 alone, longer over sockets.
-    launcher=("$root/scripts/emulate_nodes.sh" --gpu 2 --) one=gpu:1 devices=gpu:1,gpu:2 filter='^train/mlp/mnist/'
-    steps=20000
+    # The MLP's 20,000 steps: a few seconds of gpu:1 on rank 0 alone, far longer over sockets.
+    launcher=("$root/scripts/emulate_nodes.sh" --gpu 2 --) one=gpu:1 two=gpu:2 filter='^train/mlp/mnist/'
+    steps=20000 share=0.8
   fi
   local one_row="/$one/fp32/bs:[0-9]*,.*,ok,"
   local launched=$SECONDS
-  timeout --kill-after=10 $((step_deadline - SECONDS)) "${launcher[@]}" "$bin" --devices="$devices" --precisions=fp32 \
+  timeout --kill-after=10 $((step_deadline - SECONDS)) "${launcher[@]}" "$bin" --devices="$one,$two" --precisions=fp32 \
     --benchmark_filter="$filter" --iterations="$steps" --csv="$csv" >"$log" 2>&1 &
   current=$!
   local job=$current
@@ -455,14 +460,14 @@ step_5c() {
     STATUS[5c]="failed: timed out: the $one row did not come in the step's $((step_deadline - step_start)) s"
     return
   fi
-  # Into the two ranks' run, which takes longer than the one-device row (its steps over sockets):
-  # 80% of that row's time (its step times its steps), at most 8 s, so that the kill lands in the
-  # training loop, past the ranks' NCCL start-up, where trainbench's own poll must see it.
-  delay=$("$python" - "$csv" "$one" "$steps" <<'PY'
+  # Into the two ranks' row: the share of the one-device row's time (its step times its steps), at
+  # most 8 s, so that the kill lands in the training loop, past the ranks' NCCL start-up, where
+  # trainbench's own poll must see it.
+  delay=$("$python" - "$csv" "$one" "$steps" "$share" <<'PY'
 import csv, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["device"] == sys.argv[2] and r["status"] == "ok"]
 step = float(rows[0]["step_time_s"] or 0) if rows else 0
-print(f"{min(8.0, max(0.05, 0.8 * int(sys.argv[3]) * step)):.2f}")
+print(f"{min(8.0, max(0.05, float(sys.argv[4]) * int(sys.argv[3]) * step)):.2f}")
 PY
 )
   # The kill needs the delay and the job's KILL_LIMIT s to end, inside the step's time: the start-up
@@ -482,7 +487,7 @@ PY
     STATUS[5c]="failed: the job ended (exit status $status) in the ${delay:-1} s before the kill, no rank was killed: $(one_line "$(grep -aiE 'error|skipped|killed' "$log" | tail -1)")"
     return
   fi
-  local pid
+  local pid ended
   pid=$(rank_pid 1 "--csv=$csv")
   if [ -z "$pid" ]; then
     # What was there instead, for the log: each trainbench's pid, MPI rank and arguments.
@@ -496,7 +501,9 @@ PY
     kill -TERM "$job" 2>/dev/null
     wait "$job"
     current=""
+    ended=$("${reader[@]}" ended "$csv" "$two")
     STATUS[5c]="failed: no trainbench process of rank 1 was found to kill"
+    [ -z "$ended" ] || STATUS[5c]+=" (the $two row had ended in the $delay s: $ended is in $csv)"
     return
   fi
   kill -KILL "$pid"
@@ -518,9 +525,14 @@ PY
   current=""
   local named
   named=$("${reader[@]}" killed "$log" 1)
+  # A two-rank row that ended ok was over when the kill came (its last step done, or its ranks
+  # already leaving), whatever mpirun then said of the killed rank.
+  ended=$("${reader[@]}" ended "$csv" "$two")
   FIGURES[5c]="- the $one row came $first_row s after the launch (start-up included); rank 1 (pid $pid) killed $delay s after it: the job ended $took s later, exit status $status"
   [ -z "$named" ] || FIGURES[5c]+=$'\n'"- mpirun: $named"
-  if [ "$status" -eq 0 ]; then
+  if [ -n "$ended" ]; then
+    STATUS[5c]="failed: the kill came after the $two row had ended ($ended is in $csv), not mid-row"
+  elif [ "$status" -eq 0 ]; then
     STATUS[5c]="failed: the job exited 0 after a rank was killed"
   elif [ -z "$named" ]; then
     STATUS[5c]="failed: the job ended in $took s but its output names neither rank 1 nor the signal"

@@ -211,9 +211,9 @@ def test_the_gpu_steps_commands_run_here_and_fail_with_trainbenchs_own_reason(tm
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
 def test_the_killed_rank_step_says_when_the_job_ended_before_the_kill(tmp_path):
     """Step 5c where the job ends in the delay before the kill (a stand-in whose rank 0 writes the
-    one-device row, a step of 2.5 ms whose 1,000 steps make a 2-s delay, and both ranks exit at
-    once): the step says the job ended and how, with its last error line, not that no rank 1 was
-    found to kill."""
+    one-device row, a step of 8 ms whose 1,000 steps make a delay of 30% of them, 2.4 s, and both
+    ranks exit at once): the step says the job ended and how, with its last error line, not that
+    no rank 1 was found to kill."""
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.parent.mkdir()
     smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' || exit 9\n")
@@ -222,15 +222,54 @@ def test_the_killed_rank_step_says_when_the_job_ended_before_the_kill(tmp_path):
     stand_in.write_text(
         "#!/bin/sh\nfor a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
         "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n"
-        "  printf 'benchmark,device,status,step_time_s\\ntrain/lstm/sine/cpu:1/fp32/bs:20,cpu:1,ok,0.0025\\n' >\"$csv\"\n"
+        "  printf 'benchmark,device,status,step_time_s\\ntrain/lstm/sine/cpu:1/fp32/bs:20,cpu:1,ok,0.008\\n' >\"$csv\"\n"
         "  sleep 0.5; echo 'stand-in trainbench: error: ended early on purpose' >&2\nfi\n")
     stand_in.chmod(0o755)
     out = tmp_path / "out"
     env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1", TB_BIN=str(stand_in))
     status, stdout, stderr = run_check(out, "--steps", "5c", env=env, timeout=180)
     _, _, steps = the_check(out)
-    assert steps["5c"] == ("failed: the job ended (exit status 0) in the 2.00 s before the kill, no rank was killed: "
+    assert steps["5c"] == ("failed: the job ended (exit status 0) in the 2.40 s before the kill, no rank was killed: "
                            "stand-in trainbench: error: ended early on purpose"), steps["5c"]
+    assert status == 1, stdout + stderr
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_the_killed_rank_step_fails_a_kill_that_came_after_the_two_rank_row(tmp_path):
+    """Step 5c where the two ranks' row has ended before the kill, its ranks still there (as in
+    the debug build's leak check at exit, which once took the kill after the mpi:2 row had been
+    written): rank 1 is killed and mpirun names it, yet the step fails saying the kill was not
+    mid-row, naming the row. A stand-in whose rank 0 writes both rows of the real header."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' || exit 9\n")
+    smi.chmod(0o755)
+    header = subprocess.run([BINARY, "--csv_header"], capture_output=True, text=True, check=True).stdout.strip()
+    columns = header.split(",")
+
+    def row(device):
+        values = {"schema_version": "7", "benchmark": f"train/lstm/sine/{device}/fp32/bs:20", "device": device,
+                  "status": "ok", "measurement": "measured", "run_type": "iteration", "step_time_s": "0.008"}
+        assert set(values) <= set(columns), header
+        return ",".join(values.get(c, "") for c in columns) + "\n"
+
+    (tmp_path / "one.csv").write_text(header + "\n" + row("cpu:1"))
+    (tmp_path / "two.csv").write_text(row("mpi:2"))
+    stand_in = tmp_path / "trainbench"
+    stand_in.write_text(
+        "#!/bin/sh\nfor a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
+        f"if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n  cat {tmp_path}/one.csv >\"$csv\"; sleep 0.3\n"
+        f"  cat {tmp_path}/two.csv >>\"$csv\"\nfi\n"
+        # Both ranks stay, as if at their exit, in steps of 0.1 s: no long sleep outlives the kill.
+        "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done\n")
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1", TB_BIN=str(stand_in))
+    status, stdout, stderr = run_check(out, "--steps", "5c", env=env, timeout=180)
+    folder, _, steps = the_check(out)
+    assert steps["5c"] == (f"failed: the kill came after the mpi:2 row had ended (train/lstm/sine/mpi:2/fp32/bs:20 is "
+                           f"in {folder / 'killed.csv'}), not mid-row"), steps["5c"]
+    assert re.search(r"- mpirun: .*rank 1 .*(signal 9|Killed)", (folder / "check.md").read_text())
     assert status == 1, stdout + stderr
 
 

@@ -946,3 +946,26 @@ def test_without_a_gpu_the_gpu1_line_gives_a_repetition_that_did_not_measure(tmp
     measured = dict(cpu, device=gpu1["device"], benchmark=VM_MLP_GPU1, repetition="1")
     _, figures = judge("machine", write_rows(tmp_path / "machine.csv", [measured] + rows))
     assert figures[2].startswith("- trainbench's gpu:1 here: gpu:1: "), figures[2]
+
+
+# ---- step 5c: a two-rank row that ended before the kill ------------------------------------------
+
+def ended(path, device):
+    r = subprocess.run([sys.executable, str(READER), "ended", str(path), device], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_measured_ok_row_of_the_device_is_named_and_nothing_else_counts(tmp_path):
+    # The first measured row of the device that ended ok; its predicted row, written before it, is
+    # no run of the two ranks.
+    assert ended(EMULATED, "mpi:2") == "train/mlp/mnist/mpi:2/fp32/bs:100/emulated_nodes"
+    rows = rows_of(EMULATED)
+    predicted = [r for r in rows if r["measurement"] == "predicted" or r["device"] == "cpu:1"]
+    assert ended(write_rows(tmp_path / "predicted.csv", predicted), "mpi:2") == ""
+    # A row the kill failed is one the kill came in.
+    failed = [dict(r, status="failed") if r["device"] == "mpi:2" else r for r in rows]
+    assert ended(write_rows(tmp_path / "failed.csv", failed), "mpi:2") == ""
+    assert ended(EMULATED, "gpu:2") == ""
+    assert ended(tmp_path / "missing.csv", "mpi:2") == ""
