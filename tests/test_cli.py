@@ -79,7 +79,8 @@ def test_mlp_run_writes_a_checked_csv_row(tmp_path):
     assert row["prediction_inputs"].startswith("v1;buckets=")
     assert row["variant"] == "" and row["measurement"] == "measured" and row["shared_device"] == ""
     assert float(row["sgemm_gflops"]) > 0 and float(row["load_avg_1m"]) >= 0
-    assert 0 <= float(row["peak_spread"]) < 1
+    # (max - min) / median of sgemm's rounds: 1.35 on a machine loaded by other tests, so no bound above.
+    assert 0 <= float(row["peak_spread"]) < math.inf
     assert row["benchmark"] == "train/mlp/mnist/cpu/fp32/bs:100"
     assert (row["model"], row["dataset"], row["device"], row["precision"]) == ("mlp", "mnist", "cpu", "fp32")
     assert row["data_source"] == "synthetic"
