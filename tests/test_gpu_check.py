@@ -301,6 +301,11 @@ def test_the_killed_rank_step_kills_rank_1_mid_row_and_times_the_end(tmp_path):
     (["--steps", "1,9"], {}, "--steps: no step '9'"),
     (["--colour"], {}, "unknown argument '--colour'"),
     ([], {"TB_BIN": "/nonexistent/trainbench"}, "no trainbench at /nonexistent/trainbench"),
+    # The same checks of the --flag=value forms, a budget of 0 and a TB_BIN that is a folder.
+    (["--budget=8m"], {}, "--budget: '8m' is not a whole number of seconds"),
+    (["--budget", "0"], {}, "--budget: '0' is not a whole number of seconds >= 1"),
+    (["--steps=1,9"], {}, "--steps: no step '9'"),
+    ([], {"TB_BIN": "/tmp"}, "no trainbench at /tmp:"),
 ])
 def test_bad_usage_exits_2_naming_what_to_fix(tmp_path, args, env, message):
     r = subprocess.run([str(SCRIPT), "--out", str(tmp_path), *args], capture_output=True, text=True, timeout=60,
@@ -308,3 +313,83 @@ def test_bad_usage_exits_2_naming_what_to_fix(tmp_path, args, env, message):
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr
     assert not list(tmp_path.iterdir()), "nothing is written before the arguments are checked"
+
+
+def stand_in_smi(tmp_path, listing):
+    """A folder to put first on PATH holding an nvidia-smi whose `-L` prints `listing` (exit 0
+    where it lists a GPU, else 9) and which fails every other query."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir(exist_ok=True)
+    smi.write_text("#!/bin/sh\nif [ \"$1\" = -L ]; then\n  cat <<'EOF'\n" + listing + "\nEOF\n"
+                   "  case '" + listing + "' in GPU\\ [0-9]*) exit 0 ;; esac\nfi\nexit 9\n")
+    smi.chmod(0o755)
+    return smi.parent
+
+
+ONE_GPU = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"
+TWO_GPUS = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
+
+
+def stand_in_program(folder, name, body):
+    """An executable shell script `folder/name` running `body`."""
+    folder.mkdir(exist_ok=True)
+    program = folder / name
+    program.write_text("#!/bin/sh\n" + body + "\n")
+    program.chmod(0o755)
+    return program
+
+
+# A program that runs for up to a minute in steps of 0.1 s (no long sleep outlives it).
+WAITS = "i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done"
+
+
+@pytest.mark.parametrize("listing, visible, step, verdict", [
+    # A GPU fallen off the bus: nvidia-smi -L names a GPU in its error, and lists none.
+    ("Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error", None, "2a",
+     "skipped: no GPU (nvidia-smi -L: Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error)"),
+    (TWO_GPUS, "-1", "2a", "skipped: no GPU (CUDA_VISIBLE_DEVICES='-1' hides every GPU)"),
+    # Two GPUs listed, one visible: real gpu:2 is not tried.
+    (TWO_GPUS, "1", "8", "skipped: one GPU: real gpu:2 needs two or more"),
+])
+def test_the_gpus_the_check_counts_are_nvidia_smis_list_narrowed_by_cuda_visible_devices(tmp_path, listing, visible,
+                                                                                         step, verdict):
+    """The GPU steps are skipped, saying why, where nvidia-smi -L lists no GPU (in its own words)
+    or CUDA_VISIBLE_DEVICES hides them; step 8 where one GPU is left visible."""
+    extra = {"PATH": f"{stand_in_smi(tmp_path, listing)}:{os.environ['PATH']}"}
+    if visible is not None:
+        extra["CUDA_VISIBLE_DEVICES"] = visible
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", step, env=environment(**extra), timeout=60)
+    assert status == 0, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert steps[step] == verdict, steps[step]
+
+
+def test_five_seconds_of_the_budget_are_kept_for_the_report(tmp_path):
+    """A budget of 24 s leaves at most 19 s for the steps: the machine step (planned 20 s) is
+    skipped for the budget, and check.md says the check exited 0."""
+    status, stdout, stderr = run_check(tmp_path, "--steps", "1", "--budget", 24, timeout=60)
+    assert status == 0, stdout + stderr
+    folder, _, steps = the_check(tmp_path)
+    assert steps["1"].startswith("skipped: budget (") and "at step 1, which plans 20 s" in steps["1"], steps["1"]
+    assert "of 24 s used; exit status 0." in (folder / "check.md").read_text()
+
+
+def test_a_gpu_that_trainbench_cannot_use_is_no_gpu_for_the_later_steps(tmp_path):
+    """nvidia-smi lists a GPU that trainbench cannot use: the machine step fails with trainbench's
+    reason, and the GPU steps after it are skipped as on a machine without a GPU, naming step 1."""
+    env = environment(PATH=f"{stand_in_smi(tmp_path, ONE_GPU)}:{os.environ['PATH']}")
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "1,6", env=env, timeout=120)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert steps["1"].startswith("failed: trainbench cannot use the GPU nvidia-smi lists: skipped: gpu:1: "), steps["1"]
+    assert steps["6"] == "skipped: no GPU (trainbench cannot use the GPU nvidia-smi lists (step 1))", steps["6"]
+
+
+def test_a_relative_out_is_taken_from_where_the_check_was_run(tmp_path):
+    """`--out check` from another folder writes there, not under the repository the script is in
+    (it runs from the repository's root)."""
+    r = subprocess.run([str(SCRIPT), "--out", "check", "--steps", "2a"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env=environment())
+    assert r.returncode == 0, r.stdout + r.stderr
+    _, _, steps = the_check(tmp_path / "check")
+    assert steps["1"] == "skipped: not selected (--steps 2a)", steps
