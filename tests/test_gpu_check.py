@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -393,3 +394,146 @@ def test_a_relative_out_is_taken_from_where_the_check_was_run(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     _, _, steps = the_check(tmp_path / "check")
     assert steps["1"] == "skipped: not selected (--steps 2a)", steps
+
+
+@pytest.mark.parametrize("passing", [True, False])
+def test_processes_a_step_leaves_behind_are_killed_and_named_in_its_verdict(tmp_path, passing):
+    """A trainbench that leaves a process running: the check kills it after the step and says so,
+    failing a step that had passed, adding to one that had failed; check.md gives exit status 1."""
+    stand_in = tmp_path / "trainbench"
+    run = f'"{BINARY}" "$@"' if passing else "echo 'stand-in trainbench: error: failing on purpose' >&2; false"
+    stand_in.write_text(f"#!/bin/sh\nsleep 120 &\n{run}\n")
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    status, stdout, stderr = run_check(out, "--steps", "1", env=environment(TB_BIN=str(stand_in)))
+    assert status == 1, stdout + stderr
+    folder, _, steps = the_check(out)
+    if passing:
+        verdict = r"failed: processes outlived the step \(killed\): "
+    else:
+        verdict = (r"failed: trainbench exited 1: stand-in trainbench: error: failing on purpose; processes it left "
+                   r"were killed: ")
+    # Step 1 runs trainbench twice (--list_configs, then the step loop): a sleep of each.
+    assert re.fullmatch(verdict + r"sleep\[\d+\]( sleep\[\d+\])*", steps["1"]), steps["1"]
+    assert "; exit status 1." in (folder / "check.md").read_text()
+
+
+@pytest.mark.parametrize("name, number", [("INT", 2), ("HUP", 1)])
+def test_a_check_interrupted_by_sigint_or_sighup_writes_what_it_has(tmp_path, name, number):
+    """As for SIGTERM: the running step failed naming the signal, the others skipped, the report
+    and archive written, exit status 128 + the signal's number, no process left."""
+    p = subprocess.Popen([str(SCRIPT), "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=environment())
+    try:
+        deadline = time.monotonic() + 60
+        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "trainbench"
+                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.1)
+        p.send_signal(getattr(signal, f"SIG{name}"))
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 128 + number, stdout + stderr
+    _, archive, steps = the_check(tmp_path)
+    assert steps["1"] == f"failed: interrupted by SIG{name}"
+    assert all(steps[s] == f"skipped: the check was interrupted (SIG{name})" for s in GPU_STEPS), steps
+    assert "check.md" in archived(archive)
+    assert not marked(p.pid)
+
+
+def test_an_interrupted_check_stops_the_running_command_and_kills_what_it_left(tmp_path):
+    """Interrupted while step 2a's test_cuda runs (a stand-in that has started a process of its
+    own, deaf to SIGTERM): the check sends the command SIGTERM rather than waiting for it, and kills
+    the process it left before exiting."""
+    smi = stand_in_smi(tmp_path, ONE_GPU)
+    stopped = tmp_path / "stopped"
+    stand_in_program(tmp_path / "tests", "test_cuda", f"trap 'echo TERM >{stopped}; exit 143' TERM\n(trap '' TERM; exec sleep 300) &\n"
+                     "i=0; while [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done")
+    out = tmp_path / "out"
+    p = subprocess.Popen([str(SCRIPT), "--out", str(out), "--steps", "2a"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests")))
+    try:
+        deadline = time.monotonic() + 60
+        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
+                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        stdout, stderr = p.communicate(timeout=60)
+        left = marked(p.pid)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        for pid in marked(p.pid):  # a process the check left, so that the test leaves none
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert p.returncode == 143, stdout + stderr
+    _, _, steps = the_check(out)
+    assert steps["2a"] == "failed: interrupted by SIGTERM", steps
+    assert stopped.read_text() == "TERM\n"
+    assert not left, "the check left processes behind"
+
+
+def test_a_check_killed_outright_keeps_the_report_of_the_steps_before(tmp_path):
+    """check.md, steps.tsv and the archive are rewritten after every step: a check killed with
+    SIGKILL while step 2a runs (a stand-in test_cuda that waits) leaves step 1's verdict."""
+    smi = stand_in_smi(tmp_path, ONE_GPU)
+    stand_in_program(tmp_path / "tests", "test_cuda", WAITS)
+    out = tmp_path / "out"
+    p = subprocess.Popen([str(SCRIPT), "--out", str(out), "--steps", "2a"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests")))
+    try:
+        deadline = time.monotonic() + 60
+        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "test_cuda"
+                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.1)
+    finally:
+        p.kill()
+        p.communicate()
+        for pid in marked(p.pid):  # what the killed check could not sweep
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    _, archive, steps = the_check(out)
+    assert steps["1"] == "skipped: not selected (--steps 2a)", steps
+    assert steps["2a"] == "not run yet", steps
+    assert {"check.md", "steps.tsv"} <= archived(archive)
+
+
+def test_a_step_that_hangs_is_stopped_at_the_budget_and_failed_as_timed_out(tmp_path):
+    """A compute-sanitizer that never ends (step 2b, planned 10 s): with a budget of 18 s the step
+    gets what is left of it (at most 13 s) and fails as timed out, not with the exit status of the
+    kill."""
+    smi = stand_in_smi(tmp_path, ONE_GPU)
+    stand_in_program(smi, "compute-sanitizer", WAITS)
+    stand_in_program(tmp_path / "tests", "test_cuda", "exit 0")
+    env = environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests"))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "2b", "--budget", 18, env=env, timeout=60)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert re.fullmatch(r"failed: test_cuda under memcheck timed out after 1[0-3] s \(0 tests had finished\)",
+                        steps["2b"]), steps["2b"]
+
+
+def test_a_reader_that_crashes_fails_the_step(tmp_path):
+    """Where gpu_check.py dies with a traceback instead of a verdict (a stand-in interpreter that
+    does so for it alone), the step is failed naming the reader, and the check exits 1."""
+    python = stand_in_program(tmp_path / "bin", "python3", 'case "$1" in\n  */gpu_check.py)\n'
+                              "    echo 'Traceback (most recent call last):' >&2; echo 'KeyError: x' >&2; exit 1 ;;\n"
+                              f'esac\nexec "{sys.executable}" "$@"')
+    stand_in = stand_in_program(tmp_path / "bin", "trainbench", "exit 1")
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "1",
+                                       env=environment(TB_PYTHON=str(python), TB_BIN=str(stand_in)), timeout=60)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert steps["1"] == "failed: the reader: Traceback (most recent call last):", steps["1"]
