@@ -537,3 +537,78 @@ def test_a_reader_that_crashes_fails_the_step(tmp_path):
     assert status == 1, stdout + stderr
     _, _, steps = the_check(tmp_path / "out")
     assert steps["1"] == "failed: the reader: Traceback (most recent call last):", steps["1"]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_the_killed_rank_step_says_when_the_job_ended_before_its_first_row(tmp_path):
+    """Step 5c where trainbench refuses the job before any row: the step says the job ended, with
+    mpirun's exit status and trainbench's error line, not that the row did not come in time."""
+    stand_in = tmp_path / "trainbench"
+    stand_in.write_text("#!/bin/sh\necho 'stand-in trainbench: error: refusing on purpose' >&2\nexit 2\n")
+    stand_in.chmod(0o755)
+    env = environment(PATH=f"{stand_in_smi(tmp_path, ONE_GPU)}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1",
+                      TB_BIN=str(stand_in))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5c", env=env, timeout=180)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert re.fullmatch(r"failed: the job ended \(exit status [1-9]\d*\) before a rank could be killed: "
+                        r"stand-in trainbench: error: refusing on purpose", steps["5c"]), steps["5c"]
+
+
+def stand_in_ranks(tmp_path, said, on_term="", devices=("cpu:1",), rank1=""):
+    """PATH and TB_BIN for step 5c on two stand-in ranks under a stand-in mpirun: rank 0 writes
+    rows of `devices` in the real header (a step of 8 ms: the kill comes 2.4 s after the cpu:1 row)
+    and both wait (rank 1 first runs `rank1`); when rank 1 ends, mpirun stops rank 0 (SIGTERM,
+    where it runs `on_term`) and prints `said`."""
+    header = subprocess.run([BINARY, "--csv_header"], capture_output=True, text=True, check=True).stdout.strip()
+
+    def row(device):
+        values = {"schema_version": "7", "benchmark": f"train/lstm/sine/{device}/fp32/bs:20", "device": device,
+                  "status": "ok", "measurement": "measured", "run_type": "iteration", "step_time_s": "0.008"}
+        return ",".join(values.get(c, "") for c in header.split(",")) + "\n"
+    (tmp_path / "row.csv").write_text(header + "\n" + "".join(row(d) for d in devices))
+    (tmp_path / "header.csv").write_text(header + "\n")
+    bin_dir = stand_in_smi(tmp_path, ONE_GPU)
+    stand_in_program(bin_dir, "mpirun", "while [ \"${1#-}\" != \"$1\" ]; do case $1 in -np) shift 2 ;; *) shift ;; esac; done\n"
+                     "OMPI_COMM_WORLD_RANK=0 \"$@\" & zero=$!\nOMPI_COMM_WORLD_RANK=1 \"$@\" & one=$!\n"
+                     f"wait $one; kill $zero; wait $zero; echo '{said}'; exit 1")
+    trainbench = stand_in_program(
+        tmp_path / "ranks", "trainbench", "for a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
+        f"if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n  cp {tmp_path / 'row.csv'} \"$csv\"\n"
+        f"  trap '{on_term} exit 143' TERM\nfi\n[ \"$OMPI_COMM_WORLD_RANK\" = 0 ] || {rank1 or ':'}\n{WAITS}")
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TB_BIN": str(trainbench), "TB_CHECK_CPU_RANKS": "1"}
+
+
+def test_the_killed_rank_step_fails_a_job_whose_output_does_not_name_the_killed_rank(tmp_path):
+    """Step 5c where the job ends after the kill but mpirun names neither rank 1 nor the signal
+    (a stand-in mpirun): the step fails saying so, not passed."""
+    env = environment(**stand_in_ranks(tmp_path, "stand-in mpirun: the job ended"))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5c", env=env, timeout=120)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert re.fullmatch(r"failed: the job ended in \d+\.\d s but its output names neither rank 1 nor the signal",
+                        steps["5c"]), steps["5c"]
+
+
+def test_the_killed_rank_step_fails_where_the_kill_lost_the_row_written_before_it(tmp_path):
+    """Step 5c where rank 1 is killed and named, but the cpu:1 row written before the kill is gone
+    from the CSV when the job has ended (rank 0 rewrites it when stopped): failed saying so."""
+    said = "process rank 1 with PID 1 on node n1 exited on signal 9 (Killed)."
+    env = environment(**stand_in_ranks(tmp_path, said, on_term=f'cp {tmp_path / "header.csv"} "$csv";'))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5c", env=env, timeout=120)
+    assert status == 1, stdout + stderr
+    folder, _, steps = the_check(tmp_path / "out")
+    assert steps["5c"] == f"failed: the cpu:1 row written before the kill is not in {folder / 'killed.csv'} any more", \
+        steps["5c"]
+
+
+def test_the_killed_rank_step_without_a_rank_1_to_kill_says_the_two_rank_row_had_ended(tmp_path):
+    """Step 5c where no trainbench of rank 1 is there at the kill (the stand-in's rank 1 has become
+    another program) and the mpi:2 row is already in the CSV: the step says both."""
+    env = environment(**stand_in_ranks(tmp_path, "stand-in mpirun: the job ended", devices=("cpu:1", "mpi:2"),
+                                       rank1=f"exec sh -c '{WAITS}'"))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5c", env=env, timeout=120)
+    assert status == 1, stdout + stderr
+    folder, _, steps = the_check(tmp_path / "out")
+    assert steps["5c"] == ("failed: no trainbench process of rank 1 was found to kill (the mpi:2 row had ended in "
+                           f"the 2.40 s: train/lstm/sine/mpi:2/fp32/bs:20 is in {folder / 'killed.csv'})"), steps["5c"]
