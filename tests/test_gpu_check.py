@@ -421,7 +421,8 @@ def test_processes_a_step_leaves_behind_are_killed_and_named_in_its_verdict(tmp_
 @pytest.mark.parametrize("name, number", [("INT", 2), ("HUP", 1)])
 def test_a_check_interrupted_by_sigint_or_sighup_writes_what_it_has(tmp_path, name, number):
     """As for SIGTERM: the running step failed naming the signal, the others skipped, the report
-    and archive written, exit status 128 + the signal's number, no process left."""
+    and archive written, exit status 128 + the signal's number (check.md says that one, not 1), no
+    process left."""
     p = subprocess.Popen([str(SCRIPT), "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=environment())
     try:
@@ -437,8 +438,9 @@ def test_a_check_interrupted_by_sigint_or_sighup_writes_what_it_has(tmp_path, na
             p.kill()
             p.communicate()
     assert p.returncode == 128 + number, stdout + stderr
-    _, archive, steps = the_check(tmp_path)
+    folder, archive, steps = the_check(tmp_path)
     assert steps["1"] == f"failed: interrupted by SIG{name}"
+    assert f"; exit status {128 + number}." in (folder / "check.md").read_text()
     assert all(steps[s] == f"skipped: the check was interrupted (SIG{name})" for s in GPU_STEPS), steps
     assert "check.md" in archived(archive)
     assert not marked(p.pid)
