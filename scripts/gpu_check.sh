@@ -196,7 +196,7 @@ write_report() {
     echo
     echo "\`scripts/gpu_check.sh --budget $budget${selected:+ --steps $selected}\` with \`$bin\`" \
       "(the scripts at $(git -C "$root" describe --always --dirty 2>/dev/null || cat "$root/VERSION" 2>/dev/null || echo '?')):" \
-      "$used of $budget s used${finished:+; exit status $failed}. Planned times are for one H100."
+      "$used of $budget s used${finished:+; exit status ${interrupted_status:-$failed}}. Planned times are for one H100."
     echo "${gpu_count} GPU(s)${gpu_why:+: $gpu_why}."
     echo
     echo "## Steps"
@@ -619,6 +619,7 @@ step_8() {
 # ---- the run -----------------------------------------------------------------------------------
 started=$SECONDS
 finished=""
+interrupted_status=""  # 128 + the signal's number, once a signal stopped the check
 running_step=""
 on_signal() {
   trap - INT TERM HUP
@@ -631,9 +632,9 @@ on_signal() {
   [ -z "$running_step" ] || STATUS[$running_step]="failed: interrupted by SIG$1"
   for s in "${STEPS[@]}"; do [ -n "${STATUS[$s]:-}" ] || STATUS[$s]="skipped: the check was interrupted (SIG$1)"; done
   sweep >/dev/null
-  finished=1
+  finished=1 interrupted_status=$((128 + $2))
   write_report
-  exit $((128 + $2))
+  exit "$interrupted_status"
 }
 trap 'on_signal INT 2' INT
 trap 'on_signal TERM 15' TERM

@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -301,6 +302,11 @@ def test_the_killed_rank_step_kills_rank_1_mid_row_and_times_the_end(tmp_path):
     (["--steps", "1,9"], {}, "--steps: no step '9'"),
     (["--colour"], {}, "unknown argument '--colour'"),
     ([], {"TB_BIN": "/nonexistent/trainbench"}, "no trainbench at /nonexistent/trainbench"),
+    # The same checks of the --flag=value forms, a budget of 0 and a TB_BIN that is a folder.
+    (["--budget=8m"], {}, "--budget: '8m' is not a whole number of seconds"),
+    (["--budget", "0"], {}, "--budget: '0' is not a whole number of seconds >= 1"),
+    (["--steps=1,9"], {}, "--steps: no step '9'"),
+    ([], {"TB_BIN": "/tmp"}, "no trainbench at /tmp:"),
 ])
 def test_bad_usage_exits_2_naming_what_to_fix(tmp_path, args, env, message):
     r = subprocess.run([str(SCRIPT), "--out", str(tmp_path), *args], capture_output=True, text=True, timeout=60,
@@ -308,3 +314,303 @@ def test_bad_usage_exits_2_naming_what_to_fix(tmp_path, args, env, message):
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr
     assert not list(tmp_path.iterdir()), "nothing is written before the arguments are checked"
+
+
+def stand_in_smi(tmp_path, listing):
+    """A folder to put first on PATH holding an nvidia-smi whose `-L` prints `listing` (exit 0
+    where it lists a GPU, else 9) and which fails every other query."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir(exist_ok=True)
+    smi.write_text("#!/bin/sh\nif [ \"$1\" = -L ]; then\n  cat <<'EOF'\n" + listing + "\nEOF\n"
+                   "  case '" + listing + "' in GPU\\ [0-9]*) exit 0 ;; esac\nfi\nexit 9\n")
+    smi.chmod(0o755)
+    return smi.parent
+
+
+ONE_GPU = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"
+TWO_GPUS = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)"
+
+
+def stand_in_program(folder, name, body):
+    """An executable shell script `folder/name` running `body`."""
+    folder.mkdir(exist_ok=True)
+    program = folder / name
+    program.write_text("#!/bin/sh\n" + body + "\n")
+    program.chmod(0o755)
+    return program
+
+
+# A program that runs for up to a minute in steps of 0.1 s (no long sleep outlives it).
+WAITS = "i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done"
+
+
+@pytest.mark.parametrize("listing, visible, step, verdict", [
+    # A GPU fallen off the bus: nvidia-smi -L names a GPU in its error, and lists none.
+    ("Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error", None, "2a",
+     "skipped: no GPU (nvidia-smi -L: Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error)"),
+    (TWO_GPUS, "-1", "2a", "skipped: no GPU (CUDA_VISIBLE_DEVICES='-1' hides every GPU)"),
+    # Two GPUs listed, one visible: real gpu:2 is not tried.
+    (TWO_GPUS, "1", "8", "skipped: one GPU: real gpu:2 needs two or more"),
+])
+def test_the_gpus_the_check_counts_are_nvidia_smis_list_narrowed_by_cuda_visible_devices(tmp_path, listing, visible,
+                                                                                         step, verdict):
+    """The GPU steps are skipped, saying why, where nvidia-smi -L lists no GPU (in its own words)
+    or CUDA_VISIBLE_DEVICES hides them; step 8 where one GPU is left visible."""
+    extra = {"PATH": f"{stand_in_smi(tmp_path, listing)}:{os.environ['PATH']}"}
+    if visible is not None:
+        extra["CUDA_VISIBLE_DEVICES"] = visible
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", step, env=environment(**extra), timeout=60)
+    assert status == 0, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert steps[step] == verdict, steps[step]
+
+
+def test_five_seconds_of_the_budget_are_kept_for_the_report(tmp_path):
+    """A budget of 24 s leaves at most 19 s for the steps: the machine step (planned 20 s) is
+    skipped for the budget, and check.md says the check exited 0."""
+    status, stdout, stderr = run_check(tmp_path, "--steps", "1", "--budget", 24, timeout=60)
+    assert status == 0, stdout + stderr
+    folder, _, steps = the_check(tmp_path)
+    assert steps["1"].startswith("skipped: budget (") and "at step 1, which plans 20 s" in steps["1"], steps["1"]
+    assert "of 24 s used; exit status 0." in (folder / "check.md").read_text()
+
+
+def test_a_gpu_that_trainbench_cannot_use_is_no_gpu_for_the_later_steps(tmp_path):
+    """nvidia-smi lists a GPU that trainbench cannot use: the machine step fails with trainbench's
+    reason, and the GPU steps after it are skipped as on a machine without a GPU, naming step 1."""
+    env = environment(PATH=f"{stand_in_smi(tmp_path, ONE_GPU)}:{os.environ['PATH']}")
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "1,6", env=env, timeout=120)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert steps["1"].startswith("failed: trainbench cannot use the GPU nvidia-smi lists: skipped: gpu:1: "), steps["1"]
+    assert steps["6"] == "skipped: no GPU (trainbench cannot use the GPU nvidia-smi lists (step 1))", steps["6"]
+
+
+def test_a_relative_out_is_taken_from_where_the_check_was_run(tmp_path):
+    """`--out check` from another folder writes there, not under the repository the script is in
+    (it runs from the repository's root)."""
+    r = subprocess.run([str(SCRIPT), "--out", "check", "--steps", "2a"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60, env=environment())
+    assert r.returncode == 0, r.stdout + r.stderr
+    _, _, steps = the_check(tmp_path / "check")
+    assert steps["1"] == "skipped: not selected (--steps 2a)", steps
+
+
+@pytest.mark.parametrize("passing", [True, False])
+def test_processes_a_step_leaves_behind_are_killed_and_named_in_its_verdict(tmp_path, passing):
+    """A trainbench that leaves a process running: the check kills it after the step and says so,
+    failing a step that had passed, adding to one that had failed; check.md gives exit status 1."""
+    stand_in = tmp_path / "trainbench"
+    run = f'"{BINARY}" "$@"' if passing else "echo 'stand-in trainbench: error: failing on purpose' >&2; false"
+    stand_in.write_text(f"#!/bin/sh\nsleep 120 &\n{run}\n")
+    stand_in.chmod(0o755)
+    out = tmp_path / "out"
+    status, stdout, stderr = run_check(out, "--steps", "1", env=environment(TB_BIN=str(stand_in)))
+    assert status == 1, stdout + stderr
+    folder, _, steps = the_check(out)
+    if passing:
+        verdict = r"failed: processes outlived the step \(killed\): "
+    else:
+        verdict = (r"failed: trainbench exited 1: stand-in trainbench: error: failing on purpose; processes it left "
+                   r"were killed: ")
+    # Step 1 runs trainbench twice (--list_configs, then the step loop): a sleep of each.
+    assert re.fullmatch(verdict + r"sleep\[\d+\]( sleep\[\d+\])*", steps["1"]), steps["1"]
+    assert "; exit status 1." in (folder / "check.md").read_text()
+
+
+@pytest.mark.parametrize("name, number", [("INT", 2), ("HUP", 1)])
+def test_a_check_interrupted_by_sigint_or_sighup_writes_what_it_has(tmp_path, name, number):
+    """As for SIGTERM: the running step failed naming the signal, the others skipped, the report
+    and archive written, exit status 128 + the signal's number (check.md says that one, not 1), no
+    process left."""
+    p = subprocess.Popen([str(SCRIPT), "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=environment())
+    try:
+        deadline = time.monotonic() + 60
+        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "trainbench"
+                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.1)
+        p.send_signal(getattr(signal, f"SIG{name}"))
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 128 + number, stdout + stderr
+    folder, archive, steps = the_check(tmp_path)
+    assert steps["1"] == f"failed: interrupted by SIG{name}"
+    assert f"; exit status {128 + number}." in (folder / "check.md").read_text()
+    assert all(steps[s] == f"skipped: the check was interrupted (SIG{name})" for s in GPU_STEPS), steps
+    assert "check.md" in archived(archive)
+    assert not marked(p.pid)
+
+
+def test_an_interrupted_check_stops_the_running_command_and_kills_what_it_left(tmp_path):
+    """Interrupted while step 2a's test_cuda runs (a stand-in that has started a process of its
+    own, deaf to SIGTERM): the check sends the command SIGTERM rather than waiting for it, and kills
+    the process it left before exiting."""
+    smi = stand_in_smi(tmp_path, ONE_GPU)
+    stopped = tmp_path / "stopped"
+    stand_in_program(tmp_path / "tests", "test_cuda", f"trap 'echo TERM >{stopped}; exit 143' TERM\n(trap '' TERM; exec sleep 300) &\n"
+                     "i=0; while [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done")
+    out = tmp_path / "out"
+    p = subprocess.Popen([str(SCRIPT), "--out", str(out), "--steps", "2a"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests")))
+    try:
+        deadline = time.monotonic() + 60
+        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
+                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        stdout, stderr = p.communicate(timeout=60)
+        left = marked(p.pid)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        for pid in marked(p.pid):  # a process the check left, so that the test leaves none
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert p.returncode == 143, stdout + stderr
+    _, _, steps = the_check(out)
+    assert steps["2a"] == "failed: interrupted by SIGTERM", steps
+    assert stopped.read_text() == "TERM\n"
+    assert not left, "the check left processes behind"
+
+
+def test_a_check_killed_outright_keeps_the_report_of_the_steps_before(tmp_path):
+    """check.md, steps.tsv and the archive are rewritten after every step: a check killed with
+    SIGKILL while step 2a runs (a stand-in test_cuda that waits) leaves step 1's verdict."""
+    smi = stand_in_smi(tmp_path, ONE_GPU)
+    stand_in_program(tmp_path / "tests", "test_cuda", WAITS)
+    out = tmp_path / "out"
+    p = subprocess.Popen([str(SCRIPT), "--out", str(out), "--steps", "2a"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests")))
+    try:
+        deadline = time.monotonic() + 60
+        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "test_cuda"
+                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+            time.sleep(0.1)
+    finally:
+        p.kill()
+        p.communicate()
+        for pid in marked(p.pid):  # what the killed check could not sweep
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    _, archive, steps = the_check(out)
+    assert steps["1"] == "skipped: not selected (--steps 2a)", steps
+    assert steps["2a"] == "not run yet", steps
+    assert {"check.md", "steps.tsv"} <= archived(archive)
+
+
+def test_a_step_that_hangs_is_stopped_at_the_budget_and_failed_as_timed_out(tmp_path):
+    """A compute-sanitizer that never ends (step 2b, planned 10 s): with a budget of 18 s the step
+    gets what is left of it (at most 13 s) and fails as timed out, not with the exit status of the
+    kill."""
+    smi = stand_in_smi(tmp_path, ONE_GPU)
+    stand_in_program(smi, "compute-sanitizer", WAITS)
+    stand_in_program(tmp_path / "tests", "test_cuda", "exit 0")
+    env = environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests"))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "2b", "--budget", 18, env=env, timeout=60)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert re.fullmatch(r"failed: test_cuda under memcheck timed out after 1[0-3] s \(0 tests had finished\)",
+                        steps["2b"]), steps["2b"]
+
+
+def test_a_reader_that_crashes_fails_the_step(tmp_path):
+    """Where gpu_check.py dies with a traceback instead of a verdict (a stand-in interpreter that
+    does so for it alone), the step is failed naming the reader, and the check exits 1."""
+    python = stand_in_program(tmp_path / "bin", "python3", 'case "$1" in\n  */gpu_check.py)\n'
+                              "    echo 'Traceback (most recent call last):' >&2; echo 'KeyError: x' >&2; exit 1 ;;\n"
+                              f'esac\nexec "{sys.executable}" "$@"')
+    stand_in = stand_in_program(tmp_path / "bin", "trainbench", "exit 1")
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "1",
+                                       env=environment(TB_PYTHON=str(python), TB_BIN=str(stand_in)), timeout=60)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert steps["1"] == "failed: the reader: Traceback (most recent call last):", steps["1"]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (scripts/deps.sh installs it)")
+def test_the_killed_rank_step_says_when_the_job_ended_before_its_first_row(tmp_path):
+    """Step 5c where trainbench refuses the job before any row: the step says the job ended, with
+    mpirun's exit status and trainbench's error line, not that the row did not come in time."""
+    stand_in = tmp_path / "trainbench"
+    stand_in.write_text("#!/bin/sh\necho 'stand-in trainbench: error: refusing on purpose' >&2\nexit 2\n")
+    stand_in.chmod(0o755)
+    env = environment(PATH=f"{stand_in_smi(tmp_path, ONE_GPU)}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1",
+                      TB_BIN=str(stand_in))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5c", env=env, timeout=180)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert re.fullmatch(r"failed: the job ended \(exit status [1-9]\d*\) before a rank could be killed: "
+                        r"stand-in trainbench: error: refusing on purpose", steps["5c"]), steps["5c"]
+
+
+def stand_in_ranks(tmp_path, said, on_term="", devices=("cpu:1",), rank1=""):
+    """PATH and TB_BIN for step 5c on two stand-in ranks under a stand-in mpirun: rank 0 writes
+    rows of `devices` in the real header (a step of 8 ms: the kill comes 2.4 s after the cpu:1 row)
+    and both wait (rank 1 first runs `rank1`); when rank 1 ends, mpirun stops rank 0 (SIGTERM,
+    where it runs `on_term`) and prints `said`."""
+    header = subprocess.run([BINARY, "--csv_header"], capture_output=True, text=True, check=True).stdout.strip()
+
+    def row(device):
+        values = {"schema_version": "7", "benchmark": f"train/lstm/sine/{device}/fp32/bs:20", "device": device,
+                  "status": "ok", "measurement": "measured", "run_type": "iteration", "step_time_s": "0.008"}
+        return ",".join(values.get(c, "") for c in header.split(",")) + "\n"
+    (tmp_path / "row.csv").write_text(header + "\n" + "".join(row(d) for d in devices))
+    (tmp_path / "header.csv").write_text(header + "\n")
+    bin_dir = stand_in_smi(tmp_path, ONE_GPU)
+    stand_in_program(bin_dir, "mpirun", "while [ \"${1#-}\" != \"$1\" ]; do case $1 in -np) shift 2 ;; *) shift ;; esac; done\n"
+                     "OMPI_COMM_WORLD_RANK=0 \"$@\" & zero=$!\nOMPI_COMM_WORLD_RANK=1 \"$@\" & one=$!\n"
+                     f"wait $one; kill $zero; wait $zero; echo '{said}'; exit 1")
+    trainbench = stand_in_program(
+        tmp_path / "ranks", "trainbench", "for a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
+        f"if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n  cp {tmp_path / 'row.csv'} \"$csv\"\n"
+        f"  trap '{on_term} exit 143' TERM\nfi\n[ \"$OMPI_COMM_WORLD_RANK\" = 0 ] || {rank1 or ':'}\n{WAITS}")
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TB_BIN": str(trainbench), "TB_CHECK_CPU_RANKS": "1"}
+
+
+def test_the_killed_rank_step_fails_a_job_whose_output_does_not_name_the_killed_rank(tmp_path):
+    """Step 5c where the job ends after the kill but mpirun names neither rank 1 nor the signal
+    (a stand-in mpirun): the step fails saying so, not passed."""
+    env = environment(**stand_in_ranks(tmp_path, "stand-in mpirun: the job ended"))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5c", env=env, timeout=120)
+    assert status == 1, stdout + stderr
+    _, _, steps = the_check(tmp_path / "out")
+    assert re.fullmatch(r"failed: the job ended in \d+\.\d s but its output names neither rank 1 nor the signal",
+                        steps["5c"]), steps["5c"]
+
+
+def test_the_killed_rank_step_fails_where_the_kill_lost_the_row_written_before_it(tmp_path):
+    """Step 5c where rank 1 is killed and named, but the cpu:1 row written before the kill is gone
+    from the CSV when the job has ended (rank 0 rewrites it when stopped): failed saying so."""
+    said = "process rank 1 with PID 1 on node n1 exited on signal 9 (Killed)."
+    env = environment(**stand_in_ranks(tmp_path, said, on_term=f'cp {tmp_path / "header.csv"} "$csv";'))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5c", env=env, timeout=120)
+    assert status == 1, stdout + stderr
+    folder, _, steps = the_check(tmp_path / "out")
+    assert steps["5c"] == f"failed: the cpu:1 row written before the kill is not in {folder / 'killed.csv'} any more", \
+        steps["5c"]
+
+
+def test_the_killed_rank_step_without_a_rank_1_to_kill_says_the_two_rank_row_had_ended(tmp_path):
+    """Step 5c where no trainbench of rank 1 is there at the kill (the stand-in's rank 1 has become
+    another program) and the mpi:2 row is already in the CSV: the step says both."""
+    env = environment(**stand_in_ranks(tmp_path, "stand-in mpirun: the job ended", devices=("cpu:1", "mpi:2"),
+                                       rank1=f"exec sh -c '{WAITS}'"))
+    status, stdout, stderr = run_check(tmp_path / "out", "--steps", "5c", env=env, timeout=120)
+    assert status == 1, stdout + stderr
+    folder, _, steps = the_check(tmp_path / "out")
+    assert steps["5c"] == ("failed: no trainbench process of rank 1 was found to kill (the mpi:2 row had ended in "
+                           f"the 2.40 s: train/lstm/sine/mpi:2/fp32/bs:20 is in {folder / 'killed.csv'})"), steps["5c"]

@@ -208,6 +208,25 @@ def test_a_memcheck_run_without_its_summary_names_the_failed_test_first(tmp_path
                                             "Expected: ok"
 
 
+def test_a_run_whose_tests_passed_but_that_exited_1_is_failed(tmp_path):
+    """Every test passed, yet the binary exited 1 (LeakSanitizer at exit, an MPI rank's finalize):
+    the step is failed with the last error line, not passed."""
+    log = tmp_path / "log"
+    log.write_text("[ RUN      ] A.One\n[       OK ] A.One (1 ms)\n[==========] 1 test from 1 test suite ran. (1 ms "
+                   "total)\n[  PASSED  ] 1 test.\n==4242==ERROR: LeakSanitizer: detected memory leaks\n")
+    verdict, _ = judge("gtest", log, 1, "--what", "test_cuda")
+    assert verdict == "failed: test_cuda exited 1: ==4242==ERROR: LeakSanitizer: detected memory leaks"
+
+
+def test_a_run_the_check_did_not_start_for_want_of_time_is_timed_out_after_0_s(tmp_path):
+    """gpu_check.sh's bounded gives --timed-out 0 (and status 124) where the step's time was used
+    up before the command started: that is a timeout, not an exit status."""
+    log = tmp_path / "log"
+    log.write_text("gpu_check.sh: not started: the step's time was used up\n")
+    verdict, _ = judge("gtest", log, 124, "--timed-out", 0, "--what", "test_cuda")
+    assert verdict == "failed: test_cuda timed out after 0 s (0 tests had finished)"
+
+
 # ---- trainbench's CSVs ---------------------------------------------------------------------------
 
 def with_dp_overhead(rows, share):
@@ -969,3 +988,23 @@ def test_a_measured_ok_row_of_the_device_is_named_and_nothing_else_counts(tmp_pa
     assert ended(write_rows(tmp_path / "failed.csv", failed), "mpi:2") == ""
     assert ended(EMULATED, "gpu:2") == ""
     assert ended(tmp_path / "missing.csv", "mpi:2") == ""
+
+
+def test_real_gpu2_rows_need_no_emulated_mark(tmp_path):
+    """Step 8 reads real gpu:2 rows without --emulated: rows not marked as emulated nodes pass
+    there, where step 5a's --emulated fails them."""
+    rows = [dict(r, emulated_nodes="") for r in rows_of(EMULATED)]
+    path = write_rows(tmp_path / "plain.csv", rows)
+    assert judge("spanning", path, "--device", "mpi:2", "--expect", 4)[0] == \
+        "passed: 4 mpi:2 rows measured, 3 inside their predicted band"
+    assert judge("spanning", path, "--device", "mpi:2", "--emulated")[0].startswith("failed: ")
+
+
+def test_a_csv_step_not_started_for_want_of_time_is_timed_out_after_0_s(tmp_path):
+    """gpu_check.sh gives --timed-out 0 with status 124 where the step's time was used up before
+    its command started: the step is timed out, with the missing CSV as its cause."""
+    log = tmp_path / "log"
+    log.write_text("gpu_check.sh: not started: the step's time was used up\n")
+    verdict, _ = judge("timeline", tmp_path / "none.csv", "--status", 124, "--timed-out", 0, "--log", log)
+    assert verdict == f"failed: trainbench timed out after 0 s; trainbench wrote no rows to read " \
+                      f"({tmp_path / 'none.csv'}: no such file)"
