@@ -1418,6 +1418,20 @@ def test_a_killed_job_fails_the_row_naming_it_and_its_signal_and_the_other_job_s
     assert row["message"].startswith(f"job {killed} of 2: exit status 137; its output ends: "), row["message"]
 
 
+def test_a_job_killed_where_sigchld_is_ignored_fails_the_row_and_the_other_job_stops(tmp_path):
+    """SIGCHLD ignored by whoever started trainbench (a disposition its processes inherit): the
+    kernel reaped the jobs itself, so trainbench learnt of none until all had ended, and a killed
+    job left the other waiting for it at their meeting point for 10 minutes. trainbench reaps its
+    jobs itself whatever it inherited: the row fails naming the killed job, as it does otherwise."""
+    out = tmp_path / "run.csv"
+    returncode, stdout, stderr = run_killing_a_job(
+        out, 1, preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+    assert returncode == 1, (stdout[-2000:], stderr[-2000:])
+    [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
+    assert row["status"] == "failed"
+    assert row["message"].startswith("job 1 of 2: exit status 137; its output ends: "), row["message"]
+
+
 def test_a_jobs_run_removes_its_folder_and_leaves_a_live_runs_and_other_folders_alone(tmp_path):
     """Under /tmp, a jobs row's folder (trainbench-jobs-<its pid>-XXXXXX) is gone once the run
     ends; the folder of another trainbench still running (here: named after this test's own
