@@ -1257,6 +1257,39 @@ def test_jobs_end_with_the_trainbench_that_started_them(tmp_path):
     assert not folder.exists(), "the folder of the killed run stayed"
 
 
+def test_jobs_still_warming_up_end_with_the_trainbench_that_started_them(tmp_path):
+    """As above, with jobs that would run for hours (10 million warm-up steps each): trainbench
+    killed (SIGKILL, which leaves it no time to stop them) as soon as both jobs run, the kernel's
+    parent-death signal ends them. Above, each job's row ends on its own seconds later, so the
+    jobs left over were gone within its 10 s whether they were told to stop or not."""
+    p = subprocess.Popen([BINARY, "--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2",
+                          "--warmup_steps=10000000", f"--csv={tmp_path / 'killed.csv'}"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Killed once both jobs print Google Benchmark's context, which they do after binding
+        # themselves to trainbench: earlier, a job finds its parent gone and ends itself.
+        def warming_up():
+            logs = list(Path("/tmp").glob(f"trainbench-jobs-{p.pid}-*/job*.log"))
+            return len(logs) == 2 and all("Load Average" in log.read_text(errors="replace") for log in logs)
+
+        deadline = time.monotonic() + 120
+        while not warming_up() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert warming_up() and len(marked_processes("TB_JOB_PARENT", str(p.pid))) == 2, "the jobs never started"
+        p.kill()
+        p.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while marked_processes("TB_JOB_PARENT", str(p.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = marked_processes("TB_JOB_PARENT", str(p.pid))
+    finally:
+        for pid in marked_processes("TB_JOB_PARENT", str(p.pid)):
+            os.kill(int(pid), signal.SIGKILL)
+        for folder in Path("/tmp").glob(f"trainbench-jobs-{p.pid}-*"):
+            shutil.rmtree(folder, ignore_errors=True)
+    assert not left, "a job outlived trainbench"
+
+
 def test_cpu_rows_train_on_resident_data_with_data_on_device(tmp_path):
     """--data_on_device on the CPU: batches prepared once and kept in host memory (the PyTorch
     peer's pool); the row says so in its name and column, and it trains. Without the flag a cpu
