@@ -1258,6 +1258,39 @@ def test_jobs_end_with_the_trainbench_that_started_them(tmp_path):
     assert not folder.exists(), "the folder of the killed run stayed"
 
 
+def test_jobs_still_warming_up_end_with_the_trainbench_that_started_them(tmp_path):
+    """As above, with jobs that would run for hours (10 million warm-up steps each): trainbench
+    killed (SIGKILL, which leaves it no time to stop them) as soon as both jobs run, the kernel's
+    parent-death signal ends them. Above, each job's row ends on its own seconds later, so the
+    jobs left over were gone within its 10 s whether they were told to stop or not."""
+    p = subprocess.Popen([BINARY, "--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2",
+                          "--warmup_steps=10000000", f"--csv={tmp_path / 'killed.csv'}"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Killed once both jobs print Google Benchmark's context, which they do after binding
+        # themselves to trainbench: earlier, a job finds its parent gone and ends itself.
+        def warming_up():
+            logs = list(Path("/tmp").glob(f"trainbench-jobs-{p.pid}-*/job*.log"))
+            return len(logs) == 2 and all("Load Average" in log.read_text(errors="replace") for log in logs)
+
+        deadline = time.monotonic() + 120
+        while not warming_up() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert warming_up() and len(marked_processes("TB_JOB_PARENT", str(p.pid))) == 2, "the jobs never started"
+        p.kill()
+        p.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while marked_processes("TB_JOB_PARENT", str(p.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = marked_processes("TB_JOB_PARENT", str(p.pid))
+    finally:
+        for pid in marked_processes("TB_JOB_PARENT", str(p.pid)):
+            os.kill(int(pid), signal.SIGKILL)
+        for folder in Path("/tmp").glob(f"trainbench-jobs-{p.pid}-*"):
+            shutil.rmtree(folder, ignore_errors=True)
+    assert not left, "a job outlived trainbench"
+
+
 def test_cpu_rows_train_on_resident_data_with_data_on_device(tmp_path):
     """--data_on_device on the CPU: batches prepared once and kept in host memory (the PyTorch
     peer's pool); the row says so in its name and column, and it trains. Without the flag a cpu
@@ -1369,6 +1402,97 @@ def test_a_job_that_fails_fails_the_row_with_its_own_message(tmp_path):
     [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
     assert row["status"] == "failed" and "job 0 of 2" in row["message"] and "loss" in row["message"]
     assert r.returncode == 1
+    # Its exit status and the end of its output, both streams: its row's error (its console) and
+    # trainbench's last words (its stderr).
+    assert row["message"].startswith("job 0 of 2: exit status 1; its output ends: "), row["message"]
+    assert "FAILED: loss is NaN at training step" in row["message"], row["message"]
+    assert "benchmark(s) failed; see the messages above" in row["message"], row["message"]
+
+
+def run_killing_a_job(out, killed, preexec_fn=None):
+    """Runs cpu:1/jobs:2 of the LSTM writing `out`, kills job `killed` (SIGKILL) as soon as it is
+    running, long before it is ready to time its steps, and returns trainbench's exit status and
+    output. The timeout only guards against the other job's wait for it (10 minutes)."""
+    p = subprocess.Popen([BINARY, "--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2", f"--csv={out}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+    try:
+        victim = None
+        deadline = time.monotonic() + 120
+        while victim is None and p.poll() is None and time.monotonic() < deadline:
+            for pid in marked_processes("TB_JOB_PARENT", str(p.pid)):
+                try:
+                    if f"TB_JOB_INDEX={killed}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                        victim = int(pid)
+                except OSError:
+                    continue
+            time.sleep(0.05)
+        assert victim is not None, f"job {killed} never started"
+        os.kill(victim, signal.SIGKILL)
+        stdout, stderr = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            for pid in marked_processes("TB_JOB_PARENT", str(p.pid)):
+                os.kill(int(pid), signal.SIGKILL)
+            p.kill()
+            p.communicate()
+    return p.returncode, stdout, stderr
+
+
+@pytest.mark.parametrize("killed", [0, 1])
+def test_a_killed_job_fails_the_row_naming_it_and_its_signal_and_the_other_job_stops(tmp_path, killed):
+    """One job of cpu:1/jobs:2 killed as soon as it is running: the row fails naming that job and
+    its signal (exit status 128 + 9), before the other job's failure, whichever ended first; and
+    the other job, which would wait for it at their meeting point for 10 minutes, is told to stop
+    and does; the run ends with exit status 1."""
+    out = tmp_path / "run.csv"
+    returncode, stdout, stderr = run_killing_a_job(out, killed)
+    assert returncode == 1, (stdout[-2000:], stderr[-2000:])
+    [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
+    assert row["status"] == "failed"
+    assert row["message"].startswith(f"job {killed} of 2: exit status 137; its output ends: "), row["message"]
+
+
+def test_a_job_killed_where_sigchld_is_ignored_fails_the_row_and_the_other_job_stops(tmp_path):
+    """SIGCHLD ignored by whoever started trainbench (a disposition its processes inherit): the
+    kernel reaped the jobs itself, so trainbench learnt of none until all had ended, and a killed
+    job left the other waiting for it at their meeting point for 10 minutes. trainbench reaps its
+    jobs itself whatever it inherited: the row fails naming the killed job, as it does otherwise."""
+    out = tmp_path / "run.csv"
+    returncode, stdout, stderr = run_killing_a_job(
+        out, 1, preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
+    assert returncode == 1, (stdout[-2000:], stderr[-2000:])
+    [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
+    assert row["status"] == "failed"
+    assert row["message"].startswith("job 1 of 2: exit status 137; its output ends: "), row["message"]
+
+
+def test_a_jobs_run_removes_its_folder_and_leaves_a_live_runs_and_other_folders_alone(tmp_path):
+    """Under /tmp, a jobs row's folder (trainbench-jobs-<its pid>-XXXXXX) is gone once the run
+    ends; the folder of another trainbench still running (here: named after this test's own
+    process, which is alive) stays, and so does a folder that only looks like one (no '-' after the
+    process id), even where that id is of a process that has ended. Only the folders of runs that
+    ended (killed before they could remove their own) are removed."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    live = Path(f"/tmp/trainbench-jobs-{os.getpid()}-livetest")
+    other = Path(f"/tmp/trainbench-jobs-{ended.pid}.not-a-run")
+    try:
+        for folder in (live, other):
+            folder.mkdir()
+            (folder / "ready.0.0").write_text("1.0\n")
+        p = subprocess.Popen([BINARY, "--benchmark_filter=train/lstm/sine/", "--devices=cpu:1/jobs:2",
+                              "--benchmark_min_time=0.05", f"--csv={tmp_path / 'run.csv'}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = p.communicate(timeout=600)
+        assert p.returncode == 0, stderr[-2000:]
+        [row] = [row for row in read_csv(tmp_path / "run.csv") if row["device"] == "cpu:1/jobs:2"]
+        assert row["status"] == "ok", row["message"]
+        assert not list(Path("/tmp").glob(f"trainbench-jobs-{p.pid}-*")), "the run's own folder stayed"
+        assert (live / "ready.0.0").exists(), "the folder of a live run was removed"
+        assert (other / "ready.0.0").exists(), "a folder not named as a run's was removed"
+    finally:
+        for folder in (live, other):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_published_measurements_table_is_what_its_commands_predict():

@@ -5,10 +5,14 @@
 // without one).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -81,13 +85,18 @@ int nbc_allreduce_algorithm() {
 
 // On both sides of kMpiRingFromBytes the mean is exact, and the communicator asked Open MPI for
 // the algorithm it names: its ring (libnbc's 1) for 64 KiB and more, its binomial tree (2) below.
+// Where the user chose one in OMPI_MCA_coll_libnbc_iallreduce_algorithm (ctest's mpi_user_algorithm
+// runs this so), the communicator leaves it, and says it chose none.
 TEST(MpiComm, AllReducesRingFrom64KiBAndTreeBelowAgree) {
   auto comm = parallel::make_mpi_comm(60);
   const int r = comm->rank(), n = comm->size();
-  const bool chooses =
-      std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm") == nullptr && nbc_allreduce_algorithm() >= 0;
+  const char* users = std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
+  const bool chooses = users == nullptr && nbc_allreduce_algorithm() >= 0;
   if (chooses) {
     EXPECT_NE(comm->algorithms().find("ring from 64 KiB"), std::string::npos) << comm->algorithms();
+  }
+  if (users) {
+    EXPECT_EQ(comm->algorithms(), "") << "the user chose the algorithm";
   }
   for (const i64 count : {i64(16383), i64(16384), i64(250001)}) {
     std::vector<float> v(static_cast<std::size_t>(count));
@@ -99,6 +108,9 @@ TEST(MpiComm, AllReducesRingFrom64KiBAndTreeBelowAgree) {
       ASSERT_FLOAT_EQ(v[k], mean_r * 1000 + float(k % 1000)) << count << " " << k;
     if (chooses) {
       EXPECT_EQ(nbc_allreduce_algorithm(), count * 4 >= 65536 ? 1 : 2) << count << " floats";
+    }
+    if (users && nbc_allreduce_algorithm() >= 0) {
+      EXPECT_EQ(nbc_allreduce_algorithm(), std::atoi(users)) << count << " floats: the user's choice was changed";
     }
   }
 }
@@ -132,6 +144,165 @@ TEST(MpiComm, KeepSumsLeavesTheSums) {
   comm->wait();
   EXPECT_FLOAT_EQ(v.front(), float(n * (n + 1) / 2));
   EXPECT_FLOAT_EQ(v.back(), float(n * (n + 1) / 2));
+}
+
+// What the communicator refuses before any rank communicates, each error naming the fix: a
+// deadline that is no positive number of seconds, 16-bit elements to all-reduce (MPI replicas are
+// fp32), a negative count, a broadcast from a rank that does not exist. The communicator stays
+// usable after each.
+TEST(MpiCommRefusals, AreErrorsNamingTheFixAndLeaveTheCommunicatorUsable) {
+  for (const double bad : {0.0, -1.0}) {
+    try {
+      parallel::make_mpi_comm(bad);
+      ADD_FAILURE() << "a timeout of " << bad << " s was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("pass a positive number of seconds"), std::string::npos) << e.what();
+    }
+  }
+  auto comm = parallel::make_mpi_comm(60);
+  const int r = comm->rank(), n = comm->size();
+  std::vector<std::uint16_t> half(8, 1);
+  try {
+    comm->start_all_reduce_mean(half.data(), 8, ElemType::BF16);
+    ADD_FAILURE() << "16-bit elements were all-reduced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MPI replicas are fp32 (run CPU replicas in fp32"), std::string::npos)
+        << e.what();
+  }
+  std::vector<float> v(4, float(r));
+  EXPECT_THROW(comm->start_all_reduce_mean(v.data(), -1, ElemType::F32), Error);
+  EXPECT_THROW(comm->broadcast(v.data(), -1, ElemType::F32, 0), Error);
+  for (const int root : {-1, n}) {
+    try {
+      comm->broadcast(v.data(), 4, ElemType::F32, root);
+      ADD_FAILURE() << "a broadcast from rank " << root << " was started";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("broadcast from rank {} of {} ranks", root, n)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  comm->start_all_reduce_mean(v.data(), 4, ElemType::F32);
+  comm->wait();
+  EXPECT_EQ(v, std::vector<float>(4, float(n - 1) / 2));
+}
+
+// Broadcast takes 16-bit elements as their bits (a replica's bf16 parameters): exactly `count`
+// of them, the memory after them left as it was; and zero elements, of either collective, is
+// nothing to do.
+TEST(MpiCommBroadcast, MovesSixteenBitElementsAsTheirBitsAndNoMore) {
+  auto comm = parallel::make_mpi_comm(60);
+  const int r = comm->rank(), n = comm->size();
+  std::vector<std::uint16_t> bits(10, std::uint16_t(0xAB00 + r));
+  for (std::size_t k = 0; k < 5; ++k) bits[k] = std::uint16_t(r == n - 1 ? 0x3F80 + k : 0);
+  comm->broadcast(bits.data(), 5, ElemType::BF16, n - 1);
+  for (std::size_t k = 0; k < 5; ++k) EXPECT_EQ(bits[k], 0x3F80 + k) << k;
+  for (std::size_t k = 5; k < 10; ++k) EXPECT_EQ(bits[k], 0xAB00 + r) << k << ": past the broadcast's elements";
+  std::vector<float> none(1, float(r));
+  comm->broadcast(none.data(), 0, ElemType::F32, 0);
+  comm->start_all_reduce_mean(none.data(), 0, ElemType::F32);
+  comm->wait();
+  EXPECT_EQ(none[0], float(r));
+}
+
+// A rank whose peer never comes is not left waiting: each kind of wait (a barrier, an
+// all-reduce's wait(), a max-reduction) throws once the communicator's timeout has passed,
+// naming the rank, the seconds and what it waited in; after that the communicator refuses every
+// collective (its own is still in flight, and the next would pair with the wrong one on the other
+// rank), saying so; releasing it is safe while its collective is still in flight (rank 0 crashed
+// in Open MPI once rank 1 came, had it freed it). No clock is read here: rank 1 joins only after
+// rank 0 has given up, over another communicator, and then completes the abandoned collective so
+// that nothing stays in flight.
+TEST(MpiCommDeadline, AWaitPastTheTimeoutThrowsAndTheCommunicatorRefusesFurtherUse) {
+  auto healthy = parallel::make_mpi_comm(60);
+  const int r = healthy->rank();
+  std::vector<float> v(16, float(r));
+  const auto run = [&](parallel::Communicator& comm, const std::string& what) {
+    if (what == "a barrier") comm.barrier();
+    if (what == "an all-reduce") comm.start_all_reduce_mean(v.data(), i64(v.size()), ElemType::F32), comm.wait();
+    if (what == "a max-reduction") comm.max(1.0);
+  };
+  for (const std::string what : {"a barrier", "an all-reduce", "a max-reduction"}) {
+    SCOPED_TRACE(what);
+    auto late = parallel::make_mpi_comm(r == 0 ? 0.25 : 60);
+    if (r == 0) {
+      try {
+        run(*late, what);
+        ADD_FAILURE() << "rank 0 finished " << what << " that rank 1 had not joined";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rank 0 waited 0.25 s for the other ranks in " + what +
+                                             ": a rank failed or hangs"),
+                  std::string::npos)
+            << e.what();
+      }
+      std::vector<std::function<void()>> uses{
+          [&] { late->barrier(); }, [&] { late->start_all_reduce_mean(v.data(), i64(v.size()), ElemType::F32); },
+          [&] { late->wait(); },    [&] { late->broadcast(v.data(), i64(v.size()), ElemType::F32, 0); },
+          [&] { late->max(1.0); },  [&] { late->min(1.0); }};
+      for (std::size_t u = 0; u < uses.size(); ++u) {
+        try {
+          uses[u]();
+          ADD_FAILURE() << "use " << u << " of a timed-out communicator went ahead";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("rank 0 used a communicator whose earlier wait timed out; end the run"),
+                    std::string::npos)
+              << "use " << u << ": " << e.what();
+        }
+      }
+      EXPECT_FALSE(late->progress()) << "a timed-out communicator has nothing to progress";
+      late.reset();  // as the failed row drops it, before rank 1 comes: MPI keeps it for the collective
+    }
+    healthy->barrier();            // rank 0 has given up
+    if (r != 0) run(*late, what);  // completed by rank 0's polls in the barrier below
+    healthy->barrier();
+  }
+}
+
+// A row that fails between an all-reduce's start and its wait (an exception in the backward
+// pass) drops its communicator with the reduction in flight: the process goes on, and the next
+// row's communicator works (MPI finishes the abandoned reduction into the buffer, still alive):
+// freed, the communicator crashed Open MPI as it progressed the reduction.
+TEST(MpiCommRelease, DroppedWithAnAllReduceInFlightTheNextCommunicatorWorks) {
+  int r = 0, n = 1;
+  // 4 MiB: Open MPI's ring, many rounds. Static: nothing says when MPI is done writing it.
+  static std::vector<float> gradients(std::size_t(1) << 20, 1.0f);
+  {
+    auto comm = parallel::make_mpi_comm(60);
+    r = comm->rank(), n = comm->size();
+    comm->start_all_reduce_mean(gradients.data(), i64(gradients.size()), ElemType::F32);
+  }
+  auto next = parallel::make_mpi_comm(60);
+  std::vector<float> v(4, float(r));
+  next->start_all_reduce_mean(v.data(), 4, ElemType::F32);
+  next->wait();
+  EXPECT_EQ(v, std::vector<float>(4, float(n - 1) / 2));
+  next->barrier();
+}
+
+// What the ranks agree on at start-up and before each row (engine/parallel/world.cpp): every
+// rank's string, in rank order, whatever their lengths (an empty one too, the mark of a rank that
+// set up well); with no deadline (a rank standing by while rank 0 measures) the gather waits for a
+// rank that comes late. On one machine each rank's local rank is its rank. A second session in the
+// process (MPI already running) neither initialises nor finalises MPI: collectives work after it.
+TEST(MpiSession, AllGatherGivesEveryRanksStringInRankOrder) {
+  {
+    parallel::MpiSession again;
+    EXPECT_TRUE(parallel::launched_by_mpirun());
+    auto comm = parallel::make_mpi_comm(60);
+    EXPECT_EQ(again.rank(), comm->rank());
+    EXPECT_EQ(again.size(), comm->size());
+  }
+  parallel::MpiSession session;
+  const int r = session.rank(), n = session.size();
+  EXPECT_EQ(session.local_rank_and_size(), std::make_pair(r, n)) << "both ranks run on this machine";
+  const auto mine = [](int rank) {
+    return rank == 0 ? std::string() : std::string(std::size_t(rank) * 3, char('a' + rank));
+  };
+  std::vector<std::string> expected;
+  for (int k = 0; k < n; ++k) expected.push_back(mine(k));
+  EXPECT_EQ(session.all_gather(mine(r), 60, "test"), expected);
+  if (r == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // comes late
+  EXPECT_EQ(session.all_gather(mine(r), INFINITY, "test"), expected);
 }
 
 // Each rank trains its shard of every batch; the weights must equal (to fp32 summation order,

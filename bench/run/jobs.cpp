@@ -163,6 +163,27 @@ void remove_folders_of_ended_runs() {
   }
 }
 
+// SIGCHLD at its default while it lives, as it was after. Jobs are reaped one at a time as each
+// ends, so that one that fails can stop the others; with SIGCHLD ignored, a disposition inherited
+// from whoever started trainbench, the kernel reaps them itself and waitpid() returns only once
+// all have ended, with no status: a killed job went unnoticed and the others waited for it at
+// their meeting point for 10 minutes.
+class DefaultSigchld {
+ public:
+  DefaultSigchld() {
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGCHLD, &action, &previous_);
+  }
+  ~DefaultSigchld() { ::sigaction(SIGCHLD, &previous_, nullptr); }
+  DefaultSigchld(const DefaultSigchld&) = delete;
+  DefaultSigchld& operator=(const DefaultSigchld&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
+
 }  // namespace
 
 double CommonWindow::total_samples() const { return std::accumulate(samples.begin(), samples.end(), 0.0); }
@@ -253,6 +274,7 @@ JobsResult run_job_processes(const BenchInfo& info, const Flags& flags) {
       fs::remove_all(dir, ec);
     }
   } cleanup{dir};
+  const DefaultSigchld reaped_here;
   const int k = info.replicas;
   std::vector<pid_t> pids;
   try {
