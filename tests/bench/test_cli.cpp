@@ -94,6 +94,9 @@ TEST(Flags, ABadValueIsRefusedNamingItsFlag) {
       {{"--predict_allreduce=1GiB", "--predict_from=a.csv"}, "--predict_allreduce predicts one all-reduce"},
       {{"--predict_allreduce=1GiB", "--replay_from=a.csv"}, "--predict_allreduce predicts one all-reduce"},
       {{"--devices=cpu:1,cpu,cpu:1"}, "--devices: cpu:1 is given twice: give it once (--benchmark_repetitions=N"},
+      // The queue of the loader's threads, with none of them: it was taken and changed nothing.
+      {{"--prefetch=4"}, "--prefetch=4 is the queue of the loader's threads: give --loader_workers=N with it"},
+      {{"--loader_workers=0", "--prefetch=4"}, "give --loader_workers=N with it"},
   };
   for (const auto& [args, words] : cases) {
     const std::string message = refusal(args);
@@ -107,10 +110,12 @@ TEST(Flags, ABadValueIsRefusedNamingItsFlag) {
 // a value with anything after the number is no number.
 TEST(Flags, NumbersAreTakenAtTheEndsOfTheirRangeAndRefusedPastThem) {
   for (const char* arg : {"--batch=1", "--batch=1048576", "--warmup_steps=0", "--seed=0", "--loader_workers=0",
-                          "--prefetch=1", "--epochs=1", "--iterations=1", "--lr=1000000", "--target_accuracy=1",
-                          "--gpu_memory_limit=1", "--gpu_memory_limit=1048576GiB", "--predict_allreduce=1",
-                          "--benchmark_min_time=0", "--benchmark_repetitions=1", "--gpus_per_node=1"})
+                          "--epochs=1", "--iterations=1", "--lr=1000000", "--target_accuracy=1", "--gpu_memory_limit=1",
+                          "--gpu_memory_limit=1048576GiB", "--predict_allreduce=1", "--benchmark_min_time=0",
+                          "--benchmark_repetitions=1", "--gpus_per_node=1"})
     EXPECT_NO_THROW(parse({arg})) << arg;
+  for (const char* arg : {"--prefetch=1", "--prefetch=1024"})  // a queue of the loader's threads
+    EXPECT_NO_THROW(parse({"--loader_workers=1", arg})) << arg;
   const std::vector<std::pair<std::string, std::string>> cases{
       {"--batch=0", "--batch: '0' is not an integer from 1 to 1048576 (example: --batch=2)"},
       {"--batch=1048577", "--batch: '1048577' is not an integer from 1 to 1048576"},
@@ -237,7 +242,6 @@ TEST(Flags, EachShapingFlagChangesTheText) {
                                                    {"--seed=2"},
                                                    {"--data_dir=d"},
                                                    {"--loader_workers=1"},
-                                                   {"--prefetch=3"},
                                                    {"--augment"},
                                                    {"--epochs=2"},
                                                    {"--target_accuracy=0.5"},
@@ -257,6 +261,9 @@ TEST(Flags, EachShapingFlagChangesTheText) {
                                                    {"--benchmark_min_time=0.5"}};
   for (const std::vector<std::string>& run : runs)
     EXPECT_NE(shaping_flags(parse(run).flags), defaults) << ::testing::PrintToString(run);
+  // --prefetch goes with the loader's threads: against theirs alone.
+  EXPECT_NE(shaping_flags(parse({"--loader_workers=1", "--prefetch=3"}).flags),
+            shaping_flags(parse({"--loader_workers=1"}).flags));
 }
 
 // --help names every preset of the links within a node and of the networks between nodes.
