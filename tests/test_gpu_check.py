@@ -49,6 +49,35 @@ def marked(pid):
     return marked_processes("TB_GPU_CHECK_RUN", f"gpucheck-{pid}")
 
 
+def wait_for_marked(p, name):
+    """Waits (at most 60 s) until a process named `name` of the check `p` runs; the check must not
+    end first."""
+    deadline = time.monotonic() + 60
+    while not any(Path(f"/proc/{pid}/comm").read_text().strip() == name
+                  for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
+        time.sleep(0.1)
+
+
+def start_step_2a(tmp_path, smi):
+    """The check of step 2a alone, started in the background with the stand-in nvidia-smi's folder
+    `smi` and the stand-in test programs of tmp_path/tests: its output folder and its process."""
+    out = tmp_path / "out"
+    p = subprocess.Popen([str(SCRIPT), "--out", str(out), "--steps", "2a"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests")))
+    return out, p
+
+
+def kill_marked(p):
+    """Kills what is left of the check `p`'s processes, so that a test leaves none."""
+    for pid in marked(p.pid):
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def run_check(out, *args, env=None, timeout=240):
     p = subprocess.Popen([str(SCRIPT), "--out", str(out), *map(str, args)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env or environment())
@@ -161,11 +190,7 @@ def test_an_interrupted_check_writes_what_it_has_and_leaves_no_process(tmp_path)
                          text=True, env=environment())
     try:
         # Interrupted while the machine step's trainbench runs.
-        deadline = time.monotonic() + 60
-        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "trainbench"
-                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
-            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
-            time.sleep(0.1)
+        wait_for_marked(p, "trainbench")
         p.send_signal(signal.SIGTERM)
         stdout, stderr = p.communicate(timeout=60)
     finally:
@@ -215,19 +240,14 @@ def test_the_killed_rank_step_says_when_the_job_ended_before_the_kill(tmp_path):
     one-device row, a step of 8 ms whose 1,000 steps make a delay of 30% of them, 2.4 s, and both
     ranks exit at once): the step says the job ended and how, with its last error line, not that
     no rank 1 was found to kill."""
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' || exit 9\n")
-    smi.chmod(0o755)
-    stand_in = tmp_path / "trainbench"
-    stand_in.write_text(
-        "#!/bin/sh\nfor a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
+    smi = stand_in_smi(tmp_path, ONE_GPU)
+    stand_in = stand_in_program(
+        tmp_path, "trainbench", "for a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
         "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n"
         "  printf 'benchmark,device,status,step_time_s\\ntrain/lstm/sine/cpu:1/fp32/bs:20,cpu:1,ok,0.008\\n' >\"$csv\"\n"
-        "  sleep 0.5; echo 'stand-in trainbench: error: ended early on purpose' >&2\nfi\n")
-    stand_in.chmod(0o755)
+        "  sleep 0.5; echo 'stand-in trainbench: error: ended early on purpose' >&2\nfi")
     out = tmp_path / "out"
-    env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1", TB_BIN=str(stand_in))
+    env = environment(PATH=f"{smi}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1", TB_BIN=str(stand_in))
     status, stdout, stderr = run_check(out, "--steps", "5c", env=env, timeout=180)
     _, _, steps = the_check(out)
     assert steps["5c"] == ("failed: the job ended (exit status 0) in the 2.40 s before the kill, no rank was killed: "
@@ -241,10 +261,7 @@ def test_the_killed_rank_step_fails_a_kill_that_came_after_the_two_rank_row(tmp_
     the debug build's leak check at exit, which once took the kill after the mpi:2 row had been
     written): rank 1 is killed and mpirun names it, yet the step fails saying the kill was not
     mid-row, naming the row. A stand-in whose rank 0 writes both rows of the real header."""
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' || exit 9\n")
-    smi.chmod(0o755)
+    smi = stand_in_smi(tmp_path, ONE_GPU)
     header = subprocess.run([BINARY, "--csv_header"], capture_output=True, text=True, check=True).stdout.strip()
     columns = header.split(",")
 
@@ -256,16 +273,14 @@ def test_the_killed_rank_step_fails_a_kill_that_came_after_the_two_rank_row(tmp_
 
     (tmp_path / "one.csv").write_text(header + "\n" + row("cpu:1"))
     (tmp_path / "two.csv").write_text(row("mpi:2"))
-    stand_in = tmp_path / "trainbench"
-    stand_in.write_text(
-        "#!/bin/sh\nfor a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
+    stand_in = stand_in_program(
+        tmp_path, "trainbench", "for a; do case $a in --csv=*) csv=${a#--csv=} ;; esac; done\n"
         f"if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then\n  cat {tmp_path}/one.csv >\"$csv\"; sleep 0.3\n"
         f"  cat {tmp_path}/two.csv >>\"$csv\"\nfi\n"
         # Both ranks stay, as if at their exit, in steps of 0.1 s: no long sleep outlives the kill.
-        "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done\n")
-    stand_in.chmod(0o755)
+        "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done")
     out = tmp_path / "out"
-    env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1", TB_BIN=str(stand_in))
+    env = environment(PATH=f"{smi}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1", TB_BIN=str(stand_in))
     status, stdout, stderr = run_check(out, "--steps", "5c", env=env, timeout=180)
     folder, _, steps = the_check(out)
     assert steps["5c"] == (f"failed: the kill came after the mpi:2 row had ended (train/lstm/sine/mpi:2/fp32/bs:20 is "
@@ -279,12 +294,9 @@ def test_the_killed_rank_step_kills_rank_1_mid_row_and_times_the_end(tmp_path):
     """Step 5c's kill on CPU ranks (TB_CHECK_CPU_RANKS=1: cpu:1,mpi:2 under mpirun, the same
     code that kills a GPU rank): rank 1's trainbench found and killed after the one-device row,
     the job ending within 10 s, mpirun naming the rank and the signal, the row kept."""
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] && echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)' || exit 9\n")
-    smi.chmod(0o755)
+    smi = stand_in_smi(tmp_path, ONE_GPU)
     out = tmp_path / "out"
-    env = environment(PATH=f"{smi.parent}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1")
+    env = environment(PATH=f"{smi}:{os.environ['PATH']}", TB_CHECK_CPU_RANKS="1")
     status, stdout, stderr = run_check(out, "--steps", "5c", env=env, timeout=180)
     folder, _, steps = the_check(out)
     assert re.fullmatch(r"passed: the job ended \d+\.\d s after rank 1 was killed, naming it; the cpu:1 row kept",
@@ -426,11 +438,7 @@ def test_a_check_interrupted_by_sigint_or_sighup_writes_what_it_has(tmp_path, na
     p = subprocess.Popen([str(SCRIPT), "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=environment())
     try:
-        deadline = time.monotonic() + 60
-        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "trainbench"
-                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
-            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
-            time.sleep(0.1)
+        wait_for_marked(p, "trainbench")
         p.send_signal(getattr(signal, f"SIG{name}"))
         stdout, stderr = p.communicate(timeout=60)
     finally:
@@ -454,16 +462,9 @@ def test_an_interrupted_check_stops_the_running_command_and_kills_what_it_left(t
     stopped = tmp_path / "stopped"
     stand_in_program(tmp_path / "tests", "test_cuda", f"trap 'echo TERM >{stopped}; exit 143' TERM\n(trap '' TERM; exec sleep 300) &\n"
                      "i=0; while [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done")
-    out = tmp_path / "out"
-    p = subprocess.Popen([str(SCRIPT), "--out", str(out), "--steps", "2a"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         env=environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests")))
+    out, p = start_step_2a(tmp_path, smi)
     try:
-        deadline = time.monotonic() + 60
-        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "sleep"
-                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
-            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
-            time.sleep(0.1)
+        wait_for_marked(p, "sleep")
         p.send_signal(signal.SIGTERM)
         stdout, stderr = p.communicate(timeout=60)
         left = marked(p.pid)
@@ -471,11 +472,7 @@ def test_an_interrupted_check_stops_the_running_command_and_kills_what_it_left(t
         if p.poll() is None:
             p.kill()
             p.communicate()
-        for pid in marked(p.pid):  # a process the check left, so that the test leaves none
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_marked(p)  # a process the check left, so that the test leaves none
     assert p.returncode == 143, stdout + stderr
     _, _, steps = the_check(out)
     assert steps["2a"] == "failed: interrupted by SIGTERM", steps
@@ -488,24 +485,13 @@ def test_a_check_killed_outright_keeps_the_report_of_the_steps_before(tmp_path):
     SIGKILL while step 2a runs (a stand-in test_cuda that waits) leaves step 1's verdict."""
     smi = stand_in_smi(tmp_path, ONE_GPU)
     stand_in_program(tmp_path / "tests", "test_cuda", WAITS)
-    out = tmp_path / "out"
-    p = subprocess.Popen([str(SCRIPT), "--out", str(out), "--steps", "2a"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True,
-                         env=environment(PATH=f"{smi}:{os.environ['PATH']}", TB_TESTS_DIR=str(tmp_path / "tests")))
+    out, p = start_step_2a(tmp_path, smi)
     try:
-        deadline = time.monotonic() + 60
-        while not any(Path(f"/proc/{pid}/comm").read_text().strip() == "test_cuda"
-                      for pid in marked(p.pid) if Path(f"/proc/{pid}/comm").exists()):
-            assert p.poll() is None and time.monotonic() < deadline, p.communicate(timeout=60)
-            time.sleep(0.1)
+        wait_for_marked(p, "test_cuda")
     finally:
         p.kill()
         p.communicate()
-        for pid in marked(p.pid):  # what the killed check could not sweep
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_marked(p)  # what the killed check could not sweep
     _, archive, steps = the_check(out)
     assert steps["1"] == "skipped: not selected (--steps 2a)", steps
     assert steps["2a"] == "not run yet", steps
