@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -448,17 +449,21 @@ TEST(ReplicaRun, ARunOfNoReplicasIsRefused) {
   EXPECT_EQ(made, 0);
 }
 
+// What a run of two stand-in replicas throws where binding their threads (`bind`) fails: it must
+// not be made. The failure is rethrown for the test to catch as the type it expects.
+void make_run_binding_with(const std::function<void(int)>& bind) {
+  StandInDevice devices[2];
+  parallel::ReplicaRun run(nullptr, /*across_ranks=*/false, 2, bind,
+                           [&](int k) { return made_replica(std::make_unique<StandInNetwork>(devices[k])); });
+  ADD_FAILURE() << "the run was made";
+}
+
 // A replica whose thread cannot be bound (its GPU is not there) fails the run with its reason.
 TEST(ReplicaRun, AReplicaThatCannotBeBoundFailsTheRunWithItsReason) {
-  StandInDevice devices[2];
   try {
-    parallel::ReplicaRun run(
-        nullptr, /*across_ranks=*/false, 2,
-        [](int k) {
-          if (k == 1) throw Error("stand-in: device 1 is not there");
-        },
-        [&](int k) { return made_replica(std::make_unique<StandInNetwork>(devices[k])); });
-    ADD_FAILURE() << "the run was made";
+    make_run_binding_with([](int k) {
+      if (k == 1) throw Error("stand-in: device 1 is not there");
+    });
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stand-in: device 1 is not there"), std::string::npos) << e.what();
   }
@@ -467,16 +472,11 @@ TEST(ReplicaRun, AReplicaThatCannotBeBoundFailsTheRunWithItsReason) {
 // Where replicas fail on their own, the run reports the first one's failure by index, whichever
 // failed last (here replica 1, later).
 TEST(ReplicaRun, TheFirstReplicasOwnFailureIsReported) {
-  StandInDevice devices[2];
   try {
-    parallel::ReplicaRun run(
-        nullptr, /*across_ranks=*/false, 2,
-        [](int k) {
-          if (k == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          throw Error(fmt::format("stand-in: device {} is not there", k));
-        },
-        [&](int k) { return made_replica(std::make_unique<StandInNetwork>(devices[k])); });
-    ADD_FAILURE() << "the run was made";
+    make_run_binding_with([](int k) {
+      if (k == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      throw Error(fmt::format("stand-in: device {} is not there", k));
+    });
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stand-in: device 0 is not there"), std::string::npos) << e.what();
   }
@@ -484,13 +484,9 @@ TEST(ReplicaRun, TheFirstReplicasOwnFailureIsReported) {
 
 // Where every replica was stopped by another's failure (another rank's), the run reports that.
 TEST(ReplicaRun, ReplicasAllStoppedByAnothersFailureReportIt) {
-  StandInDevice devices[2];
   try {
-    parallel::ReplicaRun run(
-        nullptr, /*across_ranks=*/false, 2,
-        [](int k) { throw parallel::PeerFailed(fmt::format("rank {} stopped: replica 3 failed: stand-in", k)); },
-        [&](int k) { return made_replica(std::make_unique<StandInNetwork>(devices[k])); });
-    ADD_FAILURE() << "the run was made";
+    make_run_binding_with(
+        [](int k) { throw parallel::PeerFailed(fmt::format("rank {} stopped: replica 3 failed: stand-in", k)); });
   } catch (const parallel::PeerFailed& e) {
     EXPECT_EQ(std::string(e.what()), "rank 0 stopped: replica 3 failed: stand-in");
   }
