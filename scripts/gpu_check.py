@@ -638,14 +638,11 @@ def ended_row(path: str, device_name: str) -> str:
     """The benchmark of the CSV's first measured row of `device_name` that ended ok (its run was
     over before the step's kill); empty when there is none, or no CSV to read."""
     try:
-        rows = table_of(path).rows
+        rows = iterations(path)
     except NoRows:
         return ""
-    for row in rows:
-        if (tbcsv.is_iteration(row) and row.get("measurement") == "measured" and device(row) == device_name
-                and row.get("status") == "ok"):
-            return row["benchmark"]
-    return ""
+    return next((r["benchmark"] for r in rows
+                 if r.get("measurement") == "measured" and device(r) == device_name and tbcsv.is_ok(r)), "")
 
 
 def seconds(text: str) -> int | None:
