@@ -407,12 +407,19 @@ step_5b() {
     --timed-out="$timed_out"
 }
 
-# The pid of rank $1's trainbench whose command line holds the argument $2 (a program named
-# trainbench, whatever started it: a bundle's wrapper, ip netns exec).
-rank_pid() {
+# /proc/PID of each process named trainbench, whatever started it (a bundle's wrapper, ip netns
+# exec).
+trainbench_procs() {
   local proc
   for proc in /proc/[0-9]*; do
-    [ "$(cat "$proc/comm" 2>/dev/null)" = trainbench ] || continue
+    [ "$(cat "$proc/comm" 2>/dev/null)" != trainbench ] || echo "$proc"
+  done
+}
+
+# The pid of rank $1's trainbench whose command line holds the argument $2.
+rank_pid() {
+  local proc
+  for proc in $(trainbench_procs); do
     # grep -z reads the NUL-separated files itself: a pipe from tr, under pipefail, could fail the
     # match when grep's early exit cut tr short (SIGPIPE): a race, on an environment of over 8 KiB.
     grep -qzxF -- "$2" "$proc/cmdline" 2>/dev/null || continue
@@ -420,6 +427,14 @@ rank_pid() {
     echo "${proc#/proc/}"
     return
   done
+}
+
+# Stops step 5c's job $1 (SIGTERM to its timeout, which passes it on), waits for it, and forgets it
+# as the running command.
+stop_job() {
+  kill -TERM "$1" 2>/dev/null
+  wait "$1"
+  current=""
 }
 
 step_5c() {
@@ -454,9 +469,7 @@ step_5c() {
     return
   fi
   if ! grep -q "$one_row" "$csv" 2>/dev/null; then
-    kill -TERM "$job" 2>/dev/null
-    wait "$job"
-    current=""
+    stop_job "$job"
     STATUS[5c]="failed: timed out: the $one row did not come in the step's $((step_deadline - step_start)) s"
     return
   fi
@@ -474,9 +487,7 @@ PY
   # (each rank's link sweep, NCCL's over the emulated sockets included) and the row came first.
   local first_row=$((SECONDS - launched))
   if [ $((step_deadline - SECONDS)) -lt $((${delay%.*} + 1 + KILL_LIMIT + 2)) ]; then
-    kill -TERM "$job" 2>/dev/null
-    wait "$job"
-    current=""
+    stop_job "$job"
     STATUS[5c]="failed: timed out: the start-up and the $one row took $first_row s of the step's $((step_deadline - step_start)) s, leaving too little to kill a rank and watch the job end"
     return
   fi
@@ -492,15 +503,12 @@ PY
   if [ -z "$pid" ]; then
     # What was there instead, for the log: each trainbench's pid, MPI rank and arguments.
     local proc
-    for proc in /proc/[0-9]*; do
-      [ "$(cat "$proc/comm" 2>/dev/null)" = trainbench ] || continue
+    for proc in $(trainbench_procs); do
       echo "gpu_check.sh: no rank 1 of --csv=$csv; trainbench ${proc#/proc/}:" \
         "$(tr '\0' '\n' <"$proc/environ" 2>/dev/null | grep '^OMPI_COMM_WORLD_RANK=')" \
         "$(tr '\0' ' ' <"$proc/cmdline" 2>/dev/null)" >>"$log"
     done
-    kill -TERM "$job" 2>/dev/null
-    wait "$job"
-    current=""
+    stop_job "$job"
     ended=$("${reader[@]}" ended "$csv" "$two")
     STATUS[5c]="failed: no trainbench process of rank 1 was found to kill"
     [ -z "$ended" ] || STATUS[5c]+=" (the $two row had ended in the $delay s: $ended is in $csv)"
@@ -515,9 +523,7 @@ PY
   local took
   took=$(awk -v a="$killed" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
   if kill -0 "$job" 2>/dev/null; then
-    kill -TERM "$job" 2>/dev/null
-    wait "$job"
-    current=""
+    stop_job "$job"
     STATUS[5c]="failed: the job was still running $KILL_LIMIT s after rank 1 (pid $pid) was killed"
     return
   fi
