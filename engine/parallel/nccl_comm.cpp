@@ -47,24 +47,25 @@ ncclDataType_t nccl_type(ElemType type) {
   throw Error(fmt::format("nccl: unknown element type {}", int(type)));
 }
 
-// Makes `device` current for a scope and restores the caller's device after it; where it was
-// current already (a replica's own thread, every bucket of a step) neither sets it.
+// Makes `device` current for a scope and leaves the caller's device current after it, whatever
+// the scope left current (NCCL's set-up may switch devices); where the device is current already
+// (a replica's own thread, every bucket of a step) neither sets it: two reads of the
+// thread's current device, no switch.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     TB_CU(cudaGetDevice(&previous_));
-    changed_ = previous_ != device;
-    if (changed_) TB_CU(cudaSetDevice(device));
+    if (previous_ != device) TB_CU(cudaSetDevice(device));
   }
   ~DeviceGuard() {
-    if (changed_) (void)cudaSetDevice(previous_);
+    int now = previous_;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int previous_ = 0;
-  bool changed_ = false;
 };
 
 // Gaps between polls of a reduction: short against a step, long enough not to burn a core.
@@ -271,6 +272,13 @@ class NcclComm final : public Communicator {
       }
       cuda::forget_not_ready();
       if (first) cuda::count_host_wait();
+      // Another replica of this process failed first: its error is the cause, and an NCCL error
+      // this rank sees after it (its peer's communicator aborted) is a consequence.
+      if (group_ && group_->failed()) {
+        abort_comm();
+        throw PeerFailed(fmt::format("nccl: rank {} stopped waiting in {}: {}; the communicator was aborted", rank_,
+                                     what, group_->reason()));
+      }
       ncclResult_t async = ncclSuccess;
       TB_NCCL(ncclCommGetAsyncError(comm_, &async));
       if (async != ncclSuccess && async != ncclInProgress) {
@@ -281,11 +289,6 @@ class NcclComm final : public Communicator {
             fmt::format("nccl: rank {} hit an NCCL error in {}: {}{}{}; the communicator was aborted "
                         "(check the other ranks' errors and NCCL_DEBUG=WARN output)",
                         rank_, what, ncclGetErrorString(async), detail.empty() ? "" : ": ", detail));
-      }
-      if (group_ && group_->failed()) {
-        abort_comm();
-        throw PeerFailed(fmt::format("nccl: rank {} stopped waiting in {}: {}; the communicator was aborted", rank_,
-                                     what, group_->reason()));
       }
       if (std::chrono::steady_clock::now() > deadline) {
         fail(fmt::format("waited {} s in {}", timeout_s_, what));

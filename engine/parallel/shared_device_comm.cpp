@@ -2,6 +2,7 @@
 // collective in host memory, and the collective itself on the device, ordered by events.
 #include "engine/parallel/shared_device_comm.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -129,7 +130,9 @@ class Group {
       if (status != cudaErrorNotReady) TB_CU(status);
       cuda::forget_not_ready();
       if (first) cuda::count_host_wait();
-      {
+      // Read without the lock on every spin: the replicas still enqueuing their steps take it in
+      // arrive() and collect(), and a spinning one must not keep them waiting for it.
+      if (failed_.load(std::memory_order_acquire)) {
         std::lock_guard lock(mutex_);
         check_alive();
       }
@@ -141,7 +144,7 @@ class Group {
 
   void fail(const std::string& reason) {
     std::lock_guard lock(mutex_);
-    if (!failed_) failed_ = true, reason_ = reason;
+    if (!failed_) reason_ = reason, failed_.store(true, std::memory_order_release);
     cv_.notify_all();
   }
 
@@ -150,7 +153,7 @@ class Group {
     if (failed_) throw PeerFailed(fmt::format("shared-device communicator: a replica failed: {}", reason_));
   }
   [[noreturn]] void fail_locked(const std::string& reason) {
-    if (!failed_) failed_ = true, reason_ = reason;
+    if (!failed_) reason_ = reason, failed_.store(true, std::memory_order_release);
     cv_.notify_all();
     throw Error(fmt::format("shared-device communicator: {}", reason));
   }
@@ -161,7 +164,7 @@ class Group {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::map<std::uint64_t, Call> calls_;
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};  // written under mutex_, with reason_ first
   std::string reason_;
 };
 
