@@ -118,9 +118,10 @@ TEST(Flags, NumbersAreTakenAtTheEndsOfTheirRangeAndRefusedPastThem) {
                           "--gpu_memory_limit=1048576GiB", "--predict_allreduce=1", "--benchmark_min_time=0",
                           "--benchmark_repetitions=1", "--gpus_per_node=1"})
     EXPECT_NO_THROW(parse({arg})) << arg;
-  // The ordinals, a node's GPUs, one node and the largest all-reduce, at the ends of their ranges.
-  for (const char* arg :
-       {"--gpus=0", "--gpus=1023", "--gpus_per_node=1024", "--nodes=1", "--predict_allreduce=1048576GiB"})
+  // The ordinals, a node's GPUs, one node, the largest all-reduce and the fewest bytes with a unit (2),
+  // at the ends of their ranges.
+  for (const char* arg : {"--gpus=0", "--gpus=1023", "--gpus_per_node=1024", "--nodes=1",
+                          "--predict_allreduce=1048576GiB", "--gpu_memory_limit=0.001953125KiB"})
     EXPECT_NO_THROW(parse({arg})) << arg;
   for (const char* arg : {"--nodes=2", "--nodes=100000"})  // nodes are joined by a network
     EXPECT_NO_THROW(parse({arg, "--network=10,50"})) << arg;
@@ -145,6 +146,9 @@ TEST(Flags, NumbersAreTakenAtTheEndsOfTheirRangeAndRefusedPastThem) {
       {"--gpu_memory_limit=0", "--gpu_memory_limit: '0' is neither a byte count"},
       {"--gpu_memory_limit=1.5", "--gpu_memory_limit: '1.5' is neither a byte count"},
       {"--gpu_memory_limit=8GB", "--gpu_memory_limit: '8GB' is neither a byte count"},
+      // Bytes with a unit are bytes however few: a tenth of a byte was a tenth of the device.
+      {"--gpu_memory_limit=0.0001KiB", "--gpu_memory_limit: '0.0001KiB' is neither a byte count"},
+      {"--gpu_memory_limit=0.0009765625KiB", "--gpu_memory_limit: '0.0009765625KiB' is neither a byte count"},
       {"--gpu_memory_limit=1048577GiB", "--gpu_memory_limit: '1048577GiB' is more than 1 PiB"},
       {"--predict_allreduce=0", "--predict_allreduce: '0' is not a byte count from 1 byte to 1 PiB"},
       {"--predict_allreduce=1.5", "--predict_allreduce: '1.5' is not a byte count"},
