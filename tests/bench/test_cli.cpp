@@ -172,6 +172,10 @@ TEST(Flags, AnEmptyListOrFileNameIsRefusedWithAnExample) {
                 .rfind("--benchmark_out_format is the format of --benchmark_out's file: give --benchmark_out=FILE", 0),
             0u);
   EXPECT_EQ(parse({"--devices=cpu,,cpu:1,"}).flags.devices, (std::vector<std::string>{"cpu", "cpu:1"}));
+  // A '+' list keeps its empty items, for the predictor to refuse by name (--link: '' is neither a
+  // preset ...): dropped, --link=+ was the default links without a word.
+  EXPECT_EQ(parse({"--link=pcie4+"}).flags.links, (std::vector<std::string>{"pcie4", ""}));
+  EXPECT_EQ(parse({"--link=+"}).flags.links, (std::vector<std::string>{"", ""}));
 }
 
 // Each flag's value is what its field holds, every word the flag takes included.
@@ -252,6 +256,9 @@ TEST(Flags, AFlagGivenTwiceIsRefusedNamingBothValues) {
             "--csv is given twice ('a.csv' and 'b.csv'): give it once");
   EXPECT_EQ(refusal({"--gpus=0", "--gpus=1"}),
             "--gpus is given twice ('0' and '1'): give it once, with a list: --gpus=A,B");
+  // Google Benchmark's own too: it took the last, and the run measured one of the two filters.
+  EXPECT_EQ(refusal({"--benchmark_filter=mlp", "--benchmark_filter=lstm"}),
+            "--benchmark_filter is given twice ('mlp' and 'lstm'): give it once");
   EXPECT_EQ(refusal({"--devices=cpu", "--devices=cpu:1"}),
             "--devices is given twice ('cpu' and 'cpu:1'): give it once, with a list: --devices=A,B");
   EXPECT_EQ(refusal({"--precisions=fp32", "--precisions=bf16"}),
