@@ -222,6 +222,7 @@ def test_filter_that_matches_nothing_is_an_error():
     ("--gpus=0,1,1", "--gpus=0,1,1"),
     ("--benchmark_format=xml", "--benchmark_format"),
     ("--precisions=quickest", "unknown precision 'quickest'"),
+    ("--link=pcie4+", "--link: '' is neither a preset"),
 ])
 def test_bad_flags_are_refused_with_the_flag_named(flag, needle):
     r = run(flag, "--benchmark_filter=train/mlp/mnist/cpu/")

@@ -188,6 +188,9 @@ double parse_memory(const std::string& flag, const std::string& v) {
   else if (!suffix.empty())
     x = -1;
   x *= unit;
+  // A value with a unit is bytes: one that came to a byte or less was taken for a fraction of the
+  // device's memory (0.0001KiB for a tenth of it).
+  if (unit != 1 && x <= 1) x = -1;
   if (v.empty() || !std::isfinite(x) || !(x > 0) || (unit == 1 && x > 1 && x != std::floor(x)))
     throw InputError(
         fmt::format("--{}: '{}' is neither a byte count (e.g. 8GiB, 512MiB, 1000000000) nor a "

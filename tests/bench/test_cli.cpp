@@ -93,10 +93,14 @@ TEST(Flags, ABadValueIsRefusedNamingItsFlag) {
       {{"--json"}, "--list_models"},
       {{"--predict_allreduce=1GiB", "--predict_from=a.csv"}, "--predict_allreduce predicts one all-reduce"},
       {{"--predict_allreduce=1GiB", "--replay_from=a.csv"}, "--predict_allreduce predicts one all-reduce"},
+      // One byte is an all-reduce too: the smallest, not none.
+      {{"--predict_allreduce=1", "--predict_from=a.csv"}, "--predict_allreduce predicts one all-reduce"},
       {{"--devices=cpu:1,cpu,cpu:1"}, "--devices: cpu:1 is given twice: give it once (--benchmark_repetitions=N"},
       // The queue of the loader's threads, with none of them: it was taken and changed nothing.
       {{"--prefetch=4"}, "--prefetch=4 is the queue of the loader's threads: give --loader_workers=N with it"},
       {{"--loader_workers=0", "--prefetch=4"}, "give --loader_workers=N with it"},
+      // The default depth given by name is given all the same, and changes nothing without threads.
+      {{"--prefetch=2"}, "--prefetch=2 is the queue of the loader's threads: give --loader_workers=N with it"},
   };
   for (const auto& [args, words] : cases) {
     const std::string message = refusal(args);
@@ -114,6 +118,13 @@ TEST(Flags, NumbersAreTakenAtTheEndsOfTheirRangeAndRefusedPastThem) {
                           "--gpu_memory_limit=1048576GiB", "--predict_allreduce=1", "--benchmark_min_time=0",
                           "--benchmark_repetitions=1", "--gpus_per_node=1"})
     EXPECT_NO_THROW(parse({arg})) << arg;
+  // The ordinals, a node's GPUs, one node, the largest all-reduce and the fewest bytes with a unit (2),
+  // at the ends of their ranges.
+  for (const char* arg : {"--gpus=0", "--gpus=1023", "--gpus_per_node=1024", "--nodes=1",
+                          "--predict_allreduce=1048576GiB", "--gpu_memory_limit=0.001953125KiB"})
+    EXPECT_NO_THROW(parse({arg})) << arg;
+  for (const char* arg : {"--nodes=2", "--nodes=100000"})  // nodes are joined by a network
+    EXPECT_NO_THROW(parse({arg, "--network=10,50"})) << arg;
   for (const char* arg : {"--prefetch=1", "--prefetch=1024"})  // a queue of the loader's threads
     EXPECT_NO_THROW(parse({"--loader_workers=1", arg})) << arg;
   const std::vector<std::pair<std::string, std::string>> cases{
@@ -125,10 +136,19 @@ TEST(Flags, NumbersAreTakenAtTheEndsOfTheirRangeAndRefusedPastThem) {
       {"--target_accuracy=1.5", "--target_accuracy: 1.5 is above 1, the highest accuracy"},
       {"--prefetch=0", "--prefetch: '0' is not an integer from 1 to 1024"},
       {"--epochs=0", "--epochs: '0' is not an integer from 1 to 1000000"},
+      {"--gpus=1024", "--gpus: '1024' is not an integer from 0 to 1023 (example: --gpus=2)"},
+      {"--gpus_per_node=1025", "--gpus_per_node: '1025' is not an integer from 1 to 1024"},
+      {"--nodes=0", "--nodes: '0' is not an integer from 1 to 100000"},
+      {"--nodes=100001", "--nodes: '100001' is not an integer from 1 to 100000"},
+      {"--lr=inf", "--lr: 'inf' is not a positive number (example: --lr=0.01)"},
+      {"--target_accuracy=inf", "--target_accuracy: 'inf' is not a positive number"},
       {"--benchmark_min_time=inf", "--benchmark_min_time: 'inf' is not a number of seconds"},
       {"--gpu_memory_limit=0", "--gpu_memory_limit: '0' is neither a byte count"},
       {"--gpu_memory_limit=1.5", "--gpu_memory_limit: '1.5' is neither a byte count"},
       {"--gpu_memory_limit=8GB", "--gpu_memory_limit: '8GB' is neither a byte count"},
+      // Bytes with a unit are bytes however few: a tenth of a byte was a tenth of the device.
+      {"--gpu_memory_limit=0.0001KiB", "--gpu_memory_limit: '0.0001KiB' is neither a byte count"},
+      {"--gpu_memory_limit=0.0009765625KiB", "--gpu_memory_limit: '0.0009765625KiB' is neither a byte count"},
       {"--gpu_memory_limit=1048577GiB", "--gpu_memory_limit: '1048577GiB' is more than 1 PiB"},
       {"--predict_allreduce=0", "--predict_allreduce: '0' is not a byte count from 1 byte to 1 PiB"},
       {"--predict_allreduce=1.5", "--predict_allreduce: '1.5' is not a byte count"},
@@ -144,6 +164,7 @@ TEST(Flags, NumbersAreTakenAtTheEndsOfTheirRangeAndRefusedPastThem) {
 // A list or a file name with nothing in it is refused, saying what to give.
 TEST(Flags, AnEmptyListOrFileNameIsRefusedWithAnExample) {
   EXPECT_EQ(refusal({"--precisions=,"}), "--precisions: give at least one, e.g. --precisions=fp32,fp16");
+  EXPECT_EQ(refusal({"--gpus=,"}), "--gpus: give at least one CUDA device ordinal, e.g. --gpus=0");
   EXPECT_EQ(refusal({"--summary="}), "--summary: give a file name, e.g. --summary=results/summary.md");
   EXPECT_EQ(refusal({"--benchmark_out="}), "--benchmark_out: give a file name, e.g. --benchmark_out=results/run.json");
   // A format without the file it formats, which Google Benchmark took and ignored.
@@ -151,6 +172,10 @@ TEST(Flags, AnEmptyListOrFileNameIsRefusedWithAnExample) {
                 .rfind("--benchmark_out_format is the format of --benchmark_out's file: give --benchmark_out=FILE", 0),
             0u);
   EXPECT_EQ(parse({"--devices=cpu,,cpu:1,"}).flags.devices, (std::vector<std::string>{"cpu", "cpu:1"}));
+  // A '+' list keeps its empty items, for the predictor to refuse by name (--link: '' is neither a
+  // preset ...): dropped, --link=+ was the default links without a word.
+  EXPECT_EQ(parse({"--link=pcie4+"}).flags.links, (std::vector<std::string>{"pcie4", ""}));
+  EXPECT_EQ(parse({"--link=+"}).flags.links, (std::vector<std::string>{"", ""}));
 }
 
 // Each flag's value is what its field holds, every word the flag takes included.
@@ -179,6 +204,41 @@ TEST(Flags, EachValueIsTheFieldItSets) {
   EXPECT_TRUE(parse({"--timeline=on"}).flags.timeline);
 }
 
+// Every word a flag takes is taken, not only the ones other tests give: a word dropped from a
+// check refused a run that was right.
+TEST(Flags, EveryWordOfAFlagsListIsTaken) {
+  for (const char* format : {"console", "json", "csv"}) {
+    EXPECT_EQ(parse({fmt::format("--benchmark_format={}", format)}).flags.benchmark_format, format);
+    EXPECT_TRUE(parse({fmt::format("--benchmark_out_format={}", format), "--benchmark_out=x.out"})
+                    .flags.benchmark_out_format_given)
+        << format;
+  }
+  for (const char* unit : {"ns", "us", "ms", "s"})
+    EXPECT_TRUE(parse({fmt::format("--benchmark_time_unit={}", unit)}).flags.benchmark_time_unit_given) << unit;
+  for (const char* layout : {"auto", "nchw", "nhwc"})
+    EXPECT_EQ(parse({fmt::format("--gpu_layout={}", layout)}).flags.gpu_layout, layout);
+  EXPECT_EQ(parse({"--precisions=fp32,tf32,fp16,bf16,fastest"}).flags.precisions,
+            (std::vector<std::string>{"fp32", "tf32", "fp16", "bf16", "fastest"}));
+  EXPECT_EQ(parse({"--optimizer=sgd"}).flags.optimizer, "sgd");
+}
+
+// A switch sets its own field and no other (--json is held with the listings above).
+TEST(Flags, EachSwitchSetsItsOwnFieldAlone) {
+  const std::vector<std::pair<std::string, bool Flags::*>> switches{{"--help", &Flags::help},
+                                                                    {"-h", &Flags::help},
+                                                                    {"--list_models", &Flags::list_models},
+                                                                    {"--list_configs", &Flags::list_configs},
+                                                                    {"--csv_header", &Flags::csv_header},
+                                                                    {"--version", &Flags::version},
+                                                                    {"--cuda_graph", &Flags::cuda_graph},
+                                                                    {"--data_on_device", &Flags::data_on_device},
+                                                                    {"--augment", &Flags::augment}};
+  for (const auto& [given, set] : switches) {
+    const Flags f = parse({given}).flags;
+    for (const auto& [other, field] : switches) EXPECT_EQ(f.*field, field == set) << given << " set " << other;
+  }
+}
+
 // --benchmark_color takes the words the console reads (bench/run/reporter.cpp); any other word,
 // 'off' and 'blue' alike, was taken for auto, colour on a terminal, without a word.
 TEST(Flags, BenchmarkColorTakesOnlyTheWordsTheConsoleReads) {
@@ -196,6 +256,13 @@ TEST(Flags, AFlagGivenTwiceIsRefusedNamingBothValues) {
             "--csv is given twice ('a.csv' and 'b.csv'): give it once");
   EXPECT_EQ(refusal({"--gpus=0", "--gpus=1"}),
             "--gpus is given twice ('0' and '1'): give it once, with a list: --gpus=A,B");
+  // Google Benchmark's own too: it took the last, and the run measured one of the two filters.
+  EXPECT_EQ(refusal({"--benchmark_filter=mlp", "--benchmark_filter=lstm"}),
+            "--benchmark_filter is given twice ('mlp' and 'lstm'): give it once");
+  EXPECT_EQ(refusal({"--devices=cpu", "--devices=cpu:1"}),
+            "--devices is given twice ('cpu' and 'cpu:1'): give it once, with a list: --devices=A,B");
+  EXPECT_EQ(refusal({"--precisions=fp32", "--precisions=bf16"}),
+            "--precisions is given twice ('fp32' and 'bf16'): give it once, with a list: --precisions=A,B");
 }
 
 // The files a run writes are three, and a trainbench CSV is appended to (--csv) but never
@@ -211,6 +278,10 @@ TEST(Flags, OutputFilesAreThreeAndATrainbenchCsvIsOnlyAppendedTo) {
     EXPECT_NE(refusal({flag + rows}).find("the file holds trainbench rows"), std::string::npos) << flag;
   EXPECT_EQ(refusal({"--csv=" + folder + "/new.csv", "--summary=" + folder + "/./new.csv"}),
             fmt::format("--csv={0}/new.csv and --summary={0}/./new.csv are one file: give each its own", folder));
+  EXPECT_EQ(refusal({"--summary=" + folder + "/new.md", "--benchmark_out=" + folder + "/new.md"}),
+            fmt::format("--summary={0}/new.md and --benchmark_out={0}/new.md are one file: give each its own", folder));
+  EXPECT_EQ(refusal({"--csv=" + folder + "/new.csv", "--benchmark_out=" + folder + "/new.csv"}),
+            fmt::format("--csv={0}/new.csv and --benchmark_out={0}/new.csv are one file: give each its own", folder));
   EXPECT_EQ(refusal({"--summary=" + folder}), fmt::format("--summary={}: is a folder; give a file name in it", folder));
   fs::remove_all(folder);
 }

@@ -624,6 +624,23 @@ TEST(Plan, JobsKeepTheOneDeviceFlagsThatReplicasRunWithout) {
   EXPECT_GE(rows, 3);
 }
 
+// A CUDA graph cannot hold the all-reduces' hook: gpu:N's replicas run without --cuda_graph and
+// their rows say so, where gpu:1's take it (planned the same where no GPU is, as skipped rows).
+TEST(Plan, ACudaGraphIsOneDevicesAndNoReplicasRow) {
+  Flags flags;
+  flags.devices = {"gpu:1", "gpu:2"};
+  flags.cuda_graph = true;
+  int rows = 0;
+  for (const BenchInfo& b : plan_benchmarks(flags, 2)) {
+    if (b.kind != Kind::Train) continue;
+    ++rows;
+    const bool replicas = b.device == "gpu:2";
+    EXPECT_EQ(b.cuda_graph, !replicas) << b.name;
+    EXPECT_EQ(b.variant, replicas ? "" : "cuda_graph") << b.name;
+  }
+  EXPECT_GE(rows, 2);
+}
+
 // A regression's epochs run (they have a loss to report); only with --target_accuracy, which they
 // cannot reach, are they skipped saying why.
 TEST(Plan, ARegressionsEpochsAreSkippedOnlyForATargetAccuracy) {
@@ -749,6 +766,10 @@ TEST(Plan, PrecisionsAreOnceEachAndSkippedAfterTheDevice) {
   no_gpu.kind = &kind_named("gpu:1");
   no_gpu.skip_reason = "gpu:1: no CUDA device";
   EXPECT_EQ(device_precisions(Flags{}, no_gpu), (std::vector<std::pair<std::string, std::string>>{{"fp32", ""}}));
+  // fastest asks the device what it runs; one that cannot run is asked nothing, and its one row is fp32.
+  Flags fastest;
+  fastest.precisions = {"fastest"};
+  EXPECT_EQ(device_precisions(fastest, no_gpu), (std::vector<std::pair<std::string, std::string>>{{"fp32", ""}}));
 }
 
 // A data folder named by --data_dir or TB_DATA_DIR must be one (an empty TB_DATA_DIR names none);
