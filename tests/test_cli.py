@@ -1439,18 +1439,24 @@ def run_killing_a_job(out, killed, preexec_fn=None):
     return p.returncode, stdout, stderr
 
 
+def expect_the_killed_job_failed_the_row(tmp_path, killed, preexec_fn=None):
+    """run_killing_a_job's run: exit status 1 and the row failed, its message first naming job
+    `killed` and its signal (exit status 128 + 9)."""
+    out = tmp_path / "run.csv"
+    returncode, stdout, stderr = run_killing_a_job(out, killed, preexec_fn)
+    assert returncode == 1, (stdout[-2000:], stderr[-2000:])
+    [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
+    assert row["status"] == "failed"
+    assert row["message"].startswith(f"job {killed} of 2: exit status 137; its output ends: "), row["message"]
+
+
 @pytest.mark.parametrize("killed", [0, 1])
 def test_a_killed_job_fails_the_row_naming_it_and_its_signal_and_the_other_job_stops(tmp_path, killed):
     """One job of cpu:1/jobs:2 killed as soon as it is running: the row fails naming that job and
     its signal (exit status 128 + 9), before the other job's failure, whichever ended first; and
     the other job, which would wait for it at their meeting point for 10 minutes, is told to stop
     and does; the run ends with exit status 1."""
-    out = tmp_path / "run.csv"
-    returncode, stdout, stderr = run_killing_a_job(out, killed)
-    assert returncode == 1, (stdout[-2000:], stderr[-2000:])
-    [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
-    assert row["status"] == "failed"
-    assert row["message"].startswith(f"job {killed} of 2: exit status 137; its output ends: "), row["message"]
+    expect_the_killed_job_failed_the_row(tmp_path, killed)
 
 
 def test_a_job_killed_where_sigchld_is_ignored_fails_the_row_and_the_other_job_stops(tmp_path):
@@ -1458,13 +1464,8 @@ def test_a_job_killed_where_sigchld_is_ignored_fails_the_row_and_the_other_job_s
     kernel reaped the jobs itself, so trainbench learnt of none until all had ended, and a killed
     job left the other waiting for it at their meeting point for 10 minutes. trainbench reaps its
     jobs itself whatever it inherited: the row fails naming the killed job, as it does otherwise."""
-    out = tmp_path / "run.csv"
-    returncode, stdout, stderr = run_killing_a_job(
-        out, 1, preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
-    assert returncode == 1, (stdout[-2000:], stderr[-2000:])
-    [row] = [row for row in read_csv(out) if row["device"] == "cpu:1/jobs:2"]
-    assert row["status"] == "failed"
-    assert row["message"].startswith("job 1 of 2: exit status 137; its output ends: "), row["message"]
+    expect_the_killed_job_failed_the_row(tmp_path, 1,
+                                         preexec_fn=lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN))
 
 
 def test_a_jobs_run_removes_its_folder_and_leaves_a_live_runs_and_other_folders_alone(tmp_path):
