@@ -183,6 +183,31 @@ TEST(Planner, ReadingAValueAfterItsLifeNeedsItsBytesIntact) {
   EXPECT_GT(reused, 0) << "a chain's values reuse each other's bytes";
 }
 
+// A value read after its life is intact only while no block that overlaps its bytes starts a
+// life after its end: a recomputed value, which lent its bytes in its hole, takes them back at
+// its first backward use and writes over whatever lived there.
+TEST(Planner, ARecomputedValueTakingBackItsBytesEndsTheIntactnessOfWhatLivedInItsHole) {
+  Chain c = chain(4, true);  // l0 .. l3, loss
+  c.steps[1].recompute_output = true;
+  c.steps[1].reads = BackwardReads::only_output(1);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  const int r = p.value_block[2];
+  const MemoryPlan::Block& recomputed = p.blocks[std::size_t(r)];
+  ASSERT_LE(recomputed.hole_begin, recomputed.hole_end);
+  int lodgers = 0;
+  for (int b = 0; b < int(p.blocks.size()); ++b) {
+    const MemoryPlan::Block& m = p.blocks[std::size_t(b)];
+    if (b == r || !m.region.overlaps(recomputed.region) || m.end >= recomputed.hole_end + 1) continue;
+    ++lodgers;
+    for (int t = recomputed.hole_end + 1; t <= p.last_time(); ++t) {
+      EXPECT_FALSE(p.intact_at(b, t)) << m.what << " at " << t << ": " << recomputed.what << " took its bytes back";
+      EXPECT_THROW(p.check_readable(b, t, false, "chain/l", "gradient"), Error);
+    }
+  }
+  EXPECT_GT(lodgers, 0) << "some block lives in the recomputed value's bytes during its hole";
+}
+
 TEST(Planner, CheckFindsTwoLiveBlocksSharingBytes) {
   Chain c = chain(3, true);
   MemoryPlan p = plan_memory(c.model, c.steps, {});

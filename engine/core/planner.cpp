@@ -79,8 +79,14 @@ std::vector<int> MemoryPlan::ending_at(int time) const {
 bool MemoryPlan::intact_at(int block, int time) const {
   const Block& mine = blocks.at(std::size_t(block));
   if (mine.hole_begin <= time && time <= mine.hole_end) return false;  // lent to others now
+  // A block writes its bytes where a life of it starts: at its begin, and a recomputed value
+  // again after its hole.
+  const auto starts_between = [&](const Block& other) {
+    const auto within = [&](int start) { return start > mine.end && start <= time; };
+    return within(other.begin) || (other.hole_begin <= other.hole_end && within(other.hole_end + 1));
+  };
   for (const Block& other : blocks)
-    if (other.begin > mine.end && other.begin <= time && other.region.overlaps(mine.region)) return false;
+    if (starts_between(other) && other.region.overlaps(mine.region)) return false;
   return true;
 }
 

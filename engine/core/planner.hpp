@@ -101,10 +101,10 @@ struct MemoryPlan {
   // after it.
   std::vector<int> ending_at(int time) const;
   // Whether the bytes of `block` still hold what it held when its life ended, at `time`: no
-  // block born after its end overlaps it (reads of values after forward, of gradients after
-  // backward, in tests).
+  // block that overlaps it starts a life after its end (born then, or a recomputed value back
+  // from its hole), for reads of values after forward and of gradients after backward in tests.
   bool intact_at(int block, int time) const;
-  // Throws tb::CheckFailed naming `name`'s `what` ("model/node", "output") unless `block` (-1:
+  // Throws tb::Error naming `name`'s `what` ("model/node", "output") unless `block` (-1:
   // none) can be read at `time`: alive, or past its life with its bytes intact and not poisoned.
   void check_readable(int block, int time, bool poisoned, const std::string& name, const char* what) const;
   // Bytes alive at the busiest time: the arena can be no smaller.
