@@ -729,6 +729,10 @@ TEST(Predict, MpiRunsTheCommunicatorsRingFrom64KiBAndItsBinomialTreeBelow) {
       EXPECT_NEAR(mpi.s, 14 * c.link.latency_us * 1e-6 + 1.75 * b / (c.link.busbw_gbps * 1e9), 1e-12);
     }
   }
+  // Six ranks: the binomial tree takes ceil(log2 6) = 3 rounds each way (two reach only four).
+  c.devices = 6;
+  c.link = parallel::Link{.name = "shm", .busbw_gbps = 20, .latency_us = 1, .source = "a test"};
+  EXPECT_NEAR(parallel::all_reduce(2e3, c).s, 2 * 3 * 1e-6 + 2 * 3 * 2e3 / 20e9, 1e-15);
 }
 
 // NCCL's links take its protocols: LL for small messages, Simple for large, LL128 only on NVLink,
@@ -807,6 +811,14 @@ TEST(Predict, NcclsProtocolsCostWhatItsTuningModelSays) {
       // chain within one node took 7; the ring would take the tree's 5.0 per step, not its own 2.7.
       {"ib_ndr400 alone: 8 nodes of one GPU, tree/ll at 0.92/3.8 of 45 GB/s x0.8", "ib_ndr400", 8, 1, 4000,
        6.8 + 2 * (3 * 5.0) + 2 * 4000 / (0.92 / 3.8 * 45e9 * 0.8) * 1e6, "tree/ll"},
+      // With one GPU a node LL128 runs off NVLink too, and its ring takes the tree's network step.
+      {"ib_ndr400 alone, 2 GPUs: ring/ll128, 2 network steps of the tree's 8.5 (not the ring's 4.0), 0.92 of 45 GB/s",
+       "ib_ndr400", 2, 1, 1e6, 14 + 2 * 8.5 + 1e6 / (0.92 * 45e9) * 1e6, "ring/ll128"},
+      {"4 nodes of 2 GPUs reach 2 of a node's 8 NICs: 90 GB/s, not 360", "ib_ndr400x8", 8, 4, 1e9,
+       (8.4 + 8 * 3.4 + 6 * 14) * 1.4 + 1.75 * 1e9 / 90e9 * 1e6, "ring/simple"},
+      // The plateau from 64 B per rank on each of 32 channels: 2048 B among 8 ranks are 256 a rank.
+      {"no plateau under 2048 B a rank: 2 KiB among 8 on 2 nodes over 10 MB/s and 100 us", "0.01,100", 8, 2, 2048,
+       8.4 + 12 * 3.4 + 2 * 100 + 1.75 * 2048 / 0.01e9 * 1e6, "ring/simple"},
   };
   for (const Case& k : cases) {
     parallel::Cluster c;
@@ -870,6 +882,8 @@ TEST(Predict, NvlsBeatsTheRingFromFiveGpusOfOneNodeOnly) {
   c.nodes = 2;
   c.network = parallel::parse_network("ib_ndr400x8");
   EXPECT_EQ(parallel::all_reduce(1e9, c).algorithm.find("nvls"), std::string::npos);
+  c.devices = 8;
+  EXPECT_EQ(parallel::all_reduce(1e9, c).algorithm.find("nvls"), std::string::npos) << "8 GPUs, but on 2 nodes";
   // Without NVLS the same board's ring.
   c = parallel::Cluster{};
   c.link = parallel::parse_link("nvlink4");
