@@ -971,6 +971,9 @@ TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
   EXPECT_NEAR(flat(2e6, 2, link).s, 3e-3 + 1e6 / 1e9, 1e-12);  // beyond: at the busbw
   // Among other counts of ranks the curve says nothing: the fitted model (6 ring steps, 4 tree).
   EXPECT_NEAR(flat(1e6, 4, link).s, std::min(600e-6 + 1.5e6 / 1e9, 400e-6 + 2e6 / 1e9), 1e-12);
+  // A sweep among 4 ranks: beyond its largest size, 2(N-1)/N = 1.5 times the further bytes.
+  link.sweep_ranks = 4;
+  EXPECT_NEAR(flat(2e6, 4, link).s, 3e-3 + 1.5 * 1e6 / 1e9, 1e-12);
 }
 
 TEST(Predict, TheSlowestOfNDrawsIsExpectedHigherTheMoreDevices) {
@@ -1305,6 +1308,7 @@ TEST(Predict, AMeasuredLinksSizesLieInsideTheirBands) {
   EXPECT_GE(link.high_latency(), link.latency_us);
   EXPECT_GT(link.busbw_gbps, 0);
   EXPECT_EQ(link.sweep_ranks, 2);
+  EXPECT_FALSE(link.overlaps_compute) << "host buffers: the all-reduce runs on the cores that compute";
 }
 
 // The fit of an exact sweep gives back its link: the latency per step over the ring's 2(N-1)
@@ -1334,6 +1338,27 @@ TEST(Predict, TheLinkFitGivesBackTheLatencyAndBusBandwidthOfAnExactSweep) {
   }
 }
 
+// The fit's band from the sizes of 1 MiB and up, 1 MiB included: the slow end each size's ring
+// bytes over its slowest repetition less the latency, the fast end over its median, so that
+// repetitions faster than their median widen nothing.
+TEST(Predict, TheLinkFitsBandIsTheSlowestRepetitionsAndTheMediansFromOneMiB) {
+  constexpr double kLatencyS = 6 * 5e-6, kBusbw = 10e9;  // 6 ring steps of 5 us among 4
+  parallel::Link link{.name = "measured"};
+  for (double bytes = 256; bytes <= double(16 << 20); bytes *= 4) {
+    const double t = kLatencyS + 1.5 * bytes / kBusbw;
+    link.sweep.emplace_back(bytes, t);
+    link.sweep_slowest.push_back(bytes == double(1 << 20) ? 2 * t : t);  // 1 MiB's slowest alone is slow
+    link.sweep_fastest.push_back(0.5 * t);
+  }
+  parallel::fit_link(link, 4, false);
+  // Every median on the line: the fast end is the fit's own, to within the 256 bytes' share of
+  // the smallest of those sizes (1 in 4096).
+  EXPECT_NEAR(link.high_busbw(), link.busbw_gbps, 1e-3 * link.busbw_gbps);
+  // The latency is the 256 bytes' time.
+  const double ring_bytes = 1.5 * double(1 << 20), intercept = kLatencyS + 1.5 * 256 / kBusbw;
+  EXPECT_NEAR(link.low_busbw(), ring_bytes / (2 * (kLatencyS + ring_bytes / kBusbw) - intercept) * 1e-9, 1e-9);
+}
+
 // Between two swept sizes the curve is a line; from 1 MiB, where the fit's bus bandwidth band was
 // measured, the band also holds what those figures allow where that is wider. Below, the curve's.
 TEST(Predict, ASweptLinksBandIsTheWiderOfItsCurvesAndItsFits) {
@@ -1351,8 +1376,13 @@ TEST(Predict, ASweptLinksBandIsTheWiderOfItsCurvesAndItsFits) {
   EXPECT_EQ(flat(5.5e6, 2, link, parallel::End::Slow).algorithm, "measured");
   EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Slow).s, 6.05e-4, 1e-12) << "below 1 MiB: the curve's";
   EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Fast).s, 5.5e-4 / 1.25, 1e-12);
+  EXPECT_NEAR(flat(double(1 << 20), 2, link, parallel::End::Slow).s, double(1 << 20) / 0.8e9, 1e-12)
+      << "from 1 MiB itself";
   link.busbw_low_gbps = 0.95;
   EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Slow).s, 6.05e-3, 1e-12) << "the slowest repetitions, wider";
+  // The fast end likewise: the fastest repetitions (at the fit's high bus bandwidth), where quicker.
+  link.sweep_fastest = {0.5e-4, 0.5e-3, 0.5e-2};
+  EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Fast).s, 2.75e-3 / 1.25, 1e-12);
 }
 
 // Every preset's latency is the ring/Simple step of NCCL's tuning model for its hardware
