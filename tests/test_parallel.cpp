@@ -649,6 +649,8 @@ TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
   // Ready together at the end: the two queue one after the other, all exposed.
   t.bucket_ready_s = {0.030, 0.030};
   EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, link).exposed_comm_s, 0.020, 1e-12);
+  EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, link).step_s, 0.070, 1e-12)
+      << "neither beside backward: no contention";
   // On cores shared with compute (MPI between CPU ranks) nothing hides: both are exposed.
   t.bucket_ready_s = {0.010, 0.030};
   parallel::Link host = link;
@@ -914,6 +916,32 @@ TEST(Predict, ContentionSlowsTheComputeAnAllReduceOverlapsOnAGpu) {
   parallel::Link host = link;
   host.overlaps_compute = false;
   EXPECT_EQ(parallel::predict(t, 0.050, 64, 2, host).terms.back().s, 0) << "CPU ranks overlap nothing";
+  // The slow end's share is of what the slow end overlaps: at the link's low 40 GB/s the 25 ms
+  // all-reduce runs 10-35 ms, 20 ms of it beside backward.
+  parallel::Link banded = link;
+  banded.busbw_low_gbps = 40;
+  EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, banded).terms.back().high, parallel::kContentionHigh * 0.020, 1e-12);
+  // Where devices share a machine backward stretches with the compute (x1.5: the bucket ready at
+  // 15 ms, backward ending at 45): at 50 GB/s the 20 ms all-reduce runs 15-35 ms, all of it beside
+  // backward.
+  parallel::OneDevice one;
+  one.timeline = t;
+  one.step_s = 0.050;
+  one.batch = 64;
+  parallel::OneDevice shared = one;
+  shared.sharing = parallel::Range::exactly(1.5);
+  parallel::Link fifty = link;
+  fifty.busbw_gbps = 50;
+  EXPECT_NEAR(parallel::predict(shared, 2, fifty).terms.back().s, parallel::kContentionPoint * 0.020, 1e-12);
+  // A replay's MPI ranks overlap their all-reduces, but with compute that is only waited out:
+  // nothing contends.
+  parallel::Cluster replay;
+  replay.devices = 2;
+  replay.link = link;
+  replay.library = parallel::Library::Mpi;
+  const parallel::Prediction replayed = parallel::predict(one, replay);
+  EXPECT_EQ(replayed.terms.back().s, 0);
+  EXPECT_EQ(replayed.terms.back().high, 0);
 }
 
 // A band is never narrower than its evidence: the compute term moves by kStepRepeatSpread at the
@@ -957,8 +985,13 @@ TEST(Predict, TheComputeBandOfAVeryNoisyRowEndsAtItsFastestStep) {
   const parallel::Prediction p = parallel::predict(one, 8, parallel::parse_link("nvlink4"));
   const parallel::Term& compute = p.terms.front();
   EXPECT_NEAR(compute.low, 0.01 / 0.05 * 0.050, 1e-12);
+  EXPECT_NEAR(compute.high, 0.050 * (1 + 0.18 / 0.05), 1e-12)
+      << "the interquartile range, 0.02 to 0.2, over the median";
   EXPECT_GT(p.samples_per_s_high, 0);
   EXPECT_TRUE(std::isfinite(p.samples_per_s_high));
+  // The times are one window's and the step the median of repetitions: the fastest scales to the step.
+  one.step_s = 0.060;
+  EXPECT_NEAR(parallel::predict(one, 8, parallel::parse_link("nvlink4")).terms.front().low, 0.01 / 0.05 * 0.060, 1e-12);
 }
 
 TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
@@ -1246,6 +1279,59 @@ TEST(Predict, SharingBelowOneSlowsNothingAtThePoint) {
   EXPECT_GT(p.samples_per_s_high, p.samples_per_s);
 }
 
+// A synchronous step waits for the slowest of N: the step stretches by the expected largest of N
+// steps over the expected one, both of the distribution a replay draws from (expected_max), not
+// over the median step.
+TEST(Predict, StragglersStretchTheStepByTheSlowestOfNOverTheMeanStep) {
+  parallel::OneDevice one = two_bucket_step();
+  // Median 0.05; with straight lines between, uniform on [0.04, 0.05] half the time and on
+  // [0.05, 0.08] the other half: mean 0.055.
+  one.step_times = {0.04, 0.05, 0.08};
+  // The larger of two has density 2u: the integral of Q(u) 2u du, with Q = 0.04 + 0.02u on
+  // [0, 1/2] and 0.02 + 0.06u on [1/2, 1].
+  const double slower_of_two = (0.04 / 4 + 0.04 / 3 / 8) + (0.02 + 0.04 - 0.02 / 4 - 0.04 / 8);
+  EXPECT_NEAR(parallel::expected_max(one.step_times, 1), 0.055, 1e-15);
+  EXPECT_NEAR(parallel::expected_max(one.step_times, 2), slower_of_two, 1e-15);
+  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
+  EXPECT_NEAR(term_named(parallel::predict(one, 2, link), "stragglers").s, 0.050 * (slower_of_two / 0.055 - 1), 1e-12);
+}
+
+// One device is the measured row: sharing, stragglers and the data-parallel path's overhead,
+// measured for N, add nothing, and no term is named as moving a band of N.
+TEST(Predict, OneDeviceIsTheMeasuredRowWhateverElseWasMeasured) {
+  parallel::OneDevice one = two_bucket_step();
+  one.step_times = {0.048, 0.050, 0.050, 0.052};
+  one.dp_overhead = {0.001, 0.0005, 0.0015};
+  one.sharing = {1.2, 1.1, 1.3};
+  const parallel::Prediction p = parallel::predict(one, 1, parallel::parse_link("nvlink4"));
+  EXPECT_EQ(p.step_s, 0.050);
+  EXPECT_EQ(p.efficiency, 1.0);
+  for (const parallel::Term& t : p.terms)
+    if (t.name != "compute") {
+      EXPECT_EQ(t.s, 0) << t.name;
+      EXPECT_EQ(t.low, 0) << t.name;
+      EXPECT_EQ(t.high, 0) << t.name;
+    }
+  EXPECT_EQ(p.dominant, "");
+}
+
+// N devices on M nodes: M divides N, or the prediction is refused naming both.
+TEST(Predict, DevicesThatTheNodesDoNotDivideAreRefused) {
+  parallel::Cluster c;
+  c.devices = 6;
+  c.nodes = 4;
+  c.link = parallel::parse_link("nvlink4");
+  c.network = parallel::parse_network("ib_ndr400");
+  try {
+    parallel::predict(two_bucket_step(), c);
+    ADD_FAILURE() << "6 devices on 4 nodes predicted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("6 devices on 4 nodes"), std::string::npos) << e.what();
+  }
+  c.devices = 8;
+  EXPECT_NO_THROW(parallel::predict(two_bucket_step(), c));
+}
+
 TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
   const parallel::OneDevice one = two_bucket_step();
   parallel::Link host{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
@@ -1257,6 +1343,16 @@ TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
   // Overlapping on the cores backward needs may cost more than one after the other: the slow
   // end counts the 10 ms that could overlap twice.
   EXPECT_NEAR(comm.high, 0.030, 1e-12);
+  // One bucket ready 10 ms in, which overlapping would hide whole: 10 ms exposed at the point, none
+  // at the fast end, and at the slow end those 10 and the 10 that could have overlapped.
+  parallel::OneDevice single = one;
+  single.timeline.bucket_ready_s = {0.010};
+  single.timeline.bucket_bytes = {1e9};
+  const parallel::Prediction q = parallel::predict(single, 2, host);
+  const parallel::Term& alone = term_named(q, "communication");
+  EXPECT_NEAR(alone.s, 0.010, 1e-12);
+  EXPECT_NEAR(alone.low, 0, 1e-12);
+  EXPECT_NEAR(alone.high, 0.020, 1e-12);
 }
 
 // A swept link's ends are each size's slowest and fastest (sweep_slowest, sweep_fastest).
