@@ -1545,6 +1545,7 @@ TEST(Predict, NetworksByNameByFiguresWithTheirNics) {
   EXPECT_EQ(custom.latency_us, 50);
   EXPECT_EQ(custom.hw, parallel::Hw::None);
   EXPECT_EQ(parallel::parse_network("12.5,5x2").nics, 2);
+  EXPECT_EQ(parallel::parse_network("10x64").nics, 64) << "up to 64 NICs a node";
   for (const char* bad :
        {"", "ib_ndr800", "10,50x", "10,50x0", "x8", "nvlink4", "10x65", "10x4294967298", "1e308,1e308", "10,1e7x2"})
     EXPECT_THROW(parallel::parse_network(bad), InputError) << bad;
@@ -1566,7 +1567,11 @@ TEST(Predict, FiguresCarryTheirBandAndRoundTrip) {
   EXPECT_EQ(plain.low_latency(), 20);
   EXPECT_EQ(plain.high_latency(), 20);
   EXPECT_EQ(parallel::link_figures(plain), "100,20");
+  EXPECT_TRUE(plain.low_source.empty()) << "no band given, none said to be";
   EXPECT_EQ(parallel::parse_link("1e-3:5e-4-2e-3,0").low_busbw(), 5e-4);  // exponents are not dashes
+  EXPECT_EQ(parallel::parse_link("1E-3:5E-4-2E-3,0").low_busbw(), 5e-4);
+  // A band on one side of its figure is written back with it.
+  EXPECT_EQ(parallel::link_figures(parallel::parse_link("10:8-10,5")), "10:8-10,5");
   for (const char* bad : {"10:11-12", "10:8-9", "10:8", "10:8-", "10,5:6-7", "10,5:-1-6", "10:0-11"})
     EXPECT_THROW(parallel::parse_link(bad), InputError) << bad;
 
