@@ -649,6 +649,8 @@ TEST(Predict, BucketsQueueOnOneStreamAndOnlyTheTailIsExposed) {
   // Ready together at the end: the two queue one after the other, all exposed.
   t.bucket_ready_s = {0.030, 0.030};
   EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, link).exposed_comm_s, 0.020, 1e-12);
+  EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, link).step_s, 0.070, 1e-12)
+      << "neither beside backward: no contention";
   // On cores shared with compute (MPI between CPU ranks) nothing hides: both are exposed.
   t.bucket_ready_s = {0.010, 0.030};
   parallel::Link host = link;
@@ -729,6 +731,10 @@ TEST(Predict, MpiRunsTheCommunicatorsRingFrom64KiBAndItsBinomialTreeBelow) {
       EXPECT_NEAR(mpi.s, 14 * c.link.latency_us * 1e-6 + 1.75 * b / (c.link.busbw_gbps * 1e9), 1e-12);
     }
   }
+  // Six ranks: the binomial tree takes ceil(log2 6) = 3 rounds each way (two reach only four).
+  c.devices = 6;
+  c.link = parallel::Link{.name = "shm", .busbw_gbps = 20, .latency_us = 1, .source = "a test"};
+  EXPECT_NEAR(parallel::all_reduce(2e3, c).s, 2 * 3 * 1e-6 + 2 * 3 * 2e3 / 20e9, 1e-15);
 }
 
 // NCCL's links take its protocols: LL for small messages, Simple for large, LL128 only on NVLink,
@@ -807,6 +813,14 @@ TEST(Predict, NcclsProtocolsCostWhatItsTuningModelSays) {
       // chain within one node took 7; the ring would take the tree's 5.0 per step, not its own 2.7.
       {"ib_ndr400 alone: 8 nodes of one GPU, tree/ll at 0.92/3.8 of 45 GB/s x0.8", "ib_ndr400", 8, 1, 4000,
        6.8 + 2 * (3 * 5.0) + 2 * 4000 / (0.92 / 3.8 * 45e9 * 0.8) * 1e6, "tree/ll"},
+      // With one GPU a node LL128 runs off NVLink too, and its ring takes the tree's network step.
+      {"ib_ndr400 alone, 2 GPUs: ring/ll128, 2 network steps of the tree's 8.5 (not the ring's 4.0), 0.92 of 45 GB/s",
+       "ib_ndr400", 2, 1, 1e6, 14 + 2 * 8.5 + 1e6 / (0.92 * 45e9) * 1e6, "ring/ll128"},
+      {"4 nodes of 2 GPUs reach 2 of a node's 8 NICs: 90 GB/s, not 360", "ib_ndr400x8", 8, 4, 1e9,
+       (8.4 + 8 * 3.4 + 6 * 14) * 1.4 + 1.75 * 1e9 / 90e9 * 1e6, "ring/simple"},
+      // The plateau from 64 B per rank on each of 32 channels: 2048 B among 8 ranks are 256 a rank.
+      {"no plateau under 2048 B a rank: 2 KiB among 8 on 2 nodes over 10 MB/s and 100 us", "0.01,100", 8, 2, 2048,
+       8.4 + 12 * 3.4 + 2 * 100 + 1.75 * 2048 / 0.01e9 * 1e6, "ring/simple"},
   };
   for (const Case& k : cases) {
     parallel::Cluster c;
@@ -870,6 +884,8 @@ TEST(Predict, NvlsBeatsTheRingFromFiveGpusOfOneNodeOnly) {
   c.nodes = 2;
   c.network = parallel::parse_network("ib_ndr400x8");
   EXPECT_EQ(parallel::all_reduce(1e9, c).algorithm.find("nvls"), std::string::npos);
+  c.devices = 8;
+  EXPECT_EQ(parallel::all_reduce(1e9, c).algorithm.find("nvls"), std::string::npos) << "8 GPUs, but on 2 nodes";
   // Without NVLS the same board's ring.
   c = parallel::Cluster{};
   c.link = parallel::parse_link("nvlink4");
@@ -900,6 +916,32 @@ TEST(Predict, ContentionSlowsTheComputeAnAllReduceOverlapsOnAGpu) {
   parallel::Link host = link;
   host.overlaps_compute = false;
   EXPECT_EQ(parallel::predict(t, 0.050, 64, 2, host).terms.back().s, 0) << "CPU ranks overlap nothing";
+  // The slow end's share is of what the slow end overlaps: at the link's low 40 GB/s the 25 ms
+  // all-reduce runs 10-35 ms, 20 ms of it beside backward.
+  parallel::Link banded = link;
+  banded.busbw_low_gbps = 40;
+  EXPECT_NEAR(parallel::predict(t, 0.050, 64, 2, banded).terms.back().high, parallel::kContentionHigh * 0.020, 1e-12);
+  // Where devices share a machine backward stretches with the compute (x1.5: the bucket ready at
+  // 15 ms, backward ending at 45): at 50 GB/s the 20 ms all-reduce runs 15-35 ms, all of it beside
+  // backward.
+  parallel::OneDevice one;
+  one.timeline = t;
+  one.step_s = 0.050;
+  one.batch = 64;
+  parallel::OneDevice shared = one;
+  shared.sharing = parallel::Range::exactly(1.5);
+  parallel::Link fifty = link;
+  fifty.busbw_gbps = 50;
+  EXPECT_NEAR(parallel::predict(shared, 2, fifty).terms.back().s, parallel::kContentionPoint * 0.020, 1e-12);
+  // A replay's MPI ranks overlap their all-reduces, but with compute that is only waited out:
+  // nothing contends.
+  parallel::Cluster replay;
+  replay.devices = 2;
+  replay.link = link;
+  replay.library = parallel::Library::Mpi;
+  const parallel::Prediction replayed = parallel::predict(one, replay);
+  EXPECT_EQ(replayed.terms.back().s, 0);
+  EXPECT_EQ(replayed.terms.back().high, 0);
 }
 
 // A band is never narrower than its evidence: the compute term moves by kStepRepeatSpread at the
@@ -943,8 +985,13 @@ TEST(Predict, TheComputeBandOfAVeryNoisyRowEndsAtItsFastestStep) {
   const parallel::Prediction p = parallel::predict(one, 8, parallel::parse_link("nvlink4"));
   const parallel::Term& compute = p.terms.front();
   EXPECT_NEAR(compute.low, 0.01 / 0.05 * 0.050, 1e-12);
+  EXPECT_NEAR(compute.high, 0.050 * (1 + 0.18 / 0.05), 1e-12)
+      << "the interquartile range, 0.02 to 0.2, over the median";
   EXPECT_GT(p.samples_per_s_high, 0);
   EXPECT_TRUE(std::isfinite(p.samples_per_s_high));
+  // The times are one window's and the step the median of repetitions: the fastest scales to the step.
+  one.step_s = 0.060;
+  EXPECT_NEAR(parallel::predict(one, 8, parallel::parse_link("nvlink4")).terms.front().low, 0.01 / 0.05 * 0.060, 1e-12);
 }
 
 TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
@@ -957,6 +1004,9 @@ TEST(Predict, ASweptLinkGivesItsCurveAmongItsRanks) {
   EXPECT_NEAR(flat(2e6, 2, link).s, 3e-3 + 1e6 / 1e9, 1e-12);  // beyond: at the busbw
   // Among other counts of ranks the curve says nothing: the fitted model (6 ring steps, 4 tree).
   EXPECT_NEAR(flat(1e6, 4, link).s, std::min(600e-6 + 1.5e6 / 1e9, 400e-6 + 2e6 / 1e9), 1e-12);
+  // A sweep among 4 ranks: beyond its largest size, 2(N-1)/N = 1.5 times the further bytes.
+  link.sweep_ranks = 4;
+  EXPECT_NEAR(flat(2e6, 4, link).s, 3e-3 + 1.5 * 1e6 / 1e9, 1e-12);
 }
 
 TEST(Predict, TheSlowestOfNDrawsIsExpectedHigherTheMoreDevices) {
@@ -1229,6 +1279,59 @@ TEST(Predict, SharingBelowOneSlowsNothingAtThePoint) {
   EXPECT_GT(p.samples_per_s_high, p.samples_per_s);
 }
 
+// A synchronous step waits for the slowest of N: the step stretches by the expected largest of N
+// steps over the expected one, both of the distribution a replay draws from (expected_max), not
+// over the median step.
+TEST(Predict, StragglersStretchTheStepByTheSlowestOfNOverTheMeanStep) {
+  parallel::OneDevice one = two_bucket_step();
+  // Median 0.05; with straight lines between, uniform on [0.04, 0.05] half the time and on
+  // [0.05, 0.08] the other half: mean 0.055.
+  one.step_times = {0.04, 0.05, 0.08};
+  // The larger of two has density 2u: the integral of Q(u) 2u du, with Q = 0.04 + 0.02u on
+  // [0, 1/2] and 0.02 + 0.06u on [1/2, 1].
+  const double slower_of_two = (0.04 / 4 + 0.04 / 3 / 8) + (0.02 + 0.04 - 0.02 / 4 - 0.04 / 8);
+  EXPECT_NEAR(parallel::expected_max(one.step_times, 1), 0.055, 1e-15);
+  EXPECT_NEAR(parallel::expected_max(one.step_times, 2), slower_of_two, 1e-15);
+  const parallel::Link link{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
+  EXPECT_NEAR(term_named(parallel::predict(one, 2, link), "stragglers").s, 0.050 * (slower_of_two / 0.055 - 1), 1e-12);
+}
+
+// One device is the measured row: sharing, stragglers and the data-parallel path's overhead,
+// measured for N, add nothing, and no term is named as moving a band of N.
+TEST(Predict, OneDeviceIsTheMeasuredRowWhateverElseWasMeasured) {
+  parallel::OneDevice one = two_bucket_step();
+  one.step_times = {0.048, 0.050, 0.050, 0.052};
+  one.dp_overhead = {0.001, 0.0005, 0.0015};
+  one.sharing = {1.2, 1.1, 1.3};
+  const parallel::Prediction p = parallel::predict(one, 1, parallel::parse_link("nvlink4"));
+  EXPECT_EQ(p.step_s, 0.050);
+  EXPECT_EQ(p.efficiency, 1.0);
+  for (const parallel::Term& t : p.terms)
+    if (t.name != "compute") {
+      EXPECT_EQ(t.s, 0) << t.name;
+      EXPECT_EQ(t.low, 0) << t.name;
+      EXPECT_EQ(t.high, 0) << t.name;
+    }
+  EXPECT_EQ(p.dominant, "");
+}
+
+// N devices on M nodes: M divides N, or the prediction is refused naming both.
+TEST(Predict, DevicesThatTheNodesDoNotDivideAreRefused) {
+  parallel::Cluster c;
+  c.devices = 6;
+  c.nodes = 4;
+  c.link = parallel::parse_link("nvlink4");
+  c.network = parallel::parse_network("ib_ndr400");
+  try {
+    parallel::predict(two_bucket_step(), c);
+    ADD_FAILURE() << "6 devices on 4 nodes predicted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("6 devices on 4 nodes"), std::string::npos) << e.what();
+  }
+  c.devices = 8;
+  EXPECT_NO_THROW(parallel::predict(two_bucket_step(), c));
+}
+
 TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
   const parallel::OneDevice one = two_bucket_step();
   parallel::Link host{.name = "test", .busbw_gbps = 100, .latency_us = 0, .source = "a test"};
@@ -1240,6 +1343,16 @@ TEST(Predict, CpuRanksCountTheAllReduceExposedWithOverlapAsTheFastEnd) {
   // Overlapping on the cores backward needs may cost more than one after the other: the slow
   // end counts the 10 ms that could overlap twice.
   EXPECT_NEAR(comm.high, 0.030, 1e-12);
+  // One bucket ready 10 ms in, which overlapping would hide whole: 10 ms exposed at the point, none
+  // at the fast end, and at the slow end those 10 and the 10 that could have overlapped.
+  parallel::OneDevice single = one;
+  single.timeline.bucket_ready_s = {0.010};
+  single.timeline.bucket_bytes = {1e9};
+  const parallel::Prediction q = parallel::predict(single, 2, host);
+  const parallel::Term& alone = term_named(q, "communication");
+  EXPECT_NEAR(alone.s, 0.010, 1e-12);
+  EXPECT_NEAR(alone.low, 0, 1e-12);
+  EXPECT_NEAR(alone.high, 0.020, 1e-12);
 }
 
 // A swept link's ends are each size's slowest and fastest (sweep_slowest, sweep_fastest).
@@ -1291,6 +1404,7 @@ TEST(Predict, AMeasuredLinksSizesLieInsideTheirBands) {
   EXPECT_GE(link.high_latency(), link.latency_us);
   EXPECT_GT(link.busbw_gbps, 0);
   EXPECT_EQ(link.sweep_ranks, 2);
+  EXPECT_FALSE(link.overlaps_compute) << "host buffers: the all-reduce runs on the cores that compute";
 }
 
 // The fit of an exact sweep gives back its link: the latency per step over the ring's 2(N-1)
@@ -1320,6 +1434,27 @@ TEST(Predict, TheLinkFitGivesBackTheLatencyAndBusBandwidthOfAnExactSweep) {
   }
 }
 
+// The fit's band from the sizes of 1 MiB and up, 1 MiB included: the slow end each size's ring
+// bytes over its slowest repetition less the latency, the fast end over its median, so that
+// repetitions faster than their median widen nothing.
+TEST(Predict, TheLinkFitsBandIsTheSlowestRepetitionsAndTheMediansFromOneMiB) {
+  constexpr double kLatencyS = 6 * 5e-6, kBusbw = 10e9;  // 6 ring steps of 5 us among 4
+  parallel::Link link{.name = "measured"};
+  for (double bytes = 256; bytes <= double(16 << 20); bytes *= 4) {
+    const double t = kLatencyS + 1.5 * bytes / kBusbw;
+    link.sweep.emplace_back(bytes, t);
+    link.sweep_slowest.push_back(bytes == double(1 << 20) ? 2 * t : t);  // 1 MiB's slowest alone is slow
+    link.sweep_fastest.push_back(0.5 * t);
+  }
+  parallel::fit_link(link, 4, false);
+  // Every median on the line: the fast end is the fit's own, to within the 256 bytes' share of
+  // the smallest of those sizes (1 in 4096).
+  EXPECT_NEAR(link.high_busbw(), link.busbw_gbps, 1e-3 * link.busbw_gbps);
+  // The latency is the 256 bytes' time.
+  const double ring_bytes = 1.5 * double(1 << 20), intercept = kLatencyS + 1.5 * 256 / kBusbw;
+  EXPECT_NEAR(link.low_busbw(), ring_bytes / (2 * (kLatencyS + ring_bytes / kBusbw) - intercept) * 1e-9, 1e-9);
+}
+
 // Between two swept sizes the curve is a line; from 1 MiB, where the fit's bus bandwidth band was
 // measured, the band also holds what those figures allow where that is wider. Below, the curve's.
 TEST(Predict, ASweptLinksBandIsTheWiderOfItsCurvesAndItsFits) {
@@ -1337,8 +1472,13 @@ TEST(Predict, ASweptLinksBandIsTheWiderOfItsCurvesAndItsFits) {
   EXPECT_EQ(flat(5.5e6, 2, link, parallel::End::Slow).algorithm, "measured");
   EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Slow).s, 6.05e-4, 1e-12) << "below 1 MiB: the curve's";
   EXPECT_NEAR(flat(5.5e5, 2, link, parallel::End::Fast).s, 5.5e-4 / 1.25, 1e-12);
+  EXPECT_NEAR(flat(double(1 << 20), 2, link, parallel::End::Slow).s, double(1 << 20) / 0.8e9, 1e-12)
+      << "from 1 MiB itself";
   link.busbw_low_gbps = 0.95;
   EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Slow).s, 6.05e-3, 1e-12) << "the slowest repetitions, wider";
+  // The fast end likewise: the fastest repetitions (at the fit's high bus bandwidth), where quicker.
+  link.sweep_fastest = {0.5e-4, 0.5e-3, 0.5e-2};
+  EXPECT_NEAR(flat(5.5e6, 2, link, parallel::End::Fast).s, 2.75e-3 / 1.25, 1e-12);
 }
 
 // Every preset's latency is the ring/Simple step of NCCL's tuning model for its hardware
@@ -1405,6 +1545,7 @@ TEST(Predict, NetworksByNameByFiguresWithTheirNics) {
   EXPECT_EQ(custom.latency_us, 50);
   EXPECT_EQ(custom.hw, parallel::Hw::None);
   EXPECT_EQ(parallel::parse_network("12.5,5x2").nics, 2);
+  EXPECT_EQ(parallel::parse_network("10x64").nics, 64) << "up to 64 NICs a node";
   for (const char* bad :
        {"", "ib_ndr800", "10,50x", "10,50x0", "x8", "nvlink4", "10x65", "10x4294967298", "1e308,1e308", "10,1e7x2"})
     EXPECT_THROW(parallel::parse_network(bad), InputError) << bad;
@@ -1426,7 +1567,11 @@ TEST(Predict, FiguresCarryTheirBandAndRoundTrip) {
   EXPECT_EQ(plain.low_latency(), 20);
   EXPECT_EQ(plain.high_latency(), 20);
   EXPECT_EQ(parallel::link_figures(plain), "100,20");
+  EXPECT_TRUE(plain.low_source.empty()) << "no band given, none said to be";
   EXPECT_EQ(parallel::parse_link("1e-3:5e-4-2e-3,0").low_busbw(), 5e-4);  // exponents are not dashes
+  EXPECT_EQ(parallel::parse_link("1E-3:5E-4-2E-3,0").low_busbw(), 5e-4);
+  // A band on one side of its figure is written back with it.
+  EXPECT_EQ(parallel::link_figures(parallel::parse_link("10:8-10,5")), "10:8-10,5");
   for (const char* bad : {"10:11-12", "10:8-9", "10:8", "10:8-", "10,5:6-7", "10,5:-1-6", "10:0-11"})
     EXPECT_THROW(parallel::parse_link(bad), InputError) << bad;
 
