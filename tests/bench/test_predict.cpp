@@ -93,7 +93,7 @@ TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
 // Well-formed text whose values no run writes (an edited or damaged cell) is refused, naming the
 // field: before, a negative overhead predicted negative samples/s, an overhead outside its band an
 // inverted band, timeline_steps=0 nothing at all, a field given twice took its last value, and
-// a misspelt field was ignored.
+// a misspelt field was ignored. A band of four figures is not VALUE,LOW,HIGH.
 TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
   EXPECT_NO_THROW(parse_prediction_inputs(good));
@@ -113,12 +113,15 @@ TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
       {with("timeline_steps=100", "timeline_steps=1e30"), "timeline_steps: '1e30' is not a count"},
       {with("sharing_ranks=2", "sharing_ranks=2.5"), "sharing_ranks: '2.5' is not a count"},
       {with(";sharing_hosts=1", ""), "sharing=, sharing_ranks= and sharing_hosts= come together"},
+      {with("dp=0.0001,5e-05,0.0002", "dp=0.0001,5e-05,0.0002,0.0003"),
+       "dp needs VALUE,LOW,HIGH, has '0.0001,5e-05,0.0002,0.0003'"},
   });
 }
 
 // Values a run can write are taken: two buckets ready at one time (marks read back with the
 // device clock's resolution), backward ending with the step, an overhead measured as low as 0;
-// and those next to them that no run writes are refused, naming them.
+// and those next to them that no run writes are refused, naming them: a point above its band's
+// high end, or below its low end.
 TEST(PredictionInputs, TheEdgesARunCanWriteAreTakenAndThoseBesideThemRefused) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
   const auto with = [&](const std::string& from, const std::string& to) { return edited(good, from, to); };
@@ -129,6 +132,7 @@ TEST(PredictionInputs, TheEdgesARunCanWriteAreTakenAndThoseBesideThemRefused) {
   expect_refused({
       {with("steps=0.009,", "steps=0,"), "a step time of 0 s"},
       {with("dp=0.0001,5e-05,0.0002", "dp=0.0003,5e-05,0.0002"), "dp=0.0003,5e-05,0.0002 is not VALUE,LOW,HIGH"},
+      {with("dp=0.0001,5e-05,0.0002", "dp=0.0001,0.00015,0.0002"), "dp=0.0001,0.00015,0.0002 is not VALUE,LOW,HIGH"},
       {with("sharing=1,1,1", "sharing=1.5,1,1.2"), "sharing=1.5,1,1.2"},
       {with("sharing_hosts=1", "sharing_hosts=0"), "sharing_hosts=0"},
       {with("backward_end=0.009", "backward_end=0.009x"), "backward_end: '0.009x' is not a number"},
@@ -138,19 +142,24 @@ TEST(PredictionInputs, TheEdgesARunCanWriteAreTakenAndThoseBesideThemRefused) {
 }
 
 // Sharing is written where ranks shared the machine, two or more: one rank wrote a sharing no
-// reader takes.
+// reader takes. Read back, it says how many ranks shared how many hosts.
 TEST(PredictionInputs, SharingIsWrittenFromTwoRanksOn) {
   for (int ranks : {0, 1}) {
     const std::string text = format_prediction_inputs(measured_step(), ranks, 1);
     EXPECT_EQ(text.find("sharing"), std::string::npos) << text;
     EXPECT_EQ(parse_prediction_inputs(text).sharing_ranks, 0);
   }
-  EXPECT_EQ(parse_prediction_inputs(format_prediction_inputs(measured_step(), 3, 2)).sharing_hosts, 2);
+  const PredictionInputs three_on_two = parse_prediction_inputs(format_prediction_inputs(measured_step(), 3, 2));
+  EXPECT_EQ(three_on_two.sharing_ranks, 3);
+  EXPECT_EQ(three_on_two.sharing_hosts, 2);
+  EXPECT_NE(three_on_two.one.sharing_source.find("with 3 ranks stepping together on 2 host(s)"), std::string::npos)
+      << three_on_two.one.sharing_source;
 }
 
 // Text that is no column a run writes is refused saying which part: a field without '=', a
-// missing field, a count below 0; and the edges of what a run can write are taken: a bucket of no
-// bytes, the largest count. A bucket ready before the step began is refused.
+// missing field, a count below 0, another version of the column; and the edges of what a run can
+// write are taken: a bucket of no bytes, the largest count. A bucket ready before the step began is
+// refused.
 TEST(PredictionInputs, FieldsAndCountsAreReadSayingWhatIsWrong) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
   const auto with = [&](const std::string& from, const std::string& to) { return edited(good, from, to); };
@@ -163,6 +172,7 @@ TEST(PredictionInputs, FieldsAndCountsAreReadSayingWhatIsWrong) {
       {with("timeline_steps=100", "timeline_steps=-1"), "timeline_steps: '-1' is not a count"},
       {with("timeline_steps=100", "timeline_steps=2147483648"), "timeline_steps: '2147483648' is not a count"},
       {with("4000000@0.006", "4000000@-0.001"), "bucket 0 is ready at -0.001 s, before the one before it"},
+      {with("v1;", "v2;"), "'v2;buckets=4000000@0.006,1000000@0.009;b' is not version 1 of the column"},
   });
 }
 
