@@ -421,6 +421,25 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
             number(parallel::predict(one, 2, ranks_link("10,20")).samples_per_s));
 }
 
+// A replay's ranks are CPU ranks whatever the saved row ran on: a GPU row replayed is predicted as
+// mpi:N ranks all-reducing through MPI, not as gpu:N over NCCL.
+TEST(PredictRows, OfAReplayAreMpiRanksWhateverTheSavedRowRanOn) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2};
+  plan.replay = true;
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:custom/from:gpu:1");
+  EXPECT_EQ(got[0].row.device_kind, "mpi:N");
+  parallel::OneDevice one = one_device_of(rows[0], 1100);
+  one.sharing = parallel::Range::exactly(1);
+  const parallel::Cluster ranks{.devices = 2, .link = plan.links[0], .library = parallel::Library::Mpi};
+  EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, ranks).samples_per_s));
+}
+
 // The rows a prediction starts from are the ok measured repetitions at a rate: it takes their
 // median rate (not their mean) and the last one's inputs, and passes over a predicted row, a
 // failed one and one at no rate.
@@ -449,7 +468,9 @@ TEST(PredictRows, TakeTheMedianOfTheMeasuredRatesAndTheLastRowsInputs) {
 }
 
 // A predicted row's columns are the model's figures for it: its step and the terms in it, the
-// all-reduced bytes, the replicas and the link; the console says the terms, the step's first.
+// all-reduced bytes, the replicas and the link; the message says the terms, the step's first, each
+// with its band (low to high); the console says the efficiency with its band, which scales with
+// samples/s at N devices (the band's ends over the point).
 TEST(PredictRows, HoldTheModelsFiguresInTheirColumns) {
   const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   PredictionPlan plan;
@@ -474,15 +495,26 @@ TEST(PredictRows, HoldTheModelsFiguresInTheirColumns) {
   EXPECT_EQ(row.measurement, "predicted");
   EXPECT_EQ(row.predicted_from, "train/mlp/mnist/cpu:1/fp32/bs:100");
   EXPECT_NE(got[0].line.find(" over custom (10 GB/s, 20 us a step): "), std::string::npos) << got[0].line;
+  EXPECT_EQ(row.message.find("as figures"), std::string::npos) << "figures given are not said again: " << row.message;
   ASSERT_GE(q.terms.size(), 2u);
-  EXPECT_NE(row.message.find(fmt::format("terms: {} {:.3g} (", q.terms[0].name, q.terms[0].s * 1e3)), std::string::npos)
+  ASSERT_LT(q.terms[0].low, q.terms[0].high) << "the test needs a term with a band";
+  EXPECT_NE(row.message.find(fmt::format("terms: {} {:.3g} ({:.3g} to {:.3g})", q.terms[0].name, q.terms[0].s * 1e3,
+                                         q.terms[0].low * 1e3, q.terms[0].high * 1e3)),
+            std::string::npos)
       << row.message;
   EXPECT_NE(row.message.find(fmt::format(", {} +{:.3g} (", q.terms[1].name, q.terms[1].s * 1e3)), std::string::npos)
       << row.message;
+  const double low = 100 * q.efficiency * q.samples_per_s_low / q.samples_per_s,
+               high = 100 * q.efficiency * q.samples_per_s_high / q.samples_per_s;
+  ASSERT_NE(fmt::format("{:.0f}", low), fmt::format("{:.0f}", high)) << "the test needs a band";
+  EXPECT_NE(got[0].line.find(fmt::format("{:.0f}% efficiency ({:.0f}% to {:.0f}%)", 100 * q.efficiency, low, high)),
+            std::string::npos)
+      << got[0].line;
 }
 
 // GPUs on one node all-reduce over NCCL in one process; on nodes of their own they are ranks, and
-// the row's name says the nodes and the network between them.
+// the row's name says the nodes and the network between them, its columns the network's figures.
+// The console says the all-reduces' time and, apart, what backward did not hide of it.
 TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
@@ -496,6 +528,10 @@ TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
   const parallel::Prediction q = parallel::predict(one, parallel::Cluster{.devices = 8, .link = plan.links[0]});
   ASSERT_GT(q.comm_s, 1.01 * q.exposed_comm_s) << "the test needs all-reduces backward hides";
   EXPECT_DOUBLE_EQ(*got[0].row.comm_share, q.exposed_comm_s / q.step_s) << "the share of the step not hidden";
+  EXPECT_NE(got[0].line.find(fmt::format("its all-reduces {:.3g} ms ({}), {:.3g} ms of them not hidden by backward",
+                                         q.comm_s * 1e3, q.algorithm, q.exposed_comm_s * 1e3)),
+            std::string::npos)
+      << got[0].line;
   EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/gpu:8/fp32/bs:100/predicted:nvlink4/from:gpu:1");
   plan.nodes = 2;
   plan.networks = {parallel::parse_network("100gbe")};
@@ -506,6 +542,10 @@ TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
             "train/mlp/mnist/gpu:8/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1");
   EXPECT_EQ(got[0].row.network, "100gbe");
   EXPECT_EQ(got[0].row.network_busbw_gbps, 5);
+  EXPECT_EQ(got[0].row.network_latency_us, 14) << "100gbe's, not nvlink4's 3.4";
+  EXPECT_EQ(got[0].row.network_nics, 1);
+  plan.networks = {parallel::parse_network("ib_ndr400x8")};
+  EXPECT_EQ(predict_rows(pointers(rows), plan, MachineContext{})[0].row.network_nics, 8);
 }
 
 // A predicted row takes its source's identity and none of what the source measured or concluded:
@@ -568,7 +608,8 @@ TEST(PredictRows, HaveASpeedupWhereTheSourceNamesItsCpuRow) {
 }
 
 // Over the run's measured link the ranks ran as they ran: sharing the machine as the sharing probe
-// measured, on one level whatever --nodes says. A replay over it waits its compute out: no sharing.
+// measured, on one level whatever --nodes says; the message gives the link as figures, to predict
+// over it elsewhere. A replay over it waits its compute out: no sharing.
 TEST(PredictRows, OverTheMeasuredLinkKeepTheSharingMeasuredAndOneLevel) {
   parallel::OneDevice shared = measured_step();
   shared.sharing = {1.5, 1.4, 1.6};
@@ -587,6 +628,8 @@ TEST(PredictRows, OverTheMeasuredLinkKeepTheSharingMeasuredAndOneLevel) {
   EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, ranks).samples_per_s));
   EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured/from:cpu:1");
   EXPECT_NE(got[0].row.message.find("sharing: x1.5 (1.4 to 1.6)"), std::string::npos) << got[0].row.message;
+  EXPECT_NE(got[0].row.message.find("; as figures: " + parallel::link_figures(measured)), std::string::npos)
+      << got[0].row.message;
   plan.replay = true;
   got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
@@ -731,7 +774,7 @@ TEST(Predictor, GivesThePredictedRowsTheSpeedupOverTheCpuRow) {
 }
 
 // The band's ends are inside it; a rate of 0 (a row that measured none) is compared with nothing;
-// the line says measured / predicted.
+// the line says the band (low to high) and measured / predicted.
 TEST(Predictor, TakesTheBandsEndsAsInsideAndComparesNoRateOfZero) {
   Flags flags;
   flags.links = {"10,20"};
@@ -752,6 +795,10 @@ TEST(Predictor, TakesTheBandsEndsAsInsideAndComparesNoRateOfZero) {
   EXPECT_EQ(predictor.compare(mpi, high)->verdict, "inside_band");
   const std::string line = predictor.compare(mpi, low)->line;
   EXPECT_NE(line.find(fmt::format("measured / predicted = {:.2f},", low / point)), std::string::npos) << line;
+  ASSERT_NE(fmt::format("{:.0f}", low), fmt::format("{:.0f}", high)) << "the test needs a band";
+  EXPECT_NE(line.find(fmt::format("predicted {:.0f} (band {:.0f} to {:.0f}) from ", point, low, high)),
+            std::string::npos)
+      << line;
   EXPECT_FALSE(predictor.compare(mpi, 0));
 }
 
@@ -803,6 +850,19 @@ TEST(Predictor, PredictsAReplayForTheWorldsRanksAlone) {
   EXPECT_TRUE(predictor.for_replay(replay, MachineContext{}).empty());
   BenchInfo not_a_replay = one_device_info(false);
   EXPECT_TRUE(predictor.for_replay(not_a_replay, MachineContext{}).empty());
+}
+
+// A bad --link or --network is refused as the predictor is made, before anything is measured: a
+// network is used only with --nodes, and a misspelt one would otherwise fail after the run.
+TEST(Predictor, RefusesABadLinkOrNetworkWhenMade) {
+  Flags flags;
+  flags.links = {"nvlink9"};
+  EXPECT_THROW(Predictor{flags}, InputError) << "--link=nvlink9";
+  flags.links = {"10,20"};
+  flags.networks = {"100gbf"};
+  EXPECT_THROW(Predictor{flags}, InputError) << "--network=100gbf";
+  flags.networks = {"100gbe"};
+  EXPECT_NO_THROW(Predictor{flags});
 }
 
 // What std::cout printed while it lived.
