@@ -1068,6 +1068,24 @@ TEST(PredictFromCsv, ACpuRunWithoutALinkIsAskedForOne) {
   std::remove(flags.predict_from.c_str());
 }
 
+// --devices naming no device of the rows' kind (gpu:N of a run of CPU rows) predicts nothing: an
+// error (exit status 2), with no --csv written, not a run that succeeded with no rows.
+TEST(PredictFromCsv, DevicesOfNoRowsKindAreAnError) {
+  Flags flags;
+  flags.predict_from =
+      saved_run("cpu_run_for_gpus.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.links = {"10,20"};
+  flags.devices = {"gpu:8"};
+  flags.csv = ::testing::TempDir() + "predicted_no_gpus.csv";
+  std::remove(flags.csv.c_str());
+  {
+    CapturedCout out;
+    EXPECT_EQ(predict_from_csv(flags, MachineContext{}), 2) << out.text();
+  }
+  EXPECT_FALSE(std::ifstream(flags.csv)) << "a run that predicted nothing wrote " << flags.csv;
+  std::remove(flags.predict_from.c_str());
+}
+
 // A predicted row's speed-up is over the median of its cpu row's ok repetitions, not over that
 // row's aggregates (a standard deviation, a coefficient of variation) nor its failed runs.
 TEST(PredictFromCsv, TheSpeedupIsOverTheCpuRowsOkRepetitionsAlone) {
@@ -1101,7 +1119,7 @@ TEST(PredictFromCsv, TheSpeedupIsOverTheCpuRowsOkRepetitionsAlone) {
 }
 
 // A file's own predicted row is set beside its re-prediction with the change from it: the file's
-// at half the rate is +100%.
+// at half the rate is +100%; and with the model that made it where that is not this one.
 TEST(PredictFromCsv, TheFilesOwnPredictionIsSetBesideItsRepredictionWithTheChange) {
   Flags flags;
   flags.predict_from =
@@ -1119,6 +1137,17 @@ TEST(PredictFromCsv, TheFilesOwnPredictionIsSetBesideItsRepredictionWithTheChang
                                         *own.samples_per_s)),
             std::string::npos)
       << again.text;
+  // Made by another model, it says which; by one before version 2 (which wrote none), that.
+  for (const auto& [model, says] : std::vector<std::pair<Count, std::string>>{
+           {parallel::kPredictionModel - 1, fmt::format("by model {} (", parallel::kPredictionModel - 1)},
+           {std::nullopt, "by a model before version 2 (it did not say) ("}}) {
+    own.prediction_model = model;
+    { CsvWriter(flags.predict_from).write_row(own); }
+    const PredictedFromCsv other = predicted_from(flags, "repredicted_other_model.csv");
+    EXPECT_NE(other.text.find(fmt::format("    the file's own: {:.0f} samples/s, {}", *own.samples_per_s, says)),
+              std::string::npos)
+        << other.text;
+  }
   std::remove(flags.predict_from.c_str());
 }
 
@@ -1214,14 +1243,14 @@ TEST(PredictFromCsv, RefusesTheMeasuredLink) {
 }
 
 // --nodes, --network and --gpus_per_node shape --predict_from's rows: 1 and 2 GPUs a node on 2
-// nodes, the row saying its nodes and network.
+// nodes, over each network given, the row saying its nodes and network.
 TEST(PredictFromCsv, SpreadsTheDevicesOverTheFlagsNodes) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
   Flags flags;
   flags.predict_from = saved_run("gpu_run_on_nodes.csv", rows);
   flags.nodes = 2;
-  flags.networks = {"100gbe"};
+  flags.networks = {"100gbe", "25gbe"};
   flags.gpus_per_node = 2;
   const PredictedFromCsv got = predicted_from(flags, "predicted_on_nodes.csv");
   ASSERT_EQ(got.status, 0) << got.text;
@@ -1229,7 +1258,9 @@ TEST(PredictFromCsv, SpreadsTheDevicesOverTheFlagsNodes) {
   for (const Row& r : got.rows) names.push_back(r.benchmark);
   EXPECT_EQ(names, (std::vector<std::string>{
                        "train/mlp/mnist/gpu:2/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1",
-                       "train/mlp/mnist/gpu:4/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1"}));
+                       "train/mlp/mnist/gpu:4/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1",
+                       "train/mlp/mnist/gpu:2/fp32/bs:100/nodes:2/predicted:nvlink4/network:25gbe/from:gpu:1",
+                       "train/mlp/mnist/gpu:4/fp32/bs:100/nodes:2/predicted:nvlink4/network:25gbe/from:gpu:1"}));
   std::remove(flags.predict_from.c_str());
 }
 
@@ -1295,8 +1326,9 @@ TEST(PredictAllreduce, SaysTheModelsTimeAndBusbwWithTheirBands) {
 }
 
 // --replay_from plans an mpi:N benchmark of this world's ranks per saved one-device row, at the
-// median of its repetitions' rates, with the row's optimizer and at least one thread; in a world
-// of one rank it is skipped, saying how to start it.
+// median of its repetitions' rates, with the row's optimizer and at least one thread, its
+// prediction_inputs and the world's ranks as its data-parallel count; in a world of one rank it is
+// skipped, saying how to start it.
 TEST(PlanReplays, ReplayEachSavedRowOnTheWorldsRanks) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   rows.push_back(rows[1]);
@@ -1312,8 +1344,10 @@ TEST(PlanReplays, ReplayEachSavedRowOnTheWorldsRanks) {
   EXPECT_EQ(b.threads, 1) << "a row of no threads replays on one";
   EXPECT_EQ(b.optimizer.kind, OptimizerConfig::Kind::Adam);
   EXPECT_EQ(b.baseline, "train/mlp/mnist/cpu:1/fp32/bs:100");
+  EXPECT_EQ(b.data_parallel, 1) << "the world's ranks, as its device says";
   ASSERT_TRUE(b.replay);
   EXPECT_EQ(b.replay->rows.size(), 3u);
+  EXPECT_EQ(b.replay->inputs, rows.back().prediction_inputs) << "the steps it replays";
   EXPECT_DOUBLE_EQ(b.replay->samples_per_s, 1200);
   EXPECT_NE(b.skip_reason.find("start it with mpirun -np N (N >= 2)"), std::string::npos) << b.skip_reason;
   EXPECT_EQ(b.skip_scope, "mpi:1");
