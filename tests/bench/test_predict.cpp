@@ -231,7 +231,7 @@ parallel::Link ranks_link(const std::string& figures) {
 
 // A predicted row from CSV rows is the model's prediction of the same step: the rows' median rate,
 // the inputs' timeline and quantiles, no sharing over a link of devices of their own, and (CPU
-// ranks) no overlap.
+// ranks) no overlap. Rows without inputs or at no rate give nothing to predict from.
 TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   PredictionPlan plan;
@@ -249,8 +249,11 @@ TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   EXPECT_EQ(row.device_kind, "mpi:N");
   EXPECT_EQ(row.data_parallel, 4);
   EXPECT_EQ(row.prediction_inputs, "") << "a prediction carries no inputs of its own";
-  // Rows without inputs (older schemas, --timeline=off) predict nothing.
+  // Rows without inputs (older schemas, --timeline=off) predict nothing, nor rows at no rate.
   EXPECT_TRUE(predict_rows(pointers(one_device_rows("")), plan, MachineContext{}).empty());
+  std::vector<Row> no_rate = rows;
+  for (Row& r : no_rate) r.samples_per_s = 0;
+  EXPECT_TRUE(predict_rows(pointers(no_rate), plan, MachineContext{}).empty());
 }
 
 // Every predicted row names the model that made it (prediction_model), so that a prediction asked
@@ -263,6 +266,23 @@ TEST(PredictRows, NameTheModelThatMadeThem) {
   for (const PredictedRow& p : predict_rows(pointers(rows), plan, MachineContext{}))
     EXPECT_EQ(p.row.prediction_model, parallel::kPredictionModel);
   EXPECT_FALSE(rows[0].prediction_model) << "the measured row names none";
+}
+
+// Predicted rows carry the commit and time they were made at, not those of the run that measured
+// their source (a prediction asked later of its CSV is made by this trainbench, now).
+TEST(PredictRows, CarryTheCommitAndTimeTheyWereMadeAt) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.git_commit = "measured1", r.timestamp = "2026-11-01T00:00:00Z";
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2};
+  MachineContext now;
+  now.git_commit = "predicted2";
+  now.timestamp = "2026-11-30T22:00:00Z";
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, now);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].row.git_commit, "predicted2");
+  EXPECT_EQ(got[0].row.timestamp, "2026-11-30T22:00:00Z");
 }
 
 // Inputs a run never writes (no gradient buckets) and a row without a batch are refused, naming
@@ -533,11 +553,16 @@ TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
             std::string::npos)
       << got[0].line;
   EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/gpu:8/fp32/bs:100/predicted:nvlink4/from:gpu:1");
+  EXPECT_NE(got[0].row.message.find(
+                fmt::format("over nvlink4 ({}; low: {})", plan.links[0].source, plan.links[0].low_source)),
+            std::string::npos)
+      << "the link's band's source beside its own: " << got[0].row.message;
   plan.nodes = 2;
   plan.networks = {parallel::parse_network("100gbe")};
   got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].row.device_kind, "gpu:N across ranks");
+  EXPECT_EQ(got[0].line.rfind("  predicted gpu:8 on 2 nodes over nvlink4 (", 0), 0u) << got[0].line;
   EXPECT_EQ(got[0].row.benchmark,
             "train/mlp/mnist/gpu:8/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1");
   EXPECT_EQ(got[0].row.network, "100gbe");
@@ -1286,6 +1311,33 @@ TEST(PredictFromCsv, SetsTheFilesOwnIterationRowBesideItsReprediction) {
                                         *own.samples_per_s)),
             std::string::npos)
       << again.text;
+  std::remove(flags.predict_from.c_str());
+}
+
+// The same prediction read back from the file reads +0.0% where the CSV rounded the file's figure
+// up: the two are compared as the CSV holds them (the fresh one unrounded read -0.0%).
+TEST(PredictFromCsv, TheSamePredictionReadBackReadsNoChangeWhereTheCsvRoundedItUp) {
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {4};
+  std::vector<Row> rows;
+  bool rounded_up = false;
+  for (double rate = 1000; rate < 1100 && !rounded_up; ++rate) {
+    rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+    for (Row& r : rows) r.samples_per_s = rate;
+    const double fresh = *predict_rows(pointers(rows), plan, MachineContext{})[0].row.samples_per_s;
+    rounded_up = as_written(fresh) > fresh;
+  }
+  ASSERT_TRUE(rounded_up) << "the test needs a prediction the CSV rounds up";
+  Flags flags;
+  flags.predict_from = saved_run("cpu_run_rounded_up.csv", rows);
+  flags.links = {"10,20"};
+  flags.devices = {"mpi:4"};
+  const PredictedFromCsv first = predicted_from(flags, "rounded_up_first.csv");
+  ASSERT_EQ(first.rows.size(), 1u) << first.text;
+  { CsvWriter(flags.predict_from).write_row(first.rows[0]); }
+  const PredictedFromCsv again = predicted_from(flags, "rounded_up_again.csv");
+  EXPECT_NE(again.text.find("by this model (this prediction +0.0%)"), std::string::npos) << again.text;
   std::remove(flags.predict_from.c_str());
 }
 
