@@ -921,7 +921,8 @@ def test_a_saved_row_replayed_on_two_ranks(tmp_path):
     """--replay_from: the LSTM's cpu:1 row stepped on 2 ranks without its model: every step waits
     out the saved compute and all-reduces the saved buckets for real. The replayed rows carry the
     saved row's bytes, name the prediction made for them in the same run, and say inside or
-    outside its band; without mpirun the configuration is a skipped row saying how to run it."""
+    outside its band, the console naming the saved row it was made from; without mpirun the
+    configuration is a skipped row saying how to run it."""
     saved, replayed = tmp_path / "saved.csv", tmp_path / "replayed.csv"
     r = run("--benchmark_filter=train/lstm/sine/cpu:1/", "--devices=cpu:1", "--iterations=30", f"--csv={saved}")
     assert r.returncode == 0, r.stderr
@@ -952,6 +953,8 @@ def test_a_saved_row_replayed_on_two_ranks(tmp_path):
         inside = low <= float(row["samples_per_s"]) <= high
         assert ("inside_band" in row["verdicts"]) == inside and ("outside_band" in row["verdicts"]) == (not inside)
         assert "steps replayed on 2 ranks" in row["message"]
+    # The console's comparison names the saved row the prediction was made from, not the replay.
+    assert f") from {source['benchmark']} over measured (" in m.stdout, m.stdout[-2000:]
     alone = run(f"--replay_from={saved}", f"--csv={tmp_path / 'alone.csv'}")
     assert alone.returncode == 0, alone.stderr
     [skipped] = read_csv(tmp_path / "alone.csv")

@@ -93,7 +93,7 @@ TEST(PredictionInputs, BrokenTextIsRefusedSayingWhat) {
 // Well-formed text whose values no run writes (an edited or damaged cell) is refused, naming the
 // field: before, a negative overhead predicted negative samples/s, an overhead outside its band an
 // inverted band, timeline_steps=0 nothing at all, a field given twice took its last value, and
-// a misspelt field was ignored.
+// a misspelt field was ignored. A band of four figures is not VALUE,LOW,HIGH.
 TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
   EXPECT_NO_THROW(parse_prediction_inputs(good));
@@ -113,12 +113,15 @@ TEST(PredictionInputs, ValuesNoRunWritesAreRefusedSayingWhich) {
       {with("timeline_steps=100", "timeline_steps=1e30"), "timeline_steps: '1e30' is not a count"},
       {with("sharing_ranks=2", "sharing_ranks=2.5"), "sharing_ranks: '2.5' is not a count"},
       {with(";sharing_hosts=1", ""), "sharing=, sharing_ranks= and sharing_hosts= come together"},
+      {with("dp=0.0001,5e-05,0.0002", "dp=0.0001,5e-05,0.0002,0.0003"),
+       "dp needs VALUE,LOW,HIGH, has '0.0001,5e-05,0.0002,0.0003'"},
   });
 }
 
 // Values a run can write are taken: two buckets ready at one time (marks read back with the
 // device clock's resolution), backward ending with the step, an overhead measured as low as 0;
-// and those next to them that no run writes are refused, naming them.
+// and those next to them that no run writes are refused, naming them: a point above its band's
+// high end, or below its low end.
 TEST(PredictionInputs, TheEdgesARunCanWriteAreTakenAndThoseBesideThemRefused) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
   const auto with = [&](const std::string& from, const std::string& to) { return edited(good, from, to); };
@@ -129,6 +132,7 @@ TEST(PredictionInputs, TheEdgesARunCanWriteAreTakenAndThoseBesideThemRefused) {
   expect_refused({
       {with("steps=0.009,", "steps=0,"), "a step time of 0 s"},
       {with("dp=0.0001,5e-05,0.0002", "dp=0.0003,5e-05,0.0002"), "dp=0.0003,5e-05,0.0002 is not VALUE,LOW,HIGH"},
+      {with("dp=0.0001,5e-05,0.0002", "dp=0.0001,0.00015,0.0002"), "dp=0.0001,0.00015,0.0002 is not VALUE,LOW,HIGH"},
       {with("sharing=1,1,1", "sharing=1.5,1,1.2"), "sharing=1.5,1,1.2"},
       {with("sharing_hosts=1", "sharing_hosts=0"), "sharing_hosts=0"},
       {with("backward_end=0.009", "backward_end=0.009x"), "backward_end: '0.009x' is not a number"},
@@ -138,19 +142,24 @@ TEST(PredictionInputs, TheEdgesARunCanWriteAreTakenAndThoseBesideThemRefused) {
 }
 
 // Sharing is written where ranks shared the machine, two or more: one rank wrote a sharing no
-// reader takes.
+// reader takes. Read back, it says how many ranks shared how many hosts.
 TEST(PredictionInputs, SharingIsWrittenFromTwoRanksOn) {
   for (int ranks : {0, 1}) {
     const std::string text = format_prediction_inputs(measured_step(), ranks, 1);
     EXPECT_EQ(text.find("sharing"), std::string::npos) << text;
     EXPECT_EQ(parse_prediction_inputs(text).sharing_ranks, 0);
   }
-  EXPECT_EQ(parse_prediction_inputs(format_prediction_inputs(measured_step(), 3, 2)).sharing_hosts, 2);
+  const PredictionInputs three_on_two = parse_prediction_inputs(format_prediction_inputs(measured_step(), 3, 2));
+  EXPECT_EQ(three_on_two.sharing_ranks, 3);
+  EXPECT_EQ(three_on_two.sharing_hosts, 2);
+  EXPECT_NE(three_on_two.one.sharing_source.find("with 3 ranks stepping together on 2 host(s)"), std::string::npos)
+      << three_on_two.one.sharing_source;
 }
 
 // Text that is no column a run writes is refused saying which part: a field without '=', a
-// missing field, a count below 0; and the edges of what a run can write are taken: a bucket of no
-// bytes, the largest count. A bucket ready before the step began is refused.
+// missing field, a count below 0, another version of the column; and the edges of what a run can
+// write are taken: a bucket of no bytes, the largest count. A bucket ready before the step began is
+// refused.
 TEST(PredictionInputs, FieldsAndCountsAreReadSayingWhatIsWrong) {
   const std::string good = format_prediction_inputs(measured_step(), 2, 1);
   const auto with = [&](const std::string& from, const std::string& to) { return edited(good, from, to); };
@@ -163,6 +172,7 @@ TEST(PredictionInputs, FieldsAndCountsAreReadSayingWhatIsWrong) {
       {with("timeline_steps=100", "timeline_steps=-1"), "timeline_steps: '-1' is not a count"},
       {with("timeline_steps=100", "timeline_steps=2147483648"), "timeline_steps: '2147483648' is not a count"},
       {with("4000000@0.006", "4000000@-0.001"), "bucket 0 is ready at -0.001 s, before the one before it"},
+      {with("v1;", "v2;"), "'v2;buckets=4000000@0.006,1000000@0.009;b' is not version 1 of the column"},
   });
 }
 
@@ -221,7 +231,7 @@ parallel::Link ranks_link(const std::string& figures) {
 
 // A predicted row from CSV rows is the model's prediction of the same step: the rows' median rate,
 // the inputs' timeline and quantiles, no sharing over a link of devices of their own, and (CPU
-// ranks) no overlap.
+// ranks) no overlap. Rows without inputs or at no rate give nothing to predict from.
 TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   PredictionPlan plan;
@@ -239,8 +249,11 @@ TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
   EXPECT_EQ(row.device_kind, "mpi:N");
   EXPECT_EQ(row.data_parallel, 4);
   EXPECT_EQ(row.prediction_inputs, "") << "a prediction carries no inputs of its own";
-  // Rows without inputs (older schemas, --timeline=off) predict nothing.
+  // Rows without inputs (older schemas, --timeline=off) predict nothing, nor rows at no rate.
   EXPECT_TRUE(predict_rows(pointers(one_device_rows("")), plan, MachineContext{}).empty());
+  std::vector<Row> no_rate = rows;
+  for (Row& r : no_rate) r.samples_per_s = 0;
+  EXPECT_TRUE(predict_rows(pointers(no_rate), plan, MachineContext{}).empty());
 }
 
 // Every predicted row names the model that made it (prediction_model), so that a prediction asked
@@ -253,6 +266,23 @@ TEST(PredictRows, NameTheModelThatMadeThem) {
   for (const PredictedRow& p : predict_rows(pointers(rows), plan, MachineContext{}))
     EXPECT_EQ(p.row.prediction_model, parallel::kPredictionModel);
   EXPECT_FALSE(rows[0].prediction_model) << "the measured row names none";
+}
+
+// Predicted rows carry the commit and time they were made at, not those of the run that measured
+// their source (a prediction asked later of its CSV is made by this trainbench, now).
+TEST(PredictRows, CarryTheCommitAndTimeTheyWereMadeAt) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.git_commit = "measured1", r.timestamp = "2026-11-01T00:00:00Z";
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2};
+  MachineContext now;
+  now.git_commit = "predicted2";
+  now.timestamp = "2026-11-30T22:00:00Z";
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, now);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].row.git_commit, "predicted2");
+  EXPECT_EQ(got[0].row.timestamp, "2026-11-30T22:00:00Z");
 }
 
 // Inputs a run never writes (no gradient buckets) and a row without a batch are refused, naming
@@ -411,6 +441,25 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
             number(parallel::predict(one, 2, ranks_link("10,20")).samples_per_s));
 }
 
+// A replay's ranks are CPU ranks whatever the saved row ran on: a GPU row replayed is predicted as
+// mpi:N ranks all-reducing through MPI, not as gpu:N over NCCL.
+TEST(PredictRows, OfAReplayAreMpiRanksWhateverTheSavedRowRanOn) {
+  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {2};
+  plan.replay = true;
+  const std::vector<PredictedRow> got = predict_rows(pointers(rows), plan, MachineContext{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:custom/from:gpu:1");
+  EXPECT_EQ(got[0].row.device_kind, "mpi:N");
+  parallel::OneDevice one = one_device_of(rows[0], 1100);
+  one.sharing = parallel::Range::exactly(1);
+  const parallel::Cluster ranks{.devices = 2, .link = plan.links[0], .library = parallel::Library::Mpi};
+  EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, ranks).samples_per_s));
+}
+
 // The rows a prediction starts from are the ok measured repetitions at a rate: it takes their
 // median rate (not their mean) and the last one's inputs, and passes over a predicted row, a
 // failed one and one at no rate.
@@ -439,7 +488,9 @@ TEST(PredictRows, TakeTheMedianOfTheMeasuredRatesAndTheLastRowsInputs) {
 }
 
 // A predicted row's columns are the model's figures for it: its step and the terms in it, the
-// all-reduced bytes, the replicas and the link; the console says the terms, the step's first.
+// all-reduced bytes, the replicas and the link; the message says the terms, the step's first, each
+// with its band (low to high); the console says the efficiency with its band, which scales with
+// samples/s at N devices (the band's ends over the point).
 TEST(PredictRows, HoldTheModelsFiguresInTheirColumns) {
   const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   PredictionPlan plan;
@@ -464,15 +515,26 @@ TEST(PredictRows, HoldTheModelsFiguresInTheirColumns) {
   EXPECT_EQ(row.measurement, "predicted");
   EXPECT_EQ(row.predicted_from, "train/mlp/mnist/cpu:1/fp32/bs:100");
   EXPECT_NE(got[0].line.find(" over custom (10 GB/s, 20 us a step): "), std::string::npos) << got[0].line;
+  EXPECT_EQ(row.message.find("as figures"), std::string::npos) << "figures given are not said again: " << row.message;
   ASSERT_GE(q.terms.size(), 2u);
-  EXPECT_NE(row.message.find(fmt::format("terms: {} {:.3g} (", q.terms[0].name, q.terms[0].s * 1e3)), std::string::npos)
+  ASSERT_LT(q.terms[0].low, q.terms[0].high) << "the test needs a term with a band";
+  EXPECT_NE(row.message.find(fmt::format("terms: {} {:.3g} ({:.3g} to {:.3g})", q.terms[0].name, q.terms[0].s * 1e3,
+                                         q.terms[0].low * 1e3, q.terms[0].high * 1e3)),
+            std::string::npos)
       << row.message;
   EXPECT_NE(row.message.find(fmt::format(", {} +{:.3g} (", q.terms[1].name, q.terms[1].s * 1e3)), std::string::npos)
       << row.message;
+  const double low = 100 * q.efficiency * q.samples_per_s_low / q.samples_per_s,
+               high = 100 * q.efficiency * q.samples_per_s_high / q.samples_per_s;
+  ASSERT_NE(fmt::format("{:.0f}", low), fmt::format("{:.0f}", high)) << "the test needs a band";
+  EXPECT_NE(got[0].line.find(fmt::format("{:.0f}% efficiency ({:.0f}% to {:.0f}%)", 100 * q.efficiency, low, high)),
+            std::string::npos)
+      << got[0].line;
 }
 
 // GPUs on one node all-reduce over NCCL in one process; on nodes of their own they are ranks, and
-// the row's name says the nodes and the network between them.
+// the row's name says the nodes and the network between them, its columns the network's figures.
+// The console says the all-reduces' time and, apart, what backward did not hide of it.
 TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
@@ -486,16 +548,29 @@ TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
   const parallel::Prediction q = parallel::predict(one, parallel::Cluster{.devices = 8, .link = plan.links[0]});
   ASSERT_GT(q.comm_s, 1.01 * q.exposed_comm_s) << "the test needs all-reduces backward hides";
   EXPECT_DOUBLE_EQ(*got[0].row.comm_share, q.exposed_comm_s / q.step_s) << "the share of the step not hidden";
+  EXPECT_NE(got[0].line.find(fmt::format("its all-reduces {:.3g} ms ({}), {:.3g} ms of them not hidden by backward",
+                                         q.comm_s * 1e3, q.algorithm, q.exposed_comm_s * 1e3)),
+            std::string::npos)
+      << got[0].line;
   EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/gpu:8/fp32/bs:100/predicted:nvlink4/from:gpu:1");
+  EXPECT_NE(got[0].row.message.find(
+                fmt::format("over nvlink4 ({}; low: {})", plan.links[0].source, plan.links[0].low_source)),
+            std::string::npos)
+      << "the link's band's source beside its own: " << got[0].row.message;
   plan.nodes = 2;
   plan.networks = {parallel::parse_network("100gbe")};
   got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].row.device_kind, "gpu:N across ranks");
+  EXPECT_EQ(got[0].line.rfind("  predicted gpu:8 on 2 nodes over nvlink4 (", 0), 0u) << got[0].line;
   EXPECT_EQ(got[0].row.benchmark,
             "train/mlp/mnist/gpu:8/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1");
   EXPECT_EQ(got[0].row.network, "100gbe");
   EXPECT_EQ(got[0].row.network_busbw_gbps, 5);
+  EXPECT_EQ(got[0].row.network_latency_us, 14) << "100gbe's, not nvlink4's 3.4";
+  EXPECT_EQ(got[0].row.network_nics, 1);
+  plan.networks = {parallel::parse_network("ib_ndr400x8")};
+  EXPECT_EQ(predict_rows(pointers(rows), plan, MachineContext{})[0].row.network_nics, 8);
 }
 
 // A predicted row takes its source's identity and none of what the source measured or concluded:
@@ -558,7 +633,8 @@ TEST(PredictRows, HaveASpeedupWhereTheSourceNamesItsCpuRow) {
 }
 
 // Over the run's measured link the ranks ran as they ran: sharing the machine as the sharing probe
-// measured, on one level whatever --nodes says. A replay over it waits its compute out: no sharing.
+// measured, on one level whatever --nodes says; the message gives the link as figures, to predict
+// over it elsewhere. A replay over it waits its compute out: no sharing.
 TEST(PredictRows, OverTheMeasuredLinkKeepTheSharingMeasuredAndOneLevel) {
   parallel::OneDevice shared = measured_step();
   shared.sharing = {1.5, 1.4, 1.6};
@@ -577,6 +653,8 @@ TEST(PredictRows, OverTheMeasuredLinkKeepTheSharingMeasuredAndOneLevel) {
   EXPECT_EQ(number(*got[0].row.samples_per_s), number(parallel::predict(one, ranks).samples_per_s));
   EXPECT_EQ(got[0].row.benchmark, "train/mlp/mnist/mpi:2/fp32/bs:100/predicted:measured/from:cpu:1");
   EXPECT_NE(got[0].row.message.find("sharing: x1.5 (1.4 to 1.6)"), std::string::npos) << got[0].row.message;
+  EXPECT_NE(got[0].row.message.find("; as figures: " + parallel::link_figures(measured)), std::string::npos)
+      << got[0].row.message;
   plan.replay = true;
   got = predict_rows(pointers(rows), plan, MachineContext{});
   ASSERT_EQ(got.size(), 1u);
@@ -721,7 +799,7 @@ TEST(Predictor, GivesThePredictedRowsTheSpeedupOverTheCpuRow) {
 }
 
 // The band's ends are inside it; a rate of 0 (a row that measured none) is compared with nothing;
-// the line says measured / predicted.
+// the line says the band (low to high) and measured / predicted.
 TEST(Predictor, TakesTheBandsEndsAsInsideAndComparesNoRateOfZero) {
   Flags flags;
   flags.links = {"10,20"};
@@ -742,6 +820,10 @@ TEST(Predictor, TakesTheBandsEndsAsInsideAndComparesNoRateOfZero) {
   EXPECT_EQ(predictor.compare(mpi, high)->verdict, "inside_band");
   const std::string line = predictor.compare(mpi, low)->line;
   EXPECT_NE(line.find(fmt::format("measured / predicted = {:.2f},", low / point)), std::string::npos) << line;
+  ASSERT_NE(fmt::format("{:.0f}", low), fmt::format("{:.0f}", high)) << "the test needs a band";
+  EXPECT_NE(line.find(fmt::format("predicted {:.0f} (band {:.0f} to {:.0f}) from ", point, low, high)),
+            std::string::npos)
+      << line;
   EXPECT_FALSE(predictor.compare(mpi, 0));
 }
 
@@ -793,6 +875,19 @@ TEST(Predictor, PredictsAReplayForTheWorldsRanksAlone) {
   EXPECT_TRUE(predictor.for_replay(replay, MachineContext{}).empty());
   BenchInfo not_a_replay = one_device_info(false);
   EXPECT_TRUE(predictor.for_replay(not_a_replay, MachineContext{}).empty());
+}
+
+// A bad --link or --network is refused as the predictor is made, before anything is measured: a
+// network is used only with --nodes, and a misspelt one would otherwise fail after the run.
+TEST(Predictor, RefusesABadLinkOrNetworkWhenMade) {
+  Flags flags;
+  flags.links = {"nvlink9"};
+  EXPECT_THROW(Predictor{flags}, InputError) << "--link=nvlink9";
+  flags.links = {"10,20"};
+  flags.networks = {"100gbf"};
+  EXPECT_THROW(Predictor{flags}, InputError) << "--network=100gbf";
+  flags.networks = {"100gbe"};
+  EXPECT_NO_THROW(Predictor{flags});
 }
 
 // What std::cout printed while it lived.
@@ -998,6 +1093,24 @@ TEST(PredictFromCsv, ACpuRunWithoutALinkIsAskedForOne) {
   std::remove(flags.predict_from.c_str());
 }
 
+// --devices naming no device of the rows' kind (gpu:N of a run of CPU rows) predicts nothing: an
+// error (exit status 2), with no --csv written, not a run that succeeded with no rows.
+TEST(PredictFromCsv, DevicesOfNoRowsKindAreAnError) {
+  Flags flags;
+  flags.predict_from =
+      saved_run("cpu_run_for_gpus.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.links = {"10,20"};
+  flags.devices = {"gpu:8"};
+  flags.csv = ::testing::TempDir() + "predicted_no_gpus.csv";
+  std::remove(flags.csv.c_str());
+  {
+    CapturedCout out;
+    EXPECT_EQ(predict_from_csv(flags, MachineContext{}), 2) << out.text();
+  }
+  EXPECT_FALSE(std::ifstream(flags.csv)) << "a run that predicted nothing wrote " << flags.csv;
+  std::remove(flags.predict_from.c_str());
+}
+
 // A predicted row's speed-up is over the median of its cpu row's ok repetitions, not over that
 // row's aggregates (a standard deviation, a coefficient of variation) nor its failed runs.
 TEST(PredictFromCsv, TheSpeedupIsOverTheCpuRowsOkRepetitionsAlone) {
@@ -1031,7 +1144,7 @@ TEST(PredictFromCsv, TheSpeedupIsOverTheCpuRowsOkRepetitionsAlone) {
 }
 
 // A file's own predicted row is set beside its re-prediction with the change from it: the file's
-// at half the rate is +100%.
+// at half the rate is +100%; and with the model that made it where that is not this one.
 TEST(PredictFromCsv, TheFilesOwnPredictionIsSetBesideItsRepredictionWithTheChange) {
   Flags flags;
   flags.predict_from =
@@ -1049,6 +1162,17 @@ TEST(PredictFromCsv, TheFilesOwnPredictionIsSetBesideItsRepredictionWithTheChang
                                         *own.samples_per_s)),
             std::string::npos)
       << again.text;
+  // Made by another model, it says which; by one before version 2 (which wrote none), that.
+  for (const auto& [model, says] : std::vector<std::pair<Count, std::string>>{
+           {parallel::kPredictionModel - 1, fmt::format("by model {} (", parallel::kPredictionModel - 1)},
+           {std::nullopt, "by a model before version 2 (it did not say) ("}}) {
+    own.prediction_model = model;
+    { CsvWriter(flags.predict_from).write_row(own); }
+    const PredictedFromCsv other = predicted_from(flags, "repredicted_other_model.csv");
+    EXPECT_NE(other.text.find(fmt::format("    the file's own: {:.0f} samples/s, {}", *own.samples_per_s, says)),
+              std::string::npos)
+        << other.text;
+  }
   std::remove(flags.predict_from.c_str());
 }
 
@@ -1144,14 +1268,14 @@ TEST(PredictFromCsv, RefusesTheMeasuredLink) {
 }
 
 // --nodes, --network and --gpus_per_node shape --predict_from's rows: 1 and 2 GPUs a node on 2
-// nodes, the row saying its nodes and network.
+// nodes, over each network given, the row saying its nodes and network.
 TEST(PredictFromCsv, SpreadsTheDevicesOverTheFlagsNodes) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
   Flags flags;
   flags.predict_from = saved_run("gpu_run_on_nodes.csv", rows);
   flags.nodes = 2;
-  flags.networks = {"100gbe"};
+  flags.networks = {"100gbe", "25gbe"};
   flags.gpus_per_node = 2;
   const PredictedFromCsv got = predicted_from(flags, "predicted_on_nodes.csv");
   ASSERT_EQ(got.status, 0) << got.text;
@@ -1159,7 +1283,9 @@ TEST(PredictFromCsv, SpreadsTheDevicesOverTheFlagsNodes) {
   for (const Row& r : got.rows) names.push_back(r.benchmark);
   EXPECT_EQ(names, (std::vector<std::string>{
                        "train/mlp/mnist/gpu:2/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1",
-                       "train/mlp/mnist/gpu:4/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1"}));
+                       "train/mlp/mnist/gpu:4/fp32/bs:100/nodes:2/predicted:nvlink4/network:100gbe/from:gpu:1",
+                       "train/mlp/mnist/gpu:2/fp32/bs:100/nodes:2/predicted:nvlink4/network:25gbe/from:gpu:1",
+                       "train/mlp/mnist/gpu:4/fp32/bs:100/nodes:2/predicted:nvlink4/network:25gbe/from:gpu:1"}));
   std::remove(flags.predict_from.c_str());
 }
 
@@ -1185,6 +1311,33 @@ TEST(PredictFromCsv, SetsTheFilesOwnIterationRowBesideItsReprediction) {
                                         *own.samples_per_s)),
             std::string::npos)
       << again.text;
+  std::remove(flags.predict_from.c_str());
+}
+
+// The same prediction read back from the file reads +0.0% where the CSV rounded the file's figure
+// up: the two are compared as the CSV holds them (the fresh one unrounded read -0.0%).
+TEST(PredictFromCsv, TheSamePredictionReadBackReadsNoChangeWhereTheCsvRoundedItUp) {
+  PredictionPlan plan;
+  plan.links = {parallel::parse_link("10,20")};
+  plan.counts = {4};
+  std::vector<Row> rows;
+  bool rounded_up = false;
+  for (double rate = 1000; rate < 1100 && !rounded_up; ++rate) {
+    rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+    for (Row& r : rows) r.samples_per_s = rate;
+    const double fresh = *predict_rows(pointers(rows), plan, MachineContext{})[0].row.samples_per_s;
+    rounded_up = as_written(fresh) > fresh;
+  }
+  ASSERT_TRUE(rounded_up) << "the test needs a prediction the CSV rounds up";
+  Flags flags;
+  flags.predict_from = saved_run("cpu_run_rounded_up.csv", rows);
+  flags.links = {"10,20"};
+  flags.devices = {"mpi:4"};
+  const PredictedFromCsv first = predicted_from(flags, "rounded_up_first.csv");
+  ASSERT_EQ(first.rows.size(), 1u) << first.text;
+  { CsvWriter(flags.predict_from).write_row(first.rows[0]); }
+  const PredictedFromCsv again = predicted_from(flags, "rounded_up_again.csv");
+  EXPECT_NE(again.text.find("by this model (this prediction +0.0%)"), std::string::npos) << again.text;
   std::remove(flags.predict_from.c_str());
 }
 
@@ -1225,8 +1378,9 @@ TEST(PredictAllreduce, SaysTheModelsTimeAndBusbwWithTheirBands) {
 }
 
 // --replay_from plans an mpi:N benchmark of this world's ranks per saved one-device row, at the
-// median of its repetitions' rates, with the row's optimizer and at least one thread; in a world
-// of one rank it is skipped, saying how to start it.
+// median of its repetitions' rates, with the row's optimizer and at least one thread, its
+// prediction_inputs and the world's ranks as its data-parallel count; in a world of one rank it is
+// skipped, saying how to start it.
 TEST(PlanReplays, ReplayEachSavedRowOnTheWorldsRanks) {
   std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
   rows.push_back(rows[1]);
@@ -1242,8 +1396,10 @@ TEST(PlanReplays, ReplayEachSavedRowOnTheWorldsRanks) {
   EXPECT_EQ(b.threads, 1) << "a row of no threads replays on one";
   EXPECT_EQ(b.optimizer.kind, OptimizerConfig::Kind::Adam);
   EXPECT_EQ(b.baseline, "train/mlp/mnist/cpu:1/fp32/bs:100");
+  EXPECT_EQ(b.data_parallel, 1) << "the world's ranks, as its device says";
   ASSERT_TRUE(b.replay);
   EXPECT_EQ(b.replay->rows.size(), 3u);
+  EXPECT_EQ(b.replay->inputs, rows.back().prediction_inputs) << "the steps it replays";
   EXPECT_DOUBLE_EQ(b.replay->samples_per_s, 1200);
   EXPECT_NE(b.skip_reason.find("start it with mpirun -np N (N >= 2)"), std::string::npos) << b.skip_reason;
   EXPECT_EQ(b.skip_scope, "mpi:1");
