@@ -30,7 +30,8 @@
 #       repetitions of 1 s after settings trials of 1 s, where torch imports: bf16 (165 s on
 #       the H100, 220 s on an H200 beside a slower host), then fp32 and tf32 while the budget
 #       lasts (the step takes what is left of it; fp32 took over 190 s)                       240 s
-#   8   with two or more GPUs: real gpu:2 against its prediction over the measured link        40 s
+#   8   with two or more GPUs: real gpu:2 against its prediction over NVLink 4 (one process   40 s
+#       measures no link)
 # A step that needs a GPU (2a to 8) is skipped on a machine without one, saying why. When the
 # budget runs out, the steps left are `skipped: budget`; check.md and the archive are still
 # written, and rewritten after every step, so that a check stopped from outside keeps what ran.
@@ -617,7 +618,7 @@ step_7() {
 
 step_8() {
   local status=0
-  bounded gpu2-log.txt "$bin" --devices=gpu:1,gpu:2 --precisions=fp32,fastest --link=measured \
+  bounded gpu2-log.txt "$bin" --devices=gpu:1,gpu:2 --precisions=fp32,fastest \
     --benchmark_filter='^train/(mlp/mnist|resnet152/cifar10)/' --benchmark_min_time=0.5 --csv="$dir/gpu2.csv" || status=$?
   judge 8 spanning "$dir/gpu2.csv" --device gpu:2 --expect 2 --status "$status" --log "$dir/gpu2-log.txt" --timed-out="$timed_out"
 }

@@ -223,6 +223,7 @@ def test_filter_that_matches_nothing_is_an_error():
     ("--benchmark_format=xml", "--benchmark_format"),
     ("--precisions=quickest", "unknown precision 'quickest'"),
     ("--link=pcie4+", "--link: '' is neither a preset"),
+    ("--link=measured", "this run has one rank: run it under mpirun -np N (N >= 2)"),
 ])
 def test_bad_flags_are_refused_with_the_flag_named(flag, needle):
     r = run(flag, "--benchmark_filter=train/mlp/mnist/cpu/")

@@ -259,7 +259,7 @@ trainbench flags:
                         check of the data-parallel path on one GPU, not a measure of scaling
   --link=L[+L...]       the links predicted N-device rows assume: a preset,
 @LINKS@,
-                        measured (the run's MPI world, swept at start-up) or
+                        measured (the ranks of a run under mpirun, swept at start-up) or
                         BUSBW_GBPS[,LATENCY_US]. Default: nvlink4 for GPU rows, measured for CPU
                         rows under mpirun (none otherwise). See docs/prediction.md
   --nodes=M             predicted devices spread over M nodes (N = M x devices per node), joined

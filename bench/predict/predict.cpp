@@ -277,8 +277,14 @@ std::vector<PredictedRow> predict_rows(const std::vector<const Row*>& rows, cons
 }
 
 Predictor::Predictor(const Flags& flags) : flags_(flags) {
-  // A bad --link or --network fails before anything is measured.
-  for (const std::string& link : flags.links) parallel::parse_link(link);
+  // A bad --link or --network fails before anything is measured, as does a measured link where
+  // there are no ranks to measure it among: no row would be predicted over it.
+  for (const std::string& link : flags.links)
+    if (parallel::parse_link(link).name == "measured" && parallel::world().size < 2)
+      throw InputError(
+          "--link=measured: the measured link is the one a run's own ranks sweep at start-up, and this run has one "
+          "rank: run it under mpirun -np N (N >= 2), or give a preset (nvlink4, pcie5, ...) or "
+          "BUSBW_GBPS[,LATENCY_US]");
   for (const std::string& network : flags.networks) parallel::parse_network(network);
 }
 

@@ -25,6 +25,7 @@
 #include "bench/schema/columns.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/stats.hpp"
+#include "engine/parallel/world.hpp"
 
 namespace tb::bench {
 namespace {
@@ -887,6 +888,29 @@ TEST(Predictor, RefusesABadLinkOrNetworkWhenMade) {
   flags.networks = {"100gbf"};
   EXPECT_THROW(Predictor{flags}, InputError) << "--network=100gbf";
   flags.networks = {"100gbe"};
+  EXPECT_NO_THROW(Predictor{flags});
+}
+
+// The measured link is swept among a run's ranks at start-up: a run of one rank (no mpirun, as
+// here) has none to predict over, and --link=measured is refused as the predictor is made,
+// saying how to run it and what to give instead, alone or beside a preset.
+TEST(Predictor, RefusesTheMeasuredLinkWithoutRanksToMeasureItAmong) {
+  ASSERT_EQ(parallel::world().size, 1);
+  Flags flags;
+  for (const std::vector<std::string>& links :
+       {std::vector<std::string>{"measured"}, std::vector<std::string>{"nvlink4", "measured"}}) {
+    flags.links = links;
+    try {
+      Predictor{flags};
+      ADD_FAILURE() << links.size() << " links ending in measured taken by a run of one rank";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("--link=measured: "), std::string::npos) << what;
+      EXPECT_NE(what.find("this run has one rank: run it under mpirun -np N (N >= 2)"), std::string::npos) << what;
+      EXPECT_NE(what.find("give a preset (nvlink4, pcie5, ...) or BUSBW_GBPS[,LATENCY_US]"), std::string::npos) << what;
+    }
+  }
+  flags.links = {"nvlink4"};
   EXPECT_NO_THROW(Predictor{flags});
 }
 
