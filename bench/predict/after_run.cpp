@@ -162,10 +162,13 @@ int predict_allreduce(const Flags& flags) {
   PredictionPlan plan;
   plan.links = links_for(flags, "gpu");
   plan.counts = counts_for(flags, "gpu", "--predict_allreduce");
-  if (!flags.devices.empty() && plan.counts.empty())
-    throw InputError(
-        "--predict_allreduce: give GPUs, e.g. --devices=gpu:8 (an mpi:N all-reduce runs over a link you "
-        "measure: trainbench under mpirun --link=measured)");
+  // Every entry is a gpu:N: an mpi:N among them would be left out without a word.
+  for (const std::string& entry : flags.devices)
+    if (parse_device_entry(entry).device != "gpu")
+      throw InputError(fmt::format(
+          "--devices={}: --predict_allreduce predicts GPUs' all-reduces: give gpu:N, e.g. --devices=gpu:8 (an mpi:N "
+          "all-reduce runs over a link you measure: trainbench under mpirun --link=measured)",
+          entry));
   plan.nodes = flags.nodes;
   plan.gpus_per_node = flags.gpus_per_node;
   for (const std::string& network : flags.networks) plan.networks.push_back(parallel::parse_network(network));

@@ -1258,6 +1258,28 @@ TEST(PredictAllreduce, RefusesEveryEntryButNDevicesOfTheirOwn) {
   }
 }
 
+// An all-reduce predicted alone is NCCL's among GPUs: mpi:N ranks are refused, alone or beside
+// gpu:N, where they were left out without a word beside a gpu:N.
+TEST(PredictAllreduce, RefusesMpiRanksBesideGpusToo) {
+  Flags flags;
+  flags.predict_allreduce = 1e6;
+  for (const std::vector<std::string>& devices :
+       {std::vector<std::string>{"mpi:4"}, std::vector<std::string>{"gpu:8", "mpi:4"}}) {
+    flags.devices = devices;
+    CapturedCout out;
+    try {
+      predict_allreduce(flags);
+      ADD_FAILURE() << devices.size() << " entries with mpi:4 predicted: " << out.text();
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("--devices=mpi:4: --predict_allreduce predicts GPUs' all-reduces: give "
+                                           "gpu:N"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(out.text(), "") << "nothing predicted before the refusal";
+  }
+}
+
 // A size is said in the largest binary unit that divides it, else in bytes, digits grouped.
 TEST(PredictAllreduce, SaysTheSizeInTheLargestUnitThatDividesIt) {
   Flags flags;
