@@ -164,6 +164,26 @@ TEST(ModelsSpec, Lstm) {
   EXPECT_EQ(c.forward_macs_per_sample, 35.0 * 5 + 35.0 * 4 * 5 * 10 + 35.0 * 5);  // 7,350
 }
 
+// An LSTM fed by the model input: its products with that input (4 gates x hidden x features a
+// time step) are the input layer's, not its recurrent ones; every tensor of it is initialised
+// from the hidden size, as PyTorch's U(-1/sqrt(hidden), 1/sqrt(hidden)); a zero-init batch
+// norm starts its gamma at zero.
+TEST(ModelsSpec, AnLstmsInputProductsAndFanInAndAZeroInitGamma) {
+  ModelSpec m = named("lstm_only", 0, Task::Regression);
+  int x = m.add("input", InputSpec{{3}, 7}, {});
+  x = m.add("lstm", LSTMSpec{3, 5}, {x});
+  m.add("loss", MSESpec{}, {x});
+  const ModelCost c = model_cost(m);
+  EXPECT_EQ(c.forward_macs_per_sample, 7.0 * 4 * 5 * (3 + 5));
+  EXPECT_EQ(c.input_layer_macs_per_sample, 7.0 * 4 * 5 * 3);
+  for (const ParamSpec& p : node_params(LSTMSpec{3, 5}, {7, 1, 3})) EXPECT_EQ(p.fan_in, 5) << p.name;
+  const std::vector<ParamSpec> bn = node_params(BatchNormSpec{.channels = 4, .zero_init_gamma = true}, {1, 4, 2, 2});
+  ASSERT_EQ(bn.size(), 2u);
+  EXPECT_EQ(bn[0].init, Init::Zeros) << bn[0].name;
+  EXPECT_EQ(bn[1].init, Init::Zeros) << bn[1].name;
+  EXPECT_EQ(node_params(BatchNormSpec{.channels = 4}, {1, 4, 2, 2})[0].init, Init::Ones);
+}
+
 TEST(ModelsSpec, Resnet152Imagenet) {
   const ModelSpec m = models::workload("resnet152", "imagenet").spec;
   // 1 stem conv + 50 bottlenecks x 3 + 4 projections; a batch norm after each; 50 adds.
@@ -344,6 +364,18 @@ TEST(ModelsBadGraph, StridedWindowsLargerThanTheirInput) {
     m.add("loss", SoftmaxCrossEntropySpec{4}, {x});
     expect_bad_graph(m, "conv_too_big");
   }
+}
+
+// A window that fits the height but not the width is refused, and so is a batch of none.
+TEST(ModelsBadGraph, AWindowTooWideForItsInputAndAnEmptyBatch) {
+  ModelSpec m = named("bad", 4);
+  int x = m.add("input", InputSpec{{3, 8, 2}}, {});
+  x = m.add("conv_too_wide", Conv2dSpec{3, 4, 3}, {x});
+  x = m.add("pool", GlobalAvgPoolSpec{}, {x});
+  x = m.add("fc", LinearSpec{4, 4}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{4}, {x});
+  expect_bad_graph(m, "conv_too_wide");
+  expect_error_naming([&] { infer_shapes(models::workload("mlp", "mnist").spec, 0); }, "batch must be positive");
 }
 
 TEST(ModelsBadGraph, LstmWithWrongFeaturesAndImageInput) {

@@ -208,6 +208,211 @@ TEST(Planner, ARecomputedValueTakingBackItsBytesEndsTheIntactnessOfWhatLivedInIt
   EXPECT_GT(lodgers, 0) << "some block lives in the recomputed value's bytes during its hole";
 }
 
+// Every region's offset and size are multiples of the alignment: 1000-byte values take 1024
+// bytes at 256, and a chain still needs two of them.
+TEST(Planner, EveryRegionIsAlignedInOffsetAndSize) {
+  Chain c = chain(3, true);
+  for (PlanStep& s : c.steps)
+    if (s.bytes) s.bytes = 1000;
+  const MemoryPlan p = plan_memory(c.model, c.steps, {.alignment = 256});
+  check_plan(p);
+  for (const MemoryPlan::Block& b : p.blocks) {
+    EXPECT_EQ(b.region.bytes, 1024u) << b.what;
+    EXPECT_EQ(b.region.offset % 256, 0u) << b.what;
+  }
+  EXPECT_EQ(p.arena_bytes, 2048u);
+}
+
+// Offsets go to the largest blocks first. l0 (times 1-2), l1 (2-3), l2 twice as large (3-4), l3
+// (4-5): l2 first at 0 leaves l0 at 0 and l1, l3 beside it, 3 KiB, the live peak; the small
+// ones first would put l0 and l3 at 0, l1 at 1 KiB, and l2 (meeting both) at 2 KiB, 4 KiB.
+TEST(Planner, LargestBlocksFirstKeepTheArenaAtTheLivePeak) {
+  Chain c = chain(4, true);  // l0 .. l3, loss; S = 5
+  c.steps[2].bytes = 2 * kBytes;
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  EXPECT_EQ(p.peak_live_bytes(), 3 * kBytes) << "l1 and l2 at time 3, the gradients of l2 and l1 at 8";
+  EXPECT_EQ(p.arena_bytes, 3 * kBytes);
+}
+
+// Two blocks meet where both are alive at one time: a recomputed value (2-9, hole 4-8) meets
+// what lives at 2-3 or at 9, either way round, and nothing that lives only in its hole.
+TEST(Planner, ABlockMeetsAnotherOnlyWhereBothAreAliveOutsideTheirHoles) {
+  const auto block = [](int begin, int end, int hole_begin = 0, int hole_end = -1) {
+    MemoryPlan::Block b;
+    b.begin = begin, b.end = end, b.hole_begin = hole_begin, b.hole_end = hole_end;
+    return b;
+  };
+  const MemoryPlan::Block recomputed = block(2, 9, 4, 8);
+  for (const auto& [other, meets] : std::vector<std::pair<MemoryPlan::Block, bool>>{{block(1, 2), true},
+                                                                                    {block(3, 3), true},
+                                                                                    {block(4, 4), false},
+                                                                                    {block(4, 8), false},
+                                                                                    {block(8, 8), false},
+                                                                                    {block(9, 10), true},
+                                                                                    {block(5, 7, 6, 6), false},
+                                                                                    {block(3, 9, 4, 8), true}}) {
+    EXPECT_EQ(recomputed.meets(other), meets) << other.begin << "-" << other.end;
+    EXPECT_EQ(other.meets(recomputed), meets) << other.begin << "-" << other.end;
+  }
+}
+
+// ending_at gives a recomputed value's block at its last forward use, when its bytes are lent,
+// and again at its last backward use; not in its hole.
+TEST(Planner, ARecomputedValueEndsAtItsLastForwardUseAndAtItsEnd) {
+  Chain c = chain(4, true);  // l0 .. l3, loss; S = 5
+  c.steps[1].recompute_output = true;
+  c.steps[1].reads = BackwardReads::only_output(1);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  const int v = p.value_block[2];
+  const auto ends = [&](int time) {
+    const std::vector<int> e = p.ending_at(time);
+    return std::find(e.begin(), e.end(), v) != e.end();
+  };
+  EXPECT_TRUE(ends(p.forward_time(2))) << "l2's forward is its last use in forward";
+  EXPECT_FALSE(ends(p.forward_time(2) + 1)) << "the first time of its hole";
+  EXPECT_TRUE(ends(p.backward_time(1)));
+  for (int t = 0; t <= p.last_time(); ++t)
+    if (t != p.forward_time(2) && t != p.backward_time(1)) {
+      EXPECT_FALSE(ends(t)) << t;
+    }
+}
+
+// A recomputed value that no backward reads is not recomputed: it dies after its last forward
+// use like any other, with no hole.
+TEST(Planner, ARecomputedValueThatNoBackwardReadsHasNoHole) {
+  Chain c = chain(3, true);  // l0 .. l2, loss; S = 4
+  c.steps[1].recompute_output = true;
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  const MemoryPlan::Block& v = value_block(p, 2);
+  EXPECT_GT(v.hole_begin, v.hole_end);
+  EXPECT_EQ(v.end, p.forward_time(2));
+  for (const std::vector<int>& before : p.recompute_before) EXPECT_TRUE(before.empty());
+}
+
+// A block that lives at one time only (an edge gradient) keeps its bytes after it while no
+// block starts a life in them: nothing starts after sum's backward in this fork.
+TEST(Planner, AnEdgeGradientIsIntactAfterItsBackwardWhileNothingStartsInItsBytes) {
+  ModelSpec m;
+  m.name = "fork";
+  const int x = m.add("input", InputSpec{{4}}, {});
+  const int a = m.add("a", ReLUSpec{}, {x});
+  const int b = m.add("b", ReLUSpec{}, {a});
+  const int s = m.add("sum", AddSpec{}, {a, b});
+  std::vector<PlanStep> steps;
+  for (int node : {a, b, s})
+    steps.push_back(PlanStep{.nodes = {node},
+                             .inputs = m.nodes[std::size_t(node)].inputs,
+                             .bytes = kBytes,
+                             .reads = BackwardReads::nothing(m.nodes[std::size_t(node)].inputs.size())});
+  const MemoryPlan p = plan_memory(m, steps, {});
+  int edge = -1;
+  for (int i = 0; i < int(p.blocks.size()); ++i)
+    if (p.blocks[std::size_t(i)].what.starts_with("edge gradient a -> b")) edge = i;
+  ASSERT_GE(edge, 0);
+  EXPECT_EQ(p.blocks[std::size_t(edge)].begin, p.backward_time(1));
+  EXPECT_EQ(p.blocks[std::size_t(edge)].end, p.backward_time(1));
+  EXPECT_TRUE(p.intact_at(edge, p.last_time())) << "a's backward starts no life";
+  EXPECT_NO_THROW(p.check_readable(edge, p.last_time(), false, "fork/b", "edge"));
+}
+
+// The live peak counts every time up to the last backward: l0's value, 4 KiB and recomputed
+// for its own backward at time 8, is alive there beside its 4 KiB gradient, 8 KiB, where no
+// earlier time holds more than 5 KiB.
+TEST(Planner, PeakLiveBytesCountsTheLastBackward) {
+  Chain c = chain(3, true);  // l0 .. l2, loss; S = 4
+  c.steps[0].bytes = 4 * kBytes;
+  c.steps[0].recompute_output = true;
+  c.steps[0].reads = BackwardReads::only_output(1);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  EXPECT_EQ(p.peak_live_bytes(), 8 * kBytes);
+  EXPECT_GE(p.arena_bytes, 8 * kBytes);
+}
+
+// A producer read by two consumers: its gradient lives from the backward of the later one (sum,
+// the first in backward, which writes it), and a consumer reading one producer twice writes the
+// first read's gradient directly and adds the second from an edge.
+TEST(Planner, AGradientIsWrittenByTheFirstBackwardOfItsConsumersAndOnlyOnce) {
+  ModelSpec m;
+  m.name = "fork";
+  const int x = m.add("input", InputSpec{{4}}, {});
+  const int a = m.add("a", ReLUSpec{}, {x});
+  const int b = m.add("b", ReLUSpec{}, {a});
+  const int s = m.add("sum", AddSpec{}, {a, b});
+  const int d = m.add("double", AddSpec{}, {s, s});
+  std::vector<PlanStep> steps;
+  for (int node : {a, b, s, d})
+    steps.push_back(PlanStep{.nodes = {node},
+                             .inputs = m.nodes[std::size_t(node)].inputs,
+                             .bytes = kBytes,
+                             .reads = BackwardReads::nothing(m.nodes[std::size_t(node)].inputs.size())});
+  const MemoryPlan p = plan_memory(m, steps, {});
+  check_plan(p);
+  const MemoryPlan::Block& ga = p.blocks.at(std::size_t(p.grad_block[std::size_t(a)]));
+  EXPECT_EQ(ga.begin, p.backward_time(2)) << "sum's backward, before b's";
+  EXPECT_EQ(ga.end, p.backward_time(0));
+  EXPECT_TRUE(p.input_grads[3][0].direct);
+  EXPECT_FALSE(p.input_grads[3][1].direct) << "double's second read of sum adds through an edge";
+  EXPECT_EQ(p.input_grads[3][1].edge.bytes, kBytes);
+}
+
+// The last step's gradient, which nothing consumes, is given once forward is done: it lives
+// from the last forward (time S) to its own backward (S + 1).
+TEST(Planner, TheOutputGradientLivesFromTheEndOfForward) {
+  Chain c = chain(2, false);  // l0, l1; S = 2
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  const MemoryPlan::Block& g = p.blocks.at(std::size_t(p.grad_block[2]));
+  EXPECT_EQ(g.begin, p.forward_time(1));
+  EXPECT_EQ(g.begin, 2);
+  EXPECT_EQ(g.end, p.backward_time(1));
+}
+
+// A layer writes its input's gradient over its output gradient only where the two are the same
+// size: a 2 KiB input's gradient does not go into a 1 KiB block.
+TEST(Planner, AnInputGradientTakesTheOutputGradientsBlockOnlyAtItsSize) {
+  Chain c = chain(3, true);
+  for (PlanStep& s : c.steps) s.dinput_over_doutput = true;
+  c.steps[0].bytes = 2 * kBytes;
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  EXPECT_NE(p.grad_block[1], p.grad_block[2]);
+  EXPECT_EQ(p.grads[1].bytes, 2 * kBytes);
+  EXPECT_EQ(p.grad_block[2], p.grad_block[3]) << "l1's and l2's gradients are the same size";
+}
+
+// A recomputed value is not kept in its hole even where its layer could write over its input:
+// it takes a block of its own, with the hole.
+TEST(Planner, ARecomputedValueKeepsItsHoleWhereItCouldWorkInPlace) {
+  Chain c = chain(4, true);  // l0 .. l3, loss; S = 5
+  c.steps[1].recompute_output = true;
+  c.steps[1].output_over_input = true;
+  c.steps[1].reads = BackwardReads::only_output(1);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  EXPECT_NE(p.value_block[1], p.value_block[2]);
+  EXPECT_EQ(value_block(p, 2).hole_begin, p.forward_time(2) + 1);
+  EXPECT_EQ(value_block(p, 2).hole_end, p.backward_time(1) - 1);
+}
+
+// check_plan refuses a block past the arena's end and one that ends before it begins.
+TEST(Planner, CheckFindsABlockPastTheArenaOrEndingBeforeItBegins) {
+  Chain c = chain(3, true);
+  MemoryPlan p = plan_memory(c.model, c.steps, {});
+  check_plan(p);
+  MemoryPlan small = p;
+  small.arena_bytes -= 1;
+  EXPECT_THROW(check_plan(small), Error);
+  // l0's gradient (times 7-8, alone at 8) made to run from 8 back to 7: it meets no other block.
+  MemoryPlan backwards = p;
+  MemoryPlan::Block& g = backwards.blocks.at(std::size_t(p.grad_block[1]));
+  ASSERT_EQ(g.begin, 7);
+  ASSERT_EQ(g.end, 8);
+  std::swap(g.begin, g.end);
+  EXPECT_THROW(check_plan(backwards), Error);
+}
+
 TEST(Planner, CheckFindsTwoLiveBlocksSharingBytes) {
   Chain c = chain(3, true);
   MemoryPlan p = plan_memory(c.model, c.steps, {});
@@ -224,6 +429,30 @@ TEST(Planner, StepsThatDoNotDescribeTheModelAreRefused) {
   std::vector<PlanStep> backwards = c.steps;
   std::swap(backwards[0], backwards[1]);
   EXPECT_THROW(plan_memory(c.model, backwards, {}), Error);
+}
+
+// Each refusal names the node: one computed twice, one fused into a later layer but read by
+// another, one whose output nobody reads.
+TEST(Planner, StepsThatComputeANodeTwiceReadAFusedNodeOrLeaveAnOutputUnreadAreRefused) {
+  const auto refusal = [](const Chain& c, const std::vector<PlanStep>& steps) -> std::string {
+    try {
+      plan_memory(c.model, steps, {});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Chain c = chain(3, true);  // nodes: input 0, l0 1, l1 2, l2 3, loss 4
+  std::vector<PlanStep> twice = c.steps;
+  twice[0].nodes = {1, 1};
+  EXPECT_NE(refusal(c, twice).find("chain/l0: computed by two plan steps"), std::string::npos) << refusal(c, twice);
+  std::vector<PlanStep> fused{PlanStep{.nodes = {1, 2}, .inputs = {0}, .bytes = kBytes},
+                              PlanStep{.nodes = {3}, .inputs = {1}, .bytes = kBytes}, c.steps[3]};
+  EXPECT_NE(refusal(c, fused).find("chain/l0: fused into a later layer, but chain/l2 reads it"), std::string::npos)
+      << refusal(c, fused);
+  std::vector<PlanStep> unread = c.steps;
+  unread[2].inputs = {1};  // l2 reads l0, and nothing reads l1
+  EXPECT_NE(refusal(c, unread).find("chain/l1: output is never used"), std::string::npos) << refusal(c, unread);
 }
 
 // ---- Every workload, both backends ----
