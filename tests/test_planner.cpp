@@ -42,6 +42,24 @@ Chain chain(int layers, bool loss) {
   return c;
 }
 
+// input -> a -> b, sum = a + b (a read by two consumers), then double = sum + sum where asked;
+// one step per node, each backward reading nothing.
+Chain fork(bool doubled) {
+  Chain c;
+  c.model.name = "fork";
+  const int x = c.model.add("input", InputSpec{{4}}, {});
+  const int a = c.model.add("a", ReLUSpec{}, {x});
+  const int b = c.model.add("b", ReLUSpec{}, {a});
+  const int s = c.model.add("sum", AddSpec{}, {a, b});
+  if (doubled) c.model.add("double", AddSpec{}, {s, s});
+  for (int node = 1; node < int(c.model.nodes.size()); ++node) {
+    const std::vector<int>& inputs = c.model.nodes[std::size_t(node)].inputs;
+    c.steps.push_back(
+        PlanStep{.nodes = {node}, .inputs = inputs, .bytes = kBytes, .reads = BackwardReads::nothing(inputs.size())});
+  }
+  return c;
+}
+
 const MemoryPlan::Block& value_block(const MemoryPlan& p, int node) {
   return p.blocks.at(std::size_t(p.value_block.at(std::size_t(node))));
 }
@@ -111,19 +129,8 @@ TEST(Planner, KeepAllSharesNothing) {
 }
 
 TEST(Planner, SecondConsumerWritesAnEdgeThatTheFirstAddsInto) {
-  ModelSpec m;
-  m.name = "fork";
-  const int x = m.add("input", InputSpec{{4}}, {});
-  const int a = m.add("a", ReLUSpec{}, {x});
-  const int b = m.add("b", ReLUSpec{}, {a});
-  const int s = m.add("sum", AddSpec{}, {a, b});
-  std::vector<PlanStep> steps;
-  for (int node : {a, b, s})
-    steps.push_back(PlanStep{.nodes = {node},
-                             .inputs = m.nodes[std::size_t(node)].inputs,
-                             .bytes = kBytes,
-                             .reads = BackwardReads::nothing(m.nodes[std::size_t(node)].inputs.size())});
-  const MemoryPlan p = plan_memory(m, steps, {});
+  const Chain c = fork(false);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
   check_plan(p);
   EXPECT_TRUE(p.input_grads[2][0].direct) << "sum is a's last consumer: it writes a's gradient";
   EXPECT_FALSE(p.input_grads[1][0].direct) << "b's gradient for a goes to an edge, added after b's backward";
@@ -294,19 +301,8 @@ TEST(Planner, ARecomputedValueThatNoBackwardReadsHasNoHole) {
 // A block that lives at one time only (an edge gradient) keeps its bytes after it while no
 // block starts a life in them: nothing starts after sum's backward in this fork.
 TEST(Planner, AnEdgeGradientIsIntactAfterItsBackwardWhileNothingStartsInItsBytes) {
-  ModelSpec m;
-  m.name = "fork";
-  const int x = m.add("input", InputSpec{{4}}, {});
-  const int a = m.add("a", ReLUSpec{}, {x});
-  const int b = m.add("b", ReLUSpec{}, {a});
-  const int s = m.add("sum", AddSpec{}, {a, b});
-  std::vector<PlanStep> steps;
-  for (int node : {a, b, s})
-    steps.push_back(PlanStep{.nodes = {node},
-                             .inputs = m.nodes[std::size_t(node)].inputs,
-                             .bytes = kBytes,
-                             .reads = BackwardReads::nothing(m.nodes[std::size_t(node)].inputs.size())});
-  const MemoryPlan p = plan_memory(m, steps, {});
+  const Chain c = fork(false);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
   int edge = -1;
   for (int i = 0; i < int(p.blocks.size()); ++i)
     if (p.blocks[std::size_t(i)].what.starts_with("edge gradient a -> b")) edge = i;
@@ -335,22 +331,10 @@ TEST(Planner, PeakLiveBytesCountsTheLastBackward) {
 // the first in backward, which writes it), and a consumer reading one producer twice writes the
 // first read's gradient directly and adds the second from an edge.
 TEST(Planner, AGradientIsWrittenByTheFirstBackwardOfItsConsumersAndOnlyOnce) {
-  ModelSpec m;
-  m.name = "fork";
-  const int x = m.add("input", InputSpec{{4}}, {});
-  const int a = m.add("a", ReLUSpec{}, {x});
-  const int b = m.add("b", ReLUSpec{}, {a});
-  const int s = m.add("sum", AddSpec{}, {a, b});
-  const int d = m.add("double", AddSpec{}, {s, s});
-  std::vector<PlanStep> steps;
-  for (int node : {a, b, s, d})
-    steps.push_back(PlanStep{.nodes = {node},
-                             .inputs = m.nodes[std::size_t(node)].inputs,
-                             .bytes = kBytes,
-                             .reads = BackwardReads::nothing(m.nodes[std::size_t(node)].inputs.size())});
-  const MemoryPlan p = plan_memory(m, steps, {});
+  const Chain c = fork(true);
+  const MemoryPlan p = plan_memory(c.model, c.steps, {});
   check_plan(p);
-  const MemoryPlan::Block& ga = p.blocks.at(std::size_t(p.grad_block[std::size_t(a)]));
+  const MemoryPlan::Block& ga = p.blocks.at(std::size_t(p.grad_block[1]));  // a, node 1
   EXPECT_EQ(ga.begin, p.backward_time(2)) << "sum's backward, before b's";
   EXPECT_EQ(ga.end, p.backward_time(0));
   EXPECT_TRUE(p.input_grads[3][0].direct);
