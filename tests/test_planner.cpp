@@ -60,6 +60,14 @@ Chain fork(bool doubled) {
   return c;
 }
 
+// `c` with the output of its step `step` recomputed before that step's own backward, which reads
+// only that output (as a batch norm and ReLU's is on the GPU).
+Chain with_recomputed(Chain c, std::size_t step) {
+  c.steps[step].recompute_output = true;
+  c.steps[step].reads = BackwardReads::only_output(1);
+  return c;
+}
+
 const MemoryPlan::Block& value_block(const MemoryPlan& p, int node) {
   return p.blocks.at(std::size_t(p.value_block.at(std::size_t(node))));
 }
@@ -138,9 +146,7 @@ TEST(Planner, SecondConsumerWritesAnEdgeThatTheFirstAddsInto) {
 }
 
 TEST(Planner, RecomputedValueLendsItsBytesBetweenForwardAndBackward) {
-  Chain c = chain(4, true);  // l0 .. l3, loss
-  c.steps[1].recompute_output = true;
-  c.steps[1].reads = BackwardReads::only_output(1);
+  const Chain c = with_recomputed(chain(4, true), 1);  // l0 .. l3, loss
   const MemoryPlan p = plan_memory(c.model, c.steps, {});
   check_plan(p);
   const auto& v = value_block(p, 2);
@@ -194,9 +200,7 @@ TEST(Planner, ReadingAValueAfterItsLifeNeedsItsBytesIntact) {
 // life after its end: a recomputed value, which lent its bytes in its hole, takes them back at
 // its first backward use and writes over whatever lived there.
 TEST(Planner, ARecomputedValueTakingBackItsBytesEndsTheIntactnessOfWhatLivedInItsHole) {
-  Chain c = chain(4, true);  // l0 .. l3, loss
-  c.steps[1].recompute_output = true;
-  c.steps[1].reads = BackwardReads::only_output(1);
+  const Chain c = with_recomputed(chain(4, true), 1);  // l0 .. l3, loss
   const MemoryPlan p = plan_memory(c.model, c.steps, {});
   check_plan(p);
   const int r = p.value_block[2];
@@ -267,9 +271,7 @@ TEST(Planner, ABlockMeetsAnotherOnlyWhereBothAreAliveOutsideTheirHoles) {
 // ending_at gives a recomputed value's block at its last forward use, when its bytes are lent,
 // and again at its last backward use; not in its hole.
 TEST(Planner, ARecomputedValueEndsAtItsLastForwardUseAndAtItsEnd) {
-  Chain c = chain(4, true);  // l0 .. l3, loss; S = 5
-  c.steps[1].recompute_output = true;
-  c.steps[1].reads = BackwardReads::only_output(1);
+  const Chain c = with_recomputed(chain(4, true), 1);  // l0 .. l3, loss; S = 5
   const MemoryPlan p = plan_memory(c.model, c.steps, {});
   const int v = p.value_block[2];
   const auto ends = [&](int time) {
@@ -317,10 +319,8 @@ TEST(Planner, AnEdgeGradientIsIntactAfterItsBackwardWhileNothingStartsInItsBytes
 // for its own backward at time 8, is alive there beside its 4 KiB gradient, 8 KiB, where no
 // earlier time holds more than 5 KiB.
 TEST(Planner, PeakLiveBytesCountsTheLastBackward) {
-  Chain c = chain(3, true);  // l0 .. l2, loss; S = 4
+  Chain c = with_recomputed(chain(3, true), 0);  // l0 .. l2, loss; S = 4
   c.steps[0].bytes = 4 * kBytes;
-  c.steps[0].recompute_output = true;
-  c.steps[0].reads = BackwardReads::only_output(1);
   const MemoryPlan p = plan_memory(c.model, c.steps, {});
   check_plan(p);
   EXPECT_EQ(p.peak_live_bytes(), 8 * kBytes);
@@ -369,10 +369,8 @@ TEST(Planner, AnInputGradientTakesTheOutputGradientsBlockOnlyAtItsSize) {
 // A recomputed value is not kept in its hole even where its layer could write over its input:
 // it takes a block of its own, with the hole.
 TEST(Planner, ARecomputedValueKeepsItsHoleWhereItCouldWorkInPlace) {
-  Chain c = chain(4, true);  // l0 .. l3, loss; S = 5
-  c.steps[1].recompute_output = true;
+  Chain c = with_recomputed(chain(4, true), 1);  // l0 .. l3, loss; S = 5
   c.steps[1].output_over_input = true;
-  c.steps[1].reads = BackwardReads::only_output(1);
   const MemoryPlan p = plan_memory(c.model, c.steps, {});
   check_plan(p);
   EXPECT_NE(p.value_block[1], p.value_block[2]);
