@@ -208,6 +208,9 @@ std::vector<Row> one_device_rows(const std::string& inputs) {
   return rows;
 }
 
+// Those rows carrying measured_step()'s inputs, written for one process (no ranks, no hosts).
+std::vector<Row> measured_rows() { return one_device_rows(format_prediction_inputs(measured_step(), 0, 0)); }
+
 std::vector<const Row*> pointers(const std::vector<Row>& rows) {
   std::vector<const Row*> out;
   for (const Row& r : rows) out.push_back(&r);
@@ -234,7 +237,7 @@ parallel::Link ranks_link(const std::string& figures) {
 // the inputs' timeline and quantiles, no sharing over a link of devices of their own, and (CPU
 // ranks) no overlap. Rows without inputs or at no rate give nothing to predict from.
 TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
   plan.counts = {4};
@@ -260,7 +263,7 @@ TEST(PredictRows, AreTheModelsPredictionOfTheRowsOwnFigures) {
 // Every predicted row names the model that made it (prediction_model), so that a prediction asked
 // later of its CSV can say where another model made the file's own.
 TEST(PredictRows, NameTheModelThatMadeThem) {
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
   plan.counts = {2, 8};
@@ -272,7 +275,7 @@ TEST(PredictRows, NameTheModelThatMadeThem) {
 // Predicted rows carry the commit and time they were made at, not those of the run that measured
 // their source (a prediction asked later of its CSV is made by this trainbench, now).
 TEST(PredictRows, CarryTheCommitAndTimeTheyWereMadeAt) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) r.git_commit = "measured1", r.timestamp = "2026-11-01T00:00:00Z";
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
@@ -295,7 +298,7 @@ TEST(PredictRows, RefuseInputsWithoutBucketsAndRowsWithoutABatch) {
   parallel::OneDevice no_buckets = measured_step();
   no_buckets.timeline.bucket_bytes.clear();
   no_buckets.timeline.bucket_ready_s.clear();
-  std::vector<Row> without_batch = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> without_batch = measured_rows();
   for (Row& r : without_batch) r.batch.reset();
   for (const auto& [rows, says] : std::vector<std::pair<std::vector<Row>, std::string>>{
            {one_device_rows(format_prediction_inputs(no_buckets, 0, 0)), "prediction_inputs holds no gradient buckets"},
@@ -314,7 +317,7 @@ TEST(PredictRows, RefuseInputsWithoutBucketsAndRowsWithoutABatch) {
 // node are refused, naming the flags; spread over 8 nodes they are predicted; the default counts
 // never go past the node.
 TEST(PredictRows, RefuseMoreGpusThanAnNvlinkNodeJoins) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1";
   PredictionPlan plan;
   plan.links = {parallel::parse_link("nvlink4")};
@@ -350,7 +353,7 @@ TEST(PredictRows, RefuseDevicesThatDoNotDivideAmongTheNodes) {
       "or another --nodes";
   for (const char* backend : {"cpu", "gpu"}) {
     SCOPED_TRACE(backend);
-    std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+    std::vector<Row> rows = measured_rows();
     if (std::string(backend) == "gpu")
       for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1";
     PredictionPlan plan;
@@ -390,7 +393,7 @@ TEST(PredictRows, RefuseDevicesThatDoNotDivideAmongTheNodes) {
 // A predicted row keeps the ranks' hosts of the run that measured its source (the run's rows all
 // say where its ranks ran); one across nodes of its own names no hosts, only how many nodes.
 TEST(PredictRows, KeepTheSourceRunsHostsUnlessTheyPredictNodesOfTheirOwn) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) {
     r.ranks = 2;
     r.nodes = 1;
@@ -415,7 +418,7 @@ TEST(PredictRows, KeepTheSourceRunsHostsUnlessTheyPredictNodesOfTheirOwn) {
 // A replay waits its compute out, its cores free: its all-reduces overlap the wait over any link,
 // the ranks' measured one included, whose sweep of host buffers says a CPU step's cannot.
 TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   parallel::Link measured = ranks_link("10,20");  // as measure_link sets it for host buffers
   measured.name = "measured";
   PredictionPlan plan;
@@ -445,7 +448,7 @@ TEST(PredictRows, LetAReplaysAllReducesOverlapItsWaitOverTheMeasuredLinkToo) {
 // A replay's ranks are CPU ranks whatever the saved row ran on: a GPU row replayed is predicted as
 // mpi:N ranks all-reducing through MPI, not as gpu:N over NCCL.
 TEST(PredictRows, OfAReplayAreMpiRanksWhateverTheSavedRowRanOn) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
@@ -493,7 +496,7 @@ TEST(PredictRows, TakeTheMedianOfTheMeasuredRatesAndTheLastRowsInputs) {
 // with its band (low to high); the console says the efficiency with its band, which scales with
 // samples/s at N devices (the band's ends over the point).
 TEST(PredictRows, HoldTheModelsFiguresInTheirColumns) {
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
   plan.counts = {4};
@@ -537,7 +540,7 @@ TEST(PredictRows, HoldTheModelsFiguresInTheirColumns) {
 // the row's name says the nodes and the network between them, its columns the network's figures.
 // The console says the all-reduces' time and, apart, what backward did not hide of it.
 TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
   PredictionPlan plan;
   plan.links = {parallel::parse_link("nvlink4")};
@@ -577,7 +580,7 @@ TEST(PredictRows, NameGpusOnNodesOfTheirOwnAsRanksOverTheirNetwork) {
 // A predicted row takes its source's identity and none of what the source measured or concluded:
 // no counter of it, its repetition, verdicts, windows, prediction or what its device was.
 TEST(PredictRows, TakeNothingTheSourceMeasuredOrConcluded) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   const std::string sentinel = "123456";
   for (Row& r : rows) {
     const double rate = *r.samples_per_s;
@@ -610,7 +613,7 @@ TEST(PredictRows, TakeNothingTheSourceMeasuredOrConcluded) {
 
 // One device shares no gradients: a count of 1 predicts nothing, beside the counts that do.
 TEST(PredictRows, PredictNothingForOneDevice) {
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
   plan.counts = {1, 4};
@@ -622,7 +625,7 @@ TEST(PredictRows, PredictNothingForOneDevice) {
 // The speed-up over the CPU is the source's: where the source names no cpu row (a cpu row of its
 // own), its predicted rows have none, whatever rate the plan holds.
 TEST(PredictRows, HaveASpeedupWhereTheSourceNamesItsCpuRow) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   PredictionPlan plan;
   plan.links = {parallel::parse_link("10,20")};
   plan.counts = {2};
@@ -700,7 +703,7 @@ TEST(Predictor, ComparesAMeasuredRowWithItsPredictionAndSaysInsideOrOutside) {
   one.batch = 100;
   one.threads = 1;
   one.device_kind = &kind_named("cpu:T");
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   const std::vector<PredictedRow> made = predictor.after_benchmark(one, pointers(rows), MachineContext{});
   ASSERT_EQ(made.size(), 6u);  // 2, 4, 8 over each link
   BenchInfo mpi = one;
@@ -741,7 +744,7 @@ BenchInfo one_device_info(bool gpu) {
 }
 
 std::vector<Row> gpu_rows() {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
   return rows;
 }
@@ -777,7 +780,7 @@ TEST(Predictor, PredictsNoRowWithoutATimelineNorACudaGraphsRow) {
   Flags flags;
   flags.links = {"10,20"};
   Predictor predictor(flags);
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   BenchInfo one = one_device_info(false);
   EXPECT_EQ(predictor.after_benchmark(one, pointers(rows), MachineContext{}).size(), 3u);
   BenchInfo without_timeline = one, graphed = one;
@@ -791,7 +794,7 @@ TEST(Predictor, PredictsNoRowWithoutATimelineNorACudaGraphsRow) {
 TEST(Predictor, GivesThePredictedRowsTheSpeedupOverTheCpuRow) {
   Flags flags;
   flags.links = {"10,20"};
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) r.cpu_baseline = "train/mlp/mnist/cpu/fp32/bs:100";
   const std::vector<PredictedRow> made =
       Predictor(flags).after_benchmark(one_device_info(false), pointers(rows), MachineContext{}, 500);
@@ -805,7 +808,7 @@ TEST(Predictor, TakesTheBandsEndsAsInsideAndComparesNoRateOfZero) {
   Flags flags;
   flags.links = {"10,20"};
   Predictor predictor(flags);
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   const std::vector<PredictedRow> made =
       predictor.after_benchmark(one_device_info(false), pointers(rows), MachineContext{});
   ASSERT_FALSE(made.empty());
@@ -835,7 +838,7 @@ TEST(Predictor, ComparesReplaysAndEmulatedNodesWithTheirPredictions) {
   Flags flags;
   flags.links = {"10,20"};
   Predictor cpu(flags);
-  const std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  const std::vector<Row> rows = measured_rows();
   ASSERT_FALSE(cpu.after_benchmark(one_device_info(false), pointers(rows), MachineContext{}).empty());
   BenchInfo replay = one_device_info(false);
   replay.name = "train/mlp/mnist/mpi:2/fp32/bs:100/replayed";
@@ -872,7 +875,7 @@ TEST(Predictor, PredictsAReplayForTheWorldsRanksAlone) {
   Predictor predictor(flags);
   BenchInfo replay = one_device_info(false);
   replay.replay = BenchInfo::Replay{.of = replay.name, .backend = "cpu", .inputs = ""};
-  replay.replay->rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  replay.replay->rows = measured_rows();
   EXPECT_TRUE(predictor.for_replay(replay, MachineContext{}).empty());
   BenchInfo not_a_replay = one_device_info(false);
   EXPECT_TRUE(predictor.for_replay(not_a_replay, MachineContext{}).empty());
@@ -1106,7 +1109,7 @@ PredictedFromCsv predicted_from(Flags flags, const std::string& csv) {
 // (the run's own link was its ranks', swept at start-up), rather than saying --devices named none.
 TEST(PredictFromCsv, ACpuRunWithoutALinkIsAskedForOne) {
   Flags flags;
-  flags.predict_from = saved_run("cpu_run.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.predict_from = saved_run("cpu_run.csv", measured_rows());
   CapturedCout out;
   try {
     predict_from_csv(flags, MachineContext{});
@@ -1121,8 +1124,7 @@ TEST(PredictFromCsv, ACpuRunWithoutALinkIsAskedForOne) {
 // error (exit status 2), with no --csv written, not a run that succeeded with no rows.
 TEST(PredictFromCsv, DevicesOfNoRowsKindAreAnError) {
   Flags flags;
-  flags.predict_from =
-      saved_run("cpu_run_for_gpus.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.predict_from = saved_run("cpu_run_for_gpus.csv", measured_rows());
   flags.links = {"10,20"};
   flags.devices = {"gpu:8"};
   flags.csv = ::testing::TempDir() + "predicted_no_gpus.csv";
@@ -1138,7 +1140,7 @@ TEST(PredictFromCsv, DevicesOfNoRowsKindAreAnError) {
 // A predicted row's speed-up is over the median of its cpu row's ok repetitions, not over that
 // row's aggregates (a standard deviation, a coefficient of variation) nor its failed runs.
 TEST(PredictFromCsv, TheSpeedupIsOverTheCpuRowsOkRepetitionsAlone) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) r.cpu_baseline = "train/mlp/mnist/cpu/fp32/bs:100";
   // The cpu row: three ok repetitions (median 500, mean 600), two of its aggregates and a failed
   // repetition.
@@ -1171,8 +1173,7 @@ TEST(PredictFromCsv, TheSpeedupIsOverTheCpuRowsOkRepetitionsAlone) {
 // at half the rate is +100%; and with the model that made it where that is not this one.
 TEST(PredictFromCsv, TheFilesOwnPredictionIsSetBesideItsRepredictionWithTheChange) {
   Flags flags;
-  flags.predict_from =
-      saved_run("cpu_run_predicted.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.predict_from = saved_run("cpu_run_predicted.csv", measured_rows());
   flags.links = {"10,20"};
   flags.devices = {"mpi:4"};
   const PredictedFromCsv first = predicted_from(flags, "repredicted_first.csv");
@@ -1298,8 +1299,7 @@ TEST(PredictAllreduce, SaysTheSizeInTheLargestUnitThatDividesIt) {
 // After the run there is no measured link: --link=measured is refused saying what to give.
 TEST(PredictFromCsv, RefusesTheMeasuredLink) {
   Flags flags;
-  flags.predict_from =
-      saved_run("measured_link_run.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.predict_from = saved_run("measured_link_run.csv", measured_rows());
   flags.links = {"measured"};
   CapturedCout out;
   try {
@@ -1316,7 +1316,7 @@ TEST(PredictFromCsv, RefusesTheMeasuredLink) {
 // --nodes, --network and --gpus_per_node shape --predict_from's rows: 1 and 2 GPUs a node on 2
 // nodes, over each network given, the row saying its nodes and network.
 TEST(PredictFromCsv, SpreadsTheDevicesOverTheFlagsNodes) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   for (Row& r : rows) r.backend = "gpu", r.device = "gpu:1", r.benchmark = "train/mlp/mnist/gpu:1/fp32/bs:100";
   Flags flags;
   flags.predict_from = saved_run("gpu_run_on_nodes.csv", rows);
@@ -1339,8 +1339,7 @@ TEST(PredictFromCsv, SpreadsTheDevicesOverTheFlagsNodes) {
 // follow it in the file (a standard deviation).
 TEST(PredictFromCsv, SetsTheFilesOwnIterationRowBesideItsReprediction) {
   Flags flags;
-  flags.predict_from =
-      saved_run("cpu_run_with_aggregates.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.predict_from = saved_run("cpu_run_with_aggregates.csv", measured_rows());
   flags.links = {"10,20"};
   flags.devices = {"mpi:4"};
   const PredictedFromCsv first = predicted_from(flags, "repredicted_with_aggregates.csv");
@@ -1369,7 +1368,7 @@ TEST(PredictFromCsv, TheSamePredictionReadBackReadsNoChangeWhereTheCsvRoundedItU
   std::vector<Row> rows;
   bool rounded_up = false;
   for (double rate = 1000; rate < 1100 && !rounded_up; ++rate) {
-    rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+    rows = measured_rows();
     for (Row& r : rows) r.samples_per_s = rate;
     const double fresh = *predict_rows(pointers(rows), plan, MachineContext{})[0].row.samples_per_s;
     rounded_up = as_written(fresh) > fresh;
@@ -1428,7 +1427,7 @@ TEST(PredictAllreduce, SaysTheModelsTimeAndBusbwWithTheirBands) {
 // prediction_inputs and the world's ranks as its data-parallel count; in a world of one rank it is
 // skipped, saying how to start it.
 TEST(PlanReplays, ReplayEachSavedRowOnTheWorldsRanks) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
+  std::vector<Row> rows = measured_rows();
   rows.push_back(rows[1]);
   rows.back().samples_per_s = 1700;  // 1000, 1200 and 1700: median 1200, mean 1300
   for (Row& r : rows) r.threads = 0, r.optimizer = "adam";
@@ -1455,8 +1454,8 @@ TEST(PlanReplays, ReplayEachSavedRowOnTheWorldsRanks) {
 // Rows of one workload on two devices (cpu and cpu:1) would replay as one benchmark: refused,
 // naming both.
 TEST(PlanReplays, RefuseTwoRowsThatReplayAsOne) {
-  std::vector<Row> rows = one_device_rows(format_prediction_inputs(measured_step(), 0, 0));
-  for (Row r : one_device_rows(format_prediction_inputs(measured_step(), 0, 0))) {
+  std::vector<Row> rows = measured_rows();
+  for (Row r : measured_rows()) {
     r.benchmark = "train/mlp/mnist/cpu/fp32/bs:100", r.device = "cpu";
     rows.push_back(r);
   }
@@ -1477,8 +1476,7 @@ TEST(PlanReplays, RefuseTwoRowsThatReplayAsOne) {
 // A --summary that cannot be written fails the run (exit status 1), saying where.
 TEST(PredictFromCsv, FailsWhereTheSummaryCannotBeWritten) {
   Flags flags;
-  flags.predict_from =
-      saved_run("cpu_run_for_summary.csv", one_device_rows(format_prediction_inputs(measured_step(), 0, 0)));
+  flags.predict_from = saved_run("cpu_run_for_summary.csv", measured_rows());
   flags.links = {"10,20"};
   flags.devices = {"mpi:4"};
   flags.summary = ::testing::TempDir() + "no_such_folder/summary.md";
