@@ -25,30 +25,44 @@
 namespace tb::bench {
 namespace {
 
+// A prediction flag, and the --devices entries it takes: N >= 2 devices sharing gradients, of the
+// kinds it predicts.
+struct PredictionFlag {
+  const char* name;
+  bool takes_mpi;  // mpi:N beside gpu:N
+  const char* give;
+};
+constexpr PredictionFlag kFromRun{
+    "--predict_from", true, "gpu:N (from GPU rows) or mpi:N (from CPU rows), N >= 2, e.g. --devices=gpu:16,mpi:8"};
+constexpr PredictionFlag kAllreduce{
+    "--predict_allreduce", false,
+    "gpu:N, N >= 2, e.g. --devices=gpu:8 (an mpi:N all-reduce runs over a link you measure: trainbench under "
+    "mpirun --link=measured)"};
+
 // The device counts --devices asks of rows of `backend` ("gpu": gpu:N, "cpu": mpi:N); empty for
-// the defaults. Other entries are refused: a prediction is of N devices sharing gradients.
-std::vector<int> counts_for(const Flags& flags, const std::string& backend, const char* flag = "--predict_from") {
+// the defaults. Other entries are refused, naming the entry and what the flag takes: one device,
+// or one split into threads or jobs, shares no gradients with another.
+std::vector<int> counts_for(const Flags& flags, const std::string& backend, const PredictionFlag& flag) {
   std::vector<int> counts;
   for (const std::string& entry : flags.devices) {
     const DeviceEntry e = parse_device_entry(entry);
-    if (!((e.device == "gpu" || e.device == "mpi") && e.count >= 2 && e.split.empty()))
+    if (!((e.device == "gpu" || (flag.takes_mpi && e.device == "mpi")) && e.count >= 2 && e.split.empty()))
       throw InputError(
-          fmt::format("--devices={}: with {}, give the devices to predict: gpu:N (from GPU rows) or mpi:N (from CPU "
-                      "rows), N >= 2, e.g. --devices=gpu:16,mpi:8",
-                      entry, flag));
+          fmt::format("--devices={}: with {}, give the devices to predict: {}", entry, flag.name, flag.give));
     if ((e.device == "gpu") == (backend == "gpu")) counts.push_back(e.count);
   }
   return counts;
 }
 
-std::vector<parallel::Link> links_for(const Flags& flags, const std::string& backend) {
+std::vector<parallel::Link> links_for(const Flags& flags, const std::string& backend, const PredictionFlag& flag) {
   std::vector<parallel::Link> links;
   for (const std::string& name : flags.links) {
     const parallel::Link link = parallel::parse_link(name);
     if (link.name == "measured")
       throw InputError(
-          "--link=measured: the measured link is the one a run's own ranks swept at start-up; after the run, give a "
-          "preset (nvlink4, pcie5, ...) or BUSBW_GBPS[,LATENCY_US]");
+          fmt::format("--link=measured: the measured link is the one a run's own ranks swept at start-up, and {} "
+                      "runs no ranks: give a preset (nvlink4, pcie5, ...) or BUSBW_GBPS[,LATENCY_US]",
+                      flag.name));
     links.push_back(link);
   }
   if (links.empty() && backend == "gpu") links.push_back(parallel::parse_link("nvlink4"));
@@ -93,14 +107,14 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
     const std::vector<const Row*>& of = saved.rows.at(name);
     const std::string& backend = of.back()->backend;
     PredictionPlan plan;
-    plan.counts = counts_for(flags, backend);
+    plan.counts = counts_for(flags, backend, kFromRun);
     if (!flags.devices.empty() && plan.counts.empty()) continue;  // --devices names none of its kind
     if (backend != "gpu" && flags.links.empty()) {
       // A CPU row has no default link after its run: left out where GPU rows are predicted.
       cpu_without_link.push_back(name);
       continue;
     }
-    plan.links = links_for(flags, backend);
+    plan.links = links_for(flags, backend, kFromRun);
     plan.nodes = flags.nodes;
     plan.gpus_per_node = flags.gpus_per_node;
     // The source's cpu row, where the file has it: the predicted rows' speedup over the CPU.
@@ -119,7 +133,7 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
     }
   }
   const std::vector<Row>& predicted = log.rows();
-  if (predicted.empty() && !cpu_without_link.empty()) links_for(flags, "cpu");  // throws: which link to give
+  if (predicted.empty() && !cpu_without_link.empty()) links_for(flags, "cpu", kFromRun);  // throws: which link to give
   if (!cpu_without_link.empty())
     std::cout << fmt::format(
         "not predicted: {} cpu row(s) (a CPU row has no default link after its run: give one, "
@@ -160,15 +174,8 @@ std::string byte_text(double bytes) {
 
 int predict_allreduce(const Flags& flags) {
   PredictionPlan plan;
-  plan.links = links_for(flags, "gpu");
-  plan.counts = counts_for(flags, "gpu", "--predict_allreduce");
-  // Every entry is a gpu:N: an mpi:N among them would be left out without a word.
-  for (const std::string& entry : flags.devices)
-    if (parse_device_entry(entry).device != "gpu")
-      throw InputError(fmt::format(
-          "--devices={}: --predict_allreduce predicts GPUs' all-reduces: give gpu:N, e.g. --devices=gpu:8 (an mpi:N "
-          "all-reduce runs over a link you measure: trainbench under mpirun --link=measured)",
-          entry));
+  plan.links = links_for(flags, "gpu", kAllreduce);
+  plan.counts = counts_for(flags, "gpu", kAllreduce);
   plan.nodes = flags.nodes;
   plan.gpus_per_node = flags.gpus_per_node;
   for (const std::string& network : flags.networks) plan.networks.push_back(parallel::parse_network(network));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstdio>
@@ -1240,44 +1241,51 @@ TEST(PredictAllreduce, SaysTheSizeAndAPredictionPerDeviceCount) {
   EXPECT_THROW(predict_allreduce(flags), InputError) << "an mpi:N all-reduce runs over a measured link";
 }
 
-// Every --devices entry but gpu:N and mpi:N with N >= 2 is refused, naming it: one GPU, or one
-// split into threads, shares no gradients with another.
-TEST(PredictAllreduce, RefusesEveryEntryButNDevicesOfTheirOwn) {
+// An all-reduce predicted alone is NCCL's among GPUs: every --devices entry but gpu:N with N >= 2 is
+// refused, naming it and offering gpu:N alone. One GPU, or one split into threads or jobs, shares
+// no gradients with another; mpi:N was offered to a cpu:2 and then refused, and beside a gpu:N it
+// was left out without a word.
+TEST(PredictAllreduce, RefusesEveryEntryButGpusOfTheirOwn) {
   Flags flags;
   flags.predict_allreduce = 1e6;
-  for (const char* entry : {"gpu:1", "gpu:2/threads:2", "gpu:1/jobs:2", "cpu:2", "mpi:1"}) {
-    flags.devices = {entry};
-    CapturedCout out;
-    try {
-      predict_allreduce(flags);
-      ADD_FAILURE() << entry << " was predicted";
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(fmt::format("--devices={}: with --predict_allreduce", entry)),
-                std::string::npos)
-          << e.what();
-    }
-  }
-}
-
-// An all-reduce predicted alone is NCCL's among GPUs: mpi:N ranks are refused, alone or beside
-// gpu:N, where they were left out without a word beside a gpu:N.
-TEST(PredictAllreduce, RefusesMpiRanksBesideGpusToo) {
-  Flags flags;
-  flags.predict_allreduce = 1e6;
-  for (const std::vector<std::string>& devices :
-       {std::vector<std::string>{"mpi:4"}, std::vector<std::string>{"gpu:8", "mpi:4"}}) {
+  for (const std::vector<std::string>& devices : {std::vector<std::string>{"gpu:1"},
+                                                  {"gpu:2/threads:2"},
+                                                  {"gpu:1/jobs:2"},
+                                                  {"cpu:2"},
+                                                  {"mpi:1"},
+                                                  {"mpi:4"},
+                                                  {"gpu:8", "mpi:4"}}) {
     flags.devices = devices;
     CapturedCout out;
     try {
       predict_allreduce(flags);
-      ADD_FAILURE() << devices.size() << " entries with mpi:4 predicted: " << out.text();
+      ADD_FAILURE() << fmt::format("{} predicted: {}", fmt::join(devices, ","), out.text());
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("--devices=mpi:4: --predict_allreduce predicts GPUs' all-reduces: give "
-                                           "gpu:N"),
+      const std::string what = e.what();
+      EXPECT_NE(what.find(fmt::format("--devices={}: with --predict_allreduce, give the devices to predict: gpu:N, "
+                                      "N >= 2, e.g. --devices=gpu:8 (",
+                                      devices.back())),
                 std::string::npos)
-          << e.what();
+          << what;
+      EXPECT_EQ(what.find("mpi:N (from CPU rows)"), std::string::npos) << what;
     }
     EXPECT_EQ(out.text(), "") << "nothing predicted before the refusal";
+  }
+}
+
+// Nor does it run ranks to sweep a link: --link=measured is refused, naming the flag.
+TEST(PredictAllreduce, RefusesTheMeasuredLinkNamingItself) {
+  Flags flags;
+  flags.predict_allreduce = 1e6;
+  flags.links = {"measured"};
+  try {
+    predict_allreduce(flags);
+    ADD_FAILURE() << "predicted over --link=measured";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--link=measured: the measured link is the one a run's own ranks swept at "
+                                         "start-up, and --predict_allreduce runs no ranks: give a preset"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -1306,7 +1314,8 @@ TEST(PredictFromCsv, RefusesTheMeasuredLink) {
     predict_from_csv(flags, MachineContext{});
     ADD_FAILURE() << "predicted over --link=measured after the run";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--link=measured: the measured link is the one a run's own ranks swept"),
+    EXPECT_NE(std::string(e.what()).find("--link=measured: the measured link is the one a run's own ranks swept at "
+                                         "start-up, and --predict_from runs no ranks"),
               std::string::npos)
         << e.what();
   }
