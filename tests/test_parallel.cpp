@@ -1434,6 +1434,31 @@ TEST(Predict, TheLinkFitGivesBackTheLatencyAndBusBandwidthOfAnExactSweep) {
   }
 }
 
+// A sweep that saw no bandwidth limit (every size as fast as 256 bytes, or one a hair slower) fits
+// the highest bus bandwidth --link takes, band included, so that its figures, which a row gives
+// after "as figures:", are taken back by --link (the fit said 1e6 GB/s, and --link refused it).
+TEST(Predict, ALinkFitWithoutABandwidthLimitGivesFiguresLinkTakesBack) {
+  for (const double slower : {0.0, 1e-12}) {
+    parallel::Link link{.name = "measured"};
+    for (double bytes = 256; bytes <= double(16 << 20); bytes *= 4) {
+      const double t = 30e-6 + (bytes >= double(1 << 20) ? slower : 0);
+      link.sweep.emplace_back(bytes, t);
+      link.sweep_slowest.push_back(t);
+      link.sweep_fastest.push_back(t);
+    }
+    parallel::fit_link(link, 4, false);
+    EXPECT_EQ(link.busbw_gbps, 1e5) << slower;
+    EXPECT_EQ(link.high_busbw(), 1e5) << slower;
+    EXPECT_NEAR(link.latency_us, 5, 1e-9) << "30 us over 6 ring steps";
+    const std::string figures = parallel::link_figures(link);
+    try {
+      EXPECT_EQ(parallel::parse_link(figures).busbw_gbps, 1e5) << figures;
+    } catch (const InputError& e) {
+      ADD_FAILURE() << figures << " refused: " << e.what();
+    }
+  }
+}
+
 // The fit's band from the sizes of 1 MiB and up, 1 MiB included: the slow end each size's ring
 // bytes over its slowest repetition less the latency, the fast end over its median, so that
 // repetitions faster than their median widen nothing.

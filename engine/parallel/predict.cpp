@@ -597,7 +597,10 @@ void fit_link(Link& link, int n, bool tree_below) {
   const double intercept = y.front();
   double sxy = 0, sxx = 0;
   for (std::size_t k = 0; k < x.size(); ++k) sxy += x[k] * (y[k] - intercept), sxx += x[k] * x[k];
-  const double slope = std::max(sxy / sxx, 1e-15);
+  // A sweep whose large sizes took no longer than its smallest saw no bandwidth limit at all: the
+  // fit then says the highest bus bandwidth --link takes (kHighestBusbwGbps), so that the figures a
+  // row gives of it can be given back (its floor of 1e-15 s/byte said 1e6 GB/s, which --link refused).
+  const double slope = std::max(sxy / sxx, 1e-9 / kHighestBusbwGbps);
   link.busbw_gbps = 1.0 / slope * 1e-9;
   // A ring all-reduce among n takes 2(n-1) steps: the latency is that many of them; where the
   // communicator runs a binomial tree for small buffers (MPI's, kMpiRingFromBytes), 2 log2 n.
@@ -615,7 +618,7 @@ void fit_link(Link& link, int n, bool tree_below) {
   for (std::size_t k = 0; k < x.size(); ++k) {
     if (link.sweep[k].first < kFitBandFromBytes) continue;
     if (link.sweep_slowest[k] > intercept) low = std::min(low, x[k] / (link.sweep_slowest[k] - intercept) * 1e-9);
-    if (y[k] > intercept) high = std::max(high, x[k] / (y[k] - intercept) * 1e-9);
+    if (y[k] > intercept) high = std::min(kHighestBusbwGbps, std::max(high, x[k] / (y[k] - intercept) * 1e-9));
   }
   link.busbw_low_gbps = low;
   link.busbw_high_gbps = high;
