@@ -120,8 +120,8 @@ int predict_from_csv(const Flags& flags, const MachineContext& now) {
     // The source's cpu row, where the file has it: the predicted rows' speedup over the CPU.
     std::vector<double> cpu_rates;
     for (const Row& r : rows)
-      if (r.benchmark == of.back()->cpu_baseline && is_ok_iteration(r))
-        cpu_rates.push_back(r.samples_per_s.value_or(NAN));
+      if (r.benchmark == of.back()->cpu_baseline && is_ok_iteration(r) && r.samples_per_s)
+        cpu_rates.push_back(*r.samples_per_s);
     plan.cpu_samples_per_s = cpu_rates.empty() ? 0 : tb::median(cpu_rates);
     for (const std::string& network : flags.networks) plan.networks.push_back(parallel::parse_network(network));
     std::cout << name << "\n";
