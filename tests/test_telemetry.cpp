@@ -508,15 +508,19 @@ TEST(Summary, TwoDevicesCombineAsDocumented) {
   EXPECT_DOUBLE_EQ(*s.temp_max_c, 80);
 }
 
+// Whichever device lacks it, first or last: a sum or mean over the devices that had it would pass
+// for the whole machine's.
 TEST(Summary, ADeviceWithoutAColumnEmptiesTheCombinedColumn) {
   auto a = series_of({40, 40}, {1400, 1500}, {200, 200}, {}, {100, 100});
   auto b = series_of({}, {1100, 1100}, {}, {}, {});
-  const GpuSummary s = summarise({a, b});
-  EXPECT_FALSE(s.util_median);
-  EXPECT_FALSE(s.power_median_w);
-  EXPECT_FALSE(s.mem_used_bytes);
-  EXPECT_FALSE(s.mem_is_process);
-  EXPECT_DOUBLE_EQ(*s.sm_clock_min_mhz, 1100);
+  for (const bool lacking_first : {false, true}) {
+    const GpuSummary s = lacking_first ? summarise({b, a}) : summarise({a, b});
+    EXPECT_FALSE(s.util_median) << lacking_first;
+    EXPECT_FALSE(s.power_median_w) << lacking_first;
+    EXPECT_FALSE(s.mem_used_bytes) << lacking_first;
+    EXPECT_FALSE(s.mem_is_process) << lacking_first;
+    EXPECT_DOUBLE_EQ(*s.sm_clock_min_mhz, 1100) << lacking_first;
+  }
 }
 
 // ---- The sampler ----
