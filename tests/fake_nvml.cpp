@@ -432,7 +432,9 @@ struct FieldValue {
 static_assert(sizeof(FieldValue) == 40, "nvmlFieldValue_t layout");
 
 // NVML_FI_DEV_POWER_INSTANT (186) from the "power_instant_mw" series, given as an unsigned int
-// (NVML_VALUE_TYPE_UNSIGNED_INT, as drivers report power); without that series the field reports
+// (NVML_VALUE_TYPE_UNSIGNED_INT, as drivers report power) or in the nvmlValueType_t that a
+// "power_instant_type" series names (0 double, 3 unsigned long long, 4 signed long long; any other
+// number is given as it is, with an unsigned int); without that series the field reports
 // NOT_SUPPORTED, as a driver of an older GPU may. Any other field: NOT_SUPPORTED.
 int nvmlDeviceGetFieldValues(void* handle, int count, FieldValue* values) {
   State& s = state();
@@ -447,10 +449,19 @@ int nvmlDeviceGetFieldValues(void* handle, int count, FieldValue* values) {
       continue;
     }
     v.status = kSuccess;
-    v.value_type = 1;
+    const auto type = d->series.find("power_instant_type");
+    v.value_type = type == d->series.end() ? 1 : int(type->second.take());
     v.value = 0;
-    const auto mw = static_cast<unsigned>(series->second.take());
-    std::memcpy(&v.value, &mw, sizeof mw);  // uiVal, the union's first four bytes
+    const unsigned long long taken = series->second.take();
+    if (v.value_type == 0) {
+      const double mw = double(taken);
+      std::memcpy(&v.value, &mw, sizeof mw);  // dVal
+    } else if (v.value_type == 3 || v.value_type == 4) {
+      v.value = taken;  // ullVal, sllVal: all eight bytes
+    } else {
+      const auto mw = static_cast<unsigned>(taken);
+      std::memcpy(&v.value, &mw, sizeof mw);  // uiVal, the union's first four bytes
+    }
   }
   return kSuccess;
 }

@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -121,7 +124,19 @@ TEST(NvmlLoad, InitFailureIsReportedWithNvmlsReason) {
   fake.fail("nvmlInit_v2", 9);  // NVML_ERROR_DRIVER_NOT_LOADED
   std::string why;
   EXPECT_EQ(Nvml::load(&why, TB_FAKE_NVML), nullptr);
-  EXPECT_NE(why.find("nvmlInit_v2 failed: Driver Not Loaded"), std::string::npos) << why;
+  EXPECT_NE(why.find("nvmlInit_v2 failed: Driver Not Loaded (NVML status 9)"), std::string::npos) << why;
+}
+
+// A file that is there but is no library is not "not found": the loader's own reason is said.
+TEST(NvmlLoad, AFileThatIsNoLibraryIsRefusedWithTheLoadersReason) {
+  const std::string path = ::testing::TempDir() + "not_a_library.so";
+  std::ofstream(path) << "not an ELF file\n";
+  std::string why;
+  EXPECT_EQ(Nvml::load(&why, path), nullptr);
+  EXPECT_NE(why.find(path + " could not be loaded (" + path + ": "), std::string::npos) << why;
+  EXPECT_EQ(why.find("not found"), std::string::npos) << why;
+  EXPECT_NE(why.find("no NVML columns"), std::string::npos) << why;
+  std::remove(path.c_str());
 }
 
 TEST(NvmlLoad, InitialisesReadsDriverAndShutsDown) {
@@ -206,6 +221,34 @@ TEST(NvmlRead, InstantaneousPowerWhereTheDriverHasIt) {
   EXPECT_DOUBLE_EQ(*second.power_w, 410);
   EXPECT_TRUE(first.power_instant && second.power_instant);
   EXPECT_EQ(fake.calls("nvmlDeviceGetPowerUsage"), 0);
+}
+
+// The field's value is read in the type NVML names for it: a double, all eight bytes of an unsigned
+// or signed long long (a figure beyond 32 bits tells them from an unsigned int's four), and a type
+// this build does not know is no reading: the average is asked for instead.
+TEST(NvmlRead, InstantaneousPowerInTheTypeTheFieldNames) {
+  for (const auto& [type, milliwatts, watts] :
+       {std::tuple{0ULL, 180250ULL, 180.25}, {3ULL, 5000000000ULL, 5e6}, {4ULL, 5000000000ULL, 5e6}}) {
+    FakeNvml fake(TB_FAKE_NVML);
+    fake.series(0, "power_instant_type", {type});
+    fake.series(0, "power_instant_mw", {milliwatts});
+    auto nvml = load_or_fail(TB_FAKE_NVML);
+    ASSERT_TRUE(nvml);
+    const Reading r = nvml->read(nvml->device_by_index(0), kPid);
+    ASSERT_TRUE(r.power_w) << "type " << type;
+    EXPECT_DOUBLE_EQ(*r.power_w, watts) << "type " << type;
+    EXPECT_TRUE(r.power_instant) << "type " << type;
+  }
+  FakeNvml fake(TB_FAKE_NVML);
+  fake.series(0, "power_instant_type", {7});  // past NVML_VALUE_TYPE_UNSIGNED_SHORT
+  fake.series(0, "power_instant_mw", {180000});
+  fake.series(0, "power_mw", {312500});
+  auto nvml = load_or_fail(TB_FAKE_NVML);
+  ASSERT_TRUE(nvml);
+  const Reading r = nvml->read(nvml->device_by_index(0), kPid);
+  ASSERT_TRUE(r.power_w);
+  EXPECT_DOUBLE_EQ(*r.power_w, 312.5);
+  EXPECT_FALSE(r.power_instant);
 }
 
 // A failing field call (a driver without the field, or an error) falls back to the average.
