@@ -2,6 +2,7 @@
 // Debian's Fashion-MNIST, the loader (shuffling, worker determinism, normalisation, augmentation,
 // shutdown), the sine wave, the splits, and that the MLP and the LSTM learn from real data.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -357,8 +358,9 @@ TEST_F(BrokenFiles, CorruptGzip) {
   const std::string path = dir_.file("train-images-idx3-ubyte.gz");
   write_file(path, bytes);
   write_file(labels_path(), idx_labels({1}));
-  expect_input_error([&] { read_idx(path, labels_path(), 28, 28, 10); }, {path, "corrupt gzip stream"});
-  expect_input_error([&] { read_cifar10({path}); }, {path, "corrupt gzip stream"});
+  expect_input_error([&] { read_idx(path, labels_path(), 28, 28, 10); },
+                     {path, "corrupt gzip stream", "download the file again"});
+  expect_input_error([&] { read_cifar10({path}); }, {path, "corrupt gzip stream", "download the file again"});
 }
 
 TEST_F(BrokenFiles, GzipCutInHalf) {
@@ -492,6 +494,58 @@ TEST_F(BrokenFiles, DirectoryOrSymlinkLoopInAFilesPlace) {
   fs::create_symlink(b, a);
   fs::create_symlink(a, b);
   expect_input_error([&] { read_cifar10({a}); }, {a, "loop of symbolic links"});
+}
+
+// A named pipe in a file's place is named as one before anything opens it (opening a FIFO for
+// reading waits for a writer that never comes).
+TEST_F(BrokenFiles, NamedPipeInAFilesPlaceIsNamedWithoutOpeningIt) {
+  const std::string fifo = dir_.file("data_batch_1.bin");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  expect_input_error([&] { read_cifar10({fifo}); }, {fifo, "is a named pipe (FIFO)", "expected the dataset file"});
+}
+
+// A gzip label file that expands past its header's count is refused while it is read, like an
+// image file: the limit on the labels is exactly 8 bytes and one per label.
+TEST_F(BrokenFiles, GzipLabelTrailingBytesRefusedWhileReading) {
+  Bytes labels = idx_labels({1, 2, 3});
+  labels.push_back(4);
+  const std::string path = dir_.file("train-labels-idx1-ubyte.gz");
+  write_file(images_path(), idx_images(3, 28, 28, pixels(3)));
+  write_gzip(path, labels);
+  expect_input_error([&] { read_idx(images_path(), path, 28, 28, 10); },
+                     {path, "more than 11 bytes once decompressed", "expected 11", "for 3 labels (its header)"});
+}
+
+// A file shorter than one record is not a whole number of records either, but no truncated
+// download: the hint is for files that hold at least one record.
+TEST_F(BrokenFiles, CifarFileShorterThanOneRecordIsNotCalledTruncated) {
+  const std::string path = dir_.file("data_batch_1.bin");
+  write_file(path, random_bytes(100, 5));
+  const std::string message = error_message([&] { read_cifar10({path}); });
+  EXPECT_NE(message.find(path + ": 100 bytes is not a whole number of 3073-byte CIFAR-10 records"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("truncated"), std::string::npos) << message;
+}
+
+// A CIFAR-10 file one record larger than the whole dataset (60000 records) is refused by its size,
+// before it is read, naming the limit in bytes.
+TEST_F(BrokenFiles, CifarFileLargerThanTheWholeDatasetIsRefusedUnread) {
+  const std::string path = dir_.file("data_batch_1.bin");
+  write_file(path, cifar_records(0, 1));
+  fs::resize_file(path, std::uintmax_t(60'001) * kCifarRecord);  // sparse; its labels are 0 and valid
+  expect_input_error([&] { read_cifar10({path}); },
+                     {path, "184383073 bytes", "at most 184380000 for 60000 CIFAR-10 records"});
+}
+
+// A file this user may not read is named with the system's reason and the fix. Root reads any
+// file, so under root the test skips.
+TEST_F(BrokenFiles, UnreadableFileIsNamedWithItsPermissions) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file whatever its permissions";
+  write_file(images_path(), idx_images(1, 28, 28, pixels(1)));
+  write_file(labels_path(), idx_labels({1}));
+  fs::permissions(images_path(), fs::perms::none);
+  expect_input_error([&] { read_idx(images_path(), labels_path(), 28, 28, 10); },
+                     {images_path(), "cannot be opened for reading (Permission denied); check its permissions"});
 }
 
 // ---------------------------------------------------------------------------------------------
