@@ -731,6 +731,16 @@ TEST(Loader, OrdersPerEpochAndSeed) {
   for (const auto& epoch : ordered) EXPECT_EQ(epoch, in_order) << "shuffle off keeps the file's order";
 }
 
+// The seed is mixed into each epoch's order, not added to the epoch number: seed 6's first epoch is
+// not seed 5's second, so runs a seed apart never replay each other's orders an epoch late.
+TEST(Loader, AnEpochsOrderIsNotTheNextSeedsOrderOfTheEpochBefore) {
+  auto set = indexed_set(60);
+  ImageLoader five("indexed", "test", set, identity(), {4}, LoaderConfig{.batch = 6, .seed = 5});
+  ImageLoader six("indexed", "test", set, identity(), {4}, LoaderConfig{.batch = 6, .seed = 6});
+  epoch_indices(five, 6);
+  EXPECT_NE(epoch_indices(five, 6), epoch_indices(six, 6)) << "seed 5's second epoch is seed 6's first";
+}
+
 // The worker queue hands out exactly the batches the serial loader prepares, whatever the
 // number of workers and the prefetch depth (augmentation on, so its random draws count too).
 TEST(Loader, WorkersMatchSerial) {
@@ -756,6 +766,33 @@ TEST(Loader, WorkersMatchSerial) {
         if (jitter() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 500));
         const Batch& b = loader.next();
         ASSERT_TRUE(b.input == serial[std::size_t(i)].input) << "batch " << i << " inputs differ";
+        ASSERT_EQ(b.labels, serial[std::size_t(i)].labels) << "batch " << i;
+      }
+    }
+  }
+}
+
+// A batch handed out stays as it was until the next call, however far the workers run ahead: they
+// fill only the slots the consumer has released, never the one it holds.
+TEST(Loader, ABatchStaysAsHandedOutUntilTheNextCall) {
+  auto set = random_images(48, 3, 8, 31);
+  const Normalisation norm = Normalisation::of(*set);
+  constexpr int kBatches = 4;
+  std::vector<Batch> serial;
+  {
+    ImageLoader loader("random", "test", set, norm, {3, 8, 8}, LoaderConfig{.batch = 4, .seed = 2});
+    for (int i = 0; i < kBatches; ++i) serial.push_back(loader.next());
+  }
+  for (int workers = 1; workers <= 3; ++workers) {
+    for (int prefetch = 1; prefetch <= 2; ++prefetch) {
+      SCOPED_TRACE(fmt::format("{} workers, prefetch {}", workers, prefetch));
+      ImageLoader loader("random", "test", set, norm, {3, 8, 8},
+                         LoaderConfig{.batch = 4, .workers = workers, .prefetch = prefetch, .seed = 2});
+      for (int i = 0; i < kBatches; ++i) {
+        const Batch& b = loader.next();
+        // Time for the workers to fill every slot they may; the batch held must not be one of them.
+        std::this_thread::sleep_for(std::chrono::milliseconds(15));
+        ASSERT_TRUE(b.input == serial[std::size_t(i)].input) << "batch " << i << " changed while it was held";
         ASSERT_EQ(b.labels, serial[std::size_t(i)].labels) << "batch " << i;
       }
     }
