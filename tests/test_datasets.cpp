@@ -1249,6 +1249,146 @@ TEST(Splits, FashionMnistFindsDebianFolder) {
   check_classification_batches(*s.train, 100, 784, 2);
 }
 
+// The datasets with files are looked for in their folders under the data directory; the others
+// (the sine wave, ImageNet-shaped images) never are, even where a folder of their name is there.
+TEST(Splits, OnlyTheDatasetsWithFilesAreLookedForInTheDataDirectory) {
+  TempDir dir;
+  for (const char* name : {"mnist", "fashion-mnist", "cifar10", "sine", "imagenet"})
+    fs::create_directory(dir.file(name));
+  for (const char* name : {"mnist", "fashion-mnist", "cifar10"}) {
+    EXPECT_TRUE(has_files(name)) << name;
+    EXPECT_EQ(find_dataset(name, dir.path()), dir.file(name)) << name;
+  }
+  for (const char* name : {"sine", "imagenet"}) {
+    EXPECT_FALSE(has_files(name)) << name;
+    EXPECT_EQ(find_dataset(name, dir.path()), "") << name;
+  }
+}
+
+// CIFAR-10 files given to a model of another input (the MLP's 784 values) are refused naming the
+// folder, the images' shape and the model's input, not by the loader's internal check.
+TEST(Splits, CifarFilesForAModelOfAnotherInputAreRefusedNamingBoth) {
+  TempDir dir;
+  for (int i = 1; i <= 5; ++i) write_file(dir.file(fmt::format("data_batch_{}.bin", i)), cifar_records(i, 2));
+  write_file(dir.file("test_batch.bin"), cifar_records(0, 4));
+  expect_input_error(
+      [&] { make_splits("cifar10", dir.path(), models::workload("mlp", "mnist").spec, LoaderConfig{.batch = 2}); },
+      {dir.path() + ": samples of 3x32x32 do not fit mlp (input (784))"});
+}
+
+// A CIFAR-10 training split smaller than one batch names its five files and the fix.
+TEST(Splits, CifarTrainingSplitSmallerThanABatchNamesItsFiles) {
+  TempDir dir;
+  for (int i = 1; i <= 5; ++i) write_file(dir.file(fmt::format("data_batch_{}.bin", i)), cifar_records(i, 1));
+  write_file(dir.file("test_batch.bin"), cifar_records(0, 20));
+  expect_input_error(
+      [&] {
+        make_splits("cifar10", dir.path(), models::workload("lenet5", "cifar10").spec, LoaderConfig{.batch = 10});
+      },
+      {"cifar10: its training split (" + dir.file("data_batch_{1..5}.bin") + ") holds 5 samples", "batch of 10",
+       "--batch"});
+}
+
+// Only the training loader has worker threads: validation is read on the caller's thread, so
+// --loader_workers=2 starts two threads, not four.
+TEST(Splits, OnlyTheTrainingLoaderStartsWorkers) {
+  const auto threads = [] {
+    std::ifstream status("/proc/self/status");
+    long value = -1;
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Threads:", 0) == 0) value = std::stol(line.substr(8));
+    return value;
+  };
+  const long before = threads();
+  if (before < 0) GTEST_SKIP() << "no thread count in /proc/self/status";
+  Splits s = make_splits("mnist", "", models::workload("mlp", "mnist").spec,
+                         LoaderConfig{.batch = 32, .workers = 2, .seed = 1});
+  ASSERT_TRUE(s.validation);
+  EXPECT_EQ(threads() - before, 2);
+}
+
+// Synthetic data is as docs/datasets.md says: 8192 training and 2048 validation images at 28x28
+// and 32x32, and at least two batches of training and one of validation at any batch.
+TEST(Splits, SyntheticSetsHoldTheDocumentedCountsAndAtLeastABatch) {
+  const ModelSpec& mlp = models::workload("mlp", "mnist").spec;
+  const Splits small = make_splits("mnist", "", mlp, LoaderConfig{.batch = 32, .seed = 1});
+  EXPECT_EQ(small.train->steps_per_epoch(), 8192 / 32);
+  EXPECT_EQ(small.validation_steps, 2048 / 32);
+  const Splits large = make_splits("mnist", "", mlp, LoaderConfig{.batch = 4100, .seed = 1});
+  EXPECT_EQ(large.train->steps_per_epoch(), 2);
+  ASSERT_TRUE(large.validation) << large.no_validation;
+  EXPECT_EQ(large.validation_steps, 1);
+}
+
+// Synthetic classes are told apart by their patterns: the nearest class mean of the training
+// batches classifies the validation images, every class is drawn, and the validation images are
+// other draws than the training images.
+TEST(Splits, SyntheticClassesAreSeparableAndValidationIsNotTheTrainingSet) {
+  constexpr i64 kBatch = 64, kFeatures = 784, kClasses = 10;
+  Splits s = make_splits("mnist", "", models::workload("mlp", "mnist").spec, LoaderConfig{.batch = kBatch, .seed = 1});
+  std::vector<double> mean(std::size_t(kClasses * kFeatures), 0.0);
+  std::vector<i64> per_class(kClasses, 0);
+  std::set<std::vector<float>> training_heads;  // each training image's first 8 values
+  for (i64 step = 0; step < s.train->steps_per_epoch(); ++step) {
+    const Batch& b = s.train->next();
+    for (i64 n = 0; n < kBatch; ++n) {
+      const float* x = b.input.data() + n * kFeatures;
+      training_heads.emplace(x, x + 8);
+      if (step >= 16) continue;
+      const i64 c = b.labels[std::size_t(n)];
+      ++per_class[std::size_t(c)];
+      for (i64 i = 0; i < kFeatures; ++i) mean[std::size_t(c * kFeatures + i)] += x[i];
+    }
+  }
+  for (i64 c = 0; c < kClasses; ++c) {
+    ASSERT_GT(per_class[std::size_t(c)], 0) << "class " << c << " is never drawn";
+    for (i64 i = 0; i < kFeatures; ++i) mean[std::size_t(c * kFeatures + i)] /= double(per_class[std::size_t(c)]);
+  }
+  i64 right = 0, seen = 0;
+  for (i64 step = 0; step < 4; ++step) {
+    const Batch& b = s.validation->next();
+    for (i64 n = 0; n < kBatch; ++n, ++seen) {
+      const float* x = b.input.data() + n * kFeatures;
+      EXPECT_FALSE(training_heads.count(std::vector<float>(x, x + 8)))
+          << "validation image " << seen << " is a training image";
+      i64 best = -1;
+      double best_distance = 0;
+      for (i64 c = 0; c < kClasses; ++c) {
+        double d = 0;
+        for (i64 i = 0; i < kFeatures; ++i) {
+          const double e = x[i] - mean[std::size_t(c * kFeatures + i)];
+          d += e * e;
+        }
+        if (best < 0 || d < best_distance) best = c, best_distance = d;
+      }
+      right += best == b.labels[std::size_t(n)];
+    }
+  }
+  EXPECT_GT(double(right), 0.95 * double(seen)) << right << " of " << seen << " classified by the nearest class mean";
+}
+
+// synthetic_for draws its images from the seed it is given.
+TEST(Splits, SyntheticForFollowsTheSeed) {
+  const ModelSpec& mlp = models::workload("mlp", "mnist").spec;
+  const auto first_batch = [&](std::uint64_t seed) { return synthetic_for("mnist", mlp, 8, seed)->next().input; };
+  const std::vector<float> one = first_batch(1);
+  EXPECT_TRUE(first_batch(1) == one);
+  EXPECT_FALSE(first_batch(2) == one);
+}
+
+// The sine workload validates on the validation range in order, as SineWave(validation) gives it.
+TEST(Splits, SineValidationIsTheValidationRangeInOrder) {
+  Splits s = make_splits("sine", "", models::workload("lstm", "sine").spec, LoaderConfig{.batch = 20, .seed = 3});
+  SineWave expected(35, 20, true, 3);
+  EXPECT_EQ(s.validation_steps, expected.steps_per_epoch());
+  for (int step = 0; step < 3; ++step) {
+    const Batch& want = expected.next();
+    const Batch& got = s.validation->next();
+    EXPECT_TRUE(got.input == want.input) << "step " << step;
+    EXPECT_TRUE(got.targets == want.targets) << "step " << step;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Learning from real data.
 
