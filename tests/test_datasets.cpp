@@ -2,6 +2,7 @@
 // Debian's Fashion-MNIST, the loader (shuffling, worker determinism, normalisation, augmentation,
 // shutdown), the sine wave, the splits, and that the MLP and the LSTM learn from real data.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -357,8 +358,9 @@ TEST_F(BrokenFiles, CorruptGzip) {
   const std::string path = dir_.file("train-images-idx3-ubyte.gz");
   write_file(path, bytes);
   write_file(labels_path(), idx_labels({1}));
-  expect_input_error([&] { read_idx(path, labels_path(), 28, 28, 10); }, {path, "corrupt gzip stream"});
-  expect_input_error([&] { read_cifar10({path}); }, {path, "corrupt gzip stream"});
+  expect_input_error([&] { read_idx(path, labels_path(), 28, 28, 10); },
+                     {path, "corrupt gzip stream", "download the file again"});
+  expect_input_error([&] { read_cifar10({path}); }, {path, "corrupt gzip stream", "download the file again"});
 }
 
 TEST_F(BrokenFiles, GzipCutInHalf) {
@@ -492,6 +494,58 @@ TEST_F(BrokenFiles, DirectoryOrSymlinkLoopInAFilesPlace) {
   fs::create_symlink(b, a);
   fs::create_symlink(a, b);
   expect_input_error([&] { read_cifar10({a}); }, {a, "loop of symbolic links"});
+}
+
+// A named pipe in a file's place is named as one before anything opens it (opening a FIFO for
+// reading waits for a writer that never comes).
+TEST_F(BrokenFiles, NamedPipeInAFilesPlaceIsNamedWithoutOpeningIt) {
+  const std::string fifo = dir_.file("data_batch_1.bin");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  expect_input_error([&] { read_cifar10({fifo}); }, {fifo, "is a named pipe (FIFO)", "expected the dataset file"});
+}
+
+// A gzip label file that expands past its header's count is refused while it is read, like an
+// image file: the limit on the labels is exactly 8 bytes and one per label.
+TEST_F(BrokenFiles, GzipLabelTrailingBytesRefusedWhileReading) {
+  Bytes labels = idx_labels({1, 2, 3});
+  labels.push_back(4);
+  const std::string path = dir_.file("train-labels-idx1-ubyte.gz");
+  write_file(images_path(), idx_images(3, 28, 28, pixels(3)));
+  write_gzip(path, labels);
+  expect_input_error([&] { read_idx(images_path(), path, 28, 28, 10); },
+                     {path, "more than 11 bytes once decompressed", "expected 11", "for 3 labels (its header)"});
+}
+
+// A file shorter than one record is not a whole number of records either, but no truncated
+// download: the hint is for files that hold at least one record.
+TEST_F(BrokenFiles, CifarFileShorterThanOneRecordIsNotCalledTruncated) {
+  const std::string path = dir_.file("data_batch_1.bin");
+  write_file(path, random_bytes(100, 5));
+  const std::string message = error_message([&] { read_cifar10({path}); });
+  EXPECT_NE(message.find(path + ": 100 bytes is not a whole number of 3073-byte CIFAR-10 records"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("truncated"), std::string::npos) << message;
+}
+
+// A CIFAR-10 file one record larger than the whole dataset (60000 records) is refused by its size,
+// before it is read, naming the limit in bytes.
+TEST_F(BrokenFiles, CifarFileLargerThanTheWholeDatasetIsRefusedUnread) {
+  const std::string path = dir_.file("data_batch_1.bin");
+  write_file(path, cifar_records(0, 1));
+  fs::resize_file(path, std::uintmax_t(60'001) * kCifarRecord);  // sparse; its labels are 0 and valid
+  expect_input_error([&] { read_cifar10({path}); },
+                     {path, "184383073 bytes", "at most 184380000 for 60000 CIFAR-10 records"});
+}
+
+// A file this user may not read is named with the system's reason and the fix. Root reads any
+// file, so under root the test skips.
+TEST_F(BrokenFiles, UnreadableFileIsNamedWithItsPermissions) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file whatever its permissions";
+  write_file(images_path(), idx_images(1, 28, 28, pixels(1)));
+  write_file(labels_path(), idx_labels({1}));
+  fs::permissions(images_path(), fs::perms::none);
+  expect_input_error([&] { read_idx(images_path(), labels_path(), 28, 28, 10); },
+                     {images_path(), "cannot be opened for reading (Permission denied); check its permissions"});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -677,6 +731,16 @@ TEST(Loader, OrdersPerEpochAndSeed) {
   for (const auto& epoch : ordered) EXPECT_EQ(epoch, in_order) << "shuffle off keeps the file's order";
 }
 
+// The seed is mixed into each epoch's order, not added to the epoch number: seed 6's first epoch is
+// not seed 5's second, so runs a seed apart never replay each other's orders an epoch late.
+TEST(Loader, AnEpochsOrderIsNotTheNextSeedsOrderOfTheEpochBefore) {
+  auto set = indexed_set(60);
+  ImageLoader five("indexed", "test", set, identity(), {4}, LoaderConfig{.batch = 6, .seed = 5});
+  ImageLoader six("indexed", "test", set, identity(), {4}, LoaderConfig{.batch = 6, .seed = 6});
+  epoch_indices(five, 6);
+  EXPECT_NE(epoch_indices(five, 6), epoch_indices(six, 6)) << "seed 5's second epoch is seed 6's first";
+}
+
 // The worker queue hands out exactly the batches the serial loader prepares, whatever the
 // number of workers and the prefetch depth (augmentation on, so its random draws count too).
 TEST(Loader, WorkersMatchSerial) {
@@ -702,6 +766,33 @@ TEST(Loader, WorkersMatchSerial) {
         if (jitter() % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(jitter() % 500));
         const Batch& b = loader.next();
         ASSERT_TRUE(b.input == serial[std::size_t(i)].input) << "batch " << i << " inputs differ";
+        ASSERT_EQ(b.labels, serial[std::size_t(i)].labels) << "batch " << i;
+      }
+    }
+  }
+}
+
+// A batch handed out stays as it was until the next call, however far the workers run ahead: they
+// fill only the slots the consumer has released, never the one it holds.
+TEST(Loader, ABatchStaysAsHandedOutUntilTheNextCall) {
+  auto set = random_images(48, 3, 8, 31);
+  const Normalisation norm = Normalisation::of(*set);
+  constexpr int kBatches = 4;
+  std::vector<Batch> serial;
+  {
+    ImageLoader loader("random", "test", set, norm, {3, 8, 8}, LoaderConfig{.batch = 4, .seed = 2});
+    for (int i = 0; i < kBatches; ++i) serial.push_back(loader.next());
+  }
+  for (int workers = 1; workers <= 3; ++workers) {
+    for (int prefetch = 1; prefetch <= 2; ++prefetch) {
+      SCOPED_TRACE(fmt::format("{} workers, prefetch {}", workers, prefetch));
+      ImageLoader loader("random", "test", set, norm, {3, 8, 8},
+                         LoaderConfig{.batch = 4, .workers = workers, .prefetch = prefetch, .seed = 2});
+      for (int i = 0; i < kBatches; ++i) {
+        const Batch& b = loader.next();
+        // Time for the workers to fill every slot they may; the batch held must not be one of them.
+        std::this_thread::sleep_for(std::chrono::milliseconds(15));
+        ASSERT_TRUE(b.input == serial[std::size_t(i)].input) << "batch " << i << " changed while it was held";
         ASSERT_EQ(b.labels, serial[std::size_t(i)].labels) << "batch " << i;
       }
     }
@@ -1156,6 +1247,146 @@ TEST(Splits, FashionMnistFindsDebianFolder) {
   EXPECT_EQ(s.train->steps_per_epoch(), 600);
   EXPECT_EQ(s.validation_steps, 100);
   check_classification_batches(*s.train, 100, 784, 2);
+}
+
+// The datasets with files are looked for in their folders under the data directory; the others
+// (the sine wave, ImageNet-shaped images) never are, even where a folder of their name is there.
+TEST(Splits, OnlyTheDatasetsWithFilesAreLookedForInTheDataDirectory) {
+  TempDir dir;
+  for (const char* name : {"mnist", "fashion-mnist", "cifar10", "sine", "imagenet"})
+    fs::create_directory(dir.file(name));
+  for (const char* name : {"mnist", "fashion-mnist", "cifar10"}) {
+    EXPECT_TRUE(has_files(name)) << name;
+    EXPECT_EQ(find_dataset(name, dir.path()), dir.file(name)) << name;
+  }
+  for (const char* name : {"sine", "imagenet"}) {
+    EXPECT_FALSE(has_files(name)) << name;
+    EXPECT_EQ(find_dataset(name, dir.path()), "") << name;
+  }
+}
+
+// CIFAR-10 files given to a model of another input (the MLP's 784 values) are refused naming the
+// folder, the images' shape and the model's input, not by the loader's internal check.
+TEST(Splits, CifarFilesForAModelOfAnotherInputAreRefusedNamingBoth) {
+  TempDir dir;
+  for (int i = 1; i <= 5; ++i) write_file(dir.file(fmt::format("data_batch_{}.bin", i)), cifar_records(i, 2));
+  write_file(dir.file("test_batch.bin"), cifar_records(0, 4));
+  expect_input_error(
+      [&] { make_splits("cifar10", dir.path(), models::workload("mlp", "mnist").spec, LoaderConfig{.batch = 2}); },
+      {dir.path() + ": samples of 3x32x32 do not fit mlp (input (784))"});
+}
+
+// A CIFAR-10 training split smaller than one batch names its five files and the fix.
+TEST(Splits, CifarTrainingSplitSmallerThanABatchNamesItsFiles) {
+  TempDir dir;
+  for (int i = 1; i <= 5; ++i) write_file(dir.file(fmt::format("data_batch_{}.bin", i)), cifar_records(i, 1));
+  write_file(dir.file("test_batch.bin"), cifar_records(0, 20));
+  expect_input_error(
+      [&] {
+        make_splits("cifar10", dir.path(), models::workload("lenet5", "cifar10").spec, LoaderConfig{.batch = 10});
+      },
+      {"cifar10: its training split (" + dir.file("data_batch_{1..5}.bin") + ") holds 5 samples", "batch of 10",
+       "--batch"});
+}
+
+// Only the training loader has worker threads: validation is read on the caller's thread, so
+// --loader_workers=2 starts two threads, not four.
+TEST(Splits, OnlyTheTrainingLoaderStartsWorkers) {
+  const auto threads = [] {
+    std::ifstream status("/proc/self/status");
+    long value = -1;
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Threads:", 0) == 0) value = std::stol(line.substr(8));
+    return value;
+  };
+  const long before = threads();
+  if (before < 0) GTEST_SKIP() << "no thread count in /proc/self/status";
+  Splits s = make_splits("mnist", "", models::workload("mlp", "mnist").spec,
+                         LoaderConfig{.batch = 32, .workers = 2, .seed = 1});
+  ASSERT_TRUE(s.validation);
+  EXPECT_EQ(threads() - before, 2);
+}
+
+// Synthetic data is as docs/datasets.md says: 8192 training and 2048 validation images at 28x28
+// and 32x32, and at least two batches of training and one of validation at any batch.
+TEST(Splits, SyntheticSetsHoldTheDocumentedCountsAndAtLeastABatch) {
+  const ModelSpec& mlp = models::workload("mlp", "mnist").spec;
+  const Splits small = make_splits("mnist", "", mlp, LoaderConfig{.batch = 32, .seed = 1});
+  EXPECT_EQ(small.train->steps_per_epoch(), 8192 / 32);
+  EXPECT_EQ(small.validation_steps, 2048 / 32);
+  const Splits large = make_splits("mnist", "", mlp, LoaderConfig{.batch = 4100, .seed = 1});
+  EXPECT_EQ(large.train->steps_per_epoch(), 2);
+  ASSERT_TRUE(large.validation) << large.no_validation;
+  EXPECT_EQ(large.validation_steps, 1);
+}
+
+// Synthetic classes are told apart by their patterns: the nearest class mean of the training
+// batches classifies the validation images, every class is drawn, and the validation images are
+// other draws than the training images.
+TEST(Splits, SyntheticClassesAreSeparableAndValidationIsNotTheTrainingSet) {
+  constexpr i64 kBatch = 64, kFeatures = 784, kClasses = 10;
+  Splits s = make_splits("mnist", "", models::workload("mlp", "mnist").spec, LoaderConfig{.batch = kBatch, .seed = 1});
+  std::vector<double> mean(std::size_t(kClasses * kFeatures), 0.0);
+  std::vector<i64> per_class(kClasses, 0);
+  std::set<std::vector<float>> training_heads;  // each training image's first 8 values
+  for (i64 step = 0; step < s.train->steps_per_epoch(); ++step) {
+    const Batch& b = s.train->next();
+    for (i64 n = 0; n < kBatch; ++n) {
+      const float* x = b.input.data() + n * kFeatures;
+      training_heads.emplace(x, x + 8);
+      if (step >= 16) continue;
+      const i64 c = b.labels[std::size_t(n)];
+      ++per_class[std::size_t(c)];
+      for (i64 i = 0; i < kFeatures; ++i) mean[std::size_t(c * kFeatures + i)] += x[i];
+    }
+  }
+  for (i64 c = 0; c < kClasses; ++c) {
+    ASSERT_GT(per_class[std::size_t(c)], 0) << "class " << c << " is never drawn";
+    for (i64 i = 0; i < kFeatures; ++i) mean[std::size_t(c * kFeatures + i)] /= double(per_class[std::size_t(c)]);
+  }
+  i64 right = 0, seen = 0;
+  for (i64 step = 0; step < 4; ++step) {
+    const Batch& b = s.validation->next();
+    for (i64 n = 0; n < kBatch; ++n, ++seen) {
+      const float* x = b.input.data() + n * kFeatures;
+      EXPECT_FALSE(training_heads.count(std::vector<float>(x, x + 8)))
+          << "validation image " << seen << " is a training image";
+      i64 best = -1;
+      double best_distance = 0;
+      for (i64 c = 0; c < kClasses; ++c) {
+        double d = 0;
+        for (i64 i = 0; i < kFeatures; ++i) {
+          const double e = x[i] - mean[std::size_t(c * kFeatures + i)];
+          d += e * e;
+        }
+        if (best < 0 || d < best_distance) best = c, best_distance = d;
+      }
+      right += best == b.labels[std::size_t(n)];
+    }
+  }
+  EXPECT_GT(double(right), 0.95 * double(seen)) << right << " of " << seen << " classified by the nearest class mean";
+}
+
+// synthetic_for draws its images from the seed it is given.
+TEST(Splits, SyntheticForFollowsTheSeed) {
+  const ModelSpec& mlp = models::workload("mlp", "mnist").spec;
+  const auto first_batch = [&](std::uint64_t seed) { return synthetic_for("mnist", mlp, 8, seed)->next().input; };
+  const std::vector<float> one = first_batch(1);
+  EXPECT_TRUE(first_batch(1) == one);
+  EXPECT_FALSE(first_batch(2) == one);
+}
+
+// The sine workload validates on the validation range in order, as SineWave(validation) gives it.
+TEST(Splits, SineValidationIsTheValidationRangeInOrder) {
+  Splits s = make_splits("sine", "", models::workload("lstm", "sine").spec, LoaderConfig{.batch = 20, .seed = 3});
+  SineWave expected(35, 20, true, 3);
+  EXPECT_EQ(s.validation_steps, expected.steps_per_epoch());
+  for (int step = 0; step < 3; ++step) {
+    const Batch& want = expected.next();
+    const Batch& got = s.validation->next();
+    EXPECT_TRUE(got.input == want.input) << "step " << step;
+    EXPECT_TRUE(got.targets == want.targets) << "step " << step;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
