@@ -17,6 +17,7 @@
 #include "engine/cpu/isa.hpp"
 #include "engine/cpu/kernels/kernels.hpp"
 #include "engine/cpu/network.hpp"
+#include "engine/optim/optimizer.hpp"
 #include "engine/reference/ops.hpp"
 #include "models/models.hpp"
 #include "tests/small_lstm_buffers.hpp"
@@ -413,6 +414,69 @@ TEST_P(CpuKernels, AdamMatchesTheReferenceWithAGradientScale) {
     ref::adam_update(pr.data(), gd.data(), mr.data(), vr.data(), n, 0.01, 0.9, 0.999, 1e-8, step);
   }
   EXPECT_TRUE(same_steps(p, pr, before)) << "Adam's steps";
+}
+
+// The optimizer (engine/optim) hands the kernels every term of its configuration, step after
+// step: each hyperparameter changes the steps, so a term dropped or swapped on the way is seen.
+// Few elements: the kernels' own tests above cover sizes and ISAs.
+TEST(Optimizer, SgdStepsWithItsLearningRateMomentumWeightDecayAndGradientScale) {
+  const i64 n = 37;
+  std::mt19937 rng(53);
+  Vec p = uniform(rng, n);
+  const Vec before = p;
+  DVec pr = to_double(p), vr(p.size(), 0.0);
+  Optimizer sgd(OptimizerConfig{.kind = OptimizerConfig::Kind::SGD, .lr = 0.1, .momentum = 0.8, .weight_decay = 0.05},
+                n);
+  sgd.set_gradient_scale(0.5f);
+  for (int step = 1; step <= 3; ++step) {
+    const Vec g = uniform(rng, n);
+    sgd.step(p.data(), g.data());
+    DVec gd = to_double(g);
+    for (double& e : gd) e *= 0.5;
+    ref::sgd_momentum_update(pr.data(), gd.data(), vr.data(), n, 0.1, 0.8, 0.05);
+  }
+  EXPECT_TRUE(same_steps(p, pr, before)) << "SGD's steps";
+}
+
+// Adam's weight decay is added to the gradient (L2, as PyTorch's Adam, not AdamW's decoupled
+// decay), so the reference is given g * scale + wd * p. Element 0 has no gradient and no weight:
+// its moments stay 0 and only eps keeps its step 0 / (0 + eps) = 0 rather than NaN.
+TEST(Optimizer, AdamStepsWithItsBetasBiasCorrectionEpsWeightDecayAndGradientScale) {
+  const i64 n = 37;
+  const double lr = 0.01, beta1 = 0.8, beta2 = 0.9, eps = 1e-8, wd = 0.05;
+  std::mt19937 rng(59);
+  Vec p = uniform(rng, n);
+  p[0] = 0.0f;
+  const Vec before = p;
+  DVec pr = to_double(p), mr(p.size(), 0.0), vr(p.size(), 0.0);
+  Optimizer adam(OptimizerConfig{.kind = OptimizerConfig::Kind::Adam,
+                                 .lr = lr,
+                                 .weight_decay = wd,
+                                 .beta1 = beta1,
+                                 .beta2 = beta2,
+                                 .eps = eps},
+                 n);
+  adam.set_gradient_scale(0.5f);
+  for (int step = 1; step <= 3; ++step) {
+    Vec g = uniform(rng, n);
+    g[0] = 0.0f;
+    adam.step(p.data(), g.data());
+    DVec gd = to_double(g);
+    for (std::size_t e = 0; e < gd.size(); ++e) gd[e] = gd[e] * 0.5 + wd * pr[e];
+    ref::adam_update(pr.data(), gd.data(), mr.data(), vr.data(), n, lr, beta1, beta2, eps, step);
+  }
+  EXPECT_TRUE(same_steps(p, pr, before)) << "Adam's steps";
+  EXPECT_EQ(p[0], 0.0f) << "a weight with no gradient and no decay stays";
+}
+
+// SGD keeps one buffer of state (the velocity), Adam two (the moments); each is named as the
+// command line and the CSV name it.
+TEST(Optimizer, KeepsOneStateBufferPerMomentAndIsNamedByItsKind) {
+  const i64 n = 37;
+  EXPECT_EQ(Optimizer(OptimizerConfig{.kind = OptimizerConfig::Kind::SGD}, n).state_bytes(), n * 4);
+  EXPECT_EQ(Optimizer(OptimizerConfig{.kind = OptimizerConfig::Kind::Adam}, n).state_bytes(), 2 * n * 4);
+  EXPECT_STREQ(optimizer_name(OptimizerConfig::Kind::SGD), "sgd");
+  EXPECT_STREQ(optimizer_name(OptimizerConfig::Kind::Adam), "adam");
 }
 
 TEST_P(CpuKernels, AddSumsEveryElement) {

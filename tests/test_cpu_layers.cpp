@@ -1,7 +1,9 @@
 // Checks every oneDNN layer of the CPU backend (engine/cpu) against the plain-loop reference ops
 // in double: forward output, input gradient and every parameter gradient, in the layouts oneDNN
-// picks (plain and blocked), through the CpuNetwork that plans and binds them.
+// picks (plain and blocked), through the CpuNetwork that plans and binds them; then the network
+// itself: what it lets a caller read and refuses, evaluation, resident batches, its hook and lanes.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -822,6 +824,297 @@ TEST(CpuLayersLoss, MeanSquaredError) {
     ref::mse_backward(pd.data(), td.data(), dpred.data(), n);
     EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
     EXPECT_TRUE(close(net->read_grad(pred), dpred)) << "gradient of the predictions";
+  }
+}
+
+// ---- The network itself: what it lets a caller read, what it refuses, its hook and lanes ----
+
+// The message of the Error that `act` throws, or "" where it throws none.
+template <class Act>
+std::string refusal(Act act) {
+  try {
+    act();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool mentions(const std::string& message, const std::string& part) { return message.find(part) != std::string::npos; }
+
+// x -> a -> b (bias-free linears) -> c = add(b, b) -> mean squared error. b's value is last read
+// by the add's forward (an add's backward reads nothing), b's gradient by b's backward: after
+// those, their bytes may be given to other values.
+ModelSpec doubled_chain() {
+  ModelSpec m = named("chain", 0, Task::Regression);
+  const int x = m.add("input", InputSpec{{4}}, {});
+  const int a = m.add("a", LinearSpec{4, 4, false}, {x});
+  const int b = m.add("b", LinearSpec{4, 4, false}, {a});
+  const int c = m.add("c", AddSpec{}, {b, b});
+  m.add("loss", MSESpec{}, {c});
+  return m;
+}
+
+// A network of `batch` sharing memory as planned (no keep_values), on `lanes` (0: its choice).
+NetworkOptions planned(i64 batch, int lanes = 0) {
+  NetworkOptions c;
+  c.batch = batch;
+  c.lanes = lanes;
+  return c;
+}
+
+// With identity weights: a = b = x, c = 2x.
+std::unique_ptr<cpu::CpuNetwork> identity_chain(const ModelSpec& m, i64 batch, bool poison_dead) {
+  NetworkOptions c = planned(batch);
+  c.poison_dead = poison_dead;
+  auto net = std::make_unique<cpu::CpuNetwork>(m, c);
+  net->write_param(1, 0, eye(4));
+  net->write_param(2, 0, eye(4));
+  return net;
+}
+
+// With dead blocks poisoned, a value read after its last use in forward, or a gradient after its
+// last use in backward, is refused by name with the way out; what is still alive is read.
+TEST(CpuNetwork, AValueOrGradientReadAfterItsLifeIsRefusedWhereDeadBlocksArePoisoned) {
+  const ModelSpec m = doubled_chain();
+  const i64 N = 3;
+  std::mt19937 rng(79);
+  const Vec input = uniform(rng, N * 4), targets = uniform(rng, N * 4);
+  auto net = identity_chain(m, N, true);
+  net->set_batch(BatchView{input.data(), nullptr, targets.data()});
+  net->forward();
+  EXPECT_TRUE(mentions(refusal([&] { net->read_output(2); }),
+                       "chain/b: its output shares bytes with others after its last use in the step; build the "
+                       "network with keep_values to read it"))
+      << refusal([&] { net->read_output(2); });
+  EXPECT_EQ(net->read_output(1), input) << "a is read by b's backward, so it lives on";
+  Vec doubled(input.size());
+  for (std::size_t k = 0; k < input.size(); ++k) doubled[k] = 2 * input[k];
+  EXPECT_EQ(net->read_output(3), doubled) << "c is read by the loss";
+  net->backward();
+  EXPECT_TRUE(mentions(refusal([&] { net->read_grad(2); }), "chain/b: its gradient shares bytes with others"))
+      << refusal([&] { net->read_grad(2); });
+  EXPECT_EQ(refusal([&] { net->read_grad(1); }), "") << "a's gradient is read by a's backward, the last";
+}
+
+// Without poison, a value past its last use is read while no other block has had its bytes:
+// after forward no gradient has been written yet, so b is still x.
+TEST(CpuNetwork, ADeadValueWhoseBytesNoOneReusedIsReadWhereBlocksAreNotPoisoned) {
+  const ModelSpec m = doubled_chain();
+  const i64 N = 3;
+  std::mt19937 rng(83);
+  const Vec input = uniform(rng, N * 4), targets = uniform(rng, N * 4);
+  auto net = identity_chain(m, N, false);
+  net->set_batch(BatchView{input.data(), nullptr, targets.data()});
+  net->forward();
+  EXPECT_EQ(net->read_output(2), input);
+}
+
+// evaluate() runs each layer's inference pass: a batch norm normalises with its running
+// statistics (mean 0, variance 1 before any training step), not with the batch's own.
+TEST(CpuNetwork, EvaluationNormalisesWithTheRunningStatisticsNotTheBatchs) {
+  const i64 N = 2, C = 2, H = 2, n = N * C * H * H;
+  ModelSpec m = named("bn");
+  const int x = m.add("input", InputSpec{{C, H, H}}, {});
+  const int bn = m.add("bn", BatchNormSpec{C}, {x});
+  std::mt19937 rng(89);
+  const Vec input = uniform(rng, n, 1.0f, 3.0f);
+  auto net = make_net(m, N);
+  net->set_batch(BatchView{input.data(), nullptr, nullptr});
+  EXPECT_EQ(net->evaluate(), 0.0f) << "a model without a loss";
+  DVec want(n);
+  for (i64 k = 0; k < n; ++k) want[std::size_t(k)] = input[std::size_t(k)] / std::sqrt(1.0 + 1e-5);
+  EXPECT_TRUE(close(net->read_output(bn), want));
+}
+
+// A dataset whose batches hold first, first + 1, ... in every value (4 features a sample).
+class Numbered final : public Dataset {
+ public:
+  Numbered(i64 batch, float first) : value_(first) { batch_.batch = batch; }
+  const Batch& next() override {
+    batch_.input.assign(std::size_t(batch_.batch * 4), value_++);
+    return batch_;
+  }
+  std::string name() const override { return "numbered"; }
+  std::string source() const override { return "synthetic"; }
+
+ private:
+  Batch batch_;
+  float value_;
+};
+
+// make_resident keeps the batches of its last call only, and at least one; use_resident(k) gives
+// batch k of them, round and round.
+TEST(CpuNetwork, ResidentBatchesAreTheLastCallsAndAtLeastOne) {
+  ModelSpec m = named("resident");
+  const int x = m.add("input", InputSpec{{4}}, {});
+  m.add("fc", LinearSpec{4, 2}, {x});
+  cpu::CpuNetwork net(m, planned(2));
+  Numbered first(2, 10.0f), second(2, 20.0f);
+  EXPECT_TRUE(mentions(refusal([&] { net.make_resident(first, 0); }), "a resident dataset needs at least one batch"));
+  net.make_resident(first, 2);
+  net.make_resident(second, 2);
+  for (i64 k = 0; k < 3; ++k) {
+    net.use_resident(k);
+    EXPECT_EQ(net.read_output(0), Vec(8, 20.0f + float(k % 2))) << "resident batch " << k;
+  }
+}
+
+// The output gradient is given only to a model without a loss, and only of the output's size; such
+// a model counts no correct answers.
+TEST(CpuNetwork, AnOutputGradientIsGivenOnlyWithoutALossAndOfTheOutputsSize) {
+  ModelSpec plain = named("plain");
+  plain.add("fc", LinearSpec{4, 2}, {plain.add("input", InputSpec{{4}}, {})});
+  cpu::CpuNetwork net(plain, planned(3));
+  EXPECT_TRUE(mentions(refusal([&] { net.set_output_grad(Vec(5)); }), "output gradient has 5 values, expected 6"));
+  EXPECT_EQ(refusal([&] { net.set_output_grad(Vec(6)); }), "");
+  EXPECT_EQ(net.correct(), -1);
+  cpu::CpuNetwork with_loss(doubled_chain(), planned(3));
+  EXPECT_TRUE(
+      mentions(refusal([&] { with_loss.set_output_grad(Vec(12)); }), "the gradient of a loss is computed, not given"));
+}
+
+// Parameters are named by node and index; one a node does not have is refused by name, as is a
+// value of the wrong size.
+TEST(CpuNetwork, AParameterTheNodeDoesNotHaveIsRefused) {
+  ModelSpec m = named("params");
+  m.add("fc", LinearSpec{4, 2}, {m.add("input", InputSpec{{4}}, {})});
+  cpu::CpuNetwork net(m, planned(1));
+  EXPECT_EQ(net.read_param(1, 1).size(), 2u) << "the bias";
+  EXPECT_TRUE(mentions(refusal([&] { net.read_param(1, 2); }), "node 1 has no parameter 2"));
+  EXPECT_TRUE(mentions(refusal([&] { net.read_param_grad(0, 0); }), "node 0 has no parameter 0"));
+  EXPECT_TRUE(mentions(refusal([&] { net.read_param(2, 0); }), "node 2 has no parameter 0"));
+  EXPECT_TRUE(mentions(refusal([&] { net.write_param(1, 0, Vec(7)); }), "parameter 0 of node 1: 7 values given"));
+}
+
+// x -> a -> relu -> b -> softmax cross-entropy, which the network may cut into lanes.
+ModelSpec small_classifier() {
+  ModelSpec m = named("small", 3);
+  const int x = m.add("input", InputSpec{{4}}, {});
+  const int a = m.add("a", LinearSpec{4, 6}, {x});
+  const int b = m.add("b", LinearSpec{6, 3}, {m.add("relu", ReLUSpec{}, {a})});
+  m.add("loss", SoftmaxCrossEntropySpec{3}, {b});
+  return m;
+}
+
+struct ClassifierBatch {
+  Vec input;
+  std::vector<std::int32_t> labels;
+  BatchView view() const { return BatchView{input.data(), labels.data(), nullptr}; }
+};
+
+ClassifierBatch classifier_batch(i64 N) {
+  std::mt19937 rng(97);
+  ClassifierBatch c{uniform(rng, N * 4), std::vector<std::int32_t>(std::size_t(N))};
+  for (i64 k = 0; k < N; ++k) c.labels[std::size_t(k)] = std::int32_t(k % 3);
+  return c;
+}
+
+// Two lanes give a node's gradient of the whole batch's mean loss, as one network does (each
+// lane's is of its own half's mean), and leave the caller's OpenMP threads as they found them
+// (each lane's layers are made for one thread).
+TEST(CpuNetwork, LanesGiveTheWholeBatchsNodeGradientsAndLeaveTheCallersThreads) {
+  const ModelSpec m = small_classifier();
+  const i64 N = 4;
+  const ClassifierBatch batch = classifier_batch(N);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(3);
+  NetworkOptions one = planned(N, 1), two = planned(N, 2);
+  one.keep_values = two.keep_values = true;
+  cpu::CpuNetwork whole(m, one), lanes(m, two);
+  ASSERT_EQ(lanes.lanes(), 2);
+  EXPECT_EQ(omp_get_max_threads(), 3) << "after making two lanes";
+  for (cpu::CpuNetwork* net : {&whole, &lanes}) {
+    net->set_batch(batch.view());
+    net->forward();
+    net->backward();
+  }
+  EXPECT_EQ(omp_get_max_threads(), 3) << "after a step on two lanes";
+  omp_set_num_threads(threads);
+  const Vec want = whole.read_grad(1);
+  EXPECT_TRUE(close(lanes.read_grad(1), DVec(want.begin(), want.end()))) << "the gradient of a's output";
+}
+
+// The step hook hears each node with parameters once its gradients are final, last node first,
+// then backward's end and the update's, with one lane and with two.
+TEST(CpuNetwork, TheStepHookHearsEachNodeWithParametersInBackwardOrderThenTheStepsEnds) {
+  const ModelSpec m = small_classifier();
+  const ClassifierBatch batch = classifier_batch(4);
+  for (const int lanes : {1, 2}) {
+    SCOPED_TRACE(std::to_string(lanes) + " lanes");
+    cpu::CpuNetwork net(m, planned(4, lanes));
+    ASSERT_EQ(net.lanes(), lanes);
+    std::vector<int> heard;
+    net.set_step_hook([&](int node) { heard.push_back(node); });
+    net.set_batch(batch.view());
+    net.forward();
+    net.backward();
+    net.update();
+    EXPECT_EQ(heard, (std::vector<int>{3, 1, kBackwardDone, kStepEnqueued}));
+  }
+}
+
+// A gradient scale given to the update (a data-parallel mean folded into it) scales every lane's
+// step: plain SGD moves each weight by lr x scale x its gradient.
+TEST(CpuNetwork, AGradientScaleInTheUpdateScalesTheStep) {
+  const ModelSpec m = small_classifier();
+  const ClassifierBatch batch = classifier_batch(4);
+  for (const int lanes : {1, 2}) {
+    SCOPED_TRACE(std::to_string(lanes) + " lanes");
+    NetworkOptions c = planned(4, lanes);
+    c.optimizer = OptimizerConfig{.lr = 0.1, .momentum = 0.0};
+    cpu::CpuNetwork net(m, c);
+    net.set_batch(batch.view());
+    net.forward();
+    net.backward();
+    const Vec before = net.read_param(3, 0), grad = net.read_param_grad(3, 0);
+    EXPECT_TRUE(net.scale_gradients_in_update(0.5f));
+    net.update();
+    DVec want(before.size());
+    for (std::size_t k = 0; k < want.size(); ++k) want[k] = double(before[k]) - 0.1 * 0.5 * double(grad[k]);
+    EXPECT_TRUE(close(net.read_param(3, 0), want));
+  }
+}
+
+// With keep_values every node is the model's own: a max pool after a ReLU is not moved before
+// it (as pools_before_activations moves it where values are not read), so the ReLU node holds
+// the ReLU of the whole input and the pool node its 2x2 maxima.
+TEST(CpuNetwork, KeptValuesAreTheModelsOwnNodesWithTheirPoolsAfterTheirActivations) {
+  const i64 N = 2, H = 4, n = N * H * H;
+  ModelSpec m = named("relu_pool");
+  const int x = m.add("input", InputSpec{{1, H, H}}, {});
+  const int relu = m.add("relu", ReLUSpec{}, {x});
+  const int pool = m.add("pool", MaxPool2dSpec{2, 2}, {relu});
+  std::mt19937 rng(101);
+  const Vec input = signed_away_from_zero(rng, n, 0.5);
+  auto net = make_net(m, N);
+  net->set_batch(BatchView{input.data(), nullptr, nullptr});
+  net->forward();
+  Vec relu_want(input.size()), pool_want(std::size_t(n / 4), 0.0f);
+  for (i64 k = 0; k < n; ++k) {
+    relu_want[std::size_t(k)] = std::max(input[std::size_t(k)], 0.0f);
+    const i64 sample = k / (H * H), row = k / H % H, column = k % H;
+    float& window = pool_want[std::size_t(sample * 4 + row / 2 * 2 + column / 2)];
+    window = std::max(window, relu_want[std::size_t(k)]);
+  }
+  EXPECT_EQ(net->read_output(relu), relu_want);
+  EXPECT_EQ(net->read_output(pool), pool_want);
+}
+
+// A lane's failure reaches the caller: a label outside the classes, in the second half of the
+// batch, is refused by forward with two lanes as with one.
+TEST(CpuNetwork, ALanesFailureReachesTheCaller) {
+  const ModelSpec m = small_classifier();
+  ClassifierBatch batch = classifier_batch(4);
+  batch.labels[3] = 7;
+  for (const int lanes : {1, 2}) {
+    SCOPED_TRACE(std::to_string(lanes) + " lanes");
+    cpu::CpuNetwork net(m, planned(4, lanes));
+    ASSERT_EQ(net.lanes(), lanes);
+    net.set_batch(batch.view());
+    const std::string message = refusal([&] { net.forward(); });
+    EXPECT_TRUE(mentions(message, "label 7 of sample")) << message;
+    EXPECT_TRUE(mentions(message, "is outside [0, 3)")) << message;
   }
 }
 
