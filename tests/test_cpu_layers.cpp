@@ -873,16 +873,25 @@ std::unique_ptr<cpu::CpuNetwork> identity_chain(const ModelSpec& m, i64 batch, b
   return net;
 }
 
+// The identity chain of a batch of 3 after forward, its input drawn from `seed`.
+struct ForwardedChain {
+  Vec input;
+  std::unique_ptr<cpu::CpuNetwork> net;
+};
+ForwardedChain forwarded_identity_chain(bool poison_dead, unsigned seed) {
+  const i64 N = 3;
+  std::mt19937 rng(seed);
+  ForwardedChain chain{uniform(rng, N * 4), identity_chain(doubled_chain(), N, poison_dead)};
+  const Vec targets = uniform(rng, N * 4);
+  chain.net->set_batch(BatchView{chain.input.data(), nullptr, targets.data()});
+  chain.net->forward();
+  return chain;
+}
+
 // With dead blocks poisoned, a value read after its last use in forward, or a gradient after its
 // last use in backward, is refused by name with the way out; what is still alive is read.
 TEST(CpuNetwork, AValueOrGradientReadAfterItsLifeIsRefusedWhereDeadBlocksArePoisoned) {
-  const ModelSpec m = doubled_chain();
-  const i64 N = 3;
-  std::mt19937 rng(79);
-  const Vec input = uniform(rng, N * 4), targets = uniform(rng, N * 4);
-  auto net = identity_chain(m, N, true);
-  net->set_batch(BatchView{input.data(), nullptr, targets.data()});
-  net->forward();
+  auto [input, net] = forwarded_identity_chain(true, 79);
   EXPECT_TRUE(mentions(refusal([&] { net->read_output(2); }),
                        "chain/b: its output shares bytes with others after its last use in the step; build the "
                        "network with keep_values to read it"))
@@ -900,14 +909,8 @@ TEST(CpuNetwork, AValueOrGradientReadAfterItsLifeIsRefusedWhereDeadBlocksArePois
 // Without poison, a value past its last use is read while no other block has had its bytes:
 // after forward no gradient has been written yet, so b is still x.
 TEST(CpuNetwork, ADeadValueWhoseBytesNoOneReusedIsReadWhereBlocksAreNotPoisoned) {
-  const ModelSpec m = doubled_chain();
-  const i64 N = 3;
-  std::mt19937 rng(83);
-  const Vec input = uniform(rng, N * 4), targets = uniform(rng, N * 4);
-  auto net = identity_chain(m, N, false);
-  net->set_batch(BatchView{input.data(), nullptr, targets.data()});
-  net->forward();
-  EXPECT_EQ(net->read_output(2), input);
+  const ForwardedChain chain = forwarded_identity_chain(false, 83);
+  EXPECT_EQ(chain.net->read_output(2), chain.input);
 }
 
 // evaluate() runs each layer's inference pass: a batch norm normalises with its running

@@ -224,8 +224,7 @@ TEST(NvmlRead, InstantaneousPowerWhereTheDriverHasIt) {
 }
 
 // The field's value is read in the type NVML names for it: a double, all eight bytes of an unsigned
-// or signed long long (a figure beyond 32 bits tells them from an unsigned int's four), and a type
-// this build does not know is no reading: the average is asked for instead.
+// or signed long long (a figure beyond 32 bits tells them from an unsigned int's four).
 TEST(NvmlRead, InstantaneousPowerInTheTypeTheFieldNames) {
   for (const auto& [type, milliwatts, watts] :
        {std::tuple{0ULL, 180250ULL, 180.25}, {3ULL, 5000000000ULL, 5e6}, {4ULL, 5000000000ULL, 5e6}}) {
@@ -239,30 +238,26 @@ TEST(NvmlRead, InstantaneousPowerInTheTypeTheFieldNames) {
     EXPECT_DOUBLE_EQ(*r.power_w, watts) << "type " << type;
     EXPECT_TRUE(r.power_instant) << "type " << type;
   }
-  FakeNvml fake(TB_FAKE_NVML);
-  fake.series(0, "power_instant_type", {7});  // past NVML_VALUE_TYPE_UNSIGNED_SHORT
-  fake.series(0, "power_instant_mw", {180000});
-  fake.series(0, "power_mw", {312500});
-  auto nvml = load_or_fail(TB_FAKE_NVML);
-  ASSERT_TRUE(nvml);
-  const Reading r = nvml->read(nvml->device_by_index(0), kPid);
-  ASSERT_TRUE(r.power_w);
-  EXPECT_DOUBLE_EQ(*r.power_w, 312.5);
-  EXPECT_FALSE(r.power_instant);
 }
 
-// A failing field call (a driver without the field, or an error) falls back to the average.
+// A power field that cannot be read falls back to the average: the call fails (a driver without
+// the field, or an error), or gives its value in a type this build does not know.
 TEST(NvmlRead, FailingPowerFieldFallsBackToTheAverage) {
-  FakeNvml fake(TB_FAKE_NVML);
-  fake.series(0, "power_instant_mw", {180000});
-  fake.series(0, "power_mw", {312500});
-  fake.fail("nvmlDeviceGetFieldValues", 3);  // NVML_ERROR_NOT_SUPPORTED
-  auto nvml = load_or_fail(TB_FAKE_NVML);
-  ASSERT_TRUE(nvml);
-  const Reading r = nvml->read(nvml->device_by_index(0), kPid);
-  ASSERT_TRUE(r.power_w);
-  EXPECT_DOUBLE_EQ(*r.power_w, 312.5);
-  EXPECT_FALSE(r.power_instant);
+  for (const bool unknown_type : {false, true}) {
+    FakeNvml fake(TB_FAKE_NVML);
+    fake.series(0, "power_instant_mw", {180000});
+    fake.series(0, "power_mw", {312500});
+    if (unknown_type)
+      fake.series(0, "power_instant_type", {7});  // past NVML_VALUE_TYPE_UNSIGNED_SHORT
+    else
+      fake.fail("nvmlDeviceGetFieldValues", 3);  // NVML_ERROR_NOT_SUPPORTED
+    auto nvml = load_or_fail(TB_FAKE_NVML);
+    ASSERT_TRUE(nvml);
+    const Reading r = nvml->read(nvml->device_by_index(0), kPid);
+    ASSERT_TRUE(r.power_w) << unknown_type;
+    EXPECT_DOUBLE_EQ(*r.power_w, 312.5) << unknown_type;
+    EXPECT_FALSE(r.power_instant) << unknown_type;
+  }
 }
 
 TEST(NvmlRead, PidAbsentFallsBackToDeviceMemory) {
