@@ -1105,7 +1105,8 @@ TEST(CpuNetwork, KeptValuesAreTheModelsOwnNodesWithTheirPoolsAfterTheirActivatio
 }
 
 // A lane's failure reaches the caller: a label outside the classes, in the second half of the
-// batch, is refused by forward with two lanes as with one.
+// batch, is refused by forward with two lanes as with one, naming the sample by its place in the
+// whole batch (the second lane called sample 3 its sample 1).
 TEST(CpuNetwork, ALanesFailureReachesTheCaller) {
   const ModelSpec m = small_classifier();
   ClassifierBatch batch = classifier_batch(4);
@@ -1116,8 +1117,7 @@ TEST(CpuNetwork, ALanesFailureReachesTheCaller) {
     ASSERT_EQ(net.lanes(), lanes);
     net.set_batch(batch.view());
     const std::string message = refusal([&] { net.forward(); });
-    EXPECT_TRUE(mentions(message, "label 7 of sample")) << message;
-    EXPECT_TRUE(mentions(message, "is outside [0, 3)")) << message;
+    EXPECT_TRUE(mentions(message, "label 7 of sample 3 is outside [0, 3)")) << message;
   }
 }
 

@@ -35,6 +35,9 @@ struct Bindings {
   dnnl::memory output, doutput;
   std::vector<dnnl::memory> params, dparams;
   const BatchView* batch = nullptr;  // labels and targets, for the losses
+  // The index of `batch`'s first sample in the whole batch (a lane's slice of it starts at its
+  // lane's index x the lane's batch): the losses name a sample by it.
+  i64 first_sample = 0;
 };
 
 class Layer {

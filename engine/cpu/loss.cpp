@@ -15,6 +15,7 @@ class LossLayer : public Layer {
   void bind(Context& ctx, const Bindings& b) override {
     input_.bind(ctx, b.inputs[0], b.dinputs[0]);
     batch_ = b.batch;
+    first_sample_ = b.first_sample;
   }
   float loss() const override { return loss_; }
 
@@ -27,6 +28,7 @@ class LossLayer : public Layer {
   bool needs_dinput_;
   InputAdapter input_;
   const BatchView* batch_ = nullptr;
+  i64 first_sample_ = 0;
   float loss_ = 0;
 };
 
@@ -50,7 +52,7 @@ class SoftmaxCrossEntropy final : public LossLayer {
       double sum = 0;
       for (i64 k = 0; k < K_; ++k) sum += std::exp(double(row[k] - mx));
       const std::int32_t label = labels[n];
-      TB_CHECK(label >= 0 && label < K_, "label {} of sample {} is outside [0, {})", label, n, K_);
+      TB_CHECK(label >= 0 && label < K_, "label {} of sample {} is outside [0, {})", label, first_sample_ + n, K_);
       total += std::log(sum) - double(row[label] - mx);
       correct_ += argmax == label;
     }

@@ -279,6 +279,7 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkOptions& config)
         b.dparams.emplace_back(s.desc, ctx.engine, dparams + s.offset);
       }
       b.batch = &lane.batch_view;
+      b.first_sample = i64(lane.index) * lane.batch;
       lane.layers[i]->bind(ctx, b);
     }
   }
