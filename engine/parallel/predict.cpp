@@ -618,10 +618,10 @@ void fit_link(Link& link, int n, bool tree_below) {
   for (std::size_t k = 0; k < x.size(); ++k) {
     if (link.sweep[k].first < kFitBandFromBytes) continue;
     if (link.sweep_slowest[k] > intercept) low = std::min(low, x[k] / (link.sweep_slowest[k] - intercept) * 1e-9);
-    if (y[k] > intercept) high = std::min(kHighestBusbwGbps, std::max(high, x[k] / (y[k] - intercept) * 1e-9));
+    if (y[k] > intercept) high = std::max(high, x[k] / (y[k] - intercept) * 1e-9);
   }
   link.busbw_low_gbps = low;
-  link.busbw_high_gbps = high;
+  link.busbw_high_gbps = std::min(high, kHighestBusbwGbps);  // as the fit, what --link takes
   link.low_source = "the sweep (1 MiB and up) against the fit: its slowest repetition, its fastest size's median";
 }
 
