@@ -15,8 +15,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -1060,6 +1062,41 @@ TEST_F(CudaGpu, CudaGraphGivesTheSameLosses) {
     EXPECT_GT(graph_times.device, 0) << "step " << step;
   }
   EXPECT_LT(graph_losses.back(), graph_losses.front()) << "the steps must train";
+}
+
+// TB_CUDA_LAYER_TIMES times an eager network's layers and writes their table when it goes; a
+// network with a CUDA graph times none and steps as without it. (Its eager first step read the
+// layers' events, which only an eager network records: cudaErrorInvalidResourceHandle failed the
+// row.)
+TEST_F(CudaGpu, LayerTimesTimeEagerStepsAndLeaveACudaGraphsAlone) {
+  const i64 batch = 16;
+  const ModelSpec model = models::workload("mlp", "mnist").spec;
+  const std::string path = ::testing::TempDir() + "tb_layer_times.tsv";
+  std::remove(path.c_str());
+  std::mt19937 rng(31);
+  const Batch data = random_batch(model, batch, rng);
+  ::setenv("TB_CUDA_LAYER_TIMES", path.c_str(), 1);
+  {
+    NetworkOptions config = gpu_config(batch, Precision::FP32);
+    cuda::CudaNetwork eager(model, config);
+    config.cuda_graph = true;
+    cuda::CudaNetwork graph(model, config);
+    ::unsetenv("TB_CUDA_LAYER_TIMES");
+    for (int step = 0; step < 3; ++step) {
+      StepTimes times;
+      eager.set_batch(data.view());
+      EXPECT_TRUE(std::isfinite(eager.train_step(times))) << "step " << step;
+      graph.set_batch(data.view());
+      EXPECT_TRUE(std::isfinite(graph.train_step(times))) << "step " << step << " with a CUDA graph";
+    }
+  }
+  ::unsetenv("TB_CUDA_LAYER_TIMES");
+  std::ifstream in(path);
+  std::stringstream table;
+  table << in.rdbuf();
+  const std::string text = table.str();
+  EXPECT_NE(text.find("mean of 3 eager steps"), std::string::npos) << text;
+  EXPECT_EQ(text.find("# "), text.rfind("# ")) << "one table, the eager network's:\n" << text;
 }
 
 // ---- The capabilities a harness reaches the network through (engine/core/network.hpp) ----

@@ -159,6 +159,9 @@ struct CudaNetwork::Impl {
   void zero_state(Context& ctx);
   void time_layers_if_asked();
 
+  // TB_CUDA_LAYER_TIMES on an eager network: its layers' events are recorded and read. A network
+  // with a CUDA graph records none, also in the eager step before its capture.
+  bool times_layers() const { return !timing.path.empty() && !config.cuda_graph; }
   i64 input_count() const { return product(shapes[0]); }
   std::size_t target_bytes() const { return std::size_t(std::max<i64>(target_count, 1)) * 4; }
   kernels::StepState* step_state() const { return state.as<kernels::StepState>(); }
@@ -500,7 +503,7 @@ void CudaNetwork::take_batch() {
 void CudaNetwork::enqueue_forward(bool training) {
   Impl& m = *impl_;
   Context& ctx = *ctx_;
-  const bool timed = !m.timing.path.empty() && training && !m.config.cuda_graph;
+  const bool timed = training && m.times_layers();
   for (std::size_t s = 0; s < m.layers.size(); ++s) {
     if (timed) m.timing.forward[s]->record(ctx.stream);
     if (training)
@@ -547,7 +550,7 @@ std::int64_t CudaNetwork::correct() const { return impl_->has_loss ? impl_->corr
 void CudaNetwork::enqueue_backward() {
   Impl& m = *impl_;
   Context& ctx = *ctx_;
-  const bool timed = !m.timing.path.empty() && !m.config.cuda_graph;
+  const bool timed = m.times_layers();
   // The update may change the scale (mixed precision); gradients read later are unscaled with
   // the one they were computed with.
   TB_CU(cudaMemcpyAsync(m.backward_scale.get(), &m.step_state()->scale, sizeof(float), cudaMemcpyDeviceToDevice,
@@ -701,7 +704,7 @@ float CudaNetwork::finish_step(StepTimes& times) {
                       .data = data};
   else
     times = StepTimes{.forward = -1, .backward = -1, .update = -1, .device = device, .data = data};
-  if (eager && !m.timing.path.empty()) {
+  if (m.times_layers()) {
     ++m.timing.steps;
     for (std::size_t s = 0; s < m.groups.size(); ++s) {
       m.timing.forward_s[s] += m.timing.forward[s + 1]->since(*m.timing.forward[s]);
