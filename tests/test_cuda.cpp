@@ -1075,13 +1075,17 @@ TEST_F(CudaGpu, LayerTimesTimeEagerStepsAndLeaveACudaGraphsAlone) {
   std::remove(path.c_str());
   std::mt19937 rng(31);
   const Batch data = random_batch(model, batch, rng);
-  ::setenv("TB_CUDA_LAYER_TIMES", path.c_str(), 1);
   {
+    // Read as each network is made; unset however the block ends, so that no later test's
+    // networks write tables.
+    ::setenv("TB_CUDA_LAYER_TIMES", path.c_str(), 1);
+    struct Unset {
+      ~Unset() { ::unsetenv("TB_CUDA_LAYER_TIMES"); }
+    } unset;
     NetworkOptions config = gpu_config(batch, Precision::FP32);
     cuda::CudaNetwork eager(model, config);
     config.cuda_graph = true;
     cuda::CudaNetwork graph(model, config);
-    ::unsetenv("TB_CUDA_LAYER_TIMES");
     for (int step = 0; step < 3; ++step) {
       StepTimes times;
       eager.set_batch(data.view());
@@ -1090,7 +1094,6 @@ TEST_F(CudaGpu, LayerTimesTimeEagerStepsAndLeaveACudaGraphsAlone) {
       EXPECT_TRUE(std::isfinite(graph.train_step(times))) << "step " << step << " with a CUDA graph";
     }
   }
-  ::unsetenv("TB_CUDA_LAYER_TIMES");
   std::ifstream in(path);
   std::stringstream table;
   table << in.rdbuf();
