@@ -185,8 +185,9 @@ void check_blocked_grad(const cpu::kernels::Table& k, const BlockedGradCase& c) 
 
 // LeNet-5's second convolution as the model runs it, and the tiles' edges: kernels whose columns
 // fill no tile, one tile or more than one (3, 5, 7 columns; an ISA takes 8, 6 or 3 a tile),
-// two blocks of channels, one input channel; blocks of 8 and of 16 wherever the ISA's vectors
-// divide them.
+// two blocks of channels, one input channel; input rows of whole vectors (40 columns) and of one
+// column past them (17: the input gradient's last lanes summed alone); blocks of 8 and of 16
+// wherever the ISA's vectors divide them.
 TEST_P(CpuKernels, BlockedWeightGradientsMatchTheReference) {
   int checked = 0;
   for (const i64 B : {8, 16}) {
@@ -195,7 +196,8 @@ TEST_P(CpuKernels, BlockedWeightGradientsMatchTheReference) {
          {BlockedGradCase{4, 6, 14, 14, 16, 5, B, true, "LeNet-5's conv2"},
           BlockedGradCase{3, 2, 9, 11, 32, 3, B, false, "two blocks, 3x3"},
           BlockedGradCase{2, 1, 12, 10, 16, 7, B, true, "7x7, one channel in"},
-          BlockedGradCase{2, 3, 5, 40, 16, 3, B, false, "40 columns: whole rows of lanes"}}) {
+          BlockedGradCase{2, 3, 5, 40, 16, 3, B, false, "40 columns: whole rows of lanes"},
+          BlockedGradCase{2, 2, 6, 17, 16, 3, B, true, "17 columns: one past whole rows of lanes"}}) {
       check_blocked_grad(k(), c);
       ++checked;
     }
