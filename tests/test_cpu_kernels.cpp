@@ -214,7 +214,8 @@ TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
   };
   for (const Case& c : {Case{6, 28, 28, 2, "LeNet-5's pool1 (a sample's 6 planes)"},
                         Case{3, 10, 26, 2, "13 outputs a row: a short last piece"},
-                        Case{2, 12, 66, 2, "33 outputs a row"}, Case{2, 9, 9, 3, "3x3 windows"}}) {
+                        Case{2, 12, 66, 2, "33 outputs a row"}, Case{2, 9, 9, 3, "3x3 windows"},
+                        Case{2, 11, 11, 2, "a row and a column unread (their gradient must be written as zero)"}}) {
     SCOPED_TRACE(c.what);
     std::mt19937 rng(29);
     const i64 OH = c.H / c.K, OW = c.W / c.K;
@@ -232,8 +233,8 @@ TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
     ref::maxpool2d_forward(xd.data(), yr.data(), shape);
     ref::maxpool2d_backward(xd.data(), dyd.data(), dxr.data(), shape);
     EXPECT_TRUE(close(y, yr)) << "output";
-    // One input of every K x K window receives the gradient.
-    EXPECT_TRUE(close(dx, dxr, 1.0 - 1.0 / double(c.K * c.K) + 1e-9)) << "input gradient";
+    // One input of every K x K window receives the gradient, none outside the windows.
+    EXPECT_TRUE(close(dx, dxr, 1.0 - double(OH * OW) / double(c.H * c.W) + 1e-9)) << "input gradient";
   }
   // A NaN wins its window, as in the reference (and oneDNN).
   Vec x(16, 0.0f), y(4), dy(4, 1.0f), dx(16);
