@@ -247,6 +247,35 @@ TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
   EXPECT_EQ(arg[0], 3);
 }
 
+// Ties: inputs of three levels, so that most windows hold equal maxima. The window's first
+// maximum in row-major order takes the gradient, as in the reference (its strict >): on the
+// vector path for 2x2 windows, 13 outputs a row (a short last piece on every ISA), and on the
+// scalar path for 3x3.
+TEST_P(CpuKernels, PlainMaxPoolingGivesATiesGradientToItsFirstMaximum) {
+  for (const i64 K : {2, 3}) {
+    SCOPED_TRACE("windows of " + std::to_string(K));
+    std::mt19937 rng(61);
+    const i64 planes = 2, OH = 4, OW = 13, H = OH * K, W = OW * K;
+    Vec x(std::size_t(planes * H * W));
+    std::uniform_int_distribution<int> level(0, 2);
+    for (float& e : x) e = float(level(rng));
+    const Vec dy = uniform(rng, planes * OH * OW);
+    Vec y(dy.size()), dx(x.size(), 1.0f);
+    std::vector<std::int32_t> arg(y.size());
+    cpu::kernels::PlainPool p{.planes = planes, .K = K, .H = H, .W = W, .OH = OH, .OW = OW};
+    p.x = x.data(), p.y = y.data(), p.argmax = arg.data(), p.dy = dy.data(), p.dx = dx.data();
+    k().plain_pool_forward(p, 0, planes * OH);
+    k().plain_pool_backward(p, 0, planes);
+    const ref::PoolShape shape{1, planes, H, W, K, K, 0};
+    const DVec xd = to_double(x), dyd = to_double(dy);
+    DVec yr(y.size()), dxr(x.size());
+    ref::maxpool2d_forward(xd.data(), yr.data(), shape);
+    ref::maxpool2d_backward(xd.data(), dyd.data(), dxr.data(), shape);
+    EXPECT_TRUE(close(y, yr)) << "output";
+    EXPECT_TRUE(close(dx, dxr, 1.0 - 1.0 / double(K * K) + 1e-9)) << "input gradient";
+  }
+}
+
 // ---- max pooling over channel blocks ----
 
 // NCHW <-> (N, C / B, H, W, B), the layout BlockedPool reads and writes.
