@@ -245,6 +245,16 @@ TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
   k().plain_pool_forward(p, 0, 2);
   EXPECT_TRUE(std::isnan(y[0]));
   EXPECT_EQ(arg[0], 3);
+  // The same in 3x3 windows, which take the scalar loop: the NaN in the middle of the first.
+  Vec x3(36, 0.0f), y3(4);
+  x3[7] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::int32_t> arg3(4);
+  cpu::kernels::PlainPool p3{.planes = 1, .K = 3, .H = 6, .W = 6, .OH = 2, .OW = 2};
+  p3.x = x3.data(), p3.y = y3.data(), p3.argmax = arg3.data();
+  k().plain_pool_forward(p3, 0, 2);
+  EXPECT_TRUE(std::isnan(y3[0]));
+  EXPECT_EQ(arg3[0], 4);
+  EXPECT_EQ(y3[1], 0.0f);
 }
 
 // Ties: inputs of three levels, so that most windows hold equal maxima. The window's first
