@@ -392,6 +392,25 @@ TEST_P(CpuKernels, TheSmallLstmMatchesTheReference) {
   }
 }
 
+// The gates' activations across their range, to a few ulp (kernels.inc computes e^x to about
+// 2 ulp): one step of one unit whose four gates all see the input, from -40 to 40. A sigmoid is
+// compared relatively (its small values carry the exponential's error whole), a tanh absolutely
+// (2 sigmoid(2x) - 1 keeps no more than 1's precision near 0).
+TEST_P(CpuKernels, TheSmallLstmsActivationsHoldAFewUlpAcrossTheirRange) {
+  const i64 N = 111;
+  Vec x(std::size_t(N), 0.0f);
+  for (i64 n = 0; n < N; ++n) x[std::size_t(n)] = float(n - 55) * 0.72f;
+  testing_support::SmallLstmBuffers b(1, N, 1, 1, x, Vec(4, 1.0f), Vec(4, 0.0f), Vec(4, 0.0f), Vec(x.size(), 0.0f));
+  k().small_lstm_forward(b.view());
+  for (i64 n = 0; n < N; ++n) {
+    const double v = double(x[std::size_t(n)]), sigmoid = 1.0 / (1.0 + std::exp(-v));
+    for (const i64 gate : {0, 1, 3})
+      EXPECT_NEAR(b.gates[std::size_t(n * 4 + gate)], sigmoid, 2e-6 * sigmoid)
+          << "sigmoid gate " << gate << " at " << v;
+    EXPECT_NEAR(b.gates[std::size_t(n * 4 + 2)], std::tanh(v), 2e-6) << "tanh gate at " << v;
+  }
+}
+
 // ---- the optimizers and sums over flat buffers ----
 
 // Three steps over 40,003 elements (several of the kernels' pieces of work, and an end that fills
