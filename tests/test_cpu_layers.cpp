@@ -427,7 +427,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersMaxPool,
                                          PoolCase{2, 4, 16, 2, 2, 0, true},   // plain, as LeNet's pool1
                                          PoolCase{3, 3, 17, 2, 2, 0, true},   // plain, odd: a row and column unread
                                          PoolCase{2, 2, 18, 3, 3, 0, true},   // plain 3x3 windows
-                                         PoolCase{2, 3, 16, 3, 2, 1, true}),  // plain, overlapping: oneDNN
+                                         PoolCase{2, 3, 16, 3, 2, 1, true},   // plain, overlapping: oneDNN
+                                         PoolCase{2, 3, 16, 2, 2, 1, true}),  // plain, padded 2x2 windows: oneDNN
                          [](const testing::TestParamInfo<PoolCase>& i) { return "case" + std::to_string(i.index); });
 
 class CpuLayersAvgPool : public testing::TestWithParam<PoolCase> {};
