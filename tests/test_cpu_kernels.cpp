@@ -185,8 +185,9 @@ void check_blocked_grad(const cpu::kernels::Table& k, const BlockedGradCase& c) 
 
 // LeNet-5's second convolution as the model runs it, and the tiles' edges: kernels whose columns
 // fill no tile, one tile or more than one (3, 5, 7 columns; an ISA takes 8, 6 or 3 a tile),
-// two blocks of channels, one input channel; blocks of 8 and of 16 wherever the ISA's vectors
-// divide them.
+// two blocks of channels, one input channel; input rows of whole vectors (40 columns) and of one
+// column past them (17: the input gradient's last lanes summed alone); blocks of 8 and of 16
+// wherever the ISA's vectors divide them.
 TEST_P(CpuKernels, BlockedWeightGradientsMatchTheReference) {
   int checked = 0;
   for (const i64 B : {8, 16}) {
@@ -195,7 +196,8 @@ TEST_P(CpuKernels, BlockedWeightGradientsMatchTheReference) {
          {BlockedGradCase{4, 6, 14, 14, 16, 5, B, true, "LeNet-5's conv2"},
           BlockedGradCase{3, 2, 9, 11, 32, 3, B, false, "two blocks, 3x3"},
           BlockedGradCase{2, 1, 12, 10, 16, 7, B, true, "7x7, one channel in"},
-          BlockedGradCase{2, 3, 5, 40, 16, 3, B, false, "40 columns: whole rows of lanes"}}) {
+          BlockedGradCase{2, 3, 5, 40, 16, 3, B, false, "40 columns: whole rows of lanes"},
+          BlockedGradCase{2, 2, 6, 17, 16, 3, B, true, "17 columns: one past whole rows of lanes"}}) {
       check_blocked_grad(k(), c);
       ++checked;
     }
@@ -212,7 +214,8 @@ TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
   };
   for (const Case& c : {Case{6, 28, 28, 2, "LeNet-5's pool1 (a sample's 6 planes)"},
                         Case{3, 10, 26, 2, "13 outputs a row: a short last piece"},
-                        Case{2, 12, 66, 2, "33 outputs a row"}, Case{2, 9, 9, 3, "3x3 windows"}}) {
+                        Case{2, 12, 66, 2, "33 outputs a row"}, Case{2, 9, 9, 3, "3x3 windows"},
+                        Case{2, 11, 11, 2, "a row and a column unread (their gradient must be written as zero)"}}) {
     SCOPED_TRACE(c.what);
     std::mt19937 rng(29);
     const i64 OH = c.H / c.K, OW = c.W / c.K;
@@ -230,8 +233,8 @@ TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
     ref::maxpool2d_forward(xd.data(), yr.data(), shape);
     ref::maxpool2d_backward(xd.data(), dyd.data(), dxr.data(), shape);
     EXPECT_TRUE(close(y, yr)) << "output";
-    // One input of every K x K window receives the gradient.
-    EXPECT_TRUE(close(dx, dxr, 1.0 - 1.0 / double(c.K * c.K) + 1e-9)) << "input gradient";
+    // One input of every K x K window receives the gradient, none outside the windows.
+    EXPECT_TRUE(close(dx, dxr, 1.0 - double(OH * OW) / double(c.H * c.W) + 1e-9)) << "input gradient";
   }
   // A NaN wins its window, as in the reference (and oneDNN).
   Vec x(16, 0.0f), y(4), dy(4, 1.0f), dx(16);
@@ -242,6 +245,45 @@ TEST_P(CpuKernels, PlainMaxPoolingMatchesTheReferenceAndKeepsItsArgmax) {
   k().plain_pool_forward(p, 0, 2);
   EXPECT_TRUE(std::isnan(y[0]));
   EXPECT_EQ(arg[0], 3);
+  // The same in 3x3 windows, which take the scalar loop: the NaN in the middle of the first.
+  Vec x3(36, 0.0f), y3(4);
+  x3[7] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::int32_t> arg3(4);
+  cpu::kernels::PlainPool p3{.planes = 1, .K = 3, .H = 6, .W = 6, .OH = 2, .OW = 2};
+  p3.x = x3.data(), p3.y = y3.data(), p3.argmax = arg3.data();
+  k().plain_pool_forward(p3, 0, 2);
+  EXPECT_TRUE(std::isnan(y3[0]));
+  EXPECT_EQ(arg3[0], 4);
+  EXPECT_EQ(y3[1], 0.0f);
+}
+
+// Ties: inputs of three levels, so that most windows hold equal maxima. The window's first
+// maximum in row-major order takes the gradient, as in the reference (its strict >): on the
+// vector path for 2x2 windows, 13 outputs a row (a short last piece on every ISA), and on the
+// scalar path for 3x3.
+TEST_P(CpuKernels, PlainMaxPoolingGivesATiesGradientToItsFirstMaximum) {
+  for (const i64 K : {2, 3}) {
+    SCOPED_TRACE("windows of " + std::to_string(K));
+    std::mt19937 rng(61);
+    const i64 planes = 2, OH = 4, OW = 13, H = OH * K, W = OW * K;
+    Vec x(std::size_t(planes * H * W));
+    std::uniform_int_distribution<int> level(0, 2);
+    for (float& e : x) e = float(level(rng));
+    const Vec dy = uniform(rng, planes * OH * OW);
+    Vec y(dy.size()), dx(x.size(), 1.0f);
+    std::vector<std::int32_t> arg(y.size());
+    cpu::kernels::PlainPool p{.planes = planes, .K = K, .H = H, .W = W, .OH = OH, .OW = OW};
+    p.x = x.data(), p.y = y.data(), p.argmax = arg.data(), p.dy = dy.data(), p.dx = dx.data();
+    k().plain_pool_forward(p, 0, planes * OH);
+    k().plain_pool_backward(p, 0, planes);
+    const ref::PoolShape shape{1, planes, H, W, K, K, 0};
+    const DVec xd = to_double(x), dyd = to_double(dy);
+    DVec yr(y.size()), dxr(x.size());
+    ref::maxpool2d_forward(xd.data(), yr.data(), shape);
+    ref::maxpool2d_backward(xd.data(), dyd.data(), dxr.data(), shape);
+    EXPECT_TRUE(close(y, yr)) << "output";
+    EXPECT_TRUE(close(dx, dxr, 1.0 - 1.0 / double(K * K) + 1e-9)) << "input gradient";
+  }
 }
 
 // ---- max pooling over channel blocks ----
@@ -347,6 +389,25 @@ TEST_P(CpuKernels, TheSmallLstmMatchesTheReference) {
     EXPECT_TRUE(close(b.dwx, dwxr)) << "input weights' gradient";
     EXPECT_TRUE(close(b.dwh, dwhr)) << "recurrent weights' gradient";
     EXPECT_TRUE(close(b.dbias, dbr)) << "bias gradient";
+  }
+}
+
+// The gates' activations across their range, to a few ulp (kernels.inc computes e^x to about
+// 2 ulp): one step of one unit whose four gates all see the input, from -40 to 40. A sigmoid is
+// compared relatively (its small values carry the exponential's error whole), a tanh absolutely
+// (2 sigmoid(2x) - 1 keeps no more than 1's precision near 0).
+TEST_P(CpuKernels, TheSmallLstmsActivationsHoldAFewUlpAcrossTheirRange) {
+  const i64 N = 111;
+  Vec x(std::size_t(N), 0.0f);
+  for (i64 n = 0; n < N; ++n) x[std::size_t(n)] = float(n - 55) * 0.72f;
+  testing_support::SmallLstmBuffers b(1, N, 1, 1, x, Vec(4, 1.0f), Vec(4, 0.0f), Vec(4, 0.0f), Vec(x.size(), 0.0f));
+  k().small_lstm_forward(b.view());
+  for (i64 n = 0; n < N; ++n) {
+    const double v = double(x[std::size_t(n)]), sigmoid = 1.0 / (1.0 + std::exp(-v));
+    for (const i64 gate : {0, 1, 3})
+      EXPECT_NEAR(b.gates[std::size_t(n * 4 + gate)], sigmoid, 2e-6 * sigmoid)
+          << "sigmoid gate " << gate << " at " << v;
+    EXPECT_NEAR(b.gates[std::size_t(n * 4 + 2)], std::tanh(v), 2e-6) << "tanh gate at " << v;
   }
 }
 

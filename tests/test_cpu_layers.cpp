@@ -424,10 +424,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersMaxPool,
                                          PoolCase{2, 16, 8, 3, 2, 1},                // ResNet's stem pool
                                          PoolCase{3, 6, 9, 3, 2, 1},                 // plain, odd size
                                          PoolCase{2, 3, 7, 3, 2, 1},
-                                         PoolCase{2, 4, 16, 2, 2, 0, true},   // plain, as LeNet's pool1
-                                         PoolCase{3, 3, 17, 2, 2, 0, true},   // plain, odd: a row and column unread
-                                         PoolCase{2, 2, 18, 3, 3, 0, true},   // plain 3x3 windows
-                                         PoolCase{2, 3, 16, 3, 2, 1, true}),  // plain, overlapping: oneDNN
+                                         PoolCase{2, 4, 16, 2, 2, 0, true},  // plain, as LeNet's pool1
+                                         PoolCase{3, 3, 17, 2, 2, 0, true},  // plain, odd: a row and column unread
+                                         PoolCase{2, 2, 18, 3, 3, 0, true},  // plain 3x3 windows
+                                         PoolCase{2, 3, 16, 3, 2, 1, true},  // plain, overlapping: oneDNN
+                                         PoolCase{2, 3, 16, 2, 2, 1, true},  // plain, padded 2x2 windows: oneDNN
+                                         PoolCase{2, 16, 9, 2, 2, 1}),       // blocked, padded 2x2 windows: oneDNN
                          [](const testing::TestParamInfo<PoolCase>& i) { return "case" + std::to_string(i.index); });
 
 class CpuLayersAvgPool : public testing::TestWithParam<PoolCase> {};
