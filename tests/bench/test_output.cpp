@@ -370,6 +370,16 @@ TEST(Summary, PredictedLinesAreBySourceAndLinkWithTheirNetworkAndEfficiency) {
       "                \n");
 }
 
+// A line's rate is the median of the repetitions that have one: a repetition whose rate is NaN
+// (none) is left out of it, not counted as -1 (which made the median of 100, NaN and 200 read
+// 100, and of 100 and NaN 49.5).
+TEST(Summary, ARepetitionWithoutARateIsNoPartOfTheMedian) {
+  const std::string text = summary_table(
+      {summary_row("cpu", "fp32", 8, 100), summary_row("cpu", "fp32", 8, NAN), summary_row("cpu", "fp32", 8, 200)},
+      false);
+  EXPECT_NE(text.find("resnet152/imagenet       fp32            150"), std::string::npos) << text;
+}
+
 // ---- the row log ----
 
 BenchInfo mlp_info() {
