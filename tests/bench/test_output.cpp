@@ -916,6 +916,42 @@ TEST(ReadCsv, ACellNotANumberIsRefusedAsNotANumber) {
   }
 }
 
+// A record over several lines (a quoted field of line breaks) is held to the 16 MiB of one line
+// as a whole: each of its lines (1 MiB) is short, but together they run past, and the file is refused
+// as it is read.
+TEST(ReadCsv, ARecordOverManyLinesIsRefusedPastSixteenMiBAsOne) {
+  std::string lines;
+  for (int i = 0; i < 17; ++i) lines += std::string((std::size_t(1) << 20) - 1, 'a') + "\n";
+  try {
+    read_csv(write_file("huge_quoted.csv", "schema_version,message\n6,\"" + lines + "\"\n"), "--x");
+    ADD_FAILURE() << "a record of 17 MiB over many lines was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs past 16 MiB: not a trainbench CSV"), std::string::npos) << e.what();
+  }
+}
+
+// A file holding trainbench's header alone, its line break lost, holds no rows: the run's last
+// line does not say it added to some.
+TEST(CsvWriterOpens, AHeaderWithoutItsLineBreakHoldsNoRows) {
+  const std::string header = fmt::format("{}", fmt::join(csv_columns(), ","));
+  const std::string path = write_file("writer_header_no_break.csv", header);
+  ::testing::internal::CaptureStderr();
+  CsvWriter out(path);
+  (void)::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out.rows_written_line(), "trainbench: 0 rows written to " + path + "\n");
+}
+
+// 16 MiB is the most a line may hold: a line of exactly that is read, one byte more is refused.
+TEST(ReadCsv, ALineOfSixteenMiBIsReadAndOneByteMoreIsRefused) {
+  const std::string cell((std::size_t(16) << 20) - 2, 'a');  // "6," and the cell: the line's 16 MiB
+  const std::vector<Row> rows =
+      read_csv(write_file("line_at_cap.csv", "schema_version,message\n6," + cell + "\n"), "--x");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].message.size(), cell.size());
+  EXPECT_THROW(read_csv(write_file("line_past_cap.csv", "schema_version,message\n6," + cell + "a\n"), "--x"),
+               InputError);
+}
+
 // ---- the console: the rows, rendered ----
 
 // A console of its own: the harness of these devices and filter, a row log and the reporter over
