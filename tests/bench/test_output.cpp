@@ -599,6 +599,63 @@ TEST(RowLog, AnAggregateIsOverTheIterationRowsAloneAndSaysHowMany) {
   EXPECT_EQ(aggregates, 4);
 }
 
+// The median aggregate is the middle repetition, not the mean: over 1, 2 and 9 samples/s the two
+// differ (2 and 4).
+TEST(RowLog, TheMedianAggregateIsTheMiddleRepetitionNotTheMean) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const BenchInfo info = mlp_info();
+  for (double rate : {1.0, 9.0, 2.0}) log.repetition(info, Measurement{.figures = figures(rate), .steps = 5});
+  log.aggregates(info);
+  std::map<std::string, double> got;
+  for (const Row* r : log.rows_of(info.name))
+    if (r->run_type == "aggregate") got[r->aggregate] = r->samples_per_s.value_or(NAN);
+  EXPECT_EQ(got.at("median"), 2.0);
+  EXPECT_EQ(got.at("mean"), 4.0);
+}
+
+// An aggregate row is the benchmark's identity with its counters' statistics: a number of its
+// identity (the target accuracy) is the benchmark's in every aggregate row, never a statistic
+// of it (its stddev would be 0).
+TEST(RowLog, AnAggregateKeepsTheBenchmarksIdentityNumbers) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  BenchInfo info = mlp_info();
+  info.target_accuracy = 0.9;
+  for (double rate : {1.0, 2.0}) log.repetition(info, Measurement{.figures = figures(rate), .steps = 5});
+  log.aggregates(info);
+  int aggregates = 0;
+  for (const Row* r : log.rows_of(info.name)) {
+    if (r->run_type != "aggregate") continue;
+    ++aggregates;
+    EXPECT_EQ(r->target_acc, 0.9) << r->aggregate;
+  }
+  EXPECT_EQ(aggregates, 4);
+}
+
+// An epoch's accuracy of 0 (a first epoch of a hard task) is a figure its line shows; only a
+// negative one (-1: a regression task) is none.
+TEST(RowLog, AnEpochsAccuracyOfZeroIsShownInItsLine) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  BenchInfo info = mlp_info();
+  info.kind = Kind::Epochs;
+  log.epoch(info, EpochRecord{.epoch = 1,
+                              .train_loss = 2.5,
+                              .val_loss = 2.5,
+                              .train_acc = 0,
+                              .val_acc = 0,
+                              .elapsed_s = 1,
+                              .train_s = 1,
+                              .steps = 10});
+  EXPECT_EQ(notes.str(),
+            "  " + info.name + " epoch 1: train loss 2.5000 acc 0.0000, val loss 2.5000 acc 0.0000, 1.0 s\n");
+  EXPECT_EQ(log.rows().back().train_acc, 0.0);
+}
+
 // An identity row: the benchmark's settings and the machine's context, and where the benchmark
 // replays a saved row, that row's backend and name.
 TEST(RowLog, AnIdentityRowIsTheBenchmarksSettingsAndTheMachine) {
