@@ -380,6 +380,69 @@ TEST(Summary, ARepetitionWithoutARateIsNoPartOfTheMedian) {
   EXPECT_NE(text.find("resnet152/imagenet       fp32            150"), std::string::npos) << text;
 }
 
+// A reason that names its device further in (not at its start) is about this precision on it,
+// and says so as any other.
+TEST(Summary, ASkipReasonNamingItsDeviceInsideIsStillPrefixedWithIt) {
+  Row row = summary_row("cpu", "bf16", 8, 0);
+  row.status = "skipped", row.message = "skipped: bf16 on cpu needs avx512_bf16";
+  EXPECT_EQ(summary_table({row}, false), "skipped:\n  cpu bf16: bf16 on cpu needs avx512_bf16\n");
+}
+
+// An efficiency or a communication share of 0 is a figure: it is shown (0%), not left blank.
+TEST(Summary, AnEfficiencyOrCommShareOfZeroIsShown) {
+  Row two = summary_row("gpu:2", "fp32", 128, 150);
+  two.data_parallel = 2, two.scaling_efficiency = 0, two.comm_share = 0;
+  const std::string text = summary_table({two}, false);
+  EXPECT_NE(text.find("gpu:2 comm share"), std::string::npos) << text;
+  const std::size_t at = text.find("resnet152");
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  EXPECT_EQ(std::count(line.begin(), line.end(), '%'), 2) << text;
+  EXPECT_NE(line.find(" 0%  "), std::string::npos) << text;
+}
+
+// The comm share of a line is the median of its rows' (as every figure), and its column is there
+// only where a row has one: a data-parallel row without it has an efficiency column alone.
+TEST(Summary, CommShareIsTheMedianAndItsColumnOnlyWhereARowHasOne) {
+  std::vector<Row> rows;
+  for (double share : {0.9, 0.3, 0.1, 0.5, 0.2}) {  // neither the first, the middle nor the last
+    Row r = summary_row("gpu:2", "fp32", 128, 100);
+    r.data_parallel = 2, r.comm_share = share;
+    rows.push_back(r);
+  }
+  const std::string text = summary_table(rows, false);
+  EXPECT_NE(text.find(" 30%"), std::string::npos) << text;
+  for (const char* other : {" 90%", " 10%", " 20%"}) EXPECT_EQ(text.find(other), std::string::npos) << text;
+  Row quiet = summary_row("gpu:2", "fp32", 128, 100);
+  quiet.data_parallel = 2, quiet.scaling_efficiency = 0.5;
+  const std::string header = summary_table({quiet}, false);
+  EXPECT_EQ(header.substr(0, header.find('\n')).find("comm share"), std::string::npos) << header;
+}
+
+// Peak GiB: the largest over a column's repetitions, not the last; a row whose device memory is 0
+// (none allocated) shows its resident set.
+TEST(Summary, PeakIsTheLargestOfAColumnsRepetitionsAndAZeroDevicePeakIsNone) {
+  Row big = summary_row("cpu", "fp32", 8, 10);
+  big.peak_rss_bytes = 2.0 * (1 << 30);
+  Row small = big;
+  small.peak_rss_bytes = 1.0 * (1 << 30);
+  const std::string text = summary_table({big, small}, false);
+  EXPECT_NE(text.find(" 2.00\n"), std::string::npos) << text;
+  Row zero = summary_row("cpu", "fp32", 8, 10);
+  zero.mem_peak_bytes = 0, zero.peak_rss_bytes = 1.5 * (1 << 30);
+  const std::string rss = summary_table({zero}, false);
+  EXPECT_NE(rss.find(" 1.50\n"), std::string::npos) << rss;
+}
+
+// A replayed row (measured steps standing for a saved row's) names the row it replays in
+// predicted_from, yet is measured: it is a figure of the measured table, not of the predictions.
+TEST(Summary, AReplayedRowIsMeasuredNotPredicted) {
+  Row replayed = summary_row("mpi:2", "fp32", 128, 80);
+  replayed.measurement = "replayed", replayed.predicted_from = "train/resnet152/imagenet/gpu:1/fp32/bs:128";
+  const std::string text = summary_table({replayed}, false);
+  EXPECT_EQ(text.find("predicted N-device scaling"), std::string::npos) << text;
+  EXPECT_NE(text.find("mpi:2 samples/s"), std::string::npos) << text;
+}
+
 // ---- the row log ----
 
 BenchInfo mlp_info() {
