@@ -1072,6 +1072,17 @@ TEST(ReadCsv, ALineOfSixteenMiBIsReadAndOneByteMoreIsRefused) {
                InputError);
 }
 
+// A row with one field more than the header (a trailing comma, a cell split by hand) is refused
+// as two rows glued would be: which column each cell belongs to is no longer known.
+TEST(ReadCsv, ARowWithOneFieldMoreThanTheHeaderIsRefused) {
+  try {
+    read_csv(write_file("one_more.csv", "schema_version,benchmark,status\n6,a,ok\n6,b,ok,\n"), "--x");
+    ADD_FAILURE() << "a row of 4 fields under a header of 3 was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3 has 4 fields, the header has 3"), std::string::npos) << e.what();
+  }
+}
+
 // ---- the console: the rows, rendered ----
 
 // A console of its own: the harness of these devices and filter, a row log and the reporter over
