@@ -146,6 +146,14 @@ TEST(Columns, AnEmptyCellIsNoneAndACountPastADoublesWholeNumbersIsRefused) {
   EXPECT_FALSE(row.samples_per_s);
 }
 
+// A column's value is none where its cell is empty: a count never set is none, not 0, as a
+// number never set is.
+TEST(Columns, AnEmptyCountOrNumberHasNoValue) {
+  const Row row;
+  EXPECT_FALSE(column_named("threads")->value(row).has_value());
+  EXPECT_FALSE(column_named("samples_per_s")->value(row).has_value());
+}
+
 // ---- verdicts ----
 
 TEST(Verdicts, AreWordsOfTheTableJoinedOnce) {
