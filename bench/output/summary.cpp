@@ -132,7 +132,7 @@ struct Collected {
     const std::string column = device_column(row);
     if (std::find(devices.begin(), devices.end(), column) == devices.end()) devices.push_back(column);
     Cell& c = lines[key][column];
-    c.rates.push_back(value(row.samples_per_s));
+    if (double r = value(row.samples_per_s); r >= 0) c.rates.push_back(r);  // a NaN rate is none, not -1
     if (value(row.data_parallel) >= 2) scaling.insert(column);
     if (double e = value(row.scaling_efficiency); e >= 0) c.efficiencies.push_back(e);
     if (double s = value(row.comm_share); s >= 0) {

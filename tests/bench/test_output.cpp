@@ -146,6 +146,14 @@ TEST(Columns, AnEmptyCellIsNoneAndACountPastADoublesWholeNumbersIsRefused) {
   EXPECT_FALSE(row.samples_per_s);
 }
 
+// A column's value is none where its cell is empty: a count never set is none, not 0, as a
+// number never set is.
+TEST(Columns, AnEmptyCountOrNumberHasNoValue) {
+  const Row row;
+  EXPECT_FALSE(column_named("threads")->value(row).has_value());
+  EXPECT_FALSE(column_named("samples_per_s")->value(row).has_value());
+}
+
 // ---- verdicts ----
 
 TEST(Verdicts, AreWordsOfTheTableJoinedOnce) {
@@ -370,6 +378,79 @@ TEST(Summary, PredictedLinesAreBySourceAndLinkWithTheirNetworkAndEfficiency) {
       "                \n");
 }
 
+// A line's rate is the median of the repetitions that have one: a repetition whose rate is NaN
+// (none) is left out of it, not counted as -1 (which made the median of 100, NaN and 200 read
+// 100, and of 100 and NaN 49.5).
+TEST(Summary, ARepetitionWithoutARateIsNoPartOfTheMedian) {
+  const std::string text = summary_table(
+      {summary_row("cpu", "fp32", 8, 100), summary_row("cpu", "fp32", 8, NAN), summary_row("cpu", "fp32", 8, 200)},
+      false);
+  EXPECT_NE(text.find("resnet152/imagenet       fp32            150"), std::string::npos) << text;
+}
+
+// A reason that names its device further in (not at its start) is about this precision on it,
+// and says so as any other.
+TEST(Summary, ASkipReasonNamingItsDeviceInsideIsStillPrefixedWithIt) {
+  Row row = summary_row("cpu", "bf16", 8, 0);
+  row.status = "skipped", row.message = "skipped: bf16 on cpu needs avx512_bf16";
+  EXPECT_EQ(summary_table({row}, false), "skipped:\n  cpu bf16: bf16 on cpu needs avx512_bf16\n");
+}
+
+// An efficiency or a communication share of 0 is a figure: it is shown (0%), not left blank.
+TEST(Summary, AnEfficiencyOrCommShareOfZeroIsShown) {
+  Row two = summary_row("gpu:2", "fp32", 128, 150);
+  two.data_parallel = 2, two.scaling_efficiency = 0, two.comm_share = 0;
+  const std::string text = summary_table({two}, false);
+  EXPECT_NE(text.find("gpu:2 comm share"), std::string::npos) << text;
+  const std::size_t at = text.find("resnet152");
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  EXPECT_EQ(std::count(line.begin(), line.end(), '%'), 2) << text;
+  EXPECT_NE(line.find(" 0%  "), std::string::npos) << text;
+}
+
+// The comm share of a line is the median of its rows' (as every figure), and its column is there
+// only where a row has one: a data-parallel row without it has an efficiency column alone.
+TEST(Summary, CommShareIsTheMedianAndItsColumnOnlyWhereARowHasOne) {
+  std::vector<Row> rows;
+  for (double share : {0.9, 0.3, 0.1, 0.5, 0.2}) {  // neither the first, the middle nor the last
+    Row r = summary_row("gpu:2", "fp32", 128, 100);
+    r.data_parallel = 2, r.comm_share = share;
+    rows.push_back(r);
+  }
+  const std::string text = summary_table(rows, false);
+  EXPECT_NE(text.find(" 30%"), std::string::npos) << text;
+  for (const char* other : {" 90%", " 10%", " 20%"}) EXPECT_EQ(text.find(other), std::string::npos) << text;
+  Row quiet = summary_row("gpu:2", "fp32", 128, 100);
+  quiet.data_parallel = 2, quiet.scaling_efficiency = 0.5;
+  const std::string header = summary_table({quiet}, false);
+  EXPECT_EQ(header.substr(0, header.find('\n')).find("comm share"), std::string::npos) << header;
+}
+
+// Peak GiB: the largest over a column's repetitions, not the last; a row whose device memory is 0
+// (none allocated) shows its resident set.
+TEST(Summary, PeakIsTheLargestOfAColumnsRepetitionsAndAZeroDevicePeakIsNone) {
+  Row big = summary_row("cpu", "fp32", 8, 10);
+  big.peak_rss_bytes = 2.0 * (1 << 30);
+  Row small = big;
+  small.peak_rss_bytes = 1.0 * (1 << 30);
+  const std::string text = summary_table({big, small}, false);
+  EXPECT_NE(text.find(" 2.00\n"), std::string::npos) << text;
+  Row zero = summary_row("cpu", "fp32", 8, 10);
+  zero.mem_peak_bytes = 0, zero.peak_rss_bytes = 1.5 * (1 << 30);
+  const std::string rss = summary_table({zero}, false);
+  EXPECT_NE(rss.find(" 1.50\n"), std::string::npos) << rss;
+}
+
+// A replayed row (measured steps standing for a saved row's) names the row it replays in
+// predicted_from, yet is measured: it is a figure of the measured table, not of the predictions.
+TEST(Summary, AReplayedRowIsMeasuredNotPredicted) {
+  Row replayed = summary_row("mpi:2", "fp32", 128, 80);
+  replayed.measurement = "replayed", replayed.predicted_from = "train/resnet152/imagenet/gpu:1/fp32/bs:128";
+  const std::string text = summary_table({replayed}, false);
+  EXPECT_EQ(text.find("predicted N-device scaling"), std::string::npos) << text;
+  EXPECT_NE(text.find("mpi:2 samples/s"), std::string::npos) << text;
+}
+
 // ---- the row log ----
 
 BenchInfo mlp_info() {
@@ -587,6 +668,63 @@ TEST(RowLog, AnAggregateIsOverTheIterationRowsAloneAndSaysHowMany) {
     }
   }
   EXPECT_EQ(aggregates, 4);
+}
+
+// The median aggregate is the middle repetition, not the mean: over 1, 2 and 9 samples/s the two
+// differ (2 and 4).
+TEST(RowLog, TheMedianAggregateIsTheMiddleRepetitionNotTheMean) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  const BenchInfo info = mlp_info();
+  for (double rate : {1.0, 9.0, 2.0}) log.repetition(info, Measurement{.figures = figures(rate), .steps = 5});
+  log.aggregates(info);
+  std::map<std::string, double> got;
+  for (const Row* r : log.rows_of(info.name))
+    if (r->run_type == "aggregate") got[r->aggregate] = r->samples_per_s.value_or(NAN);
+  EXPECT_EQ(got.at("median"), 2.0);
+  EXPECT_EQ(got.at("mean"), 4.0);
+}
+
+// An aggregate row is the benchmark's identity with its counters' statistics: a number of its
+// identity (the target accuracy) is the benchmark's in every aggregate row, never a statistic
+// of it (its stddev would be 0).
+TEST(RowLog, AnAggregateKeepsTheBenchmarksIdentityNumbers) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  BenchInfo info = mlp_info();
+  info.target_accuracy = 0.9;
+  for (double rate : {1.0, 2.0}) log.repetition(info, Measurement{.figures = figures(rate), .steps = 5});
+  log.aggregates(info);
+  int aggregates = 0;
+  for (const Row* r : log.rows_of(info.name)) {
+    if (r->run_type != "aggregate") continue;
+    ++aggregates;
+    EXPECT_EQ(r->target_acc, 0.9) << r->aggregate;
+  }
+  EXPECT_EQ(aggregates, 4);
+}
+
+// An epoch's accuracy of 0 (a first epoch of a hard task) is a figure its line shows; only a
+// negative one (-1: a regression task) is none.
+TEST(RowLog, AnEpochsAccuracyOfZeroIsShownInItsLine) {
+  const MachineContext machine;
+  std::ostringstream notes;
+  RowLog log(machine, nullptr, notes);
+  BenchInfo info = mlp_info();
+  info.kind = Kind::Epochs;
+  log.epoch(info, EpochRecord{.epoch = 1,
+                              .train_loss = 2.5,
+                              .val_loss = 2.5,
+                              .train_acc = 0,
+                              .val_acc = 0,
+                              .elapsed_s = 1,
+                              .train_s = 1,
+                              .steps = 10});
+  EXPECT_EQ(notes.str(),
+            "  " + info.name + " epoch 1: train loss 2.5000 acc 0.0000, val loss 2.5000 acc 0.0000, 1.0 s\n");
+  EXPECT_EQ(log.rows().back().train_acc, 0.0);
 }
 
 // An identity row: the benchmark's settings and the machine's context, and where the benchmark
@@ -903,6 +1041,53 @@ TEST(ReadCsv, ACellNotANumberIsRefusedAsNotANumber) {
     EXPECT_NE(std::string(e.what()).find("line 2: samples_per_s is 'fast', not a number (a row edited"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// A record over several lines (a quoted field of line breaks) is held to the 16 MiB of one line
+// as a whole: each of its lines (1 MiB) is short, but together they run past, and the file is refused
+// as it is read.
+TEST(ReadCsv, ARecordOverManyLinesIsRefusedPastSixteenMiBAsOne) {
+  std::string lines;
+  for (int i = 0; i < 17; ++i) lines += std::string((std::size_t(1) << 20) - 1, 'a') + "\n";
+  try {
+    read_csv(write_file("huge_quoted.csv", "schema_version,message\n6,\"" + lines + "\"\n"), "--x");
+    ADD_FAILURE() << "a record of 17 MiB over many lines was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs past 16 MiB: not a trainbench CSV"), std::string::npos) << e.what();
+  }
+}
+
+// A file holding trainbench's header alone, its line break lost, holds no rows: the run's last
+// line does not say it added to some.
+TEST(CsvWriterOpens, AHeaderWithoutItsLineBreakHoldsNoRows) {
+  const std::string header = fmt::format("{}", fmt::join(csv_columns(), ","));
+  const std::string path = write_file("writer_header_no_break.csv", header);
+  ::testing::internal::CaptureStderr();
+  CsvWriter out(path);
+  (void)::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out.rows_written_line(), "trainbench: 0 rows written to " + path + "\n");
+}
+
+// 16 MiB is the most a line may hold: a line of exactly that is read, one byte more is refused.
+TEST(ReadCsv, ALineOfSixteenMiBIsReadAndOneByteMoreIsRefused) {
+  const std::string cell((std::size_t(16) << 20) - 2, 'a');  // "6," and the cell: the line's 16 MiB
+  const std::vector<Row> rows =
+      read_csv(write_file("line_at_cap.csv", "schema_version,message\n6," + cell + "\n"), "--x");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].message.size(), cell.size());
+  EXPECT_THROW(read_csv(write_file("line_past_cap.csv", "schema_version,message\n6," + cell + "a\n"), "--x"),
+               InputError);
+}
+
+// A row with one field more than the header (a trailing comma, a cell split by hand) is refused
+// as two rows glued would be: which column each cell belongs to is no longer known.
+TEST(ReadCsv, ARowWithOneFieldMoreThanTheHeaderIsRefused) {
+  try {
+    read_csv(write_file("one_more.csv", "schema_version,benchmark,status\n6,a,ok\n6,b,ok,\n"), "--x");
+    ADD_FAILURE() << "a row of 4 fields under a header of 3 was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3 has 4 fields, the header has 3"), std::string::npos) << e.what();
   }
 }
 
