@@ -190,12 +190,18 @@ CsvWriter::CsvWriter(const std::string& path) : path_(path) {
     if (first != header) {
       const auto fields = csv_split(first);
       const bool ours = !fields.empty() && fields[0] == "schema_version";
+      // An empty first line is no header of one column.
+      const std::string what =
+          first.empty()
+              ? "an empty first line"
+              : fmt::format(
+                    "{} ({} column{}{})", ours ? "another trainbench schema" : "a header that is not trainbench's",
+                    fields.size(), fields.size() == 1 ? "" : "s",
+                    eol == std::string::npos && head.size() == kMaxHeaderBytes ? ", a first line over 64 KiB" : "");
       throw InputError(
-          fmt::format("--csv={}: the file exists with {} ({} columns{}); trainbench schema {} has {} columns. "
+          fmt::format("--csv={}: the file exists with {}; trainbench schema {} has {} columns. "
                       "Nothing was written: give a new file name, or move the old file away.",
-                      path, ours ? "another trainbench schema" : "a header that is not trainbench's", fields.size(),
-                      eol == std::string::npos && head.size() == kMaxHeaderBytes ? ", a first line over 64 KiB" : "",
-                      kSchemaVersion, csv_columns().size()));
+                      path, what, kSchemaVersion, csv_columns().size()));
     }
     // A last row cut short (a full disk, a killed run) stays on its own line: never glued. Cut
     // inside a quoted field (a message, the prediction inputs), its quote is closed first, or the

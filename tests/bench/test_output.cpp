@@ -997,6 +997,11 @@ TEST(CsvWriterOpens, ADirectoryAndAForeignHeaderAreRefusedSayingWhatTheyAre) {
   EXPECT_NE(foreign.find("the file exists with a header that is not trainbench's (3 columns); trainbench schema"),
             std::string::npos)
       << foreign;
+  const std::string one = refused(write_file("writer_one_column.csv", "benchmark\n"));
+  EXPECT_NE(one.find("a header that is not trainbench's (1 column); trainbench schema"), std::string::npos) << one;
+  // An empty first line is named as such, not as a header of one column.
+  const std::string empty = refused(write_file("writer_empty_line.csv", "\nschema_version,benchmark\n"));
+  EXPECT_NE(empty.find("the file exists with an empty first line; trainbench schema"), std::string::npos) << empty;
 }
 
 // A row that cannot be written (here past the file size limit, as a full disk would) stops the
