@@ -58,6 +58,7 @@ std::unique_ptr<cpu::CpuNetwork> make_net(const ModelSpec& model, i64 batch) {
   NetworkOptions config;
   config.batch = batch;
   config.keep_values = true;
+  config.poison_unwritten = true;
   return std::make_unique<cpu::CpuNetwork>(model, config);
 }
 

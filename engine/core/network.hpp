@@ -60,6 +60,9 @@ struct NetworkOptions {
   // and fill each arena block with NaN when its planned life ends.
   bool keep_values = false;
   bool poison_dead = false;
+  // Tests: CPU networks fill the arena and the parameter gradients with NaN when they are made,
+  // so that an element a layer should write and leaves alone reads NaN, not a fresh zero.
+  bool poison_unwritten = false;
 };
 
 // One training batch in canonical layouts on the host: input (N, dims...) or (T, N, dims...),
