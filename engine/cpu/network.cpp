@@ -252,9 +252,9 @@ CpuNetwork::CpuNetwork(const ModelSpec& model, const NetworkOptions& config)
     if (k > 0) lane.own_params = HostBuffer(param_floats), lane.own_grads = HostBuffer(param_floats);
     lane.params = k == 0 ? params_.data() : lane.own_params.data();
     float* dparams = k == 0 ? grads_flat_.data() : lane.own_grads.data();
-    if (config_.poison_unwritten) {  // all-ones floats are NaN
-      std::memset(arena, 0xff, lane.plan.arena_bytes);
-      std::memset(dparams, 0xff, std::size_t(param_floats) * sizeof(float));
+    if (config_.poison_unwritten) {  // all-ones floats are NaN; a model without parameters has none
+      if (arena) std::memset(arena, 0xff, lane.plan.arena_bytes);
+      if (dparams) std::memset(dparams, 0xff, std::size_t(param_floats) * sizeof(float));
     }
     lane.optimizer = std::make_unique<Optimizer>(config_.optimizer, param_floats);
 
