@@ -926,6 +926,18 @@ TEST(ReadCsv, CrlfLinesAndRowsOverSeveralLinesReadAsWritten) {
   }
 }
 
+// A quoted field's doubled quotes may fall on any of its lines: a line with an odd count of them
+// opens or closes the field, one with an even count leaves it as it was.
+TEST(ReadCsv, DoubledQuotesOnEveryLineOfAFieldReadAsWritten) {
+  const std::vector<Row> rows = read_csv(
+      write_file("doubled_quotes.csv",
+                 "schema_version,benchmark,message\n6,a,\"say \"\"hi\n\"\"twice\"\"\nthen \"\"bye\"\"\"\n6,b,x\n"),
+      "--x");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].message, "say \"hi\n\"twice\"\nthen \"bye\"");
+  EXPECT_EQ(rows[1].benchmark, "b");
+}
+
 // Appending to a whole file adds rows and nothing else (no note, no blank line); a header saved
 // with CRLF is trainbench's; a foreign first line over 64 KiB is refused saying it is one.
 TEST(CsvWriterOpens, AWholeFileGetsItsRowsAppendedAndNothingElse) {
