@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/core/error.hpp"
 #include "telemetry/sampler.hpp"
@@ -188,13 +189,14 @@ const std::vector<Verdict>& verdicts() {
 }
 
 std::string verdicts_cell(const std::vector<std::string>& words) {
-  std::string cell;
+  std::vector<std::string> kept;  // each word once, in the order first given
   for (const std::string& w : words) {
     const bool known = std::any_of(verdicts().begin(), verdicts().end(), [&](const Verdict& v) { return w == v.word; });
     if (!known) throw Error(fmt::format("verdict '{}' is not in verdicts() (bench/schema/columns.cpp)", w));
-    if (cell.find(w) == std::string::npos) cell += (cell.empty() ? "" : "+") + w;
+    // Whole words are compared: a word inside another ("band" in "inside_band") is still its own.
+    if (std::find(kept.begin(), kept.end(), w) == kept.end()) kept.push_back(w);
   }
-  return cell;
+  return fmt::format("{}", fmt::join(kept, "+"));
 }
 
 void set_measurement(Row& row, const Measurement& m) {
