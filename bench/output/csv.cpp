@@ -332,11 +332,18 @@ std::vector<Row> read_csv(const std::string& path, const std::string& flag) {
     rows.push_back(std::move(row));
   }
   if (header.empty()) throw InputError(fmt::format("{}={}: empty file (no header, no rows)", flag, path));
-  if (!record.empty())
+  // A quote opened early (a hand edit) holds every later line in its field: the note says how many
+  // it left out, so that rows lost after it are not taken for one row cut short.
+  if (!record.empty() && number == first)
     std::cerr << fmt::format(
         "trainbench: note: {}={}: line {} ends inside a quoted field, a row cut short (a full disk, a killed run?): "
         "left out\n",
         flag, path, first);
+  else if (!record.empty())
+    std::cerr << fmt::format(
+        "trainbench: note: {}={}: a quoted field opened on line {} is never closed: lines {} to {} ({} lines) are "
+        "left out; if rows follow that line, close or remove its stray quote (\") and read the file again\n",
+        flag, path, first, first, number, number - first + 1);
   return rows;
 }
 

@@ -833,6 +833,22 @@ TEST(ReadCsv, ARowCutShortIsLeftOutSayingSo) {
   EXPECT_NE(said.find("line 5 ends inside a quoted field"), std::string::npos) << said;
 }
 
+// A quote opened early and never closed (a hand edit) holds every later line: the note counts the
+// lines left out and names the fix, not one row cut short.
+TEST(ReadCsv, AQuoteNeverClosedNamesTheLinesItLeftOut) {
+  ::testing::internal::CaptureStderr();
+  const std::vector<Row> rows = read_csv(
+      write_file("stray_quote.csv", "schema_version,benchmark,status\n6,a,ok\n6,b,\"ok\n6,c,ok\n6,d,ok\n"), "--x");
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].benchmark, "a");
+  EXPECT_NE(said.find("a quoted field opened on line 3 is never closed: lines 3 to 5 (3 lines) are left out; if "
+                      "rows follow that line, close or remove its stray quote"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("a row cut short"), std::string::npos) << said;
+}
+
 // Each character that ends or splits a field puts it in quotes on its own (a line break, a
 // carriage return, a comma, a quote), and csv_split takes it back as written; a carriage return
 // outside quotes (a file saved on Windows) is no part of a field.
