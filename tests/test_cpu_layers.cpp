@@ -508,6 +508,57 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersBatchNorm,
                                          BnCase{2, 3, 7}, BnCase{2, 256, 3}),  // ResNet's widths
                          [](const testing::TestParamInfo<BnCase>& i) { return "case" + std::to_string(i.index); });
 
+// Each training forward moves the running averages toward the batch's mean and unbiased
+// variance by the momentum, in every channel (PyTorch's rule), and evaluation normalises with
+// them: three training batches, then an evaluated fourth, against the reference's running
+// statistics. The second case makes every term tell: a momentum of 0.9 lets the batches' small
+// variances (channels scaled by 0.01 to 0.03) outweigh the initial 1, so that eps counts in
+// evaluation, and a 1x1 plane at batch 2 leaves 2 values a channel, whose unbiased variance is
+// twice the biased one.
+TEST(CpuLayersBatchNorm, RunningStatisticsFollowTheTrainingBatchesAndNormaliseEvaluation) {
+  struct Case {
+    i64 H;
+    double momentum;
+    float min_scale, max_scale;
+  };
+  for (const Case& p : {Case{3, 0.1, 0.5f, 3.f}, Case{1, 0.9, 0.01f, 0.03f}}) {
+    SCOPED_TRACE("H " + std::to_string(p.H) + ", momentum " + std::to_string(p.momentum));
+    const i64 N = 2, C = 6, HW = p.H * p.H, n = N * C * HW;
+    BatchNormSpec spec{.channels = C};
+    spec.momentum = p.momentum;
+    ModelSpec m = named("bn_running");
+    const int bn = m.add("bn", spec, {m.add("input", InputSpec{{C, p.H, p.H}}, {})});
+    std::mt19937 rng(103);
+    const Vec gamma = uniform(rng, C, 0.5f, 1.5f), beta = uniform(rng, C, -0.1f, 0.1f),
+              shift = uniform(rng, C, -2.f, 2.f), scale = uniform(rng, C, p.min_scale, p.max_scale);
+    auto next_batch = [&] {
+      Vec v = uniform(rng, n);
+      for (i64 i = 0; i < n; ++i) v[i] = v[i] * scale[(i / HW) % C] + shift[(i / HW) % C];
+      return v;
+    };
+    auto net = make_net(m, N);
+    net->write_param(bn, 0, gamma);
+    net->write_param(bn, 1, beta);
+    const DVec gd = to_double(gamma), bd = to_double(beta);
+    DVec running_mean(C, 0.0), running_var(C, 1.0), y(n), mean(C), var(C);
+    for (int step = 0; step < 3; ++step) {
+      const Vec input = next_batch();
+      net->set_batch(BatchView{input.data(), nullptr, nullptr});
+      net->forward();
+      const DVec xd = to_double(input);
+      ref::batchnorm_forward_train(xd.data(), gd.data(), bd.data(), y.data(), mean.data(), var.data(),
+                                   running_mean.data(), running_var.data(), N, C, HW, spec.eps, spec.momentum);
+    }
+    const Vec input = next_batch();
+    net->set_batch(BatchView{input.data(), nullptr, nullptr});
+    net->evaluate();
+    const DVec xd = to_double(input);
+    ref::batchnorm_forward_infer(xd.data(), gd.data(), bd.data(), running_mean.data(), running_var.data(), y.data(), N,
+                                 C, HW, spec.eps);
+    EXPECT_TRUE(close(net->read_output(bn), y)) << "evaluated with the running statistics";
+  }
+}
+
 // ---- ReLU and Sigmoid, on images (blocked and plain) and on rows of features ----
 
 struct EltwiseCase {
@@ -560,6 +611,49 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<EltwiseCase>& i) {
       return std::string(i.param.relu ? "relu" : "sigmoid") + std::to_string(i.index);
     });
+
+// A sigmoid over channels that leave the last block part-filled (20 channels: 12 lanes of a
+// second 16-channel block, 4 of a third 8-channel one) turns those lanes into sigmoid(0) = 0.5
+// unless it puts them back to zero. A linear layer after it keeps the input's blocked layout and
+// its weights the matching one, so nonzero padding gives its weights' padding lanes a gradient;
+// an update then makes them nonzero, and the next forward adds padding x padding to the output.
+// So: one SGD step, then the output must be the reference's of the weights read back. The plane
+// is 3x2, neither square nor one row, and the batch 2, so that every lane of every sample's
+// every position counts.
+TEST(CpuLayersEltwise, PaddingLanesOfAPartBlockStayZeroThroughAnUpdate) {
+  const i64 N = 2, C = 20, H = 3, W = 2, I = C * H * W, O = 5;
+  ModelSpec m = named("sigmoid_padding");
+  const int x = m.add("input", InputSpec{{C, H, W}}, {});
+  const int feeder = m.add("feeder", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  const int act = m.add("sigmoid", SigmoidSpec{}, {feeder});
+  const int fc = m.add("fc", LinearSpec{I, O, false}, {act});
+  std::mt19937 rng(107);
+  const Vec input = uniform(rng, N * I), dy = uniform(rng, N * O);
+  NetworkOptions config;
+  config.batch = N;
+  config.keep_values = true;
+  config.poison_unwritten = true;
+  config.optimizer = OptimizerConfig{.lr = 0.5, .momentum = 0.0};
+  cpu::CpuNetwork net(m, config);
+  net.write_param(feeder, 0, eye(C));
+  net.write_param(fc, 0, uniform(rng, O * I, -0.5f, 0.5f));
+  net.set_batch(BatchView{input.data(), nullptr, nullptr});
+  net.forward();
+  net.set_output_grad(dy);
+  net.backward();
+  net.update();
+  net.forward();
+
+  const ref::ConvShape s{N, C, H, W, C, 1, 1, 0};
+  const DVec xd = to_double(input), conv_w = to_double(net.read_param(feeder, 0)),
+             fc_w = to_double(net.read_param(fc, 0));
+  DVec a(N * I), b(N * I), y(N * O);
+  ref::conv2d_forward(xd.data(), conv_w.data(), kNoTensor, a.data(), s);
+  ref::sigmoid_forward(a.data(), b.data(), N * I);
+  ref::linear_forward(b.data(), fc_w.data(), kNoTensor, y.data(), N, I, O);
+  EXPECT_TRUE(close(net.read_output(act), b)) << "sigmoid";
+  EXPECT_TRUE(close(net.read_output(fc), y)) << "linear after the update";
+}
 
 // ---- LSTM: time-major (T, N, I) -> (T, N, H), zero initial state ----
 
