@@ -873,6 +873,19 @@ TEST(CpuLayersAdd, SameTensorTwice) {
 
 // ---- Losses: the value forward returns and the gradient of the logits or predictions ----
 
+// The message of the Error that `act` throws, or "" where it throws none.
+template <class Act>
+std::string refusal(Act act) {
+  try {
+    act();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool mentions(const std::string& message, const std::string& part) { return message.find(part) != std::string::npos; }
+
 TEST(CpuLayersLoss, SoftmaxCrossEntropy) {
   for (const auto& [N, K] : std::vector<std::pair<i64, i64>>{{5, 7}, {8, 10}, {3, 1000}}) {
     SCOPED_TRACE("N " + std::to_string(N) + ", K " + std::to_string(K));
@@ -900,6 +913,38 @@ TEST(CpuLayersLoss, SoftmaxCrossEntropy) {
     EXPECT_TRUE(close(net->read_output(m.loss_node()), {ref_loss})) << "loss node output";
     EXPECT_TRUE(close(net->read_grad(logits), dlogits)) << "gradient of the logits";
   }
+}
+
+// Predictions in a blocked layout (a 16-channel convolution's output) are brought to a plain one
+// for the loss and their gradient taken back; a loss straight on the model input computes no
+// gradient.
+TEST(CpuLayersLoss, MeanSquaredErrorOfBlockedPredictionsAndOfTheModelInput) {
+  const i64 N = 2, C = 16, H = 2, n = N * C * H * H;
+  ModelSpec m = named("mse_blocked", 0, Task::Regression);
+  const int x = m.add("input", InputSpec{{C, H, H}}, {});
+  const int pred = m.add("pred", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  m.add("loss", MSESpec{}, {pred});
+  std::mt19937 rng(113);
+  const Vec input = uniform(rng, n), targets = uniform(rng, n);
+  auto net = make_net(m, N);
+  net->write_param(pred, 0, eye(C));
+  net->set_batch(BatchView{input.data(), nullptr, targets.data()});
+  const float loss = net->forward();
+  net->backward();
+  const DVec pd = to_double(input), td = to_double(targets);
+  DVec dpred(n);
+  const double ref_loss = ref::mse_forward(pd.data(), td.data(), n);
+  ref::mse_backward(pd.data(), td.data(), dpred.data(), n);
+  EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
+  EXPECT_TRUE(close(net->read_grad(pred), dpred)) << "gradient of the predictions";
+
+  ModelSpec bare = named("mse_input", 0, Task::Regression);
+  bare.add("loss", MSESpec{}, {bare.add("input", InputSpec{{4}}, {})});
+  auto direct = make_net(bare, N);
+  direct->set_batch(BatchView{input.data(), nullptr, targets.data()});
+  const float direct_loss = direct->forward();
+  EXPECT_EQ(refusal([&] { direct->backward(); }), "");
+  EXPECT_TRUE(close({direct_loss}, {ref::mse_forward(pd.data(), td.data(), N * 4)})) << "loss on the model input";
 }
 
 TEST(CpuLayersLoss, MeanSquaredError) {
@@ -930,19 +975,6 @@ TEST(CpuLayersLoss, MeanSquaredError) {
 }
 
 // ---- The network itself: what it lets a caller read, what it refuses, its hook and lanes ----
-
-// The message of the Error that `act` throws, or "" where it throws none.
-template <class Act>
-std::string refusal(Act act) {
-  try {
-    act();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool mentions(const std::string& message, const std::string& part) { return message.find(part) != std::string::npos; }
 
 // x -> a -> b (bias-free linears) -> c = add(b, b) -> mean squared error. b's value is last read
 // by the add's forward (an add's backward reads nothing), b's gradient by b's backward: after
