@@ -218,13 +218,15 @@ TEST_P(CpuLayersLinear, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, CpuLayersLinear,
-    testing::Values(LinearCase{InputSpec{{20}}, 4, 12, true},          // rows of features
-                    LinearCase{InputSpec{{33}}, 3, 17, false},         // odd sizes, no bias
-                    LinearCase{InputSpec{{6}, 5}, 3, 4, true},         // time-major sequence (T, N, F)
-                    LinearCase{InputSpec{{16, 4, 4}}, 3, 10, true},    // flatten of a blocked conv output
-                    LinearCase{InputSpec{{32, 2, 2}}, 2, 7, false},    // blocked, no bias
-                    LinearCase{InputSpec{{6, 3, 3}}, 4, 5, true},      // flatten of a plain conv output
-                    LinearCase{InputSpec{{256, 1, 1}}, 3, 10, true}),  // ResNet's classifier after pooling
+    testing::Values(LinearCase{InputSpec{{20}}, 4, 12, true},         // rows of features
+                    LinearCase{InputSpec{{33}}, 3, 17, false},        // odd sizes, no bias
+                    LinearCase{InputSpec{{6}, 5}, 3, 4, true},        // time-major sequence (T, N, F)
+                    LinearCase{InputSpec{{16, 4, 4}}, 3, 10, true},   // flatten of a blocked conv output
+                    LinearCase{InputSpec{{32, 2, 2}}, 2, 7, false},   // blocked, no bias
+                    LinearCase{InputSpec{{6, 3, 3}}, 4, 5, true},     // flatten of a plain conv output
+                    LinearCase{InputSpec{{256, 1, 1}}, 3, 10, true},  // ResNet's classifier after pooling
+                    LinearCase{InputSpec{{16, 3, 2}}, 2, 5, true},    // blocked, a plane of 3x2
+                    LinearCase{InputSpec{{6, 2, 3}}, 3, 4, false}),   // plain, a plane of 2x3
     [](const testing::TestParamInfo<LinearCase>& i) { return "case" + std::to_string(i.index); });
 
 // ---- Conv2d ----
@@ -676,6 +678,9 @@ TEST_P(CpuLayersLstm, MatchesReference) {
   c.dy = uniform(rng, p.T * p.N * p.H);
   EXPECT_EQ(cpu::lstm_is_small(LSTMSpec{p.I, p.H}), GetParam().H <= 16) << "the cases cover both paths";
   const OpResult r = run_op(c);
+  const bool onednn_lstm = std::any_of(r.implementations.begin(), r.implementations.end(),
+                                       [](const std::string& impl) { return impl.rfind("rnn", 0) == 0; });
+  EXPECT_EQ(onednn_lstm, !cpu::lstm_is_small(LSTMSpec{p.I, p.H})) << "small LSTMs run as the fused loop";
 
   const DVec x = to_double(r.x), wx = to_double(c.params[0]), wh = to_double(c.params[1]),
              bias = to_double(c.params[2]), dy = to_double(c.dy);
@@ -871,6 +876,28 @@ TEST(CpuLayersAdd, SameTensorTwice) {
   EXPECT_TRUE(close(net->read_grad(a), dav)) << "gradient of a tensor added to itself";
 }
 
+// y = add(x, a) with x the model input: the add computes no gradient for its first input, and
+// must still give the second its own.
+TEST(CpuLayersAdd, OnlyTheSecondInputNeedsAGradient) {
+  const i64 N = 3, F = 8;
+  ModelSpec m = named("input_shortcut");
+  const int x = m.add("input", InputSpec{{F}}, {});
+  const int a = m.add("a", LinearSpec{F, F, false}, {x});
+  const int y = m.add("y", AddSpec{}, {x, a});
+  std::mt19937 rng(109);
+  const Vec input = uniform(rng, N * F), dy = uniform(rng, N * F);
+  auto net = make_net(m, N);
+  net->write_param(a, 0, eye(F));
+  net->set_batch(BatchView{input.data(), nullptr, nullptr});
+  net->forward();
+  net->set_output_grad(dy);
+  net->backward();
+  DVec yv(N * F);
+  for (i64 i = 0; i < N * F; ++i) yv[i] = 2.0 * input[i];
+  EXPECT_TRUE(close(net->read_output(y), yv)) << "sum";
+  EXPECT_TRUE(close(net->read_grad(a), to_double(dy))) << "gradient of the second input";
+}
+
 // ---- Losses: the value forward returns and the gradient of the logits or predictions ----
 
 // The message of the Error that `act` throws, or "" where it throws none.
@@ -974,6 +1001,41 @@ TEST(CpuLayersLoss, MeanSquaredError) {
   }
 }
 
+// correct() counts the samples whose largest logit is their label's, the first of equal largest
+// ones, afresh in every forward. Logits 800 apart overflow exp() in float and in double unless
+// each row is shifted by its largest: the loss and the gradient must stay finite and right. A
+// label equal to the class count is refused.
+TEST(CpuLayersLoss, SoftmaxCrossEntropyCountsCorrectAnswersAndTakesLogitsFarApart) {
+  const i64 N = 4, K = 5;
+  ModelSpec m = named("sce_correct", K);
+  const int x = m.add("input", InputSpec{{K}}, {});
+  const int logits = m.add("logits", LinearSpec{K, K, false}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{K}, {logits});
+  const Vec input{0.5f,   -1.f,  0.25f, 1.f,  2.f,     // the last class largest, label 4: right
+                  0.f,    1.5f,  -2.f,  1.5f, 0.75f,   // classes 1 and 3 tie, label 1: right
+                  0.5f,   -0.5f, 3.f,   1.f,  -1.f,    // class 2 largest, label 0: wrong
+                  -400.f, 200.f, 400.f, 0.f,  100.f};  // class 2 largest, label 2: right
+  std::vector<std::int32_t> labels{4, 1, 0, 2};
+  auto net = make_net(m, N);
+  net->write_param(logits, 0, eye(K));
+  net->set_batch(BatchView{input.data(), labels.data(), nullptr});
+  const DVec xd = to_double(input);
+  DVec dlogits(N * K);
+  const double ref_loss = ref::softmax_cross_entropy_forward(xd.data(), labels.data(), N, K);
+  ref::softmax_cross_entropy_backward(xd.data(), labels.data(), dlogits.data(), N, K);
+  for (int pass = 0; pass < 2; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    const float loss = net->forward();
+    EXPECT_EQ(net->correct(), 3);
+    net->backward();
+    EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
+    EXPECT_TRUE(close(net->read_grad(logits), dlogits)) << "gradient of the logits";
+  }
+  labels[1] = std::int32_t(K);
+  net->set_batch(BatchView{input.data(), labels.data(), nullptr});
+  const std::string message = refusal([&] { net->forward(); });
+  EXPECT_TRUE(mentions(message, "label 5 of sample 1 is outside [0, 5)")) << message;
+}
 // ---- The network itself: what it lets a caller read, what it refuses, its hook and lanes ----
 
 // x -> a -> b (bias-free linears) -> c = add(b, b) -> mean squared error. b's value is last read
