@@ -218,13 +218,15 @@ TEST_P(CpuLayersLinear, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, CpuLayersLinear,
-    testing::Values(LinearCase{InputSpec{{20}}, 4, 12, true},          // rows of features
-                    LinearCase{InputSpec{{33}}, 3, 17, false},         // odd sizes, no bias
-                    LinearCase{InputSpec{{6}, 5}, 3, 4, true},         // time-major sequence (T, N, F)
-                    LinearCase{InputSpec{{16, 4, 4}}, 3, 10, true},    // flatten of a blocked conv output
-                    LinearCase{InputSpec{{32, 2, 2}}, 2, 7, false},    // blocked, no bias
-                    LinearCase{InputSpec{{6, 3, 3}}, 4, 5, true},      // flatten of a plain conv output
-                    LinearCase{InputSpec{{256, 1, 1}}, 3, 10, true}),  // ResNet's classifier after pooling
+    testing::Values(LinearCase{InputSpec{{20}}, 4, 12, true},         // rows of features
+                    LinearCase{InputSpec{{33}}, 3, 17, false},        // odd sizes, no bias
+                    LinearCase{InputSpec{{6}, 5}, 3, 4, true},        // time-major sequence (T, N, F)
+                    LinearCase{InputSpec{{16, 4, 4}}, 3, 10, true},   // flatten of a blocked conv output
+                    LinearCase{InputSpec{{32, 2, 2}}, 2, 7, false},   // blocked, no bias
+                    LinearCase{InputSpec{{6, 3, 3}}, 4, 5, true},     // flatten of a plain conv output
+                    LinearCase{InputSpec{{256, 1, 1}}, 3, 10, true},  // ResNet's classifier after pooling
+                    LinearCase{InputSpec{{16, 3, 2}}, 2, 5, true},    // blocked, a plane of 3x2
+                    LinearCase{InputSpec{{6, 2, 3}}, 3, 4, false}),   // plain, a plane of 2x3
     [](const testing::TestParamInfo<LinearCase>& i) { return "case" + std::to_string(i.index); });
 
 // ---- Conv2d ----
@@ -508,6 +510,57 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuLayersBatchNorm,
                                          BnCase{2, 3, 7}, BnCase{2, 256, 3}),  // ResNet's widths
                          [](const testing::TestParamInfo<BnCase>& i) { return "case" + std::to_string(i.index); });
 
+// Each training forward moves the running averages toward the batch's mean and unbiased
+// variance by the momentum, in every channel (PyTorch's rule), and evaluation normalises with
+// them: three training batches, then an evaluated fourth, against the reference's running
+// statistics. The second case makes every term tell: a momentum of 0.9 lets the batches' small
+// variances (channels scaled by 0.01 to 0.03) outweigh the initial 1, so that eps counts in
+// evaluation, and a 1x1 plane at batch 2 leaves 2 values a channel, whose unbiased variance is
+// twice the biased one.
+TEST(CpuLayersBatchNorm, RunningStatisticsFollowTheTrainingBatchesAndNormaliseEvaluation) {
+  struct Case {
+    i64 H;
+    double momentum;
+    float min_scale, max_scale;
+  };
+  for (const Case& p : {Case{3, 0.1, 0.5f, 3.f}, Case{1, 0.9, 0.01f, 0.03f}}) {
+    SCOPED_TRACE("H " + std::to_string(p.H) + ", momentum " + std::to_string(p.momentum));
+    const i64 N = 2, C = 6, HW = p.H * p.H, n = N * C * HW;
+    BatchNormSpec spec{.channels = C};
+    spec.momentum = p.momentum;
+    ModelSpec m = named("bn_running");
+    const int bn = m.add("bn", spec, {m.add("input", InputSpec{{C, p.H, p.H}}, {})});
+    std::mt19937 rng(103);
+    const Vec gamma = uniform(rng, C, 0.5f, 1.5f), beta = uniform(rng, C, -0.1f, 0.1f),
+              shift = uniform(rng, C, -2.f, 2.f), scale = uniform(rng, C, p.min_scale, p.max_scale);
+    auto next_batch = [&] {
+      Vec v = uniform(rng, n);
+      for (i64 i = 0; i < n; ++i) v[i] = v[i] * scale[(i / HW) % C] + shift[(i / HW) % C];
+      return v;
+    };
+    auto net = make_net(m, N);
+    net->write_param(bn, 0, gamma);
+    net->write_param(bn, 1, beta);
+    const DVec gd = to_double(gamma), bd = to_double(beta);
+    DVec running_mean(C, 0.0), running_var(C, 1.0), y(n), mean(C), var(C);
+    for (int step = 0; step < 3; ++step) {
+      const Vec input = next_batch();
+      net->set_batch(BatchView{input.data(), nullptr, nullptr});
+      net->forward();
+      const DVec xd = to_double(input);
+      ref::batchnorm_forward_train(xd.data(), gd.data(), bd.data(), y.data(), mean.data(), var.data(),
+                                   running_mean.data(), running_var.data(), N, C, HW, spec.eps, spec.momentum);
+    }
+    const Vec input = next_batch();
+    net->set_batch(BatchView{input.data(), nullptr, nullptr});
+    net->evaluate();
+    const DVec xd = to_double(input);
+    ref::batchnorm_forward_infer(xd.data(), gd.data(), bd.data(), running_mean.data(), running_var.data(), y.data(), N,
+                                 C, HW, spec.eps);
+    EXPECT_TRUE(close(net->read_output(bn), y)) << "evaluated with the running statistics";
+  }
+}
+
 // ---- ReLU and Sigmoid, on images (blocked and plain) and on rows of features ----
 
 struct EltwiseCase {
@@ -547,6 +600,13 @@ TEST_P(CpuLayersEltwise, MatchesReference) {
   }
   EXPECT_TRUE(close(r.y, y)) << "output";
   EXPECT_TRUE(close(r.dx, dx)) << "input gradient";
+  // oneDNN runs its eltwise forward on layouts with a part-filled channel block as a reference
+  // loop; the layer runs it on the whole buffer as one vector instead.
+  for (const std::string& impl : r.implementations) {
+    if (impl.rfind("eltwise", 0) == 0) {
+      EXPECT_EQ(impl.find("ref"), std::string::npos) << impl;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -560,6 +620,49 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<EltwiseCase>& i) {
       return std::string(i.param.relu ? "relu" : "sigmoid") + std::to_string(i.index);
     });
+
+// A sigmoid over channels that leave the last block part-filled (20 channels: 12 lanes of a
+// second 16-channel block, 4 of a third 8-channel one) turns those lanes into sigmoid(0) = 0.5
+// unless it puts them back to zero. A linear layer after it keeps the input's blocked layout and
+// its weights the matching one, so nonzero padding gives its weights' padding lanes a gradient;
+// an update then makes them nonzero, and the next forward adds padding x padding to the output.
+// So: one SGD step, then the output must be the reference's of the weights read back. The plane
+// is 3x2, neither square nor one row, and the batch 2, so that every lane of every sample's
+// every position counts.
+TEST(CpuLayersEltwise, PaddingLanesOfAPartBlockStayZeroThroughAnUpdate) {
+  const i64 N = 2, C = 20, H = 3, W = 2, I = C * H * W, O = 5;
+  ModelSpec m = named("sigmoid_padding");
+  const int x = m.add("input", InputSpec{{C, H, W}}, {});
+  const int feeder = m.add("feeder", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  const int act = m.add("sigmoid", SigmoidSpec{}, {feeder});
+  const int fc = m.add("fc", LinearSpec{I, O, false}, {act});
+  std::mt19937 rng(107);
+  const Vec input = uniform(rng, N * I), dy = uniform(rng, N * O);
+  NetworkOptions config;
+  config.batch = N;
+  config.keep_values = true;
+  config.poison_unwritten = true;
+  config.optimizer = OptimizerConfig{.lr = 0.5, .momentum = 0.0};
+  cpu::CpuNetwork net(m, config);
+  net.write_param(feeder, 0, eye(C));
+  net.write_param(fc, 0, uniform(rng, O * I, -0.5f, 0.5f));
+  net.set_batch(BatchView{input.data(), nullptr, nullptr});
+  net.forward();
+  net.set_output_grad(dy);
+  net.backward();
+  net.update();
+  net.forward();
+
+  const ref::ConvShape s{N, C, H, W, C, 1, 1, 0};
+  const DVec xd = to_double(input), conv_w = to_double(net.read_param(feeder, 0)),
+             fc_w = to_double(net.read_param(fc, 0));
+  DVec a(N * I), b(N * I), y(N * O);
+  ref::conv2d_forward(xd.data(), conv_w.data(), kNoTensor, a.data(), s);
+  ref::sigmoid_forward(a.data(), b.data(), N * I);
+  ref::linear_forward(b.data(), fc_w.data(), kNoTensor, y.data(), N, I, O);
+  EXPECT_TRUE(close(net.read_output(act), b)) << "sigmoid";
+  EXPECT_TRUE(close(net.read_output(fc), y)) << "linear after the update";
+}
 
 // ---- LSTM: time-major (T, N, I) -> (T, N, H), zero initial state ----
 
@@ -582,6 +685,9 @@ TEST_P(CpuLayersLstm, MatchesReference) {
   c.dy = uniform(rng, p.T * p.N * p.H);
   EXPECT_EQ(cpu::lstm_is_small(LSTMSpec{p.I, p.H}), GetParam().H <= 16) << "the cases cover both paths";
   const OpResult r = run_op(c);
+  const bool onednn_lstm = std::any_of(r.implementations.begin(), r.implementations.end(),
+                                       [](const std::string& impl) { return impl.rfind("rnn", 0) == 0; });
+  EXPECT_EQ(onednn_lstm, !cpu::lstm_is_small(LSTMSpec{p.I, p.H})) << "small LSTMs run as the fused loop";
 
   const DVec x = to_double(r.x), wx = to_double(c.params[0]), wh = to_double(c.params[1]),
              bias = to_double(c.params[2]), dy = to_double(c.dy);
@@ -777,7 +883,85 @@ TEST(CpuLayersAdd, SameTensorTwice) {
   EXPECT_TRUE(close(net->read_grad(a), dav)) << "gradient of a tensor added to itself";
 }
 
+// y = add(x, a) with x the model input: the add computes no gradient for its first input, and
+// must still give the second its own.
+TEST(CpuLayersAdd, OnlyTheSecondInputNeedsAGradient) {
+  const i64 N = 3, F = 8;
+  ModelSpec m = named("input_shortcut");
+  const int x = m.add("input", InputSpec{{F}}, {});
+  const int a = m.add("a", LinearSpec{F, F, false}, {x});
+  const int y = m.add("y", AddSpec{}, {x, a});
+  std::mt19937 rng(109);
+  const Vec input = uniform(rng, N * F), dy = uniform(rng, N * F);
+  auto net = make_net(m, N);
+  net->write_param(a, 0, eye(F));
+  net->set_batch(BatchView{input.data(), nullptr, nullptr});
+  net->forward();
+  net->set_output_grad(dy);
+  net->backward();
+  DVec yv(N * F);
+  for (i64 i = 0; i < N * F; ++i) yv[i] = 2.0 * input[i];
+  EXPECT_TRUE(close(net->read_output(y), yv)) << "sum";
+  EXPECT_TRUE(close(net->read_grad(a), to_double(dy))) << "gradient of the second input";
+}
+
+// ---- ThreadPartials: a weight gradient summed over the batch by every OpenMP thread ----
+
+// Each thread adds its share of the samples into a buffer of its own, then writes its share of
+// the buffers' sums: every sample counted once, every weight and bias written, nothing past
+// them, and no bias where none is given. Sizes of a few elements, on 1 to 3 threads, so that a
+// thread's share of the weights or of the biases is one element or none. Sums of small integers,
+// exact in fp32.
+TEST(CpuThreadPartials, SumEverySampleIntoEveryWeightAndBiasOnce) {
+  const int threads = omp_get_max_threads();
+  const i64 samples = 5;
+  for (const int team : {1, 2, 3})
+    for (const auto& [weights, biases] : std::vector<std::pair<i64, i64>>{{3, 1}, {5, 2}, {1, 1}, {6, 0}})
+      for (const bool with_bias : {true, false}) {
+        SCOPED_TRACE(std::to_string(team) + " threads, " + std::to_string(weights) + " weights, " +
+                     std::to_string(biases) + " biases" + (with_bias ? "" : ", no bias given"));
+        omp_set_num_threads(team);
+        cpu::ThreadPartials partials(weights, biases);
+        Vec dweights(std::size_t(weights), NAN), dbias(std::size_t(biases), NAN);
+        // Twice: a step's sums start afresh, not from the last step's buffers.
+        for (int step = 0; step < 2; ++step)
+          partials.sum(samples, dweights.data(), with_bias ? dbias.data() : nullptr,
+                       [&](i64 first, i64 last, float* dw, float* db) {
+                         for (i64 s = first; s < last; ++s) {
+                           for (i64 i = 0; i < weights; ++i) dw[i] += float((s + 1) * (i + 1));
+                           if (db)
+                             for (i64 j = 0; j < biases; ++j) db[j] += float((s + 1) * (j + 100));
+                         }
+                       });
+        const i64 each = samples * (samples + 1) / 2;  // 1 + 2 + ... + samples
+        Vec want_weights(static_cast<std::size_t>(weights)), want_bias(static_cast<std::size_t>(biases));
+        for (i64 i = 0; i < weights; ++i) want_weights[std::size_t(i)] = float(each * (i + 1));
+        for (i64 j = 0; j < biases; ++j) want_bias[std::size_t(j)] = float(each * (j + 100));
+        EXPECT_EQ(dweights, want_weights);
+        if (with_bias) {
+          EXPECT_EQ(dbias, want_bias);
+        } else {
+          EXPECT_TRUE(std::all_of(dbias.begin(), dbias.end(), [](float b) { return std::isnan(b); }))
+              << "no bias given, none written";
+        }
+      }
+  omp_set_num_threads(threads);
+}
+
 // ---- Losses: the value forward returns and the gradient of the logits or predictions ----
+
+// The message of the Error that `act` throws, or "" where it throws none.
+template <class Act>
+std::string refusal(Act act) {
+  try {
+    act();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool mentions(const std::string& message, const std::string& part) { return message.find(part) != std::string::npos; }
 
 TEST(CpuLayersLoss, SoftmaxCrossEntropy) {
   for (const auto& [N, K] : std::vector<std::pair<i64, i64>>{{5, 7}, {8, 10}, {3, 1000}}) {
@@ -808,6 +992,38 @@ TEST(CpuLayersLoss, SoftmaxCrossEntropy) {
   }
 }
 
+// Predictions in a blocked layout (a 16-channel convolution's output) are brought to a plain one
+// for the loss and their gradient taken back; a loss straight on the model input computes no
+// gradient.
+TEST(CpuLayersLoss, MeanSquaredErrorOfBlockedPredictionsAndOfTheModelInput) {
+  const i64 N = 2, C = 16, H = 2, n = N * C * H * H;
+  ModelSpec m = named("mse_blocked", 0, Task::Regression);
+  const int x = m.add("input", InputSpec{{C, H, H}}, {});
+  const int pred = m.add("pred", Conv2dSpec{C, C, 1, 1, 0, false}, {x});
+  m.add("loss", MSESpec{}, {pred});
+  std::mt19937 rng(113);
+  const Vec input = uniform(rng, n), targets = uniform(rng, n);
+  auto net = make_net(m, N);
+  net->write_param(pred, 0, eye(C));
+  net->set_batch(BatchView{input.data(), nullptr, targets.data()});
+  const float loss = net->forward();
+  net->backward();
+  const DVec pd = to_double(input), td = to_double(targets);
+  DVec dpred(n);
+  const double ref_loss = ref::mse_forward(pd.data(), td.data(), n);
+  ref::mse_backward(pd.data(), td.data(), dpred.data(), n);
+  EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
+  EXPECT_TRUE(close(net->read_grad(pred), dpred)) << "gradient of the predictions";
+
+  ModelSpec bare = named("mse_input", 0, Task::Regression);
+  bare.add("loss", MSESpec{}, {bare.add("input", InputSpec{{4}}, {})});
+  auto direct = make_net(bare, N);
+  direct->set_batch(BatchView{input.data(), nullptr, targets.data()});
+  const float direct_loss = direct->forward();
+  EXPECT_EQ(refusal([&] { direct->backward(); }), "");
+  EXPECT_TRUE(close({direct_loss}, {ref::mse_forward(pd.data(), td.data(), N * 4)})) << "loss on the model input";
+}
+
 TEST(CpuLayersLoss, MeanSquaredError) {
   // Rows of features, and a time-major sequence of scalars as the LSTM model predicts.
   for (const InputSpec& in : {InputSpec{{6}}, InputSpec{{1}, 5}}) {
@@ -835,20 +1051,42 @@ TEST(CpuLayersLoss, MeanSquaredError) {
   }
 }
 
-// ---- The network itself: what it lets a caller read, what it refuses, its hook and lanes ----
-
-// The message of the Error that `act` throws, or "" where it throws none.
-template <class Act>
-std::string refusal(Act act) {
-  try {
-    act();
-  } catch (const Error& e) {
-    return e.what();
+// correct() counts the samples whose largest logit is their label's, the first of equal largest
+// ones, afresh in every forward. Logits 800 apart overflow exp() in float and in double unless
+// each row is shifted by its largest: the loss and the gradient must stay finite and right. A
+// label equal to the class count is refused.
+TEST(CpuLayersLoss, SoftmaxCrossEntropyCountsCorrectAnswersAndTakesLogitsFarApart) {
+  const i64 N = 4, K = 5;
+  ModelSpec m = named("sce_correct", K);
+  const int x = m.add("input", InputSpec{{K}}, {});
+  const int logits = m.add("logits", LinearSpec{K, K, false}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{K}, {logits});
+  const Vec input{0.5f,   -1.f,  0.25f, 1.f,  2.f,     // the last class largest, label 4: right
+                  0.f,    1.5f,  -2.f,  1.5f, 0.75f,   // classes 1 and 3 tie, label 1: right
+                  0.5f,   -0.5f, 3.f,   1.f,  -1.f,    // class 2 largest, label 0: wrong
+                  -400.f, 200.f, 400.f, 0.f,  100.f};  // class 2 largest, label 2: right
+  std::vector<std::int32_t> labels{4, 1, 0, 2};
+  auto net = make_net(m, N);
+  net->write_param(logits, 0, eye(K));
+  net->set_batch(BatchView{input.data(), labels.data(), nullptr});
+  const DVec xd = to_double(input);
+  DVec dlogits(N * K);
+  const double ref_loss = ref::softmax_cross_entropy_forward(xd.data(), labels.data(), N, K);
+  ref::softmax_cross_entropy_backward(xd.data(), labels.data(), dlogits.data(), N, K);
+  for (int pass = 0; pass < 2; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    const float loss = net->forward();
+    EXPECT_EQ(net->correct(), 3);
+    net->backward();
+    EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
+    EXPECT_TRUE(close(net->read_grad(logits), dlogits)) << "gradient of the logits";
   }
-  return "";
+  labels[1] = std::int32_t(K);
+  net->set_batch(BatchView{input.data(), labels.data(), nullptr});
+  const std::string message = refusal([&] { net->forward(); });
+  EXPECT_TRUE(mentions(message, "label 5 of sample 1 is outside [0, 5)")) << message;
 }
-
-bool mentions(const std::string& message, const std::string& part) { return message.find(part) != std::string::npos; }
+// ---- The network itself: what it lets a caller read, what it refuses, its hook and lanes ----
 
 // x -> a -> b (bias-free linears) -> c = add(b, b) -> mean squared error. b's value is last read
 // by the add's forward (an add's backward reads nothing), b's gradient by b's backward: after

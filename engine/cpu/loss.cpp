@@ -85,8 +85,9 @@ class SoftmaxCrossEntropy final : public LossLayer {
 
 class MeanSquaredError final : public LossLayer {
  public:
-  MeanSquaredError(Context& ctx, const Inputs& in)
-      : LossLayer(ctx, in[0], {product(in[0].shape)}), n_(product(in[0].shape)) {}
+  // The predictions' own dims, plain: a blocked producer (a convolution's channel blocks) is
+  // reordered to them, and read as one flat run of n values either way.
+  MeanSquaredError(Context& ctx, const Inputs& in) : LossLayer(ctx, in[0], in[0].shape), n_(product(in[0].shape)) {}
 
   void forward(Context& ctx) override {
     input_.forward(ctx);
