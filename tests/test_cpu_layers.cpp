@@ -1143,6 +1143,38 @@ TEST(CpuLayersHarness, ComparisonRejectsBadResults) {
   EXPECT_TRUE(close({0.f, 0.f, 0.f, 1.f}, {0.0, 0.0, 0.0, 1.0}, 1.0)) << "zeros allowed";
 }
 
+// ---- The sgemm rate from its rounds (engine/cpu/peak.cpp) ----
+
+// The rate is the median round, and the spread (max - min) / median; a round more than 15% off
+// the median (another process's burst) is measured again, at most once per round, so that a
+// machine that stays busy still gets a rate.
+TEST(SgemmRate, TheMedianRoundWithOutliersMeasuredAgain) {
+  int measured = 0;
+  const auto another = [&measured](double gflops) {
+    return [&measured, gflops] {
+      ++measured;
+      return gflops;
+    };
+  };
+  const cpu::SgemmRate steady = cpu::rate_of_rounds({100, 104, 98, 101, 97}, another(0));
+  EXPECT_EQ(steady.gflops, 100);
+  EXPECT_NEAR(steady.spread, 0.07, 1e-12);
+  EXPECT_EQ(steady.rounds, 5);
+  EXPECT_EQ(steady.dropped, 0);
+  EXPECT_EQ(measured, 0);
+
+  const cpu::SgemmRate burst = cpu::rate_of_rounds({100, 40, 98, 101, 97}, another(99));
+  EXPECT_EQ(burst.gflops, 99);
+  EXPECT_NEAR(burst.spread, 4.0 / 99, 1e-12);
+  EXPECT_EQ(burst.dropped, 1);
+  EXPECT_EQ(measured, 1);
+
+  const cpu::SgemmRate busy = cpu::rate_of_rounds({100, 10, 98, 101, 97}, another(10));
+  EXPECT_EQ(busy.gflops, 98);
+  EXPECT_EQ(busy.dropped, 5);
+  EXPECT_EQ(measured, 6);
+}
+
 // ---- The CPU backend's oneDNN helpers (engine/cpu/context.cpp) ----
 
 // oneDNN's out-of-memory status becomes tb::OutOfMemory and any other tb::BackendError, with
