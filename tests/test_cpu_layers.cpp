@@ -2,6 +2,7 @@
 // in double: forward output, input gradient and every parameter gradient, in the layouts oneDNN
 // picks (plain and blocked), through the CpuNetwork that plans and binds them; then the network
 // itself: what it lets a caller read and refuses, evaluation, resident batches, its hook and lanes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
+#include "engine/cpu/context.hpp"
 #include "engine/cpu/isa.hpp"
 #include "engine/cpu/kernels/kernels.hpp"
 #include "engine/cpu/network.hpp"
@@ -1377,6 +1379,69 @@ TEST(CpuLayersHarness, ComparisonRejectsBadResults) {
   EXPECT_FALSE(close({1.f, -2.f, 3.f}, ref)) << "size";
   EXPECT_FALSE(close({0.f, 0.f, 0.f, 1.f}, {0.0, 0.0, 0.0, 1.0})) << "mostly zero";
   EXPECT_TRUE(close({0.f, 0.f, 0.f, 1.f}, {0.0, 0.0, 0.0, 1.0}, 1.0)) << "zeros allowed";
+}
+
+// ---- The sgemm rate from its rounds (engine/cpu/peak.cpp) ----
+
+// The rate is the median round, and the spread (max - min) / median; a round more than 15% off
+// the median (another process's burst) is measured again, at most once per round, so that a
+// machine that stays busy still gets a rate.
+TEST(SgemmRate, TheMedianRoundWithOutliersMeasuredAgain) {
+  int measured = 0;
+  const auto another = [&measured](double gflops) {
+    return [&measured, gflops] {
+      ++measured;
+      return gflops;
+    };
+  };
+  const cpu::SgemmRate steady = cpu::rate_of_rounds({100, 104, 98, 101, 97}, another(0));
+  EXPECT_EQ(steady.gflops, 100);
+  EXPECT_NEAR(steady.spread, 0.07, 1e-12);
+  EXPECT_EQ(steady.rounds, 5);
+  EXPECT_EQ(steady.dropped, 0);
+  EXPECT_EQ(measured, 0);
+
+  const cpu::SgemmRate burst = cpu::rate_of_rounds({100, 40, 98, 101, 97}, another(99));
+  EXPECT_EQ(burst.gflops, 99);
+  EXPECT_NEAR(burst.spread, 4.0 / 99, 1e-12);
+  EXPECT_EQ(burst.dropped, 1);
+  EXPECT_EQ(measured, 1);
+
+  const cpu::SgemmRate busy = cpu::rate_of_rounds({100, 10, 98, 101, 97}, another(10));
+  EXPECT_EQ(busy.gflops, 98);
+  EXPECT_EQ(busy.dropped, 5);
+  EXPECT_EQ(measured, 6);
+}
+
+// ---- The CPU backend's oneDNN helpers (engine/cpu/context.cpp) ----
+
+// oneDNN's out-of-memory status becomes tb::OutOfMemory and any other tb::BackendError, with
+// oneDNN's text and status; blocks of 8 or 16 channels pad the channels up to a whole block; a
+// reshape keeps a plain tensor's bytes and is refused for a blocked one or another element count.
+TEST(CpuContext, StatusesLayoutsAndReshapes) {
+  EXPECT_THROW(check_status(dnnl::error(dnnl_out_of_memory, "could not allocate"), "f(x)", __FILE__, 1), OutOfMemory);
+  try {
+    check_status(dnnl::error(dnnl_unimplemented, "no implementation"), "g(y)", __FILE__, 2);
+    ADD_FAILURE() << "did not throw";
+  } catch (const BackendError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fmt::format("oneDNN failed: no implementation (status {}) (tests/test_cpu_layers.cpp:2) [g(y)]",
+                          int(dnnl_unimplemented)));
+  }
+
+  const cpu::md blocked8 = cpu::channel_blocks({1, 3, 2, 2}, 8), blocked16 = cpu::channel_blocks({1, 3, 2, 2}, 16);
+  EXPECT_EQ(cpu::padded_floats(blocked8), 8 * 2 * 2);
+  EXPECT_EQ(cpu::padded_floats(blocked16), 16 * 2 * 2);
+  EXPECT_EQ(cpu::padded_floats(cpu::plain_desc({1, 3, 2, 2})), 3 * 2 * 2);
+  EXPECT_THROW(cpu::channel_blocks({1, 3, 2, 2}, 4), Error);
+
+  const cpu::md plain = cpu::plain_desc({2, 6});
+  EXPECT_TRUE(cpu::is_plain(plain));
+  EXPECT_FALSE(cpu::is_plain(blocked8));
+  EXPECT_EQ(cpu::plain_view(plain, {3, 4}).dims(), (dnnl::memory::dims{3, 4}));
+  EXPECT_THROW(cpu::plain_view(plain, {3, 3}), Error);
+  EXPECT_THROW(cpu::plain_view(cpu::channel_blocks({1, 8, 2, 2}, 8), {32}), Error);
+  EXPECT_EQ(cpu::plain_desc({1, 2, 3, 4, 5}).get_size(), 120 * sizeof(float));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "datasets/sources.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/init.hpp"
 #include "engine/cpu/network.hpp"
 #include "engine/reference/ops.hpp"
 #include "engine/train/trainer.hpp"
@@ -1000,6 +1001,142 @@ TEST(Errors, OneFormatForEveryLibraryWithRelativeFiles) {
     const std::string message = e.what();
     EXPECT_NE(message.find("failed at tests/test_models.cpp:"), std::string::npos) << message;
     EXPECT_EQ(message.find("/tests/test_models.cpp"), std::string::npos) << "an absolute path: " << message;
+  }
+}
+
+// ---- Initial parameters (engine/core/init.cpp and initialize_parameters) ----
+
+// Each Init draws what init.hpp says: constants exactly, uniform values inside and filling
+// +-1/sqrt(fan_in) around 0, He normal values around 0 with standard deviation sqrt(2/fan_in) and
+// about 68% of them within one; the same seed the same values, another seed others. The draws are
+// seeded, so the bounds on their statistics hold on every run (each is several standard errors
+// wide: 0.0016 for the uniform mean, 0.0055 and 0.004 for the normal mean and deviation, 0.005 for
+// the fraction).
+TEST(InitialParameters, EachInitDrawsWhatItSays) {
+  const auto spec = [](Init init, i64 count, i64 fan_in) { return ParamSpec{"p", {count}, init, fan_in}; };
+  const auto mean = [](const std::vector<float>& v) {
+    double sum = 0;
+    for (float e : v) sum += e;
+    return sum / double(v.size());
+  };
+  constexpr i64 n = 8192;
+  EXPECT_EQ(init_param(spec(Init::Zeros, 5, 3), 1), std::vector<float>(5, 0.0f));
+  EXPECT_EQ(init_param(spec(Init::Ones, 5, 3), 1), std::vector<float>(5, 1.0f));
+
+  const std::vector<float> uniform = init_param(spec(Init::UniformFanIn, n, 16), 7);  // bound 1/4
+  const auto [low, high] = std::minmax_element(uniform.begin(), uniform.end());
+  EXPECT_GE(*low, -0.25f);
+  EXPECT_LE(*high, 0.25f);
+  EXPECT_LT(*low, -0.245f);
+  EXPECT_GT(*high, 0.245f);
+  EXPECT_NEAR(mean(uniform), 0.0, 0.01);
+
+  const std::vector<float> normal = init_param(spec(Init::HeNormal, n, 8), 7);  // deviation 1/2
+  const double normal_mean = mean(normal);
+  double square = 0;
+  i64 within_one = 0;
+  for (float e : normal) {
+    square += (e - normal_mean) * (e - normal_mean);
+    within_one += std::abs(e) < 0.5f;
+  }
+  EXPECT_NEAR(normal_mean, 0.0, 0.03);
+  EXPECT_NEAR(std::sqrt(square / double(n)), 0.5, 0.025);
+  EXPECT_NEAR(double(within_one) / double(n), 0.6827, 0.025);
+  EXPECT_TRUE(std::all_of(normal.begin(), normal.end(), [](float e) { return std::isfinite(e); }));
+
+  EXPECT_EQ(init_param(spec(Init::HeNormal, 16, 8), 7), init_param(spec(Init::HeNormal, 16, 8), 7));
+  EXPECT_NE(init_param(spec(Init::HeNormal, 16, 8), 7), init_param(spec(Init::HeNormal, 16, 8), 8));
+}
+
+// initialize_parameters writes every layer's parameters, each tensor from a seed of its own: two
+// layers alike (3 -> 3, no bias) get different weights, and so do two networks whose seeds are
+// 1 and 2 (seeds that only counted up from the network's seed would give the second network's
+// fc2 the first's fc3 weights).
+TEST(InitialParameters, EveryLayerIsWrittenEachTensorFromASeedOfItsOwn) {
+  ModelSpec m = named("three_linear", 3);
+  int x = m.add("input", InputSpec{{4}}, {});
+  x = m.add("fc1", LinearSpec{4, 3, false}, {x});
+  x = m.add("fc2", LinearSpec{3, 3, false}, {x});
+  x = m.add("fc3", LinearSpec{3, 3, false}, {x});
+  m.add("loss", SoftmaxCrossEntropySpec{3}, {x});
+  cpu::CpuNetwork one(m, config(2, {}, 1)), two(m, config(2, {}, 2));
+  std::vector<std::vector<float>> weights;
+  for (const cpu::CpuNetwork* net : {&one, &two}) {
+    for (const char* layer : {"fc1", "fc2", "fc3"}) {
+      const std::vector<float> w = net->read_param(node_index(m, layer), 0);
+      SCOPED_TRACE(layer);
+      EXPECT_LT(*std::min_element(w.begin(), w.end()), 0.0f);
+      EXPECT_GT(*std::max_element(w.begin(), w.end()), 0.0f);
+      weights.push_back(w);
+    }
+  }
+  for (std::size_t a = 0; a < weights.size(); ++a)
+    for (std::size_t b = a + 1; b < weights.size(); ++b)
+      EXPECT_NE(weights[a], weights[b]) << "weights " << a << " and " << b << " (fc1..fc3 of seed 1, then seed 2)";
+}
+
+// rethrow_for_node puts "<model>/<node> (<kind>): " before the message and keeps the type, so
+// that an out-of-memory is still reported as one and a bad input as the user's.
+TEST(Errors, ANodesFailureIsNamedAndKeepsItsType) {
+  ModelSpec m = named("tiny", 3);
+  const int x = m.add("input", InputSpec{{4}}, {});
+  m.add("loss", SoftmaxCrossEntropySpec{3}, {m.add("fc", LinearSpec{4, 3}, {x})});
+  const auto rethrown = [&](auto error) {
+    try {
+      try {
+        throw error;
+      } catch (...) {
+        rethrow_for_node(m, 1);
+      }
+    } catch (const OutOfMemory& e) {
+      return "OutOfMemory: " + std::string(e.what());
+    } catch (const BackendError& e) {
+      return "BackendError: " + std::string(e.what());
+    } catch (const InputError& e) {
+      return "InputError: " + std::string(e.what());
+    } catch (const CheckFailed& e) {
+      return "CheckFailed: " + std::string(e.what());
+    } catch (const Error& e) {
+      return "Error: " + std::string(e.what());
+    }
+    return std::string("nothing");
+  };
+  EXPECT_EQ(rethrown(OutOfMemory("x")), "OutOfMemory: tiny/fc (linear): x");
+  EXPECT_EQ(rethrown(BackendError("x")), "BackendError: tiny/fc (linear): x");
+  EXPECT_EQ(rethrown(InputError("x")), "InputError: tiny/fc (linear): x");
+  EXPECT_EQ(rethrown(CheckFailed("x")), "CheckFailed: tiny/fc (linear): x");
+  EXPECT_EQ(rethrown(Error("x")), "Error: tiny/fc (linear): x");
+}
+
+// fnv1a is FNV-1a: from the published 64-bit offset basis it gives the published values ("a":
+// af63dc4c8601ec8c, "foobar": 85944171f73967e8), and a hash continued over a second buffer is the
+// hash of both.
+TEST(Checksum, Fnv1aGivesThePublishedValues) {
+  constexpr std::uint64_t kBasis = 14695981039346656037ull;
+  EXPECT_EQ(fnv1a("", 0, kBasis), kBasis);
+  EXPECT_EQ(fnv1a("a", 1, kBasis), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a("foobar", 6, kBasis), 0x85944171f73967e8ull);
+  EXPECT_EQ(fnv1a("bar", 3, fnv1a("foo", 3, kBasis)), 0x85944171f73967e8ull);
+  EXPECT_EQ(fnv1a("bar", 3, fnv1a("foo", 3)), fnv1a("foobar", 6));
+}
+
+// An out-of-memory failure says so and what to change; TB_CHECK's message is its own text, then
+// the condition that failed and where.
+TEST(Errors, AnOutOfMemorySaysWhatToChangeAndACheckGivesItsMessageAndCondition) {
+  try {
+    fail_call(CallFailure::OutOfMemory, "CUDA", "cudaErrorMemoryAllocation", "cudaMalloc(p)", __FILE__, 7);
+    ADD_FAILURE() << "did not throw";
+  } catch (const OutOfMemory& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "CUDA failed: cudaErrorMemoryAllocation (tests/test_models.cpp:7) [cudaMalloc(p)]; the device is out of "
+              "memory (lower --batch, or raise --gpu_memory_limit if it is set)");
+  }
+  try {
+    TB_CHECK(1 + 1 == 3, "arithmetic is {}", "off");
+    ADD_FAILURE() << "did not throw";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("arithmetic is off (1 + 1 == 3 failed at tests/test_models.cpp:", 0), 0u) << message;
   }
 }
 

@@ -1,6 +1,6 @@
 // Checks the plain-loop reference ops (engine/reference/ops.hpp) that every backend is tested
-// against: each backward against central differences in double, and a few forwards and the
-// optimizers against values worked out by hand.
+// against: each backward against central differences in double, a few forwards and the
+// optimizers against values worked out by hand, and that every backward overwrites what it writes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -375,6 +375,22 @@ TEST(MaxPool2d, TiesGoToTheFirstAndSharedWinnersAccumulate) {
   EXPECT_EQ(dx, (Vec{0, 3, 0, 0, 0, 0}));
 }
 
+// A window that holds only padding (pad >= kernel, which frameworks refuse) has no element to win:
+// its output is the max of nothing, -inf, not a padding 0, and its gradient goes nowhere.
+TEST(MaxPool2d, AWindowOfPaddingAloneGivesMinusInfinity) {
+  const PoolShape s{.N = 1, .C = 1, .H = 1, .W = 1, .kernel = 1, .stride = 1, .pad = 1};
+  const Vec x = {-2};  // (1, 1, 1, 1)
+  Vec y(9);            // (1, 1, 3, 3): only the centre's window holds x
+  maxpool2d_forward(x.data(), y.data(), s);
+  Vec expected(9, -std::numeric_limits<double>::infinity());
+  expected[4] = -2;
+  EXPECT_EQ(y, expected);
+  const Vec dy = {1, 2, 3, 4, 5, 6, 7, 8, 9};  // (1, 1, 3, 3)
+  Vec dx(1);                                   // (1, 1, 1, 1)
+  maxpool2d_backward(x.data(), dy.data(), dx.data(), s);
+  EXPECT_EQ(dx, (Vec{5}));
+}
+
 // ---- Global average pooling ----
 
 TEST(GlobalAvgPoolGradCheck, Input) {
@@ -476,6 +492,23 @@ TEST(BatchNormForward, HandComputedStatisticsAndRunningUpdate) {
   EXPECT_NEAR(y[3], 2 * (20 - 25) / std::sqrt(125 + eps) - 1, kHandTol);
 }
 
+// With one value per channel the batch variance is 0 and has no unbiased form: the running
+// variance decays towards the biased 0 rather than taking 0 / 0.
+TEST(BatchNormForward, OneValuePerChannelKeepsTheRunningVarianceFinite) {
+  const Vec x = {5, -3};                            // (N=1, C=2, HW=1)
+  const Vec gamma = {2, 3}, beta = {0.5, -1};       // (C) each
+  Vec y(2), mean(2), var(2);                        // (N, C, HW), (C), (C)
+  Vec running_mean = {1, 1}, running_var = {2, 4};  // (C) each
+  batchnorm_forward_train<double>(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), var.data(),
+                                  running_mean.data(), running_var.data(), 1, 2, 1, 1e-5, 0.1);
+  EXPECT_EQ(y, beta);  // x - mean = 0
+  EXPECT_EQ(var, (Vec{0, 0}));
+  EXPECT_NEAR(running_mean[0], 0.9 * 1 + 0.1 * 5, kHandTol);
+  EXPECT_NEAR(running_mean[1], 0.9 * 1 - 0.1 * 3, kHandTol);
+  EXPECT_NEAR(running_var[0], 0.9 * 2, kHandTol);
+  EXPECT_NEAR(running_var[1], 0.9 * 4, kHandTol);
+}
+
 TEST(BatchNormForward, InferenceUsesRunningStatistics) {
   const Vec x = {3, -1, 0, 5};                                // (N=2, C=2, HW=1)
   const Vec gamma = {2, 1}, beta = {0.5, 0};                  // (C) each
@@ -485,6 +518,18 @@ TEST(BatchNormForward, InferenceUsesRunningStatistics) {
                           1, 0.0);
   // Channel 0: 2 (x - 1) / 2 + 0.5; channel 1: (x + 1) / 0.5.
   EXPECT_EQ(y, (Vec{2.5, 0, -0.5, 12}));
+}
+
+// Inference adds eps to the running variance as training adds it to the batch's: with
+// variance 0.75 and eps 0.25 the scale is exactly 1.
+TEST(BatchNormForward, InferenceAddsEpsToTheRunningVariance) {
+  const Vec x = {3, -1};                               // (N=1, C=1, HW=2)
+  const Vec gamma = {1}, beta = {0};                   // (C) each
+  const Vec running_mean = {1}, running_var = {0.75};  // (C) each
+  Vec y(2);                                            // (N, C, HW)
+  batchnorm_forward_infer(x.data(), gamma.data(), beta.data(), running_mean.data(), running_var.data(), y.data(), 1, 1,
+                          2, 0.25);
+  EXPECT_EQ(y, (Vec{2, -2}));
 }
 
 // ---- Activations and add ----
@@ -683,6 +728,19 @@ TEST(SoftmaxCrossEntropy, HandComputed) {
   for (std::size_t e = 0; e < expected.size(); ++e) EXPECT_NEAR(dlogits[e], expected[e], kHandTol) << "element " << e;
 }
 
+// The shift by the row's largest logit finds it wherever it is: each row's 1000 is at another
+// position, so a shift that missed it would overflow exp() to inf, or give log(0).
+TEST(SoftmaxCrossEntropy, TheLargestLogitIsFoundAnywhereInItsRow) {
+  // (N=3, K=3): each row's largest at another position, each label 2000 below it
+  const Vec logits = {1000, -1000, -1000, -1000, 1000, -1000, -1000, -1000, 1000};
+  const std::vector<std::int32_t> labels = {1, 2, 0};  // (N)
+  EXPECT_NEAR(softmax_cross_entropy_forward(logits.data(), labels.data(), 3, 3), 2000.0, 1e-9);
+  Vec dlogits(9);  // (N, K): softmax is one-hot on the largest (exp(-2000) is 0)
+  softmax_cross_entropy_backward(logits.data(), labels.data(), dlogits.data(), 3, 3);
+  const double third = 1.0 / 3;
+  EXPECT_EQ(dlogits, (Vec{third, -third, 0, 0, third, -third, -third, 0, third}));
+}
+
 TEST(MseGradCheck, Prediction) {
   const i64 n = 10;
   std::mt19937 rng(kSeed);
@@ -785,6 +843,99 @@ TEST(Adam, HandComputedTwoSteps) {
   EXPECT_EQ(param[1], 3.0);  // 0 / (0 + eps) leaves it alone
   EXPECT_EQ(m[1], 0.0);
   EXPECT_EQ(v[1], 0.0);
+}
+
+// ---- Every backward overwrites what it writes (ops.hpp: "=", never "+=") ----
+
+// Runs `backward` twice, into its gradient buffers filled first with zeros and then with NaN, and
+// expects the same numbers from both: a backward that adds to what it finds, or leaves alone an
+// element it should zero, gives NaN the second time. Callers of the reference pass fresh zeros,
+// so nothing else sees either mistake.
+void expect_overwrites(const std::string& op, const std::vector<Vec*>& gradients,
+                       const std::function<void()>& backward) {
+  SCOPED_TRACE(op);
+  for (Vec* g : gradients) std::fill(g->begin(), g->end(), 0.0);
+  backward();
+  std::vector<Vec> from_zeros;
+  for (const Vec* g : gradients) from_zeros.push_back(*g);
+  for (Vec* g : gradients) std::fill(g->begin(), g->end(), std::numeric_limits<double>::quiet_NaN());
+  backward();
+  for (std::size_t k = 0; k < gradients.size(); ++k) {
+    EXPECT_TRUE(all_finite(from_zeros[k])) << "gradient " << k;
+    EXPECT_TRUE(std::any_of(from_zeros[k].begin(), from_zeros[k].end(), [](double e) { return e != 0.0; }))
+        << "gradient " << k << " is all zeros";
+    EXPECT_EQ(*gradients[k], from_zeros[k]) << "gradient " << k << " depends on what the buffer held";
+  }
+}
+
+TEST(BackwardOverwrites, GradientBuffersFilledWithNaNGetTheSameGradients) {
+  std::mt19937 rng(kSeed);
+
+  const i64 N = 2, I = 3, O = 2;
+  const Vec lx = uniform(rng, N * I), lw = uniform(rng, O * I), ldy = uniform(rng, N * O);
+  Vec ldx(lx.size()), ldw(lw.size()), ldb(O);
+  expect_overwrites("linear", {&ldx, &ldw, &ldb}, [&] {
+    linear_backward(lx.data(), lw.data(), ldy.data(), ldx.data(), ldw.data(), ldb.data(), N, I, O);
+  });
+
+  // Stride 2 without padding leaves the last row and column read by no window: their dx is 0.
+  const ConvShape cs{.N = 2, .C = 2, .H = 6, .W = 6, .O = 3, .kernel = 3, .stride = 2, .pad = 0};
+  const Vec cx = uniform(rng, cs.N * cs.C * cs.H * cs.W), cw = uniform(rng, cs.O * cs.C * 9);
+  const Vec cdy = uniform(rng, cs.N * cs.O * cs.out_h() * cs.out_w());
+  Vec cdx(cx.size()), cdw(cw.size()), cdb(cs.O);
+  expect_overwrites("conv2d", {&cdx, &cdw, &cdb},
+                    [&] { conv2d_backward(cx.data(), cw.data(), cdy.data(), cdx.data(), cdw.data(), cdb.data(), cs); });
+
+  // Three of every four inputs win no window: their dx is 0.
+  const PoolShape ps{.N = 1, .C = 2, .H = 4, .W = 4, .kernel = 2, .stride = 2, .pad = 0};
+  const Vec px = distinct(rng, ps.N * ps.C * ps.H * ps.W), pdy = uniform(rng, ps.N * ps.C * 4);
+  Vec pdx(px.size());
+  expect_overwrites("maxpool2d", {&pdx}, [&] { maxpool2d_backward(px.data(), pdy.data(), pdx.data(), ps); });
+
+  const Vec gdy = uniform(rng, 2 * 3);
+  Vec gdx(2 * 3 * 4);
+  expect_overwrites("global_avgpool", {&gdx}, [&] { global_avgpool_backward(gdy.data(), gdx.data(), 2, 3, 2, 2); });
+
+  const i64 BN = 2, BC = 2, HW = 3;
+  const Vec bx = uniform(rng, BN * BC * HW), gamma = uniform(rng, BC, 0.5, 1.5), beta = uniform(rng, BC);
+  const Vec bdy = uniform(rng, bx.size());
+  Vec by(bx.size()), mean(BC), var(BC), bdx(bx.size()), dgamma(BC), dbeta(BC);
+  batchnorm_forward_train<double>(bx.data(), gamma.data(), beta.data(), by.data(), mean.data(), var.data(), nullptr,
+                                  nullptr, BN, BC, HW, 1e-5, 0.1);
+  expect_overwrites("batchnorm", {&bdx, &dgamma, &dbeta}, [&] {
+    batchnorm_backward(bx.data(), gamma.data(), mean.data(), var.data(), bdy.data(), bdx.data(), dgamma.data(),
+                       dbeta.data(), BN, BC, HW, 1e-5);
+  });
+
+  const i64 n = 6;
+  const Vec ax = away_from_zero(rng, n), ady = uniform(rng, n);
+  Vec ay(n), adx(n), adx2(n);
+  relu_forward(ax.data(), ay.data(), n);
+  expect_overwrites("relu", {&adx}, [&] { relu_backward(ay.data(), ady.data(), adx.data(), n); });
+  sigmoid_forward(ax.data(), ay.data(), n);
+  expect_overwrites("sigmoid", {&adx}, [&] { sigmoid_backward(ay.data(), ady.data(), adx.data(), n); });
+  expect_overwrites("add", {&adx, &adx2}, [&] { add_backward(ady.data(), adx.data(), adx2.data(), n); });
+
+  const LstmShape ls{.T = 3, .N = 2, .I = 2, .Hd = 2};
+  const Vec sx = uniform(rng, ls.T * ls.N * ls.I), wx = uniform(rng, ls.I * 4 * ls.Hd);
+  const Vec wh = uniform(rng, ls.Hd * 4 * ls.Hd), bias = uniform(rng, 4 * ls.Hd);
+  const Vec dh = uniform(rng, ls.T * ls.N * ls.Hd);
+  Vec h(dh.size()), sdx(sx.size()), dwx(wx.size()), dwh(wh.size()), dbias(bias.size());
+  LstmCache<double> cache;
+  lstm_forward(sx.data(), wx.data(), wh.data(), bias.data(), h.data(), cache, ls);
+  expect_overwrites("lstm", {&sdx, &dwx, &dwh, &dbias}, [&] {
+    lstm_backward<double>(sx.data(), wx.data(), wh.data(), h.data(), cache, dh.data(), sdx.data(), dwx.data(),
+                          dwh.data(), dbias.data(), ls);
+  });
+
+  const Vec logits = uniform(rng, 2 * 3);
+  const std::vector<std::int32_t> labels = {2, 0};
+  Vec dlogits(logits.size());
+  expect_overwrites("softmax_cross_entropy", {&dlogits},
+                    [&] { softmax_cross_entropy_backward(logits.data(), labels.data(), dlogits.data(), 2, 3); });
+  const Vec pred = uniform(rng, n), target = uniform(rng, n);
+  Vec dpred(n);
+  expect_overwrites("mse", {&dpred}, [&] { mse_backward(pred.data(), target.data(), dpred.data(), n); });
 }
 
 // ---- The float instantiations agree with the double ones ----

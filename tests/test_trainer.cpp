@@ -1,7 +1,8 @@
 // The trainer's own bookkeeping (engine/train/trainer.cpp), on a network that echoes its batch:
 // which batch each step, evaluation and the first batch's loss ran on, on a synchronous backend
 // and on an asynchronous one (where the next batch is fetched and set under the step), the loss
-// checks, the phase times and the tally; and the epoch loop over it (engine/train/epochs.cpp).
+// checks, the phase times and the tally; the epoch loop over it (engine/train/epochs.cpp); and the
+// default step a synchronous network inherits (engine/core/network.cpp).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "engine/core/dataset.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/network.hpp"
+#include "engine/core/timer.hpp"
 #include "engine/train/epochs.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -336,6 +338,82 @@ TEST(Trainer, ATallyWithoutAccuracyStaysWithout) {
   EXPECT_EQ(t.accuracy(), -1.0);
   EXPECT_DOUBLE_EQ(t.mean_loss(), 3.0);
   EXPECT_EQ(t.samples, 12);
+}
+
+// ---- the default step of a synchronous network (engine/core/network.cpp) ----
+
+// A synchronous network that keeps the default train_step, start_step and finish_step
+// (engine/core/network.cpp): its forward, backward and update each sleep and note on the host clock
+// when they began and ended, so that each phase's time can be held between what it must at least
+// and at most contain, with no bound on how long anything takes.
+class PhasedNetwork final : public Network {
+ public:
+  struct Span {
+    double begin = 0, end = 0;
+  };
+  float forward() override { return timed(forward_span, 2.5f); }
+  void backward() override { timed(backward_span, 0.0f); }
+  void update() override { timed(update_span, 0.0f); }
+
+  void set_batch(const BatchView&) override {}
+  float evaluate() override { return 0; }
+  std::int64_t correct() const override { return -1; }
+  std::vector<float> read_output(int) const override { return {}; }
+  std::vector<float> read_grad(int) const override { return {}; }
+  void set_output_grad(const std::vector<float>&) override {}
+  std::vector<float> read_param(int, int) const override { return {}; }
+  std::vector<float> read_param_grad(int, int) const override { return {}; }
+  void write_param(int, int, const std::vector<float>&) override {}
+  std::int64_t param_bytes() const override { return 0; }
+  std::vector<FlatSegment> gradient_segments() override { return {}; }
+  std::vector<FlatSegment> param_segments() override { return {}; }
+  std::uint64_t param_checksum() override { return 0; }
+  void set_step_hook(std::function<void(int)>) override {}
+
+  Span forward_span, backward_span, update_span;
+
+ private:
+  static float timed(Span& span, float loss) {
+    span.begin = wall_seconds();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    span.end = wall_seconds();
+    return loss;
+  }
+};
+
+// Each phase's time spans its own call and none of its neighbours': the forward time ends before
+// the backward begins, and so on. A phase that also took in the next one's 5 ms sleep (t2 - t0
+// for the forward) would pass its upper bound. The host clock is all a synchronous step has, so
+// its device and data times say there is none (negative).
+void expect_phases_within_their_calls(const PhasedNetwork& net, const StepTimes& times, double before, double after) {
+  EXPECT_GE(times.forward, net.forward_span.end - net.forward_span.begin);
+  EXPECT_LE(times.forward, net.backward_span.begin - before);
+  EXPECT_GE(times.backward, net.backward_span.end - net.backward_span.begin);
+  EXPECT_LE(times.backward, net.update_span.begin - net.forward_span.end);
+  EXPECT_GE(times.update, net.update_span.end - net.update_span.begin);
+  EXPECT_LE(times.update, after - net.backward_span.end);
+  EXPECT_LT(times.device, 0);
+  EXPECT_LT(times.data, 0);
+}
+
+TEST(DefaultStep, EachPhaseIsTimedOverItsOwnCallAndTheTwoHalvesGiveTheStepsLossAndTimes) {
+  PhasedNetwork net;
+  StepTimes times;
+  double before = wall_seconds();
+  EXPECT_EQ(net.train_step(times), 2.5f);
+  double after = wall_seconds();
+  {
+    SCOPED_TRACE("train_step");
+    expect_phases_within_their_calls(net, times, before, after);
+  }
+
+  StepTimes halves;
+  before = wall_seconds();
+  net.start_step();
+  after = wall_seconds();
+  EXPECT_EQ(net.finish_step(halves), 2.5f);
+  SCOPED_TRACE("start_step and finish_step");
+  expect_phases_within_their_calls(net, halves, before, after);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -52,20 +53,25 @@ SgemmRate measure_sgemm(int threads) {
   gemm();  // warm-up: JIT and first touch
   std::vector<double> rounds;
   for (int r = 0; r < kRounds; ++r) rounds.push_back(round());
+  const SgemmRate rate = rate_of_rounds(std::move(rounds), round);
+  omp_set_num_threads(previous);
+  return cache[threads] = rate;
+}
+
+SgemmRate rate_of_rounds(std::vector<double> rounds, const std::function<double()>& another_round) {
   SgemmRate rate;
-  for (int retry = 0; retry < kRounds; ++retry) {
+  for (std::size_t retry = 0; retry < rounds.size(); ++retry) {
     const double mid = median(rounds);
     auto off = std::find_if(rounds.begin(), rounds.end(), [&](double x) { return std::abs(x - mid) > kOutlier * mid; });
     if (off == rounds.end()) break;
-    *off = round();
+    *off = another_round();
     ++rate.dropped;
   }
-  omp_set_num_threads(previous);
   rate.gflops = median(rounds);
   rate.spread =
       (*std::max_element(rounds.begin(), rounds.end()) - *std::min_element(rounds.begin(), rounds.end())) / rate.gflops;
   rate.rounds = int(rounds.size());
-  return cache[threads] = rate;
+  return rate;
 }
 
 std::string onednn_version() {

@@ -2,7 +2,9 @@
 // version the CPU backend runs on.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace tb::cpu {
 
@@ -17,6 +19,10 @@ struct SgemmRate {
   int rounds = 0, dropped = 0;
 };
 SgemmRate measure_sgemm(int threads);
+// How measure_sgemm makes one rate of its rounds' GFLOP/s (apart, so that tests can give it
+// rounds): each round more than kOutlier off the median is replaced by another_round(), at most as
+// many times as there are rounds; then the rate and the spread as above.
+SgemmRate rate_of_rounds(std::vector<double> rounds, const std::function<double()>& another_round);
 inline double measure_sgemm_gflops(int threads) { return measure_sgemm(threads).gflops; }
 std::string onednn_version();  // "2.6.3"
 // The instruction set oneDNN's kernels run here, after ONEDNN_MAX_CPU_ISA ("avx512_core",

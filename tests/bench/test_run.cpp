@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -287,6 +289,68 @@ TEST(Loaded, ThreadsSharingOneCoreWaitForIt) {
   b.join();
   // Each thread's 0.4 s of the wall clock ran about half of it: the waits sum to about 0.4 s.
   EXPECT_GT(waited, 0.25 * kSpin);
+}
+
+// ---- the clocks and the peak memory (engine/core/timer.cpp) ----
+
+// What the clocks read, each held between two readings of a clock it must agree with, so that
+// nothing is assumed about how long anything takes: wall_seconds is CLOCK_MONOTONIC in seconds (as
+// libstdc++'s steady_clock), process_cpu_seconds the CPU time of every thread (as glibc's
+// std::clock, in whole microseconds), here including another thread's 20 ms; the peak resident
+// set is in bytes (64 MiB touched are at least 64 Mi of them); and the run delay summed over the
+// threads is at most what the wall clock leaves after their CPU time (one thread spinning, so
+// that the two cannot be confused: its CPU time alone would pass that bound wherever it ran more
+// than half of the wall clock).
+TEST(Clocks, SecondsOfTheMonotonicAndProcessClocksBytesOfThePeakAndTheRunDelay) {
+  const auto steady_seconds = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const double steady_before = steady_seconds();
+  const double wall = wall_seconds();
+  const double steady_after = steady_seconds();
+  EXPECT_LE(steady_before - 1e-6, wall);  // 1 us: the two round their nanoseconds differently
+  EXPECT_LE(wall, steady_after + 1e-6);
+
+  std::thread([] {
+    timespec spent{};
+    do clock_gettime(CLOCK_THREAD_CPUTIME_ID, &spent);
+    while (spent.tv_sec == 0 && spent.tv_nsec < 20'000'000);
+  }).join();
+  timespec own{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &own);
+  const double clock_before = double(std::clock()) / CLOCKS_PER_SEC;
+  const double cpu = process_cpu_seconds();
+  const double clock_after = double(std::clock()) / CLOCKS_PER_SEC;
+  EXPECT_LE(clock_before - 2e-6, cpu);
+  EXPECT_LE(cpu, clock_after + 2e-6);
+  EXPECT_GE(cpu, double(own.tv_sec) + double(own.tv_nsec) * 1e-9 + 0.02) << "the other thread's CPU time";
+
+  constexpr std::size_t kTouched = std::size_t(64) << 20;
+  void* touched = mmap(nullptr, kTouched, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(touched, MAP_FAILED);
+  std::memset(touched, 1, kTouched);
+  const std::int64_t peak = peak_rss_bytes();
+  ASSERT_EQ(munmap(touched, kTouched), 0);
+  EXPECT_GE(peak, std::int64_t(kTouched));
+  EXPECT_LT(peak, std::int64_t(1) << 40);
+
+  const auto threads = [] {
+    int n = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) n += task.is_directory();
+    return n;
+  };
+  // The clocks first: a wait that ends between them and the first reading of the delays is
+  // counted in that reading.
+  const int threads_before = threads();
+  const double wall_before = wall_seconds(), cpu_before = process_cpu_seconds();
+  const double waited_before = process_cpu_wait_seconds();
+  if (waited_before < 0) GTEST_SKIP() << "this kernel has no /proc/self/task/*/schedstat (CONFIG_SCHED_INFO)";
+  while (process_cpu_seconds() - cpu_before < 0.05) {
+  }
+  const double waited = process_cpu_wait_seconds() - waited_before;
+  const double elapsed = wall_seconds() - wall_before, spent = process_cpu_seconds() - cpu_before;
+  EXPECT_GE(waited, 0.0);
+  EXPECT_LE(waited, std::max(threads_before, threads()) * elapsed - spent + 1e-3);
 }
 
 // ---- a repetition's steps ----
