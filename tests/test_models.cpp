@@ -1108,11 +1108,13 @@ TEST(Errors, ANodesFailureIsNamedAndKeepsItsType) {
   EXPECT_EQ(rethrown(Error("x")), "Error: tiny/fc (linear): x");
 }
 
-// fnv1a is FNV-1a: from the published 64-bit offset basis it gives the published values ("a":
-// af63dc4c8601ec8c, "foobar": 85944171f73967e8), and a hash continued over a second buffer is the
-// hash of both.
+// fnv1a is FNV-1a: from the published 64-bit offset basis, its default start (kFnvOffset had lost
+// the basis's last digit), it gives the published values ("a": af63dc4c8601ec8c, "foobar":
+// 85944171f73967e8), and a hash continued over a second buffer is the hash of both.
 TEST(Checksum, Fnv1aGivesThePublishedValues) {
   constexpr std::uint64_t kBasis = 14695981039346656037ull;
+  EXPECT_EQ(kFnvOffset, kBasis);
+  EXPECT_EQ(fnv1a("a", 1), 0xaf63dc4c8601ec8cull);
   EXPECT_EQ(fnv1a("", 0, kBasis), kBasis);
   EXPECT_EQ(fnv1a("a", 1, kBasis), 0xaf63dc4c8601ec8cull);
   EXPECT_EQ(fnv1a("foobar", 6, kBasis), 0x85944171f73967e8ull);

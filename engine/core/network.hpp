@@ -217,7 +217,7 @@ void initialize_parameters(Network& network, const ModelSpec& model, const std::
                            std::uint64_t seed);
 
 // FNV-1a over `bytes` bytes, continuing from `hash` (start with kFnvOffset).
-inline constexpr std::uint64_t kFnvOffset = 1469598103934665603ull;
+inline constexpr std::uint64_t kFnvOffset = 14695981039346656037ull;  // FNV-1a's 64-bit offset basis
 std::uint64_t fnv1a(const void* data, std::size_t bytes, std::uint64_t hash = kFnvOffset);
 
 }  // namespace tb
