@@ -84,7 +84,12 @@ def test_mlp_run_writes_a_checked_csv_row(tmp_path):
     assert row["benchmark"] == "train/mlp/mnist/cpu/fp32/bs:100"
     assert (row["model"], row["dataset"], row["device"], row["precision"]) == ("mlp", "mnist", "cpu", "fp32")
     assert row["data_source"] == "synthetic"
-    assert row["status"] == "ok" and row["message"] == ""
+    # An empty message, or the note of a utilisation above a peak measured low on a loaded machine
+    # (below): a full ctest run at -j2 saw "utilisation 1.06 exceeds 1 ... (67.0 GFLOP/s, spread 128%)" here.
+    assert row["status"] == "ok", row["message"]
+    assert row["message"] == "" or (float(row["utilisation"]) > 1 and row["message"].startswith("utilisation ")), row[
+        "message"
+    ]
     assert row["run_type"] == "iteration"
     assert int(row["iterations"]) >= 1
     assert float(row["samples_per_s"]) > 0
