@@ -861,50 +861,52 @@ TEST(CpuLayersAdd, BothInputsFeedLaterLayers) {
   EXPECT_TRUE(close(net->read_param_grad(p, 0), dw)) << "conv weight gradient";
 }
 
+// One training step of y = add(first, second) over the model input x and a = x through an
+// identity linear layer (N = 3, F = 8): the tests below choose the add's inputs.
+struct AddStep {
+  static constexpr i64 N = 3, F = 8;
+  std::unique_ptr<cpu::CpuNetwork> net;
+  int a = 0, y = 0;
+  Vec input, dy;
+};
+AddStep add_step(const char* name, bool first_is_input, unsigned seed) {
+  AddStep s;
+  ModelSpec m = named(name);
+  const int x = m.add("input", InputSpec{{AddStep::F}}, {});
+  s.a = m.add("a", LinearSpec{AddStep::F, AddStep::F, false}, {x});
+  s.y = m.add("y", AddSpec{}, {first_is_input ? x : s.a, s.a});
+  std::mt19937 rng(seed);
+  s.input = uniform(rng, AddStep::N * AddStep::F);
+  s.dy = uniform(rng, AddStep::N * AddStep::F);
+  s.net = make_net(m, AddStep::N);
+  s.net->write_param(s.a, 0, eye(AddStep::F));
+  s.net->set_batch(BatchView{s.input.data(), nullptr, nullptr});
+  s.net->forward();
+  s.net->set_output_grad(s.dy);
+  s.net->backward();
+  return s;
+}
+
 // y = add(a, a) = 2a: both of the add's gradients go to the same tensor and must be summed.
 TEST(CpuLayersAdd, SameTensorTwice) {
-  const i64 N = 3, F = 8;
-  ModelSpec m = named("double");
-  const int x = m.add("input", InputSpec{{F}}, {});
-  const int a = m.add("a", LinearSpec{F, F, false}, {x});
-  const int y = m.add("y", AddSpec{}, {a, a});
-  std::mt19937 rng(67);
-  const Vec input = uniform(rng, N * F), dy = uniform(rng, N * F);
-  auto net = make_net(m, N);
-  net->write_param(a, 0, eye(F));
-  net->set_batch(BatchView{input.data(), nullptr, nullptr});
-  net->forward();
-  net->set_output_grad(dy);
-  net->backward();
-  DVec yv(N * F), dav(N * F);
-  for (i64 i = 0; i < N * F; ++i) {
-    yv[i] = 2.0 * input[i];
-    dav[i] = 2.0 * dy[i];
+  const AddStep s = add_step("double", false, 67);
+  DVec yv(s.input.size()), dav(s.input.size());
+  for (std::size_t i = 0; i < s.input.size(); ++i) {
+    yv[i] = 2.0 * s.input[i];
+    dav[i] = 2.0 * s.dy[i];
   }
-  EXPECT_TRUE(close(net->read_output(y), yv)) << "sum";
-  EXPECT_TRUE(close(net->read_grad(a), dav)) << "gradient of a tensor added to itself";
+  EXPECT_TRUE(close(s.net->read_output(s.y), yv)) << "sum";
+  EXPECT_TRUE(close(s.net->read_grad(s.a), dav)) << "gradient of a tensor added to itself";
 }
 
 // y = add(x, a) with x the model input: the add computes no gradient for its first input, and
 // must still give the second its own.
 TEST(CpuLayersAdd, OnlyTheSecondInputNeedsAGradient) {
-  const i64 N = 3, F = 8;
-  ModelSpec m = named("input_shortcut");
-  const int x = m.add("input", InputSpec{{F}}, {});
-  const int a = m.add("a", LinearSpec{F, F, false}, {x});
-  const int y = m.add("y", AddSpec{}, {x, a});
-  std::mt19937 rng(109);
-  const Vec input = uniform(rng, N * F), dy = uniform(rng, N * F);
-  auto net = make_net(m, N);
-  net->write_param(a, 0, eye(F));
-  net->set_batch(BatchView{input.data(), nullptr, nullptr});
-  net->forward();
-  net->set_output_grad(dy);
-  net->backward();
-  DVec yv(N * F);
-  for (i64 i = 0; i < N * F; ++i) yv[i] = 2.0 * input[i];
-  EXPECT_TRUE(close(net->read_output(y), yv)) << "sum";
-  EXPECT_TRUE(close(net->read_grad(a), to_double(dy))) << "gradient of the second input";
+  const AddStep s = add_step("input_shortcut", true, 109);
+  DVec yv(s.input.size());
+  for (std::size_t i = 0; i < s.input.size(); ++i) yv[i] = 2.0 * s.input[i];
+  EXPECT_TRUE(close(s.net->read_output(s.y), yv)) << "sum";
+  EXPECT_TRUE(close(s.net->read_grad(s.a), to_double(s.dy))) << "gradient of the second input";
 }
 
 // ---- ThreadPartials: a weight gradient summed over the batch by every OpenMP thread ----
@@ -994,6 +996,24 @@ TEST(CpuLayersLoss, SoftmaxCrossEntropy) {
   }
 }
 
+// One step of `m`, whose node `pred` (a linear or 1x1 convolution of `features` in and out) gets
+// identity weights, so that its predictions are `input`: the mean squared error against `targets`
+// and the predictions' gradient are the reference's.
+void expect_reference_mse(const ModelSpec& m, int pred, i64 batch, i64 features, const Vec& input, const Vec& targets) {
+  auto net = make_net(m, batch);
+  net->write_param(pred, 0, eye(features));
+  net->set_batch(BatchView{input.data(), nullptr, targets.data()});
+  const float loss = net->forward();
+  net->backward();
+  const i64 n = i64(input.size());
+  const DVec pd = to_double(input), td = to_double(targets);
+  DVec dpred(n);
+  const double ref_loss = ref::mse_forward(pd.data(), td.data(), n);
+  ref::mse_backward(pd.data(), td.data(), dpred.data(), n);
+  EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
+  EXPECT_TRUE(close(net->read_grad(pred), dpred)) << "gradient of the predictions";
+}
+
 // Predictions in a blocked layout (a 16-channel convolution's output) are brought to a plain one
 // for the loss and their gradient taken back; a loss straight on the model input computes no
 // gradient.
@@ -1005,17 +1025,7 @@ TEST(CpuLayersLoss, MeanSquaredErrorOfBlockedPredictionsAndOfTheModelInput) {
   m.add("loss", MSESpec{}, {pred});
   std::mt19937 rng(113);
   const Vec input = uniform(rng, n), targets = uniform(rng, n);
-  auto net = make_net(m, N);
-  net->write_param(pred, 0, eye(C));
-  net->set_batch(BatchView{input.data(), nullptr, targets.data()});
-  const float loss = net->forward();
-  net->backward();
-  const DVec pd = to_double(input), td = to_double(targets);
-  DVec dpred(n);
-  const double ref_loss = ref::mse_forward(pd.data(), td.data(), n);
-  ref::mse_backward(pd.data(), td.data(), dpred.data(), n);
-  EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
-  EXPECT_TRUE(close(net->read_grad(pred), dpred)) << "gradient of the predictions";
+  expect_reference_mse(m, pred, N, C, input, targets);
 
   ModelSpec bare = named("mse_input", 0, Task::Regression);
   bare.add("loss", MSESpec{}, {bare.add("input", InputSpec{{4}}, {})});
@@ -1023,7 +1033,8 @@ TEST(CpuLayersLoss, MeanSquaredErrorOfBlockedPredictionsAndOfTheModelInput) {
   direct->set_batch(BatchView{input.data(), nullptr, targets.data()});
   const float direct_loss = direct->forward();
   EXPECT_EQ(refusal([&] { direct->backward(); }), "");
-  EXPECT_TRUE(close({direct_loss}, {ref::mse_forward(pd.data(), td.data(), N * 4)})) << "loss on the model input";
+  EXPECT_TRUE(close({direct_loss}, {ref::mse_forward(to_double(input).data(), to_double(targets).data(), N * 4)}))
+      << "loss on the model input";
 }
 
 TEST(CpuLayersLoss, MeanSquaredError) {
@@ -1037,19 +1048,7 @@ TEST(CpuLayersLoss, MeanSquaredError) {
     m.add("loss", MSESpec{}, {pred});
     std::mt19937 rng(73);
     const Vec input = uniform(rng, n), targets = uniform(rng, n);
-
-    auto net = make_net(m, N);
-    net->write_param(pred, 0, eye(F));
-    net->set_batch(BatchView{input.data(), nullptr, targets.data()});
-    const float loss = net->forward();
-    net->backward();
-
-    const DVec pd = to_double(input), td = to_double(targets);
-    DVec dpred(n);
-    const double ref_loss = ref::mse_forward(pd.data(), td.data(), n);
-    ref::mse_backward(pd.data(), td.data(), dpred.data(), n);
-    EXPECT_TRUE(close({loss}, {ref_loss})) << "loss";
-    EXPECT_TRUE(close(net->read_grad(pred), dpred)) << "gradient of the predictions";
+    expect_reference_mse(m, pred, N, F, input, targets);
   }
 }
 

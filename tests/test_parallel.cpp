@@ -28,6 +28,7 @@
 #include "engine/parallel/timeline.hpp"
 #include "engine/parallel/world.hpp"
 #include "models/models.hpp"
+#include "tests/inert_network.hpp"
 #include "tests/large_batch.hpp"
 #include "tests/replica_checks.hpp"
 #include "tests/stand_in.hpp"
@@ -434,26 +435,11 @@ TEST(DataParallel, ReplicasThatDivergeFailTheWeightCheck) {
 }
 
 // A network of one 4-float gradient whose parameter checksum is given: for the weight check alone.
-class Checksummed final : public Network {
+class Checksummed final : public InertNetwork {
  public:
   explicit Checksummed(std::uint64_t checksum) : checksum_(checksum) {}
-  void set_batch(const BatchView&) override {}
-  float forward() override { return 0; }
-  float evaluate() override { return 0; }
-  std::int64_t correct() const override { return -1; }
-  void backward() override {}
-  void update() override {}
-  std::vector<float> read_output(int) const override { return {}; }
-  std::vector<float> read_grad(int) const override { return {}; }
-  void set_output_grad(const std::vector<float>&) override {}
-  std::vector<float> read_param(int, int) const override { return {}; }
-  std::vector<float> read_param_grad(int, int) const override { return {}; }
-  void write_param(int, int, const std::vector<float>&) override {}
-  std::int64_t param_bytes() const override { return 0; }
   std::vector<FlatSegment> gradient_segments() override { return {{grads_.data(), ElemType::F32, 4, 1}}; }
-  std::vector<FlatSegment> param_segments() override { return {}; }
   std::uint64_t param_checksum() override { return checksum_; }
-  void set_step_hook(std::function<void(int)>) override {}
 
  private:
   std::uint64_t checksum_;

@@ -19,6 +19,7 @@
 #include "engine/core/timer.hpp"
 #include "engine/train/epochs.hpp"
 #include "engine/train/trainer.hpp"
+#include "tests/inert_network.hpp"
 
 namespace tb {
 namespace {
@@ -29,7 +30,7 @@ namespace {
 // it; the step keeps the batch it started on). Its steps report `reported` (by default no device
 // clock, StepTimes{}); its one sample is correct where the batch's number is at least
 // `correct_from` (none: no accuracy, a regression's -1).
-class EchoNetwork final : public Network {
+class EchoNetwork final : public InertNetwork {
  public:
   explicit EchoNetwork(bool asynchronous) : asynchronous_(asynchronous) {}
 
@@ -40,26 +41,12 @@ class EchoNetwork final : public Network {
     if (!std::isfinite(correct_from)) return -1;
     return given_ >= correct_from ? 1 : 0;
   }
-  void backward() override {}
-  void update() override {}
   void start_step() override { started_ = given_; }
   float finish_step(StepTimes& times) override {
     times = reported;
     return started_;
   }
   bool asynchronous() const override { return asynchronous_; }
-
-  std::vector<float> read_output(int) const override { return {}; }
-  std::vector<float> read_grad(int) const override { return {}; }
-  void set_output_grad(const std::vector<float>&) override {}
-  std::vector<float> read_param(int, int) const override { return {}; }
-  std::vector<float> read_param_grad(int, int) const override { return {}; }
-  void write_param(int, int, const std::vector<float>&) override {}
-  std::int64_t param_bytes() const override { return 0; }
-  std::vector<FlatSegment> gradient_segments() override { return {}; }
-  std::vector<FlatSegment> param_segments() override { return {}; }
-  std::uint64_t param_checksum() override { return 0; }
-  void set_step_hook(std::function<void(int)>) override {}
 
   StepTimes reported{};
   float correct_from = std::numeric_limits<float>::infinity();
@@ -346,7 +333,7 @@ TEST(Trainer, ATallyWithoutAccuracyStaysWithout) {
 // (engine/core/network.cpp): its forward, backward and update each sleep and note on the host clock
 // when they began and ended, so that each phase's time can be held between what it must at least
 // and at most contain, with no bound on how long anything takes.
-class PhasedNetwork final : public Network {
+class PhasedNetwork final : public InertNetwork {
  public:
   struct Span {
     double begin = 0, end = 0;
@@ -354,21 +341,6 @@ class PhasedNetwork final : public Network {
   float forward() override { return timed(forward_span, 2.5f); }
   void backward() override { timed(backward_span, 0.0f); }
   void update() override { timed(update_span, 0.0f); }
-
-  void set_batch(const BatchView&) override {}
-  float evaluate() override { return 0; }
-  std::int64_t correct() const override { return -1; }
-  std::vector<float> read_output(int) const override { return {}; }
-  std::vector<float> read_grad(int) const override { return {}; }
-  void set_output_grad(const std::vector<float>&) override {}
-  std::vector<float> read_param(int, int) const override { return {}; }
-  std::vector<float> read_param_grad(int, int) const override { return {}; }
-  void write_param(int, int, const std::vector<float>&) override {}
-  std::int64_t param_bytes() const override { return 0; }
-  std::vector<FlatSegment> gradient_segments() override { return {}; }
-  std::vector<FlatSegment> param_segments() override { return {}; }
-  std::uint64_t param_checksum() override { return 0; }
-  void set_step_hook(std::function<void(int)>) override {}
 
   Span forward_span, backward_span, update_span;
 
